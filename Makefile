@@ -1,0 +1,73 @@
+# vmapcheck — the two commands a newcomer needs are `make demo` and `make test`.
+# Every target creates .venv on demand from requirements.lock (exact transitive pins).
+
+SHELL := /bin/bash
+.SHELLFLAGS := -eu -o pipefail -c
+.DEFAULT_GOAL := help
+
+VENV := .venv
+BIN := $(CURDIR)/$(VENV)/bin
+STAMP := $(VENV)/.installed
+UI_PORT ?= 5000
+# Stage commands in dvc.yaml call `python`: put the project's interpreter first.
+export PATH := $(BIN):$(PATH)
+# DVC would otherwise try to send usage analytics over the network.
+export DVC_NO_ANALYTICS := 1
+export PYTHONUNBUFFERED := 1
+
+.PHONY: help setup demo test lint format ui clean params lock
+
+help:
+	@echo "make demo   set up .venv, run the pipeline (dvc repro) and print the verdict"
+	@echo "make test   set up .venv, lint, run unit and end-to-end tests"
+	@echo "make ui     MLflow UI over the local store on http://127.0.0.1:$(UI_PORT)"
+	@echo "make params recompose params.yaml from conf/ (as dvc exp run does)"
+	@echo "make clean  remove generated data, reports, the MLflow store and .venv"
+
+setup: $(STAMP)
+
+$(STAMP): pyproject.toml requirements.lock
+	@py="$$(scripts/find-python)" || { echo "error: vmapcheck needs Python >= 3.12 (JAX 0.11 requires it) and found none on PATH or under pyenv; install one, or name it with PYTHON=/path/to/python3.12" >&2; exit 1; }; \
+	echo "creating $(VENV) with $$py"; \
+	"$$py" -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip==26.3
+	$(BIN)/python -m pip install --quiet --constraint requirements.lock --editable '.[dev]'
+	@touch $@
+
+demo: $(STAMP)
+	@status=0; dvc repro || status=$$?; \
+	python -m vmapcheck.summary || true; \
+	exit $$status
+
+test: $(STAMP) lint
+	python -m pytest
+
+lint: $(STAMP)
+	ruff check .
+	ruff format --check .
+
+format: $(STAMP)
+	ruff check --fix .
+	ruff format .
+
+params: $(STAMP)
+	python -m vmapcheck.compose
+
+# Re-resolve every transitive version from pyproject.toml in a scratch venv.
+lock:
+	@py="$$(scripts/find-python)" || { echo "error: no Python >= 3.12 found" >&2; exit 1; }; \
+	tmp="$$(mktemp -d)"; trap 'rm -rf "$$tmp"' EXIT; \
+	"$$py" -m venv "$$tmp/venv"; \
+	"$$tmp/venv/bin/python" -m pip install --quiet '.[dev]'; \
+	{ echo "# Every transitive dependency, pinned: make installs with --constraint requirements.lock."; \
+	  echo "# Regenerate after changing pyproject.toml: make lock"; \
+	  "$$tmp/venv/bin/python" -m pip freeze | grep -v '^vmapcheck'; } > requirements.lock
+	@echo "requirements.lock rewritten"
+
+ui: $(STAMP)
+	python -m vmapcheck.ui --port $(UI_PORT)
+
+clean:
+	rm -rf data/prepared data/cases data/params data/forward reports mlflow.db mlartifacts \
+		.dvc/cache .dvc/tmp $(VENV) .pytest_cache .ruff_cache
+	find . -name __pycache__ -type d -prune -exec rm -rf {} +

@@ -1,0 +1,218 @@
+"""Typed, validated configuration read from params.yaml.
+
+params.yaml is the composition of conf/ by Hydra (written by ``dvc exp run`` or
+``make params``). Stages never read it raw: :func:`load_config` validates it into
+:class:`Config`, so an unknown key, a wrong type or an impossible value stops a stage
+with a :class:`~vmapcheck.errors.ConfigError` that names the key.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from vmapcheck.errors import ConfigError
+
+PositiveInt = Annotated[int, Field(gt=0)]
+Fraction = Annotated[float, Field(gt=0.0, lt=1.0)]
+NonNegativeFloat = Annotated[float, Field(ge=0.0)]
+
+
+class _Strict(BaseModel):
+    # strict: "32" is not silently turned into 32; forbid: typos are errors, not ignored.
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+
+
+class ModelConfig(_Strict):
+    """Which model, and its layer widths. ``toy`` is the seed's fixed 3 -> 2 model."""
+
+    name: Literal["toy", "mlp"]
+    in_features: PositiveInt
+    hidden: list[PositiveInt]
+    out_features: PositiveInt
+
+    @model_validator(mode="after")
+    def _toy_is_fixed(self) -> ModelConfig:
+        if self.name == "toy" and (self.in_features, self.hidden, self.out_features) != (
+            3,
+            [],
+            2,
+        ):
+            raise ValueError(
+                "model 'toy' is the seed's fixed model: expected in_features=3, hidden=[], "
+                f"out_features=2, found in_features={self.in_features}, "
+                f"hidden={self.hidden}, out_features={self.out_features}"
+            )
+        return self
+
+
+class SplitConfig(_Strict):
+    train: Fraction
+    val: Fraction
+    test: Fraction
+
+    @model_validator(mode="after")
+    def _sums_to_one(self) -> SplitConfig:
+        total = self.train + self.val + self.test
+        if abs(total - 1.0) > 1e-9:
+            raise ValueError(f"split fractions must sum to 1, found {total:g}")
+        return self
+
+
+class DataConfig(_Strict):
+    source: Literal["synthetic"]
+    n_rows: Annotated[int, Field(ge=20)]
+    n_features: PositiveInt
+    n_targets: PositiveInt
+    noise_std: NonNegativeFloat
+    split: SplitConfig
+    standard_batch: PositiveInt
+
+
+class TrainConfig(_Strict):
+    optimizer: Literal["adam", "sgd"]
+    steps: Annotated[int, Field(ge=0)]
+    batch_size: PositiveInt
+    learning_rate: Annotated[float, Field(gt=0.0)]
+    eval_every: PositiveInt
+
+
+class BackendConfig(_Strict):
+    name: Literal["cpu", "gpu", "tpu"]
+    platform: Literal["cpu", "cuda", "rocm", "tpu"]
+
+
+class ToleranceConfig(_Strict):
+    """Agreement between two outputs a, b: |a - b| <= atol + rtol * max(|a|, |b|)."""
+
+    rtol: NonNegativeFloat
+    atol: NonNegativeFloat
+
+
+class PrecisionConfig(_Strict):
+    name: Literal["f32", "f64", "bf16"]
+    dtype: Literal["float32", "float64", "bfloat16"]
+    enable_x64: bool
+    matmul_precision: Literal["default", "high", "highest"]
+    tolerance: ToleranceConfig
+
+    @model_validator(mode="after")
+    def _x64_matches_dtype(self) -> PrecisionConfig:
+        if self.dtype == "float64" and not self.enable_x64:
+            raise ValueError("dtype float64 needs enable_x64: true (JAX truncates to float32)")
+        return self
+
+
+class BenchConfig(_Strict):
+    name: str
+    batch_sizes: Annotated[list[PositiveInt], Field(min_length=1)]
+    warmup: PositiveInt
+    repeats: Annotated[int, Field(ge=5)]
+    loop_max_batch: PositiveInt
+
+
+class TrackingConfig(_Strict):
+    name: Literal["local"]
+    tracking_uri: Annotated[str, Field(min_length=1)]
+    artifact_root: Annotated[str, Field(min_length=1)]
+    experiment: Annotated[str, Field(min_length=1)]
+
+
+class Config(_Strict):
+    """The whole validated configuration (one field per conf/ group, plus the seed)."""
+
+    seed: Annotated[int, Field(ge=0)]
+    model: ModelConfig
+    data: DataConfig
+    train: TrainConfig
+    backend: BackendConfig
+    precision: PrecisionConfig
+    bench: BenchConfig
+    tracking: TrackingConfig
+
+    @model_validator(mode="after")
+    def _data_fits_model(self) -> Config:
+        if self.data.n_features != self.model.in_features:
+            raise ValueError(
+                f"data.n_features={self.data.n_features} but model.in_features="
+                f"{self.model.in_features}: the table must have as many features as the model"
+            )
+        if self.data.n_targets != self.model.out_features:
+            raise ValueError(
+                f"data.n_targets={self.data.n_targets} but model.out_features="
+                f"{self.model.out_features}"
+            )
+        return self
+
+
+def _key_path(loc: tuple[Any, ...]) -> str:
+    path = ""
+    for part in loc:
+        if isinstance(part, int):
+            path += f"[{part}]"
+        else:
+            path += f".{part}" if path else str(part)
+    return path or "<root>"
+
+
+def _describe(errors: list[dict[str, Any]], source: str) -> str:
+    lines = [f"invalid configuration in {source}:"]
+    for err in errors:
+        key = _key_path(err["loc"])
+        if err["type"] == "extra_forbidden":
+            lines.append(f"  {key}: unknown key (found value {err['input']!r})")
+        elif err["type"] == "missing":
+            lines.append(f"  {key}: required key is missing")
+        else:
+            found = err.get("input")
+            shown = repr(found) if not isinstance(found, dict) else "a mapping"
+            lines.append(f"  {key}: {err['msg']}, found {shown}")
+    return "\n".join(lines)
+
+
+def validate_config(raw: Any, source: str = "params.yaml") -> Config:
+    """Validate a mapping (parsed params.yaml) into a :class:`Config`.
+
+    Raises:
+        ConfigError: naming every offending key with what was expected and found.
+    """
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{source}: expected a mapping at the top level, found {type(raw)}")
+    try:
+        return Config.model_validate(raw)
+    except ValidationError as exc:
+        raise ConfigError(_describe(exc.errors(), source)) from None
+
+
+def load_config(path: str | Path = "params.yaml") -> Config:
+    """Read and validate params.yaml (the composed Hydra config)."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ConfigError(
+            f"{path}: not found; run `make params` to compose it from conf/"
+        ) from None
+    try:
+        raw = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{path}: not valid YAML: {exc}") from None
+    return validate_config(raw, source=str(path))
+
+
+def flatten(config: Config) -> dict[str, Any]:
+    """Flatten to dotted keys (``precision.tolerance.rtol``) for logging as params."""
+    out: dict[str, Any] = {}
+
+    def walk(prefix: str, value: Any) -> None:
+        if isinstance(value, dict):
+            for key, sub in value.items():
+                walk(f"{prefix}.{key}" if prefix else key, sub)
+        else:
+            out[prefix] = value
+
+    walk("", config.model_dump())
+    return out

@@ -1,0 +1,99 @@
+"""Atomic file output and verified array files.
+
+Every output is written to a temporary file in the destination folder and renamed into
+place, so an interrupted stage never leaves half a file for DVC to cache. Arrays are
+stored as ``.npz`` read with ``allow_pickle=False`` or as safetensors, never pickle.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from vmapcheck.errors import ArtifactError
+
+
+@contextlib.contextmanager
+def atomic_path(path: Path) -> Iterator[Path]:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    os.close(fd)
+    tmp_path = Path(tmp)
+    try:
+        yield tmp_path
+        os.replace(tmp_path, path)
+    finally:
+        tmp_path.unlink(missing_ok=True)
+
+
+def atomic_write_text(path: Path, text: str) -> None:
+    with atomic_path(Path(path)) as tmp:
+        tmp.write_text(text, encoding="utf-8")
+
+
+def atomic_write_json(path: Path, obj: Any) -> None:
+    atomic_write_text(Path(path), json.dumps(obj, indent=2, sort_keys=False) + "\n")
+
+
+def atomic_save_npz(path: Path, arrays: Mapping[str, np.ndarray]) -> None:
+    with atomic_path(Path(path)) as tmp, open(tmp, "wb") as fh:
+        np.savez(fh, **{k: np.asarray(v) for k, v in arrays.items()})
+
+
+@contextlib.contextmanager
+def atomic_dir(path: Path) -> Iterator[Path]:
+    """Build a folder output in a sibling temp folder; swap it in only on success."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", dir=path.parent))
+    try:
+        yield tmp
+        old = None
+        if path.exists():
+            old = path.with_name(f".{path.name}.old-{os.getpid()}")
+            os.replace(path, old)
+        os.replace(tmp, path)
+        if old is not None:
+            shutil.rmtree(old)
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp)
+
+
+def sha256_file(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def read_json(path: Path) -> Any:
+    path = Path(path)
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise ArtifactError(f"{path}: not found; has the stage that writes it run?") from None
+    except json.JSONDecodeError as exc:
+        raise ArtifactError(f"{path}: not valid JSON ({exc})") from None
+
+
+def load_npz(path: Path) -> dict[str, np.ndarray]:
+    """Load every array of an .npz file; object arrays (pickle) are refused."""
+    path = Path(path)
+    try:
+        with np.load(path, allow_pickle=False) as data:
+            return {key: data[key] for key in data.files}
+    except FileNotFoundError:
+        raise ArtifactError(f"{path}: not found; has the stage that writes it run?") from None
+    except ValueError as exc:
+        raise ArtifactError(f"{path}: refused ({exc})") from None

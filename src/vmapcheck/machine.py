@@ -1,0 +1,38 @@
+"""The machine's conditions, recorded with every benchmark (results without them are noise)."""
+
+from __future__ import annotations
+
+import os
+import platform
+from typing import Any
+
+import psutil
+
+
+def cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as fh:
+            for line in fh:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
+
+
+def conditions() -> dict[str, Any]:
+    """CPU model, cores, load averages, memory and threading settings, right now."""
+    memory = psutil.virtual_memory()
+    load1, load5, load15 = os.getloadavg()
+    return {
+        "cpu_model": cpu_model(),
+        "logical_cores": os.cpu_count(),
+        "usable_cores": len(os.sched_getaffinity(0)),
+        "load_avg_1m": load1,
+        "load_avg_5m": load5,
+        "load_avg_15m": load15,
+        "memory_total_gib": round(memory.total / 2**30, 2),
+        "memory_available_gib": round(memory.available / 2**30, 2),
+        "omp_num_threads": os.environ.get("OMP_NUM_THREADS", ""),
+        "xla_flags": os.environ.get("XLA_FLAGS", ""),
+    }

@@ -1,0 +1,115 @@
+"""Models written for one feature vector, batched by the harness.
+
+A :class:`Model` exposes ``forward_one(params, x)`` for a single feature vector of shape
+``(in_features,)`` returning ``(out_features,)``, and a hand-batched ``forward_batch(params,
+X)`` for ``X`` of shape ``(batch, in_features)`` (batch axis 0) returning ``(batch,
+out_features)``. Params are a pytree shared by every row: they are never mapped over.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+
+from vmapcheck.config import ModelConfig
+
+Params = Any  # a pytree of arrays
+ForwardOne = Callable[[Params, jax.Array], jax.Array]
+ForwardBatch = Callable[[Params, jax.Array], jax.Array]
+
+
+@dataclass(frozen=True)
+class Model:
+    """A model's functions and its input/output widths."""
+
+    name: str
+    in_features: int
+    out_features: int
+    forward_one: ForwardOne
+    forward_batch: ForwardBatch
+    init: Callable[[jax.Array], Params]
+    trainable: bool
+
+
+# --- toy: the seed guide's model ---------------------------------------------------------
+
+
+def toy_params() -> Params:
+    """W = arange(6).reshape(3, 2) / 10, b = [0.1, -0.2] (float32), exactly as the seed."""
+    return {
+        "W": jnp.arange(6, dtype=jnp.float32).reshape(3, 2) / 10,
+        "b": jnp.array([0.1, -0.2], dtype=jnp.float32),
+    }
+
+
+def toy_forward_one(params: Params, x: jax.Array) -> jax.Array:
+    """relu(x @ W + b) for one feature vector x of shape (3,); returns shape (2,)."""
+    return jax.nn.relu(x @ params["W"] + params["b"])
+
+
+def toy_forward_batch(params: Params, batch: jax.Array) -> jax.Array:
+    """relu(batch @ W + b) for batch of shape (n, 3) (batch axis 0); returns (n, 2)."""
+    return jax.nn.relu(batch @ params["W"] + params["b"])
+
+
+# --- mlp -------------------------------------------------------------------------------
+
+
+def mlp_init(key: jax.Array, widths: list[int]) -> Params:
+    """He-normal weights and zero biases for consecutive ``widths`` (in, hidden..., out).
+
+    One subkey per layer, split from ``key``, each used once.
+    """
+    layer_keys = jax.random.split(key, len(widths) - 1)
+    layers = []
+    for layer_key, fan_in, fan_out in zip(layer_keys, widths[:-1], widths[1:], strict=True):
+        scale = jnp.sqrt(2.0 / fan_in).astype(jnp.float32)
+        weight = jax.random.normal(layer_key, (fan_in, fan_out), dtype=jnp.float32) * scale
+        layers.append({"W": weight, "b": jnp.zeros((fan_out,), dtype=jnp.float32)})
+    return {"layers": layers}
+
+
+def mlp_forward_one(params: Params, x: jax.Array) -> jax.Array:
+    """Hidden layers relu(h @ W + b), linear output; x: (in_features,) -> (out_features,)."""
+    hidden = x
+    *inner, last = params["layers"]
+    for layer in inner:
+        hidden = jax.nn.relu(hidden @ layer["W"] + layer["b"])
+    return hidden @ last["W"] + last["b"]
+
+
+def mlp_forward_batch(params: Params, batch: jax.Array) -> jax.Array:
+    """The same network written for a batch: (n, in_features) -> (n, out_features), axis 0."""
+    hidden = batch
+    *inner, last = params["layers"]
+    for layer in inner:
+        hidden = jax.nn.relu(hidden @ layer["W"] + layer["b"][None, :])
+    return hidden @ last["W"] + last["b"][None, :]
+
+
+def build_model(config: ModelConfig) -> Model:
+    """The model named by ``config`` (already validated)."""
+    if config.name == "toy":
+        return Model(
+            name="toy",
+            in_features=3,
+            out_features=2,
+            forward_one=toy_forward_one,
+            forward_batch=toy_forward_batch,
+            init=lambda key: toy_params(),
+            trainable=False,
+        )
+    widths = [config.in_features, *config.hidden, config.out_features]
+    return Model(
+        name="mlp",
+        in_features=config.in_features,
+        out_features=config.out_features,
+        forward_one=mlp_forward_one,
+        forward_batch=mlp_forward_batch,
+        init=lambda key: mlp_init(key, widths),
+        trainable=True,
+    )

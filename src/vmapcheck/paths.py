@@ -1,0 +1,90 @@
+"""The forward paths under comparison, and the input validation they all share.
+
+Every path maps a batch ``X`` of shape ``(batch, in_features)`` (batch axis 0) to
+``(batch, out_features)``:
+
+- ``loop``: a Python loop of ``forward_one`` over rows, stacked (the per-example oracle);
+- ``vmap``: ``jax.vmap(forward_one, in_axes=(None, 0))`` — params shared (None), rows
+  mapped over axis 0;
+- ``direct``: the model's hand-batched ``forward_batch``.
+
+Each comes eager and under ``jax.jit``. Inputs are validated once, before dispatch, by
+:func:`validate_batch`, so an invalid batch is refused identically by every path.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from vmapcheck.errors import InvalidInputError
+from vmapcheck.models import Model, Params
+
+PATH_NAMES = ("loop_eager", "loop_jit", "vmap_eager", "vmap_jit", "direct_eager", "direct_jit")
+Path = Callable[[Params, Any], jax.Array]
+
+
+def validate_batch(x: Any, in_features: int, dtype: Any) -> None:
+    """Refuse anything but a finite (batch, in_features) array of ``dtype`` with batch >= 1.
+
+    Raises:
+        InvalidInputError: naming the problem, e.g. "expected 3 features, got 4".
+    """
+    shape = np.shape(x)
+    if len(shape) != 2:
+        raise InvalidInputError(
+            f"expected a batch of rank 2 (batch, {in_features}), got rank {len(shape)} "
+            f"with shape {tuple(shape)}"
+        )
+    if shape[1] != in_features:
+        raise InvalidInputError(f"expected {in_features} features, got {shape[1]}")
+    if shape[0] == 0:
+        raise InvalidInputError("expected at least one row, got an empty batch")
+    found = jnp.asarray(x).dtype if not hasattr(x, "dtype") else x.dtype
+    if found != jnp.dtype(dtype):
+        raise InvalidInputError(f"expected dtype {jnp.dtype(dtype).name}, got {found}")
+    if not bool(jnp.all(jnp.isfinite(x))):
+        raise InvalidInputError("expected finite values, got NaN or Inf")
+
+
+def _loop(forward_one: Callable) -> Path:
+    def loop_forward(params: Params, batch: jax.Array) -> jax.Array:
+        return jnp.stack([forward_one(params, row) for row in batch])
+
+    return loop_forward
+
+
+def build_paths(model: Model, dtype: Any, validate: bool = True) -> dict[str, Path]:
+    """The six forward paths for ``model``.
+
+    With ``validate`` (the default) each path refuses an invalid batch before dispatch;
+    the benchmark validates its inputs once and times the forward alone.
+    """
+    raw = {
+        "loop": _loop(model.forward_one),
+        # Params have no batch copies: in_axes None shares them; rows map over axis 0.
+        "vmap": jax.vmap(model.forward_one, in_axes=(None, 0)),
+        "direct": model.forward_batch,
+    }
+    paths: dict[str, Path] = {}
+    for name, fn in raw.items():
+        for mode, compiled in (("eager", fn), ("jit", jax.jit(fn))):
+            if not validate:
+                paths[f"{name}_{mode}"] = compiled
+                continue
+
+            def guarded(params: Params, x: Any, _fn: Callable = compiled) -> jax.Array:
+                validate_batch(x, model.in_features, dtype)
+                return _fn(params, x)
+
+            paths[f"{name}_{mode}"] = guarded
+    return paths
+
+
+def cast_tree(tree: Any, dtype: Any) -> Any:
+    """Cast every floating leaf of ``tree`` to ``dtype`` (params enter at the run's precision)."""
+    return jax.tree_util.tree_map(lambda leaf: jnp.asarray(leaf, dtype=dtype), tree)

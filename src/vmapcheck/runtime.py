@@ -1,0 +1,108 @@
+"""Select the JAX backend and precision before JAX initialises, and describe the result.
+
+JAX picks its backends on first use; after that ``jax_platforms`` and ``jax_enable_x64``
+no longer take effect. :func:`configure_jax` must therefore run before any array is
+created. It never falls back silently: a backend that is asked for and absent is an error
+that names the backends that are present.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import sys
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from vmapcheck.config import BackendConfig, PrecisionConfig, ToleranceConfig
+from vmapcheck.errors import BackendUnavailableError
+
+# JAX reports CUDA and ROCm devices as platform "gpu".
+_PLATFORM_TO_BACKEND = {"cpu": "cpu", "cuda": "gpu", "rocm": "gpu", "gpu": "gpu", "tpu": "tpu"}
+
+
+@dataclass(frozen=True)
+class RuntimeInfo:
+    """What actually ran: recorded in every report and MLflow run."""
+
+    backend: str
+    platform: str
+    device_kind: str
+    device_count: int
+    jax_version: str
+    jaxlib_version: str
+    python_version: str
+    os_platform: str
+    enable_x64: bool
+    matmul_precision: str
+    xla_flags: str
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def available_backends() -> list[str]:
+    """Backends (cpu/gpu/tpu) that initialise on this machine. Resets JAX's backends."""
+    import jax
+    import jax.extend.backend as jax_backend
+
+    jax.config.update("jax_platforms", "")
+    jax_backend.clear_backends()
+    names = {_PLATFORM_TO_BACKEND.get(p, p) for p in jax_backend.backends()}
+    return sorted(names)
+
+
+def configure_jax(backend: BackendConfig, precision: PrecisionConfig) -> RuntimeInfo:
+    """Pin JAX to ``backend`` and ``precision``; return what was selected.
+
+    Raises:
+        BackendUnavailableError: the backend cannot start here; the message lists the
+            backends that can.
+    """
+    import jax
+    import jaxlib
+
+    jax.config.update("jax_platforms", backend.platform)
+    jax.config.update("jax_enable_x64", precision.enable_x64)
+    jax.config.update("jax_default_matmul_precision", precision.matmul_precision)
+    try:
+        devices = jax.devices()
+    except Exception as exc:  # JAX raises RuntimeError or a bare AssertionError here.
+        reason = str(exc).split(" (set JAX_PLATFORMS")[0] or f"no {backend.platform!r} plugin"
+        present = available_backends()
+        raise BackendUnavailableError(
+            f"backend.name={backend.name!r} (JAX platform {backend.platform!r}) is not "
+            f"available on this machine ({type(exc).__name__}: {reason}). Backends present: "
+            f"{', '.join(present) or 'none'}; choose one, e.g. `dvc exp run -S backend=cpu`."
+        ) from None
+    return RuntimeInfo(
+        backend=backend.name,
+        platform=devices[0].platform,
+        device_kind=devices[0].device_kind,
+        device_count=len(devices),
+        jax_version=jax.__version__,
+        jaxlib_version=jaxlib.__version__,
+        python_version=sys.version.split()[0],
+        os_platform=platform.platform(),
+        enable_x64=bool(jax.config.jax_enable_x64),
+        matmul_precision=str(jax.config.jax_default_matmul_precision),
+        xla_flags=os.environ.get("XLA_FLAGS", ""),
+    )
+
+
+def configure_cpu_float32() -> RuntimeInfo:
+    """Data preparation and training always run on CPU in float32.
+
+    Params and data then do not depend on the backend or precision under test, so a
+    change of either reruns only the stages that run the model (forward onward).
+    """
+    return configure_jax(
+        BackendConfig(name="cpu", platform="cpu"),
+        PrecisionConfig(
+            name="f32",
+            dtype="float32",
+            enable_x64=False,
+            matmul_precision="highest",
+            tolerance=ToleranceConfig(rtol=0.0, atol=0.0),
+        ),
+    )

@@ -1,0 +1,69 @@
+"""Print the verdict of the last pipeline run and where its MLflow run is (``make demo``)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from vmapcheck.errors import ArtifactError
+from vmapcheck.io import read_json
+
+
+def summarize(root: Path) -> str:
+    reports = root / "reports"
+    lines = []
+    check = read_json(reports / "check_details.json")
+    runtime = check["runtime"]
+    tol = check["tolerance"]
+    verdict = "PASSED" if check["passed"] else "FAILED"
+    lines.append(
+        f"verdict: {verdict} - loop, vmap and direct (eager and jit) on {runtime['backend']} "
+        f"({runtime['device_kind']}), {check['dtype']}, rtol={tol['rtol']:g} atol={tol['atol']:g}, "
+        f"jax {runtime['jax_version']} / jaxlib {runtime['jaxlib_version']}"
+    )
+    for name, case in check["cases"].items():
+        lines.append(
+            f"  {'ok  ' if case['passed'] else 'FAIL'} {name:<14} worst pair: "
+            f"max_abs={case['max_abs']:.3g} max_rel={case['max_rel']:.3g}"
+            if case["max_abs"] is not None
+            else f"  FAIL {name:<14} {case['pairs']}"
+        )
+    for name, case in check["negative"].items():
+        lines.append(
+            f"  {'ok  ' if case['passed'] else 'FAIL'} {name:<14} refused: {case['expect']}"
+        )
+    for failure in check["failures"][:10]:
+        lines.append(f"  failure: {failure}")
+    bench_path = reports / "bench.json"
+    if bench_path.exists():
+        bench = read_json(bench_path)
+        for label, ratios in bench["speedup"].items():
+            shown = ", ".join(f"{k} {v:.2f}x" for k, v in ratios.items())
+            lines.append(f"  speed at batch {label[1:]} (p50 ratios, same run): {shown}")
+    track_path = reports / "track.json"
+    if track_path.exists():
+        track = read_json(track_path)
+        lines.append(
+            f"MLflow run: {track['run_id']} ({track['run_name']}) in experiment "
+            f"'{track['experiment']}' at {track['tracking_uri']}"
+        )
+        lines.append(
+            "open it: make ui, then http://127.0.0.1:5000/#/experiments/"
+            f"{track['experiment_id']}/runs/{track['run_id']}"
+        )
+    else:
+        lines.append("MLflow run: none yet (the track stage has not run)")
+    return "\n".join(lines)
+
+
+def main() -> int:
+    try:
+        print(summarize(Path.cwd()))
+    except ArtifactError as exc:
+        print(f"summary: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,169 @@
+"""Log one pipeline run to MLflow: config as params, figures as metrics, versions as tags.
+
+Metric names follow one sortable scheme (documented in the README):
+``agree/<case>/<pathA>-vs-<pathB>/max_abs``, ``latency_ms/<path>/b<batch>/p50``,
+``speedup/b<batch>/vmap_over_loop``, ``check/passed``, ``train/val_loss``.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import time
+from pathlib import Path
+from typing import Any
+
+from vmapcheck.config import Config, TrackingConfig, flatten
+
+MAX_BATCH = 1000  # MLflow's per-request limit for metrics (params: 100)
+
+
+def resolve_tracking_uri(tracking: TrackingConfig, root: Path) -> str:
+    """Make a relative ``sqlite:///file.db`` absolute against the project root."""
+    uri = tracking.tracking_uri
+    prefix = "sqlite:///"
+    if uri.startswith(prefix) and not uri[len(prefix) :].startswith("/"):
+        return prefix + str((root / uri[len(prefix) :]).resolve())
+    return uri
+
+
+def resolve_artifact_root(tracking: TrackingConfig, root: Path) -> str:
+    if "://" in tracking.artifact_root:
+        return tracking.artifact_root
+    return (root / tracking.artifact_root).resolve().as_uri()
+
+
+def git_state(root: Path) -> dict[str, str]:
+    """Commit and dirty flag of the project, or 'unknown' outside a git checkout."""
+    try:
+        commit = subprocess.run(
+            ["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True, check=True
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain"], cwd=root, capture_output=True, text=True, check=True
+        ).stdout.strip()
+        return {"git_commit": commit, "git_dirty": str(bool(dirty)).lower()}
+    except (OSError, subprocess.CalledProcessError):
+        return {"git_commit": "unknown", "git_dirty": "unknown"}
+
+
+def collect_metrics(
+    check: dict[str, Any], bench: dict[str, Any], train: dict[str, Any]
+) -> dict[str, float]:
+    """Flatten the stage reports into MLflow metric names (numbers only)."""
+    metrics: dict[str, float] = {
+        "check/passed": float(check["passed"]),
+        "check/n_failures": float(len(check["failures"])),
+    }
+    for case, report in check["cases"].items():
+        metrics[f"agree/{case}/passed"] = float(report["passed"])
+        for pair, result in report["pairs"].items():
+            for stat in ("max_abs", "max_rel"):
+                if result[stat] is not None:
+                    metrics[f"agree/{case}/{pair}/{stat}"] = result[stat]
+    for case, report in check["negative"].items():
+        metrics[f"negative/{case}/passed"] = float(report["passed"])
+        metrics[f"negative/{case}/refused_paths"] = float(
+            sum(p["refused"] for p in report["paths"].values())
+        )
+    for path, by_batch in bench["latency_ms"].items():
+        for label, stats in by_batch.items():
+            for stat, value in stats.items():
+                if stat == "rows_per_s":
+                    metrics[f"throughput_rows_per_s/{path}/{label}"] = float(value)
+                else:
+                    metrics[f"latency_ms/{path}/{label}/{stat}"] = float(value)
+    for path, by_batch in bench["first_call_ms"].items():
+        for label, value in by_batch.items():
+            metrics[f"first_call_ms/{path}/{label}"] = float(value)
+    for label, ratios in bench["speedup"].items():
+        for name, value in ratios.items():
+            metrics[f"speedup/{label}/{name}"] = float(value)
+    for name in ("train_loss", "val_loss", "test_loss", "best_step"):
+        if name in train:
+            metrics[f"train/{name}"] = float(train[name])
+    return metrics
+
+
+def run_name(config: Config, runtime: dict[str, Any], git: dict[str, str]) -> str:
+    commit = git["git_commit"][:7] if git["git_commit"] != "unknown" else "nogit"
+    return (
+        f"{config.model.name}-{config.backend.name}-{config.precision.name}"
+        f"-jax{runtime['jax_version']}-{commit}"
+    )
+
+
+def log_run(
+    config: Config,
+    root: Path,
+    check: dict[str, Any],
+    bench: dict[str, Any],
+    train: dict[str, Any],
+    artifacts: list[Path],
+) -> dict[str, Any]:
+    """Create one MLflow run holding everything; return its ids and where to find it."""
+    import mlflow
+    from mlflow.entities import Metric, Param
+    from mlflow.tracking import MlflowClient
+
+    uri = resolve_tracking_uri(config.tracking, root)
+    mlflow.set_tracking_uri(uri)
+    client = MlflowClient(tracking_uri=uri)
+    experiment = client.get_experiment_by_name(config.tracking.experiment)
+    experiment_id = (
+        experiment.experiment_id
+        if experiment is not None
+        else client.create_experiment(
+            config.tracking.experiment,
+            artifact_location=resolve_artifact_root(config.tracking, root),
+        )
+    )
+    runtime = check["runtime"]
+    git = git_state(root)
+    verdict = "passed" if check["passed"] else "failed"
+    tags = {
+        "verdict": verdict,
+        "model": config.model.name,
+        "backend": runtime["backend"],
+        "platform": runtime["platform"],
+        "device_kind": runtime["device_kind"],
+        "precision": config.precision.name,
+        "dtype": config.precision.dtype,
+        "tolerance.rtol": repr(config.precision.tolerance.rtol),
+        "tolerance.atol": repr(config.precision.tolerance.atol),
+        "jax_version": runtime["jax_version"],
+        "jaxlib_version": runtime["jaxlib_version"],
+        "python_version": runtime["python_version"],
+        "os_platform": runtime["os_platform"],
+        "cpu_model": bench["machine"]["before"]["cpu_model"],
+        "bench_noisy": str(bench["machine"]["noisy"]).lower(),
+        **git,
+        "mlflow.source.git.commit": git["git_commit"],
+    }
+    run = client.create_run(experiment_id, run_name=run_name(config, runtime, git), tags=tags)
+    run_id = run.info.run_id
+    try:
+        params = [Param(k, str(v)) for k, v in flatten(config).items()]
+        for i in range(0, len(params), 100):
+            client.log_batch(run_id, params=params[i : i + 100])
+        now = int(time.time() * 1000)
+        metrics = [Metric(k, v, now, 0) for k, v in collect_metrics(check, bench, train).items()]
+        for i in range(0, len(metrics), MAX_BATCH):
+            client.log_batch(run_id, metrics=metrics[i : i + MAX_BATCH])
+        for path in artifacts:
+            if path.is_dir():
+                client.log_artifacts(run_id, str(path), artifact_path=path.name)
+            elif path.is_file():
+                client.log_artifact(run_id, str(path))
+        client.set_terminated(run_id, status="FINISHED")
+    except BaseException:
+        client.set_terminated(run_id, status="FAILED")
+        raise
+    return {
+        "run_id": run_id,
+        "run_name": run.info.run_name,
+        "experiment": config.tracking.experiment,
+        "experiment_id": experiment_id,
+        "tracking_uri": uri,
+        "verdict": verdict,
+        **git,
+    }

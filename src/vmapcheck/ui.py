@@ -1,0 +1,39 @@
+"""``make ui``: the MLflow UI over the configured store, on 127.0.0.1 only."""
+
+from __future__ import annotations
+
+import argparse
+import os
+from pathlib import Path
+
+from vmapcheck.config import load_config
+from vmapcheck.tracking import resolve_artifact_root, resolve_tracking_uri
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--port", type=int, default=5000)
+    args = parser.parse_args()
+    root = Path.cwd()
+    config = load_config(root / "params.yaml")
+    uri = resolve_tracking_uri(config.tracking, root)
+    print(f"MLflow UI for {uri} on http://127.0.0.1:{args.port} (Ctrl-C stops it)")
+    os.execvp(
+        "mlflow",
+        [
+            "mlflow",
+            "ui",
+            "--backend-store-uri",
+            uri,
+            "--default-artifact-root",
+            resolve_artifact_root(config.tracking, root),
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(args.port),
+        ],
+    )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,52 @@
+"""DVC stage `bench`: latency distributions of every path and batch size after warm-up."""
+
+import jax.numpy as jnp
+
+from vmapcheck.bench import metrics_summary, run_bench
+from vmapcheck.config import Config
+from vmapcheck.data import load_cases
+from vmapcheck.io import atomic_dir, atomic_write_json
+from vmapcheck.models import build_model
+from vmapcheck.params_io import load_model_params
+from vmapcheck.plots import write_latency_csvs, write_latency_png
+from vmapcheck.runtime import configure_jax
+from vmapcheck.stage import CASES, PARAMS, REPORTS, stage_main
+
+
+@stage_main("bench")
+def main(config: Config) -> None:
+    runtime = configure_jax(config.backend, config.precision)
+    model = build_model(config.model)
+    params, _ = load_model_params(model, PARAMS)
+    rows = load_cases(CASES)["standard"]["x"]
+    dtype = jnp.dtype(config.precision.dtype)
+    result = run_bench(
+        model,
+        params,
+        rows,
+        config.bench,
+        dtype,
+        progress=lambda msg: print(f"bench: {msg}", flush=True),
+    )
+    atomic_write_json(REPORTS / "bench.json", metrics_summary(result))
+    atomic_write_json(
+        REPORTS / "bench_details.json",
+        {"runtime": runtime.as_dict(), "bench": config.bench.model_dump(), **result},
+    )
+    with atomic_dir(REPORTS / "plots") as folder:
+        write_latency_csvs(folder, result["latency_ms"])
+        write_latency_png(
+            folder / "latency.png",
+            result["latency_ms"],
+            f"{config.model.name} on {runtime.backend} ({runtime.device_kind}), {dtype.name}, "
+            f"jax {runtime.jax_version}",
+        )
+    if result["machine"]["noisy"]:
+        print("bench: WARNING: load average above the core count: figures are noisy")
+    for label, ratios in result["speedup"].items():
+        shown = ", ".join(f"{k}={v:.2f}x" for k, v in ratios.items())
+        print(f"bench: {label}: {shown}")
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

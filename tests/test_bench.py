@@ -1,0 +1,43 @@
+"""The benchmark reports distributions after warm-up and says what it skipped."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from vmapcheck.bench import latency_stats, metrics_summary, run_bench, time_calls
+from vmapcheck.config import BenchConfig, ModelConfig
+from vmapcheck.models import build_model
+from vmapcheck.paths import PATH_NAMES
+
+
+def test_latency_stats_are_percentiles_not_the_best_run():
+    samples = np.array([1.0, 2.0, 3.0, 4.0, 100.0]) * 1e-3
+    stats = latency_stats(samples, rows=10)
+    assert stats["p50"] == 3.0 and stats["min"] == 1.0 and stats["max"] == 100.0
+    assert stats["n"] == 5
+    assert np.isclose(stats["p90"], np.percentile(samples * 1e3, 90))
+    assert np.isclose(stats["rows_per_s"], 10 / 3e-3)
+
+
+def test_time_calls_counts_warmup_apart():
+    calls = []
+    first, samples = time_calls(lambda: calls.append(1) or jnp.ones(2), warmup=3, repeats=7)
+    assert len(calls) == 1 + 3 + 7 and samples.shape == (7,) and first > 0
+
+
+def test_run_bench_covers_every_path_and_caps_the_loop():
+    model = build_model(ModelConfig(name="mlp", in_features=4, hidden=[8], out_features=2))
+    params = model.init(jax.random.key(0))
+    rows = np.random.default_rng(0).normal(size=(5, 4)).astype(np.float32)
+    config = BenchConfig(name="t", batch_sizes=[1, 32], warmup=1, repeats=5, loop_max_batch=8)
+    result = run_bench(model, params, rows, config, jnp.float32)
+    for path in PATH_NAMES:
+        assert set(result["latency_ms"][path]) == ({"b1"} if path.startswith("loop") else
+                                                   {"b1", "b32"})
+        assert result["latency_ms"][path]["b1"]["n"] == 5
+    assert "capped at 8 rows" in result["skipped"]["loop_jit"]["b32"]
+    assert set(result["speedup"]["b1"]) == {"vmap_over_loop", "vmap_over_direct"}
+    assert set(result["speedup"]["b32"]) == {"vmap_over_direct"}
+    assert result["machine"]["before"]["logical_cores"] >= 1
+    summary = metrics_summary(result)
+    assert set(summary["latency_ms"]["vmap_jit"]["b32"]) == {"p50", "p90", "p99"}

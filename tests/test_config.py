@@ -1,0 +1,121 @@
+"""Hydra composition, params.yaml, and validation errors that name the key."""
+
+import itertools
+
+import pytest
+import yaml
+
+from tests.conftest import ROOT, compose_config
+from vmapcheck.compose import compose_yaml
+from vmapcheck.config import load_config, validate_config
+from vmapcheck.errors import ConfigError
+
+
+def test_committed_params_yaml_is_the_composition_of_the_defaults():
+    committed = (ROOT / "params.yaml").read_text(encoding="utf-8")
+    assert committed == compose_yaml(ROOT / "conf"), (
+        "params.yaml differs from conf/'s defaults: run `make params` and commit it"
+    )
+
+
+def _group_options(group: str) -> list[str]:
+    return sorted(p.stem for p in (ROOT / "conf" / group).glob("*.yaml"))
+
+
+def test_required_groups_and_options_exist():
+    assert {"toy", "mlp"} <= set(_group_options("model"))
+    assert {"cpu", "gpu"} <= set(_group_options("backend"))
+    assert {"f32", "f64", "bf16"} <= set(_group_options("precision"))
+    assert {"quick", "full"} <= set(_group_options("bench"))
+    assert {"local"} <= set(_group_options("tracking"))
+
+
+@pytest.mark.parametrize(
+    "model,precision,bench,backend",
+    list(
+        itertools.product(
+            _group_options("model"),
+            _group_options("precision"),
+            _group_options("bench"),
+            _group_options("backend"),
+        )
+    ),
+)
+def test_every_combination_of_options_composes_and_validates(model, precision, bench, backend):
+    config = compose_config(
+        f"model={model}", f"precision={precision}", f"bench={bench}", f"backend={backend}"
+    )
+    assert config.model.name == model
+    assert config.precision.name == precision
+    assert config.data.n_features == config.model.in_features
+
+
+def _raw():
+    return yaml.safe_load(compose_yaml(ROOT / "conf"))
+
+
+def _error(raw) -> str:
+    with pytest.raises(ConfigError) as info:
+        validate_config(raw)
+    return str(info.value)
+
+
+def test_unknown_key_is_named():
+    raw = _raw()
+    raw["bench"]["repeat"] = 10  # typo of "repeats"
+    message = _error(raw)
+    assert "bench.repeat: unknown key" in message
+
+
+def test_wrong_type_is_named_with_what_was_found():
+    raw = _raw()
+    raw["train"]["steps"] = "many"
+    message = _error(raw)
+    assert "train.steps" in message and "'many'" in message
+
+
+def test_zero_batch_size_is_refused():
+    raw = _raw()
+    raw["bench"]["batch_sizes"] = [0, 16]
+    message = _error(raw)
+    assert "bench.batch_sizes[0]" in message and "greater than 0" in message
+
+
+def test_unknown_backend_is_refused():
+    raw = _raw()
+    raw["backend"]["name"] = "quantum"
+    message = _error(raw)
+    assert "backend.name" in message and "'cpu', 'gpu' or 'tpu'" in message
+
+
+def test_missing_key_is_named():
+    raw = _raw()
+    del raw["precision"]["tolerance"]["atol"]
+    assert "precision.tolerance.atol: required key is missing" in _error(raw)
+
+
+def test_float64_without_x64_is_impossible():
+    raw = _raw()
+    raw["precision"]["dtype"] = "float64"
+    assert "enable_x64" in _error(raw)
+
+
+def test_feature_count_must_match_the_model():
+    raw = _raw()
+    raw["data"]["n_features"] = raw["model"]["in_features"] + 1
+    assert "data.n_features" in _error(raw)
+
+
+def test_toy_model_is_fixed():
+    raw = yaml.safe_load(compose_yaml(ROOT / "conf", ["model=toy"]))
+    raw["model"]["hidden"] = [4]
+    assert "model 'toy' is the seed's fixed model" in _error(raw)
+
+
+def test_missing_or_broken_params_file_names_the_file(tmp_path):
+    with pytest.raises(ConfigError, match="params.yaml: not found"):
+        load_config(tmp_path / "params.yaml")
+    broken = tmp_path / "params.yaml"
+    broken.write_text("model: [unclosed\n")
+    with pytest.raises(ConfigError, match="not valid YAML"):
+        load_config(broken)

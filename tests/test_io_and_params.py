@@ -1,0 +1,79 @@
+"""Atomic outputs, verified params (sha256 + contract), no pickle."""
+
+import json
+
+import jax
+import numpy as np
+import pytest
+
+from vmapcheck.config import ModelConfig
+from vmapcheck.errors import ArtifactError
+from vmapcheck.io import atomic_dir, atomic_write_json, load_npz
+from vmapcheck.models import build_model
+from vmapcheck.params_io import load_model_params, save_params
+
+
+def test_atomic_dir_keeps_the_old_output_when_the_writer_fails(tmp_path):
+    target = tmp_path / "out"
+    with atomic_dir(target) as folder:
+        (folder / "a.txt").write_text("first")
+    with pytest.raises(RuntimeError), atomic_dir(target) as folder:
+        (folder / "a.txt").write_text("half")
+        raise RuntimeError("interrupted")
+    assert (target / "a.txt").read_text() == "first"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]
+
+
+def test_atomic_write_leaves_no_temp_file(tmp_path):
+    atomic_write_json(tmp_path / "r.json", {"a": 1})
+    assert json.loads((tmp_path / "r.json").read_text()) == {"a": 1}
+    assert [p.name for p in tmp_path.iterdir()] == ["r.json"]
+
+
+def test_pickled_npz_is_refused(tmp_path):
+    path = tmp_path / "evil.npz"
+    np.savez(path, x=np.array([{"a": 1}], dtype=object))
+    with pytest.raises(ArtifactError, match="refused"):
+        load_npz(path)
+
+
+@pytest.fixture
+def saved(tmp_path):
+    model = build_model(ModelConfig(name="mlp", in_features=4, hidden=[6], out_features=2))
+    params = jax.device_get(model.init(jax.random.key(0)))
+    save_params(tmp_path, params, {"model": "mlp"})
+    return model, params, tmp_path
+
+
+def test_params_round_trip(saved):
+    model, params, folder = saved
+    loaded, manifest = load_model_params(model, folder)
+    for a, b in zip(jax.tree.leaves(params), jax.tree.leaves(loaded), strict=True):
+        np.testing.assert_array_equal(a, b)
+    assert manifest["contract"]["layers.0.W"] == {"shape": [4, 6], "dtype": "float32"}
+
+
+def test_tampered_params_fail_the_sha256_check(saved):
+    model, _, folder = saved
+    raw = bytearray((folder / "params.safetensors").read_bytes())
+    raw[-1] ^= 0xFF
+    (folder / "params.safetensors").write_bytes(bytes(raw))
+    with pytest.raises(ArtifactError, match="sha256 check failed"):
+        load_model_params(model, folder)
+
+
+def test_params_of_another_model_name_the_leaf(saved):
+    _, _, folder = saved
+    other = build_model(ModelConfig(name="mlp", in_features=4, hidden=[7], out_features=2))
+    with pytest.raises(ArtifactError, match=r"leaf layers\.0\.W: expected shape \[4, 7\]"):
+        load_model_params(other, folder)
+
+
+def test_missing_and_extra_leaves_are_named(saved):
+    _, _, folder = saved
+    deeper = build_model(ModelConfig(name="mlp", in_features=4, hidden=[6, 6], out_features=2))
+    with pytest.raises(ArtifactError, match=r"missing leaf layers\.2\.W"):
+        load_model_params(deeper, folder)
+    toy = build_model(ModelConfig(name="toy", in_features=3, hidden=[], out_features=2))
+    with pytest.raises(ArtifactError, match=r"unexpected leaf layers\.0\.W"):
+        load_model_params(toy, folder)

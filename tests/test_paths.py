@@ -1,0 +1,69 @@
+"""Input validation shared by every path, and the paths' agreement on a real MLP."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from vmapcheck.agreement import all_pairs
+from vmapcheck.config import ModelConfig, ToleranceConfig
+from vmapcheck.errors import InvalidInputError
+from vmapcheck.models import build_model
+from vmapcheck.paths import PATH_NAMES, build_paths, validate_batch
+
+
+@pytest.fixture(scope="module")
+def mlp():
+    model = build_model(ModelConfig(name="mlp", in_features=5, hidden=[16, 8], out_features=3))
+    return model, model.init(jax.random.key(1))
+
+
+@pytest.mark.parametrize(
+    "x,message",
+    [
+        (np.ones((2, 6), np.float32), "expected 5 features, got 6"),
+        (np.ones((5,), np.float32), "expected a batch of rank 2"),
+        (np.ones((1, 2, 5), np.float32), "got rank 3"),
+        (np.ones((0, 5), np.float32), "empty batch"),
+        (np.ones((2, 5), np.int32), "expected dtype float32, got int32"),
+        (np.array([[1, 2, np.nan, 4, 5]], np.float32), "NaN or Inf"),
+        (np.array([[1, 2, np.inf, 4, 5]], np.float32), "NaN or Inf"),
+    ],
+)
+def test_invalid_batches_are_refused_with_the_problem_named(x, message):
+    with pytest.raises(InvalidInputError, match=message):
+        validate_batch(x, 5, jnp.float32)
+
+
+def test_every_path_refuses_invalid_input_before_computing(mlp):
+    model, params = mlp
+    for name, path in build_paths(model, jnp.float32).items():
+        with pytest.raises(InvalidInputError, match="expected 5 features, got 4"):
+            path(params, jnp.ones((3, 4), jnp.float32))
+        assert name in PATH_NAMES
+
+
+def test_paths_agree_on_an_mlp_and_have_the_contract_shape(mlp):
+    model, params = mlp
+    x = jax.random.normal(jax.random.key(2), (7, 5), jnp.float32)
+    outputs = {name: np.asarray(p(params, x)) for name, p in build_paths(model, jnp.float32).items()}
+    for name, out in outputs.items():
+        assert out.shape == (7, 3) and out.dtype == np.float32, name
+    results = all_pairs(outputs, ToleranceConfig(rtol=1e-5, atol=1e-6))
+    assert len(results) == 15
+    assert all(r["passed"] for r in results.values()), results
+
+
+def test_jit_path_does_not_retrace_for_the_same_shape(mlp):
+    model, params = mlp
+    traces = []
+
+    def counting_forward_one(p, x):
+        traces.append(1)
+        return model.forward_one(p, x)
+
+    fn = jax.jit(jax.vmap(counting_forward_one, in_axes=(None, 0)))
+    x = jnp.ones((4, 5), jnp.float32)
+    fn(params, x)
+    fn(params, x + 1)
+    assert len(traces) == 1
