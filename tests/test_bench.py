@@ -4,7 +4,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from vmapcheck.bench import latency_stats, metrics_summary, run_bench, time_calls
+from vmapcheck.bench import latency_stats, metrics_summary, run_bench, time_interleaved
 from vmapcheck.config import BenchConfig, ModelConfig
 from vmapcheck.models import build_model
 from vmapcheck.paths import PATH_NAMES
@@ -19,10 +19,20 @@ def test_latency_stats_are_percentiles_not_the_best_run():
     assert np.isclose(stats["rows_per_s"], 10 / 3e-3)
 
 
-def test_time_calls_counts_warmup_apart():
-    calls = []
-    first, samples = time_calls(lambda: calls.append(1) or jnp.ones(2), warmup=3, repeats=7)
-    assert len(calls) == 1 + 3 + 7 and samples.shape == (7,) and first > 0
+def test_interleaved_timing_counts_first_call_and_warmup_apart():
+    counts = {"a": 0, "b": 0}
+
+    def make(name):
+        def call():
+            counts[name] += 1
+            return jnp.ones(2)
+
+        return call
+
+    first, samples = time_interleaved({"a": make("a"), "b": make("b")}, warmup=3, repeats=7)
+    assert counts == {"a": 11, "b": 11}
+    assert set(first) == {"a", "b"} and all(v > 0 for v in first.values())
+    assert samples["a"].shape == samples["b"].shape == (7,)
 
 
 def test_run_bench_covers_every_path_and_caps_the_loop():
@@ -32,8 +42,9 @@ def test_run_bench_covers_every_path_and_caps_the_loop():
     config = BenchConfig(name="t", batch_sizes=[1, 32], warmup=1, repeats=5, loop_max_batch=8)
     result = run_bench(model, params, rows, config, jnp.float32)
     for path in PATH_NAMES:
-        assert set(result["latency_ms"][path]) == ({"b1"} if path.startswith("loop") else
-                                                   {"b1", "b32"})
+        assert set(result["latency_ms"][path]) == (
+            {"b1"} if path.startswith("loop") else {"b1", "b32"}
+        )
         assert result["latency_ms"][path]["b1"]["n"] == 5
     assert "capped at 8 rows" in result["skipped"]["loop_jit"]["b32"]
     assert set(result["speedup"]["b1"]) == {"vmap_over_loop", "vmap_over_direct"}

@@ -11,20 +11,32 @@ from vmapcheck.paths import PATH_NAMES
 @pytest.fixture
 def inputs():
     config = compose_config("model=toy")
-    manifest = {"cases": {
-        "standard": {"shape": [2, 3], "valid": True},
-        "invalid_shape": {"shape": [2, 4], "valid": False,
-                          "expect": "expected 3 features, got 4"},
-    }}
+    manifest = {
+        "cases": {
+            "standard": {"shape": [2, 3], "valid": True},
+            "invalid_shape": {
+                "shape": [2, 4],
+                "valid": False,
+                "expect": "expected 3 features, got 4",
+            },
+        }
+    }
     out = np.array([[0.1, 0.0], [0.3, 0.1]], dtype=np.float32)
     outputs = {f"standard.{p}": out.copy() for p in PATH_NAMES}
     record = {
         "runtime": {"backend": "cpu"},
         "cases": {
-            "standard": {p: {"refused": False, "shape": [2, 2], "dtype": "float32"}
-                         for p in PATH_NAMES},
-            "invalid_shape": {p: {"refused": True, "error": "InvalidInputError",
-                                  "message": "expected 3 features, got 4"} for p in PATH_NAMES},
+            "standard": {
+                p: {"refused": False, "shape": [2, 2], "dtype": "float32"} for p in PATH_NAMES
+            },
+            "invalid_shape": {
+                p: {
+                    "refused": True,
+                    "error": "InvalidInputError",
+                    "message": "expected 3 features, got 4",
+                }
+                for p in PATH_NAMES
+            },
         },
     }
     return config, manifest, outputs, record
@@ -44,7 +56,8 @@ def test_one_path_off_by_more_than_the_tolerance_fails_the_check(inputs):
     assert not report["passed"]
     failing = {f.split(":")[0] for f in report["failures"]}
     assert failing == {f"standard/{p}-vs-vmap_jit" for p in PATH_NAMES[:3]} | {
-        f"standard/vmap_jit-vs-{p}" for p in PATH_NAMES[4:]}
+        f"standard/vmap_jit-vs-{p}" for p in PATH_NAMES[4:]
+    }
 
 
 def test_nan_output_fails(inputs):
@@ -63,8 +76,11 @@ def test_wrong_output_shape_breaks_the_contract(inputs):
 
 def test_invalid_input_that_produces_an_output_fails(inputs):
     config, manifest, outputs, record = inputs
-    record["cases"]["invalid_shape"]["direct_jit"] = {"refused": False, "shape": [2, 2],
-                                                       "dtype": "float32"}
+    record["cases"]["invalid_shape"]["direct_jit"] = {
+        "refused": False,
+        "shape": [2, 2],
+        "dtype": "float32",
+    }
     report = run_checks(config, manifest, outputs, record)
     assert not report["passed"]
     assert report["negative"]["invalid_shape"]["paths"]["direct_jit"]["passed"] is False

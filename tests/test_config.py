@@ -113,7 +113,7 @@ def test_toy_model_is_fixed():
 
 
 def test_missing_or_broken_params_file_names_the_file(tmp_path):
-    with pytest.raises(ConfigError, match="params.yaml: not found"):
+    with pytest.raises(ConfigError, match=r"params\.yaml: not found"):
         load_config(tmp_path / "params.yaml")
     broken = tmp_path / "params.yaml"
     broken.write_text("model: [unclosed\n")

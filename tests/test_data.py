@@ -64,5 +64,5 @@ def test_a_modified_case_file_is_refused(tmp_path):
 
 
 def test_standard_batch_larger_than_the_test_split_is_an_error():
-    with pytest.raises(ArtifactError, match="data.standard_batch=10"):
+    with pytest.raises(ArtifactError, match=r"data\.standard_batch=10"):
         regression_cases(np.zeros((5, 2)), np.zeros((3, 2)), standard_batch=10)

@@ -46,7 +46,9 @@ def test_every_path_refuses_invalid_input_before_computing(mlp):
 def test_paths_agree_on_an_mlp_and_have_the_contract_shape(mlp):
     model, params = mlp
     x = jax.random.normal(jax.random.key(2), (7, 5), jnp.float32)
-    outputs = {name: np.asarray(p(params, x)) for name, p in build_paths(model, jnp.float32).items()}
+    outputs = {
+        name: np.asarray(p(params, x)) for name, p in build_paths(model, jnp.float32).items()
+    }
     for name, out in outputs.items():
         assert out.shape == (7, 3) and out.dtype == np.float32, name
     results = all_pairs(outputs, ToleranceConfig(rtol=1e-5, atol=1e-6))

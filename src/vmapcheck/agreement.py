@@ -39,6 +39,7 @@ def compare(a: np.ndarray, b: np.ndarray, tolerance: ToleranceConfig) -> dict[st
     allowed = tolerance.atol + tolerance.rtol * scale
     passed = bool(np.all(diff <= allowed))
     worst = int(np.argmax(diff - allowed))
+    where = tuple(int(i) for i in np.unravel_index(worst, diff.shape))
     return {
         "max_abs": float(diff.max()),
         "max_rel": float(rel.max()),
@@ -46,7 +47,7 @@ def compare(a: np.ndarray, b: np.ndarray, tolerance: ToleranceConfig) -> dict[st
         "reason": ""
         if passed
         else (
-            f"element {tuple(int(i) for i in np.unravel_index(worst, diff.shape))}: |a-b|={diff.flat[worst]:.3g} "
+            f"element {where}: |a-b|={diff.flat[worst]:.3g} "
             f"> atol + rtol*|x| = {allowed.flat[worst]:.3g}"
         ),
     }

@@ -3,8 +3,8 @@
 For every path and batch size: the first call is timed apart (trace + compile for jit),
 then ``warmup`` calls are discarded, then ``repeats`` calls are each timed to
 ``block_until_ready`` (JAX dispatches asynchronously: without it we would time the
-dispatch, not the work). Inputs are validated once before timing, so the figures are
-the forward alone.
+dispatch, not the work), interleaved across paths. Inputs are validated once before
+timing, so the figures are the forward alone.
 """
 
 from __future__ import annotations
@@ -39,18 +39,31 @@ def latency_stats(samples_s: np.ndarray, rows: int) -> dict[str, float]:
     }
 
 
-def time_calls(fn: Callable[[], Any], warmup: int, repeats: int) -> tuple[float, np.ndarray]:
-    """(first call seconds, array of ``repeats`` per-call seconds after ``warmup`` calls)."""
-    start = time.perf_counter()
-    jax.block_until_ready(fn())
-    first = time.perf_counter() - start
-    for _ in range(warmup):
-        jax.block_until_ready(fn())
-    samples = np.empty(repeats)
-    for i in range(repeats):
+def time_interleaved(
+    calls: dict[str, Callable[[], Any]], warmup: int, repeats: int
+) -> tuple[dict[str, float], dict[str, np.ndarray]]:
+    """Time several calls round-robin; returns (first-call seconds, per-call samples).
+
+    Each call's first run (trace and compile for jit) is timed apart, then ``warmup``
+    runs are discarded. Samples are then taken in rounds, one of each call per round,
+    starting each round at a different call: drift in the machine's state (frequency,
+    other tenants) then lands on every path alike, so their ratios stay fair.
+    """
+    first: dict[str, float] = {}
+    for name, fn in calls.items():
         start = time.perf_counter()
         jax.block_until_ready(fn())
-        samples[i] = time.perf_counter() - start
+        first[name] = time.perf_counter() - start
+        for _ in range(warmup):
+            jax.block_until_ready(fn())
+    names = list(calls)
+    samples = {name: np.empty(repeats) for name in names}
+    for i in range(repeats):
+        for name in names[i % len(names) :] + names[: i % len(names)]:
+            fn = calls[name]
+            start = time.perf_counter()
+            jax.block_until_ready(fn())
+            samples[name][i] = time.perf_counter() - start
     return first, samples
 
 
@@ -79,22 +92,22 @@ def run_bench(
     for rows in config.batch_sizes:
         x = bench_input(template_rows, rows, dtype)
         validate_batch(x, model.in_features, dtype)
+        label = f"b{rows}"
+        calls = {}
         for name in PATH_NAMES:
-            label = f"b{rows}"
             if name.startswith("loop") and rows > config.loop_max_batch:
                 skipped[name][label] = (
                     f"loop path capped at {config.loop_max_batch} rows (bench.loop_max_batch): "
                     "one Python-level forward per row, unrolled by jit"
                 )
                 continue
-            progress(f"{name} at batch {rows}")
-            fn = paths[name]
-            first, secs = time_calls(
-                lambda fn=fn, x=x: fn(run_params, x), config.warmup, config.repeats
-            )
-            latency[name][label] = latency_stats(secs, rows)
-            first_call[name][label] = first * 1e3
-            samples[name][label] = [float(s * 1e3) for s in secs]
+            calls[name] = lambda fn=paths[name], x=x: fn(run_params, x)
+        progress(f"batch {rows}: {', '.join(calls)}")
+        first, secs = time_interleaved(calls, config.warmup, config.repeats)
+        for name in calls:
+            latency[name][label] = latency_stats(secs[name], rows)
+            first_call[name][label] = first[name] * 1e3
+            samples[name][label] = [float(s * 1e3) for s in secs[name]]
     after = conditions()
     busy = max(before["load_avg_1m"], after["load_avg_1m"]) > (before["usable_cores"] or 1)
     return {
