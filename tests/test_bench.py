@@ -7,7 +7,7 @@ import numpy as np
 from vmapcheck.bench import latency_stats, metrics_summary, run_bench, time_interleaved
 from vmapcheck.config import BenchConfig, ModelConfig
 from vmapcheck.models import build_model
-from vmapcheck.paths import PATH_NAMES
+from vmapcheck.names import PATH_NAMES
 
 
 def test_latency_stats_are_percentiles_not_the_best_run():

@@ -5,7 +5,7 @@ import pytest
 
 from tests.conftest import compose_config
 from vmapcheck.checks import metrics_summary, run_checks
-from vmapcheck.paths import PATH_NAMES
+from vmapcheck.names import PATH_NAMES
 
 
 @pytest.fixture

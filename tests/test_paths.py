@@ -9,7 +9,8 @@ from vmapcheck.agreement import all_pairs
 from vmapcheck.config import ModelConfig, ToleranceConfig
 from vmapcheck.errors import InvalidInputError
 from vmapcheck.models import build_model
-from vmapcheck.paths import PATH_NAMES, build_paths, validate_batch
+from vmapcheck.names import PATH_NAMES
+from vmapcheck.paths import build_paths, validate_batch
 
 
 @pytest.fixture(scope="module")

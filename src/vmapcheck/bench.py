@@ -19,7 +19,8 @@ import numpy as np
 from vmapcheck.config import BenchConfig
 from vmapcheck.machine import conditions
 from vmapcheck.models import Model, Params
-from vmapcheck.paths import PATH_NAMES, build_paths, cast_tree, validate_batch
+from vmapcheck.names import PATH_NAMES
+from vmapcheck.paths import build_paths, cast_tree, validate_batch
 
 
 def latency_stats(samples_s: np.ndarray, rows: int) -> dict[str, float]:

@@ -13,8 +13,7 @@ import numpy as np
 
 from vmapcheck.agreement import all_pairs
 from vmapcheck.config import Config
-from vmapcheck.forward import output_key
-from vmapcheck.paths import PATH_NAMES
+from vmapcheck.names import PATH_NAMES, output_key
 
 
 def _contract(entry: dict[str, Any], rows: int, out_features: int, dtype: str) -> list[str]:

@@ -9,11 +9,8 @@ import numpy as np
 
 from vmapcheck.errors import InvalidInputError
 from vmapcheck.models import Model, Params
+from vmapcheck.names import output_key
 from vmapcheck.paths import build_paths, cast_tree
-
-
-def output_key(case: str, path: str) -> str:
-    return f"{case}.{path}"
 
 
 def run_forward(

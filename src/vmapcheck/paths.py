@@ -24,7 +24,6 @@ import numpy as np
 from vmapcheck.errors import InvalidInputError
 from vmapcheck.models import Model, Params
 
-PATH_NAMES = ("loop_eager", "loop_jit", "vmap_eager", "vmap_jit", "direct_eager", "direct_jit")
 Path = Callable[[Params, Any], jax.Array]
 
 
