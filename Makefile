@@ -36,7 +36,7 @@ $(STAMP): pyproject.toml requirements.lock
 
 demo: $(STAMP)
 	@status=0; dvc repro || status=$$?; \
-	python -m vmapcheck.summary || true; \
+	python -m vmapcheck.summary --repro-status $$status || true; \
 	exit $$status
 
 test: $(STAMP) lint

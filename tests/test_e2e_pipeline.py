@@ -127,6 +127,9 @@ def test_repro_runs_every_stage_and_logs_a_complete_mlflow_run(project):
     assert {"check.json", "bench.json", "params.yaml", "plots", "params"} <= artifacts
     plots = {a.path for a in mlflow_client(project).list_artifacts(track["run_id"], "plots")}
     assert "plots/latency.png" in plots
+    summary = run(project, sys.executable, "-m", "vmapcheck.summary").stdout
+    assert summary.startswith("verdict: PASSED")
+    assert f"MLflow run: {track['run_id']}" in summary
 
 
 def test_second_repro_runs_no_stage(project):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import sys
 from pathlib import Path
 
@@ -56,7 +57,18 @@ def summarize(root: Path) -> str:
     return "\n".join(lines)
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument(
+        "--repro-status", type=int, default=0, help="exit status of the dvc repro that just ran"
+    )
+    args = parser.parse_args(argv)
+    if args.repro_status != 0:
+        print(
+            f"dvc repro exited {args.repro_status}. If a stage before `track` failed (see its "
+            "error above), the figures below are from an earlier run: `dvc status` lists "
+            "what is stale."
+        )
     try:
         print(summarize(Path.cwd()))
     except ArtifactError as exc:
