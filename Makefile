@@ -15,13 +15,14 @@ export PATH := $(BIN):$(PATH)
 export DVC_NO_ANALYTICS := 1
 export PYTHONUNBUFFERED := 1
 
-.PHONY: help setup demo test lint format ui clean params lock
+.PHONY: help setup demo test lint format ui clean params lock reference
 
 help:
 	@echo "make demo   set up .venv, run the pipeline (dvc repro) and print the verdict"
 	@echo "make test   set up .venv, lint, run unit and end-to-end tests"
 	@echo "make ui     MLflow UI over the local store on http://127.0.0.1:$(UI_PORT)"
 	@echo "make params recompose params.yaml from conf/ (as dvc exp run does)"
+	@echo "make reference REASON='...'  store the last verified run as the model's reference"
 	@echo "make clean  remove generated data, reports, the MLflow store and .venv"
 
 setup: $(STAMP)
@@ -49,6 +50,11 @@ lint: $(STAMP)
 format: $(STAMP)
 	ruff check --fix .
 	ruff format .
+
+# The reference changes only here, never as a side effect of dvc repro.
+reference: $(STAMP)
+	@test -n "$(REASON)" || { echo "error: say why the reference changes: make reference REASON='...'" >&2; exit 1; }
+	python -m vmapcheck.reference make --reason "$(REASON)"
 
 params: $(STAMP)
 	python -m vmapcheck.compose

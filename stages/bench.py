@@ -4,11 +4,11 @@ import jax.numpy as jnp
 
 from vmapcheck.bench import metrics_summary, run_bench
 from vmapcheck.config import Config
-from vmapcheck.data import load_cases
 from vmapcheck.io import atomic_dir, atomic_write_json
 from vmapcheck.models import build_model
 from vmapcheck.params_io import load_model_params
 from vmapcheck.plots import write_latency_csvs, write_latency_png
+from vmapcheck.regression import load_cases
 from vmapcheck.runtime import configure_jax
 from vmapcheck.stage import CASES, PARAMS, REPORTS, stage_main
 

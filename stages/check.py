@@ -1,33 +1,79 @@
-"""DVC stage `check`: agreement of every pair, output contract, refusal of invalid input.
+"""DVC stage `check`: agreement, contract, float64 oracle, reference, refusal of bad input.
 
 Report, then assert: this stage always writes its report and exits 0 on a failed check,
 so that `track` logs the failure to MLflow before the pipeline exits non-zero.
 """
 
+import jax.numpy as jnp
+
 from vmapcheck.checks import metrics_summary, run_checks
-from vmapcheck.config import Config
-from vmapcheck.io import atomic_write_json, load_npz, read_json
-from vmapcheck.stage import CASES, FORWARD, REPORTS, stage_main
+from vmapcheck.config import Config, config_digest
+from vmapcheck.errors import ArtifactError
+from vmapcheck.io import atomic_write_json, load_npz, read_json, sha256_file
+from vmapcheck.models import build_model
+from vmapcheck.oracle import float64_outputs
+from vmapcheck.params_io import load_model_params
+from vmapcheck.reference import load_reference, reference_dir
+from vmapcheck.regression import load_cases
+from vmapcheck.runtime import configure_cpu_float64
+from vmapcheck.stage import CASES, FORWARD, PARAMS, REPORTS, ROOT, stage_main
+
+
+def _reference(config: Config, record: dict) -> dict:
+    status = record["reference"]
+    if status["status"] != "ok":
+        return status
+    try:
+        stored = load_reference(reference_dir(config, ROOT))
+    except ArtifactError as exc:  # changed between forward and check
+        return {"status": "corrupt", "message": str(exc)}
+    return {
+        **status,
+        "meta": stored["meta"],
+        "stored": stored["outputs"],
+        "cases": stored["cases"],
+        "current": load_npz(FORWARD / "reference_outputs.npz"),
+    }
 
 
 @stage_main("check")
 def main(config: Config) -> None:
+    cases = load_cases(CASES)
+    record = read_json(FORWARD / "record.json")
+    run_dtype = jnp.dtype(config.precision.dtype)
+    oracle = None
+    if run_dtype != jnp.float64:
+        configure_cpu_float64()
+        model = build_model(config.model)
+        params, _ = load_model_params(model, PARAMS)
+        oracle = float64_outputs(model, params, cases, run_dtype)
     report = run_checks(
         config,
         read_json(CASES / "manifest.json"),
         load_npz(FORWARD / "outputs.npz"),
-        read_json(FORWARD / "record.json"),
+        record,
+        oracle=oracle,
+        targets={name: case["y"] for name, case in cases.items() if "y" in case},
+        reference=_reference(config, record),
     )
+    # What make_reference checks before it trusts this report.
+    report["config_digest"] = config_digest(config)
+    report["forward_outputs_sha256"] = sha256_file(FORWARD / "outputs.npz")
     atomic_write_json(REPORTS / "check_details.json", report)
     atomic_write_json(REPORTS / "check.json", metrics_summary(report))
-    tol = report["tolerance"]
-    print(f"check: tolerance rtol={tol['rtol']:g} atol={tol['atol']:g} ({report['dtype']})")
+    tol, cross = report["tolerance"], report["cross_run_tolerance"]
+    print(
+        f"check: {report['dtype']}, between paths rtol={tol['rtol']:g} atol={tol['atol']:g}, "
+        f"against oracle/reference rtol={cross['rtol']:g} atol={cross['atol']:g}"
+    )
     for name, case in report["cases"].items():
         mark = "ok  " if case["passed"] else "FAIL"
-        print(f"  {mark} {name:<14} max_abs={case['max_abs']} max_rel={case['max_rel']}")
+        print(f"  {mark} {name:<16} max_abs={case['max_abs']} max_rel={case['max_rel']}")
     for name, case in report["negative"].items():
         mark = "ok  " if case["passed"] else "FAIL"
-        print(f"  {mark} {name:<14} refused by every path: {case['expect']}")
+        print(f"  {mark} {name:<16} refused: {' ... '.join(case['expect'])}")
+    ref = report["reference"]
+    print(f"  {'ok  ' if ref['passed'] else 'FAIL'} reference        {ref['message']}")
     for failure in report["failures"][:20]:
         print(f"  failure: {failure}")
     print(f"check: {'PASSED' if report['passed'] else 'FAILED'} (track logs it, then exits)")

@@ -1,15 +1,47 @@
-"""DVC stage `forward`: loop, vmap and direct (eager and jit) on every case, on the backend."""
+"""DVC stage `forward`: loop, vmap and direct (eager and jit) on every case, on the backend.
 
+Also evaluates the stored reference's params on the reference's inputs, so `check` can
+compare this run (this JAX, this backend) with the verified run that made it.
+"""
+
+import jax
 import jax.numpy as jnp
 
 from vmapcheck.config import Config
-from vmapcheck.data import load_cases
+from vmapcheck.errors import ArtifactError
 from vmapcheck.forward import run_forward
 from vmapcheck.io import atomic_dir, atomic_save_npz, atomic_write_json
 from vmapcheck.models import build_model
 from vmapcheck.params_io import load_model_params
+from vmapcheck.reference import load_reference, reference_dir
+from vmapcheck.regression import load_cases
 from vmapcheck.runtime import configure_jax
-from vmapcheck.stage import CASES, FORWARD, PARAMS, stage_main
+from vmapcheck.stage import CASES, FORWARD, PARAMS, ROOT, stage_main
+
+
+def _run_reference(config: Config, model, dtype):
+    """(outputs on the reference bundle, {"status", "message"})."""
+    folder = reference_dir(config, ROOT)
+    where = folder.relative_to(ROOT)
+    try:
+        reference = load_reference(folder)
+    except ArtifactError as exc:
+        return {}, {"status": "corrupt", "message": str(exc)}
+    if reference is None:
+        return {}, {
+            "status": "missing",
+            "message": f"no reference for model {config.model.name} in {where}: "
+            "run the pipeline, then `make reference REASON='...'`",
+        }
+    try:
+        params, _ = load_model_params(model, folder)
+    except ArtifactError as exc:
+        return {}, {
+            "status": "incompatible",
+            "message": f"{where} does not fit model {config.model.name} as configured: {exc}",
+        }
+    outputs, _ = run_forward(model, params, reference["cases"], dtype)
+    return outputs, {"status": "ok", "message": f"evaluated {where}"}
 
 
 @stage_main("forward")
@@ -20,20 +52,27 @@ def main(config: Config) -> None:
     cases = load_cases(CASES)
     dtype = jnp.dtype(config.precision.dtype)
     outputs, record = run_forward(model, params, cases, dtype)
+    reference_outputs, reference_status = _run_reference(config, model, dtype)
     with atomic_dir(FORWARD) as folder:
         atomic_save_npz(folder / "outputs.npz", outputs)
+        atomic_save_npz(folder / "reference_outputs.npz", reference_outputs)
         atomic_write_json(
             folder / "record.json",
             {
                 "runtime": runtime.as_dict(),
                 "dtype": dtype.name,
                 "params_sha256": manifest["sha256"],
+                "reference": reference_status,
                 "cases": record,
             },
         )
+    refused = sum(
+        entry.get("refused", False) for per_path in record.values() for entry in per_path.values()
+    )
     print(
-        f"forward: {len(outputs)} outputs from {len(cases)} cases on {runtime.backend} "
-        f"({runtime.device_kind}), dtype {dtype.name}"
+        f"forward: {len(outputs)} outputs and {refused} refusals from {len(cases)} cases on "
+        f"{runtime.backend} ({runtime.device_kind}, {jax.device_count()} device(s)), dtype "
+        f"{dtype.name}; reference: {reference_status['status']}"
     )
 
 

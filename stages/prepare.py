@@ -1,45 +1,65 @@
-"""DVC stage `prepare`: synthetic table -> disjoint train/val/test splits + regression cases."""
+"""DVC stage `prepare`: raw table -> anonymized, disjoint train/val/test -> regression cases.
 
+The raw table (personal columns included) exists only in memory: what is written has
+its identifiers dropped or pseudonymized and its quasi-identifiers generalized or
+dropped, and the manifest says what was done to each column, never a value. Everything
+is validated before anything is written, so a bad input leaves no outputs behind.
+"""
+
+from vmapcheck.anonymize import anonymize
 from vmapcheck.config import Config
-from vmapcheck.data import (
-    load_split,
-    regression_cases,
-    split_indices,
-    synthetic_table,
-    write_cases,
-    write_splits,
-)
+from vmapcheck.data import anonymize_policy, load_raw, split_indices, write_splits
 from vmapcheck.io import atomic_dir, atomic_write_json
 from vmapcheck.keys import named_keys
+from vmapcheck.regression import SPLITS, regression_cases, write_cases
 from vmapcheck.runtime import configure_cpu_float32
-from vmapcheck.stage import CASES, PREPARED, stage_main
+from vmapcheck.stage import CASES, PREPARED, ROOT, stage_main
 
 
 @stage_main("prepare")
 def main(config: Config) -> None:
     configure_cpu_float32()
     keys = named_keys(config.seed)
-    table = synthetic_table(keys["data"], config.data)
-    parts = split_indices(keys["split"], config.data.n_rows, config.data)
+    raw = load_raw(config.data, keys["data"], ROOT)
+    table = anonymize(raw, anonymize_policy(config.data))
+    del raw  # nothing personal beyond this point
+    parts = split_indices(keys["split"], table.group_ids, config.data)
+    cases = regression_cases(
+        table.features[parts["train"]],
+        table.features[parts["test"]],
+        table.targets[parts["test"]],
+        config.data.standard_batch,
+    )
+    anon = config.data.anonymize
+    manifest = {
+        "source": config.data.source,
+        **({"path": config.data.path} if config.data.source == "csv" else {}),
+        "features": list(table.feature_names),
+        "targets": list(table.target_names),
+        "dtype": str(table.features.dtype),
+        "columns": table.columns,
+        "anonymization": {
+            "join_key": anon.join_key,
+            "pseudonym": f"HMAC-SHA256, secret from the environment variable {anon.secret_env}"
+            if anon.join_key
+            else None,
+            "split_records_by": anon.group_by,
+        },
+        "rows": {name: int(parts[name].size) for name in SPLITS},
+    }
     with atomic_dir(PREPARED) as folder:
         write_splits(folder, table, parts)
-        atomic_write_json(
-            folder / "manifest.json",
-            {
-                "source": config.data.source,
-                "n_features": config.data.n_features,
-                "n_targets": config.data.n_targets,
-                "dtype": str(table.features.dtype),
-                "rows": {name: int(idx.size) for name, idx in parts.items()},
-            },
-        )
-        train_x, _ = load_split(folder, "train")
-        test_x, _ = load_split(folder, "test")
-    cases = regression_cases(train_x, test_x, config.data.standard_batch)
+        atomic_write_json(folder / "manifest.json", manifest)
     with atomic_dir(CASES) as folder:
         write_cases(folder, cases)
-    sizes = ", ".join(f"{name} {idx.size}" for name, idx in parts.items())
-    print(f"prepare: {config.data.n_rows} rows split into {sizes}; {len(cases)} regression cases")
+    sizes = ", ".join(f"{name} {parts[name].size}" for name in SPLITS)
+    actions = ", ".join(
+        f"{c['name']}: {c['action']}"
+        for c in table.columns
+        if c["role"] in ("identifier", "quasi_identifier")
+    )
+    print(f"prepare: {table.features.shape[0]} rows ({config.data.source}) split into {sizes}")
+    print(f"prepare: anonymized ({actions}); {len(cases)} regression cases")
 
 
 if __name__ == "__main__":

@@ -3,11 +3,11 @@
 import jax
 
 from vmapcheck.config import Config
-from vmapcheck.data import SPLITS, load_split
 from vmapcheck.io import atomic_dir, atomic_write_json
 from vmapcheck.keys import named_keys
 from vmapcheck.models import build_model
 from vmapcheck.params_io import save_params
+from vmapcheck.regression import SPLITS, load_split
 from vmapcheck.runtime import configure_cpu_float32
 from vmapcheck.stage import PARAMS, PREPARED, REPORTS, stage_main
 from vmapcheck.training import fit

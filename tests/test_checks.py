@@ -1,11 +1,27 @@
-"""The check report fails honestly: planted disagreement, contract breach, no refusal."""
+"""The check report fails honestly: disagreement, contract, oracle, reference, refusals."""
 
 import numpy as np
 import pytest
 
 from tests.conftest import compose_config
 from vmapcheck.checks import metrics_summary, run_checks
-from vmapcheck.names import PATH_NAMES
+from vmapcheck.names import PATH_NAMES, VECTOR_PATH_NAMES
+
+OUT = np.array([[0.1, 0.0], [0.3, 0.1]], dtype=np.float32)
+RUNTIME = {
+    "backend": "cpu",
+    "device_kind": "cpu",
+    "jax_version": "0.11.2",
+    "jaxlib_version": "0.11.2",
+}
+
+
+def _ok(shape):
+    return {"refused": False, "shape": shape, "dtype": "float32"}
+
+
+def _refused(message):
+    return {"refused": True, "error": "InvalidInputError", "message": message}
 
 
 @pytest.fixture
@@ -13,75 +29,158 @@ def inputs():
     config = compose_config("model=toy")
     manifest = {
         "cases": {
-            "standard": {"shape": [2, 3], "valid": True},
-            "invalid_shape": {
+            "standard": {"kind": "batch", "shape": [2, 3]},
+            "single": {"kind": "batch", "shape": [1, 3]},
+            "single_vector": {"kind": "vector", "shape": [3]},
+            "invalid_features": {
+                "kind": "invalid",
                 "shape": [2, 4],
-                "valid": False,
-                "expect": "expected 3 features, got 4",
+                "runs_on": "batch",
+                "expect": ["expected 3 features, got 4"],
             },
         }
     }
-    out = np.array([[0.1, 0.0], [0.3, 0.1]], dtype=np.float32)
-    outputs = {f"standard.{p}": out.copy() for p in PATH_NAMES}
+    outputs = {f"standard.{p}": OUT.copy() for p in PATH_NAMES}
+    outputs |= {f"single.{p}": OUT[:1].copy() for p in PATH_NAMES}
+    outputs |= {f"single_vector.{p}": OUT[0].copy() for p in VECTOR_PATH_NAMES}
     record = {
-        "runtime": {"backend": "cpu"},
+        "runtime": RUNTIME,
+        "reference": {"status": "ok"},
         "cases": {
-            "standard": {
-                p: {"refused": False, "shape": [2, 2], "dtype": "float32"} for p in PATH_NAMES
-            },
-            "invalid_shape": {
-                p: {
-                    "refused": True,
-                    "error": "InvalidInputError",
-                    "message": "expected 3 features, got 4",
-                }
-                for p in PATH_NAMES
-            },
+            "standard": {p: _ok([2, 2]) for p in PATH_NAMES},
+            "single": {p: _ok([1, 2]) for p in PATH_NAMES},
+            "single_vector": {p: _ok([2]) for p in VECTOR_PATH_NAMES},
+            "invalid_features": {p: _refused("expected 3 features, got 4") for p in PATH_NAMES},
         },
     }
-    return config, manifest, outputs, record
+    reference = {
+        "status": "ok",
+        "meta": {
+            "runtime": {**RUNTIME, "jax_version": "0.10.0"},
+            "dtype": "float32",
+            "created_at": "2026-11-30T00:00:00+00:00",
+            "reason": "test",
+            "cross_run_tolerance": {"rtol": 1e-4, "atol": 1e-5},
+            "cases": {"standard": {"kind": "batch"}},
+            "losses": {"standard": 0.0},
+        },
+        "stored": {f"standard.{p}": OUT.copy() for p in PATH_NAMES},
+        "current": {f"standard.{p}": OUT.copy() for p in PATH_NAMES},
+        "cases": {"standard": {"kind": "batch", "x": np.zeros((2, 3)), "y": OUT.copy()}},
+    }
+    oracle = {
+        "standard": OUT.astype(np.float64),
+        "single": OUT[:1].astype(np.float64),
+        "single_vector": OUT[0].astype(np.float64),
+    }
+    return config, manifest, outputs, record, reference, oracle
+
+
+def check(inputs, **changes):
+    config, manifest, outputs, record, reference, oracle = inputs
+    kwargs = {"oracle": oracle, "reference": reference} | changes
+    return run_checks(config, manifest, outputs, record, **kwargs)
 
 
 def test_agreeing_outputs_pass(inputs):
-    report = run_checks(*inputs)
+    report = check(inputs)
     assert report["passed"], report["failures"]
     summary = metrics_summary(report)
-    assert summary["n_pairs"] == 15 and summary["negative"]["invalid_shape"]["refused_paths"] == 6
+    # 15 pairs for each batch case; the vector case: 1 + 2 x 6 against the batch of one.
+    assert summary["n_pairs"] == 15 + 15 + 13
+    assert summary["negative"]["invalid_features"]["refused_paths"] == 6
+    assert report["reference"]["made_with"]["jax_version"] == "0.10.0"
+    assert "compared with jax 0.11.2" in report["reference"]["message"]
 
 
 def test_one_path_off_by_more_than_the_tolerance_fails_the_check(inputs):
-    config, manifest, outputs, record = inputs
-    outputs["standard.vmap_jit"] = outputs["standard.vmap_jit"] + np.float32(1e-3)
-    report = run_checks(config, manifest, outputs, record)
+    inputs[2]["standard.vmap_jit"] = inputs[2]["standard.vmap_jit"] + np.float32(1e-3)
+    report = check(inputs)
     assert not report["passed"]
-    failing = {f.split(":")[0] for f in report["failures"]}
-    assert failing == {f"standard/{p}-vs-vmap_jit" for p in PATH_NAMES[:3]} | {
+    pairs = {f.split(":")[0] for f in report["failures"] if "oracle" not in f}
+    assert pairs == {f"standard/{p}-vs-vmap_jit" for p in PATH_NAMES[:3]} | {
         f"standard/vmap_jit-vs-{p}" for p in PATH_NAMES[4:]
     }
+    assert "standard/vmap_jit vs float64 oracle" in " ".join(report["failures"])
+
+
+def test_all_paths_wrong_the_same_way_is_caught_by_the_oracle(inputs):
+    for p in PATH_NAMES:
+        inputs[2][f"standard.{p}"] = OUT + np.float32(0.01)
+    report = check(inputs)
+    assert report["cases"]["standard"]["max_abs"] == 0.0  # the paths agree...
+    assert not report["passed"]  # ...but all of them are wrong
+    assert {f.split(" vs")[0] for f in report["failures"] if "oracle" in f} == {
+        f"standard/{p}" for p in PATH_NAMES
+    }
+
+
+def test_vector_path_disagreeing_with_the_batch_of_one_fails(inputs):
+    inputs[2]["single_vector.one_jit"] = OUT[0] + np.float32(0.5)
+    report = check(inputs)
+    assert any(
+        f.startswith("single_vector/one_jit-vs-single.loop_eager") for f in report["failures"]
+    )
 
 
 def test_nan_output_fails(inputs):
-    config, manifest, outputs, record = inputs
-    outputs["standard.direct_eager"][0, 0] = np.nan
-    report = run_checks(config, manifest, outputs, record)
-    assert "standard/direct_eager: non-finite output" in report["failures"]
+    inputs[2]["standard.direct_eager"][0, 0] = np.nan
+    assert "standard/direct_eager: non-finite output" in check(inputs)["failures"]
 
 
 def test_wrong_output_shape_breaks_the_contract(inputs):
-    config, manifest, outputs, record = inputs
-    record["cases"]["standard"]["loop_jit"]["shape"] = [2, 3]
-    report = run_checks(config, manifest, outputs, record)
-    assert "standard/loop_jit: expected shape [2, 2], got [2, 3]" in report["failures"]
+    inputs[3]["cases"]["standard"]["loop_jit"]["shape"] = [2, 3]
+    assert "standard/loop_jit: expected shape [2, 2], got [2, 3]" in check(inputs)["failures"]
 
 
 def test_invalid_input_that_produces_an_output_fails(inputs):
-    config, manifest, outputs, record = inputs
-    record["cases"]["invalid_shape"]["direct_jit"] = {
+    inputs[3]["cases"]["invalid_features"]["direct_jit"] = _ok([2, 2])
+    report = check(inputs)
+    assert report["negative"]["invalid_features"]["paths"]["direct_jit"]["passed"] is False
+    assert any("direct_jit: expected InvalidInputError" in f for f in report["failures"])
+
+
+def test_a_refusal_with_the_wrong_message_or_type_fails(inputs):
+    cases = inputs[3]["cases"]["invalid_features"]
+    cases["loop_eager"] = _refused("something else went wrong")
+    cases["vmap_jit"] = {
         "refused": False,
-        "shape": [2, 2],
-        "dtype": "float32",
+        "crashed": True,
+        "error": "TypeError",
+        "message": "expected 3 features, got 4",
     }
-    report = run_checks(config, manifest, outputs, record)
+    failing = {f.split(":")[0] for f in check(inputs)["failures"]}
+    assert failing == {"invalid_features/loop_eager", "invalid_features/vmap_jit"}
+
+
+def test_a_reference_value_changed_beyond_tolerance_names_case_and_path(inputs):
+    inputs[4]["stored"]["standard.vmap_eager"][1, 0] += np.float32(0.01)
+    report = check(inputs)
     assert not report["passed"]
-    assert report["negative"]["invalid_shape"]["paths"]["direct_jit"]["passed"] is False
-    assert any("direct_jit: expected a refusal" in f for f in report["failures"])
+    assert [f.split(":")[0] for f in report["failures"]] == ["reference/standard/vmap_eager"]
+    assert report["reference"]["cases"]["standard"]["vmap_eager"]["passed"] is False
+
+
+def test_cross_run_tolerance_is_the_looser_of_both_runs(inputs):
+    inputs[4]["meta"]["cross_run_tolerance"] = {"rtol": 0.05, "atol": 0.0}
+    report = check(inputs)
+    assert report["reference"]["tolerance_used"] == {"rtol": 0.05, "atol": 1e-5}
+
+
+def test_missing_reference_fails_only_when_required(inputs):
+    report = check(inputs, reference={"status": "missing", "message": "no reference"})
+    assert report["failures"] == ["reference: missing: no reference"]
+    config = compose_config("model=toy", "reference.required=false")
+    relaxed = run_checks(
+        config,
+        *inputs[1:4],
+        oracle=inputs[5],
+        reference={"status": "missing", "message": "no reference"},
+    )
+    assert relaxed["passed"] and relaxed["reference"]["status"] == "missing"
+
+
+def test_losses_are_reported_for_cases_with_targets(inputs):
+    report = check(inputs, targets={"standard": OUT.astype(np.float64) + 1.0})
+    assert report["cases"]["standard"]["loss"]["vmap_jit"] == pytest.approx(1.0)
+    assert report["reference"]["losses"]["standard"]["passed"]

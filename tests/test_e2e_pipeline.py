@@ -9,16 +9,14 @@ from __future__ import annotations
 
 import csv
 import io
-import os
 import re
-import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import ROOT
+from tests.conftest import commit_all, copy_project, run
 
 pytestmark = pytest.mark.e2e
 
@@ -33,31 +31,6 @@ TINY = [
     "bench.repeats=5",
     "bench.loop_max_batch=8",
 ]
-
-
-def _env(project: Path) -> dict[str, str]:
-    env = dict(os.environ)
-    env.update(
-        # The copy's own library, not the editable install of the original checkout.
-        PYTHONPATH=str(project / "src"),
-        PATH=f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}",
-        DVC_NO_ANALYTICS="1",
-        GIT_AUTHOR_NAME="e2e",
-        GIT_AUTHOR_EMAIL="e2e@vmapcheck.invalid",
-        GIT_COMMITTER_NAME="e2e",
-        GIT_COMMITTER_EMAIL="e2e@vmapcheck.invalid",
-    )
-    env.pop("JAX_PLATFORMS", None)  # the pipeline selects the backend itself
-    return env
-
-
-def run(project: Path, *args: str, check: bool = True) -> subprocess.CompletedProcess:
-    result = subprocess.run(
-        list(args), cwd=project, env=_env(project), capture_output=True, text=True, timeout=600
-    )
-    if check and result.returncode != 0:
-        raise AssertionError(f"{args} exited {result.returncode}\n{result.stdout}\n{result.stderr}")
-    return result
 
 
 def compose(project: Path, *overrides: str) -> None:
@@ -76,24 +49,9 @@ def mlflow_client(project: Path):
 
 @pytest.fixture(scope="module")
 def project(tmp_path_factory) -> Path:
-    """A fresh copy of the tracked files (no outputs, no store), as a new git repo."""
-    dest = tmp_path_factory.mktemp("vmapcheck") / "repo"
-    listed = subprocess.run(
-        ["git", "ls-files", "-co", "--exclude-standard", "-z"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout
-    for name in filter(None, listed.split("\0")):
-        src = ROOT / name
-        if src.is_file():
-            (dest / name).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(src, dest / name)
-    run(dest, "git", "init", "-q")
+    dest = copy_project(tmp_path_factory.mktemp("vmapcheck") / "repo")
     compose(dest)
-    run(dest, "git", "add", "-A")
-    run(dest, "git", "commit", "-qm", "e2e copy")
+    commit_all(dest)
     return dest
 
 
@@ -114,7 +72,12 @@ def test_repro_runs_every_stage_and_logs_a_complete_mlflow_run(project):
     assert metrics["check/passed"] == 1.0
     assert "agree/standard/loop_eager-vs-vmap_jit/max_abs" in metrics
     assert "agree/boundary/vmap_jit-vs-direct_jit/max_rel" in metrics
-    assert metrics["negative/invalid_shape/refused_paths"] == 6.0
+    assert metrics["negative/invalid_features/refused_paths"] == 6.0
+    assert metrics["negative/invalid_vector/refused_paths"] == 2.0
+    assert metrics["reference/passed"] == 1.0
+    assert "reference/standard/vmap_jit/max_rel" in metrics
+    assert "oracle/boundary/direct_jit/max_rel" in metrics
+    assert tags["reference.status"] == "ok" and tags["reference.jax_version"] == jax.__version__
     assert metrics["latency_ms/vmap_jit/b8/p50"] > 0
     assert metrics["latency_ms/loop_eager/b1/p99"] >= metrics["latency_ms/loop_eager/b1/p50"]
     assert tags["jax_version"] == jax.__version__ and tags["jaxlib_version"] == jax.__version__
@@ -194,6 +157,92 @@ def test_planted_fault_is_logged_as_failed_before_the_pipeline_fails(project):
     run(project, "dvc", "repro")  # the fault removed, the pipeline is green again
 
 
+def _details(project: Path) -> dict:
+    import json
+
+    return json.loads((project / "reports" / "check_details.json").read_text())
+
+
+def test_check_covers_every_case_kind_and_compares_with_the_reference(project):
+    import jax
+
+    details = _details(project)
+    assert set(details["cases"]) == {
+        "standard",
+        "single",
+        "single_vector",
+        "zeros",
+        "boundary",
+        "large_magnitude",
+    }
+    assert set(details["negative"]) == {
+        "invalid_features",
+        "invalid_rank",
+        "invalid_dtype",
+        "invalid_nan",
+        "invalid_inf",
+        "invalid_empty",
+        "invalid_vector",
+    }
+    assert all(n["passed"] for n in details["negative"].values())
+    assert details["cases"]["standard"]["oracle"]["vmap_jit"]["passed"]
+    reference = details["reference"]
+    assert reference["status"] == "ok" and reference["passed"], reference
+    assert reference["made_with"]["jax_version"] == jax.__version__
+    assert "compared with jax" in reference["message"]
+
+
+def _plant_reference_change(project: Path, keep_meta_consistent: bool) -> None:
+    import json
+
+    from vmapcheck.io import atomic_save_npz, load_npz, sha256_file
+
+    folder = project / "data" / "reference" / "mlp"
+    outputs = load_npz(folder / "outputs.npz")
+    outputs["boundary.direct_jit"][0, 0] += 1.0
+    atomic_save_npz(folder / "outputs.npz", outputs)
+    if keep_meta_consistent:  # as if another run had stored a different value
+        meta = json.loads((folder / "meta.json").read_text())
+        meta["sha256"]["outputs.npz"] = sha256_file(folder / "outputs.npz")
+        (folder / "meta.json").write_text(json.dumps(meta))
+
+
+@pytest.mark.parametrize("consistent", [True, False])
+def test_a_changed_reference_fails_the_check(project, consistent):
+    _plant_reference_change(project, keep_meta_consistent=consistent)
+    try:
+        result = run(project, "dvc", "repro", check=False)
+    finally:
+        run(project, "git", "checkout", "--", "data/reference")
+    assert result.returncode != 0
+    assert stages_run(result) >= {"forward", "check", "track"}
+    failures = _details(project)["failures"]
+    if consistent:  # the value itself is judged: case and path are named
+        assert [f.split(":")[0] for f in failures] == ["reference/boundary/direct_jit"]
+    else:  # an edit outside `make reference` is caught by the sha256 in meta.json
+        assert len(failures) == 1 and "sha256 check failed" in failures[0]
+    run(project, "dvc", "repro")
+
+
+def test_make_reference_records_when_from_which_run_and_why(project):
+    import json
+
+    track = json.loads((project / "reports" / "track.json").read_text())
+    run(project, sys.executable, "-m", "vmapcheck.reference", "make", "--reason", "e2e check")
+    meta = json.loads((project / "data" / "reference" / "mlp" / "meta.json").read_text())
+    assert meta["reason"] == "e2e check" and meta["from_run"] == track["run_id"]
+    assert meta["replaces"]["reason"] and meta["created_at"].startswith("20")
+    result = run(project, "dvc", "repro")  # the reference is a dependency, not an output
+    assert stages_run(result) == {"forward", "check", "track"}
+    assert _details(project)["reference"]["passed"]
+    refused = run(
+        project, sys.executable, "-m", "vmapcheck.reference", "make", "--reason", "", check=False
+    )
+    assert refused.returncode == 2 and "needs a reason" in refused.stderr
+    run(project, "git", "checkout", "--", "data/reference")
+    run(project, "dvc", "repro")
+
+
 def test_exp_run_with_overrides_appears_in_exp_show(project):
     run(project, "git", "add", "-A")
     run(project, "git", "commit", "-qm", "after repro", check=False)
@@ -209,6 +258,10 @@ def test_exp_run_with_overrides_appears_in_exp_show(project):
         # The metrics are readable for each experiment (committed, not just cached).
         assert rows[name]["passed"] == "True" and rows[name]["n_failures"] == "0", rows[name]
     assert rows["f64-exp"]["precision.dtype"] == "float64"
+    # The workspace holds the last experiment (f64): compared with the float32 reference.
+    reference = _details(project)["reference"]
+    assert reference["made_with"]["dtype"] == "float32"
+    assert reference["compared_with"]["dtype"] == "float64" and reference["passed"]
     assert rows["toy-exp"]["model.in_features"] == "3"
     runs = mlflow_client(project).search_runs(
         [mlflow_client(project).get_experiment_by_name("vmapcheck").experiment_id]

@@ -27,8 +27,12 @@ def mlp():
         (np.ones((1, 2, 5), np.float32), "got rank 3"),
         (np.ones((0, 5), np.float32), "empty batch"),
         (np.ones((2, 5), np.int32), "expected dtype float32, got int32"),
-        (np.array([[1, 2, np.nan, 4, 5]], np.float32), "NaN or Inf"),
-        (np.array([[1, 2, np.inf, 4, 5]], np.float32), "NaN or Inf"),
+        (
+            np.array([[1, 2, np.nan, 4, 5]], np.float32),
+            r"got NaN in 1 element\(s\) \(first at "
+            r"index \(0, 2\)\)",
+        ),
+        (np.array([[1, 2, np.inf, 4, -np.inf]] * 2, np.float32), r"got Inf in 4 element\(s\)"),
     ],
 )
 def test_invalid_batches_are_refused_with_the_problem_named(x, message):

@@ -1,4 +1,4 @@
-"""Judge the forward outputs: agreement of every pair, the output contract, refusals.
+"""Judge the forward outputs: agreement, contract, oracle, reference, refusals.
 
 Report first, then assert: :func:`run_checks` never raises on a failed check; it returns
 a report whose ``passed`` is False, which ``track`` logs before the pipeline exits
@@ -7,24 +7,227 @@ non-zero.
 
 from __future__ import annotations
 
+from itertools import combinations
 from typing import Any
 
 import numpy as np
 
-from vmapcheck.agreement import all_pairs
-from vmapcheck.config import Config
-from vmapcheck.names import PATH_NAMES, output_key
+from vmapcheck.agreement import compare
+from vmapcheck.config import Config, ToleranceConfig
+from vmapcheck.names import PATH_NAMES, VECTOR_PATH_NAMES, output_key, paths_for
 
 
-def _contract(entry: dict[str, Any], rows: int, out_features: int, dtype: str) -> list[str]:
-    problems = []
+def looser(a: dict[str, float], b: dict[str, float]) -> ToleranceConfig:
+    """The looser of two tolerances, element by element (each side's numerics count)."""
+    return ToleranceConfig(rtol=max(a["rtol"], b["rtol"]), atol=max(a["atol"], b["atol"]))
+
+
+def _contract(entry: dict[str, Any], shape: list[int], dtype: str) -> list[str]:
     if entry.get("refused") or entry.get("crashed"):
         return [f"raised {entry.get('error')}: {entry.get('message')}"]
-    if entry["shape"] != [rows, out_features]:
-        problems.append(f"expected shape {[rows, out_features]}, got {entry['shape']}")
+    problems = []
+    if entry["shape"] != shape:
+        problems.append(f"expected shape {shape}, got {entry['shape']}")
     if entry["dtype"] != dtype:
         problems.append(f"expected dtype {dtype}, got {entry['dtype']}")
     return problems
+
+
+def _worst(results: dict[str, dict[str, Any]], stat: str) -> float | None:
+    values = [r[stat] for r in results.values() if r[stat] is not None]
+    return max(values) if values else None
+
+
+def _pairs(
+    case: str, kind: str, outputs: dict[str, np.ndarray], tolerance: ToleranceConfig
+) -> dict[str, dict[str, Any]]:
+    """Every path against every other; the vector case also against the batch of one."""
+    present = {
+        p: outputs[output_key(case, p)] for p in paths_for(kind) if output_key(case, p) in outputs
+    }
+    results = {
+        f"{a}-vs-{b}": compare(present[a], present[b], tolerance)
+        for a, b in combinations(present, 2)
+    }
+    if kind == "vector":
+        for a in present:
+            for b in PATH_NAMES:
+                batch = outputs.get(output_key("single", b))
+                if batch is not None:
+                    results[f"{a}-vs-single.{b}"] = compare(present[a], batch[0], tolerance)
+    return results
+
+
+def _valid_case(
+    name: str,
+    meta: dict[str, Any],
+    config: Config,
+    outputs: dict[str, np.ndarray],
+    record: dict[str, Any],
+    oracle: dict[str, np.ndarray] | None,
+    targets: np.ndarray | None,
+) -> tuple[dict[str, Any], list[str]]:
+    kind = meta["kind"]
+    out_shape = (
+        [config.model.out_features]
+        if kind == "vector"
+        else [meta["shape"][0], config.model.out_features]
+    )
+    paths = paths_for(kind)
+    contract = {
+        p: _contract(
+            record.get(p, {"crashed": True, "error": "NotRun", "message": "no record"}),
+            out_shape,
+            config.precision.dtype,
+        )
+        for p in paths
+    }
+    present = {p: outputs[output_key(name, p)] for p in paths if output_key(name, p) in outputs}
+    finite = {p: bool(np.all(np.isfinite(v))) for p, v in present.items()}
+    pairs = _pairs(name, kind, outputs, config.precision.tolerance)
+    failures = [f"{name}/{p}: {msg}" for p, msgs in contract.items() for msg in msgs]
+    failures += [f"{name}/{p}: non-finite output" for p, ok in finite.items() if not ok]
+    failures += [f"{name}/{pair}: {r['reason']}" for pair, r in pairs.items() if not r["passed"]]
+    report: dict[str, Any] = {
+        "kind": kind,
+        "shape": meta["shape"],
+        "about": meta.get("about", ""),
+        "max_abs": _worst(pairs, "max_abs"),
+        "max_rel": _worst(pairs, "max_rel"),
+        "contract": contract,
+        "finite": finite,
+        "pairs": pairs,
+    }
+    if oracle is not None and name in oracle:
+        cross = config.precision.cross_run_tolerance
+        report["oracle"] = {p: compare(v, oracle[name], cross) for p, v in present.items()}
+        failures += [
+            f"{name}/{p} vs float64 oracle: {r['reason']}"
+            for p, r in report["oracle"].items()
+            if not r["passed"]
+        ]
+    if targets is not None:
+        report["loss"] = {
+            p: float(np.mean((v.astype(np.float64) - targets) ** 2)) for p, v in present.items()
+        }
+    report["passed"] = not failures
+    return report, failures
+
+
+def _negative_case(
+    name: str, meta: dict[str, Any], record: dict[str, Any]
+) -> tuple[dict[str, Any], list[str]]:
+    runs_on = meta.get("runs_on", "batch")
+    per_path, failures = {}, []
+    for path in VECTOR_PATH_NAMES if runs_on == "vector" else PATH_NAMES:
+        entry = record.get(path, {"refused": False, "message": "not run"})
+        message = entry.get("message") or f"produced an output of shape {entry.get('shape')}"
+        ok = (
+            bool(entry.get("refused"))
+            and entry.get("error") == "InvalidInputError"
+            and all(part in message for part in meta["expect"])
+        )
+        per_path[path] = {
+            "passed": ok,
+            "refused": bool(entry.get("refused")),
+            "error": entry.get("error"),
+            "message": message,
+        }
+        if not ok:
+            failures.append(
+                f"{name}/{path}: expected InvalidInputError naming {meta['expect']}, got "
+                f"{entry.get('error') or 'an output'}: {message!r}"
+            )
+    report = {
+        "about": meta.get("about", ""),
+        "expect": meta["expect"],
+        "runs_on": runs_on,
+        "passed": not failures,
+        "paths": per_path,
+    }
+    return report, failures
+
+
+def _reference(
+    config: Config, runtime: dict[str, Any], reference: dict[str, Any] | None
+) -> tuple[dict[str, Any], list[str]]:
+    """Compare the current run of the reference's inputs with its stored outputs."""
+    status = reference["status"] if reference else "missing"
+    if status != "ok":
+        message = reference.get("message", "") if reference else "no reference"
+        report = {
+            "status": status,
+            "message": message,
+            "required": config.reference.required,
+            "passed": not config.reference.required,
+        }
+        failures = [f"reference: {status}: {message}"] if config.reference.required else []
+        return report, failures
+    meta = reference["meta"]
+    stored, current = reference["stored"], reference["current"]
+    tolerance = looser(
+        meta["cross_run_tolerance"], config.precision.cross_run_tolerance.model_dump()
+    )
+    cases: dict[str, dict[str, Any]] = {}
+    failures = []
+    for name, entry in meta["cases"].items():
+        cases[name] = {}
+        for path in paths_for(entry["kind"]):
+            key = output_key(name, path)
+            if key not in current:
+                result = {
+                    "max_abs": None,
+                    "max_rel": None,
+                    "passed": False,
+                    "reason": "no current output (refused or crashed)",
+                }
+            else:
+                result = compare(current[key], stored[key], tolerance)
+            cases[name][path] = result
+            if not result["passed"]:
+                failures.append(f"reference/{name}/{path}: {result['reason']}")
+    losses = {}
+    for name, value in meta.get("losses", {}).items():
+        y = reference["cases"][name]["y"]
+        now = float(np.mean((current[output_key(name, "loop_eager")].astype(np.float64) - y) ** 2))
+        ok = abs(now - value) <= tolerance.atol + tolerance.rtol * abs(value)
+        losses[name] = {"reference": value, "current": now, "passed": ok}
+        if not ok:
+            failures.append(f"reference/{name}/loss: {now:.6g} vs stored {value:.6g}")
+    made, cur = meta["runtime"], runtime
+    report = {
+        "status": "ok",
+        "message": (
+            f"reference made with jax {made['jax_version']} / jaxlib {made['jaxlib_version']} "
+            f"on {made['backend']} ({made['device_kind']}) in {meta['dtype']}, compared with "
+            f"jax {cur['jax_version']} / jaxlib {cur['jaxlib_version']} on {cur['backend']} "
+            f"({cur['device_kind']}) in {config.precision.dtype}"
+        ),
+        "made_with": {
+            **{k: made[k] for k in ("jax_version", "jaxlib_version", "backend", "device_kind")},
+            "dtype": meta["dtype"],
+        },
+        "compared_with": {
+            **{k: cur[k] for k in ("jax_version", "jaxlib_version", "backend", "device_kind")},
+            "dtype": config.precision.dtype,
+        },
+        "created_at": meta["created_at"],
+        "reason": meta["reason"],
+        "from_run": meta.get("from_run"),
+        "tolerance_used": tolerance.model_dump(),
+        "cases": cases,
+        "losses": losses,
+        "max_abs": max(
+            (r["max_abs"] for c in cases.values() for r in c.values() if r["max_abs"] is not None),
+            default=None,
+        ),
+        "max_rel": max(
+            (r["max_rel"] for c in cases.values() for r in c.values() if r["max_rel"] is not None),
+            default=None,
+        ),
+        "passed": not failures,
+    }
+    return report, failures
 
 
 def run_checks(
@@ -32,101 +235,62 @@ def run_checks(
     cases_manifest: dict[str, Any],
     outputs: dict[str, np.ndarray],
     forward_record: dict[str, Any],
+    *,
+    oracle: dict[str, np.ndarray] | None = None,
+    targets: dict[str, np.ndarray] | None = None,
+    reference: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """Build the check report (see ``reports/check_details.json`` for its layout)."""
-    tolerance = config.precision.tolerance
+    """Build the check report (its layout is ``reports/check_details.json``).
+
+    ``oracle``: case -> float64 output (None for a float64 run). ``targets``: case -> y
+    for cases that have them. ``reference``: {"status", "message", and when "ok": "meta",
+    "stored", "current", "cases"} (see :mod:`vmapcheck.reference`), or None if absent.
+    """
     cases_report: dict[str, Any] = {}
     negative_report: dict[str, Any] = {}
     failures: list[str] = []
-    for case_name, meta in cases_manifest["cases"].items():
-        record = forward_record["cases"].get(case_name, {})
-        if meta["valid"]:
-            contract = {
-                path: _contract(
-                    record[path],
-                    meta["shape"][0],
-                    config.model.out_features,
-                    config.precision.dtype,
-                )
-                for path in PATH_NAMES
-            }
-            present = {
-                p: outputs[output_key(case_name, p)]
-                for p in PATH_NAMES
-                if output_key(case_name, p) in outputs
-            }
-            finite = {p: bool(np.all(np.isfinite(v))) for p, v in present.items()}
-            pairs = all_pairs(present, tolerance)
-            for path, problems in contract.items():
-                failures += [f"{case_name}/{path}: {p}" for p in problems]
-            failures += [
-                f"{case_name}/{p}: non-finite output" for p, ok in finite.items() if not ok
-            ]
-            failures += [
-                f"{case_name}/{pair}: {r['reason']}" for pair, r in pairs.items() if not r["passed"]
-            ]
-            worst_abs = max(
-                (r["max_abs"] for r in pairs.values() if r["max_abs"] is not None), default=None
-            )
-            worst_rel = max(
-                (r["max_rel"] for r in pairs.values() if r["max_rel"] is not None), default=None
-            )
-            cases_report[case_name] = {
-                "rows": meta["shape"][0],
-                "passed": not any(contract.values())
-                and all(finite.values())
-                and all(r["passed"] for r in pairs.values()),
-                "max_abs": worst_abs,
-                "max_rel": worst_rel,
-                "contract": contract,
-                "finite": finite,
-                "pairs": pairs,
-            }
+    for name, meta in cases_manifest["cases"].items():
+        record = forward_record["cases"].get(name, {})
+        if meta["kind"] == "invalid":
+            negative_report[name], found = _negative_case(name, meta, record)
         else:
-            per_path = {}
-            for path in PATH_NAMES:
-                entry = record.get(path, {"refused": False, "message": "not run"})
-                ok = bool(entry.get("refused")) and meta["expect"] in entry.get("message", "")
-                per_path[path] = {
-                    "passed": ok,
-                    "refused": bool(entry.get("refused")),
-                    "error": entry.get("error"),
-                    "message": entry.get(
-                        "message", f"produced an output of shape {entry.get('shape')}"
-                    ),
-                }
-                if not ok:
-                    failures.append(
-                        f"{case_name}/{path}: expected a refusal naming {meta['expect']!r}, "
-                        f"got {per_path[path]['message']!r}"
-                    )
-            negative_report[case_name] = {
-                "expect": meta["expect"],
-                "passed": all(p["passed"] for p in per_path.values()),
-                "paths": per_path,
-            }
+            cases_report[name], found = _valid_case(
+                name, meta, config, outputs, record, oracle, (targets or {}).get(name)
+            )
+        failures += found
+    reference_report, found = _reference(config, forward_record["runtime"], reference)
+    failures += found
     return {
         "passed": not failures,
         "failures": failures,
         "dtype": config.precision.dtype,
-        "tolerance": tolerance.model_dump(),
+        "tolerance": config.precision.tolerance.model_dump(),
+        "cross_run_tolerance": config.precision.cross_run_tolerance.model_dump(),
+        "oracle": "float64 (CPU)" if oracle is not None else "none: the run is float64",
         "runtime": forward_record["runtime"],
         "cases": cases_report,
         "negative": negative_report,
+        "reference": reference_report,
     }
 
 
 def metrics_summary(report: dict[str, Any]) -> dict[str, Any]:
     """The compact figures DVC shows as metrics (reports/check.json)."""
-    n_pairs = sum(len(c["pairs"]) for c in report["cases"].values())
+    ref = report["reference"]
     return {
         "passed": report["passed"],
         "n_failures": len(report["failures"]),
-        "n_pairs": n_pairs,
+        "n_pairs": sum(len(c["pairs"]) for c in report["cases"].values()),
         "tolerance": report["tolerance"],
+        "cross_run_tolerance": report["cross_run_tolerance"],
         "agreement": {
             name: {"max_abs": c["max_abs"], "max_rel": c["max_rel"], "passed": c["passed"]}
             for name, c in report["cases"].items()
+        },
+        "oracle_max_rel": {
+            name: _worst(c["oracle"], "max_rel")
+            for name, c in report["cases"].items()
+            if "oracle" in c
         },
         "negative": {
             name: {
@@ -134,5 +298,13 @@ def metrics_summary(report: dict[str, Any]) -> dict[str, Any]:
                 "passed": n["passed"],
             }
             for name, n in report["negative"].items()
+        },
+        "reference": {
+            "passed": ref["passed"],
+            **(
+                {"max_abs": ref["max_abs"], "max_rel": ref["max_rel"]}
+                if ref["status"] == "ok"
+                else {}
+            ),
         },
     }

@@ -62,14 +62,57 @@ class SplitConfig(_Strict):
         return self
 
 
-class DataConfig(_Strict):
+QuasiPolicy = Literal["drop", "year", "decade", "prefix1", "prefix2", "prefix3"]
+
+
+class AnonymizeConfig(_Strict):
+    """What leaves ``prepare``: identifiers are dropped, except an optional keyed join key."""
+
+    # An identifier column kept as an HMAC-SHA256 pseudonym (null: drop every identifier).
+    join_key: str | None
+    # Name of the environment variable holding the HMAC secret (never its value).
+    secret_env: Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")]
+    # An identifier column whose equal values are one record: a record never spans splits.
+    group_by: str | None
+
+
+class _DataCommon(_Strict):
+    quasi_identifiers: dict[str, QuasiPolicy]
+    anonymize: AnonymizeConfig
+    split: SplitConfig
+    standard_batch: PositiveInt
+
+
+class SyntheticDataConfig(_DataCommon):
+    """A raw table generated from the key stream: identifiers, quasi-identifiers, numbers."""
+
     source: Literal["synthetic"]
     n_rows: Annotated[int, Field(ge=20)]
     n_features: PositiveInt
     n_targets: PositiveInt
     noise_std: NonNegativeFloat
-    split: SplitConfig
-    standard_batch: PositiveInt
+
+
+class FileDataConfig(_DataCommon):
+    """The user's table (.csv or .parquet) with a declared schema; every column declared."""
+
+    source: Literal["csv"]
+    path: Annotated[str, Field(min_length=1)]
+    delimiter: Annotated[str, Field(min_length=1, max_length=1)]
+    identifiers: list[str]
+    features: Annotated[list[str], Field(min_length=1)]
+    targets: Annotated[list[str], Field(min_length=1)]
+
+    @property
+    def n_features(self) -> int:
+        return len(self.features)
+
+    @property
+    def n_targets(self) -> int:
+        return len(self.targets)
+
+
+DataConfig = Annotated[SyntheticDataConfig | FileDataConfig, Field(discriminator="source")]
 
 
 class TrainConfig(_Strict):
@@ -97,7 +140,10 @@ class PrecisionConfig(_Strict):
     dtype: Literal["float32", "float64", "bfloat16"]
     enable_x64: bool
     matmul_precision: Literal["default", "high", "highest"]
+    # Between forward paths within one run.
     tolerance: ToleranceConfig
+    # Against the stored reference and the float64 oracle (another run, other numerics).
+    cross_run_tolerance: ToleranceConfig
 
     @model_validator(mode="after")
     def _x64_matches_dtype(self) -> PrecisionConfig:
@@ -121,6 +167,11 @@ class TrackingConfig(_Strict):
     experiment: Annotated[str, Field(min_length=1)]
 
 
+class ReferenceConfig(_Strict):
+    dir: Annotated[str, Field(min_length=1)]
+    required: bool
+
+
 class Config(_Strict):
     """The whole validated configuration (one field per conf/ group, plus the seed)."""
 
@@ -132,17 +183,20 @@ class Config(_Strict):
     precision: PrecisionConfig
     bench: BenchConfig
     tracking: TrackingConfig
+    reference: ReferenceConfig
 
     @model_validator(mode="after")
     def _data_fits_model(self) -> Config:
+        features = "data.n_features" if self.data.source == "synthetic" else "data.features"
+        targets = "data.n_targets" if self.data.source == "synthetic" else "data.targets"
         if self.data.n_features != self.model.in_features:
             raise ValueError(
-                f"data.n_features={self.data.n_features} but model.in_features="
+                f"{features} gives {self.data.n_features} features but model.in_features="
                 f"{self.model.in_features}: the table must have as many features as the model"
             )
         if self.data.n_targets != self.model.out_features:
             raise ValueError(
-                f"data.n_targets={self.data.n_targets} but model.out_features="
+                f"{targets} gives {self.data.n_targets} targets but model.out_features="
                 f"{self.model.out_features}"
             )
         return self
@@ -201,6 +255,15 @@ def load_config(path: str | Path = "params.yaml") -> Config:
     except yaml.YAMLError as exc:
         raise ConfigError(f"{path}: not valid YAML: {exc}") from None
     return validate_config(raw, source=str(path))
+
+
+def config_digest(config: Config) -> str:
+    """sha256 of the settings that determine params and cases (seed, model, data, train)."""
+    import hashlib
+    import json
+
+    subset = config.model_dump(include={"seed", "model", "data", "train"})
+    return hashlib.sha256(json.dumps(subset, sort_keys=True).encode()).hexdigest()
 
 
 def flatten(config: Config) -> dict[str, Any]:

@@ -19,3 +19,7 @@ class InvalidInputError(VmapcheckError, ValueError):
 
 class ArtifactError(VmapcheckError):
     """A file produced by an earlier stage is missing, malformed or does not match."""
+
+
+class SourceError(VmapcheckError):
+    """The raw input table is missing, malformed or does not match the declared schema."""

@@ -5,30 +5,42 @@ from __future__ import annotations
 from typing import Any
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 
 from vmapcheck.errors import InvalidInputError
 from vmapcheck.models import Model, Params
 from vmapcheck.names import output_key
-from vmapcheck.paths import build_paths, cast_tree
+from vmapcheck.paths import build_paths, build_vector_paths, cast_tree
+
+
+def _storable(host: np.ndarray) -> np.ndarray:
+    # bfloat16 has no pickle-free .npz encoding; its values are exactly float32 values.
+    return host.astype(np.float32) if host.dtype == jnp.bfloat16 else host
 
 
 def run_forward(
     model: Model, params: Params, cases: dict[str, dict[str, Any]], dtype: Any
 ) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
-    """Run the six paths on each case at ``dtype``.
+    """Run each case through the paths its kind calls for, at ``dtype``.
+
+    Batch cases go through the six batched paths, the vector case through ``forward_one``
+    (eager and jit), and each invalid case through the paths named by its ``runs_on``.
 
     Returns ``(outputs, record)``: ``outputs["<case>.<path>"]`` is the output of a valid
-    case, upcast to float32 when the run is bfloat16 (exact: bf16 values are f32 values)
-    so it can be stored without pickle; ``record`` says, per case and path, the output's
-    shape and dtype, or for an invalid case whether and how the path refused it.
+    case (bfloat16 stored as float32, exactly); ``record[case][path]`` says the output's
+    shape and dtype, or whether and how the path refused the input.
     """
-    paths = build_paths(model, dtype)
+    batch_paths = build_paths(model, dtype)
+    vector_paths = build_vector_paths(model, dtype)
     run_params = cast_tree(params, dtype)
     outputs: dict[str, np.ndarray] = {}
     record: dict[str, Any] = {}
     for case_name, case in cases.items():
-        x = jax.numpy.asarray(case["x"], dtype=dtype)
+        kind = case["kind"]
+        on_vector = kind == "vector" or case.get("runs_on") == "vector"
+        paths = vector_paths if on_vector else batch_paths
+        x = jnp.asarray(case["x"], dtype=dtype) if case.get("cast", True) else case["x"]
         per_path: dict[str, Any] = {}
         for path_name, path in paths.items():
             try:
@@ -40,7 +52,7 @@ def run_forward(
                     "message": str(exc),
                 }
                 continue
-            except Exception as exc:  # recorded, judged by check: a crash is not a refusal
+            except Exception as exc:  # recorded and judged by check: a crash is no refusal
                 per_path[path_name] = {
                     "refused": False,
                     "crashed": True,
@@ -54,7 +66,7 @@ def run_forward(
                 "shape": list(host.shape),
                 "dtype": str(host.dtype),
             }
-            stored = host.astype(np.float32) if host.dtype == jax.numpy.bfloat16 else host
-            outputs[output_key(case_name, path_name)] = stored
+            if kind != "invalid":
+                outputs[output_key(case_name, path_name)] = _storable(host)
         record[case_name] = per_path
     return outputs, record

@@ -22,11 +22,20 @@ import numpy as np
 from vmapcheck.errors import ArtifactError
 
 
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
 @contextlib.contextmanager
 def atomic_path(path: Path) -> Iterator[Path]:
+    """Yield a temp file beside ``path``; on success it replaces ``path`` in one rename."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     os.close(fd)
+    # mkstemp makes the file private (0600); outputs get the usual permissions.
+    os.chmod(tmp, 0o666 & ~_umask())
     tmp_path = Path(tmp)
     try:
         yield tmp_path
@@ -55,6 +64,7 @@ def atomic_dir(path: Path) -> Iterator[Path]:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", dir=path.parent))
+    os.chmod(tmp, 0o777 & ~_umask())
     try:
         yield tmp
         old = None

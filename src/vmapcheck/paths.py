@@ -27,8 +27,26 @@ from vmapcheck.models import Model, Params
 Path = Callable[[Params, Any], jax.Array]
 
 
+def _check_values(x: Any, dtype: Any) -> None:
+    found = x.dtype if hasattr(x, "dtype") else np.asarray(x).dtype
+    if found != jnp.dtype(dtype):
+        raise InvalidInputError(f"expected dtype {jnp.dtype(dtype).name}, got {found}")
+    # On the host: the check must not depend on the backend, and a location is reported
+    # (never a value: inputs may be personal data).
+    host = np.asarray(x)
+    for name, bad in (("NaN", np.isnan(host)), ("Inf", np.isinf(host))):
+        if bad.any():
+            first = tuple(int(i) for i in np.argwhere(bad)[0])
+            raise InvalidInputError(
+                f"expected finite values, got {name} in {int(bad.sum())} element(s) "
+                f"(first at index {first})"
+            )
+
+
 def validate_batch(x: Any, in_features: int, dtype: Any) -> None:
     """Refuse anything but a finite (batch, in_features) array of ``dtype`` with batch >= 1.
+
+    This is the one place every batched path validates its input.
 
     Raises:
         InvalidInputError: naming the problem, e.g. "expected 3 features, got 4".
@@ -43,11 +61,20 @@ def validate_batch(x: Any, in_features: int, dtype: Any) -> None:
         raise InvalidInputError(f"expected {in_features} features, got {shape[1]}")
     if shape[0] == 0:
         raise InvalidInputError("expected at least one row, got an empty batch")
-    found = jnp.asarray(x).dtype if not hasattr(x, "dtype") else x.dtype
-    if found != jnp.dtype(dtype):
-        raise InvalidInputError(f"expected dtype {jnp.dtype(dtype).name}, got {found}")
-    if not bool(jnp.all(jnp.isfinite(x))):
-        raise InvalidInputError("expected finite values, got NaN or Inf")
+    _check_values(x, dtype)
+
+
+def validate_vector(x: Any, in_features: int, dtype: Any) -> None:
+    """The same contract for one unbatched feature vector of shape (in_features,)."""
+    shape = np.shape(x)
+    if len(shape) != 1:
+        raise InvalidInputError(
+            f"expected one feature vector of rank 1 ({in_features},), got rank {len(shape)} "
+            f"with shape {tuple(shape)}"
+        )
+    if shape[0] != in_features:
+        raise InvalidInputError(f"expected {in_features} features, got {shape[0]}")
+    _check_values(x, dtype)
 
 
 def _loop(forward_one: Callable) -> Path:
@@ -81,6 +108,19 @@ def build_paths(model: Model, dtype: Any, validate: bool = True) -> dict[str, Pa
                 return _fn(params, x)
 
             paths[f"{name}_{mode}"] = guarded
+    return paths
+
+
+def build_vector_paths(model: Model, dtype: Any) -> dict[str, Path]:
+    """``forward_one`` itself, eager and jit, for one unbatched vector (in_features,)."""
+    paths: dict[str, Path] = {}
+    for mode, compiled in (("eager", model.forward_one), ("jit", jax.jit(model.forward_one))):
+
+        def guarded(params: Params, x: Any, _fn: Callable = compiled) -> jax.Array:
+            validate_vector(x, model.in_features, dtype)
+            return _fn(params, x)
+
+        paths[f"one_{mode}"] = guarded
     return paths
 
 

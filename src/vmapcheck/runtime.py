@@ -104,5 +104,21 @@ def configure_cpu_float32() -> RuntimeInfo:
             enable_x64=False,
             matmul_precision="highest",
             tolerance=ToleranceConfig(rtol=0.0, atol=0.0),
+            cross_run_tolerance=ToleranceConfig(rtol=0.0, atol=0.0),
+        ),
+    )
+
+
+def configure_cpu_float64() -> RuntimeInfo:
+    """The float64 oracle runs on CPU with x64 enabled, whatever the run's backend."""
+    return configure_jax(
+        BackendConfig(name="cpu", platform="cpu"),
+        PrecisionConfig(
+            name="f64",
+            dtype="float64",
+            enable_x64=True,
+            matmul_precision="highest",
+            tolerance=ToleranceConfig(rtol=0.0, atol=0.0),
+            cross_run_tolerance=ToleranceConfig(rtol=0.0, atol=0.0),
         ),
     )

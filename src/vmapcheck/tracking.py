@@ -7,19 +7,22 @@ Metric names follow one sortable scheme (documented in the README):
 
 from __future__ import annotations
 
-import subprocess
+import os
 import time
 from pathlib import Path
 from typing import Any
 
 from vmapcheck.config import Config, TrackingConfig, flatten
+from vmapcheck.provenance import git_state
 
 MAX_BATCH = 1000  # MLflow's per-request limit for metrics (params: 100)
 
 
 def resolve_tracking_uri(tracking: TrackingConfig, root: Path) -> str:
-    """Make a relative ``sqlite:///file.db`` absolute against the project root."""
-    uri = tracking.tracking_uri
+    """The store to log to: ``MLFLOW_TRACKING_URI`` when set and non-empty (MLflow's own
+    convention; the scheduled CI job names its server this way), else the configured URI,
+    with a relative ``sqlite:///file.db`` made absolute against the project root."""
+    uri = os.environ.get("MLFLOW_TRACKING_URI", "").strip() or tracking.tracking_uri
     prefix = "sqlite:///"
     if uri.startswith(prefix) and not uri[len(prefix) :].startswith("/"):
         return prefix + str((root / uri[len(prefix) :]).resolve())
@@ -30,20 +33,6 @@ def resolve_artifact_root(tracking: TrackingConfig, root: Path) -> str:
     if "://" in tracking.artifact_root:
         return tracking.artifact_root
     return (root / tracking.artifact_root).resolve().as_uri()
-
-
-def git_state(root: Path) -> dict[str, str]:
-    """Commit and dirty flag of the project, or 'unknown' outside a git checkout."""
-    try:
-        commit = subprocess.run(
-            ["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True, check=True
-        ).stdout.strip()
-        dirty = subprocess.run(
-            ["git", "status", "--porcelain"], cwd=root, capture_output=True, text=True, check=True
-        ).stdout.strip()
-        return {"git_commit": commit, "git_dirty": str(bool(dirty)).lower()}
-    except (OSError, subprocess.CalledProcessError):
-        return {"git_commit": "unknown", "git_dirty": "unknown"}
 
 
 def collect_metrics(
@@ -60,6 +49,21 @@ def collect_metrics(
             for stat in ("max_abs", "max_rel"):
                 if result[stat] is not None:
                     metrics[f"agree/{case}/{pair}/{stat}"] = result[stat]
+        for path, result in report.get("oracle", {}).items():
+            for stat in ("max_abs", "max_rel"):
+                if result[stat] is not None:
+                    metrics[f"oracle/{case}/{path}/{stat}"] = result[stat]
+        for path, value in report.get("loss", {}).items():
+            metrics[f"loss/{case}/{path}"] = value
+    reference = check["reference"]
+    metrics["reference/passed"] = float(reference["passed"])
+    for case, by_path in reference.get("cases", {}).items():
+        for path, result in by_path.items():
+            for stat in ("max_abs", "max_rel"):
+                if result[stat] is not None:
+                    metrics[f"reference/{case}/{path}/{stat}"] = result[stat]
+    for case, loss in reference.get("losses", {}).items():
+        metrics[f"reference/{case}/loss_abs_diff"] = abs(loss["current"] - loss["reference"])
     for case, report in check["negative"].items():
         metrics[f"negative/{case}/passed"] = float(report["passed"])
         metrics[f"negative/{case}/refused_paths"] = float(
@@ -135,6 +139,8 @@ def log_run(
         "python_version": runtime["python_version"],
         "os_platform": runtime["os_platform"],
         "cpu_model": bench["machine"]["before"]["cpu_model"],
+        "reference.status": check["reference"]["status"],
+        **{f"reference.{k}": str(v) for k, v in check["reference"].get("made_with", {}).items()},
         "bench_noisy": str(bench["machine"]["noisy"]).lower(),
         **git,
         "mlflow.source.git.commit": git["git_commit"],
@@ -165,5 +171,8 @@ def log_run(
         "experiment_id": experiment_id,
         "tracking_uri": uri,
         "verdict": verdict,
+        # Which outputs this run judged: make_reference links a reference to this run
+        # only when it is made from the same outputs.
+        "forward_outputs_sha256": check.get("forward_outputs_sha256"),
         **git,
     }

@@ -1,0 +1,20 @@
+"""Where a run comes from: the project's git state."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+
+def git_state(root: Path) -> dict[str, str]:
+    """Commit and dirty flag of the project, or 'unknown' outside a git checkout."""
+    try:
+        commit = subprocess.run(
+            ["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True, check=True
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain"], cwd=root, capture_output=True, text=True, check=True
+        ).stdout.strip()
+        return {"git_commit": commit, "git_dirty": str(bool(dirty)).lower()}
+    except (OSError, subprocess.CalledProcessError):
+        return {"git_commit": "unknown", "git_dirty": "unknown"}
