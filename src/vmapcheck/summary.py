@@ -23,16 +23,25 @@ def summarize(root: Path) -> str:
         f"jax {runtime['jax_version']} / jaxlib {runtime['jaxlib_version']}"
     )
     for name, case in check["cases"].items():
+        if case["max_abs"] is None:
+            lines.append(f"  FAIL {name:<16} no comparable outputs")
+            continue
+        oracle = [r["max_rel"] for r in case.get("oracle", {}).values() if r["max_rel"] is not None]
         lines.append(
-            f"  {'ok  ' if case['passed'] else 'FAIL'} {name:<14} worst pair: "
+            f"  {'ok  ' if case['passed'] else 'FAIL'} {name:<16} worst pair: "
             f"max_abs={case['max_abs']:.3g} max_rel={case['max_rel']:.3g}"
-            if case["max_abs"] is not None
-            else f"  FAIL {name:<14} {case['pairs']}"
+            + (f"; vs float64: max_rel={max(oracle):.3g}" if oracle else "")
         )
-    for name, case in check["negative"].items():
-        lines.append(
-            f"  {'ok  ' if case['passed'] else 'FAIL'} {name:<14} refused: {case['expect']}"
-        )
+    negative = check["negative"]
+    refused = sum(n["passed"] for n in negative.values())
+    lines.append(
+        f"  {'ok  ' if refused == len(negative) else 'FAIL'} invalid inputs   "
+        f"{refused}/{len(negative)} refused by every path, the problem named"
+    )
+    reference = check["reference"]
+    lines.append(
+        f"  {'ok  ' if reference['passed'] else 'FAIL'} reference        {reference['message']}"
+    )
     for failure in check["failures"][:10]:
         lines.append(f"  failure: {failure}")
     bench_path = reports / "bench.json"
