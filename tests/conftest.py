@@ -67,6 +67,22 @@ def run(
     return result
 
 
+# Train and benchmark just enough to exercise every stage in seconds, not minutes.
+FAST_RUN = [
+    "train.steps=30",
+    "train.eval_every=10",
+    "bench.batch_sizes=[1,8]",
+    "bench.warmup=1",
+    "bench.repeats=5",
+    "bench.loop_max_batch=8",
+]
+
+
+def compose_params(project: Path, *overrides: str) -> None:
+    """Rewrite ``project``'s params.yaml from conf/ with Hydra overrides."""
+    run(project, sys.executable, "-m", "vmapcheck.compose", *overrides)
+
+
 def copy_project(dest: Path) -> Path:
     """Copy the tracked and untracked-but-not-ignored files (no outputs, no store) to a
     new git repository at ``dest``, as a fresh clone of the working tree would be."""

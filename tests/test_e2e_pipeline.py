@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import commit_all, copy_project, run
+from tests.conftest import FAST_RUN, commit_all, compose_params, copy_project, run
 
 pytestmark = pytest.mark.e2e
 
@@ -24,17 +24,12 @@ pytestmark = pytest.mark.e2e
 TINY = [
     "data.n_rows=200",
     "data.standard_batch=8",
-    "train.steps=30",
-    "train.eval_every=10",
-    "bench.batch_sizes=[1,8]",
-    "bench.warmup=1",
-    "bench.repeats=5",
-    "bench.loop_max_batch=8",
+    *FAST_RUN,
 ]
 
 
 def compose(project: Path, *overrides: str) -> None:
-    run(project, sys.executable, "-m", "vmapcheck.compose", *TINY, *overrides)
+    compose_params(project, *TINY, *overrides)
 
 
 def stages_run(result: subprocess.CompletedProcess) -> set[str]:

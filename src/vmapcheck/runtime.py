@@ -90,35 +90,31 @@ def configure_jax(backend: BackendConfig, precision: PrecisionConfig) -> Runtime
     )
 
 
+def _configure_cpu(name: str, dtype: str) -> RuntimeInfo:
+    """CPU at ``dtype`` with the highest matmul precision (tolerances unused here)."""
+    none = ToleranceConfig(rtol=0.0, atol=0.0)
+    return configure_jax(
+        BackendConfig(name="cpu", platform="cpu"),
+        PrecisionConfig(
+            name=name,
+            dtype=dtype,
+            enable_x64=dtype == "float64",
+            matmul_precision="highest",
+            tolerance=none,
+            cross_run_tolerance=none,
+        ),
+    )
+
+
 def configure_cpu_float32() -> RuntimeInfo:
     """Data preparation and training always run on CPU in float32.
 
     Params and data then do not depend on the backend or precision under test, so a
     change of either reruns only the stages that run the model (forward onward).
     """
-    return configure_jax(
-        BackendConfig(name="cpu", platform="cpu"),
-        PrecisionConfig(
-            name="f32",
-            dtype="float32",
-            enable_x64=False,
-            matmul_precision="highest",
-            tolerance=ToleranceConfig(rtol=0.0, atol=0.0),
-            cross_run_tolerance=ToleranceConfig(rtol=0.0, atol=0.0),
-        ),
-    )
+    return _configure_cpu("f32", "float32")
 
 
 def configure_cpu_float64() -> RuntimeInfo:
     """The float64 oracle runs on CPU with x64 enabled, whatever the run's backend."""
-    return configure_jax(
-        BackendConfig(name="cpu", platform="cpu"),
-        PrecisionConfig(
-            name="f64",
-            dtype="float64",
-            enable_x64=True,
-            matmul_precision="highest",
-            tolerance=ToleranceConfig(rtol=0.0, atol=0.0),
-            cross_run_tolerance=ToleranceConfig(rtol=0.0, atol=0.0),
-        ),
-    )
+    return _configure_cpu("f64", "float64")
