@@ -32,7 +32,7 @@ $(STAMP): pyproject.toml requirements.lock
 	echo "creating $(VENV) with $$py"; \
 	"$$py" -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip==26.3
-	$(BIN)/python -m pip install --quiet --constraint requirements.lock --editable '.[dev]'
+	$(BIN)/python -m pip install --quiet --constraint requirements.lock --editable '.[dev,flax,equinox]'
 	@touch $@
 
 demo: $(STAMP)
@@ -64,7 +64,7 @@ lock:
 	@py="$$(scripts/find-python)" || { echo "error: no Python >= 3.12 found" >&2; exit 1; }; \
 	tmp="$$(mktemp -d)"; trap 'rm -rf "$$tmp"' EXIT; \
 	"$$py" -m venv "$$tmp/venv"; \
-	"$$tmp/venv/bin/python" -m pip install --quiet '.[dev]'; \
+	"$$tmp/venv/bin/python" -m pip install --quiet '.[dev,flax,equinox]'; \
 	{ echo "# Every transitive dependency, pinned: make installs with --constraint requirements.lock."; \
 	  echo "# Regenerate after changing pyproject.toml: make lock"; \
 	  "$$tmp/venv/bin/python" -m pip freeze | grep -v '^vmapcheck'; } > requirements.lock

@@ -55,6 +55,7 @@ def main(config: Config) -> None:
         oracle=oracle,
         targets={name: case["y"] for name, case in cases.items() if "y" in case},
         reference=_reference(config, record),
+        gradients=load_npz(FORWARD / "gradients.npz"),
     )
     # What make_reference checks before it trusts this report.
     report["config_digest"] = config_digest(config)
@@ -72,6 +73,11 @@ def main(config: Config) -> None:
     for name, case in report["negative"].items():
         mark = "ok  " if case["passed"] else "FAIL"
         print(f"  {mark} {name:<16} refused: {' ... '.join(case['expect'])}")
+    grads = report["gradients"]
+    print(
+        f"  {'ok  ' if grads['passed'] else 'FAIL'} gradients        loss {grads.get('loss'):.4g}; "
+        f"mean per-example vs batch gradient max_rel={grads.get('max_rel')}; NaN target detected"
+    )
     ref = report["reference"]
     print(f"  {'ok  ' if ref['passed'] else 'FAIL'} reference        {ref['message']}")
     for failure in report["failures"][:20]:

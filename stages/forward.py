@@ -10,9 +10,11 @@ import jax.numpy as jnp
 from vmapcheck.config import Config
 from vmapcheck.errors import ArtifactError
 from vmapcheck.forward import run_forward
-from vmapcheck.io import atomic_dir, atomic_save_npz, atomic_write_json
+from vmapcheck.gradients import gradient_probe
+from vmapcheck.io import atomic_dir, atomic_save_npz, atomic_write_json, read_json
 from vmapcheck.models import build_model
-from vmapcheck.params_io import load_model_params
+from vmapcheck.params_io import check_features, load_model_params
+from vmapcheck.paths import cast_tree, not_provided
 from vmapcheck.reference import load_reference, reference_dir
 from vmapcheck.regression import load_cases
 from vmapcheck.runtime import configure_jax
@@ -50,19 +52,30 @@ def main(config: Config) -> None:
     model = build_model(config.model)
     params, manifest = load_model_params(model, PARAMS)
     cases = load_cases(CASES)
+    check_features(read_json(CASES / "manifest.json")["features"], manifest, "data/cases")
     dtype = jnp.dtype(config.precision.dtype)
     outputs, record = run_forward(model, params, cases, dtype)
     reference_outputs, reference_status = _run_reference(config, model, dtype)
+    standard = cases["standard"]
+    grad_arrays, grad_record = gradient_probe(
+        model,
+        cast_tree(params, dtype),
+        jnp.asarray(standard["x"], dtype=dtype),
+        jnp.asarray(standard["y"], dtype=dtype),
+    )
     with atomic_dir(FORWARD) as folder:
         atomic_save_npz(folder / "outputs.npz", outputs)
         atomic_save_npz(folder / "reference_outputs.npz", reference_outputs)
+        atomic_save_npz(folder / "gradients.npz", grad_arrays)
         atomic_write_json(
             folder / "record.json",
             {
                 "runtime": runtime.as_dict(),
                 "dtype": dtype.name,
                 "params_sha256": manifest["sha256"],
+                "not_provided": not_provided(model),
                 "reference": reference_status,
+                "gradients": grad_record,
                 "cases": record,
             },
         )

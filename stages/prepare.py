@@ -51,7 +51,7 @@ def main(config: Config) -> None:
         write_splits(folder, table, parts)
         atomic_write_json(folder / "manifest.json", manifest)
     with atomic_dir(CASES) as folder:
-        write_cases(folder, cases)
+        write_cases(folder, cases, list(table.feature_names))
     sizes = ", ".join(f"{name} {parts[name].size}" for name in SPLITS)
     actions = ", ".join(
         f"{c['name']}: {c['action']}"

@@ -22,11 +22,13 @@ def main(config: Config) -> int:
         REPORTS / "train.json",
         REPORTS / "plots",
         DATA / "params",
+        DATA / "params" / "contract.json",
         DATA / "cases" / "manifest.json",
         ROOT / "params.yaml",
         ROOT / "dvc.lock",
     ]
-    info = log_run(config, ROOT, check, bench, train, artifacts)
+    contract = read_json(DATA / "params" / "contract.json")
+    info = log_run(config, ROOT, check, bench, train, artifacts, contract)
     atomic_write_json(REPORTS / "track.json", info)
     print(f"track: logged run {info['run_id']} ({info['run_name']}) to {info['tracking_uri']}")
     if info["verdict"] != "passed":

@@ -1,15 +1,22 @@
-"""DVC stage `train`: fit on train, select on validation, test once -> verified params."""
+"""DVC stage `train`: fit on train, select on validation, test once -> verified params.
+
+Or, with `train.params_file`, verify the user's params (sha256, safetensors, contract)
+and evaluate them instead. Either way the params artifact gets a manifest (sha256,
+contract, key stream, config digest) and the model's contract beside it.
+"""
+
+from dataclasses import replace
 
 import jax
 
-from vmapcheck.config import Config
-from vmapcheck.io import atomic_dir, atomic_write_json
-from vmapcheck.keys import named_keys
+from vmapcheck.config import Config, config_digest
+from vmapcheck.io import atomic_dir, atomic_write_json, read_json
+from vmapcheck.keys import KEY_NAMES, named_keys
 from vmapcheck.models import build_model
-from vmapcheck.params_io import save_params
+from vmapcheck.params_io import model_contract, read_params_file, save_params
 from vmapcheck.regression import SPLITS, load_split
 from vmapcheck.runtime import configure_cpu_float32
-from vmapcheck.stage import PARAMS, PREPARED, REPORTS, stage_main
+from vmapcheck.stage import PARAMS, PREPARED, REPORTS, ROOT, stage_main
 from vmapcheck.training import fit
 
 
@@ -19,13 +26,42 @@ def main(config: Config) -> None:
     keys = named_keys(config.seed)
     model = build_model(config.model)
     splits = {name: load_split(PREPARED, name) for name in SPLITS}
-    params, metrics = fit(model, model.init(keys["init"]), splits, config.train, keys["batches"])
+    features = read_json(PREPARED / "manifest.json")["features"]
+    if config.train.params_file is not None:
+        template = jax.eval_shape(model.init, jax.random.key(0))
+        params = read_params_file(
+            ROOT / config.train.params_file, template, config.train.params_sha256
+        )
+        # Evaluated, not trained: the user's params are what is verified.
+        params, metrics = fit(
+            replace(model, trainable=False), params, splits, config.train, keys["batches"]
+        )
+        source = {
+            "params_file": config.train.params_file,
+            "params_sha256": config.train.params_sha256,
+        }
+    else:
+        params, metrics = fit(
+            model, model.init(keys["init"]), splits, config.train, keys["batches"]
+        )
+        source = {"trained": metrics["trained"], "key_stream": list(KEY_NAMES)}
+    params = jax.device_get(params)
+    contract = model_contract(model, params, features)
     with atomic_dir(PARAMS) as folder:
         save_params(
             folder,
-            jax.device_get(params),
-            {"model": config.model.name, "seed": config.seed, "jax_version": runtime.jax_version},
+            params,
+            {
+                "model": config.model.name,
+                "seed": config.seed,
+                "jax_version": runtime.jax_version,
+                "config_digest": config_digest(config),
+                "source": source,
+                "inputs": contract["inputs"],
+                "outputs": contract["outputs"],
+            },
         )
+        atomic_write_json(folder / "contract.json", contract)
     atomic_write_json(REPORTS / "train.json", metrics)
     print(
         f"train: model {model.name}, trained={metrics['trained']}, best step "

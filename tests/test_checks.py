@@ -184,3 +184,33 @@ def test_losses_are_reported_for_cases_with_targets(inputs):
     report = check(inputs, targets={"standard": OUT.astype(np.float64) + 1.0})
     assert report["cases"]["standard"]["loss"]["vmap_jit"] == pytest.approx(1.0)
     assert report["reference"]["losses"]["standard"]["passed"]
+
+
+def _gradient_inputs(inputs, batch_grad=1.0, per_example=1.0, probe_loss_finite=False):
+    record = inputs[3]
+    record["gradients"] = {
+        "loss": 0.5,
+        "loss_finite": True,
+        "grads_finite": True,
+        "per_example_finite": True,
+        "nan_probe": {"planted": "NaN", "loss_finite": probe_loss_finite, "grads_finite": True},
+    }
+    return {
+        "batch_grad.W": np.full((3, 2), batch_grad, np.float32),
+        "per_example_mean.W": np.full((3, 2), per_example, np.float32),
+    }
+
+
+def test_gradients_pass_when_finite_detected_and_equal(inputs):
+    report = check(inputs, gradients=_gradient_inputs(inputs))
+    assert report["gradients"]["passed"], report["failures"]
+
+
+def test_a_finite_loss_on_a_nan_target_means_something_masks_nan(inputs):
+    report = check(inputs, gradients=_gradient_inputs(inputs, probe_loss_finite=True))
+    assert any(f.startswith("gradients/nan_probe") for f in report["failures"])
+
+
+def test_per_example_gradients_disagreeing_with_the_batch_gradient_fail(inputs):
+    report = check(inputs, gradients=_gradient_inputs(inputs, per_example=1.01))
+    assert any(f.startswith("gradients/W: mean of per-example") for f in report["failures"])

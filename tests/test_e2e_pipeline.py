@@ -238,6 +238,76 @@ def test_make_reference_records_when_from_which_run_and_why(project):
     run(project, "dvc", "repro")
 
 
+def test_tampered_params_stop_forward(project):
+    import json
+
+    from safetensors.numpy import load_file, save_file
+
+    from vmapcheck.io import sha256_file
+
+    folder = project / "data" / "params"
+    params_file, manifest_file = folder / "params.safetensors", folder / "manifest.json"
+    original, manifest = params_file.read_bytes(), manifest_file.read_text()
+    try:
+        flipped = bytearray(original)
+        flipped[-3] ^= 0x01
+        params_file.write_bytes(bytes(flipped))
+        result = run(project, sys.executable, "-m", "stages.forward", check=False)
+        assert result.returncode == 2
+        assert "forward: error:" in result.stderr and "sha256 check failed" in result.stderr
+        # A consistent file (digest updated) with one leaf of the wrong shape.
+        params_file.write_bytes(original)
+        arrays = load_file(str(params_file))
+        arrays["layers[1].W"] = arrays["layers[1].W"][:, :31].copy()
+        save_file(arrays, str(params_file))
+        edited = json.loads(manifest)
+        edited["sha256"] = sha256_file(params_file)
+        manifest_file.write_text(json.dumps(edited))
+        result = run(project, sys.executable, "-m", "stages.forward", check=False)
+        assert result.returncode == 2
+        assert "leaf layers[1].W: expected shape [32, 32] dtype float32, found shape [32, 31]" in (
+            result.stderr
+        )
+    finally:
+        params_file.write_bytes(original)
+        manifest_file.write_text(manifest)
+    assert stages_run(run(project, "dvc", "repro")) <= {"forward", "check", "track"}
+
+
+def test_users_own_params_file_is_verified_and_used(project):
+    import json
+
+    from vmapcheck.io import sha256_file
+
+    mine = project / "data" / "raw" / "mine.safetensors"
+    mine.write_bytes((project / "data" / "params" / "params.safetensors").read_bytes())
+    digest = sha256_file(mine)
+    try:
+        compose(
+            project, "train.params_file=data/raw/mine.safetensors", f"train.params_sha256={digest}"
+        )
+        result = run(project, "dvc", "repro")
+        assert "train" in stages_run(result)
+        manifest = json.loads((project / "data" / "params" / "manifest.json").read_text())
+        assert manifest["source"] == {
+            "params_file": "data/raw/mine.safetensors",
+            "params_sha256": digest,
+        }
+        assert manifest["sha256"] == digest  # the same bytes, verified and kept
+        compose(
+            project,
+            "train.params_file=data/raw/mine.safetensors",
+            f"train.params_sha256={'0' * 64}",
+        )
+        refused = run(project, "dvc", "repro", check=False)
+        assert refused.returncode != 0
+        assert "train: error:" in refused.stderr and "sha256 check failed" in refused.stderr
+    finally:
+        mine.unlink()
+        compose(project)
+    run(project, "dvc", "repro")
+
+
 def test_exp_run_with_overrides_appears_in_exp_show(project):
     run(project, "git", "add", "-A")
     run(project, "git", "commit", "-qm", "after repro", check=False)
@@ -263,3 +333,31 @@ def test_exp_run_with_overrides_appears_in_exp_show(project):
     )
     names = {r.data.tags["precision"] + "/" + r.data.tags["model"] for r in runs}
     assert {"f32/toy", "f64/mlp"} <= names
+
+
+@pytest.mark.parametrize(
+    "model,direct", [("flax_mlp", True), ("equinox_mlp", False)], ids=["flax", "equinox"]
+)
+def test_a_plugged_in_model_runs_the_whole_pipeline(project, model, direct):
+    import json
+
+    pytest.importorskip(model.split("_")[0])
+    tiny = [arg for override in TINY for arg in ("-S", override)]
+    run(project, "dvc", "exp", "run", "-n", f"{model}-exp", "-S", f"model={model}", *tiny)
+    details = _details(project)
+    assert details["passed"], details["failures"]
+    assert details["reference"]["status"] == "ok" and details["reference"]["passed"]
+    assert details["gradients"]["passed"]
+    if direct:
+        assert details["not_provided"] == {}
+    else:  # reported as not provided, never faked
+        assert set(details["not_provided"]) == {"direct_eager", "direct_jit"}
+        assert "direct_jit" not in details["cases"]["standard"]["contract"]
+    track = json.loads((project / "reports" / "track.json").read_text())
+    run_ = mlflow_client(project).get_run(track["run_id"])
+    tags = run_.data.tags
+    assert tags["model"] == model and tags["verdict"] == "passed"
+    assert tags["contract.features"] == ",".join(f"x{i}" for i in range(8))
+    assert tags["contract.batched_forward"] == str(direct).lower()
+    artifacts = {a.path for a in mlflow_client(project).list_artifacts(track["run_id"])}
+    assert "contract.json" in artifacts

@@ -50,7 +50,7 @@ def test_params_round_trip(saved):
     loaded, manifest = load_model_params(model, folder)
     for a, b in zip(jax.tree.leaves(params), jax.tree.leaves(loaded), strict=True):
         np.testing.assert_array_equal(a, b)
-    assert manifest["contract"]["layers.0.W"] == {"shape": [4, 6], "dtype": "float32"}
+    assert manifest["contract"]["layers[0].W"] == {"shape": [4, 6], "dtype": "float32"}
 
 
 def test_tampered_params_fail_the_sha256_check(saved):
@@ -65,15 +65,15 @@ def test_tampered_params_fail_the_sha256_check(saved):
 def test_params_of_another_model_name_the_leaf(saved):
     _, _, folder = saved
     other = build_model(ModelConfig(name="mlp", in_features=4, hidden=[7], out_features=2))
-    with pytest.raises(ArtifactError, match=r"leaf layers\.0\.W: expected shape \[4, 7\]"):
+    with pytest.raises(ArtifactError, match=r"leaf layers\[0\]\.W: expected shape \[4, 7\]"):
         load_model_params(other, folder)
 
 
 def test_missing_and_extra_leaves_are_named(saved):
     _, _, folder = saved
     deeper = build_model(ModelConfig(name="mlp", in_features=4, hidden=[6, 6], out_features=2))
-    with pytest.raises(ArtifactError, match=r"missing leaf layers\.2\.W"):
+    with pytest.raises(ArtifactError, match=r"missing leaf layers\[2\]\.W"):
         load_model_params(deeper, folder)
     toy = build_model(ModelConfig(name="toy", in_features=3, hidden=[], out_features=2))
-    with pytest.raises(ArtifactError, match=r"unexpected leaf layers\.0\.W"):
+    with pytest.raises(ArtifactError, match=r"unexpected leaf layers\[0\]\.W"):
         load_model_params(toy, folder)

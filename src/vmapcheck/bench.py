@@ -96,6 +96,9 @@ def run_bench(
         label = f"b{rows}"
         calls = {}
         for name in PATH_NAMES:
+            if name not in paths:
+                skipped[name][label] = "not provided: the model has no hand-batched forward"
+                continue
             if name.startswith("loop") and rows > config.loop_max_batch:
                 skipped[name][label] = (
                     f"loop path capped at {config.loop_max_batch} rows (bench.loop_max_batch): "

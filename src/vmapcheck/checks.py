@@ -66,6 +66,7 @@ def _valid_case(
     record: dict[str, Any],
     oracle: dict[str, np.ndarray] | None,
     targets: np.ndarray | None,
+    skip: dict[str, str],
 ) -> tuple[dict[str, Any], list[str]]:
     kind = meta["kind"]
     out_shape = (
@@ -73,7 +74,7 @@ def _valid_case(
         if kind == "vector"
         else [meta["shape"][0], config.model.out_features]
     )
-    paths = paths_for(kind)
+    paths = [p for p in paths_for(kind) if p not in skip]
     contract = {
         p: _contract(
             record.get(p, {"crashed": True, "error": "NotRun", "message": "no record"}),
@@ -115,11 +116,13 @@ def _valid_case(
 
 
 def _negative_case(
-    name: str, meta: dict[str, Any], record: dict[str, Any]
+    name: str, meta: dict[str, Any], record: dict[str, Any], skip: dict[str, str]
 ) -> tuple[dict[str, Any], list[str]]:
     runs_on = meta.get("runs_on", "batch")
     per_path, failures = {}, []
     for path in VECTOR_PATH_NAMES if runs_on == "vector" else PATH_NAMES:
+        if path in skip:
+            continue
         entry = record.get(path, {"refused": False, "message": "not run"})
         message = entry.get("message") or f"produced an output of shape {entry.get('shape')}"
         ok = (
@@ -149,7 +152,10 @@ def _negative_case(
 
 
 def _reference(
-    config: Config, runtime: dict[str, Any], reference: dict[str, Any] | None
+    config: Config,
+    runtime: dict[str, Any],
+    reference: dict[str, Any] | None,
+    skip: dict[str, str],
 ) -> tuple[dict[str, Any], list[str]]:
     """Compare the current run of the reference's inputs with its stored outputs."""
     status = reference["status"] if reference else "missing"
@@ -174,6 +180,8 @@ def _reference(
         cases[name] = {}
         for path in paths_for(entry["kind"]):
             key = output_key(name, path)
+            if path in skip and key not in stored:
+                continue
             if key not in current:
                 result = {
                     "max_abs": None,
@@ -230,6 +238,51 @@ def _reference(
     return report, failures
 
 
+def _gradients(
+    config: Config, record: dict[str, Any] | None, arrays: dict[str, np.ndarray] | None
+) -> tuple[dict[str, Any], list[str]]:
+    """Finite loss and gradients; NaN detected; mean per-example gradient = batch gradient."""
+    if record is None or arrays is None:
+        return {"status": "not run", "passed": True}, []
+    failures = []
+    for key, what in (
+        ("loss_finite", "loss"),
+        ("grads_finite", "gradients"),
+        ("per_example_finite", "per-example gradients"),
+    ):
+        if not record[key]:
+            failures.append(f"gradients/standard: the {what} are not finite on real data")
+    probe = record["nan_probe"]
+    # The loss must carry the NaN. The gradients may legitimately stay finite: a relu
+    # that is off for that output passes no gradient (JAX selects 0, it does not
+    # multiply 0 by NaN), so they are reported, not judged.
+    if probe["loss_finite"]:
+        failures.append(
+            "gradients/nan_probe: a NaN target gave a finite loss: something masks NaN"
+        )
+    leaves = {}
+    for key in arrays:
+        if key.startswith("batch_grad."):
+            leaf = key.removeprefix("batch_grad.")
+            leaves[leaf] = compare(
+                arrays[f"per_example_mean.{leaf}"], arrays[key], config.precision.tolerance
+            )
+            if not leaves[leaf]["passed"]:
+                failures.append(
+                    f"gradients/{leaf}: mean of per-example gradients vs batch gradient: "
+                    f"{leaves[leaf]['reason']}"
+                )
+    report = {
+        "status": "ok",
+        **record,
+        "per_example_vs_batch": leaves,
+        "max_abs": _worst(leaves, "max_abs"),
+        "max_rel": _worst(leaves, "max_rel"),
+        "passed": not failures,
+    }
+    return report, failures
+
+
 def run_checks(
     config: Config,
     cases_manifest: dict[str, Any],
@@ -239,6 +292,7 @@ def run_checks(
     oracle: dict[str, np.ndarray] | None = None,
     targets: dict[str, np.ndarray] | None = None,
     reference: dict[str, Any] | None = None,
+    gradients: dict[str, np.ndarray] | None = None,
 ) -> dict[str, Any]:
     """Build the check report (its layout is ``reports/check_details.json``).
 
@@ -249,16 +303,19 @@ def run_checks(
     cases_report: dict[str, Any] = {}
     negative_report: dict[str, Any] = {}
     failures: list[str] = []
+    skip = forward_record.get("not_provided", {})
     for name, meta in cases_manifest["cases"].items():
         record = forward_record["cases"].get(name, {})
         if meta["kind"] == "invalid":
-            negative_report[name], found = _negative_case(name, meta, record)
+            negative_report[name], found = _negative_case(name, meta, record, skip)
         else:
             cases_report[name], found = _valid_case(
-                name, meta, config, outputs, record, oracle, (targets or {}).get(name)
+                name, meta, config, outputs, record, oracle, (targets or {}).get(name), skip
             )
         failures += found
-    reference_report, found = _reference(config, forward_record["runtime"], reference)
+    reference_report, found = _reference(config, forward_record["runtime"], reference, skip)
+    failures += found
+    gradients_report, found = _gradients(config, forward_record.get("gradients"), gradients)
     failures += found
     return {
         "passed": not failures,
@@ -268,9 +325,11 @@ def run_checks(
         "cross_run_tolerance": config.precision.cross_run_tolerance.model_dump(),
         "oracle": "float64 (CPU)" if oracle is not None else "none: the run is float64",
         "runtime": forward_record["runtime"],
+        "not_provided": skip,
         "cases": cases_report,
         "negative": negative_report,
         "reference": reference_report,
+        "gradients": gradients_report,
     }
 
 
@@ -298,6 +357,9 @@ def metrics_summary(report: dict[str, Any]) -> dict[str, Any]:
                 "passed": n["passed"],
             }
             for name, n in report["negative"].items()
+        },
+        "gradients": {
+            k: report["gradients"].get(k) for k in ("passed", "loss", "max_abs", "max_rel")
         },
         "reference": {
             "passed": ref["passed"],

@@ -26,13 +26,32 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
 
 
-class ModelConfig(_Strict):
-    """Which model, and its layer widths. ``toy`` is the seed's fixed 3 -> 2 model."""
+BUILTIN_MODELS = ("toy", "mlp")
 
-    name: Literal["toy", "mlp"]
+
+class ModelConfig(_Strict):
+    """Which model, and its layer widths. ``toy`` is the seed's fixed 3 -> 2 model.
+
+    Any other name is a user's model: ``factory`` is a Hydra ``_target_`` (with its
+    keyword arguments) returning a :class:`vmapcheck.models.Model`.
+    """
+
+    name: Annotated[str, Field(pattern=r"^[A-Za-z][A-Za-z0-9_-]*$")]
     in_features: PositiveInt
     hidden: list[PositiveInt]
     out_features: PositiveInt
+    factory: dict[str, Any] | None = None
+
+    @model_validator(mode="after")
+    def _factory_for_own_models(self) -> ModelConfig:
+        if self.name in BUILTIN_MODELS and self.factory is not None:
+            raise ValueError(f"model {self.name!r} is built in: model.factory must be null")
+        if self.name not in BUILTIN_MODELS and not (self.factory or {}).get("_target_"):
+            raise ValueError(
+                f"model {self.name!r} is not built in ({', '.join(BUILTIN_MODELS)}): "
+                "model.factory._target_ must name a function returning a vmapcheck Model"
+            )
+        return self
 
     @model_validator(mode="after")
     def _toy_is_fixed(self) -> ModelConfig:
@@ -121,6 +140,19 @@ class TrainConfig(_Strict):
     batch_size: PositiveInt
     learning_rate: Annotated[float, Field(gt=0.0)]
     eval_every: PositiveInt
+    # Bring your own params: a safetensors file and its expected sha256 (both or neither).
+    # When given, nothing is trained: the file is verified and evaluated.
+    params_file: str | None = None
+    params_sha256: Annotated[str, Field(pattern=r"^[0-9a-f]{64}$")] | None = None
+
+    @model_validator(mode="after")
+    def _file_with_its_digest(self) -> TrainConfig:
+        if (self.params_file is None) != (self.params_sha256 is None):
+            raise ValueError(
+                "train.params_file and train.params_sha256 go together: a params file is "
+                "used only with the sha256 it must have"
+            )
+        return self
 
 
 class BackendConfig(_Strict):

@@ -9,30 +9,46 @@ out_features)``. Params are a pytree shared by every row: they are never mapped 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import jax
 import jax.numpy as jnp
 
 from vmapcheck.config import ModelConfig
+from vmapcheck.errors import ConfigError
 
 Params = Any  # a pytree of arrays
 ForwardOne = Callable[[Params, jax.Array], jax.Array]
 ForwardBatch = Callable[[Params, jax.Array], jax.Array]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Model:
-    """A model's functions and its input/output widths."""
+    """What the harness needs of a model; a user's factory returns one (see README).
+
+    - ``forward_one(params, x)``: x of shape (in_features,) -> (out_features,); pure.
+    - ``init(key)``: params pytree from a typed PRNG key, each subkey used once.
+    - ``forward_batch(params, X)``: the hand-batched form, X (batch, in_features) with
+      the batch on axis 0 -> (batch, out_features); None when the model has none (the
+      ``direct`` path is then reported as not provided, never faked).
+    - ``trainable``: False keeps ``init``'s params (e.g. the seed's fixed toy model).
+    - ``output_names`` / ``description``: the meaning of the outputs, for the contract.
+    """
 
     name: str
     in_features: int
     out_features: int
     forward_one: ForwardOne
-    forward_batch: ForwardBatch
     init: Callable[[jax.Array], Params]
-    trainable: bool
+    forward_batch: ForwardBatch | None = None
+    trainable: bool = True
+    output_names: tuple[str, ...] = ()
+    description: str = ""
+
+    def outputs(self) -> tuple[str, ...]:
+        """Output names: as declared, else y0, y1, ..."""
+        return self.output_names or tuple(f"y{i}" for i in range(self.out_features))
 
 
 # --- toy: the seed guide's model ---------------------------------------------------------
@@ -91,8 +107,40 @@ def mlp_forward_batch(params: Params, batch: jax.Array) -> jax.Array:
     return hidden @ last["W"] + last["b"][None, :]
 
 
+def _from_factory(config: ModelConfig) -> Model:
+    from hydra.utils import instantiate
+
+    target = config.factory["_target_"]
+    try:
+        model = instantiate(config.factory, _convert_="all")
+    except Exception as exc:  # Hydra wraps import and call errors alike
+        raise ConfigError(
+            f"model.factory._target_={target!r} could not be instantiated: "
+            f"{type(exc).__name__}: {exc}"
+        ) from None
+    if not isinstance(model, Model):
+        raise ConfigError(
+            f"model.factory._target_={target!r} returned {type(model).__name__}, "
+            "expected a vmapcheck.models.Model"
+        )
+    for key in ("in_features", "out_features"):
+        if getattr(model, key) != getattr(config, key):
+            raise ConfigError(
+                f"model.{key}={getattr(config, key)} but {target} built a model with "
+                f"{key}={getattr(model, key)}"
+            )
+    return replace(model, name=config.name)
+
+
 def build_model(config: ModelConfig) -> Model:
-    """The model named by ``config`` (already validated)."""
+    """The model named by ``config`` (already validated): built in, or a user's factory.
+
+    Raises:
+        ConfigError: the factory cannot be imported or called, returns something else than
+            a Model, or a Model whose widths differ from the config's.
+    """
+    if config.factory is not None:
+        return _from_factory(config)
     if config.name == "toy":
         return Model(
             name="toy",
@@ -102,6 +150,7 @@ def build_model(config: ModelConfig) -> Model:
             forward_batch=toy_forward_batch,
             init=lambda key: toy_params(),
             trainable=False,
+            description="the seed guide's model: relu(x @ W + b), fixed params",
         )
     widths = [config.in_features, *config.hidden, config.out_features]
     return Model(
@@ -111,5 +160,5 @@ def build_model(config: ModelConfig) -> Model:
         forward_one=mlp_forward_one,
         forward_batch=mlp_forward_batch,
         init=lambda key: mlp_init(key, widths),
-        trainable=True,
+        description=f"MLP {widths}: relu hidden layers, linear output (regression)",
     )

@@ -21,10 +21,30 @@ PARAMS_FILE = "params.safetensors"
 MANIFEST_FILE = "manifest.json"
 
 
+def leaf_name(path: tuple[Any, ...]) -> str:
+    """A leaf's path as a reader writes it: ``layers[1].W`` (keys dotted, indices bracketed)."""
+    name = ""
+    for key in path:
+        if isinstance(key, jax.tree_util.SequenceKey):
+            name += f"[{key.idx}]"
+        elif isinstance(key, jax.tree_util.DictKey):
+            name += f".{key.key}" if name else str(key.key)
+        elif isinstance(key, jax.tree_util.GetAttrKey):
+            name += f".{key.name}" if name else key.name
+        elif isinstance(key, jax.tree_util.FlattenedIndexKey):
+            name += f"[{key.key}]"
+        else:  # a custom pytree's own key type
+            name += f".{key}" if name else str(key)
+    return name or "<root>"
+
+
 def leaf_paths(params: Any) -> dict[str, Any]:
-    """Map ``layers.0.W``-style leaf paths to leaves, in tree order."""
+    """Map leaf names (see :func:`leaf_name`) to leaves, in tree order."""
     flat, _ = jax.tree_util.tree_flatten_with_path(params)
-    return {jax.tree_util.keystr(path, simple=True, separator="."): leaf for path, leaf in flat}
+    named = {leaf_name(path): leaf for path, leaf in flat}
+    if len(named) != len(flat):
+        raise ArtifactError("two params leaves share one name; rename the pytree's keys")
+    return named
 
 
 def contract_of(params: Any) -> dict[str, dict[str, Any]]:
@@ -67,34 +87,92 @@ def save_params(folder: Path, params: Any, metadata: dict[str, Any]) -> dict[str
     return manifest
 
 
-def load_params(folder: Path, template: Any) -> tuple[Any, dict[str, Any]]:
-    """Load verified params shaped like ``template`` (``jax.eval_shape(model.init, key)``).
+def read_params_file(path: Path, template: Any, expected_sha256: str) -> Any:
+    """Params from a safetensors file, verified before any use.
+
+    Checks, in order: the file exists; its sha256 is ``expected_sha256``; it is a
+    safetensors file (a pickle or anything else is refused, never unpickled); every leaf
+    matches ``template`` (``jax.eval_shape(model.init, key)``) by name, shape and dtype.
 
     Raises:
-        ArtifactError: missing file, sha256 mismatch, unreadable file, or a contract
-            mismatch (naming the leaf).
+        ArtifactError: naming the check that failed (and the leaf, for the contract).
     """
-    folder = Path(folder)
-    manifest = read_json(folder / MANIFEST_FILE)
-    path = folder / manifest.get("file", PARAMS_FILE)
+    path = Path(path)
     if not path.is_file():
         raise ArtifactError(f"{path}: not found")
     digest = sha256_file(path)
-    if digest != manifest.get("sha256"):
+    if digest != expected_sha256:
         raise ArtifactError(
-            f"{path}: sha256 check failed: manifest says {manifest.get('sha256')}, file is {digest}"
+            f"{path}: sha256 check failed: expected {expected_sha256}, file is {digest}"
         )
     try:
         arrays = load_file(str(path))
     except (SafetensorError, OSError) as exc:
-        raise ArtifactError(f"{path}: not a readable safetensors file ({exc})") from None
-    expected = contract_of(template)
-    check_contract(contract_of_arrays(arrays), expected)
-    check_contract(manifest.get("contract", {}), expected)
+        raise ArtifactError(
+            f"{path}: refused, not a safetensors file ({exc}); params are never unpickled"
+        ) from None
+    check_contract(contract_of_arrays(arrays), contract_of(template))
     names = list(leaf_paths(template))
     treedef = jax.tree_util.tree_structure(template)
-    params = jax.tree_util.tree_unflatten(treedef, [arrays[name] for name in names])
+    return jax.tree_util.tree_unflatten(treedef, [arrays[name] for name in names])
+
+
+def load_params(folder: Path, template: Any) -> tuple[Any, dict[str, Any]]:
+    """Load verified params shaped like ``template`` (``jax.eval_shape(model.init, key)``).
+
+    Raises:
+        ArtifactError: missing file, sha256 mismatch with the manifest, unreadable file,
+            or a contract mismatch (naming the leaf).
+    """
+    folder = Path(folder)
+    manifest = read_json(folder / MANIFEST_FILE)
+    check_contract(manifest.get("contract", {}), contract_of(template))
+    params = read_params_file(
+        folder / manifest.get("file", PARAMS_FILE), template, manifest.get("sha256", "")
+    )
     return params, manifest
+
+
+def model_contract(model: Any, params: Any, features: list[str]) -> dict[str, Any]:
+    """The model's contract: params leaves, inputs (names, order, dtype, batch axis), outputs.
+
+    Written next to the params artifact (contract.json) and checked whenever params or
+    inputs cross a stage boundary.
+    """
+    return {
+        "model": model.name,
+        "description": model.description,
+        "params": contract_of(params),
+        "inputs": {
+            "features": list(features),
+            "n_features": model.in_features,
+            "dtype": "float32 (cast to the run's precision)",
+            "batch_axis": 0,
+            "unbatched": f"forward_one takes one vector of shape ({model.in_features},)",
+        },
+        "outputs": {
+            "names": list(model.outputs()),
+            "n_outputs": model.out_features,
+            "meaning": model.description,
+        },
+        "batched_forward": model.forward_batch is not None,
+    }
+
+
+def check_features(found: list[str], contract: dict[str, Any], where: str) -> None:
+    """Raise ArtifactError unless ``found`` is the contract's feature list, in order."""
+    expected = contract["inputs"]["features"]
+    if list(found) == list(expected):
+        return
+    if len(found) != len(expected):
+        raise ArtifactError(
+            f"{where}: expected {len(expected)} features {expected}, found {len(found)} {found}"
+        )
+    position = next(i for i, (a, b) in enumerate(zip(found, expected, strict=True)) if a != b)
+    raise ArtifactError(
+        f"{where}: feature {position} is {found[position]!r}, the params contract expects "
+        f"{expected[position]!r} (features in another order or renamed)"
+    )
 
 
 def contract_of_arrays(arrays: dict[str, np.ndarray]) -> dict[str, dict[str, Any]]:

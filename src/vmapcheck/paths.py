@@ -23,6 +23,7 @@ import numpy as np
 
 from vmapcheck.errors import InvalidInputError
 from vmapcheck.models import Model, Params
+from vmapcheck.params_io import leaf_name
 
 Path = Callable[[Params, Any], jax.Array]
 
@@ -77,6 +78,37 @@ def validate_vector(x: Any, in_features: int, dtype: Any) -> None:
     _check_values(x, dtype)
 
 
+def batched_forward(model: Model, params: Params, in_axes: tuple[Any, Any] = (None, 0)) -> Path:
+    """``jax.vmap(model.forward_one, in_axes)``, refusing params mapped without batch copies.
+
+    The seed's first listed mistake is ``in_axes=(0, 0)`` for params that are shared by
+    every row. JAX then slices the weights along their first axis as if each row had its
+    own copy: it fails when that axis differs from the batch size, and silently computes
+    something else when it happens to match. Mapping params is right only when every leaf
+    carries a leading batch axis on top of the model's own (contract) shape.
+
+    Raises:
+        InvalidInputError: params are mapped but a leaf has exactly its unbatched shape;
+            the message names the leaf and the fix.
+    """
+    params_axis = in_axes[0]
+    if params_axis is not None:
+        template = jax.eval_shape(model.init, jax.random.key(0))
+        for (path, leaf), own in zip(
+            jax.tree_util.tree_flatten_with_path(params)[0],
+            jax.tree.leaves(template),
+            strict=True,
+        ):
+            if tuple(np.shape(leaf)) == tuple(own.shape):
+                raise InvalidInputError(
+                    f"in_axes maps params over axis {params_axis}, but params have no batch "
+                    f"copies: leaf {leaf_name(path)} has shape {tuple(own.shape)}, the model's "
+                    "own shape, so vmap would slice the weights across the batch (or fail "
+                    "on a size mismatch). Params shared by every row take in_axes=(None, 0)."
+                )
+    return jax.vmap(model.forward_one, in_axes=in_axes)
+
+
 def _loop(forward_one: Callable) -> Path:
     def loop_forward(params: Params, batch: jax.Array) -> jax.Array:
         return jnp.stack([forward_one(params, row) for row in batch])
@@ -94,8 +126,9 @@ def build_paths(model: Model, dtype: Any, validate: bool = True) -> dict[str, Pa
         "loop": _loop(model.forward_one),
         # Params have no batch copies: in_axes None shares them; rows map over axis 0.
         "vmap": jax.vmap(model.forward_one, in_axes=(None, 0)),
-        "direct": model.forward_batch,
     }
+    if model.forward_batch is not None:  # absent: reported as not provided, never faked
+        raw["direct"] = model.forward_batch
     paths: dict[str, Path] = {}
     for name, fn in raw.items():
         for mode, compiled in (("eager", fn), ("jit", jax.jit(fn))):
@@ -109,6 +142,14 @@ def build_paths(model: Model, dtype: Any, validate: bool = True) -> dict[str, Pa
 
             paths[f"{name}_{mode}"] = guarded
     return paths
+
+
+def not_provided(model: Model) -> dict[str, str]:
+    """Paths this model cannot have, with the reason (reported, not failed)."""
+    if model.forward_batch is not None:
+        return {}
+    reason = f"model {model.name!r} provides no hand-batched forward (forward_batch)"
+    return {"direct_eager": reason, "direct_jit": reason}
 
 
 def build_vector_paths(model: Model, dtype: Any) -> dict[str, Path]:

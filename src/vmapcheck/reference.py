@@ -140,6 +140,7 @@ def make_reference(root: Path, config: Config, reason: str) -> dict[str, Any]:
                 output_key(n, p): outputs[output_key(n, p)]
                 for n, e in valid.items()
                 for p in paths_for(e["kind"])
+                if output_key(n, p) in outputs  # a path the model does not provide
             },
         )
         meta = {

@@ -130,8 +130,11 @@ def regression_cases(
     }
 
 
-def write_cases(folder: Path, cases: dict[str, dict[str, Any]]) -> dict[str, Any]:
-    """One .npz per case plus manifest.json with each file's sha256; returns the manifest."""
+def write_cases(
+    folder: Path, cases: dict[str, dict[str, Any]], features: list[str] | None = None
+) -> dict[str, Any]:
+    """One .npz per case plus manifest.json with each file's sha256 and the feature names
+    in order (checked against the params contract downstream); returns the manifest."""
     folder = Path(folder)
     entries = {}
     for name, case in cases.items():
@@ -148,7 +151,7 @@ def write_cases(folder: Path, cases: dict[str, dict[str, Any]]) -> dict[str, Any
             "about": case["about"],
             **{k: case[k] for k in ("expect", "runs_on", "cast") if k in case},
         }
-    manifest = {"cases": entries}
+    manifest = {"features": list(features or []), "cases": entries}
     atomic_write_json(folder / CASES_MANIFEST, manifest)
     return manifest
 

@@ -90,6 +90,18 @@ def configure_jax(backend: BackendConfig, precision: PrecisionConfig) -> Runtime
     )
 
 
+def enable_key_reuse_checks() -> None:
+    """Make JAX raise KeyReuseError when a typed PRNG key is consumed twice.
+
+    The stages that draw random numbers (prepare, train) run with this on: each subkey
+    of the key stream must feed exactly one random operation. It only sees typed keys
+    (``jax.random.key``), which is all vmapcheck uses.
+    """
+    import jax
+
+    jax.config.update("jax_debug_key_reuse", True)
+
+
 def _configure_cpu(name: str, dtype: str) -> RuntimeInfo:
     """CPU at ``dtype`` with the highest matmul precision (tolerances unused here)."""
     none = ToleranceConfig(rtol=0.0, atol=0.0)
@@ -112,7 +124,9 @@ def configure_cpu_float32() -> RuntimeInfo:
     Params and data then do not depend on the backend or precision under test, so a
     change of either reruns only the stages that run the model (forward onward).
     """
-    return _configure_cpu("f32", "float32")
+    info = _configure_cpu("f32", "float32")
+    enable_key_reuse_checks()
+    return info
 
 
 def configure_cpu_float64() -> RuntimeInfo:

@@ -7,6 +7,8 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
+from jax.errors import KeyReuseError
+
 from vmapcheck.config import Config, load_config
 from vmapcheck.errors import VmapcheckError
 
@@ -34,6 +36,14 @@ def stage_main(name: str) -> Callable[[Callable[[Config], int | None]], Callable
                 return body(load_config(ROOT / "params.yaml")) or 0
             except VmapcheckError as exc:
                 print(f"{name}: error: {exc}", file=sys.stderr)
+                return 2
+            except KeyReuseError as exc:
+                first_line = str(exc).splitlines()[0]
+                print(
+                    f"{name}: error: a PRNG key was used twice ({first_line}); each subkey of "
+                    "the key stream (vmapcheck.keys) must feed exactly one random operation",
+                    file=sys.stderr,
+                )
                 return 2
 
         return main

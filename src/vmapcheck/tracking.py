@@ -8,6 +8,7 @@ Metric names follow one sortable scheme (documented in the README):
 from __future__ import annotations
 
 import os
+import re
 import time
 from pathlib import Path
 from typing import Any
@@ -35,6 +36,12 @@ def resolve_artifact_root(tracking: TrackingConfig, root: Path) -> str:
     return (root / tracking.artifact_root).resolve().as_uri()
 
 
+def metric_name(name: str) -> str:
+    """A name MLflow accepts (alphanumerics, _ - . space : /): ``layers[0].W`` -> ``layers.0.W``."""
+    name = re.sub(r"\[(\w+)\]", r".\1", name).replace("..", ".")
+    return re.sub(r"[^\w.\- :/]", "_", name)
+
+
 def collect_metrics(
     check: dict[str, Any], bench: dict[str, Any], train: dict[str, Any]
 ) -> dict[str, float]:
@@ -55,6 +62,15 @@ def collect_metrics(
                     metrics[f"oracle/{case}/{path}/{stat}"] = result[stat]
         for path, value in report.get("loss", {}).items():
             metrics[f"loss/{case}/{path}"] = value
+    gradients = check.get("gradients", {})
+    if gradients.get("status") == "ok":
+        metrics["gradients/passed"] = float(gradients["passed"])
+        metrics["gradients/loss"] = float(gradients["loss"])
+        metrics["gradients/nan_probe_detected"] = float(not gradients["nan_probe"]["loss_finite"])
+        for leaf, result in gradients["per_example_vs_batch"].items():
+            for stat in ("max_abs", "max_rel"):
+                if result[stat] is not None:
+                    metrics[f"gradients/{leaf}/{stat}"] = result[stat]
     reference = check["reference"]
     metrics["reference/passed"] = float(reference["passed"])
     for case, by_path in reference.get("cases", {}).items():
@@ -85,7 +101,7 @@ def collect_metrics(
     for name in ("train_loss", "val_loss", "test_loss", "best_step"):
         if name in train:
             metrics[f"train/{name}"] = float(train[name])
-    return metrics
+    return {metric_name(k): v for k, v in metrics.items()}
 
 
 def run_name(config: Config, runtime: dict[str, Any], git: dict[str, str]) -> str:
@@ -103,6 +119,7 @@ def log_run(
     bench: dict[str, Any],
     train: dict[str, Any],
     artifacts: list[Path],
+    contract: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Create one MLflow run holding everything; return its ids and where to find it."""
     import mlflow
@@ -140,6 +157,16 @@ def log_run(
         "os_platform": runtime["os_platform"],
         "cpu_model": bench["machine"]["before"]["cpu_model"],
         "reference.status": check["reference"]["status"],
+        **(
+            {
+                "contract.features": ",".join(contract["inputs"]["features"]),
+                "contract.outputs": ",".join(contract["outputs"]["names"]),
+                "contract.params_leaves": str(len(contract["params"])),
+                "contract.batched_forward": str(contract["batched_forward"]).lower(),
+            }
+            if contract
+            else {}
+        ),
         **{f"reference.{k}": str(v) for k, v in check["reference"].get("made_with", {}).items()},
         "bench_noisy": str(bench["machine"]["noisy"]).lower(),
         **git,

@@ -1,0 +1,64 @@
+"""The seed's listed mistakes, refused: params mapped over axis 0, a reused PRNG key."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from jax.errors import KeyReuseError
+
+from tests.conftest import compose_config
+from vmapcheck.config import ModelConfig
+from vmapcheck.data import split_indices
+from vmapcheck.errors import InvalidInputError
+from vmapcheck.keys import named_keys
+from vmapcheck.models import build_model
+from vmapcheck.paths import batched_forward
+from vmapcheck.sources import synthetic_raw_table
+from vmapcheck.training import fit
+
+
+@pytest.fixture(scope="module")
+def mlp():
+    # Hidden width 8 = in_features: the first weight is (8, 8), so a batch of 8 rows
+    # lets a wrong in_axes run silently in plain JAX.
+    model = build_model(ModelConfig(name="mlp", in_features=8, hidden=[8], out_features=2))
+    return model, model.init(jax.random.key(0))
+
+
+def test_params_mapped_over_axis_0_are_refused_with_the_fix(mlp):
+    model, params = mlp
+    with pytest.raises(InvalidInputError) as info:
+        batched_forward(model, params, in_axes=(0, 0))
+    message = str(info.value)
+    assert "params have no batch copies" in message
+    assert "leaf layers[0].W has shape (8, 8)" in message
+    assert "in_axes=(None, 0)" in message
+
+
+def test_per_example_params_with_a_batch_axis_may_be_mapped(mlp):
+    model, params = mlp
+    copies = jax.tree.map(lambda leaf: jnp.stack([leaf] * 3), params)
+    x = jnp.ones((3, 8))
+    out = batched_forward(model, copies, in_axes=(0, 0))(copies, x)
+    np.testing.assert_allclose(out, batched_forward(model, params)(params, x), rtol=1e-6)
+
+
+def test_a_reused_key_is_caught():
+    with jax.debug_key_reuse(True):
+        key = named_keys(0)["data"]
+        jax.random.normal(key, (2,))
+        with pytest.raises(KeyReuseError, match="Previously-consumed key"):
+            jax.random.uniform(key, (2,))
+
+
+def test_the_pipelines_random_work_uses_every_key_once():
+    config = compose_config("data.n_rows=100", "train.steps=10", "train.eval_every=5")
+    with jax.debug_key_reuse(True):
+        keys = named_keys(config.seed)
+        raw = synthetic_raw_table(
+            keys["data"], 100, 8, 2, 0.1, {"birth_date": "year", "postcode": "prefix2"}
+        )
+        parts = split_indices(keys["split"], np.arange(100), config.data)
+        model = build_model(config.model)
+        splits = {n: (raw.features[i], raw.targets[i]) for n, i in parts.items()}
+        fit(model, model.init(keys["init"]), splits, config.train, keys["batches"])
