@@ -257,9 +257,7 @@ def _gradients(
     # that is off for that output passes no gradient (JAX selects 0, it does not
     # multiply 0 by NaN), so they are reported, not judged.
     if probe["loss_finite"]:
-        failures.append(
-            "gradients/nan_probe: a NaN target gave a finite loss: something masks NaN"
-        )
+        failures.append("gradients/nan_probe: a NaN target gave a finite loss: something masks NaN")
     leaves = {}
     for key in arrays:
         if key.startswith("batch_grad."):
