@@ -3,6 +3,7 @@
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pytest
 
 from vmapcheck.bench import latency_stats, metrics_summary, run_bench, time_interleaved
 from vmapcheck.config import BenchConfig, ModelConfig
@@ -29,8 +30,10 @@ def test_interleaved_timing_counts_first_call_and_warmup_apart():
 
         return call
 
-    first, samples = time_interleaved({"a": make("a"), "b": make("b")}, warmup=3, repeats=7)
-    assert counts == {"a": 11, "b": 11}
+    first, samples, inner = time_interleaved({"a": make("a"), "b": make("b")}, warmup=3, repeats=7)
+    # first call, warm-up, one calibration call, then the samples (inner loop of 1 here)
+    assert inner == {"a": 1, "b": 1}
+    assert counts == {"a": 12, "b": 12}
     assert set(first) == {"a", "b"} and all(v > 0 for v in first.values())
     assert samples["a"].shape == samples["b"].shape == (7,)
 
@@ -39,7 +42,15 @@ def test_run_bench_covers_every_path_and_caps_the_loop():
     model = build_model(ModelConfig(name="mlp", in_features=4, hidden=[8], out_features=2))
     params = model.init(jax.random.key(0))
     rows = np.random.default_rng(0).normal(size=(5, 4)).astype(np.float32)
-    config = BenchConfig(name="t", batch_sizes=[1, 32], warmup=1, repeats=5, loop_max_batch=8)
+    config = BenchConfig(
+        name="t",
+        batch_sizes=[1, 32],
+        warmup=1,
+        repeats=5,
+        loop_max_batch=8,
+        confidence_level=0.95,
+        peak_matmul_size=128,
+    )
     result = run_bench(model, params, rows, config, jnp.float32)
     for path in PATH_NAMES:
         assert set(result["latency_ms"][path]) == (
@@ -51,4 +62,40 @@ def test_run_bench_covers_every_path_and_caps_the_loop():
     assert set(result["speedup"]["b32"]) == {"vmap_over_direct"}
     assert result["machine"]["before"]["logical_cores"] >= 1
     summary = metrics_summary(result)
-    assert set(summary["latency_ms"]["vmap_jit"]["b32"]) == {"p50", "p90", "p99"}
+    assert set(summary["latency_ms"]["vmap_jit"]["b32"]) == {
+        "p50",
+        "p90",
+        "p99",
+        "median_ci_low",
+        "median_ci_high",
+    }
+    figures = result["figures"]["vmap_jit"]["b32"]
+    assert figures["compile_ms"] > 0 and figures["flops"] > 0 and figures["roofline"] > 0
+    assert result["figures"]["vmap_eager"]["b32"]["flops"] == figures["flops"]
+    assert result["peak"]["gflops"] > 0
+    assert result["machine"]["before"]["matmul_precision"]
+    assert any("GPU" in line for line in result["limits"])
+
+
+def test_the_median_comes_with_a_confidence_interval():
+    samples = np.random.default_rng(0).normal(10.0, 1.0, size=200) * 1e-3
+    stats = latency_stats(samples, rows=1)
+    assert stats["median_ci_low"] < stats["p50"] < stats["median_ci_high"]
+    assert stats["median_ci_high"] - stats["median_ci_low"] < 0.5  # ms, for n=200
+
+
+def test_a_call_below_the_timer_resolution_gets_an_inner_loop():
+    from vmapcheck.bench import inner_loop_size
+
+    assert inner_loop_size(1.0) == 1
+    assert inner_loop_size(1e-12) > 1
+
+
+def test_a_compile_while_timing_stops_the_benchmark():
+    shapes = iter(range(1, 100))
+
+    def new_shape_each_call():
+        return jax.jit(lambda x: x + 1)(jnp.ones(next(shapes)))
+
+    with pytest.raises(RuntimeError, match="compilation"):
+        time_interleaved({"recompiles": new_shape_each_call}, warmup=1, repeats=5)

@@ -32,7 +32,7 @@ def test_collected_metrics_are_all_valid_names():
             "per_example_vs_batch": {"layers[0].W": {"max_abs": 1e-8, "max_rel": 1e-7}},
         },
     }
-    bench = {"latency_ms": {}, "first_call_ms": {}, "speedup": {}}
+    bench = {"latency_ms": {}, "figures": {}, "speedup": {}}
     metrics = collect_metrics(check, bench, {"val_loss": 0.1})
     assert "gradients/layers.0.W/max_rel" in metrics
     assert metrics["gradients/nan_probe_detected"] == 1.0

@@ -1,32 +1,88 @@
 """Latency of each forward path after warm-up, as distributions, never a best run.
 
-For every path and batch size: the first call is timed apart (trace + compile for jit),
-then ``warmup`` calls are discarded, then ``repeats`` calls are each timed to
-``block_until_ready`` (JAX dispatches asynchronously: without it we would time the
-dispatch, not the work), interleaved across paths. Inputs are validated once before
-timing, so the figures are the forward alone.
+Method, for every path and batch size:
+
+- jit paths are compiled ahead of time (``jax.jit(f).lower(...).compile()``) and the
+  compile is timed apart; eager paths get their first call timed apart instead (it
+  fills JAX's per-op caches);
+- ``warmup`` calls are discarded, then ``repeats`` samples are taken, each timed to
+  ``block_until_ready`` (JAX dispatches asynchronously: without it we would time the
+  dispatch, not the work), interleaved across paths so drift in the machine's state
+  lands on every path alike;
+- when one call is too short for the timer (under ``MIN_SAMPLE_TICKS`` of its
+  resolution) a sample times a calibrated inner loop of calls and divides;
+- no compilation may happen while samples are taken (counted through
+  ``jax.monitoring``): a recompile is a harness bug, and the run stops;
+- XLA's ``cost_analysis`` gives each jit path's flops and bytes; against this machine's
+  measured matmul throughput (same run) that gives the achieved share of the peak.
 """
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable
 from typing import Any
 
 import jax
 import numpy as np
+from scipy import stats
 
 from vmapcheck.config import BenchConfig
 from vmapcheck.machine import conditions
 from vmapcheck.models import Model, Params
 from vmapcheck.names import PATH_NAMES
-from vmapcheck.paths import build_paths, cast_tree, validate_batch
+from vmapcheck.paths import cast_tree, raw_forwards, validate_batch
+
+COMPILE_EVENT = "/jax/core/compile/backend_compile_duration"
+# A sample shorter than this many timer ticks is below the timer's resolution.
+MIN_SAMPLE_TICKS = 1000
+LIMITS = (
+    "A CPU result says nothing about GPU or TPU.",
+    "A small model's latency does not predict a large model's.",
+    "jit speeds up repeated calls, but compile time (compile_ms), transfers and new "
+    "shapes (one compile each) can dominate end-to-end time.",
+)
 
 
-def latency_stats(samples_s: np.ndarray, rows: int) -> dict[str, float]:
-    """Distribution of per-call latency (samples in seconds) in milliseconds."""
+class _CompileCounter:
+    """Counts XLA compilations in this process (persistent-cache hits count too)."""
+
+    count = 0
+    _registered = False
+
+    @classmethod
+    def start(cls) -> None:
+        if not cls._registered:
+            jax.monitoring.register_event_duration_secs_listener(cls._on_event)
+            cls._registered = True
+
+    @classmethod
+    def _on_event(cls, event: str, duration: float, **_: Any) -> None:
+        if event == COMPILE_EVENT:
+            cls.count += 1
+
+
+def latency_stats(samples_s: np.ndarray, rows: int, confidence: float = 0.95) -> dict[str, float]:
+    """Distribution of per-call latency (samples in seconds) in milliseconds.
+
+    ``median_ci_low``/``median_ci_high``: a bootstrap confidence interval of the median
+    (percentile method, fixed seed so the report is reproducible).
+    """
     ms = np.asarray(samples_s, dtype=np.float64) * 1e3
     p50, p90, p99 = np.percentile(ms, [50, 90, 99])
+    if ms.size > 1 and np.ptp(ms) > 0:
+        ci = stats.bootstrap(
+            (ms,),
+            np.median,
+            confidence_level=confidence,
+            n_resamples=1000,
+            method="percentile",
+            rng=np.random.default_rng(0),
+        ).confidence_interval
+        low, high = float(ci.low), float(ci.high)
+    else:
+        low = high = float(p50)
     return {
         "p50": float(p50),
         "p90": float(p90),
@@ -36,42 +92,88 @@ def latency_stats(samples_s: np.ndarray, rows: int) -> dict[str, float]:
         "min": float(ms.min()),
         "max": float(ms.max()),
         "n": int(ms.size),
+        "median_ci_low": low,
+        "median_ci_high": high,
         "rows_per_s": float(rows / (p50 / 1e3)) if p50 > 0 else float("inf"),
     }
 
 
+def inner_loop_size(one_call_s: float) -> int:
+    """Calls per sample so that one sample spans at least MIN_SAMPLE_TICKS timer ticks."""
+    resolution = time.get_clock_info("perf_counter").resolution
+    return max(1, math.ceil(MIN_SAMPLE_TICKS * resolution / max(one_call_s, 1e-12)))
+
+
 def time_interleaved(
     calls: dict[str, Callable[[], Any]], warmup: int, repeats: int
-) -> tuple[dict[str, float], dict[str, np.ndarray]]:
-    """Time several calls round-robin; returns (first-call seconds, per-call samples).
+) -> tuple[dict[str, float], dict[str, np.ndarray], dict[str, int]]:
+    """Time several calls round-robin.
 
-    Each call's first run (trace and compile for jit) is timed apart, then ``warmup``
-    runs are discarded. Samples are then taken in rounds, one of each call per round,
-    starting each round at a different call: drift in the machine's state (frequency,
-    other tenants) then lands on every path alike, so their ratios stay fair.
+    Returns (first-call seconds, per-call samples in seconds, inner-loop size) by name.
+    Each call's first run is timed apart, then ``warmup`` runs are discarded. Samples are
+    taken in rounds, one of each call per round, starting each round at a different call.
+
+    Raises:
+        RuntimeError: something compiled while samples were taken.
     """
+    _CompileCounter.start()
     first: dict[str, float] = {}
+    inner: dict[str, int] = {}
     for name, fn in calls.items():
         start = time.perf_counter()
         jax.block_until_ready(fn())
         first[name] = time.perf_counter() - start
         for _ in range(warmup):
             jax.block_until_ready(fn())
+        start = time.perf_counter()
+        jax.block_until_ready(fn())
+        inner[name] = inner_loop_size(time.perf_counter() - start)
     names = list(calls)
     samples = {name: np.empty(repeats) for name in names}
+    compiles_before = _CompileCounter.count
     for i in range(repeats):
         for name in names[i % len(names) :] + names[: i % len(names)]:
-            fn = calls[name]
+            fn, n = calls[name], inner[name]
             start = time.perf_counter()
-            jax.block_until_ready(fn())
-            samples[name][i] = time.perf_counter() - start
-    return first, samples
+            for _ in range(n):
+                out = fn()
+            jax.block_until_ready(out)
+            samples[name][i] = (time.perf_counter() - start) / n
+    recompiles = _CompileCounter.count - compiles_before
+    if recompiles:
+        raise RuntimeError(
+            f"{recompiles} compilation(s) happened while timing {names} after warm-up: "
+            "a call at an already-seen shape must compile nothing"
+        )
+    return first, samples, inner
 
 
 def bench_input(template_rows: np.ndarray, rows: int, dtype: Any) -> jax.Array:
     """A (rows, n_features) batch tiled from real rows, on the device before timing."""
     batch = np.resize(template_rows, (rows, template_rows.shape[1]))
     return jax.device_put(jax.numpy.asarray(batch, dtype=dtype))
+
+
+def _cost(compiled: Any) -> dict[str, float]:
+    analysis = compiled.cost_analysis()
+    if isinstance(analysis, list):  # older jaxlibs return one dict per program
+        analysis = analysis[0] if analysis else {}
+    memory = compiled.memory_analysis()
+    return {
+        "flops": float((analysis or {}).get("flops", float("nan"))),
+        "bytes_accessed": float((analysis or {}).get("bytes accessed", float("nan"))),
+        "temp_bytes": float(getattr(memory, "temp_size_in_bytes", float("nan"))),
+    }
+
+
+def matmul_peak(dtype: Any, size: int, repeats: int = 15) -> dict[str, float]:
+    """This machine's matmul throughput now: p50 GFLOP/s of a (size x size) @ (size x size)."""
+    a = jax.device_put(jax.numpy.ones((size, size), dtype=dtype))
+    compiled = jax.jit(lambda x, y: x @ y).lower(a, a).compile()
+    jax.block_until_ready(compiled(a, a))
+    _, samples, _ = time_interleaved({"matmul": lambda: compiled(a, a)}, 2, repeats)
+    p50 = float(np.median(samples["matmul"]))
+    return {"size": size, "p50_ms": p50 * 1e3, "gflops": 2 * size**3 / p50 / 1e9}
 
 
 def run_bench(
@@ -82,46 +184,74 @@ def run_bench(
     dtype: Any,
     progress: Callable[[str], None] = lambda _msg: None,
 ) -> dict[str, Any]:
-    """Time every path at every batch size; returns latency, skips and conditions."""
-    paths = build_paths(model, dtype, validate=False)
+    """Time every path at every batch size; returns figures, skips and conditions."""
+    raw = raw_forwards(model)
     run_params = jax.device_put(cast_tree(params, dtype))
     before = conditions()
+    peak = matmul_peak(dtype, config.peak_matmul_size)
+    progress(f"matmul peak {peak['gflops']:.1f} GFLOP/s ({config.peak_matmul_size}^3)")
+    per_path: dict[str, dict[str, Any]] = {p: {} for p in PATH_NAMES}
     latency: dict[str, dict[str, Any]] = {p: {} for p in PATH_NAMES}
-    first_call: dict[str, dict[str, float]] = {p: {} for p in PATH_NAMES}
     samples: dict[str, dict[str, list[float]]] = {p: {} for p in PATH_NAMES}
     skipped: dict[str, dict[str, str]] = {p: {} for p in PATH_NAMES}
     for rows in config.batch_sizes:
         x = bench_input(template_rows, rows, dtype)
         validate_batch(x, model.in_features, dtype)
         label = f"b{rows}"
-        calls = {}
+        calls: dict[str, Callable[[], Any]] = {}
+        figures: dict[str, dict[str, float]] = {}
         for name in PATH_NAMES:
-            if name not in paths:
+            form, mode = name.rsplit("_", 1)
+            if form not in raw:
                 skipped[name][label] = "not provided: the model has no hand-batched forward"
                 continue
-            if name.startswith("loop") and rows > config.loop_max_batch:
+            if form == "loop" and rows > config.loop_max_batch:
                 skipped[name][label] = (
                     f"loop path capped at {config.loop_max_batch} rows (bench.loop_max_batch): "
                     "one Python-level forward per row, unrolled by jit"
                 )
                 continue
-            calls[name] = lambda fn=paths[name], x=x: fn(run_params, x)
+            if mode == "jit":
+                start = time.perf_counter()
+                compiled = jax.jit(raw[form]).lower(run_params, x).compile()
+                figures[name] = {
+                    "compile_ms": (time.perf_counter() - start) * 1e3,
+                    **_cost(compiled),
+                }
+                calls[name] = lambda c=compiled, x=x: c(run_params, x)
+            else:
+                figures[name] = {}
+                calls[name] = lambda f=raw[form], x=x: f(run_params, x)
         progress(f"batch {rows}: {', '.join(calls)}")
-        first, secs = time_interleaved(calls, config.warmup, config.repeats)
+        first, secs, inner = time_interleaved(calls, config.warmup, config.repeats)
         for name in calls:
-            latency[name][label] = latency_stats(secs[name], rows)
-            first_call[name][label] = first[name] * 1e3
+            stats_ = latency_stats(secs[name], rows, config.confidence_level)
+            latency[name][label] = stats_
             samples[name][label] = [float(s * 1e3) for s in secs[name]]
+            # Eager paths do the same arithmetic as their jit twin: use its flop count.
+            twin = figures.get(name.replace("_eager", "_jit"), {})
+            flops = figures[name].get("flops", twin.get("flops", float("nan")))
+            gflops = flops / (stats_["p50"] / 1e3) / 1e9
+            per_path[name][label] = {
+                **figures[name],
+                "first_call_ms": first[name] * 1e3,
+                "inner_loop": inner[name],
+                "flops": flops,
+                "gflops": gflops,
+                "roofline": gflops / peak["gflops"],
+            }
     after = conditions()
     busy = max(before["load_avg_1m"], after["load_avg_1m"]) > (before["usable_cores"] or 1)
     return {
         "batch_sizes": list(config.batch_sizes),
         "latency_ms": latency,
-        "first_call_ms": first_call,
+        "figures": per_path,
         "speedup": speedups(latency),
+        "peak": peak,
         "skipped": skipped,
         "samples_ms": samples,
         "machine": {"before": before, "after": after, "noisy": busy},
+        "limits": list(LIMITS),
     }
 
 
@@ -143,17 +273,22 @@ def speedups(latency: dict[str, dict[str, Any]]) -> dict[str, dict[str, float]]:
 
 
 def metrics_summary(result: dict[str, Any]) -> dict[str, Any]:
-    """The figures DVC shows as metrics (reports/bench.json): percentiles and ratios.
+    """The figures DVC shows as metrics (reports/bench.json).
 
-    The full distribution (mean, std, min, max, samples) stays in bench_details.json.
+    Percentiles, the median's confidence interval, compile time and the share of the
+    matmul peak; the full distribution (mean, std, min, max, samples) stays in
+    bench_details.json.
     """
-    return {
-        "latency_ms": {
-            path: {
-                label: {stat: stats[stat] for stat in ("p50", "p90", "p99")}
-                for label, stats in by_batch.items()
-            }
-            for path, by_batch in result["latency_ms"].items()
-        },
-        "speedup": result["speedup"],
-    }
+    out: dict[str, Any] = {"latency_ms": {}, "compile_ms": {}, "roofline": {}}
+    for path, by_batch in result["latency_ms"].items():
+        out["latency_ms"][path] = {
+            label: {k: s[k] for k in ("p50", "p90", "p99", "median_ci_low", "median_ci_high")}
+            for label, s in by_batch.items()
+        }
+        figures = result["figures"][path]
+        out["roofline"][path] = {label: f["roofline"] for label, f in figures.items()}
+        if path.endswith("_jit"):
+            out["compile_ms"][path] = {label: f["compile_ms"] for label, f in figures.items()}
+    out["speedup"] = result["speedup"]
+    out["peak_gflops"] = result["peak"]["gflops"]
+    return out

@@ -190,6 +190,10 @@ class BenchConfig(_Strict):
     warmup: PositiveInt
     repeats: Annotated[int, Field(ge=5)]
     loop_max_batch: PositiveInt
+    # Of the bootstrap confidence interval reported for each median.
+    confidence_level: Annotated[float, Field(gt=0.5, lt=1.0)]
+    # Side of the square matmul timed for this machine's peak (roofline).
+    peak_matmul_size: Annotated[int, Field(ge=64, le=8192)]
 
 
 class TrackingConfig(_Strict):

@@ -35,4 +35,22 @@ def conditions() -> dict[str, Any]:
         "memory_available_gib": round(memory.available / 2**30, 2),
         "omp_num_threads": os.environ.get("OMP_NUM_THREADS", ""),
         "xla_flags": os.environ.get("XLA_FLAGS", ""),
+        **_jax_settings(),
+    }
+
+
+def _jax_settings() -> dict[str, Any]:
+    """The JAX settings that change numbers or speed (after the backend is chosen)."""
+    import jax
+    import jaxlib
+
+    device = jax.devices()[0]
+    return {
+        "backend": jax.default_backend(),
+        "device_kind": device.device_kind,
+        "device_count": jax.device_count(),
+        "jax_version": jax.__version__,
+        "jaxlib_version": jaxlib.__version__,
+        "matmul_precision": str(jax.config.jax_default_matmul_precision),
+        "enable_x64": bool(jax.config.jax_enable_x64),
     }

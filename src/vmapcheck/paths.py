@@ -116,12 +116,8 @@ def _loop(forward_one: Callable) -> Path:
     return loop_forward
 
 
-def build_paths(model: Model, dtype: Any, validate: bool = True) -> dict[str, Path]:
-    """The six forward paths for ``model``.
-
-    With ``validate`` (the default) each path refuses an invalid batch before dispatch;
-    the benchmark validates its inputs once and times the forward alone.
-    """
+def raw_forwards(model: Model) -> dict[str, Path]:
+    """The three batched forms, untransformed: ``loop``, ``vmap`` and, if given, ``direct``."""
     raw = {
         "loop": _loop(model.forward_one),
         # Params have no batch copies: in_axes None shares them; rows map over axis 0.
@@ -129,7 +125,17 @@ def build_paths(model: Model, dtype: Any, validate: bool = True) -> dict[str, Pa
     }
     if model.forward_batch is not None:  # absent: reported as not provided, never faked
         raw["direct"] = model.forward_batch
+    return raw
+
+
+def build_paths(model: Model, dtype: Any, validate: bool = True) -> dict[str, Path]:
+    """The six forward paths for ``model``.
+
+    With ``validate`` (the default) each path refuses an invalid batch before dispatch;
+    the benchmark validates its inputs once and times the forward alone.
+    """
     paths: dict[str, Path] = {}
+    raw = raw_forwards(model)
     for name, fn in raw.items():
         for mode, compiled in (("eager", fn), ("jit", jax.jit(fn))):
             if not validate:

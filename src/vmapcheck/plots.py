@@ -25,6 +25,18 @@ def write_latency_csvs(folder: Path, latency: dict[str, dict[str, Any]]) -> list
     return written
 
 
+def write_speedup_csv(target: Path, speedup: dict[str, dict[str, float]]) -> None:
+    """batch_size, vmap_over_loop, vmap_over_direct (p50 ratios; empty where not measured)."""
+    buffer = io.StringIO()
+    writer = csv.writer(buffer, lineterminator="\n")
+    writer.writerow(["batch_size", "vmap_over_loop", "vmap_over_direct"])
+    for label, ratios in sorted(speedup.items(), key=lambda kv: int(kv[0][1:])):
+        writer.writerow(
+            [int(label[1:]), ratios.get("vmap_over_loop", ""), ratios.get("vmap_over_direct", "")]
+        )
+    atomic_write_text(Path(target), buffer.getvalue())
+
+
 def write_latency_png(target: Path, latency: dict[str, dict[str, Any]], title: str) -> None:
     """Log-log p50 latency vs batch size per path, with a p50-p90 band."""
     import matplotlib

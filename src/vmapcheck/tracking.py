@@ -13,6 +13,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from vmapcheck.config import Config, TrackingConfig, flatten
 from vmapcheck.provenance import git_state
 
@@ -92,9 +94,22 @@ def collect_metrics(
                     metrics[f"throughput_rows_per_s/{path}/{label}"] = float(value)
                 else:
                     metrics[f"latency_ms/{path}/{label}/{stat}"] = float(value)
-    for path, by_batch in bench["first_call_ms"].items():
-        for label, value in by_batch.items():
-            metrics[f"first_call_ms/{path}/{label}"] = float(value)
+    for path, by_batch in bench.get("figures", {}).items():
+        for label, figures in by_batch.items():
+            for stat in (
+                "first_call_ms",
+                "compile_ms",
+                "flops",
+                "bytes_accessed",
+                "temp_bytes",
+                "gflops",
+                "roofline",
+            ):
+                value = figures.get(stat)
+                if value is not None and np.isfinite(value):
+                    metrics[f"{stat}/{path}/{label}"] = float(value)
+    if "peak" in bench:
+        metrics["peak_gflops"] = float(bench["peak"]["gflops"])
     for label, ratios in bench["speedup"].items():
         for name, value in ratios.items():
             metrics[f"speedup/{label}/{name}"] = float(value)
