@@ -2,13 +2,13 @@
 
 Method, for every path and batch size:
 
-- jit paths are compiled ahead of time (``jax.jit(f).lower(...).compile()``) and the
-  compile is timed apart; eager paths get their first call timed apart instead (it
-  fills JAX's per-op caches);
+- jit paths are compiled ahead of time (``jax.jit(f).lower(...).compile()``): that
+  compile is timed apart and gives XLA's cost analysis; every path's first call is
+  timed apart too (for jit it builds the dispatch cache; eager fills per-op caches);
 - ``warmup`` calls are discarded, then ``repeats`` samples are taken, each timed to
   ``block_until_ready`` (JAX dispatches asynchronously: without it we would time the
-  dispatch, not the work), interleaved across paths so drift in the machine's state
-  lands on every path alike;
+  dispatch, not the work), interleaved across the jit paths (and across the eager
+  paths) so drift in the machine's state lands on every path alike;
 - when one call is too short for the timer (under ``MIN_SAMPLE_TICKS`` of its
   resolution) a sample times a calibrated inner loop of calls and divides;
 - no compilation may happen while samples are taken (counted through
@@ -212,18 +212,33 @@ def run_bench(
                 )
                 continue
             if mode == "jit":
+                jitted = jax.jit(raw[form])
                 start = time.perf_counter()
-                compiled = jax.jit(raw[form]).lower(run_params, x).compile()
+                compiled = jitted.lower(run_params, x).compile()
                 figures[name] = {
                     "compile_ms": (time.perf_counter() - start) * 1e3,
                     **_cost(compiled),
                 }
-                calls[name] = lambda c=compiled, x=x: c(run_params, x)
+                # Timed through the jitted function, as users call it: its C++ dispatch
+                # path is faster than calling the AOT `compiled` object from Python.
+                calls[name] = lambda f=jitted, x=x: f(run_params, x)
             else:
                 figures[name] = {}
                 calls[name] = lambda f=raw[form], x=x: f(run_params, x)
         progress(f"batch {rows}: {', '.join(calls)}")
-        first, secs, inner = time_interleaved(calls, config.warmup, config.repeats)
+        # Interleave jit paths with each other and eager paths with each other: the
+        # ratios compare like with like, and an eager call's many small dispatches
+        # would otherwise leave a tiny jit call behind them measurably slower.
+        first: dict[str, float] = {}
+        secs: dict[str, np.ndarray] = {}
+        inner: dict[str, int] = {}
+        for mode in ("jit", "eager"):
+            group = {n: c for n, c in calls.items() if n.endswith(f"_{mode}")}
+            if group:
+                f, s, i = time_interleaved(group, config.warmup, config.repeats)
+                first |= f
+                secs |= s
+                inner |= i
         for name in calls:
             stats_ = latency_stats(secs[name], rows, config.confidence_level)
             latency[name][label] = stats_
