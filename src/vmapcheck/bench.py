@@ -32,7 +32,7 @@ from vmapcheck.config import BenchConfig
 from vmapcheck.machine import conditions
 from vmapcheck.models import Model, Params
 from vmapcheck.names import PATH_NAMES
-from vmapcheck.paths import cast_tree, raw_forwards, validate_batch
+from vmapcheck.paths import cast_tree, not_provided, raw_forwards, validate_batch
 
 COMPILE_EVENT = "/jax/core/compile/backend_compile_duration"
 # A sample shorter than this many timer ticks is below the timer's resolution.
@@ -186,6 +186,7 @@ def run_bench(
 ) -> dict[str, Any]:
     """Time every path at every batch size; returns figures, skips and conditions."""
     raw = raw_forwards(model)
+    absent = not_provided(model)
     run_params = jax.device_put(cast_tree(params, dtype))
     before = conditions()
     peak = matmul_peak(dtype, config.peak_matmul_size)
@@ -202,8 +203,8 @@ def run_bench(
         figures: dict[str, dict[str, float]] = {}
         for name in PATH_NAMES:
             form, mode = name.rsplit("_", 1)
-            if form not in raw:
-                skipped[name][label] = "not provided: the model has no hand-batched forward"
+            if name in absent:
+                skipped[name][label] = f"not provided: {absent[name]}"
                 continue
             if form == "loop" and rows > config.loop_max_batch:
                 skipped[name][label] = (

@@ -8,6 +8,8 @@ with a :class:`~vmapcheck.errors.ConfigError` that names the key.
 
 from __future__ import annotations
 
+import hashlib
+import json
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -295,9 +297,6 @@ def load_config(path: str | Path = "params.yaml") -> Config:
 
 def config_digest(config: Config) -> str:
     """sha256 of the settings that determine params and cases (seed, model, data, train)."""
-    import hashlib
-    import json
-
     subset = config.model_dump(include={"seed", "model", "data", "train"})
     return hashlib.sha256(json.dumps(subset, sort_keys=True).encode()).hexdigest()
 
