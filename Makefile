@@ -15,12 +15,13 @@ export PATH := $(BIN):$(PATH)
 export DVC_NO_ANALYTICS := 1
 export PYTHONUNBUFFERED := 1
 
-.PHONY: help setup demo test lint format ui clean params lock reference
+.PHONY: help setup demo test lint format ui clean params lock reference verdict
 
 help:
 	@echo "make demo   set up .venv, run the pipeline (dvc repro) and print the verdict"
 	@echo "make test   set up .venv, lint, run unit and end-to-end tests"
 	@echo "make ui     MLflow UI over the local store on http://127.0.0.1:$(UI_PORT)"
+	@echo "make verdict BASELINE=last-verified|<run id>|<bench_details.json>  benchmark regression verdict"
 	@echo "make params recompose params.yaml from conf/ (as dvc exp run does)"
 	@echo "make reference REASON='...'  store the last verified run as the model's reference"
 	@echo "make clean  remove generated data, reports, the MLflow store and .venv"
@@ -55,6 +56,11 @@ format: $(STAMP)
 reference: $(STAMP)
 	@test -n "$(REASON)" || { echo "error: say why the reference changes: make reference REASON='...'" >&2; exit 1; }
 	python -m vmapcheck.reference make --reason "$(REASON)"
+
+# Judge reports/bench_details.json against a baseline; exits 1 on a regression.
+BASELINE ?= last-verified
+verdict: $(STAMP)
+	python -m vmapcheck.verdict --baseline "$(BASELINE)"
 
 params: $(STAMP)
 	python -m vmapcheck.compose

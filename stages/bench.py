@@ -1,6 +1,11 @@
 """DVC stage `bench`: latency distributions of every path and batch size after warm-up."""
 
+import contextlib
+from collections.abc import Callable, Iterator
+
 import jax.numpy as jnp
+from rich.console import Console
+from rich.progress import Progress, TimeElapsedColumn
 
 from vmapcheck.bench import metrics_summary, run_bench
 from vmapcheck.config import Config
@@ -13,6 +18,21 @@ from vmapcheck.runtime import configure_jax
 from vmapcheck.stage import CASES, PARAMS, REPORTS, stage_main
 
 
+@contextlib.contextmanager
+def bench_progress() -> Iterator[Callable[[str, float], None]]:
+    """A progress bar on a terminal; one plain line per step in logs (dvc repro in CI)."""
+    console = Console(stderr=True)
+    if not console.is_terminal:
+        yield lambda message, _done: print(f"bench: {message}", flush=True)
+        return
+    columns = (*Progress.get_default_columns(), TimeElapsedColumn())
+    with Progress(*columns, console=console) as bar:
+        task = bar.add_task("bench", total=1.0)
+        yield lambda message, done: bar.update(
+            task, completed=done, description=f"bench: {message}"
+        )
+
+
 @stage_main("bench")
 def main(config: Config) -> None:
     runtime = configure_jax(config.backend, config.precision)
@@ -20,18 +40,19 @@ def main(config: Config) -> None:
     params, _ = load_model_params(model, PARAMS)
     rows = load_cases(CASES)["standard"]["x"]
     dtype = jnp.dtype(config.precision.dtype)
-    result = run_bench(
-        model,
-        params,
-        rows,
-        config.bench,
-        dtype,
-        progress=lambda msg: print(f"bench: {msg}", flush=True),
-    )
+    with bench_progress() as progress:
+        result = run_bench(model, params, rows, config.bench, dtype, progress=progress)
     atomic_write_json(REPORTS / "bench.json", metrics_summary(result))
     atomic_write_json(
         REPORTS / "bench_details.json",
-        {"runtime": runtime.as_dict(), "bench": config.bench.model_dump(), **result},
+        {
+            "model": config.model.name,
+            "precision": config.precision.name,
+            "dtype": dtype.name,
+            "runtime": runtime.as_dict(),
+            "bench": config.bench.model_dump(),
+            **result,
+        },
     )
     with atomic_dir(REPORTS / "plots") as folder:
         write_latency_csvs(folder, result["latency_ms"])

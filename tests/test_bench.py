@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from vmapcheck.bench import latency_stats, metrics_summary, run_bench, time_interleaved
-from vmapcheck.config import BenchConfig, ModelConfig
+from vmapcheck.config import BenchConfig, ModelConfig, RegressionConfig
 from vmapcheck.models import build_model
 from vmapcheck.names import PATH_NAMES
 
@@ -50,6 +50,7 @@ def test_run_bench_covers_every_path_and_caps_the_loop():
         loop_max_batch=8,
         confidence_level=0.95,
         peak_matmul_size=128,
+        regression=RegressionConfig(factor=1.1, alpha=0.01, baseline=None),
     )
     result = run_bench(model, params, rows, config, jnp.float32)
     for path in PATH_NAMES:

@@ -85,6 +85,8 @@ def test_repro_runs_every_stage_and_logs_a_complete_mlflow_run(project):
     assert {"check.json", "bench.json", "params.yaml", "plots", "params"} <= artifacts
     plots = {a.path for a in mlflow_client(project).list_artifacts(track["run_id"], "plots")}
     assert "plots/latency.png" in plots
+    # A fresh store has no earlier verified run to judge the benchmark against.
+    assert track["perf_verdict"] == "no baseline" and tags["perf_verdict"] == "no baseline"
     summary = run(project, sys.executable, "-m", "vmapcheck.summary").stdout
     assert summary.startswith("verdict: PASSED")
     assert f"MLflow run: {track['run_id']}" in summary
@@ -110,6 +112,17 @@ def test_changing_only_a_tolerance_reruns_check_and_track(project):
     compose(project, "precision.tolerance.rtol=2e-05")
     result = run(project, "dvc", "repro")
     assert stages_run(result) == {"check", "track"}
+    # bench did not rerun: this run's latencies are the baseline's, sample for sample.
+    import json
+
+    track = json.loads((project / "reports" / "track.json").read_text())
+    assert track["perf_verdict"] == "no regression"
+    run_ = mlflow_client(project).get_run(track["run_id"])
+    assert run_.data.metrics["perf/vmap_jit/b8/ratio"] == 1.0
+    assert run_.data.tags["perf_verdict"] == "no regression"
+    assert run_.data.tags["perf_baseline"].startswith("run ")
+    verdict = run(project, sys.executable, "-m", "vmapcheck.verdict", "--baseline", "last-verified")
+    assert "benchmark verdict: NO REGRESSION" in verdict.stdout
 
 
 def test_missing_gpu_fails_with_the_backends_that_exist(project):

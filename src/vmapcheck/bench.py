@@ -182,20 +182,23 @@ def run_bench(
     template_rows: np.ndarray,
     config: BenchConfig,
     dtype: Any,
-    progress: Callable[[str], None] = lambda _msg: None,
+    progress: Callable[[str, float], None] = lambda _msg, _done: None,
 ) -> dict[str, Any]:
-    """Time every path at every batch size; returns figures, skips and conditions."""
+    """Time every path at every batch size; returns figures, skips and conditions.
+
+    ``progress(message, done)`` is called as work starts and ends, ``done`` in [0, 1].
+    """
     raw = raw_forwards(model)
     absent = not_provided(model)
     run_params = jax.device_put(cast_tree(params, dtype))
     before = conditions()
     peak = matmul_peak(dtype, config.peak_matmul_size)
-    progress(f"matmul peak {peak['gflops']:.1f} GFLOP/s ({config.peak_matmul_size}^3)")
+    progress(f"matmul peak {peak['gflops']:.1f} GFLOP/s ({config.peak_matmul_size}^3)", 0.0)
     per_path: dict[str, dict[str, Any]] = {p: {} for p in PATH_NAMES}
     latency: dict[str, dict[str, Any]] = {p: {} for p in PATH_NAMES}
     samples: dict[str, dict[str, list[float]]] = {p: {} for p in PATH_NAMES}
     skipped: dict[str, dict[str, str]] = {p: {} for p in PATH_NAMES}
-    for rows in config.batch_sizes:
+    for step, rows in enumerate(config.batch_sizes):
         x = bench_input(template_rows, rows, dtype)
         validate_batch(x, model.in_features, dtype)
         label = f"b{rows}"
@@ -226,7 +229,7 @@ def run_bench(
             else:
                 figures[name] = {}
                 calls[name] = lambda f=raw[form], x=x: f(run_params, x)
-        progress(f"batch {rows}: {', '.join(calls)}")
+        progress(f"batch {rows}: {', '.join(calls)}", step / len(config.batch_sizes))
         # Interleave jit paths with each other and eager paths with each other: the
         # ratios compare like with like, and an eager call's many small dispatches
         # would otherwise leave a tiny jit call behind them measurably slower.
@@ -256,6 +259,7 @@ def run_bench(
                 "gflops": gflops,
                 "roofline": gflops / peak["gflops"],
             }
+    progress("done", 1.0)
     after = conditions()
     busy = max(before["load_avg_1m"], after["load_avg_1m"]) > (before["usable_cores"] or 1)
     return {

@@ -186,6 +186,19 @@ class PrecisionConfig(_Strict):
         return self
 
 
+class RegressionConfig(_Strict):
+    """When a benchmark counts as slower than its baseline (vmapcheck.verdict)."""
+
+    # A cell regresses only when median(current) / median(baseline) exceeds this ...
+    factor: Annotated[float, Field(gt=1.0, le=10.0)]
+    # ... and the BH-adjusted one-sided Mann-Whitney p-value is below this.
+    alpha: Fraction
+    # Compared after every run in `track`: "last-verified" (the newest passed run with
+    # the same model, backend and precision in the store), a bench_details.json, a run
+    # id, or null for no comparison.
+    baseline: str | None
+
+
 class BenchConfig(_Strict):
     name: str
     batch_sizes: Annotated[list[PositiveInt], Field(min_length=1)]
@@ -196,6 +209,7 @@ class BenchConfig(_Strict):
     confidence_level: Annotated[float, Field(gt=0.5, lt=1.0)]
     # Side of the square matmul timed for this machine's peak (roofline).
     peak_matmul_size: Annotated[int, Field(ge=64, le=8192)]
+    regression: RegressionConfig
 
 
 class TrackingConfig(_Strict):

@@ -218,3 +218,40 @@ def log_run(
         "forward_outputs_sha256": check.get("forward_outputs_sha256"),
         **git,
     }
+
+
+def perf_metrics(result: dict[str, Any]) -> dict[str, float]:
+    """The regression verdict as metrics: ``perf/<path>/b<batch>/ratio`` etc."""
+    metrics: dict[str, float] = {"perf/regressions": float(len(result["regressions"]))}
+    if result.get("machine_slowdown") is not None:
+        metrics["perf/machine_slowdown"] = float(result["machine_slowdown"])
+    for path, by_batch in result["cells"].items():
+        for label, cell in by_batch.items():
+            for stat in ("ratio", "ci_low", "ci_high", "p_slower_adjusted"):
+                metrics[f"perf/{path}/{label}/{stat}"] = float(cell[stat])
+    return {metric_name(k): v for k, v in metrics.items()}
+
+
+def log_perf_verdict(tracking_uri: str, run_id: str, result: dict[str, Any], path: Path) -> None:
+    """Attach a regression verdict (already written to ``path``) to run ``run_id``."""
+    from mlflow.entities import Metric, RunTag
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(tracking_uri=tracking_uri)
+    now = int(time.time() * 1000)
+    metrics = [Metric(k, v, now, 0) for k, v in perf_metrics(result).items()]
+    tags = [
+        RunTag("perf_verdict", result["verdict"]),
+        RunTag("perf_baseline", result["baseline"]["source"]),
+    ]
+    for i in range(0, len(metrics), MAX_BATCH):
+        client.log_batch(run_id, metrics=metrics[i : i + MAX_BATCH], tags=tags if i == 0 else [])
+    client.log_artifact(run_id, str(path))
+
+
+def mark_no_baseline(tracking_uri: str, run_id: str, why: str) -> None:
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(tracking_uri=tracking_uri)
+    client.set_tag(run_id, "perf_verdict", "no baseline")
+    client.set_tag(run_id, "perf_baseline", why[:5000])

@@ -1,0 +1,185 @@
+"""Measure the regression verdict's false-alarm and detection rates on this machine.
+
+Runs the benchmark ``--runs`` times for the normal model (A) and as many times for the
+planted slowdown ``model=mlp_slow`` (B: its ``direct`` paths do ~25% more arithmetic;
+``loop``/``vmap`` are untouched), alternating A and B, each run in a fresh process as the
+pipeline's ``bench`` stage does. Then judges, with :func:`vmapcheck.verdict.compare`:
+
+- every pair of A runs (A/A): any regression reported is a false alarm;
+- every (A baseline, B current) pair: a regression on a ``direct`` cell is a detection,
+  one on a ``loop``/``vmap`` cell is a false alarm.
+
+Usage (from the project root, a few minutes per run pair)::
+
+    python benchmarks/validate_verdict.py --runs 8 --out benchmarks/verdict_validation.json
+
+The figures in the README come from this script; rerun it on your machine to get yours.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+SLOWED = ("direct_eager", "direct_jit")
+
+
+def bench_once(model_option: str, bench_option: str, out: Path) -> None:
+    """One benchmark run in this process (the worker): writes a bench_details-like JSON."""
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+    import yaml
+
+    from vmapcheck.bench import run_bench
+    from vmapcheck.compose import compose_yaml
+    from vmapcheck.config import validate_config
+    from vmapcheck.io import atomic_write_json
+    from vmapcheck.models import build_model
+    from vmapcheck.runtime import configure_jax
+
+    config = validate_config(
+        yaml.safe_load(
+            compose_yaml(ROOT / "conf", [f"model={model_option}", f"bench={bench_option}"])
+        )
+    )
+    runtime = configure_jax(config.backend, config.precision)
+    model = build_model(config.model)
+    # The same params and rows for A and B: only the model's code differs.
+    params = model.init(jax.random.key(0))
+    rows = np.random.default_rng(0).normal(size=(64, model.in_features)).astype(np.float32)
+    dtype = jnp.dtype(config.precision.dtype)
+    result = run_bench(model, params, rows, config.bench, dtype)
+    atomic_write_json(
+        out,
+        {
+            "model": config.model.name,
+            "dtype": dtype.name,
+            "runtime": runtime.as_dict(),
+            "samples_ms": result["samples_ms"],
+            "figures": result["figures"],
+            "peak": result["peak"],
+            "machine": result["machine"],
+        },
+    )
+
+
+def rates(results: list[dict[str, Any]], cells: set[str]) -> dict[str, Any]:
+    """Share of comparisons (and of cells in ``cells``) that reported a regression."""
+    flagged_cells = sum(len([r for r in res["regressions"] if r in cells]) for res in results)
+    total_cells = sum(
+        len([f"{p}/{b}" for p, by in res["cells"].items() for b in by if f"{p}/{b}" in cells])
+        for res in results
+    )
+    flagged_runs = sum(any(r in cells for r in res["regressions"]) for res in results)
+    verdicts = [res["verdict"] for res in results if any(r in cells for r in res["regressions"])]
+    return {
+        "comparisons": len(results),
+        "comparisons_flagged": flagged_runs,
+        "comparison_rate": flagged_runs / len(results) if results else float("nan"),
+        "cells": total_cells,
+        "cells_flagged": flagged_cells,
+        "cell_rate": flagged_cells / total_cells if total_cells else float("nan"),
+        # Of the flagged comparisons: how many the machine control turned into
+        # "inconclusive" (the machine itself changed speed, or a run was noisy).
+        "flagged_verdicts": {v: verdicts.count(v) for v in sorted(set(verdicts))},
+    }
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=int, default=8, help="runs of each model (A and B)")
+    parser.add_argument("--bench", default="quick", help="bench config option (conf/bench)")
+    parser.add_argument("--factor", type=float, help="default: the bench config's")
+    parser.add_argument("--alpha", type=float, help="default: the bench config's")
+    parser.add_argument("--out", type=Path, default=ROOT / "benchmarks/verdict_validation.json")
+    parser.add_argument("--worker", nargs=2, metavar=("MODEL", "OUT"), help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.worker:
+        bench_once(args.worker[0], args.bench, Path(args.worker[1]))
+        return 0
+
+    import yaml
+
+    from vmapcheck.compose import compose_yaml
+    from vmapcheck.io import atomic_write_json
+    from vmapcheck.verdict import compare, read_bench_file
+
+    regression = yaml.safe_load(compose_yaml(ROOT / "conf", [f"bench={args.bench}"]))["bench"][
+        "regression"
+    ]
+    factor = args.factor or regression["factor"]
+    alpha = args.alpha or regression["alpha"]
+    runs: dict[str, list[Path]] = {"mlp": [], "mlp_slow": []}
+    started = time.time()
+    with tempfile.TemporaryDirectory() as tmp:
+        for i in range(args.runs):
+            for model in ("mlp", "mlp_slow"):
+                out = Path(tmp) / f"{model}-{i}.json"
+                subprocess.run(
+                    [sys.executable, __file__, "--bench", args.bench, "--worker", model, str(out)],
+                    check=True,
+                    env={**os.environ, "JAX_PLATFORMS": "cpu"},
+                )
+                runs[model].append(out)
+                print(f"run {i + 1}/{args.runs} {model}: {time.time() - started:.0f} s", flush=True)
+        a_runs = [read_bench_file(p) for p in runs["mlp"]]
+        b_runs = [read_bench_file(p) for p in runs["mlp_slow"]]
+        loads = [
+            json.loads(p.read_text())["machine"]["after"]["load_avg_1m"]
+            for p in runs["mlp"] + runs["mlp_slow"]
+        ]
+        flops = {
+            model: json.loads(paths[0].read_text())["figures"]["direct_jit"]
+            for model, paths in runs.items()
+        }
+    all_cells = {f"{p}/{b}" for p, by in a_runs[0].samples_ms.items() for b in by}
+    slowed_cells = {c for c in all_cells if c.split("/")[0] in SLOWED}
+    aa = [compare(x, y, factor, alpha) for x, y in itertools.combinations(a_runs, 2)]
+    ab = [compare(a, b, factor, alpha) for a, b in itertools.product(a_runs, b_runs)]
+    per_cell_detection = {
+        cell: sum(cell in res["regressions"] for res in ab) / len(ab)
+        for cell in sorted(slowed_cells)
+    }
+    report = {
+        "factor": factor,
+        "alpha": alpha,
+        "bench": args.bench,
+        "runs_per_model": args.runs,
+        "load_avg_1m": {"min": min(loads), "max": max(loads)},
+        "direct_jit_flops_ratio": {
+            label: flops["mlp_slow"][label]["flops"] / flops["mlp"][label]["flops"]
+            for label in flops["mlp"]
+        },
+        "aa_false_alarm": rates(aa, all_cells),
+        "ab_detection": rates(ab, slowed_cells),
+        "ab_detection_by_cell": per_cell_detection,
+        "ab_false_alarm_untouched_paths": rates(ab, all_cells - slowed_cells),
+        "median_ratio_by_cell": {
+            cell: sorted(
+                res["cells"][cell.split("/")[0]][cell.split("/")[1]]["ratio"] for res in ab
+            )[len(ab) // 2]
+            for cell in sorted(all_cells)
+        },
+        "machine_slowdown": {
+            "aa": sorted(res["machine_slowdown"] for res in aa),
+            "ab": sorted(res["machine_slowdown"] for res in ab),
+        },
+        "wall_s": time.time() - started,
+    }
+    atomic_write_json(args.out, report)
+    print(json.dumps({k: v for k, v in report.items() if k != "median_ratio_by_cell"}, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,441 @@
+"""Regression verdict: is a benchmark slower than its baseline, beyond this machine's noise?
+
+For every path and batch size present in both runs (``samples_ms`` of
+``bench_details.json``: per-call latencies, milliseconds):
+
+- ``ratio``: median(current) / median(baseline); above 1 is slower;
+- ``ci_low``/``ci_high``: a bootstrap confidence interval of that ratio (both samples
+  resampled independently, percentile method, fixed seed);
+- ``p_slower``/``p_faster``: one-sided Mann-Whitney U tests (is the current run's
+  latency stochastically larger / smaller?), then adjusted over all cells of the
+  comparison with Benjamini-Hochberg, since one comparison tests a dozen cells or more.
+
+A cell is a **regression** only when the slowdown is both significant (adjusted
+``p_slower < alpha``) and larger than ``factor`` (``ratio > factor``), asv's rule: a
+shared machine makes tiny shifts between two processes significant, and the factor is
+what keeps those from being reported. An **improvement** is the mirror image
+(``ratio < 1 / factor``). The README gives this detector's measured false-alarm and
+detection rates on this machine (``benchmarks/validate_verdict.py``).
+
+The baseline is a ``bench_details.json`` file, an MLflow run id, or ``last-verified``:
+the newest run in the store that passed its checks with the same model, backend and
+precision. ``python -m vmapcheck.verdict --baseline ...`` (``make verdict``) prints the
+table and exits 1 on a regression (0 for "no regression" and "inconclusive").
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import math
+import sys
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from scipy import stats
+
+from vmapcheck.errors import ArtifactError, ConfigError, VmapcheckError
+from vmapcheck.io import atomic_write_json, read_json
+
+LAST_VERIFIED = "last-verified"
+BENCH_ARTIFACT = "bench_details.json"
+# The context that makes two benchmarks comparable, or explains why they differ.
+CONTEXT_KEYS = ("model", "backend", "device_kind", "dtype", "jax_version", "cpu_model")
+MIN_SAMPLES = 5
+
+
+@dataclass(frozen=True)
+class BenchRecord:
+    """One run's latency samples (ms, by path then ``b<batch>`` label) and its context."""
+
+    source: str
+    samples_ms: dict[str, dict[str, np.ndarray]]
+    context: dict[str, Any] = field(default_factory=dict)
+    noisy: bool = False
+    # This machine's matmul throughput measured in the same run: the control.
+    peak_gflops: float | None = None
+
+
+def record_from_details(details: Any, source: str) -> BenchRecord:
+    """Validate a parsed ``bench_details.json`` and keep what the verdict needs.
+
+    Raises:
+        ArtifactError: naming ``source`` and the key that is missing or malformed.
+    """
+    if not isinstance(details, dict) or not isinstance(details.get("samples_ms"), dict):
+        raise ArtifactError(
+            f"{source}: expected a bench_details.json with a 'samples_ms' mapping "
+            "(written by the bench stage)"
+        )
+    samples: dict[str, dict[str, np.ndarray]] = {}
+    for path, by_batch in details["samples_ms"].items():
+        if not isinstance(by_batch, dict):
+            raise ArtifactError(f"{source}: samples_ms.{path}: expected a mapping of batch labels")
+        for label, values in by_batch.items():
+            where = f"{source}: samples_ms.{path}.{label}"
+            try:
+                array = np.asarray(values, dtype=np.float64)
+            except (TypeError, ValueError):
+                raise ArtifactError(f"{where}: expected a list of numbers") from None
+            if array.ndim != 1 or array.size < MIN_SAMPLES:
+                raise ArtifactError(
+                    f"{where}: expected a list of at least {MIN_SAMPLES} latencies, "
+                    f"found shape {array.shape}"
+                )
+            if not (np.isfinite(array).all() and (array > 0).all()):
+                raise ArtifactError(f"{where}: expected finite positive latencies (ms)")
+            samples.setdefault(path, {})[label] = array
+    machine = details.get("machine") or {}
+    before = machine.get("before") or {}
+    runtime = details.get("runtime") or {}
+    context = {
+        "model": details.get("model"),
+        "backend": runtime.get("backend", before.get("backend")),
+        "device_kind": runtime.get("device_kind", before.get("device_kind")),
+        "dtype": details.get("dtype"),
+        "jax_version": runtime.get("jax_version", before.get("jax_version")),
+        "cpu_model": before.get("cpu_model"),
+    }
+    peak = (details.get("peak") or {}).get("gflops")
+    peak = float(peak) if isinstance(peak, int | float) and peak > 0 else None
+    return BenchRecord(source, samples, context, bool(machine.get("noisy", False)), peak)
+
+
+def read_bench_file(path: Path) -> BenchRecord:
+    """A ``bench_details.json`` on disk (see :func:`record_from_details`)."""
+    return record_from_details(read_json(Path(path)), str(path))
+
+
+def _client(tracking_uri: str) -> Any:
+    from mlflow.tracking import MlflowClient
+
+    return MlflowClient(tracking_uri=tracking_uri)
+
+
+def bench_from_run(tracking_uri: str, run_id: str) -> BenchRecord:
+    """The ``bench_details.json`` artifact of MLflow run ``run_id``.
+
+    Raises:
+        ArtifactError: the run does not exist or has no such artifact.
+    """
+    from mlflow.exceptions import MlflowException
+
+    client = _client(tracking_uri)
+    try:
+        client.get_run(run_id)
+    except MlflowException as exc:
+        raise ArtifactError(
+            f"baseline run {run_id!r} not found in {tracking_uri}: {exc.message}"
+        ) from None
+    with tempfile.TemporaryDirectory() as tmp:
+        try:
+            local = client.download_artifacts(run_id, BENCH_ARTIFACT, tmp)
+        except (MlflowException, OSError) as exc:
+            raise ArtifactError(
+                f"baseline run {run_id!r} in {tracking_uri} has no {BENCH_ARTIFACT} artifact: {exc}"
+            ) from None
+        return record_from_details(read_json(Path(local)), f"run {run_id}")
+
+
+def last_verified_run(
+    tracking_uri: str, experiment: str, tags: dict[str, str], exclude: str | None = None
+) -> str | None:
+    """Id of the newest run of ``experiment`` with tag verdict=passed and ``tags`` equal."""
+    client = _client(tracking_uri)
+    found = client.get_experiment_by_name(experiment)
+    if found is None:
+        return None
+    conditions = ["tags.verdict = 'passed'"] + [
+        f"tags.{key} = '{value}'" for key, value in sorted(tags.items())
+    ]
+    runs = client.search_runs(
+        [found.experiment_id],
+        filter_string=" and ".join(conditions),
+        order_by=["attributes.start_time DESC"],
+        max_results=10,
+    )
+    for run in runs:
+        if run.info.run_id != exclude:
+            return run.info.run_id
+    return None
+
+
+def resolve_baseline(
+    spec: str,
+    tracking_uri: str | None = None,
+    experiment: str | None = None,
+    tags: dict[str, str] | None = None,
+    exclude: str | None = None,
+) -> BenchRecord:
+    """The baseline named by ``spec``: a file, an MLflow run id, or ``last-verified``.
+
+    Raises:
+        ConfigError: ``spec`` names none of these (the message says what was tried).
+        ArtifactError: the file or run exists but holds no usable benchmark.
+    """
+    if Path(spec).is_file():
+        return read_bench_file(Path(spec))
+    if tracking_uri is None:
+        raise ConfigError(f"baseline {spec!r}: no such file, and no MLflow store to look in")
+    if spec == LAST_VERIFIED:
+        run_id = last_verified_run(tracking_uri, experiment or "", tags or {}, exclude)
+        if run_id is None:
+            wanted = ", ".join(f"{k}={v}" for k, v in sorted((tags or {}).items()))
+            raise ArtifactError(
+                f"baseline {LAST_VERIFIED}: no passed run with {wanted or 'any tags'} in "
+                f"experiment {experiment!r} of {tracking_uri}"
+            )
+        return bench_from_run(tracking_uri, run_id)
+    if len(spec) == 32 and all(c in "0123456789abcdef" for c in spec):
+        return bench_from_run(tracking_uri, spec)
+    raise ConfigError(
+        f"baseline {spec!r}: expected a bench_details.json file, an MLflow run id "
+        f"(32 hex digits) or {LAST_VERIFIED!r}"
+    )
+
+
+def compare_cell(
+    baseline: np.ndarray, current: np.ndarray, confidence: float = 0.95, seed: int = 0
+) -> dict[str, float]:
+    """Ratio of medians (current / baseline) with its bootstrap CI and one-sided p-values."""
+
+    def ratio(cur: np.ndarray, base: np.ndarray, axis: int = -1) -> np.ndarray:
+        return np.median(cur, axis=axis) / np.median(base, axis=axis)
+
+    point = float(np.median(current) / np.median(baseline))
+    ci = stats.bootstrap(
+        (current, baseline),
+        ratio,
+        paired=False,
+        vectorized=True,
+        confidence_level=confidence,
+        n_resamples=2000,
+        method="percentile",
+        rng=np.random.default_rng(seed),
+    ).confidence_interval
+    return {
+        "ratio": point,
+        "ci_low": float(ci.low),
+        "ci_high": float(ci.high),
+        "p_slower": float(stats.mannwhitneyu(current, baseline, alternative="greater").pvalue),
+        "p_faster": float(stats.mannwhitneyu(current, baseline, alternative="less").pvalue),
+        "n_baseline": int(baseline.size),
+        "n_current": int(current.size),
+        "baseline_p50_ms": float(np.median(baseline)),
+        "current_p50_ms": float(np.median(current)),
+    }
+
+
+def compare(
+    baseline: BenchRecord,
+    current: BenchRecord,
+    factor: float,
+    alpha: float,
+    confidence: float = 0.95,
+) -> dict[str, Any]:
+    """Judge every path and batch size the two runs share; see the module docstring.
+
+    A run with regressions is judged ``inconclusive`` instead when either run was noisy
+    (load above the core count) or the machine itself changed speed by more than
+    ``factor`` between them (``machine_slowdown``: the ratio of the matmul throughput both
+    runs measured, > 1 when the current run's machine was slower).
+
+    Returns {"verdict": "regression" | "no regression" | "inconclusive", "regressions":
+    ["path/b<batch>"],
+    "improvements": [...], "cells": {path: {label: {...}}}, "only_in_baseline",
+    "only_in_current", "differences": {key: [baseline, current]}, "noisy", ...}.
+    """
+    if not factor > 1.0:
+        raise ConfigError(f"bench.regression.factor: expected > 1, found {factor}")
+    if not 0.0 < alpha < 1.0:
+        raise ConfigError(f"bench.regression.alpha: expected 0 < alpha < 1, found {alpha}")
+    cells: dict[str, dict[str, dict[str, Any]]] = {}
+    keys: list[tuple[str, str]] = []
+    only_base, only_cur = [], []
+    for path in sorted(set(baseline.samples_ms) | set(current.samples_ms)):
+        base_batches = baseline.samples_ms.get(path, {})
+        cur_batches = current.samples_ms.get(path, {})
+        for label in sorted(set(base_batches) | set(cur_batches), key=_batch_order):
+            if label not in cur_batches:
+                only_base.append(f"{path}/{label}")
+            elif label not in base_batches:
+                only_cur.append(f"{path}/{label}")
+            else:
+                cell = compare_cell(base_batches[label], cur_batches[label], confidence)
+                cells.setdefault(path, {})[label] = cell
+                keys.append((path, label))
+    if keys:
+        # Benjamini-Hochberg over the cells of this comparison, one direction at a time.
+        for direction in ("p_slower", "p_faster"):
+            raw = np.array([cells[p][b][direction] for p, b in keys])
+            adjusted = stats.false_discovery_control(raw, method="bh")
+            for (p, b), q in zip(keys, adjusted, strict=True):
+                cells[p][b][f"{direction}_adjusted"] = float(q)
+    regressions, improvements = [], []
+    for path, label in keys:
+        cell = cells[path][label]
+        if cell["ratio"] > factor and cell["p_slower_adjusted"] < alpha:
+            cell["status"] = "regression"
+            regressions.append(f"{path}/{label}")
+        elif cell["ratio"] < 1.0 / factor and cell["p_faster_adjusted"] < alpha:
+            cell["status"] = "improvement"
+            improvements.append(f"{path}/{label}")
+        else:
+            cell["status"] = "no change"
+    # The control: the same matmul timed in both runs. When the machine itself got slower
+    # by more than the factor, a slowdown of the code cannot be told from it.
+    control = (
+        baseline.peak_gflops / current.peak_gflops
+        if baseline.peak_gflops and current.peak_gflops
+        else None
+    )
+    noisy = baseline.noisy or current.noisy
+    unstable = control is not None and not 1.0 / factor <= control <= factor
+    if not regressions:
+        verdict = "no regression"
+    elif noisy or unstable:
+        verdict = "inconclusive"
+    else:
+        verdict = "regression"
+    differences = {
+        key: [baseline.context.get(key), current.context.get(key)]
+        for key in CONTEXT_KEYS
+        if baseline.context.get(key) != current.context.get(key)
+    }
+    return {
+        "verdict": verdict,
+        "baseline": {"source": baseline.source, **baseline.context, "noisy": baseline.noisy},
+        "current": {"source": current.source, **current.context, "noisy": current.noisy},
+        "factor": factor,
+        "alpha": alpha,
+        "confidence_level": confidence,
+        "regressions": regressions,
+        "improvements": improvements,
+        "cells": cells,
+        "only_in_baseline": only_base,
+        "only_in_current": only_cur,
+        "differences": differences,
+        "noisy": noisy,
+        "machine_slowdown": control,
+        "machine_unstable": unstable,
+    }
+
+
+def _batch_order(label: str) -> tuple[int, str]:
+    digits = label.lstrip("b")
+    return (int(digits), label) if digits.isdigit() else (math.inf, label)  # type: ignore[return-value]
+
+
+def format_table(result: dict[str, Any]) -> str:
+    """The comparison as text: one line per path and batch size, regressions marked."""
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=f"benchmark verdict: {result['verdict'].upper()}")
+    for column in ("path", "batch", "base p50 ms", "cur p50 ms", "ratio", "ratio CI", "p slower"):
+        table.add_column(column, justify="left" if column in ("path", "batch") else "right")
+    table.add_column("status")
+    for path, by_batch in result["cells"].items():
+        for label, cell in by_batch.items():
+            style = {"regression": "bold red", "improvement": "green"}.get(cell["status"], "")
+            table.add_row(
+                path,
+                label,
+                f"{cell['baseline_p50_ms']:.4g}",
+                f"{cell['current_p50_ms']:.4g}",
+                f"{cell['ratio']:.3f}",
+                f"[{cell['ci_low']:.3f}, {cell['ci_high']:.3f}]",
+                f"{cell['p_slower_adjusted']:.2g}",
+                cell["status"],
+                style=style,
+            )
+    buffer = io.StringIO()
+    Console(file=buffer, width=120, force_terminal=False).print(table)
+    lines = [buffer.getvalue().rstrip()]
+    lines.append(
+        f"regression = ratio of medians > {result['factor']} and Mann-Whitney p (BH-adjusted) "
+        f"< {result['alpha']}; baseline: {result['baseline']['source']}"
+    )
+    for key, (base, cur) in result["differences"].items():
+        if base is None or cur is None:
+            side = "baseline" if base is None else "current run"
+            lines.append(f"note: {key} not recorded in the {side} (an older bench_details.json)")
+        else:
+            lines.append(f"note: {key} differs: baseline {base!r}, current {cur!r}")
+    if result["noisy"]:
+        lines.append("note: a run was marked noisy (load above the core count): read with care")
+    if result["machine_slowdown"] is not None:
+        lines.append(
+            f"control: the machine's matmul throughput was {result['machine_slowdown']:.2f}x "
+            "slower in the current run"
+            + (
+                " (beyond the factor: slowdowns here are not attributable to the code)"
+                if result["machine_unstable"]
+                else ""
+            )
+        )
+    for name in ("only_in_baseline", "only_in_current"):
+        if result[name]:
+            lines.append(f"note: {name.replace('_', ' ')}: {', '.join(result[name])}")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m vmapcheck.verdict --baseline SPEC``: exit 1 on a regression, else 0."""
+    from vmapcheck.config import load_config
+    from vmapcheck.tracking import resolve_tracking_uri
+
+    parser = argparse.ArgumentParser(prog="python -m vmapcheck.verdict", description=__doc__)
+    parser.add_argument(
+        "--baseline",
+        required=True,
+        help=f"a bench_details.json, an MLflow run id, or {LAST_VERIFIED!r}",
+    )
+    parser.add_argument(
+        "--current",
+        default="reports/bench_details.json",
+        help="the run to judge: a bench_details.json or an MLflow run id",
+    )
+    parser.add_argument("--factor", type=float, help="default: bench.regression.factor")
+    parser.add_argument("--alpha", type=float, help="default: bench.regression.alpha")
+    parser.add_argument("--out", type=Path, help="also write the verdict as JSON here")
+    parser.add_argument("--root", type=Path, default=Path.cwd(), help="project root")
+    args = parser.parse_args(argv)
+    try:
+        config = load_config(args.root / "params.yaml")
+        uri = resolve_tracking_uri(config.tracking, args.root)
+        tags = {
+            "model": config.model.name,
+            "backend": config.backend.name,
+            "precision": config.precision.name,
+        }
+        current = resolve_baseline(args.current, uri, config.tracking.experiment, tags)
+        baseline = resolve_baseline(
+            args.baseline, uri, config.tracking.experiment, tags, exclude=_run_id(args.current)
+        )
+        regression = config.bench.regression
+        result = compare(
+            baseline,
+            current,
+            args.factor if args.factor is not None else regression.factor,
+            args.alpha if args.alpha is not None else regression.alpha,
+            config.bench.confidence_level,
+        )
+    except VmapcheckError as exc:
+        print(f"verdict: error: {exc}", file=sys.stderr)
+        return 2
+    print(format_table(result))
+    if args.out:
+        atomic_write_json(args.out, result)
+    return 1 if result["verdict"] == "regression" else 0
+
+
+def _run_id(spec: str) -> str | None:
+    return None if Path(spec).is_file() else spec
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

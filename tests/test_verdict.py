@@ -1,0 +1,197 @@
+"""The regression verdict: a slowdown is reported only when significant AND beyond the factor."""
+
+import json
+
+import numpy as np
+import pytest
+
+from vmapcheck.errors import ArtifactError, ConfigError
+from vmapcheck.verdict import (
+    BenchRecord,
+    compare,
+    main,
+    read_bench_file,
+    record_from_details,
+    resolve_baseline,
+)
+
+
+def _lognormal(median_ms: float, n: int, seed: int, sigma: float = 0.1) -> np.ndarray:
+    """Latencies as machines produce them: right-skewed around ``median_ms``."""
+    return median_ms * np.random.default_rng(seed).lognormal(0.0, sigma, size=n)
+
+
+def _record(samples: dict[str, dict[str, np.ndarray]], **context) -> BenchRecord:
+    return BenchRecord("test", samples, {"model": "mlp", **context})
+
+
+def test_the_same_distribution_is_no_regression():
+    base = _record({"vmap_jit": {"b16": _lognormal(1.0, 100, 0)}})
+    cur = _record({"vmap_jit": {"b16": _lognormal(1.0, 100, 1)}})
+    result = compare(base, cur, factor=1.1, alpha=0.01)
+    cell = result["cells"]["vmap_jit"]["b16"]
+    assert result["verdict"] == "no regression" and cell["status"] == "no change"
+    assert cell["ci_low"] < 1.0 < cell["ci_high"]
+
+
+def test_a_30_percent_slowdown_is_reported_with_ratio_ci_and_p_value():
+    base = _record({"direct_jit": {"b16": _lognormal(1.0, 60, 0)}})
+    cur = _record({"direct_jit": {"b16": _lognormal(1.3, 60, 1)}})
+    result = compare(base, cur, factor=1.1, alpha=0.01)
+    cell = result["cells"]["direct_jit"]["b16"]
+    assert result["verdict"] == "regression"
+    assert result["regressions"] == ["direct_jit/b16"]
+    assert 1.2 < cell["ratio"] < 1.4 and cell["ci_low"] > 1.1
+    assert cell["p_slower_adjusted"] < 1e-6
+
+
+def test_a_significant_but_small_slowdown_stays_below_the_factor():
+    # With many samples a 4% shift is very significant; asv's rule still ignores it.
+    base = _record({"vmap_jit": {"b16": _lognormal(1.0, 2000, 0, sigma=0.02)}})
+    cur = _record({"vmap_jit": {"b16": _lognormal(1.04, 2000, 1, sigma=0.02)}})
+    cell = compare(base, cur, factor=1.1, alpha=0.01)["cells"]["vmap_jit"]["b16"]
+    assert cell["p_slower_adjusted"] < 1e-10 and cell["status"] == "no change"
+
+
+def test_a_large_but_noisy_difference_is_not_significant():
+    base = _record({"vmap_jit": {"b16": np.array([1.0, 5.0, 1.2, 4.0, 1.1])}})
+    cur = _record({"vmap_jit": {"b16": np.array([1.4, 1.3, 5.5, 1.5, 4.4])}})
+    cell = compare(base, cur, factor=1.1, alpha=0.01)["cells"]["vmap_jit"]["b16"]
+    assert cell["ratio"] > 1.1 and cell["status"] == "no change"
+
+
+def test_only_the_slowed_path_is_flagged_and_a_speedup_is_an_improvement():
+    base = _record(
+        {
+            "vmap_jit": {"b1": _lognormal(1.0, 80, 0), "b128": _lognormal(2.0, 80, 1)},
+            "direct_jit": {"b1": _lognormal(1.0, 80, 2), "b128": _lognormal(2.0, 80, 3)},
+        }
+    )
+    cur = _record(
+        {
+            "vmap_jit": {"b1": _lognormal(1.0, 80, 4), "b128": _lognormal(1.5, 80, 5)},
+            "direct_jit": {"b1": _lognormal(1.0, 80, 6), "b128": _lognormal(2.5, 80, 7)},
+        },
+        jax_version="0.12.0",
+    )
+    result = compare(base, cur, factor=1.1, alpha=0.01)
+    assert result["regressions"] == ["direct_jit/b128"]
+    assert result["improvements"] == ["vmap_jit/b128"]
+    assert result["differences"] == {"jax_version": [None, "0.12.0"]}
+
+
+def test_cells_in_one_run_only_are_listed_not_compared():
+    base = _record({"loop_jit": {"b1": _lognormal(1.0, 20, 0)}})
+    cur = _record({"loop_jit": {"b1": _lognormal(1.0, 20, 1), "b256": _lognormal(9.0, 20, 2)}})
+    result = compare(base, cur, factor=1.1, alpha=0.01)
+    assert result["only_in_current"] == ["loop_jit/b256"]
+    assert set(result["cells"]["loop_jit"]) == {"b1"}
+
+
+@pytest.mark.parametrize(
+    ("factor", "alpha", "key"), [(1.0, 0.01, "factor"), (1.2, 0.0, "alpha"), (1.2, 1.5, "alpha")]
+)
+def test_impossible_thresholds_are_refused(factor, alpha, key):
+    base = _record({"vmap_jit": {"b1": _lognormal(1.0, 20, 0)}})
+    with pytest.raises(ConfigError, match=f"bench.regression.{key}"):
+        compare(base, base, factor=factor, alpha=alpha)
+
+
+def test_a_malformed_bench_file_names_the_file_and_the_key(tmp_path):
+    path = tmp_path / "bench_details.json"
+    path.write_text(json.dumps({"samples_ms": {"vmap_jit": {"b16": [1.0, "x", 2.0]}}}))
+    with pytest.raises(ArtifactError, match=r"bench_details.json: samples_ms.vmap_jit.b16"):
+        read_bench_file(path)
+    with pytest.raises(ArtifactError, match="at least 5 latencies"):
+        record_from_details({"samples_ms": {"vmap_jit": {"b16": [1.0]}}}, "x")
+    with pytest.raises(ArtifactError, match="finite positive"):
+        record_from_details({"samples_ms": {"vmap_jit": {"b16": [1.0] * 4 + [float("nan")]}}}, "x")
+    with pytest.raises(ArtifactError, match="'samples_ms' mapping"):
+        record_from_details({"latency_ms": {}}, "x")
+
+
+def test_an_unknown_baseline_says_what_it_expected(tmp_path):
+    with pytest.raises(ConfigError, match="32 hex digits"):
+        resolve_baseline("yesterday", tracking_uri=f"sqlite:///{tmp_path}/m.db")
+
+
+def _details(median_ms: float, seed: int, model: str = "mlp") -> dict:
+    return {
+        "model": model,
+        "dtype": "float32",
+        "runtime": {"backend": "cpu", "device_kind": "cpu", "jax_version": "0.11.2"},
+        "samples_ms": {"direct_jit": {"b16": _lognormal(median_ms, 50, seed).tolist()}},
+        "machine": {"noisy": False, "before": {"cpu_model": "test cpu"}},
+    }
+
+
+def test_last_verified_is_the_newest_passed_run_of_the_same_model(tmp_path):
+    """A real MLflow store: a failed run and another model's run are never the baseline."""
+    import mlflow
+    from mlflow.tracking import MlflowClient
+
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    client = MlflowClient(tracking_uri=uri)
+    experiment = client.create_experiment("vmapcheck", artifact_location=tmp_path.as_uri())
+    ids = {}
+    for name, verdict, model, median in (
+        ("old", "passed", "mlp", 1.0),
+        ("newer", "passed", "mlp", 2.0),
+        ("other-model", "passed", "toy", 3.0),
+        ("failed", "failed", "mlp", 4.0),
+    ):
+        run = client.create_run(experiment, tags={"verdict": verdict, "model": model})
+        path = tmp_path / name / "bench_details.json"
+        path.parent.mkdir()
+        path.write_text(json.dumps(_details(median, len(ids), model)))
+        client.log_artifact(run.info.run_id, str(path))
+        client.set_terminated(run.info.run_id)
+        ids[name] = run.info.run_id
+    mlflow.set_tracking_uri(None)
+
+    found = resolve_baseline("last-verified", uri, "vmapcheck", {"model": "mlp"})
+    assert found.source == f"run {ids['newer']}"
+    assert np.median(found.samples_ms["direct_jit"]["b16"]) == pytest.approx(2.0, rel=0.1)
+    skipped = resolve_baseline(
+        "last-verified", uri, "vmapcheck", {"model": "mlp"}, exclude=ids["newer"]
+    )
+    assert skipped.source == f"run {ids['old']}"
+    by_id = resolve_baseline(ids["other-model"], uri, "vmapcheck", {"model": "mlp"})
+    assert by_id.context["model"] == "toy"
+    with pytest.raises(ArtifactError, match="no passed run with model=equinox_mlp"):
+        resolve_baseline("last-verified", uri, "vmapcheck", {"model": "equinox_mlp"})
+    with pytest.raises(ArtifactError, match="not found"):
+        resolve_baseline("0" * 32, uri, "vmapcheck", {})
+
+
+def test_the_verdict_command_exits_1_on_a_regression(tmp_path, root, capsys):
+    import shutil
+
+    shutil.copy(root / "params.yaml", tmp_path / "params.yaml")
+    base, same, slow = (tmp_path / f"{n}.json" for n in ("base", "same", "slow"))
+    base.write_text(json.dumps(_details(1.0, 0)))
+    same.write_text(json.dumps(_details(1.0, 1)))
+    slow.write_text(json.dumps(_details(1.3, 2, model="mlp_slow")))
+    args = ["--root", str(tmp_path), "--baseline", str(base)]
+    assert main([*args, "--current", str(same)]) == 0
+    assert "NO REGRESSION" in capsys.readouterr().out
+    out = tmp_path / "verdict.json"
+    assert main([*args, "--current", str(slow), "--out", str(out)]) == 1
+    printed = capsys.readouterr().out
+    assert "REGRESSION" in printed and "direct_jit" in printed
+    assert "model differs: baseline 'mlp', current 'mlp_slow'" in printed
+    assert json.loads(out.read_text())["regressions"] == ["direct_jit/b16"]
+
+
+def test_a_slowdown_of_the_machine_itself_makes_the_verdict_inconclusive():
+    """The matmul control was 2x slower in the current run: the code is not to blame."""
+    samples = {"vmap_jit": {"b16": _lognormal(1.0, 60, 0)}}
+    slower = {"vmap_jit": {"b16": _lognormal(1.5, 60, 1)}}
+    base = BenchRecord("base", samples, {}, peak_gflops=100.0)
+    steady = compare(base, BenchRecord("cur", slower, {}, peak_gflops=98.0), 1.1, 0.01)
+    assert steady["verdict"] == "regression" and not steady["machine_unstable"]
+    loaded = compare(base, BenchRecord("cur", slower, {}, peak_gflops=50.0), 1.1, 0.01)
+    assert loaded["verdict"] == "inconclusive" and loaded["machine_slowdown"] == 2.0
+    assert loaded["regressions"] == ["vmap_jit/b16"]  # still listed, never hidden
+    noisy = compare(base, BenchRecord("cur", slower, {}, noisy=True, peak_gflops=99.0), 1.1, 0.01)
+    assert noisy["verdict"] == "inconclusive"
