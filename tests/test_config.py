@@ -28,6 +28,7 @@ def test_required_groups_and_options_exist():
     assert {"f32", "f64", "bf16"} <= set(_group_options("precision"))
     assert {"quick", "full"} <= set(_group_options("bench"))
     assert {"local"} <= set(_group_options("tracking"))
+    assert {"default"} <= set(_group_options("guard"))
 
 
 @pytest.mark.parametrize(
@@ -119,3 +120,37 @@ def test_missing_or_broken_params_file_names_the_file(tmp_path):
     broken.write_text("model: [unclosed\n")
     with pytest.raises(ConfigError, match="not valid YAML"):
         load_config(broken)
+
+
+@pytest.mark.parametrize(
+    "key,value,expected",
+    [
+        (
+            "buckets",
+            [1, 8, 8, 64],
+            "guard.buckets must be strictly increasing, found [1, 8, 8, 64]",
+        ),
+        ("buckets", [0, 8], "guard.buckets[0]: Input should be greater than 0"),
+        ("buckets", [], "guard.buckets: List should have at least 1 item"),
+        ("max_batch", 2048, "guard.max_batch=2048 exceeds the largest bucket"),
+        ("latency_edges_ms", [1.0, 0.5], "guard.latency_edges_ms must be strictly increasing"),
+        ("max_request_bytes", 1000, "guard.max_request_bytes=1000 is below one valid request"),
+        ("bucket", [1], "guard.bucket: unknown key"),
+    ],
+)
+def test_impossible_guard_settings_are_named(key, value, expected):
+    raw = _raw()
+    raw["guard"][key] = value
+    assert expected in _error(raw)
+
+
+def test_the_guard_replay_is_validated():
+    raw = _raw()
+    raw["guard"]["replay"]["unbucketed_requests"] = raw["guard"]["replay"]["n_requests"] + 1
+    assert "guard.replay.unbucketed_requests" in _error(raw)
+    raw = _raw()
+    raw["guard"]["replay"]["invalid_share"] = 1.0
+    assert "guard.replay.invalid_share: Input should be less than 1" in _error(raw)
+    raw = _raw()
+    raw["guard"]["replay"]["canary"] = float("nan")
+    assert "guard.replay.canary" in _error(raw)

@@ -46,9 +46,11 @@ LIMITS = (
 
 
 class _CompileCounter:
-    """Counts XLA compilations in this process (persistent-cache hits count too)."""
+    """Counts XLA compilations in this process (persistent-cache hits count too), and
+    the seconds they took in all."""
 
     count = 0
+    seconds = 0.0
     _registered = False
 
     @classmethod
@@ -61,6 +63,7 @@ class _CompileCounter:
     def _on_event(cls, event: str, duration: float, **_: Any) -> None:
         if event == COMPILE_EVENT:
             cls.count += 1
+            cls.seconds += duration
 
 
 def latency_stats(samples_s: np.ndarray, rows: int, confidence: float = 0.95) -> dict[str, float]:

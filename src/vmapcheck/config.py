@@ -9,6 +9,7 @@ with a :class:`~vmapcheck.errors.ConfigError` that names the key.
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -212,6 +213,89 @@ class BenchConfig(_Strict):
     regression: RegressionConfig
 
 
+class GuardReplayConfig(_Strict):
+    """The request stream the guard's replay sends (vmapcheck.guard.request_stream)."""
+
+    n_requests: PositiveInt
+    # Share of requests made invalid on purpose, spread evenly over the invalid kinds.
+    invalid_share: Annotated[float, Field(ge=0.0, lt=1.0)]
+    # Seeds the numpy Generator that draws batch sizes, kinds and values.
+    seed: Annotated[int, Field(ge=0)]
+    # Noise added to the real rows a request is drawn around, in units of each feature's
+    # standard deviation over those rows.
+    noise_std: NonNegativeFloat
+    # How many of the stream's first requests the un-bucketed comparison replays (each
+    # new batch size compiles there: replaying all would take minutes); 0 skips it.
+    unbucketed_requests: Annotated[int, Field(ge=0)]
+    # Planted in one cell of every request when set, for privacy tests (must be finite).
+    canary: Annotated[float, Field(allow_inf_nan=False)] | None = None
+
+    @model_validator(mode="after")
+    def _comparison_within_stream(self) -> GuardReplayConfig:
+        if self.unbucketed_requests > self.n_requests:
+            raise ValueError(
+                f"guard.replay.unbucketed_requests={self.unbucketed_requests} exceeds "
+                f"guard.replay.n_requests={self.n_requests}: the comparison replays a prefix "
+                "of the same stream"
+            )
+        return self
+
+
+def _strictly_increasing(key: str, values: list[Any]) -> None:
+    if any(b <= a for a, b in itertools.pairwise(values)):
+        raise ValueError(f"{key} must be strictly increasing, found {values}")
+
+
+class GuardConfig(_Strict):
+    """The batched predictor that serves verified params (vmapcheck.guard)."""
+
+    # Every request is padded up to the smallest of these row counts that holds it: at
+    # most one compilation per bucket, whatever batch sizes arrive.
+    buckets: Annotated[list[PositiveInt], Field(min_length=1)]
+    # Requests with more rows are refused (before any copy); at most the largest bucket.
+    max_batch: PositiveInt
+    # Requests whose shape x itemsize exceeds this are refused (before any copy).
+    max_request_bytes: PositiveInt
+    # Compile every bucket when the guard is built (true), or on its first request.
+    precompile: bool
+    # Upper edges (ms) of the latency histogram's bins; one more bin counts the rest.
+    latency_edges_ms: Annotated[list[Annotated[float, Field(gt=0.0)]], Field(min_length=1)]
+    # Percentiles are exact over the last this many served requests.
+    latency_window: PositiveInt
+    replay: GuardReplayConfig
+
+    @model_validator(mode="after")
+    def _consistent(self) -> GuardConfig:
+        _strictly_increasing("guard.buckets", self.buckets)
+        _strictly_increasing("guard.latency_edges_ms", self.latency_edges_ms)
+        if self.max_batch > self.buckets[-1]:
+            raise ValueError(
+                f"guard.max_batch={self.max_batch} exceeds the largest bucket "
+                f"guard.buckets[-1]={self.buckets[-1]}: such a request would fit no bucket"
+            )
+        return self
+
+
+# Bytes per element of each configurable dtype (bfloat16 is not a numpy dtype).
+DTYPE_BYTES = {"float32": 4, "float64": 8, "bfloat16": 2}
+
+
+def byte_limit_problem(guard: GuardConfig, in_features: int, itemsize: int) -> str | None:
+    """Why ``guard.max_request_bytes`` would refuse a valid full batch, or None.
+
+    A valid request's size is fixed by its row count, so a byte limit below one full
+    batch would make ``guard.max_batch`` a promise the guard cannot keep.
+    """
+    full = guard.max_batch * in_features * itemsize
+    if full <= guard.max_request_bytes:
+        return None
+    return (
+        f"guard.max_request_bytes={guard.max_request_bytes} is below one valid request of "
+        f"guard.max_batch={guard.max_batch} rows x {in_features} features x {itemsize} "
+        f"bytes = {full}: raise guard.max_request_bytes or lower guard.max_batch"
+    )
+
+
 class TrackingConfig(_Strict):
     name: Literal["local"]
     tracking_uri: Annotated[str, Field(min_length=1)]
@@ -234,6 +318,7 @@ class Config(_Strict):
     backend: BackendConfig
     precision: PrecisionConfig
     bench: BenchConfig
+    guard: GuardConfig
     tracking: TrackingConfig
     reference: ReferenceConfig
 
@@ -251,6 +336,15 @@ class Config(_Strict):
                 f"{targets} gives {self.data.n_targets} targets but model.out_features="
                 f"{self.model.out_features}"
             )
+        return self
+
+    @model_validator(mode="after")
+    def _full_batch_within_byte_limit(self) -> Config:
+        problem = byte_limit_problem(
+            self.guard, self.model.in_features, DTYPE_BYTES[self.precision.dtype]
+        )
+        if problem:
+            raise ValueError(problem)
         return self
 
 

@@ -14,7 +14,16 @@ class BackendUnavailableError(VmapcheckError):
 
 
 class InvalidInputError(VmapcheckError, ValueError):
-    """An input batch violates the model's contract (rank, feature count, dtype, values)."""
+    """An input batch violates the model's contract (rank, feature count, dtype, values).
+
+    ``reason`` is a short category ("rank", "features", "empty", "dtype",
+    "non_finite_input", and the guard's "type", "batch_too_large", "too_many_bytes") that
+    metrics can count without keeping the message.
+    """
+
+    def __init__(self, message: str, reason: str = "invalid") -> None:
+        super().__init__(message)
+        self.reason = reason
 
 
 class ArtifactError(VmapcheckError):
@@ -23,3 +32,7 @@ class ArtifactError(VmapcheckError):
 
 class SourceError(VmapcheckError):
     """The raw input table is missing, malformed or does not match the declared schema."""
+
+
+class NonFiniteOutputError(VmapcheckError, ArithmeticError):
+    """The model returned NaN or Inf for a valid input: refused instead of an output."""

@@ -31,7 +31,9 @@ Path = Callable[[Params, Any], jax.Array]
 def _check_values(x: Any, dtype: Any) -> None:
     found = x.dtype if hasattr(x, "dtype") else np.asarray(x).dtype
     if found != jnp.dtype(dtype):
-        raise InvalidInputError(f"expected dtype {jnp.dtype(dtype).name}, got {found}")
+        raise InvalidInputError(
+            f"expected dtype {jnp.dtype(dtype).name}, got {found}", reason="dtype"
+        )
     # On the host: the check must not depend on the backend, and a location is reported
     # (never a value: inputs may be personal data).
     host = np.asarray(x)
@@ -40,8 +42,30 @@ def _check_values(x: Any, dtype: Any) -> None:
             first = tuple(int(i) for i in np.argwhere(bad)[0])
             raise InvalidInputError(
                 f"expected finite values, got {name} in {int(bad.sum())} element(s) "
-                f"(first at index {first})"
+                f"(first at index {first})",
+                reason="non_finite_input",
             )
+
+
+def check_batch_shape(shape: tuple[int, ...], in_features: int) -> None:
+    """Refuse a shape other than (batch, in_features) with batch >= 1 (metadata only).
+
+    Raises:
+        InvalidInputError: with ``reason`` "rank", "features" or "empty".
+    """
+    shape = tuple(shape)
+    if len(shape) != 2:
+        raise InvalidInputError(
+            f"expected a batch of rank 2 (batch, {in_features}), got rank {len(shape)} "
+            f"with shape {shape}",
+            reason="rank",
+        )
+    if shape[1] != in_features:
+        raise InvalidInputError(
+            f"expected {in_features} features, got {shape[1]}", reason="features"
+        )
+    if shape[0] == 0:
+        raise InvalidInputError("expected at least one row, got an empty batch", reason="empty")
 
 
 def validate_batch(x: Any, in_features: int, dtype: Any) -> None:
@@ -50,18 +74,10 @@ def validate_batch(x: Any, in_features: int, dtype: Any) -> None:
     This is the one place every batched path validates its input.
 
     Raises:
-        InvalidInputError: naming the problem, e.g. "expected 3 features, got 4".
+        InvalidInputError: naming the problem, e.g. "expected 3 features, got 4"; its
+            ``reason`` is "rank", "features", "empty", "dtype" or "non_finite_input".
     """
-    shape = np.shape(x)
-    if len(shape) != 2:
-        raise InvalidInputError(
-            f"expected a batch of rank 2 (batch, {in_features}), got rank {len(shape)} "
-            f"with shape {tuple(shape)}"
-        )
-    if shape[1] != in_features:
-        raise InvalidInputError(f"expected {in_features} features, got {shape[1]}")
-    if shape[0] == 0:
-        raise InvalidInputError("expected at least one row, got an empty batch")
+    check_batch_shape(np.shape(x), in_features)
     _check_values(x, dtype)
 
 
@@ -71,10 +87,13 @@ def validate_vector(x: Any, in_features: int, dtype: Any) -> None:
     if len(shape) != 1:
         raise InvalidInputError(
             f"expected one feature vector of rank 1 ({in_features},), got rank {len(shape)} "
-            f"with shape {tuple(shape)}"
+            f"with shape {tuple(shape)}",
+            reason="rank",
         )
     if shape[0] != in_features:
-        raise InvalidInputError(f"expected {in_features} features, got {shape[0]}")
+        raise InvalidInputError(
+            f"expected {in_features} features, got {shape[0]}", reason="features"
+        )
     _check_values(x, dtype)
 
 
