@@ -15,11 +15,15 @@ export PATH := $(BIN):$(PATH)
 export DVC_NO_ANALYTICS := 1
 export PYTHONUNBUFFERED := 1
 
+<<<<<<< HEAD
 .PHONY: help setup demo test lint format ui clean params lock reference verdict
+=======
+.PHONY: help setup demo test lint format ui clean params lock reference browser
+>>>>>>> html
 
 help:
 	@echo "make demo   set up .venv, run the pipeline (dvc repro) and print the verdict"
-	@echo "make test   set up .venv, lint, run unit and end-to-end tests"
+	@echo "make test   set up .venv and headless Chromium, lint, run unit and end-to-end tests"
 	@echo "make ui     MLflow UI over the local store on http://127.0.0.1:$(UI_PORT)"
 	@echo "make verdict BASELINE=last-verified|<run id>|<bench_details.json>  benchmark regression verdict"
 	@echo "make params recompose params.yaml from conf/ (as dvc exp run does)"
@@ -41,8 +45,13 @@ demo: $(STAMP)
 	python -m vmapcheck.summary --repro-status $$status || true; \
 	exit $$status
 
-test: $(STAMP) lint
+test: $(STAMP) lint browser
 	python -m pytest
+
+# The HTML report's test opens it in headless Chromium; installed here when missing and
+# root (apt-get), else an error names the package. `make demo` does not need it.
+browser:
+	scripts/ensure-chromium
 
 lint: $(STAMP)
 	ruff check .

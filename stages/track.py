@@ -1,51 +1,50 @@
 """DVC stage `track`: one MLflow run with config, metrics, versions and artifacts.
 
-This is where a failed check becomes a non-zero exit: after it has been logged.
+Before logging it judges the benchmark against its baseline (bench.regression) and
+writes the HTML report (reports/report.html), both logged with the run whatever the
+verdict. This is where a failed check becomes a non-zero exit: after it has been logged.
 """
+
+from typing import Any
 
 from vmapcheck.config import Config
 from vmapcheck.errors import VmapcheckError
-from vmapcheck.io import atomic_write_json, read_json
+from vmapcheck.html_report import render_report
+from vmapcheck.io import atomic_write_json, atomic_write_text, read_json
+from vmapcheck.provenance import git_state
 from vmapcheck.stage import DATA, REPORTS, ROOT, stage_main
-from vmapcheck.tracking import log_perf_verdict, log_run, mark_no_baseline
+from vmapcheck.tracking import log_perf_verdict, log_run, resolve_tracking_uri, run_name
 from vmapcheck.verdict import compare, format_table, read_bench_file, resolve_baseline
 
 
-def judge_performance(config: Config, info: dict) -> str:
-    """Compare this run's benchmark with bench.regression.baseline; log it to the run.
+def judge_performance(config: Config) -> dict[str, Any]:
+    """This run's benchmark against bench.regression.baseline (None: not compared).
 
     A regression is reported (and logged), not fatal: latency on a shared machine is
-    judged by people, the agreement checks gate the pipeline.
+    judged by people; the agreement checks gate the pipeline.
     """
     spec = config.bench.regression.baseline
-    out = REPORTS / "perf_verdict.json"
     if spec is None:
-        atomic_write_json(
-            out, {"verdict": "not compared", "why": "bench.regression.baseline: null"}
-        )
-        return "not compared"
+        return {"verdict": "not compared", "why": "bench.regression.baseline is null"}
     tags = {
         "model": config.model.name,
         "backend": config.backend.name,
         "precision": config.precision.name,
     }
-    uri, run_id = info["tracking_uri"], info["run_id"]
+    uri = resolve_tracking_uri(config.tracking, ROOT)
     current = read_bench_file(REPORTS / "bench_details.json")
     try:
-        baseline = resolve_baseline(spec, uri, info["experiment"], tags, exclude=run_id)
+        # This run is not logged yet: "last-verified" is the newest earlier one.
+        baseline = resolve_baseline(spec, uri, config.tracking.experiment, tags)
     except VmapcheckError as exc:
         print(f"track: no benchmark baseline ({exc})")
-        atomic_write_json(out, {"verdict": "no baseline", "why": str(exc)})
-        mark_no_baseline(uri, run_id, str(exc))
-        return "no baseline"
+        return {"verdict": "no baseline", "why": str(exc)}
     regression = config.bench.regression
     result = compare(
         baseline, current, regression.factor, regression.alpha, config.bench.confidence_level
     )
-    atomic_write_json(out, result)
-    log_perf_verdict(uri, run_id, result, out)
     print(format_table(result))
-    return result["verdict"]
+    return result
 
 
 @stage_main("track")
@@ -53,11 +52,35 @@ def main(config: Config) -> int:
     check = read_json(REPORTS / "check_details.json")
     bench = read_json(REPORTS / "bench_details.json")
     train = read_json(REPORTS / "train.json")
+    contract = read_json(DATA / "params" / "contract.json")
+    git = git_state(ROOT)
+    perf = judge_performance(config)
+    atomic_write_json(REPORTS / "perf_verdict.json", perf)
+    # Written before logging: a failed check is reported (and logged) like a passed one.
+    report = render_report(
+        check,
+        bench,
+        train,
+        contract,
+        git=git,
+        run={
+            "MLflow experiment": config.tracking.experiment,
+            "MLflow run name": run_name(config, check["runtime"], git),
+            "config (model, precision, backend, bench)": (
+                f"{config.model.name}, {config.precision.name}, {config.backend.name}, "
+                f"{config.bench.name}"
+            ),
+            "benchmark vs baseline": perf["verdict"],
+        },
+    )
+    atomic_write_text(REPORTS / "report.html", report)
     artifacts = [
+        REPORTS / "report.html",
         REPORTS / "check.json",
         REPORTS / "check_details.json",
         REPORTS / "bench.json",
         REPORTS / "bench_details.json",
+        REPORTS / "perf_verdict.json",
         REPORTS / "train.json",
         REPORTS / "plots",
         DATA / "params",
@@ -66,11 +89,12 @@ def main(config: Config) -> int:
         ROOT / "params.yaml",
         ROOT / "dvc.lock",
     ]
-    contract = read_json(DATA / "params" / "contract.json")
     info = log_run(config, ROOT, check, bench, train, artifacts, contract)
-    print(f"track: logged run {info['run_id']} ({info['run_name']}) to {info['tracking_uri']}")
-    info["perf_verdict"] = judge_performance(config, info)
+    log_perf_verdict(info["tracking_uri"], info["run_id"], perf)
+    info["perf_verdict"] = perf["verdict"]
     atomic_write_json(REPORTS / "track.json", info)
+    print(f"track: logged run {info['run_id']} ({info['run_name']}) to {info['tracking_uri']}")
+    print(f"track: HTML report: {REPORTS / 'report.html'} (also an artifact of the run)")
     if info["verdict"] != "passed":
         print("track: the check FAILED (logged above); exiting non-zero", flush=True)
         return 1

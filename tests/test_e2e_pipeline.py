@@ -82,7 +82,9 @@ def test_repro_runs_every_stage_and_logs_a_complete_mlflow_run(project):
     assert tags["verdict"] == "passed"
     assert len(tags["git_commit"]) == 40
     artifacts = {a.path for a in mlflow_client(project).list_artifacts(track["run_id"])}
-    assert {"check.json", "bench.json", "params.yaml", "plots", "params"} <= artifacts
+    assert {"check.json", "bench.json", "params.yaml", "plots", "params", "report.html"} <= (
+        artifacts
+    )
     plots = {a.path for a in mlflow_client(project).list_artifacts(track["run_id"], "plots")}
     assert "plots/latency.png" in plots
     # A fresh store has no earlier verified run to judge the benchmark against.
@@ -90,6 +92,36 @@ def test_repro_runs_every_stage_and_logs_a_complete_mlflow_run(project):
     summary = run(project, sys.executable, "-m", "vmapcheck.summary").stdout
     assert summary.startswith("verdict: PASSED")
     assert f"MLflow run: {track['run_id']}" in summary
+
+
+def test_html_report_of_the_run_renders_in_chromium(project, tmp_path):
+    """The report of the real run, as logged to MLflow, opened in headless Chromium."""
+    import json
+
+    from tests.chromium import render
+
+    run(project, "dvc", "repro")  # nothing to do after the first test; the pipeline if alone
+    page = project / "reports" / "report.html"
+    track = json.loads((project / "reports" / "track.json").read_text())
+    logged = mlflow_client(project).download_artifacts(track["run_id"], "report.html", tmp_path)
+    assert Path(logged).read_bytes() == page.read_bytes()
+    shown = render(page, tmp_path / "chromium")
+    print(f"screenshot: {shown['screenshot']}")
+    probe = shown["probe"]
+    assert probe["verdict"]["text"].startswith("PASSED") and probe["verdict"]["height"] > 40
+    assert probe["title"].startswith("vmapcheck PASSED: mlp on cpu (cpu), float32")
+    assert [i["id"] for i in probe["images"]] == ["plot-latency", "plot-speedup"]
+    for image in probe["images"]:  # decoded by the browser and laid out on the page
+        assert image["src_scheme"] == "data" and image["natural_width"] > 300, image
+        assert image["shown_width"] > 300, image
+    assert probe["fetched"] == []
+    details = json.loads((project / "reports" / "check_details.json").read_text())
+    for case, report in details["cases"].items():
+        table = re.search(rf'<table id="pairs-{case}">.*?</table>', shown["dom"], re.S)
+        assert table is not None, case
+        assert table.group(0).count('<tr class="pair pass">') == len(report["pairs"]), case
+    assert shown["dom"].count('<tr class="negative pass">') == len(details["negative"])
+    assert shown["screenshot"].stat().st_size > 50_000
 
 
 def test_second_repro_runs_no_stage(project):
@@ -162,6 +194,12 @@ def test_planted_fault_is_logged_as_failed_before_the_pipeline_fails(project):
     assert run_.data.metrics["check/passed"] == 0.0
     assert run_.data.metrics["agree/standard/loop_eager-vs-vmap_jit/max_abs"] < 1e-5
     assert run_.data.metrics["agree/standard/vmap_jit-vs-direct_jit/max_abs"] > 1e-3
+    # The HTML report of the failed run says so and names the failing pairs.
+    report = (project / "reports" / "report.html").read_text()
+    assert 'data-verdict="failed"' in report and "vmap_jit-vs-direct_jit" in report
+    assert "report.html" in {
+        a.path for a in mlflow_client(project).list_artifacts(run_.info.run_id)
+    }
     run(project, "dvc", "repro")  # the fault removed, the pipeline is green again
 
 

@@ -1,4 +1,5 @@
-"""Latency plots: one CSV per path for `dvc plots`, and a PNG for the MLflow run."""
+"""Latency plots: one CSV per path for `dvc plots`, a PNG for the MLflow run, PNG bytes
+for the HTML report (latency and speed-up against batch size)."""
 
 from __future__ import annotations
 
@@ -37,13 +38,29 @@ def write_speedup_csv(target: Path, speedup: dict[str, dict[str, float]]) -> Non
     atomic_write_text(Path(target), buffer.getvalue())
 
 
-def write_latency_png(target: Path, latency: dict[str, dict[str, Any]], title: str) -> None:
-    """Log-log p50 latency vs batch size per path, with a p50-p90 band."""
+def _pyplot():
+    """pyplot on the Agg backend (no display: stages and tests run headless)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    return plt
+
+
+def _png(fig: Any) -> bytes:
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png")
+    _pyplot().close(fig)
+    return buffer.getvalue()
+
+
+def latency_figure(latency: dict[str, dict[str, Any]], title: str) -> Any:
+    """Log-log p50 latency vs batch size per path, with a p50-p90 band (a matplotlib Figure).
+
+    ``latency``: path -> ``b<rows>`` -> {"p50", "p90", ...} in ms per call.
+    """
+    plt = _pyplot()
     fig, ax = plt.subplots(figsize=(7, 4.5), dpi=110)
     for path, by_batch in latency.items():
         if not by_batch:
@@ -67,6 +84,47 @@ def write_latency_png(target: Path, latency: dict[str, dict[str, Any]], title: s
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(fontsize=8)
     fig.tight_layout()
+    return fig
+
+
+def speedup_figure(speedup: dict[str, dict[str, float]], title: str) -> Any:
+    """p50 ratios vs batch size (``vmap_over_loop``, ``vmap_over_direct``), 1.0 marked.
+
+    ``speedup``: ``b<rows>`` -> ratio name -> value (see :func:`vmapcheck.bench.speedups`).
+    """
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(7, 4), dpi=110)
+    labels = sorted(speedup, key=lambda label: int(label[1:]))
+    for name in ("vmap_over_loop", "vmap_over_direct"):
+        points = [
+            (int(label[1:]), speedup[label][name]) for label in labels if name in speedup[label]
+        ]
+        if points:
+            ax.plot([b for b, _ in points], [v for _, v in points], marker="o", label=name)
+    ax.axhline(1.0, color="grey", linewidth=1, linestyle=":")
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel("batch size (rows)")
+    ax.set_ylabel("p50 ratio, same run")
+    ax.set_title(title, fontsize=10)
+    ax.grid(True, which="both", alpha=0.3)
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(fontsize=8)
+    fig.tight_layout()
+    return fig
+
+
+def latency_png(latency: dict[str, dict[str, Any]], title: str) -> bytes:
+    """:func:`latency_figure` as PNG bytes (for embedding in the HTML report)."""
+    return _png(latency_figure(latency, title))
+
+
+def speedup_png(speedup: dict[str, dict[str, float]], title: str) -> bytes:
+    """:func:`speedup_figure` as PNG bytes (for embedding in the HTML report)."""
+    return _png(speedup_figure(speedup, title))
+
+
+def write_latency_png(target: Path, latency: dict[str, dict[str, Any]], title: str) -> None:
+    """:func:`latency_figure` written atomically as a PNG file."""
+    data = latency_png(latency, title)
     with atomic_path(Path(target)) as tmp:
-        fig.savefig(tmp, format="png")
-    plt.close(fig)
+        tmp.write_bytes(data)

@@ -67,6 +67,9 @@ def summarize(root: Path) -> str:
         )
     else:
         lines.append("MLflow run: none yet (the track stage has not run)")
+    html_path = reports / "report.html"
+    if html_path.exists():
+        lines.append(f"HTML report: {html_path} (open it in a browser)")
     return "\n".join(lines)
 
 

@@ -232,26 +232,19 @@ def perf_metrics(result: dict[str, Any]) -> dict[str, float]:
     return {metric_name(k): v for k, v in metrics.items()}
 
 
-def log_perf_verdict(tracking_uri: str, run_id: str, result: dict[str, Any], path: Path) -> None:
-    """Attach a regression verdict (already written to ``path``) to run ``run_id``."""
+def log_perf_verdict(tracking_uri: str, run_id: str, result: dict[str, Any]) -> None:
+    """Attach a benchmark verdict (vmapcheck.verdict.compare, or why there was none) to
+    run ``run_id``: tags ``perf_verdict``/``perf_baseline`` and ``perf/...`` metrics."""
     from mlflow.entities import Metric, RunTag
     from mlflow.tracking import MlflowClient
 
     client = MlflowClient(tracking_uri=tracking_uri)
+    baseline = result.get("baseline", {}).get("source") or result.get("why", "")
+    tags = [RunTag("perf_verdict", result["verdict"]), RunTag("perf_baseline", baseline[:5000])]
     now = int(time.time() * 1000)
-    metrics = [Metric(k, v, now, 0) for k, v in perf_metrics(result).items()]
-    tags = [
-        RunTag("perf_verdict", result["verdict"]),
-        RunTag("perf_baseline", result["baseline"]["source"]),
-    ]
-    for i in range(0, len(metrics), MAX_BATCH):
-        client.log_batch(run_id, metrics=metrics[i : i + MAX_BATCH], tags=tags if i == 0 else [])
-    client.log_artifact(run_id, str(path))
-
-
-def mark_no_baseline(tracking_uri: str, run_id: str, why: str) -> None:
-    from mlflow.tracking import MlflowClient
-
-    client = MlflowClient(tracking_uri=tracking_uri)
-    client.set_tag(run_id, "perf_verdict", "no baseline")
-    client.set_tag(run_id, "perf_baseline", why[:5000])
+    metrics = (
+        [Metric(k, v, now, 0) for k, v in perf_metrics(result).items()] if "cells" in result else []
+    )
+    client.log_batch(run_id, metrics=metrics[:MAX_BATCH], tags=tags)
+    for i in range(MAX_BATCH, len(metrics), MAX_BATCH):
+        client.log_batch(run_id, metrics=metrics[i : i + MAX_BATCH])

@@ -1,0 +1,414 @@
+"""The HTML report: one self-contained page, every value escaped, rendered by a browser.
+
+The inputs are built here in the layout the stages write (check_details.json,
+bench_details.json, train.json, contract.json), small but complete; one case name and
+one feature name carry markup, as a user's names could. The report of a real pipeline
+run is opened in Chromium by tests/test_e2e_pipeline.py.
+"""
+
+from __future__ import annotations
+
+import base64
+import copy
+import re
+from html.parser import HTMLParser
+from itertools import combinations
+from typing import Any
+
+import numpy as np
+import pytest
+
+from tests.chromium import png_size, render
+from vmapcheck.html_report import render_report
+from vmapcheck.names import PATH_NAMES
+
+HOSTILE = '<script>alert("x")</script>'
+
+
+def _result(max_abs: float, passed: bool = True, reason: str = "") -> dict[str, Any]:
+    return {"max_abs": max_abs, "max_rel": max_abs / 2, "passed": passed, "reason": reason}
+
+
+def _case(about: str, rows: int, bad_path: str | None = None) -> dict[str, Any]:
+    pairs = {}
+    for a, b in combinations(PATH_NAMES, 2):
+        bad = bad_path in (a, b)
+        pairs[f"{a}-vs-{b}"] = (
+            _result(0.37, False, "|a-b| = 0.37 > 1e-06 + 1e-05 * 0.5 at (0, 1)")
+            if bad
+            else _result(1.2e-7)
+        )
+    return {
+        "kind": "batch",
+        "shape": [rows, 3],
+        "about": about,
+        "max_abs": max(p["max_abs"] for p in pairs.values()),
+        "max_rel": max(p["max_rel"] for p in pairs.values()),
+        "contract": {p: [] for p in PATH_NAMES},
+        "finite": {p: True for p in PATH_NAMES},
+        "pairs": pairs,
+        "oracle": {p: _result(2e-7) for p in PATH_NAMES},
+        "loss": {p: 0.0371 for p in PATH_NAMES},
+        "passed": bad_path is None,
+    }
+
+
+def _negative(refused_by_all: bool) -> dict[str, Any]:
+    paths = {
+        p: {
+            "passed": True,
+            "refused": True,
+            "error": "InvalidInputError",
+            "message": "expected 3 features, got 4",
+        }
+        for p in PATH_NAMES
+    }
+    if not refused_by_all:
+        paths["vmap_jit"] = {
+            "passed": False,
+            "refused": False,
+            "error": None,
+            "message": "produced an output of shape [2, 2]",
+        }
+    return {
+        "about": "one feature too many",
+        "expect": ["expected 3 features, got 4"],
+        "runs_on": "batch",
+        "passed": refused_by_all,
+        "paths": paths,
+    }
+
+
+def _runtime() -> dict[str, Any]:
+    return {
+        "backend": "cpu",
+        "platform": "cpu",
+        "device_kind": "cpu",
+        "device_count": 1,
+        "jax_version": "0.11.2",
+        "jaxlib_version": "0.11.2",
+        "python_version": "3.12.1",
+        "os_platform": "Linux-x86_64-with-glibc2.36",
+        "enable_x64": False,
+        "matmul_precision": "highest",
+        "xla_flags": "",
+    }
+
+
+def make_inputs(failed: bool) -> tuple[dict, dict, dict, dict]:
+    """(check, bench, train, contract) as the stages write them; ``failed``: the
+    hand-batched path disagrees on one case and vmap_jit accepts one invalid input."""
+    cases = {
+        "standard": _case("first 8 rows of the test split", 8),
+        HOSTILE: _case("a user's case <b>name</b>", 2, "direct_jit" if failed else None),
+    }
+    negative = {"invalid_features": _negative(refused_by_all=not failed)}
+    failures = []
+    if failed:
+        failures = [
+            f"{HOSTILE}/{pair}: {r['reason']}"
+            for pair, r in cases[HOSTILE]["pairs"].items()
+            if not r["passed"]
+        ] + ["invalid_features/vmap_jit: expected InvalidInputError, got an output"]
+    check = {
+        "passed": not failed,
+        "failures": failures,
+        "dtype": "float32",
+        "tolerance": {"rtol": 1e-5, "atol": 1e-6},
+        "cross_run_tolerance": {"rtol": 1e-4, "atol": 1e-5},
+        "oracle": "float64 (CPU)",
+        "runtime": _runtime(),
+        "not_provided": {},
+        "cases": cases,
+        "negative": negative,
+        "reference": {
+            "status": "missing",
+            "message": "no reference for model mlp",
+            "required": False,
+            "passed": True,
+        },
+        "gradients": {
+            "status": "ok",
+            "loss": 0.0371,
+            "loss_finite": True,
+            "grads_finite": True,
+            "per_example_finite": True,
+            "nan_probe": {
+                "planted": "NaN in target row 0, output 0",
+                "loss_finite": False,
+                "grads_finite": False,
+            },
+            "per_example_vs_batch": {"layers[0].W": _result(1.9e-9), "layers[0].b": _result(0.0)},
+            "max_abs": 1.9e-9,
+            "max_rel": 9.5e-10,
+            "passed": True,
+        },
+        "config_digest": "b4" * 32,
+        "forward_outputs_sha256": "ed" * 32,
+    }
+    latency = {
+        path: {
+            f"b{rows}": {
+                "p50": 0.01 * rows * (i + 1),
+                "p90": 0.012 * rows * (i + 1),
+                "p99": 0.02 * rows * (i + 1),
+                "median_ci_low": 0.009 * rows * (i + 1),
+                "median_ci_high": 0.011 * rows * (i + 1),
+                "n": 5,
+                "rows_per_s": rows / (0.01e-3 * rows * (i + 1)),
+            }
+            for rows in (1, 8)
+        }
+        for i, path in enumerate(PATH_NAMES)
+    }
+    del latency["loop_eager"]["b8"]
+    machine = {
+        "cpu_model": "AMD EPYC",
+        "logical_cores": 2,
+        "usable_cores": 2,
+        "load_avg_1m": 3.5,
+        "memory_total_gib": 23.5,
+        "backend": "cpu",
+        "jax_version": "0.11.2",
+    }
+    bench = {
+        "runtime": _runtime(),
+        "bench": {"name": "quick", "warmup": 1, "repeats": 5, "confidence_level": 0.95},
+        "batch_sizes": [1, 8],
+        "latency_ms": latency,
+        "figures": {
+            p: {"b1": {"compile_ms": 80.0, "first_call_ms": 0.5, "gflops": 0.2, "roofline": 0.003}}
+            for p in PATH_NAMES
+        },
+        "speedup": {
+            "b1": {"vmap_over_loop": 0.98, "vmap_over_direct": 1.0},
+            "b8": {"vmap_over_loop": 1.5, "vmap_over_direct": 1.1},
+        },
+        "peak": {"size": 512, "p50_ms": 3.3, "gflops": 80.7},
+        "skipped": {
+            **{p: {} for p in PATH_NAMES},
+            "loop_eager": {"b8": "loop path capped at 1 rows (bench.loop_max_batch)"},
+        },
+        "machine": {"before": machine, "after": {**machine, "load_avg_1m": 3.9}, "noisy": True},
+        "limits": ["A CPU result says nothing about GPU or TPU."],
+    }
+    train = {"trained": True, "best_step": 30, "train_loss": 0.0224, "val_loss": 0.0336}
+    contract = {
+        "model": "mlp",
+        "description": "MLP [3, 4, 2]",
+        "params": {"layers[0].W": {"shape": [3, 4], "dtype": "float32"}},
+        "inputs": {"features": ["x0", "<i>x1</i>", "x2"], "n_features": 3},
+        "outputs": {"names": ["y0", "y1"], "n_outputs": 2},
+        "batched_forward": True,
+    }
+    return check, bench, train, contract
+
+
+class _Page(HTMLParser):
+    """What the page holds: element ids, table rows by table id, images, link targets."""
+
+    def __init__(self) -> None:
+        super().__init__(convert_charrefs=True)
+        self.ids: dict[str, dict[str, str | None]] = {}
+        self.rows: dict[str, list[list[str]]] = {}
+        self.images: list[dict[str, str | None]] = []
+        self.urls: list[str] = []
+        self.tags: list[str] = []
+        self._table: list[str] = []
+        self._cell: list[str] | None = None
+        self._text: dict[str, list[str]] = {}
+        self._open: list[str] = []
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        a = dict(attrs)
+        self.tags.append(tag)
+        if "id" in a:
+            self.ids[a["id"] or ""] = a
+            self._text[a["id"] or ""] = []
+            if tag != "img":
+                self._open.append(a["id"] or "")
+        elif tag not in ("img", "br", "meta"):
+            self._open.append("")
+        if tag == "table":
+            self._table.append(a.get("id") or "")
+            self.rows.setdefault(self._table[-1], [])
+        elif tag == "tr":
+            self.rows[self._table[-1]].append([])
+        elif tag in ("td", "th"):
+            self._cell = []
+        elif tag == "img":
+            self.images.append(a)
+        for name in ("src", "href"):
+            if a.get(name):
+                self.urls.append(a[name] or "")
+
+    def handle_endtag(self, tag: str) -> None:
+        if tag in ("td", "th") and self._cell is not None:
+            self.rows[self._table[-1]][-1].append("".join(self._cell).strip())
+            self._cell = None
+        elif tag == "table":
+            self._table.pop()
+        if tag not in ("img", "br", "meta") and self._open:
+            self._open.pop()
+
+    def handle_data(self, data: str) -> None:
+        if self._cell is not None:
+            self._cell.append(data)
+        for element in self._open:
+            if element:
+                self._text[element].append(data)
+
+    def text(self, element_id: str) -> str:
+        return " ".join("".join(self._text[element_id]).split())
+
+
+def parse(page: str) -> _Page:
+    parsed = _Page()
+    parsed.feed(page)
+    parsed.close()
+    return parsed
+
+
+def _data_pngs(page: _Page) -> dict[str, bytes]:
+    pngs = {}
+    for img in page.images:
+        src = img.get("src") or ""
+        assert src.startswith("data:image/png;base64,"), f"{img.get('id')}: not embedded"
+        pngs[img.get("id") or ""] = base64.b64decode(src.split(",", 1)[1], validate=True)
+    return pngs
+
+
+@pytest.mark.parametrize("failed", [False, True], ids=["passed", "failed"])
+def test_report_holds_every_section_self_contained(failed):
+    check, bench, train, contract = make_inputs(failed)
+    before = copy.deepcopy((check, bench, train, contract))
+    page_html = render_report(
+        check,
+        bench,
+        train,
+        contract,
+        git={"git_commit": "a" * 40, "git_dirty": "false"},
+        run={"MLflow run name": "mlp-cpu-f32-jax0.11.2-aaaaaaa"},
+    )
+    assert (check, bench, train, contract) == before  # the inputs are not modified
+    page = parse(page_html)
+    verdict = page.ids["verdict"]
+    assert verdict["data-verdict"] == ("failed" if failed else "passed")
+    assert page.text("verdict").startswith("FAILED" if failed else "PASSED")
+    if failed:
+        listed = page.text("failures")
+        assert "invalid_features/vmap_jit" in listed and "direct_jit" in listed
+    else:
+        assert "failures" not in page.ids
+
+    env = dict(tuple(row) for row in page.rows["environment-table"][1:])
+    assert env["jax / jaxlib"] == "0.11.2 / 0.11.2"
+    assert env["backend (platform)"] == "cpu (cpu)" and env["CPU model"] == "AMD EPYC"
+    assert env["dtype"] == "float32" and env["git commit"] == "a" * 40
+    assert env["tolerance (path vs path)"] == "rtol=1e-05, atol=1e-06"
+    assert env["input features"] == "x0, <i>x1</i>, x2"  # shown as text, not markup
+    assert env["MLflow run name"] == "mlp-cpu-f32-jax0.11.2-aaaaaaa"
+
+    agreement = {row[0]: row for row in page.rows["agreement"][1:]}
+    assert set(agreement) == {"standard", HOSTILE}
+    assert agreement["standard"][-1] == "pass"
+    assert agreement[HOSTILE][-1] == ("FAIL" if failed else "pass")
+    pairs = page.rows[f"pairs-{HOSTILE}"][1:]
+    assert len(pairs) == 15
+    failing = [row[1] for row in pairs if row[4] == "FAIL"]
+    assert failing == ([p for p in (r[1] for r in pairs) if "direct_jit" in p] if failed else [])
+
+    assert [row[0] for row in page.rows["oracle-table"][1:]] == ["standard", HOSTILE]
+    assert page.rows["reference-table"][1] == ["status", "missing"]
+    negative = page.rows["negative-table"][1]
+    assert negative[0] == "invalid_features"
+    assert negative[4] == ("5/6" if failed else "6/6")
+    assert negative[-1] == ("FAIL" if failed else "pass")
+    assert [row[0] for row in page.rows["gradients-table"][1:]] == ["layers[0].W", "layers[0].b"]
+
+    latency = page.rows["latency-table"]
+    assert latency[0][:5] == ["path", "batch", "p50 ms", "p90 ms", "p99 ms"]
+    assert len(latency) - 1 == 6 * 2 - 1  # loop_eager at batch 8 was skipped
+    vmap_8 = next(row[:5] for row in latency if row[:2] == ["vmap_jit", "8"])
+    assert vmap_8 == ["vmap_jit", "8", "0.32", "0.384", "0.64"]
+    assert "loop_eager at batch 8: loop path capped" in page.text("skipped")
+    assert page.ids["noisy"]["data-noisy"] == "true"
+    assert "load average above" in page.text("verdict-notes")
+    limits = page.text("limits-list")
+    assert "A CPU result says nothing about GPU or TPU." in limits
+    assert "other inputs, batch sizes, dtypes or models were not checked" in limits
+
+    # Self-contained: the only URLs are the embedded PNGs, which decode as plots.
+    assert all(url.startswith("data:image/png;base64,") for url in page.urls), page.urls
+    pngs = _data_pngs(page)
+    assert set(pngs) == {"plot-latency", "plot-speedup"}
+    for data in pngs.values():
+        width, height = png_size(data)
+        assert width > 300 and height > 200
+    # Names from the reports are text: the only elements are the ones the report makes.
+    assert "script" not in page.tags and "i" not in page.tags
+    assert HOSTILE not in page_html and "&lt;script&gt;" in page_html
+
+
+def test_optional_sections_say_what_was_not_done():
+    check, bench, train, _ = make_inputs(failed=False)
+    check["gradients"] = {"status": "not run", "passed": True}
+    check["oracle"] = "none: the run is float64"
+    for case in check["cases"].values():
+        del case["oracle"]
+    check["not_provided"] = {"direct_eager": "the model has no hand-batched forward"}
+    bench["speedup"] = {}
+    page = parse(render_report(check, bench, train, None))
+    assert "Not checked (not run)" in page.text("gradients")
+    assert "Not computed: none: the run is float64" in page.text("oracle")
+    assert "direct_eager not provided by the model" in page.text("verdict-notes")
+    assert set(_data_pngs(page)) == {"plot-latency"}
+    assert "git commit" in dict(tuple(r) for r in page.rows["environment-table"][1:])
+
+
+@pytest.mark.parametrize(
+    "failed,colour", [(False, (26, 127, 55)), (True, (207, 34, 46))], ids=["passed", "failed"]
+)
+def test_report_renders_in_headless_chromium(failed, colour, tmp_path):
+    from PIL import Image
+
+    check, bench, train, contract = make_inputs(failed)
+    page = tmp_path / "report.html"
+    page.write_text(render_report(check, bench, train, contract), encoding="utf-8")
+    shown = render(page, tmp_path)
+    print(f"screenshot: {shown['screenshot']}")
+    probe = shown["probe"]
+    word = "FAILED" if failed else "PASSED"
+    assert probe["title"].startswith(f"vmapcheck {word}")
+    assert probe["verdict"]["text"].startswith(word)
+    assert probe["verdict"]["height"] > 40 and probe["verdict"]["width"] > 600
+    assert probe["verdict"]["background"] == f"rgb({colour[0]}, {colour[1]}, {colour[2]})"
+    assert [i["id"] for i in probe["images"]] == ["plot-latency", "plot-speedup"]
+    for image in probe["images"]:  # decoded by the browser and laid out on the page
+        assert image["complete"] and image["src_scheme"] == "data", image
+        assert image["natural_width"] > 300 and image["natural_height"] > 200, image
+        assert image["shown_width"] > 300, image
+    assert probe["fetched"] == []  # nothing loaded from outside the page
+    rows = re.findall(r'<tr class="pair (?:pass|fail)">', shown["dom"])
+    assert len(rows) == 2 * 15
+    # The screenshot shows the banner in its colour near the top of the page.
+    with Image.open(shown["screenshot"]) as shot:
+        assert shot.size == (1280, 4000)
+        top = np.asarray(shot.convert("RGB"))[:300].astype(int)
+    banner = int(np.sum(np.all(np.abs(top - np.array(colour)) <= 8, axis=-1)))
+    assert banner > 1280 * 40, f"banner colour covers {banner} px"
+
+
+def test_chromium_helper_sees_a_broken_or_external_image(tmp_path):
+    """The browser check would catch a plot that does not decode or is fetched."""
+    check, bench, train, contract = make_inputs(failed=False)
+    page_html = render_report(check, bench, train, contract)
+    broken = page_html.replace("base64,iVBOR", "base64,AAAAA", 1).replace(
+        "<h1>", '<img id="outside" src="http://example.invalid/x.png"><h1>', 1
+    )
+    page = tmp_path / "broken.html"
+    page.write_text(broken, encoding="utf-8")
+    probe = render(page, tmp_path)["probe"]
+    widths = {i["id"]: i["natural_width"] for i in probe["images"]}
+    assert widths["outside"] == 0 and widths["plot-latency"] == 0
+    assert probe["fetched"] == ["http://example.invalid/x.png"]
