@@ -50,7 +50,8 @@ def write_latency_png(target: Path, latency: dict[str, dict[str, Any]], title: s
             continue
         points = sorted((int(k[1:]), v) for k, v in by_batch.items())
         sizes = [b for b, _ in points]
-        style = "--" if path.endswith("eager") else "-"
+        # Dotted: the data-parallel path, a different thing from the one-device paths.
+        style = ":" if path.startswith("sharded") else "--" if path.endswith("eager") else "-"
         (line,) = ax.plot(sizes, [s["p50"] for _, s in points], style, marker="o", label=path)
         ax.fill_between(
             sizes,
