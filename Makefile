@@ -15,11 +15,7 @@ export PATH := $(BIN):$(PATH)
 export DVC_NO_ANALYTICS := 1
 export PYTHONUNBUFFERED := 1
 
-<<<<<<< HEAD
-.PHONY: help setup demo test lint format ui clean params lock reference verdict
-=======
-.PHONY: help setup demo test lint format ui clean params lock reference browser
->>>>>>> html
+.PHONY: help setup demo test lint format ui clean params lock reference verdict browser
 
 help:
 	@echo "make demo   set up .venv, run the pipeline (dvc repro) and print the verdict"

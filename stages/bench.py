@@ -12,6 +12,7 @@ from vmapcheck.config import Config
 from vmapcheck.io import atomic_dir, atomic_write_json
 from vmapcheck.models import build_model
 from vmapcheck.params_io import load_model_params
+from vmapcheck.paths import ShardedForward, data_mesh
 from vmapcheck.plots import write_latency_csvs, write_latency_png, write_speedup_csv
 from vmapcheck.regression import load_cases
 from vmapcheck.runtime import configure_jax
@@ -40,8 +41,11 @@ def main(config: Config) -> None:
     params, _ = load_model_params(model, PARAMS)
     rows = load_cases(CASES)["standard"]["x"]
     dtype = jnp.dtype(config.precision.dtype)
+    mesh = data_mesh(config.backend.num_devices)
     with bench_progress() as progress:
-        result = run_bench(model, params, rows, config.bench, dtype, progress=progress)
+        result = run_bench(model, params, rows, config.bench, dtype, progress=progress, mesh=mesh)
+    # Devices and mesh shape of the data-parallel path (sharded_jit).
+    sharded = ShardedForward(model, mesh).describe()
     atomic_write_json(REPORTS / "bench.json", metrics_summary(result))
     atomic_write_json(
         REPORTS / "bench_details.json",
@@ -51,6 +55,7 @@ def main(config: Config) -> None:
             "dtype": dtype.name,
             "runtime": runtime.as_dict(),
             "bench": config.bench.model_dump(),
+            "sharded": sharded,
             **result,
         },
     )
@@ -70,6 +75,14 @@ def main(config: Config) -> None:
         shown = ", ".join(f"{k}={v:.2f}x" for k, v in ratios.items())
         roof = result["figures"]["vmap_jit"].get(label, {}).get("roofline", float("nan"))
         print(f"bench: {label}: {shown}; vmap_jit at {roof:.1%} of the matmul peak")
+    for label, stats in result["latency_ms"]["sharded_jit"].items():
+        vmap = result["latency_ms"]["vmap_jit"].get(label)
+        if vmap:
+            print(
+                f"bench: {label}: sharded_jit (data-parallel over {sharded['devices']} "
+                f"{sharded['platform']} device(s), not vmap) p50 {stats['p50']:.3g} ms vs "
+                f"vmap_jit (one device) {vmap['p50']:.3g} ms"
+            )
 
 
 if __name__ == "__main__":

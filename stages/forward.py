@@ -1,4 +1,5 @@
-"""DVC stage `forward`: loop, vmap and direct (eager and jit) on every case, on the backend.
+"""DVC stage `forward`: loop, vmap and direct (eager and jit), and the data-parallel
+sharded_jit over backend.num_devices devices, on every case, on the backend.
 
 Also evaluates the stored reference's params on the reference's inputs, so `check` can
 compare this run (this JAX, this backend) with the verified run that made it.
@@ -14,14 +15,14 @@ from vmapcheck.gradients import gradient_probe
 from vmapcheck.io import atomic_dir, atomic_save_npz, atomic_write_json, read_json
 from vmapcheck.models import build_model
 from vmapcheck.params_io import check_features, load_model_params
-from vmapcheck.paths import cast_tree, not_provided
+from vmapcheck.paths import ShardedForward, cast_tree, data_mesh, not_provided
 from vmapcheck.reference import load_reference, reference_dir
 from vmapcheck.regression import load_cases
 from vmapcheck.runtime import configure_jax
 from vmapcheck.stage import CASES, FORWARD, PARAMS, ROOT, stage_main
 
 
-def _run_reference(config: Config, model, dtype):
+def _run_reference(config: Config, model, dtype, mesh):
     """(outputs on the reference bundle, {"status", "message"})."""
     folder = reference_dir(config, ROOT)
     where = folder.relative_to(ROOT)
@@ -42,7 +43,7 @@ def _run_reference(config: Config, model, dtype):
             "status": "incompatible",
             "message": f"{where} does not fit model {config.model.name} as configured: {exc}",
         }
-    outputs, _ = run_forward(model, params, reference["cases"], dtype)
+    outputs, _ = run_forward(model, params, reference["cases"], dtype, mesh)
     return outputs, {"status": "ok", "message": f"evaluated {where}"}
 
 
@@ -54,8 +55,10 @@ def main(config: Config) -> None:
     cases = load_cases(CASES)
     check_features(read_json(CASES / "manifest.json")["features"], manifest, "data/cases")
     dtype = jnp.dtype(config.precision.dtype)
-    outputs, record = run_forward(model, params, cases, dtype)
-    reference_outputs, reference_status = _run_reference(config, model, dtype)
+    mesh = data_mesh(config.backend.num_devices)
+    sharded = ShardedForward(model, mesh).describe()
+    outputs, record = run_forward(model, params, cases, dtype, mesh)
+    reference_outputs, reference_status = _run_reference(config, model, dtype, mesh)
     standard = cases["standard"]
     grad_arrays, grad_record = gradient_probe(
         model,
@@ -74,6 +77,7 @@ def main(config: Config) -> None:
                 "dtype": dtype.name,
                 "params_sha256": manifest["sha256"],
                 "not_provided": not_provided(model),
+                "sharded": sharded,
                 "reference": reference_status,
                 "gradients": grad_record,
                 "cases": record,
@@ -85,7 +89,8 @@ def main(config: Config) -> None:
     print(
         f"forward: {len(outputs)} outputs and {refused} refusals from {len(cases)} cases on "
         f"{runtime.backend} ({runtime.device_kind}, {jax.device_count()} device(s)), dtype "
-        f"{dtype.name}; reference: {reference_status['status']}"
+        f"{dtype.name}; sharded_jit (data-parallel, not vmap) over a mesh of "
+        f"{sharded['devices']} device(s); reference: {reference_status['status']}"
     )
 
 

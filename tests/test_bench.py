@@ -73,6 +73,12 @@ def test_run_bench_covers_every_path_and_caps_the_loop():
     figures = result["figures"]["vmap_jit"]["b32"]
     assert figures["compile_ms"] > 0 and figures["flops"] > 0 and figures["roofline"] > 0
     assert result["figures"]["vmap_eager"]["b32"]["flops"] == figures["flops"]
+    # The data-parallel path over this process's devices, its flops the whole mesh's.
+    sharded = result["figures"]["sharded_jit"]["b32"]
+    devices = len(jax.devices())
+    assert sharded["devices"] == devices and sharded["padded_rows"] % devices == 0
+    assert sharded["flops"] == devices * sharded["flops_per_device"] > 0
+    assert sharded["compile_ms"] > 0
     assert result["peak"]["gflops"] > 0
     assert result["machine"]["before"]["matmul_precision"]
     assert any("GPU" in line for line in result["limits"])

@@ -86,9 +86,10 @@ def test_agreeing_outputs_pass(inputs):
     report = check(inputs)
     assert report["passed"], report["failures"]
     summary = metrics_summary(report)
-    # 15 pairs for each batch case; the vector case: 1 + 2 x 6 against the batch of one.
-    assert summary["n_pairs"] == 15 + 15 + 13
-    assert summary["negative"]["invalid_features"]["refused_paths"] == 6
+    # 7 paths: 21 pairs for each batch case; the vector case: 1 + 2 x 7 against the
+    # batch of one.
+    assert summary["n_pairs"] == 21 + 21 + 15
+    assert summary["negative"]["invalid_features"]["refused_paths"] == 7
     assert report["reference"]["made_with"]["jax_version"] == "0.10.0"
     assert "compared with jax 0.11.2" in report["reference"]["message"]
 
@@ -214,3 +215,37 @@ def test_a_finite_loss_on_a_nan_target_means_something_masks_nan(inputs):
 def test_per_example_gradients_disagreeing_with_the_batch_gradient_fail(inputs):
     report = check(inputs, gradients=_gradient_inputs(inputs, per_example=1.01))
     assert any(f.startswith("gradients/W: mean of per-example") for f in report["failures"])
+
+
+def test_a_reference_older_than_the_sharded_path_compares_it_with_stored_vmap_jit(inputs):
+    stored = inputs[4]["stored"]
+    del stored["standard.sharded_jit"]  # made before sharded_jit existed
+    report = check(inputs)
+    assert report["passed"], report["failures"]
+    result = report["reference"]["cases"]["standard"]["sharded_jit"]
+    assert result["stored_path"] == "vmap_jit" and result["max_abs"] == 0.0
+    assert "stored_path" not in report["reference"]["cases"]["standard"]["vmap_jit"]
+    # ...and a sharded output off that stored vmap_jit by more than the tolerance fails.
+    inputs[4]["current"]["standard.sharded_jit"] = OUT + np.float32(0.01)
+    failures = check(inputs)["failures"]
+    assert [f.split(":")[0] for f in failures] == ["reference/standard/sharded_jit"]
+
+
+def test_a_sharded_output_off_the_one_device_paths_fails_its_pairs(inputs):
+    inputs[2]["standard.sharded_jit"] = OUT + np.float32(1e-3)
+    report = check(inputs)
+    pairs = {f.split(":")[0] for f in report["failures"] if "oracle" not in f}
+    assert pairs == {f"standard/{p}-vs-sharded_jit" for p in PATH_NAMES[:-1]}
+
+
+def test_a_sharded_path_that_accepts_invalid_input_fails(inputs):
+    inputs[3]["cases"]["invalid_features"]["sharded_jit"] = _ok([2, 2])
+    report = check(inputs)
+    assert report["negative"]["invalid_features"]["paths"]["sharded_jit"]["passed"] is False
+    assert any("sharded_jit: expected InvalidInputError" in f for f in report["failures"])
+
+
+def test_the_report_records_the_sharded_paths_mesh(inputs):
+    mesh = {"devices": 2, "mesh_shape": {"data": 2}}
+    inputs[3]["sharded"] = mesh
+    assert check(inputs)["sharded"] == mesh

@@ -7,6 +7,7 @@ import sys
 import yaml
 
 from tests.conftest import ROOT
+from vmapcheck.names import PATH_NAMES
 
 DVC_YAML = yaml.safe_load((ROOT / "dvc.yaml").read_text())
 STAGES = DVC_YAML["stages"]
@@ -54,7 +55,4 @@ def test_metrics_and_plots_are_declared():
     assert {"reports/check.json", "reports/bench.json"} <= metrics
     plot = DVC_YAML["plots"][0]["latency_p50_ms_vs_batch_size"]
     assert plot["x"] == "batch_size"
-    assert set(plot["y"]) == {
-        f"reports/plots/{p}.csv"
-        for p in ("loop_eager", "loop_jit", "vmap_eager", "vmap_jit", "direct_eager", "direct_jit")
-    }
+    assert set(plot["y"]) == {f"reports/plots/{p}.csv" for p in PATH_NAMES}

@@ -67,7 +67,14 @@ def test_repro_runs_every_stage_and_logs_a_complete_mlflow_run(project):
     assert metrics["check/passed"] == 1.0
     assert "agree/standard/loop_eager-vs-vmap_jit/max_abs" in metrics
     assert "agree/boundary/vmap_jit-vs-direct_jit/max_rel" in metrics
-    assert metrics["negative/invalid_features/refused_paths"] == 6.0
+    assert metrics["negative/invalid_features/refused_paths"] == 7.0
+    # The data-parallel path: checked and benchmarked like every path, over 2 emulated
+    # CPU devices (backend=cpu's default), against the stored reference's vmap_jit.
+    assert "agree/standard/vmap_jit-vs-sharded_jit/max_abs" in metrics
+    assert "reference/standard/sharded_jit/max_rel" in metrics
+    assert metrics["latency_ms/sharded_jit/b8/p50"] > 0
+    assert metrics["compile_ms/sharded_jit/b8"] > 0
+    assert tags["sharded.devices"] == "2" and tags["sharded.mesh_shape"] == "data=2"
     assert metrics["negative/invalid_vector/refused_paths"] == 2.0
     assert metrics["reference/passed"] == 1.0
     assert "reference/standard/vmap_jit/max_rel" in metrics

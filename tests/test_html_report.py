@@ -314,7 +314,7 @@ def test_report_holds_every_section_self_contained(failed):
     assert agreement["standard"][-1] == "pass"
     assert agreement[HOSTILE][-1] == ("FAIL" if failed else "pass")
     pairs = page.rows[f"pairs-{HOSTILE}"][1:]
-    assert len(pairs) == 15
+    assert len(pairs) == len(list(combinations(PATH_NAMES, 2)))
     failing = [row[1] for row in pairs if row[4] == "FAIL"]
     assert failing == ([p for p in (r[1] for r in pairs) if "direct_jit" in p] if failed else [])
 
@@ -322,13 +322,14 @@ def test_report_holds_every_section_self_contained(failed):
     assert page.rows["reference-table"][1] == ["status", "missing"]
     negative = page.rows["negative-table"][1]
     assert negative[0] == "invalid_features"
-    assert negative[4] == ("5/6" if failed else "6/6")
+    n = len(PATH_NAMES)
+    assert negative[4] == (f"{n - 1}/{n}" if failed else f"{n}/{n}")
     assert negative[-1] == ("FAIL" if failed else "pass")
     assert [row[0] for row in page.rows["gradients-table"][1:]] == ["layers[0].W", "layers[0].b"]
 
     latency = page.rows["latency-table"]
     assert latency[0][:5] == ["path", "batch", "p50 ms", "p90 ms", "p99 ms"]
-    assert len(latency) - 1 == 6 * 2 - 1  # loop_eager at batch 8 was skipped
+    assert len(latency) - 1 == len(PATH_NAMES) * 2 - 1  # loop_eager at batch 8 was skipped
     vmap_8 = next(row[:5] for row in latency if row[:2] == ["vmap_jit", "8"])
     assert vmap_8 == ["vmap_jit", "8", "0.32", "0.384", "0.64"]
     assert "loop_eager at batch 8: loop path capped" in page.text("skipped")
@@ -390,7 +391,7 @@ def test_report_renders_in_headless_chromium(failed, colour, tmp_path):
         assert image["shown_width"] > 300, image
     assert probe["fetched"] == []  # nothing loaded from outside the page
     rows = re.findall(r'<tr class="pair (?:pass|fail)">', shown["dom"])
-    assert len(rows) == 2 * 15
+    assert len(rows) == 2 * len(list(combinations(PATH_NAMES, 2)))
     # The screenshot shows the banner in its colour near the top of the page.
     with Image.open(shown["screenshot"]) as shot:
         assert shot.size == (1280, 4000)

@@ -42,10 +42,11 @@ def test_invalid_batches_are_refused_with_the_problem_named(x, message):
 
 def test_every_path_refuses_invalid_input_before_computing(mlp):
     model, params = mlp
-    for name, path in build_paths(model, jnp.float32).items():
+    paths = build_paths(model, jnp.float32)
+    assert set(paths) == set(PATH_NAMES)
+    for path in paths.values():
         with pytest.raises(InvalidInputError, match="expected 5 features, got 4"):
             path(params, jnp.ones((3, 4), jnp.float32))
-        assert name in PATH_NAMES
 
 
 def test_paths_agree_on_an_mlp_and_have_the_contract_shape(mlp):
@@ -56,8 +57,9 @@ def test_paths_agree_on_an_mlp_and_have_the_contract_shape(mlp):
     }
     for name, out in outputs.items():
         assert out.shape == (7, 3) and out.dtype == np.float32, name
+    assert set(outputs) == set(PATH_NAMES)
     results = all_pairs(outputs, ToleranceConfig(rtol=1e-5, atol=1e-6))
-    assert len(results) == 15
+    assert len(results) == 21
     assert all(r["passed"] for r in results.values()), results
 
 

@@ -17,6 +17,7 @@ from vmapcheck.agreement import all_pairs
 from vmapcheck.config import ModelConfig, ToleranceConfig
 from vmapcheck.errors import ArtifactError, ConfigError
 from vmapcheck.models import Model, build_model
+from vmapcheck.names import PATH_NAMES
 from vmapcheck.params_io import leaf_paths, load_model_params, save_params
 from vmapcheck.paths import build_paths, not_provided
 from vmapcheck.training import fit, make_loss
@@ -25,7 +26,7 @@ from vmapcheck.training import fit, make_loss
 FRAMEWORKS = {"flax_mlp": ("flax", "flax"), "equinox_mlp": ("equinox", "equinox")}
 EXAMPLES = sorted(FRAMEWORKS)
 F32_PATHS = ToleranceConfig(rtol=1e-5, atol=1e-6)
-ALL_SIX = {f"{p}_{m}" for p in ("loop", "vmap", "direct") for m in ("eager", "jit")}
+ALL_PATHS = set(PATH_NAMES)
 
 
 def _require(example: str) -> None:
@@ -121,11 +122,11 @@ def test_every_harness_path_agrees(example, model):
     }
     assert not failed, failed
     if example == "flax_mlp":
-        assert set(paths) == ALL_SIX
+        assert set(paths) == ALL_PATHS
         assert not_provided(model) == {}
     else:  # Equinox modules take one vector: no hand-batched forward, never faked
         assert model.forward_batch is None
-        assert set(paths) == ALL_SIX - {"direct_eager", "direct_jit"}
+        assert set(paths) == ALL_PATHS - {"direct_eager", "direct_jit"}
         missing = not_provided(model)
         assert set(missing) == {"direct_eager", "direct_jit"}
         assert all("forward_batch" in reason for reason in missing.values())

@@ -31,7 +31,7 @@ def test_three_forms_give_the_literal_output():
     np.testing.assert_allclose(batched, direct, rtol=1e-6, atol=1e-7)
 
 
-def test_all_six_harness_paths_reproduce_the_seed():
+def test_every_harness_path_reproduces_the_seed():
     from vmapcheck.config import ModelConfig
     from vmapcheck.models import build_model
 
@@ -44,6 +44,7 @@ def test_all_six_harness_paths_reproduce_the_seed():
         "vmap_jit",
         "direct_eager",
         "direct_jit",
+        "sharded_jit",
     }
     for name, path in paths.items():
         out = np.asarray(path(model.init(None), jnp.asarray(SEED_BATCH)))

@@ -26,13 +26,21 @@ from typing import Any
 
 import jax
 import numpy as np
+from jax.sharding import Mesh
 from scipy import stats
 
 from vmapcheck.config import BenchConfig
 from vmapcheck.machine import conditions
 from vmapcheck.models import Model, Params
 from vmapcheck.names import PATH_NAMES
-from vmapcheck.paths import cast_tree, not_provided, raw_forwards, validate_batch
+from vmapcheck.paths import (
+    ShardedForward,
+    cast_tree,
+    data_mesh,
+    not_provided,
+    raw_forwards,
+    validate_batch,
+)
 
 COMPILE_EVENT = "/jax/core/compile/backend_compile_duration"
 # A sample shorter than this many timer ticks is below the timer's resolution.
@@ -169,6 +177,19 @@ def _cost(compiled: Any) -> dict[str, float]:
     }
 
 
+def _sharded_cost(cost: dict[str, float], sharded: ShardedForward, rows: int) -> dict[str, float]:
+    """XLA analyses the per-device SPMD program: scale flops and bytes to the whole mesh
+    (padded rows included) so gflops compares with the single-device paths."""
+    return {
+        **cost,
+        "flops": cost["flops"] * sharded.devices,
+        "bytes_accessed": cost["bytes_accessed"] * sharded.devices,
+        "flops_per_device": cost["flops"],
+        "devices": float(sharded.devices),
+        "padded_rows": float(sharded.padded_rows(rows)),
+    }
+
+
 def matmul_peak(dtype: Any, size: int, repeats: int = 15) -> dict[str, float]:
     """This machine's matmul throughput now: p50 GFLOP/s of a (size x size) @ (size x size)."""
     a = jax.device_put(jax.numpy.ones((size, size), dtype=dtype))
@@ -186,12 +207,17 @@ def run_bench(
     config: BenchConfig,
     dtype: Any,
     progress: Callable[[str, float], None] = lambda _msg, _done: None,
+    mesh: Mesh | None = None,
 ) -> dict[str, Any]:
     """Time every path at every batch size; returns figures, skips and conditions.
 
     ``progress(message, done)`` is called as work starts and ends, ``done`` in [0, 1].
+    ``mesh``: the devices of the data-parallel ``sharded_jit`` path (None: all present).
+    It is timed on its padded batch already split over the mesh, as every other path's
+    batch is already on its device; its flops count every device's share.
     """
     raw = raw_forwards(model)
+    sharded = ShardedForward(model, mesh if mesh is not None else data_mesh())
     absent = not_provided(model)
     run_params = jax.device_put(cast_tree(params, dtype))
     before = conditions()
@@ -218,7 +244,16 @@ def run_bench(
                     "one Python-level forward per row, unrolled by jit"
                 )
                 continue
-            if mode == "jit":
+            if form == "sharded":  # data-parallel over the mesh: not vmap, see paths.py
+                args = (sharded.place_params(run_params), sharded.place_batch(x))
+                start = time.perf_counter()
+                compiled = sharded.jitted.lower(*args).compile()
+                figures[name] = {
+                    "compile_ms": (time.perf_counter() - start) * 1e3,
+                    **_sharded_cost(_cost(compiled), sharded, rows),
+                }
+                calls[name] = lambda f=sharded.jitted, a=args: f(*a)
+            elif mode == "jit":
                 jitted = jax.jit(raw[form])
                 start = time.perf_counter()
                 compiled = jitted.lower(run_params, x).compile()

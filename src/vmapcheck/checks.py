@@ -14,7 +14,13 @@ import numpy as np
 
 from vmapcheck.agreement import compare
 from vmapcheck.config import Config, ToleranceConfig
-from vmapcheck.names import PATH_NAMES, VECTOR_PATH_NAMES, output_key, paths_for
+from vmapcheck.names import (
+    PATH_NAMES,
+    REFERENCE_STAND_IN,
+    VECTOR_PATH_NAMES,
+    output_key,
+    paths_for,
+)
 
 
 def looser(a: dict[str, float], b: dict[str, float]) -> ToleranceConfig:
@@ -182,6 +188,10 @@ def _reference(
             key = output_key(name, path)
             if path in skip and key not in stored:
                 continue
+            # A reference older than this path: compare with the stored output of the
+            # path that computes the same function on one device (names.REFERENCE_STAND_IN).
+            stand_in = path if key in stored else REFERENCE_STAND_IN.get(path, path)
+            stored_key = output_key(name, stand_in)
             if key not in current:
                 result = {
                     "max_abs": None,
@@ -189,8 +199,17 @@ def _reference(
                     "passed": False,
                     "reason": "no current output (refused or crashed)",
                 }
+            elif stored_key not in stored:
+                result = {
+                    "max_abs": None,
+                    "max_rel": None,
+                    "passed": False,
+                    "reason": "the reference stores no output for this path",
+                }
             else:
-                result = compare(current[key], stored[key], tolerance)
+                result = compare(current[key], stored[stored_key], tolerance)
+            if stand_in != path:
+                result["stored_path"] = stand_in
             cases[name][path] = result
             if not result["passed"]:
                 failures.append(f"reference/{name}/{path}: {result['reason']}")
@@ -324,6 +343,8 @@ def run_checks(
         "oracle": "float64 (CPU)" if oracle is not None else "none: the run is float64",
         "runtime": forward_record["runtime"],
         "not_provided": skip,
+        # Devices and mesh of the data-parallel path (absent in records older than it).
+        "sharded": forward_record.get("sharded"),
         "cases": cases_report,
         "negative": negative_report,
         "reference": reference_report,

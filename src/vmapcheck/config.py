@@ -161,6 +161,10 @@ class TrainConfig(_Strict):
 class BackendConfig(_Strict):
     name: Literal["cpu", "gpu", "tpu"]
     platform: Literal["cpu", "cuda", "rocm", "tpu"]
+    # Devices of the data-parallel (sharded_jit) path's 1-D mesh; null: every device present.
+    # On CPU, JAX is started with this many emulated CPU devices (jax_num_cpu_devices).
+    # The other paths run on one device whatever this says.
+    num_devices: PositiveInt | None
 
 
 class ToleranceConfig(_Strict):

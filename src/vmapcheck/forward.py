@@ -7,6 +7,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.sharding import Mesh
 
 from vmapcheck.errors import InvalidInputError
 from vmapcheck.models import Model, Params
@@ -20,18 +21,24 @@ def _storable(host: np.ndarray) -> np.ndarray:
 
 
 def run_forward(
-    model: Model, params: Params, cases: dict[str, dict[str, Any]], dtype: Any
+    model: Model,
+    params: Params,
+    cases: dict[str, dict[str, Any]],
+    dtype: Any,
+    mesh: Mesh | None = None,
 ) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
     """Run each case through the paths its kind calls for, at ``dtype``.
 
-    Batch cases go through the six batched paths, the vector case through ``forward_one``
-    (eager and jit), and each invalid case through the paths named by its ``runs_on``.
+    Batch cases go through the batched paths (loop, vmap, direct, eager and jit, and
+    ``sharded_jit`` over ``mesh``; None: every device present), the vector case through
+    ``forward_one`` (eager and jit), and each invalid case through the paths named by
+    its ``runs_on``.
 
     Returns ``(outputs, record)``: ``outputs["<case>.<path>"]`` is the output of a valid
     case (bfloat16 stored as float32, exactly); ``record[case][path]`` says the output's
     shape and dtype, or whether and how the path refused the input.
     """
-    batch_paths = build_paths(model, dtype)
+    batch_paths = build_paths(model, dtype, mesh=mesh)
     vector_paths = build_vector_paths(model, dtype)
     run_params = cast_tree(params, dtype)
     outputs: dict[str, np.ndarray] = {}

@@ -8,8 +8,13 @@ Every path maps a batch ``X`` of shape ``(batch, in_features)`` (batch axis 0) t
   mapped over axis 0;
 - ``direct``: the model's hand-batched ``forward_batch``.
 
-Each comes eager and under ``jax.jit``. Inputs are validated once, before dispatch, by
-:func:`validate_batch`, so an invalid batch is refused identically by every path.
+Each comes eager and under ``jax.jit``. One more path is data parallelism, a different
+thing from vmap: ``sharded_jit`` (:class:`ShardedForward`) splits the batch axis 0 over
+the devices of a 1-D mesh and runs ``jit(vmap(forward_one))`` on each shard. vmap
+vectorizes on one device; it does not distribute.
+
+Inputs are validated once, before dispatch, by :func:`validate_batch`, so an invalid
+batch is refused identically by every path.
 """
 
 from __future__ import annotations
@@ -20,10 +25,13 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.sharding import AxisType, Mesh, NamedSharding
+from jax.sharding import PartitionSpec as P
 
 from vmapcheck.errors import InvalidInputError
 from vmapcheck.models import Model, Params
 from vmapcheck.params_io import leaf_name
+from vmapcheck.runtime import check_device_count
 
 Path = Callable[[Params, Any], jax.Array]
 
@@ -147,26 +155,124 @@ def raw_forwards(model: Model) -> dict[str, Path]:
     return raw
 
 
-def build_paths(model: Model, dtype: Any, validate: bool = True) -> dict[str, Path]:
-    """The six forward paths for ``model``.
+# The one axis of the data-parallel mesh: the batch axis 0 is split along it.
+DATA_AXIS = "data"
 
-    With ``validate`` (the default) each path refuses an invalid batch before dispatch;
-    the benchmark validates its inputs once and times the forward alone.
+
+def data_mesh(num_devices: int | None = None) -> Mesh:
+    """A 1-D mesh ``(num_devices,)`` named ``("data",)`` over the first devices present.
+
+    ``num_devices`` None: every device. The axis type is ``Auto`` (jax 0.11's
+    ``make_mesh`` defaults to ``Explicit``): the compiler propagates the batch sharding
+    through whatever a user's ``forward_one`` does, where Explicit mode would make the
+    sharding part of every intermediate's type and reject operations whose output
+    sharding it cannot infer (and the uneven slice that drops the padding).
+
+    Raises:
+        BackendUnavailableError: more devices asked for than are present (names
+            backend.num_devices, the number asked and the devices present).
+    """
+    devices = jax.devices()
+    n = check_device_count(num_devices, devices)
+    return jax.make_mesh((n,), (DATA_AXIS,), axis_types=(AxisType.Auto,), devices=devices[:n])
+
+
+class ShardedForward:
+    """The data-parallel path ``sharded_jit``; not vmap, though it contains it.
+
+    What is sharded: ``jax.jit(jax.vmap(model.forward_one, in_axes=(None, 0)))``, the
+    same function as the ``vmap_jit`` path (every model has ``forward_one``; the
+    hand-batched ``forward_batch`` is optional), compiled with the batch axis 0 of ``x``
+    split over the mesh axis "data" (``NamedSharding(mesh, P("data"))``) and params
+    replicated on every device (``P()``). Each device computes its block of rows; the
+    output stays split the same way. So sharded_jit against vmap_jit isolates
+    distribution: same program, the batch spread over ``mesh.size`` devices.
+
+    Shapes: ``x`` (batch, in_features) -> (batch, out_features). A batch whose size is
+    not a multiple of the device count is padded to the next multiple by repeating its
+    last row (a real, validated row, so the padding holds no value the input did not),
+    run, and the padded rows sliced off the result. Rows are independent under vmap, so
+    the padding cannot change the real rows' outputs. Eager it has no counterpart: a
+    sharded computation is one compiled SPMD program.
+    """
+
+    def __init__(self, model: Model, mesh: Mesh):
+        self.mesh = mesh
+        self.devices = int(mesh.size)
+        self.batch_sharding = NamedSharding(mesh, P(DATA_AXIS))
+        self.replicated = NamedSharding(mesh, P())
+        self.jitted = jax.jit(
+            jax.vmap(model.forward_one, in_axes=(None, 0)),
+            in_shardings=(self.replicated, self.batch_sharding),
+            out_shardings=self.batch_sharding,
+        )
+
+    def padded_rows(self, rows: int) -> int:
+        """``rows`` rounded up to a multiple of the device count."""
+        return -(-rows // self.devices) * self.devices
+
+    def place_params(self, params: Params) -> Params:
+        """Params copied to every device of the mesh (replicated)."""
+        return jax.device_put(params, self.replicated)
+
+    def place_batch(self, x: Any) -> jax.Array:
+        """``x`` padded to :meth:`padded_rows` rows and split over the mesh along axis 0."""
+        rows = int(np.shape(x)[0])
+        pad = self.padded_rows(rows) - rows
+        if pad:
+            x = jnp.pad(jnp.asarray(x), ((0, pad), (0, 0)), mode="edge")
+        return jax.device_put(x, self.batch_sharding)
+
+    def __call__(self, params: Params, x: Any) -> jax.Array:
+        rows = int(np.shape(x)[0])
+        out = self.jitted(self.place_params(params), self.place_batch(x))
+        return out if out.shape[0] == rows else out[:rows]
+
+    def describe(self) -> dict[str, Any]:
+        """What the sharded path ran on: recorded in forward, check and bench reports."""
+        devices = list(self.mesh.devices.flat)
+        return {
+            "path": "sharded_jit",
+            "form": "jax.jit(jax.vmap(forward_one, in_axes=(None, 0))): batch axis 0 split "
+            f"over mesh axis {DATA_AXIS!r}, params replicated (data parallelism, not vmap)",
+            "devices": self.devices,
+            "mesh_shape": {DATA_AXIS: self.devices},
+            "device_ids": [int(d.id) for d in devices],
+            "platform": devices[0].platform,
+            "device_kind": devices[0].device_kind,
+            "padding": f"a batch is padded to a multiple of {self.devices} rows by repeating "
+            "its last row; the padded rows are sliced off the output",
+        }
+
+
+def build_paths(
+    model: Model, dtype: Any, validate: bool = True, mesh: Mesh | None = None
+) -> dict[str, Path]:
+    """The forward paths for ``model`` (:data:`vmapcheck.names.PATH_NAMES`).
+
+    Loop, vmap and (if provided) direct, eager and jit, then ``sharded_jit`` over
+    ``mesh`` (None: a mesh of every device present, :func:`data_mesh`). With
+    ``validate`` (the default) each path refuses an invalid batch before dispatch.
     """
     paths: dict[str, Path] = {}
     raw = raw_forwards(model)
-    for name, fn in raw.items():
-        for mode, compiled in (("eager", fn), ("jit", jax.jit(fn))):
-            if not validate:
-                paths[f"{name}_{mode}"] = compiled
-                continue
+    forms = [(f"{name}_{mode}", c) for name, fn in raw.items() for mode, c in _modes(fn)]
+    forms.append(("sharded_jit", ShardedForward(model, mesh if mesh is not None else data_mesh())))
+    for name, compiled in forms:
+        if not validate:
+            paths[name] = compiled
+            continue
 
-            def guarded(params: Params, x: Any, _fn: Callable = compiled) -> jax.Array:
-                validate_batch(x, model.in_features, dtype)
-                return _fn(params, x)
+        def guarded(params: Params, x: Any, _fn: Callable = compiled) -> jax.Array:
+            validate_batch(x, model.in_features, dtype)
+            return _fn(params, x)
 
-            paths[f"{name}_{mode}"] = guarded
+        paths[name] = guarded
     return paths
+
+
+def _modes(fn: Path) -> tuple[tuple[str, Path], ...]:
+    return (("eager", fn), ("jit", jax.jit(fn)))
 
 
 def not_provided(model: Model) -> dict[str, str]:

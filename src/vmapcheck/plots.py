@@ -67,7 +67,8 @@ def latency_figure(latency: dict[str, dict[str, Any]], title: str) -> Any:
             continue
         points = sorted((int(k[1:]), v) for k, v in by_batch.items())
         sizes = [b for b, _ in points]
-        style = "--" if path.endswith("eager") else "-"
+        # Dotted: the data-parallel path, a different thing from the one-device paths.
+        style = ":" if path.startswith("sharded") else "--" if path.endswith("eager") else "-"
         (line,) = ax.plot(sizes, [s["p50"] for _, s in points], style, marker="o", label=path)
         ax.fill_between(
             sizes,

@@ -8,6 +8,7 @@ that names the backends that are present.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import platform
 import sys
@@ -55,9 +56,13 @@ def available_backends() -> list[str]:
 def configure_jax(backend: BackendConfig, precision: PrecisionConfig) -> RuntimeInfo:
     """Pin JAX to ``backend`` and ``precision``; return what was selected.
 
+    On CPU, ``backend.num_devices`` emulated devices are created (``jax_num_cpu_devices``,
+    which only takes effect before JAX starts); elsewhere it must not exceed the devices
+    present.
+
     Raises:
-        BackendUnavailableError: the backend cannot start here; the message lists the
-            backends that can.
+        BackendUnavailableError: the backend cannot start here (the message lists the
+            backends that can), or backend.num_devices exceeds the devices present.
     """
     import jax
     import jaxlib
@@ -65,6 +70,12 @@ def configure_jax(backend: BackendConfig, precision: PrecisionConfig) -> Runtime
     jax.config.update("jax_platforms", backend.platform)
     jax.config.update("jax_enable_x64", precision.enable_x64)
     jax.config.update("jax_default_matmul_precision", precision.matmul_precision)
+    if backend.platform == "cpu" and backend.num_devices is not None:
+        # Emulated CPU devices for the sharded path: one client, N devices sharing the
+        # host's cores (null: JAX's default). JAX refuses the change once it has started
+        # in this process; then check_device_count judges the devices it has.
+        with contextlib.suppress(RuntimeError):
+            jax.config.update("jax_num_cpu_devices", backend.num_devices)
     try:
         devices = jax.devices()
     except Exception as exc:  # JAX raises RuntimeError or a bare AssertionError here.
@@ -75,6 +86,7 @@ def configure_jax(backend: BackendConfig, precision: PrecisionConfig) -> Runtime
             f"available on this machine ({type(exc).__name__}: {reason}). Backends present: "
             f"{', '.join(present) or 'none'}; choose one, e.g. `dvc exp run -S backend=cpu`."
         ) from None
+    check_device_count(backend.num_devices, devices)
     return RuntimeInfo(
         backend=backend.name,
         platform=devices[0].platform,
@@ -88,6 +100,27 @@ def configure_jax(backend: BackendConfig, precision: PrecisionConfig) -> Runtime
         matmul_precision=str(jax.config.jax_default_matmul_precision),
         xla_flags=os.environ.get("XLA_FLAGS", ""),
     )
+
+
+def check_device_count(num_devices: int | None, devices: list[Any]) -> int:
+    """How many devices the data-parallel mesh takes: ``num_devices``, or all of ``devices``.
+
+    Raises:
+        BackendUnavailableError: more devices asked for than are present; the message
+            names the key, the number asked and the devices present.
+    """
+    if num_devices is None:
+        return len(devices)
+    if num_devices > len(devices):
+        kinds = sorted({f"{d.platform} ({d.device_kind})" for d in devices})
+        hint = f"set it to at most {len(devices)}, or null for all of them"
+        if devices and devices[0].platform == "cpu":
+            hint += " (CPU devices are emulated only when set before JAX starts: configure_jax)"
+        raise BackendUnavailableError(
+            f"backend.num_devices={num_devices} asks for {num_devices} devices, but "
+            f"{len(devices)} are present ({', '.join(kinds) or 'none'}): {hint}"
+        )
+    return num_devices
 
 
 def enable_key_reuse_checks() -> None:
@@ -106,7 +139,8 @@ def _configure_cpu(name: str, dtype: str) -> RuntimeInfo:
     """CPU at ``dtype`` with the highest matmul precision (tolerances unused here)."""
     none = ToleranceConfig(rtol=0.0, atol=0.0)
     return configure_jax(
-        BackendConfig(name="cpu", platform="cpu"),
+        # One device: these stages run nothing sharded (JAX's default CPU device count).
+        BackendConfig(name="cpu", platform="cpu", num_devices=None),
         PrecisionConfig(
             name=name,
             dtype=dtype,

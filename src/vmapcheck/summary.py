@@ -17,8 +17,15 @@ def summarize(root: Path) -> str:
     runtime = check["runtime"]
     tol = check["tolerance"]
     verdict = "PASSED" if check["passed"] else "FAILED"
+    sharded = check.get("sharded")
+    data_parallel = (
+        f", and sharded_jit (data-parallel over {sharded['devices']} device(s), not vmap)"
+        if sharded
+        else ""
+    )
     lines.append(
-        f"verdict: {verdict} - loop, vmap and direct (eager and jit) on {runtime['backend']} "
+        f"verdict: {verdict} - loop, vmap and direct (eager and jit){data_parallel} "
+        f"on {runtime['backend']} "
         f"({runtime['device_kind']}), {check['dtype']}, rtol={tol['rtol']:g} atol={tol['atol']:g}, "
         f"jax {runtime['jax_version']} / jaxlib {runtime['jaxlib_version']}"
     )

@@ -183,6 +183,16 @@ def log_run(
             else {}
         ),
         **{f"reference.{k}": str(v) for k, v in check["reference"].get("made_with", {}).items()},
+        **(
+            {  # the data-parallel path's mesh: sharded_jit is not vmap
+                "sharded.devices": str(check["sharded"]["devices"]),
+                "sharded.mesh_shape": ",".join(
+                    f"{axis}={size}" for axis, size in check["sharded"]["mesh_shape"].items()
+                ),
+            }
+            if check.get("sharded")
+            else {}
+        ),
         "bench_noisy": str(bench["machine"]["noisy"]).lower(),
         **git,
         "mlflow.source.git.commit": git["git_commit"],
