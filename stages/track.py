@@ -98,6 +98,14 @@ def main(config: Config) -> int:
     if info["verdict"] != "passed":
         print("track: the check FAILED (logged above); exiting non-zero", flush=True)
         return 1
+    replay = bench.get("replay", {}).get("figures", {})
+    if replay and not replay["passed"]:
+        print(
+            "track: the guard's replay FAILED (compiles above the bucket count, or a request "
+            "got another outcome than planted; logged above as replay/*); exiting non-zero",
+            flush=True,
+        )
+        return 1
     return 0
 
 

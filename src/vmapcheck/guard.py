@@ -485,3 +485,54 @@ def run_replay(
         else "No un-bucketed comparison (guard.replay.unbucketed_requests is 0).",
     ]
     return report
+
+
+def replay_passed(report: dict[str, Any]) -> bool:
+    """The replay's own checks: compiles bounded by the buckets, every request got the
+    outcome planted for it (invalid ones refused for their reason, valid ones served)."""
+    return bool(report["compiles_within_bound"]) and not report["mismatched"]
+
+
+def replay_figures(report: dict[str, Any]) -> dict[str, float]:
+    """The replay's headline figures, flat (reports/bench.json ``replay``, MLflow
+    ``replay/...``): compiles vs buckets, latency with and without buckets, padding,
+    invalid share."""
+    latency = report["latency_ms"]
+    figures: dict[str, float] = {
+        "passed": float(replay_passed(report)),
+        "requests": float(report["requests"]),
+        "compiles": float(report["compiles"]),
+        "buckets": float(len(report["buckets"])),
+        "padding_overhead": float(report["padding_overhead"]),
+        "invalid_share": float(report["invalid_share_total"]),
+        "numeric_errors": float(report["numeric_errors"]),
+        "mismatched": float(sum(report["mismatched"].values())),
+    }
+    for name, stats in latency.items():
+        for stat in ("p50", "p90", "p99"):
+            if stats is not None:
+                figures[f"{name}_{stat}_ms"] = float(stats[stat])
+    if "unbucketed" in report:
+        figures["unbucketed_compiles"] = float(report["unbucketed"]["compiles"])
+    return figures
+
+
+def replay_summary(report: dict[str, Any]) -> str:
+    """One line for the log: compiles, latency with and without buckets, verdict."""
+    f = replay_figures(report)
+    text = (
+        f"{int(f['requests'])} requests, {int(f['compiles'])} compile(s) for "
+        f"{int(f['buckets'])} bucket(s); p50 {f.get('bucketed_p50_ms', math.nan):.3g} ms "
+        f"(p99 {f.get('bucketed_p99_ms', math.nan):.3g})"
+    )
+    if "unbucketed_prefix_p50_ms" in f:
+        text += (
+            f"; first {report['unbucketed']['requests']} without buckets: p50 "
+            f"{f['unbucketed_prefix_p50_ms']:.3g} ms vs {f['bucketed_prefix_p50_ms']:.3g} "
+            f"with, {int(f['unbucketed_compiles'])} compile(s)"
+        )
+    text += (
+        f"; padding overhead {f['padding_overhead']:.2f}, invalid share "
+        f"{f['invalid_share']:.1%}: {'ok' if f['passed'] else 'FAILED'}"
+    )
+    return text

@@ -110,6 +110,8 @@ def collect_metrics(
                     metrics[f"{stat}/{path}/{label}"] = float(value)
     if "peak" in bench:
         metrics["peak_gflops"] = float(bench["peak"]["gflops"])
+    for name, value in bench.get("replay", {}).get("figures", {}).items():
+        metrics[f"replay/{name}"] = float(value)
     for label, ratios in bench["speedup"].items():
         for name, value in ratios.items():
             metrics[f"speedup/{label}/{name}"] = float(value)
