@@ -152,5 +152,5 @@ def test_the_guard_replay_is_validated():
     raw["guard"]["replay"]["invalid_share"] = 1.0
     assert "guard.replay.invalid_share: Input should be less than 1" in _error(raw)
     raw = _raw()
-    raw["guard"]["replay"]["canary"] = float("nan")
-    assert "guard.replay.canary" in _error(raw)
+    raw["guard"]["replay"]["plant_canary"] = "yes"
+    assert "guard.replay.plant_canary" in _error(raw)

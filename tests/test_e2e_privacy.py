@@ -17,6 +17,7 @@ import pytest
 
 from tests.conftest import FAST_RUN, commit_all, compose_params, copy_project, run
 from vmapcheck.anonymize import find_canaries
+from vmapcheck.guard import REQUEST_CANARY
 from vmapcheck.sources import synthetic_raw_table, write_csv
 
 pytestmark = pytest.mark.e2e
@@ -32,10 +33,9 @@ CANARIES = {
     # chance inside benchmark figures (0.0297999...) and would be a false alarm.
     "postcode": "QZ7K9",
 }
-# Planted in one cell of every request the bench replays through the serving guard.
-REQUEST_CANARY = 123456.789
 CSV_OVERRIDES = [
-    f"guard.replay.canary={REQUEST_CANARY}",
+    # Plant guard.REQUEST_CANARY in every request the bench replays through the guard.
+    "guard.replay.plant_canary=true",
     "data=csv",
     "data.path=data/raw/canary.csv",
     "data.anonymize.join_key=id",

@@ -231,8 +231,10 @@ class GuardReplayConfig(_Strict):
     # How many of the stream's first requests the un-bucketed comparison replays (each
     # new batch size compiles there: replaying all would take minutes); 0 skips it.
     unbucketed_requests: Annotated[int, Field(ge=0)]
-    # Planted in one cell of every request when set, for privacy tests (must be finite).
-    canary: Annotated[float, Field(allow_inf_nan=False)] | None = None
+    # Plant vmapcheck.guard.REQUEST_CANARY in one cell of every request, for privacy tests
+    # that search every output for it afterwards. The value lives in the code, not here:
+    # the config itself is logged (params.yaml, MLflow params), and must not hold it.
+    plant_canary: bool = False
 
     @model_validator(mode="after")
     def _comparison_within_stream(self) -> GuardReplayConfig:

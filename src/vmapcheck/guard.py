@@ -65,6 +65,9 @@ from vmapcheck.errors import ConfigError, InvalidInputError, NonFiniteOutputErro
 from vmapcheck.models import Model, Params
 from vmapcheck.paths import batched_forward, cast_tree, check_batch_shape, validate_batch
 
+# Planted in requests when guard.replay.plant_canary is true (finite: valid requests stay
+# valid). float32 holds 123456.7890625, so every decimal form of it starts "123456.7".
+REQUEST_CANARY = 123456.789
 # Every reason a request can be refused for, in the order the guard checks them.
 REASONS = (
     "type",
@@ -297,8 +300,8 @@ def request_stream(template_rows: np.ndarray, dtype: Any, config: GuardConfig) -
     rows are real rows of ``template_rows`` (n, in_features) drawn with replacement, plus
     Gaussian noise of ``replay.noise_std`` times each feature's standard deviation. A share
     ``replay.invalid_share`` of requests is made invalid, the kind drawn uniformly from
-    :data:`INVALID_KINDS`. ``replay.canary``, when set, is planted in one cell of every
-    request. The same config gives the same stream (numpy Generator seeded by
+    :data:`INVALID_KINDS`. With ``replay.plant_canary``, :data:`REQUEST_CANARY` is planted
+    in one cell of every request. The same config gives the same stream (numpy Generator seeded by
     ``replay.seed``).
     """
     replay_config = config.replay
@@ -319,8 +322,8 @@ def request_stream(template_rows: np.ndarray, dtype: Any, config: GuardConfig) -
     def rows_of(n: int) -> np.ndarray:
         picked = template[rng.integers(0, template.shape[0], n)]
         x = (picked + rng.normal(size=picked.shape) * scale).astype(dtype)
-        if replay_config.canary is not None:
-            x[rng.integers(0, n), rng.integers(0, features)] = replay_config.canary
+        if replay_config.plant_canary:
+            x[rng.integers(0, n), rng.integers(0, features)] = REQUEST_CANARY
         return x
 
     for _ in range(replay_config.n_requests):
