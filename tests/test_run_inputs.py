@@ -18,7 +18,7 @@ from vmapcheck.run_inputs import (
     array_digest,
     gather_run_inputs,
     local_source,
-    lock_mismatches,
+    lock_check,
     provenance_tags,
     write_environment,
 )
@@ -152,14 +152,24 @@ def test_pins_the_interpreter_does_not_have_are_listed(tmp_path):
             "surely-not-installed-xyz==1.0",
         ]
     )
-    assert lock_mismatches(lock) == [
-        f"pytest: locked 0.0.1, installed {pytest.__version__}",
-        "surely-not-installed-xyz: locked 1.0, installed not installed",
-    ]
+    assert lock_check(lock) == (
+        [f"pytest: locked 0.0.1, installed {pytest.__version__}"],
+        ["surely-not-installed-xyz==1.0"],
+    )
     (tmp_path / "requirements.lock").write_text(lock)
     tags = write_environment(tmp_path, tmp_path / "environment")
     assert tags["environment.matches_lock"] == "false"
-    assert "pytest: locked 0.0.1" in (tmp_path / "environment" / "lock-mismatches.txt").read_text()
+    report = (tmp_path / "environment" / "lock-mismatches.txt").read_text().splitlines()
+    assert report == [
+        "installed at another version than requirements.lock:",
+        f"pytest: locked 0.0.1, installed {pytest.__version__}",
+        "locked, not installed (nothing installed requires them):",
+        "surely-not-installed-xyz==1.0",
+    ]
+    # A pin nothing installs is no drift: the lock is pip's constraints file.
+    (tmp_path / "requirements.lock").write_text("surely-not-installed-xyz==1.0\n")
+    tags = write_environment(tmp_path, tmp_path / "environment")
+    assert tags["environment.matches_lock"] == "true"
     freeze = (tmp_path / "environment" / "pip-freeze.txt").read_text()
     assert f"numpy=={np.__version__}" in freeze.splitlines()
     (tmp_path / "requirements.lock").unlink()

@@ -160,10 +160,15 @@ def provenance_tags(root: Path, env: Mapping[str, str] | None = None) -> dict[st
     return tags
 
 
-def lock_mismatches(lock_text: str) -> list[str]:
-    """Pins of a requirements lock (``name==version`` lines) that this interpreter does
-    not have at that version: ``name: locked X, installed Y`` (or ``not installed``)."""
-    problems = []
+def lock_check(lock_text: str) -> tuple[list[str], list[str]]:
+    """Compare a requirements lock (``name==version`` lines) with this interpreter.
+
+    Returns ``(differs, not_installed)``: pins installed at another version
+    (``name: locked X, installed Y``), and pins not installed at all (``name==X``). The
+    lock is used as pip constraints: a pin nothing requires is not installed, which is
+    no drift, so only ``differs`` makes the environment not match its lock.
+    """
+    differs, not_installed = [], []
     for line in lock_text.splitlines():
         line = line.split("#", 1)[0].strip()
         if "==" not in line:
@@ -173,10 +178,11 @@ def lock_mismatches(lock_text: str) -> list[str]:
         try:
             installed = importlib.metadata.version(name)
         except importlib.metadata.PackageNotFoundError:
-            installed = "not installed"
+            not_installed.append(f"{name}=={locked}")
+            continue
         if installed != locked:
-            problems.append(f"{name}: locked {locked}, installed {installed}")
-    return problems
+            differs.append(f"{name}: locked {locked}, installed {installed}")
+    return differs, not_installed
 
 
 def pip_freeze() -> str:
@@ -204,7 +210,8 @@ def pip_freeze() -> str:
 
 def write_environment(root: Path, dest: Path) -> dict[str, str]:
     """Fill folder ``dest`` (created) with ``requirements.lock`` (the project's),
-    ``pip-freeze.txt`` and ``lock-mismatches.txt``; return the environment tags."""
+    ``pip-freeze.txt`` and ``lock-mismatches.txt`` (:func:`lock_check`); return the
+    environment tags."""
     dest = Path(dest)
     dest.mkdir(parents=True, exist_ok=True)
     atomic_write_text(dest / "pip-freeze.txt", pip_freeze())
@@ -213,13 +220,13 @@ def write_environment(root: Path, dest: Path) -> dict[str, str]:
         atomic_write_text(dest / "lock-mismatches.txt", f"no {LOCK_FILE} in the project\n")
         return {"environment.matches_lock": "unknown"}
     shutil.copyfile(lock, dest / LOCK_FILE)
-    problems = lock_mismatches(lock.read_text(encoding="utf-8"))
-    atomic_write_text(
-        dest / "lock-mismatches.txt",
-        "".join(f"{p}\n" for p in problems) or f"every pin of {LOCK_FILE} is installed\n",
-    )
+    differs, not_installed = lock_check(lock.read_text(encoding="utf-8"))
+    report = [f"installed at another version than {LOCK_FILE}:", *(differs or ["(none)"])]
+    report += ["locked, not installed (nothing installed requires them):"]
+    report += not_installed or ["(none)"]
+    atomic_write_text(dest / "lock-mismatches.txt", "\n".join(report) + "\n")
     return {
-        "environment.matches_lock": str(not problems).lower(),
+        "environment.matches_lock": str(not differs).lower(),
         "environment.lock_sha256": sha256_file(lock),
     }
 
