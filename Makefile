@@ -15,13 +15,14 @@ export PATH := $(BIN):$(PATH)
 export DVC_NO_ANALYTICS := 1
 export PYTHONUNBUFFERED := 1
 
-.PHONY: help setup demo test lint format ui clean params lock reference verdict browser
+.PHONY: help setup demo test lint format ui clean params lock reference verdict browser compare
 
 help:
 	@echo "make demo   set up .venv, run the pipeline (dvc repro) and print the verdict"
 	@echo "make test   set up .venv and headless Chromium, lint, run unit and end-to-end tests"
 	@echo "make ui     MLflow UI over the local store on http://127.0.0.1:$(UI_PORT)"
 	@echo "make verdict BASELINE=last-verified|<run id>|<bench_details.json>  benchmark regression verdict"
+	@echo "make compare [N=10] [FILTER=\"tags.model = 'mlp'\"]  logged runs side by side"
 	@echo "make params recompose params.yaml from conf/ (as dvc exp run does)"
 	@echo "make reference REASON='...'  store the last verified run as the model's reference"
 	@echo "make clean  remove generated data, reports, the MLflow store and .venv"
@@ -66,6 +67,14 @@ reference: $(STAMP)
 BASELINE ?= last-verified
 verdict: $(STAMP)
 	python -m vmapcheck.verdict --baseline "$(BASELINE)"
+
+# The last N runs of every model's experiment, or those an MLflow filter string picks.
+N ?= 10
+FILTER ?=
+# Passed through the environment: the shell never parses the filter's quotes or backticks.
+compare: export VMAPCHECK_COMPARE_FILTER = $(FILTER)
+compare: $(STAMP)
+	python -m vmapcheck.compare -n "$(N)" --filter "$$VMAPCHECK_COMPARE_FILTER"
 
 params: $(STAMP)
 	python -m vmapcheck.compose

@@ -5,6 +5,8 @@ writes the HTML report (reports/report.html), both logged with the run whatever 
 verdict. This is where a failed check becomes a non-zero exit: after it has been logged.
 """
 
+import tempfile
+from pathlib import Path
 from typing import Any
 
 from vmapcheck.config import Config
@@ -12,8 +14,15 @@ from vmapcheck.errors import VmapcheckError
 from vmapcheck.html_report import render_report
 from vmapcheck.io import atomic_write_json, atomic_write_text, read_json
 from vmapcheck.provenance import git_state
+from vmapcheck.run_inputs import gather_run_inputs
 from vmapcheck.stage import DATA, REPORTS, ROOT, stage_main
-from vmapcheck.tracking import log_perf_verdict, log_run, resolve_tracking_uri, run_name
+from vmapcheck.tracking import (
+    experiment_name,
+    log_perf_verdict,
+    log_run,
+    resolve_tracking_uri,
+    run_name,
+)
 from vmapcheck.verdict import compare, format_table, read_bench_file, resolve_baseline
 
 
@@ -35,7 +44,7 @@ def judge_performance(config: Config) -> dict[str, Any]:
     current = read_bench_file(REPORTS / "bench_details.json")
     try:
         # This run is not logged yet: "last-verified" is the newest earlier one.
-        baseline = resolve_baseline(spec, uri, config.tracking.experiment, tags)
+        baseline = resolve_baseline(spec, uri, experiment_name(config), tags)
     except VmapcheckError as exc:
         print(f"track: no benchmark baseline ({exc})")
         return {"verdict": "no baseline", "why": str(exc)}
@@ -64,7 +73,7 @@ def main(config: Config) -> int:
         contract,
         git=git,
         run={
-            "MLflow experiment": config.tracking.experiment,
+            "MLflow experiment": experiment_name(config),
             "MLflow run name": run_name(config, check["runtime"], git),
             "config (model, precision, backend, bench)": (
                 f"{config.model.name}, {config.precision.name}, {config.backend.name}, "
@@ -89,7 +98,20 @@ def main(config: Config) -> int:
         ROOT / "params.yaml",
         ROOT / "dvc.lock",
     ]
-    info = log_run(config, ROOT, check, bench, train, artifacts, contract)
+    # Datasets (full sha256 digests), dvc.lock digest, DVC experiment name, environment/.
+    with tempfile.TemporaryDirectory() as scratch:
+        inputs = gather_run_inputs(ROOT, Path(scratch))
+        info = log_run(
+            config,
+            ROOT,
+            check,
+            bench,
+            train,
+            [*artifacts, inputs.environment],
+            contract,
+            extra_tags=inputs.tags,
+            datasets=inputs.datasets,
+        )
     log_perf_verdict(info["tracking_uri"], info["run_id"], perf)
     info["perf_verdict"] = perf["verdict"]
     atomic_write_json(REPORTS / "track.json", info)

@@ -306,7 +306,10 @@ class TrackingConfig(_Strict):
     name: Literal["local"]
     tracking_uri: Annotated[str, Field(min_length=1)]
     artifact_root: Annotated[str, Field(min_length=1)]
-    experiment: Annotated[str, Field(min_length=1)]
+    # The experiment, or with experiment_per_model the prefix of one per model
+    # (``<experiment>-<model.name>``). No quotes or spaces: it goes into search filters.
+    experiment: Annotated[str, Field(pattern=r"^[A-Za-z0-9_./-]+$")]
+    experiment_per_model: bool
 
 
 class ReferenceConfig(_Strict):

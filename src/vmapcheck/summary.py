@@ -72,6 +72,7 @@ def summarize(root: Path) -> str:
             "open it: make ui, then http://127.0.0.1:5000/#/experiments/"
             f"{track['experiment_id']}/runs/{track['run_id']}"
         )
+        lines.append("compare it with earlier runs (every model): make compare")
     else:
         lines.append("MLflow run: none yet (the track stage has not run)")
     html_path = reports / "report.html"

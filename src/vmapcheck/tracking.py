@@ -121,6 +121,13 @@ def collect_metrics(
     return {metric_name(k): v for k, v in metrics.items()}
 
 
+def experiment_name(config: Config) -> str:
+    """The run's experiment: ``<tracking.experiment>-<model.name>`` with
+    ``tracking.experiment_per_model``, else ``tracking.experiment``."""
+    base = config.tracking.experiment
+    return f"{base}-{config.model.name}" if config.tracking.experiment_per_model else base
+
+
 def run_name(config: Config, runtime: dict[str, Any], git: dict[str, str]) -> str:
     commit = git["git_commit"][:7] if git["git_commit"] != "unknown" else "nogit"
     return (
@@ -137,8 +144,14 @@ def log_run(
     train: dict[str, Any],
     artifacts: list[Path],
     contract: dict[str, Any] | None = None,
+    extra_tags: dict[str, str] | None = None,
+    datasets: list[Any] | None = None,
 ) -> dict[str, Any]:
-    """Create one MLflow run holding everything; return its ids and where to find it."""
+    """Create one MLflow run holding everything; return its ids and where to find it.
+
+    ``extra_tags`` and ``datasets`` (MLflow ``DatasetInput`` objects) come from
+    :func:`vmapcheck.run_inputs.gather_run_inputs`.
+    """
     import mlflow
     from mlflow.entities import Metric, Param
     from mlflow.tracking import MlflowClient
@@ -146,12 +159,13 @@ def log_run(
     uri = resolve_tracking_uri(config.tracking, root)
     mlflow.set_tracking_uri(uri)
     client = MlflowClient(tracking_uri=uri)
-    experiment = client.get_experiment_by_name(config.tracking.experiment)
+    experiment_label = experiment_name(config)
+    experiment = client.get_experiment_by_name(experiment_label)
     experiment_id = (
         experiment.experiment_id
         if experiment is not None
         else client.create_experiment(
-            config.tracking.experiment,
+            experiment_label,
             artifact_location=resolve_artifact_root(config.tracking, root),
         )
     )
@@ -198,6 +212,7 @@ def log_run(
         "bench_noisy": str(bench["machine"]["noisy"]).lower(),
         **git,
         "mlflow.source.git.commit": git["git_commit"],
+        **(extra_tags or {}),
     }
     run = client.create_run(experiment_id, run_name=run_name(config, runtime, git), tags=tags)
     run_id = run.info.run_id
@@ -209,6 +224,8 @@ def log_run(
         metrics = [Metric(k, v, now, 0) for k, v in collect_metrics(check, bench, train).items()]
         for i in range(0, len(metrics), MAX_BATCH):
             client.log_batch(run_id, metrics=metrics[i : i + MAX_BATCH])
+        if datasets:
+            client.log_inputs(run_id, datasets=datasets)
         for path in artifacts:
             if path.is_dir():
                 client.log_artifacts(run_id, str(path), artifact_path=path.name)
@@ -221,7 +238,7 @@ def log_run(
     return {
         "run_id": run_id,
         "run_name": run.info.run_name,
-        "experiment": config.tracking.experiment,
+        "experiment": experiment_label,
         "experiment_id": experiment_id,
         "tracking_uri": uri,
         "verdict": verdict,

@@ -7,7 +7,7 @@ import os
 from pathlib import Path
 
 from vmapcheck.config import load_config
-from vmapcheck.tracking import resolve_artifact_root, resolve_tracking_uri
+from vmapcheck.tracking import experiment_name, resolve_artifact_root, resolve_tracking_uri
 
 
 def main() -> None:
@@ -18,6 +18,11 @@ def main() -> None:
     config = load_config(root / "params.yaml")
     uri = resolve_tracking_uri(config.tracking, root)
     print(f"MLflow UI for {uri} on http://127.0.0.1:{args.port} (Ctrl-C stops it)")
+    scope = "this model's runs" if config.tracking.experiment_per_model else "the runs"
+    print(
+        f"{scope}: experiment '{experiment_name(config)}'; "
+        "every model side by side: make compare (README: Comparing runs)"
+    )
     os.execvp(
         "mlflow",
         [
