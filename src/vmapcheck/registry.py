@@ -211,29 +211,35 @@ def register_verified(
 
     client = _client(tracking_uri)
     digests = folder_digests(params_dir)
-    source = client.get_run(run_id).info.artifact_uri.rstrip("/") + "/" + PARAMS_ARTIFACT
-    where = f"run {run_id} artifact {PARAMS_ARTIFACT}/"
-    with tempfile.TemporaryDirectory() as tmp:
-        verify_folder(_download(tracking_uri, source, Path(tmp), where), digests, where)
     try:
-        client.create_registered_model(
-            name, description="Params whose run passed every vmapcheck check (alias verified)."
+        source = client.get_run(run_id).info.artifact_uri.rstrip("/") + "/" + PARAMS_ARTIFACT
+        where = f"run {run_id} artifact {PARAMS_ARTIFACT}/"
+        with tempfile.TemporaryDirectory() as tmp:
+            verify_folder(_download(tracking_uri, source, Path(tmp), where), digests, where)
+        try:
+            client.create_registered_model(
+                name, description="Params whose run passed every vmapcheck check (alias verified)."
+            )
+        except MlflowException as exc:  # another run (a parallel sweep) created it first
+            if exc.error_code != ErrorCode.Name(RESOURCE_ALREADY_EXISTS):
+                raise
+        previous = _alias_version(client, name, VERIFIED)
+        version = client.create_model_version(
+            name,
+            source,
+            run_id=run_id,
+            tags={TAG_VERIFIED: "true", TAG_RUN: run_id, "verified_at": _now(), **digests}
+            | (tags or {}),
+            description=f"Verified by run {run_id}: every check passed.",
+            await_creation_for=AWAIT_READY_S,
         )
-    except MlflowException as exc:  # another run (a parallel sweep) created it first
-        if exc.error_code != ErrorCode.Name(RESOURCE_ALREADY_EXISTS):
-            raise
-    previous = _alias_version(client, name, VERIFIED)
-    version = client.create_model_version(
-        name,
-        source,
-        run_id=run_id,
-        tags={TAG_VERIFIED: "true", TAG_RUN: run_id, "verified_at": _now(), **digests}
-        | (tags or {}),
-        description=f"Verified by run {run_id}: every check passed.",
-        await_creation_for=AWAIT_READY_S,
-    )
-    number = str(version.version)  # an int from a sqlite store, a str over REST
-    client.set_registered_model_alias(name, VERIFIED, number)
+        number = str(version.version)  # an int from a sqlite store, a str over REST
+        client.set_registered_model_alias(name, VERIFIED, number)
+    except MlflowException as exc:
+        raise ArtifactError(
+            f"registering run {run_id}'s params as a version of {name!r} in {tracking_uri} "
+            f"failed: {exc.message}"
+        ) from None
     return {
         "registered_model": name,
         "version": number,
@@ -455,8 +461,12 @@ def fetch_registered_params(
             f"{where}: not tagged {TAG_VERIFIED}=true; only versions a passing vmapcheck "
             "run registered are loaded"
         )
-    client = _client(tracking_uri)
-    source = client.get_model_version_download_uri(version.name, version.version)
+    from mlflow.exceptions import MlflowException
+
+    try:
+        source = _client(tracking_uri).get_model_version_download_uri(version.name, version.version)
+    except MlflowException as exc:
+        raise ArtifactError(f"{where}: no download location ({exc.message})") from None
     local = _download(tracking_uri, source, Path(dest), where)
     verify_folder(local, version.tags, where)
     info = RegisteredParams(
@@ -544,6 +554,8 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
     root = Path.cwd()
+    from mlflow.exceptions import MlflowException
+
     try:
         config = load_config(root / "params.yaml")
         uri = resolve_tracking_uri(config.tracking, root)
@@ -564,6 +576,9 @@ def main(argv: list[str] | None = None) -> int:
             print(rollback(uri, name)["message"])
     except VmapcheckError as exc:
         print(f"registry: error: {exc}", file=sys.stderr)
+        return 2
+    except MlflowException as exc:  # the store refused or could not be reached
+        print(f"registry: error: {exc.message}", file=sys.stderr)
         return 2
     return 0
 
