@@ -14,6 +14,7 @@ from vmapcheck.errors import VmapcheckError
 from vmapcheck.html_report import render_report
 from vmapcheck.io import atomic_write_json, atomic_write_text, read_json
 from vmapcheck.provenance import git_state
+from vmapcheck.registry import register_if_verified
 from vmapcheck.run_inputs import gather_run_inputs
 from vmapcheck.stage import DATA, REPORTS, ROOT, stage_main
 from vmapcheck.tracking import (
@@ -54,6 +55,13 @@ def judge_performance(config: Config) -> dict[str, Any]:
     )
     print(format_table(result))
     return result
+
+
+def _registry_line(result: dict[str, Any]) -> str:
+    if result["status"] == "registered":
+        moved = f" (from version {result['previous']})" if result["previous"] else ""
+        return f"params registered as {result['uri']}; alias {result['alias']} moved to it{moved}"
+    return f"{result['status']}: {result['why']}"
 
 
 @stage_main("track")
@@ -114,6 +122,9 @@ def main(config: Config) -> int:
         )
     log_perf_verdict(info["tracking_uri"], info["run_id"], perf)
     info["perf_verdict"] = perf["verdict"]
+    # Registry: a passing run's params become a new version, alias `verified` moves.
+    info["registry"] = register_if_verified(config, info, check["runtime"], DATA / "params")
+    print(f"track: registry: {_registry_line(info['registry'])}")
     atomic_write_json(REPORTS / "track.json", info)
     print(f"track: logged run {info['run_id']} ({info['run_name']}) to {info['tracking_uri']}")
     print(f"track: HTML report: {REPORTS / 'report.html'} (also an artifact of the run)")

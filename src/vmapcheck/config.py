@@ -137,6 +137,15 @@ class FileDataConfig(_DataCommon):
 DataConfig = Annotated[SyntheticDataConfig | FileDataConfig, Field(discriminator="source")]
 
 
+# A registered model's name as vmapcheck.registry writes it into models:/ URIs (MLflow
+# forbids '/' and ':' in names; '@' would read as an alias).
+REGISTERED_MODEL_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,127}$"
+# models:/<name>/<version> (pinned) or models:/<name>@<alias>.
+MODELS_URI_PATTERN = (
+    r"^models:/[A-Za-z0-9][A-Za-z0-9_.\-]{0,127}(/[1-9][0-9]{0,9}|@[A-Za-z][A-Za-z0-9_\-]{0,63})$"
+)
+
+
 class TrainConfig(_Strict):
     optimizer: Literal["adam", "sgd"]
     steps: Annotated[int, Field(ge=0)]
@@ -147,6 +156,9 @@ class TrainConfig(_Strict):
     # When given, nothing is trained: the file is verified and evaluated.
     params_file: str | None = None
     params_sha256: Annotated[str, Field(pattern=r"^[0-9a-f]{64}$")] | None = None
+    # Or verified params from the MLflow Model Registry (vmapcheck.registry): a pinned
+    # version models:/<name>/<version>, or an alias models:/<name>@<alias>.
+    params_source: Annotated[str, Field(pattern=MODELS_URI_PATTERN)] | None = None
 
     @model_validator(mode="after")
     def _file_with_its_digest(self) -> TrainConfig:
@@ -154,6 +166,10 @@ class TrainConfig(_Strict):
             raise ValueError(
                 "train.params_file and train.params_sha256 go together: a params file is "
                 "used only with the sha256 it must have"
+            )
+        if self.params_file is not None and self.params_source is not None:
+            raise ValueError(
+                "train.params_file and train.params_source both name params: give one of them"
             )
         return self
 
@@ -312,6 +328,14 @@ class TrackingConfig(_Strict):
     experiment_per_model: bool
 
 
+class RegistryConfig(_Strict):
+    """The MLflow Model Registry entry of verified params (vmapcheck.registry)."""
+
+    # A run whose check passed registers its params as a new version of this model and
+    # moves alias `verified` to it; null: never register.
+    registered_model: Annotated[str, Field(pattern=REGISTERED_MODEL_PATTERN)] | None
+
+
 class ReferenceConfig(_Strict):
     dir: Annotated[str, Field(min_length=1)]
     required: bool
@@ -329,6 +353,7 @@ class Config(_Strict):
     bench: BenchConfig
     guard: GuardConfig
     tracking: TrackingConfig
+    registry: RegistryConfig
     reference: ReferenceConfig
 
     @model_validator(mode="after")

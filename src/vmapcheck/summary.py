@@ -73,6 +73,14 @@ def summarize(root: Path) -> str:
             f"{track['experiment_id']}/runs/{track['run_id']}"
         )
         lines.append("compare it with earlier runs (every model): make compare")
+        registered = track.get("registry")  # vmapcheck.registry.register_if_verified
+        if registered and registered["status"] == "registered":
+            lines.append(
+                f"registry: params registered as {registered['uri']}, alias verified moved "
+                "to it (make registry lists the versions, make rollback moves it back)"
+            )
+        elif registered:
+            lines.append(f"registry: {registered['status']}: {registered['why']}")
     else:
         lines.append("MLflow run: none yet (the track stage has not run)")
     html_path = reports / "report.html"
