@@ -15,13 +15,14 @@ export PATH := $(BIN):$(PATH)
 export DVC_NO_ANALYTICS := 1
 export PYTHONUNBUFFERED := 1
 
-.PHONY: help setup demo test lint format ui clean params lock reference verdict browser
+.PHONY: help setup demo test lint format ui clean params lock reference verdict browser diagnose
 
 help:
 	@echo "make demo   set up .venv, run the pipeline (dvc repro) and print the verdict"
 	@echo "make test   set up .venv and headless Chromium, lint, run unit and end-to-end tests"
 	@echo "make ui     MLflow UI over the local store on http://127.0.0.1:$(UI_PORT)"
 	@echo "make verdict BASELINE=last-verified|<run id>|<bench_details.json>  benchmark regression verdict"
+	@echo "make diagnose  localize a divergence in the current outputs (first stage, layer, leaf)"
 	@echo "make params recompose params.yaml from conf/ (as dvc exp run does)"
 	@echo "make reference REASON='...'  store the last verified run as the model's reference"
 	@echo "make clean  remove generated data, reports, the MLflow store and .venv"
@@ -66,6 +67,11 @@ reference: $(STAMP)
 BASELINE ?= last-verified
 verdict: $(STAMP)
 	python -m vmapcheck.verdict --baseline "$(BASELINE)"
+
+# The diagnosis protocol on the current outputs, on demand (check runs it on a failure):
+# writes reports/diagnosis-on-demand.json and .txt; exits 1 when it localizes a divergence.
+diagnose: $(STAMP)
+	python -m vmapcheck.diagnosis
 
 params: $(STAMP)
 	python -m vmapcheck.compose

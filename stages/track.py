@@ -13,7 +13,13 @@ from vmapcheck.html_report import render_report
 from vmapcheck.io import atomic_write_json, atomic_write_text, read_json
 from vmapcheck.provenance import git_state
 from vmapcheck.stage import DATA, REPORTS, ROOT, stage_main
-from vmapcheck.tracking import log_perf_verdict, log_run, resolve_tracking_uri, run_name
+from vmapcheck.tracking import (
+    log_diagnosis,
+    log_perf_verdict,
+    log_run,
+    resolve_tracking_uri,
+    run_name,
+)
 from vmapcheck.verdict import compare, format_table, read_bench_file, resolve_baseline
 
 
@@ -82,6 +88,9 @@ def main(config: Config) -> int:
         REPORTS / "bench_details.json",
         REPORTS / "perf_verdict.json",
         REPORTS / "train.json",
+        # The diagnosis of a failed check (the first stage, layer and leaf that diverge).
+        REPORTS / "diagnosis.json",
+        REPORTS / "diagnosis.txt",
         REPORTS / "plots",
         DATA / "params",
         DATA / "params" / "contract.json",
@@ -91,6 +100,7 @@ def main(config: Config) -> int:
     ]
     info = log_run(config, ROOT, check, bench, train, artifacts, contract)
     log_perf_verdict(info["tracking_uri"], info["run_id"], perf)
+    log_diagnosis(info["tracking_uri"], info["run_id"], read_json(REPORTS / "diagnosis.json"))
     info["perf_verdict"] = perf["verdict"]
     atomic_write_json(REPORTS / "track.json", info)
     print(f"track: logged run {info['run_id']} ({info['run_name']}) to {info['tracking_uri']}")
