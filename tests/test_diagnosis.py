@@ -97,11 +97,16 @@ def _cases(project: Path) -> tuple[dict, dict]:
     return manifest, cases
 
 
-def run_and_diagnose(config, project: Path, model: Model, params) -> tuple[dict, dict]:
-    """The check on the real forward outputs of ``model``, then the diagnosis."""
+def run_and_diagnose(
+    config, project: Path, model: Model, params, stored_as=None
+) -> tuple[dict, dict]:
+    """The check on the real forward outputs of ``model``, then the diagnosis.
+    ``stored_as(outputs)``: what the run stored instead (as another backend would)."""
     manifest, cases = _cases(project)
     dtype = jnp.float32
     outputs, per_case = run_forward(model, params, cases, dtype, data_mesh())
+    if stored_as is not None:
+        outputs = stored_as(outputs)
     standard = cases["standard"]
     grad_arrays, grad_record = gradient_probe(
         model, params, jnp.asarray(standard["x"]), jnp.asarray(standard["y"])
@@ -309,6 +314,24 @@ def test_a_key_consumed_twice_is_caught_by_the_reuse_checker(config, mlp):
     assert "KeyReuseError" in stage["finding"]["message"]
 
 
+def test_leaves_the_key_does_not_move_are_no_draws(config, mlp):
+    def init(key):  # two identity-initialized layers: equal values, but no key behind them
+        k0, k1 = jax.random.split(key)
+        eye = jnp.eye(32, dtype=jnp.float32)
+        return {
+            "layers": [
+                {"W": jax.random.normal(k0, (8, 32)), "b": jnp.zeros(32)},
+                {"W": eye, "b": jnp.zeros(32)},
+                {"W": jax.random.normal(k1, (32, 2)), "b": jnp.zeros(2)},
+            ],
+            "extra": eye,
+        }
+
+    stage = key_stream_stage(replace(mlp, init=init), config.seed)
+    assert stage["status"] == "ruled_out", stage["summary"]
+    assert "across 2 random leaves" in stage["summary"]
+
+
 def _standardized(mlp: Model, mean: np.ndarray, std: np.ndarray, twice: bool) -> Model:
     """The MLP behind an input standardization with the train split's statistics."""
 
@@ -399,6 +422,48 @@ def test_stored_cases_changed_after_prepare_are_found_by_the_data_stage(
     _, report = run_and_diagnose(config, copy, mlp, params)
     assert_localized(report, "data", "cases.standard.x")
     assert report["first_divergence"]["feature"] == "x3"
+
+
+@pytest.mark.parametrize(("path", "stage"), [("vmap_jit", "backend"), ("sharded_jit", "sharding")])
+def test_a_divergence_only_in_the_runs_stored_outputs_is_the_backends(
+    config, project, mlp, params, path, stage
+):
+    # Everything recomputed here agrees; the run's stored output of one path differs,
+    # as a backend computing it differently would make it.
+    def stored_as(outputs):
+        key = f"standard.{path}"
+        return {**outputs, key: outputs[key] * np.float32(1.001)}
+
+    check, report = run_and_diagnose(config, project, mlp, params, stored_as)
+    assert not check["passed"]
+    assert_localized(report, stage, "output", paths=[path])
+    assert report["first_divergence"]["input"] == "case standard"
+
+
+def test_a_plug_in_without_activations_is_compared_on_its_outputs(config):
+    pytest.importorskip("flax", reason="flax is not installed: pip install -e '.[flax]'")
+    model = build_model(compose_config("model=flax_mlp").model)
+    params = model.init(named_keys(config.seed)["init"])
+    wrong = replace(model, forward_batch=lambda p, x: model.forward_batch(p, x) * 1.001)
+    rows = np.random.default_rng(0).normal(size=(4, model.in_features)).astype(np.float32)
+    subject = Subject(
+        model=wrong,
+        params=params,
+        dtype=jnp.float32,
+        tolerance=config.precision.tolerance,
+        cross_run_tolerance=config.precision.cross_run_tolerance,
+        probes=probes_for({"cases": {"standard": {}}}, {"standard": {"x": rows}}, check=None),
+        seed=config.seed,
+    )
+    report = diagnose(subject)
+    assert "exposes no activations" in report["activations"]
+    assert report["skipped"][0]["stage"] == "data"  # no stored data given
+    first = report["first_divergence"]
+    assert (first["stage"], first["layer"], first["paths"]) == (
+        "forward",
+        "output",
+        ["direct_eager"],
+    )
 
 
 # --- the comparison figures -----------------------------------------------------------

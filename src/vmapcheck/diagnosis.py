@@ -537,6 +537,7 @@ def _walk(
     table = _layer_table(runs)
     other = dict(_layer_table(against)) if against is not None else None
     n_layers = len(table)
+    agreed: list[dict[str, Any]] = []  # the layers before the divergence, and how close
     for name, arrays in table:
         if not only(name):
             continue
@@ -561,14 +562,23 @@ def _walk(
             if not np.all(np.isfinite(np.asarray(arr, dtype=np.float64)))
         }
         failing: list[tuple[str, str, dict[str, Any]]] = []
+        results = []
         for left, right, a, b in pairs:
             result = measure(a, b, subject.tolerance, "precision.tolerance")
+            results.append(result)
             evidence.append(
                 {"what": f"{name} on {probe.label}", "pair": f"{left}-vs-{right}", **result}
             )
             if not result["passed"]:
                 failing.append((left, right, result))
         if not failing and not non_finite:
+            agreed.append(
+                {
+                    "layer": name,
+                    "max_abs": max((r["max_abs"] for r in results), default=0.0),
+                    "max_ulp": max((r["max_ulp"] for r in results), default=0),
+                }
+            )
             continue
         params_leaves = _params_leaves(name, leaves, n_layers)
         role = "preprocessing step" if name in subject.model.preprocessing else "layer"
@@ -589,6 +599,7 @@ def _walk(
                 params_leaves=params_leaves,
                 paths=paths,
                 element=element,
+                agreed_before=agreed,
             )
         pair_paths = [(left, right) for left, right, _ in failing]
         all_paths = list(dict.fromkeys(p for pair in pair_paths for p in pair))
@@ -610,6 +621,7 @@ def _walk(
             pair=f"{left}-vs-{right}",
             figures=result,
             dtypes=dtypes,
+            agreed_before=agreed,
         )
     return None
 
@@ -794,14 +806,18 @@ def _raw_rows(
 # --- 2. key stream --------------------------------------------------------------------
 
 
-def _random_leaves(params: Params) -> dict[str, np.ndarray]:
-    """Leaves that hold random draws: floating, at least MIN_DRAW values, not constant."""
+def _random_leaves(params: Params, elsewhere: Params) -> dict[str, np.ndarray]:
+    """Leaves that hold random draws: floating, at least MIN_DRAW values, not constant,
+    and changed in ``elsewhere`` (init from another key). A leaf the key does not move
+    (an identity matrix, a fixed table) is no draw, however it correlates."""
+    other = leaf_paths(elsewhere)
     out = {}
     for name, leaf in leaf_paths(params).items():
         host = np.asarray(leaf)
         if jnp.issubdtype(host.dtype, jnp.floating) and host.size >= MIN_DRAW:
             flat = host.astype(np.float64).ravel()
-            if np.all(np.isfinite(flat)) and flat.std() > 0:
+            moved = not np.array_equal(host, np.asarray(other.get(name)))
+            if np.all(np.isfinite(flat)) and flat.std() > 0 and moved:
                 out[name] = flat
     return out
 
@@ -860,12 +876,14 @@ def key_stream_stage(model: Model, seed: int | None) -> dict[str, Any]:
             with jax.debug_key_reuse(True):
                 params = jax.block_until_ready(model.init(named_keys(seed)["init"]))
                 repeat = model.init(named_keys(seed)["init"])
+                elsewhere = model.init(named_keys(seed + 1)["init"])
         except KeyReuseError as exc:
             reuse = _error_line(exc)
             # Drawn again without the checker, to name the leaves that share a key.
             with jax.debug_key_reuse(False):
                 params = model.init(named_keys(seed)["init"])
                 repeat = model.init(named_keys(seed)["init"])
+                elsewhere = model.init(named_keys(seed + 1)["init"])
         evidence.append(
             {"what": "init under jax_debug_key_reuse", "passed": reuse is None, "reason": reuse}
         )
@@ -874,7 +892,7 @@ def key_stream_stage(model: Model, seed: int | None) -> dict[str, Any]:
         for a, b in zip(jax.tree.leaves(params), jax.tree.leaves(repeat), strict=True)
     )
     evidence.append({"what": "init twice from the same key gives the same params", "passed": pure})
-    draws = _random_leaves(params)
+    draws = _random_leaves(params, elsewhere)
     names = list(draws)
     for i, later in enumerate(names):
         for earlier in names[:i]:
@@ -1665,6 +1683,7 @@ def diagnose(
     report = {
         "status": "diverged" if first else "no divergence found",
         "trigger": trigger,
+        "check_failed": None if check is None else not check["passed"],
         "model": model.name,
         "dtype": np.dtype(subject.dtype).name,
         "tolerance": {
@@ -1746,15 +1765,22 @@ def render_text(report: dict[str, Any]) -> str:
         if first.get("params_leaves"):
             lines.append(f"  params feeding it: {', '.join(first['params_leaves'])}")
         figures = _figures(first)
-        if figures and first.get("pair"):
-            lines.append(f"  {first['pair']} on {first.get('input')}: {figures}")
+        if figures and "max_abs" not in first["message"]:
+            lines.append(f"  {first.get('pair') or 'compared'}: {figures}")
+        if first.get("agreed_before"):
+            lines.append(
+                "  before it, the paths agree at: "
+                + ", ".join(f"{a['layer']} ({a['max_ulp']} ULP)" for a in first["agreed_before"])
+            )
         for note in first.get("notes") or []:
             lines.append(f"  note: {note}")
-    else:
+    elif report.get("check_failed"):
         lines.append(
             "no stage diverged: the failure is not localized by the protocol "
             "(see reports/check_details.json)"
         )
+    else:
+        lines.append("no stage diverged: every stage agrees")
     lines.append("ruled out before it:" if first else "ruled out:")
     for entry in report["ruled_out"] or [{"stage": "(none)", "evidence": ""}]:
         lines.append(f"  {entry['stage']:<11} {entry['evidence']}")
