@@ -3,6 +3,10 @@
 Before logging it judges the benchmark against its baseline (bench.regression) and
 writes the HTML report (reports/report.html), both logged with the run whatever the
 verdict. This is where a failed check becomes a non-zero exit: after it has been logged.
+
+The store is opened first (vmapcheck.store): a tracking server that does not answer fails
+the stage within seconds, naming its URI, and the reports stay on disk for the next
+`dvc repro`; a run is logged once per pipeline state (tag ``pipeline_key``).
 """
 
 from typing import Any
@@ -13,11 +17,20 @@ from vmapcheck.html_report import render_report
 from vmapcheck.io import atomic_write_json, atomic_write_text, read_json
 from vmapcheck.provenance import git_state
 from vmapcheck.stage import DATA, REPORTS, ROOT, stage_main
+from vmapcheck.store import (
+    PIPELINE_KEY_TAG,
+    mark_complete,
+    open_store,
+    pipeline_key,
+    reaching,
+    settle_earlier_attempts,
+    writer_lock,
+)
 from vmapcheck.tracking import log_perf_verdict, log_run, resolve_tracking_uri, run_name
 from vmapcheck.verdict import compare, format_table, read_bench_file, resolve_baseline
 
 
-def judge_performance(config: Config) -> dict[str, Any]:
+def judge_performance(config: Config, exclude: str | None = None) -> dict[str, Any]:
     """This run's benchmark against bench.regression.baseline (None: not compared).
 
     A regression is reported (and logged), not fatal: latency on a shared machine is
@@ -35,7 +48,7 @@ def judge_performance(config: Config) -> dict[str, Any]:
     current = read_bench_file(REPORTS / "bench_details.json")
     try:
         # This run is not logged yet: "last-verified" is the newest earlier one.
-        baseline = resolve_baseline(spec, uri, config.tracking.experiment, tags)
+        baseline = resolve_baseline(spec, uri, config.tracking.experiment, tags, exclude)
     except VmapcheckError as exc:
         print(f"track: no benchmark baseline ({exc})")
         return {"verdict": "no baseline", "why": str(exc)}
@@ -49,12 +62,25 @@ def judge_performance(config: Config) -> dict[str, Any]:
 
 @stage_main("track")
 def main(config: Config) -> int:
+    # Before any work: a stopped server fails here, naming its URI. The lock makes parallel
+    # experiments (dvc queue start -j N) take turns on a sqlite store.
+    uri = open_store(config.tracking, ROOT)
+    with reaching(uri, config.tracking), writer_lock(uri):
+        return track(config)
+
+
+def track(config: Config) -> int:
+    """Judge the benchmark, write the HTML report, log the run (once per pipeline state)."""
+    key = pipeline_key(ROOT)
+    # A half-logged run from an earlier attempt is deleted; a complete one is kept and
+    # nothing is logged twice (vmapcheck.store).
+    earlier = settle_earlier_attempts(resolve_tracking_uri(config.tracking, ROOT), key)
     check = read_json(REPORTS / "check_details.json")
     bench = read_json(REPORTS / "bench_details.json")
     train = read_json(REPORTS / "train.json")
     contract = read_json(DATA / "params" / "contract.json")
     git = git_state(ROOT)
-    perf = judge_performance(config)
+    perf = judge_performance(config, exclude=earlier["run_id"] if earlier else None)
     atomic_write_json(REPORTS / "perf_verdict.json", perf)
     # Written before logging: a failed check is reported (and logged) like a passed one.
     report = render_report(
@@ -89,11 +115,18 @@ def main(config: Config) -> int:
         ROOT / "params.yaml",
         ROOT / "dvc.lock",
     ]
-    info = log_run(config, ROOT, check, bench, train, artifacts, contract)
-    log_perf_verdict(info["tracking_uri"], info["run_id"], perf)
-    info["perf_verdict"] = perf["verdict"]
+    if earlier is None:
+        info = log_run(
+            config, ROOT, check, bench, train, artifacts, contract, {PIPELINE_KEY_TAG: key}
+        )
+        log_perf_verdict(info["tracking_uri"], info["run_id"], perf)
+        info["perf_verdict"] = perf["verdict"]
+        mark_complete(info["tracking_uri"], info["run_id"])  # the run's last write
+    else:
+        info = earlier | {"forward_outputs_sha256": check.get("forward_outputs_sha256")}
     atomic_write_json(REPORTS / "track.json", info)
-    print(f"track: logged run {info['run_id']} ({info['run_name']}) to {info['tracking_uri']}")
+    logged = "logged" if earlier is None else "the same inputs were logged before (not again):"
+    print(f"track: {logged} run {info['run_id']} ({info['run_name']}) to {info['tracking_uri']}")
     print(f"track: HTML report: {REPORTS / 'report.html'} (also an artifact of the run)")
     if info["verdict"] != "passed":
         print("track: the check FAILED (logged above); exiting non-zero", flush=True)

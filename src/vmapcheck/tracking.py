@@ -7,7 +7,6 @@ Metric names follow one sortable scheme (documented in the README):
 
 from __future__ import annotations
 
-import os
 import re
 import time
 from pathlib import Path
@@ -15,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from vmapcheck import store
 from vmapcheck.config import Config, TrackingConfig, flatten
 from vmapcheck.provenance import git_state
 
@@ -24,18 +24,15 @@ MAX_BATCH = 1000  # MLflow's per-request limit for metrics (params: 100)
 def resolve_tracking_uri(tracking: TrackingConfig, root: Path) -> str:
     """The store to log to: ``MLFLOW_TRACKING_URI`` when set and non-empty (MLflow's own
     convention; the scheduled CI job names its server this way), else the configured URI,
-    with a relative ``sqlite:///file.db`` made absolute against the project root."""
-    uri = os.environ.get("MLFLOW_TRACKING_URI", "").strip() or tracking.tracking_uri
-    prefix = "sqlite:///"
-    if uri.startswith(prefix) and not uri[len(prefix) :].startswith("/"):
-        return prefix + str((root / uri[len(prefix) :]).resolve())
-    return uri
+    with a relative ``sqlite:///file.db`` made absolute against the store root (the
+    project root; in a queued experiment's temp copy, the original repository's root:
+    vmapcheck.store)."""
+    return store.tracking_uri(tracking, root)
 
 
-def resolve_artifact_root(tracking: TrackingConfig, root: Path) -> str:
-    if "://" in tracking.artifact_root:
-        return tracking.artifact_root
-    return (root / tracking.artifact_root).resolve().as_uri()
+def resolve_artifact_root(tracking: TrackingConfig, root: Path) -> str | None:
+    """Artifact location of a new experiment; None: the tracking server's own store."""
+    return store.artifact_location(tracking, root)
 
 
 def metric_name(name: str) -> str:
@@ -135,8 +132,13 @@ def log_run(
     train: dict[str, Any],
     artifacts: list[Path],
     contract: dict[str, Any] | None = None,
+    extra_tags: dict[str, str] | None = None,
 ) -> dict[str, Any]:
-    """Create one MLflow run holding everything; return its ids and where to find it."""
+    """Create one MLflow run holding everything; return its ids and where to find it.
+
+    ``extra_tags`` are set when the run is created (vmapcheck.store's ``pipeline_key``:
+    an attempt that dies half-way can be found and replaced).
+    """
     import mlflow
     from mlflow.entities import Metric, Param
     from mlflow.tracking import MlflowClient
@@ -196,6 +198,7 @@ def log_run(
         "bench_noisy": str(bench["machine"]["noisy"]).lower(),
         **git,
         "mlflow.source.git.commit": git["git_commit"],
+        **(extra_tags or {}),
     }
     run = client.create_run(experiment_id, run_name=run_name(config, runtime, git), tags=tags)
     run_id = run.info.run_id
