@@ -203,6 +203,9 @@ def test_the_pipeline_logs_a_complete_run_to_a_tracking_server(project, server):
     assert logged == (project / "reports" / "report.html").read_bytes()
     assert list((server.workdir / "server-artifacts").rglob("report.html"))
     assert not (project / "mlartifacts").exists() and not (project / "mlflow.db").exists()
+    summary = run(project, sys.executable, "-m", "vmapcheck.summary").stdout
+    page = f"#/experiments/{track['experiment_id']}/runs/{track['run_id']}"
+    assert f"open it: {server.uri}/{page}" in summary  # the server's own UI
 
 
 def test_a_stopped_server_fails_track_fast_and_a_later_repro_logs_one_run(project, server):

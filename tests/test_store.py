@@ -328,3 +328,25 @@ def test_open_store_creates_a_missing_sqlite_store(tmp_path, monkeypatch):
     uri = open_store(tracking(), tmp_path)
     assert uri == f"sqlite:///{tmp_path.resolve()}/mlflow.db"
     assert (tmp_path / "mlflow.db").stat().st_size > 0
+
+
+def test_store_command_creates_the_store_once_and_probes_a_server(tmp_path, monkeypatch, capsys):
+    from mlflow.tracking import MlflowClient
+
+    from vmapcheck.store import main
+
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    monkeypatch.delenv("DVC_ROOT", raising=False)
+    (tmp_path / "params.yaml").write_text((ROOT / "params.yaml").read_text())
+    assert main(["init", "--root", str(tmp_path)]) == 0
+    assert main(["init", "--root", str(tmp_path)]) == 0  # a second time changes nothing
+    experiments = MlflowClient(f"sqlite:///{tmp_path}/mlflow.db").search_experiments()
+    assert [e.name for e in experiments].count("vmapcheck") == 1
+    assert main(["where", "--root", str(tmp_path)]) == 0
+    assert f"store: sqlite:///{tmp_path.resolve()}/mlflow.db" in capsys.readouterr().out
+    dead = f"http://127.0.0.1:{free_port()}"
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", dead)
+    assert main(["probe", "--root", str(tmp_path)]) == 2
+    assert f"store: error: the MLflow tracking server {dead} does not answer" in (
+        capsys.readouterr().err
+    )

@@ -45,6 +45,11 @@ artifact); and ``pipeline_complete=true`` is the last thing written to it. Befor
 - a complete one is kept and nothing is logged again: ``track`` reports that run (this
   happens when ``track`` reran on the same inputs, e.g. after a failed check made it exit
   1, or ``dvc repro -f``), so the store never holds two runs of one pipeline state.
+
+Two ``track`` processes on the same inputs at the same moment would meet each other's
+unfinished run; on a sqlite store the lock orders them, and DVC never runs one pipeline
+state twice at once (a sweep's experiments differ in their params, and two identical ones
+still differ in their benchmark timings, hence in their key).
 """
 
 from __future__ import annotations

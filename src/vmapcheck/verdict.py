@@ -386,6 +386,7 @@ def format_table(result: dict[str, Any]) -> str:
 def main(argv: list[str] | None = None) -> int:
     """``python -m vmapcheck.verdict --baseline SPEC``: exit 1 on a regression, else 0."""
     from vmapcheck.config import load_config
+    from vmapcheck.store import apply_http_settings
     from vmapcheck.tracking import resolve_tracking_uri
 
     parser = argparse.ArgumentParser(prog="python -m vmapcheck.verdict", description=__doc__)
@@ -406,6 +407,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         config = load_config(args.root / "params.yaml")
+        apply_http_settings(config.tracking)  # bounded waiting on a server (vmapcheck.store)
         uri = resolve_tracking_uri(config.tracking, args.root)
         tags = {
             "model": config.model.name,
