@@ -15,13 +15,17 @@ export PATH := $(BIN):$(PATH)
 export DVC_NO_ANALYTICS := 1
 export PYTHONUNBUFFERED := 1
 
-.PHONY: help setup demo test lint format ui clean params lock reference verdict browser
+.PHONY: help setup demo test lint format ui clean params lock reference verdict browser \
+	compare registry rollback
 
 help:
 	@echo "make demo   set up .venv, run the pipeline (dvc repro) and print the verdict"
 	@echo "make test   set up .venv and headless Chromium, lint, run unit and end-to-end tests"
 	@echo "make ui     MLflow UI over the local store on http://127.0.0.1:$(UI_PORT)"
 	@echo "make verdict BASELINE=last-verified|<run id>|<bench_details.json>  benchmark regression verdict"
+	@echo "make compare [N=10] [FILTER=\"tags.model = 'mlp'\"]  logged runs side by side"
+	@echo "make registry  versions of the registered model, which is @verified, their tags"
+	@echo "make rollback  move alias verified back to the previous verified version [MODEL=name]"
 	@echo "make params recompose params.yaml from conf/ (as dvc exp run does)"
 	@echo "make reference REASON='...'  store the last verified run as the model's reference"
 	@echo "make clean  remove generated data, reports, the MLflow store and .venv"
@@ -66,6 +70,21 @@ reference: $(STAMP)
 BASELINE ?= last-verified
 verdict: $(STAMP)
 	python -m vmapcheck.verdict --baseline "$(BASELINE)"
+
+# The last N runs of every model's experiment, or those an MLflow filter string picks.
+N ?= 10
+FILTER ?=
+# Passed through the environment: the shell never parses the filter's quotes or backticks.
+compare: export VMAPCHECK_COMPARE_FILTER = $(FILTER)
+compare: $(STAMP)
+	python -m vmapcheck.compare -n "$(N)" --filter "$$VMAPCHECK_COMPARE_FILTER"
+# The MLflow Model Registry: passing runs register their params and move alias
+# `verified`; only `make rollback` moves it back. MODEL defaults to registry.registered_model.
+registry: $(STAMP)
+	python -m vmapcheck.registry show $(if $(MODEL),--model "$(MODEL)")
+
+rollback: $(STAMP)
+	python -m vmapcheck.registry rollback $(if $(MODEL),--model "$(MODEL)")
 
 params: $(STAMP)
 	python -m vmapcheck.compose

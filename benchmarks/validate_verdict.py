@@ -73,6 +73,16 @@ def bench_once(model_option: str, bench_option: str, out: Path) -> None:
     )
 
 
+def _load(path: Path) -> float:
+    """The run's 1-minute load average, the higher of before and after."""
+    machine = json.loads(path.read_text())["machine"]
+    return max(machine["before"]["load_avg_1m"], machine["after"]["load_avg_1m"])
+
+
+def _cores(path: Path) -> int:
+    return json.loads(path.read_text())["machine"]["before"]["usable_cores"] or 1
+
+
 def rates(results: list[dict[str, Any]], cells: set[str]) -> dict[str, Any]:
     """Share of comparisons (and of cells in ``cells``) that reported a regression."""
     flagged_cells = sum(len([r for r in res["regressions"] if r in cells]) for res in results)
@@ -102,6 +112,11 @@ def main() -> int:
     parser.add_argument("--factor", type=float, help="default: the bench config's")
     parser.add_argument("--alpha", type=float, help="default: the bench config's")
     parser.add_argument("--out", type=Path, default=ROOT / "benchmarks/verdict_validation.json")
+    parser.add_argument(
+        "--runs-dir",
+        type=Path,
+        help="keep each run's JSON here (and reuse those already there) instead of a temp dir",
+    )
     parser.add_argument("--worker", nargs=2, metavar=("MODEL", "OUT"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
@@ -122,30 +137,45 @@ def main() -> int:
     runs: dict[str, list[Path]] = {"mlp": [], "mlp_slow": []}
     started = time.time()
     with tempfile.TemporaryDirectory() as tmp:
+        folder = args.runs_dir or Path(tmp)
+        folder.mkdir(parents=True, exist_ok=True)
         for i in range(args.runs):
             for model in ("mlp", "mlp_slow"):
-                out = Path(tmp) / f"{model}-{i}.json"
+                out = folder / f"{model}-{i}.json"
+                runs[model].append(out)
+                if out.exists():
+                    continue
                 subprocess.run(
                     [sys.executable, __file__, "--bench", args.bench, "--worker", model, str(out)],
                     check=True,
                     env={**os.environ, "JAX_PLATFORMS": "cpu"},
                 )
-                runs[model].append(out)
                 print(f"run {i + 1}/{args.runs} {model}: {time.time() - started:.0f} s", flush=True)
         a_runs = [read_bench_file(p) for p in runs["mlp"]]
         b_runs = [read_bench_file(p) for p in runs["mlp_slow"]]
-        loads = [
-            json.loads(p.read_text())["machine"]["after"]["load_avg_1m"]
-            for p in runs["mlp"] + runs["mlp_slow"]
-        ]
+        loads = [_load(p) for p in runs["mlp"] + runs["mlp_slow"]]
+        quiet = {p: _load(p) <= _cores(p) for p in runs["mlp"] + runs["mlp_slow"]}
         flops = {
             model: json.loads(paths[0].read_text())["figures"]["direct_jit"]
             for model, paths in runs.items()
         }
     all_cells = {f"{p}/{b}" for p, by in a_runs[0].samples_ms.items() for b in by}
     slowed_cells = {c for c in all_cells if c.split("/")[0] in SLOWED}
-    aa = [compare(x, y, factor, alpha) for x, y in itertools.combinations(a_runs, 2)]
-    ab = [compare(a, b, factor, alpha) for a, b in itertools.product(a_runs, b_runs)]
+    a_pairs = list(itertools.combinations(range(len(a_runs)), 2))
+    b_pairs = list(itertools.product(range(len(a_runs)), range(len(b_runs))))
+    aa = [compare(a_runs[i], a_runs[j], factor, alpha) for i, j in a_pairs]
+    ab = [compare(a_runs[i], b_runs[j], factor, alpha) for i, j in b_pairs]
+    # The same rates over the pairs where both runs had the machine to themselves.
+    aa_quiet = [
+        r
+        for r, (i, j) in zip(aa, a_pairs, strict=True)
+        if quiet[runs["mlp"][i]] and quiet[runs["mlp"][j]]
+    ]
+    ab_quiet = [
+        r
+        for r, (i, j) in zip(ab, b_pairs, strict=True)
+        if quiet[runs["mlp"][i]] and quiet[runs["mlp_slow"][j]]
+    ]
     per_cell_detection = {
         cell: sum(cell in res["regressions"] for res in ab) / len(ab)
         for cell in sorted(slowed_cells)
@@ -162,6 +192,10 @@ def main() -> int:
         },
         "aa_false_alarm": rates(aa, all_cells),
         "ab_detection": rates(ab, slowed_cells),
+        "quiet_runs": sum(quiet.values()),
+        "aa_false_alarm_quiet": rates(aa_quiet, all_cells),
+        "ab_detection_quiet": rates(ab_quiet, slowed_cells),
+        "ab_false_alarm_untouched_paths_quiet": rates(ab_quiet, all_cells - slowed_cells),
         "ab_detection_by_cell": per_cell_detection,
         "ab_false_alarm_untouched_paths": rates(ab, all_cells - slowed_cells),
         "median_ratio_by_cell": {

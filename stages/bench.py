@@ -9,6 +9,7 @@ from rich.progress import Progress, TimeElapsedColumn
 
 from vmapcheck.bench import metrics_summary, run_bench
 from vmapcheck.config import Config
+from vmapcheck.guard import replay_figures, replay_summary, run_replay
 from vmapcheck.io import atomic_dir, atomic_write_json
 from vmapcheck.models import build_model
 from vmapcheck.params_io import load_model_params
@@ -46,6 +47,10 @@ def main(config: Config) -> None:
         result = run_bench(model, params, rows, config.bench, dtype, progress=progress, mesh=mesh)
     # Devices and mesh shape of the data-parallel path (sharded_jit).
     sharded = ShardedForward(model, mesh).describe()
+    # Serving: a stream of requests of random sizes (and invalid ones) through the guard.
+    print(f"bench: replaying {config.guard.replay.n_requests} requests through the guard")
+    replay = run_replay(model, params, rows, dtype, config.guard)
+    result["replay"] = {**replay, "figures": replay_figures(replay)}
     atomic_write_json(REPORTS / "bench.json", metrics_summary(result))
     atomic_write_json(
         REPORTS / "bench_details.json",
@@ -75,6 +80,7 @@ def main(config: Config) -> None:
         shown = ", ".join(f"{k}={v:.2f}x" for k, v in ratios.items())
         roof = result["figures"]["vmap_jit"].get(label, {}).get("roofline", float("nan"))
         print(f"bench: {label}: {shown}; vmap_jit at {roof:.1%} of the matmul peak")
+    print(f"bench: guard replay: {replay_summary(result['replay'])}")
     for label, stats in result["latency_ms"]["sharded_jit"].items():
         vmap = result["latency_ms"]["vmap_jit"].get(label)
         if vmap:

@@ -9,6 +9,8 @@ the stage within seconds, naming its URI, and the reports stay on disk for the n
 `dvc repro`; a run is logged once per pipeline state (tag ``pipeline_key``).
 """
 
+import tempfile
+from pathlib import Path
 from typing import Any
 
 from vmapcheck.config import Config
@@ -16,6 +18,8 @@ from vmapcheck.errors import VmapcheckError
 from vmapcheck.html_report import render_report
 from vmapcheck.io import atomic_write_json, atomic_write_text, read_json
 from vmapcheck.provenance import git_state
+from vmapcheck.registry import register_if_verified
+from vmapcheck.run_inputs import gather_run_inputs
 from vmapcheck.stage import DATA, REPORTS, ROOT, stage_main
 from vmapcheck.store import (
     PIPELINE_KEY_TAG,
@@ -26,7 +30,13 @@ from vmapcheck.store import (
     settle_earlier_attempts,
     writer_lock,
 )
-from vmapcheck.tracking import log_perf_verdict, log_run, resolve_tracking_uri, run_name
+from vmapcheck.tracking import (
+    experiment_name,
+    log_perf_verdict,
+    log_run,
+    resolve_tracking_uri,
+    run_name,
+)
 from vmapcheck.verdict import compare, format_table, read_bench_file, resolve_baseline
 
 
@@ -48,7 +58,7 @@ def judge_performance(config: Config, exclude: str | None = None) -> dict[str, A
     current = read_bench_file(REPORTS / "bench_details.json")
     try:
         # This run is not logged yet: "last-verified" is the newest earlier one.
-        baseline = resolve_baseline(spec, uri, config.tracking.experiment, tags, exclude)
+        baseline = resolve_baseline(spec, uri, experiment_name(config), tags, exclude)
     except VmapcheckError as exc:
         print(f"track: no benchmark baseline ({exc})")
         return {"verdict": "no baseline", "why": str(exc)}
@@ -58,6 +68,13 @@ def judge_performance(config: Config, exclude: str | None = None) -> dict[str, A
     )
     print(format_table(result))
     return result
+
+
+def _registry_line(result: dict[str, Any]) -> str:
+    if result["status"] == "registered":
+        moved = f" (from version {result['previous']})" if result["previous"] else ""
+        return f"params registered as {result['uri']}; alias {result['alias']} moved to it{moved}"
+    return f"{result['status']}: {result['why']}"
 
 
 @stage_main("track")
@@ -90,7 +107,7 @@ def track(config: Config) -> int:
         contract,
         git=git,
         run={
-            "MLflow experiment": config.tracking.experiment,
+            "MLflow experiment": experiment_name(config),
             "MLflow run name": run_name(config, check["runtime"], git),
             "config (model, precision, backend, bench)": (
                 f"{config.model.name}, {config.precision.name}, {config.backend.name}, "
@@ -116,12 +133,27 @@ def track(config: Config) -> int:
         ROOT / "dvc.lock",
     ]
     if earlier is None:
-        info = log_run(
-            config, ROOT, check, bench, train, artifacts, contract, {PIPELINE_KEY_TAG: key}
-        )
+        # Datasets (full sha256 digests), dvc.lock digest, DVC experiment name, environment/.
+        with tempfile.TemporaryDirectory() as scratch:
+            inputs = gather_run_inputs(ROOT, Path(scratch))
+            info = log_run(
+                config,
+                ROOT,
+                check,
+                bench,
+                train,
+                [*artifacts, inputs.environment],
+                contract,
+                extra_tags={**inputs.tags, PIPELINE_KEY_TAG: key},
+                datasets=inputs.datasets,
+            )
         log_perf_verdict(info["tracking_uri"], info["run_id"], perf)
         info["perf_verdict"] = perf["verdict"]
-        mark_complete(info["tracking_uri"], info["run_id"])  # the run's last write
+        # Registry: a passing run's params become a new version, alias `verified` moves.
+        info["registry"] = register_if_verified(config, info, check["runtime"], DATA / "params")
+        print(f"track: registry: {_registry_line(info['registry'])}")
+        # The run's last write: an attempt that dies before it is replaced, not duplicated.
+        mark_complete(info["tracking_uri"], info["run_id"])
     else:
         info = earlier | {"forward_outputs_sha256": check.get("forward_outputs_sha256")}
     atomic_write_json(REPORTS / "track.json", info)
@@ -130,6 +162,14 @@ def track(config: Config) -> int:
     print(f"track: HTML report: {REPORTS / 'report.html'} (also an artifact of the run)")
     if info["verdict"] != "passed":
         print("track: the check FAILED (logged above); exiting non-zero", flush=True)
+        return 1
+    replay = bench.get("replay", {}).get("figures", {})
+    if replay and not replay["passed"]:
+        print(
+            "track: the guard's replay FAILED (compiles above the bucket count, or a request "
+            "got another outcome than planted; logged above as replay/*); exiting non-zero",
+            flush=True,
+        )
         return 1
     return 0
 

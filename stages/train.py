@@ -1,8 +1,12 @@
 """DVC stage `train`: fit on train, select on validation, test once -> verified params.
 
 Or, with `train.params_file`, verify the user's params (sha256, safetensors, contract)
-and evaluate them instead. Either way the params artifact gets a manifest (sha256,
-contract, key stream, config digest) and the model's contract beside it.
+and evaluate them instead; or, with `train.params_source` (models:/<name>@<alias> or
+models:/<name>/<version>), fetch verified params from the MLflow Model Registry, verify
+them against the digests recorded there and the contract (vmapcheck.registry), and
+evaluate them (the resolved version and digest go into the manifest). Either way the
+params artifact gets a manifest (sha256, contract, key stream, config digest) and the
+model's contract beside it.
 """
 
 from dataclasses import replace
@@ -13,10 +17,12 @@ from vmapcheck.config import Config, config_digest
 from vmapcheck.io import atomic_dir, atomic_write_json, read_json
 from vmapcheck.keys import KEY_NAMES, named_keys
 from vmapcheck.models import build_model
-from vmapcheck.params_io import model_contract, read_params_file, save_params
+from vmapcheck.params_io import check_features, model_contract, read_params_file, save_params
+from vmapcheck.registry import load_registered_params, manifest_source
 from vmapcheck.regression import SPLITS, load_split
 from vmapcheck.runtime import configure_cpu_float32
 from vmapcheck.stage import PARAMS, PREPARED, REPORTS, ROOT, stage_main
+from vmapcheck.tracking import resolve_tracking_uri
 from vmapcheck.training import fit
 
 
@@ -40,6 +46,19 @@ def main(config: Config) -> None:
             "params_file": config.train.params_file,
             "params_sha256": config.train.params_sha256,
         }
+    elif config.train.params_source is not None:
+        params, _, contract, registered = load_registered_params(
+            model, config.train.params_source, resolve_tracking_uri(config.tracking, ROOT)
+        )
+        check_features(features, contract, config.train.params_source)
+        print(
+            f"train: {config.train.params_source} is version {registered.version} (run "
+            f"{registered.run_id}, sha256 {registered.params_sha256}): verified, evaluated"
+        )
+        params, metrics = fit(
+            replace(model, trainable=False), params, splits, config.train, keys["batches"]
+        )
+        source = manifest_source(registered)
     else:
         params, metrics = fit(
             model, model.init(keys["init"]), splits, config.train, keys["batches"]

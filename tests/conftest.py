@@ -75,6 +75,9 @@ FAST_RUN = [
     "bench.warmup=1",
     "bench.repeats=5",
     "bench.loop_max_batch=8",
+    # The guard's replay: a short stream (the default 10,000 requests take ~10 s).
+    "guard.replay.n_requests=600",
+    "guard.replay.unbucketed_requests=40",
 ]
 
 

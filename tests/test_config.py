@@ -152,5 +152,31 @@ def test_the_guard_replay_is_validated():
     raw["guard"]["replay"]["invalid_share"] = 1.0
     assert "guard.replay.invalid_share: Input should be less than 1" in _error(raw)
     raw = _raw()
-    raw["guard"]["replay"]["canary"] = float("nan")
-    assert "guard.replay.canary" in _error(raw)
+    raw["guard"]["replay"]["plant_canary"] = "yes"
+    assert "guard.replay.plant_canary" in _error(raw)
+
+
+@pytest.mark.parametrize(
+    "key,value,expected",
+    [
+        ("experiment_per_model", "yes", "tracking.experiment_per_model: Input should be a valid"),
+        ("experiment", "my runs", "tracking.experiment: String should match pattern"),
+        ("experiment", "x' or name LIKE '%", "tracking.experiment: String should match pattern"),
+        ("experiment", "", "tracking.experiment: String should match pattern"),
+    ],
+)
+def test_the_experiment_naming_is_validated(key, value, expected):
+    raw = _raw()
+    raw["tracking"][key] = value
+    assert expected in _error(raw)
+    del raw["tracking"][key]
+    assert f"tracking.{key}: required key is missing" in _error(raw)
+
+
+def test_one_experiment_per_model_or_one_for_all():
+    from vmapcheck.tracking import experiment_name
+
+    assert experiment_name(compose_config("model=toy")) == "vmapcheck-toy"
+    assert experiment_name(compose_config("model=mlp")) == "vmapcheck-mlp"
+    shared = compose_config("model=toy", "tracking.experiment_per_model=false")
+    assert experiment_name(shared) == "vmapcheck"

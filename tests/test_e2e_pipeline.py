@@ -94,11 +94,56 @@ def test_repro_runs_every_stage_and_logs_a_complete_mlflow_run(project):
     )
     plots = {a.path for a in mlflow_client(project).list_artifacts(track["run_id"], "plots")}
     assert "plots/latency.png" in plots
+    _assert_the_run_is_organized_and_complete(project, track, run_)
     # A fresh store has no earlier verified run to judge the benchmark against.
     assert track["perf_verdict"] == "no baseline" and tags["perf_verdict"] == "no baseline"
     summary = run(project, sys.executable, "-m", "vmapcheck.summary").stdout
     assert summary.startswith("verdict: PASSED")
     assert f"MLflow run: {track['run_id']}" in summary
+
+
+def _assert_the_run_is_organized_and_complete(project, track, run_):
+    """Experiment per model, provenance tags, datasets and the artifacts that make the run
+    reviewable without this machine (issue 6, items 1 and 2)."""
+    import hashlib
+    import tempfile
+
+    from vmapcheck.regression import SPLITS, load_cases
+    from vmapcheck.run_inputs import array_digest
+
+    client = mlflow_client(project)
+    tags, run_id = run_.data.tags, run_.info.run_id
+    assert client.get_experiment(run_.info.experiment_id).name == "vmapcheck-mlp"
+    assert track["experiment"] == "vmapcheck-mlp"
+    assert run_.info.run_name == f"mlp-cpu-f32-jax{tags['jax_version']}-{tags['git_commit'][:7]}"
+    assert tags["git_dirty"] in ("true", "false")
+    assert "dvc_exp_name" not in tags  # a plain dvc repro, not dvc exp run
+    assert tags["environment.matches_lock"] == "true"  # .venv is installed from the lock
+    artifacts = {a.path for a in client.list_artifacts(run_id)}
+    assert {"environment", "dvc.lock", "params.yaml", "manifest.json", "contract.json"} <= artifacts
+    assert {"params/params.safetensors", "params/manifest.json"} <= {
+        a.path for a in client.list_artifacts(run_id, "params")
+    }
+    assert {a.path for a in client.list_artifacts(run_id, "environment")} == {
+        "environment/requirements.lock",
+        "environment/pip-freeze.txt",
+        "environment/lock-mismatches.txt",
+    }
+    with tempfile.TemporaryDirectory() as tmp:
+        lock = client.download_artifacts(run_id, "dvc.lock", tmp)
+        # The digest names the dvc.lock logged with the run.
+        assert tags["dvc_lock_sha256"] == hashlib.sha256(Path(lock).read_bytes()).hexdigest()
+    # Inputs: every regression case and split, digested over all of its bytes.
+    inputs = {d.dataset.name: d for d in run_.inputs.dataset_inputs}
+    cases = load_cases(project / "data" / "cases")
+    assert set(inputs) == {f"cases/{c}" for c in cases} | {f"splits/{s}" for s in SPLITS}
+    for name, case in cases.items():
+        arrays = {"features": case["x"], **({"targets": case["y"]} if "y" in case else {})}
+        input_tags = {t.key: t.value for t in inputs[f"cases/{name}"].tags}
+        assert input_tags["sha256"] == array_digest(arrays), name
+        assert input_tags["mlflow.data.context"] == "regression"
+    split_tags = {t.key: t.value for t in inputs["splits/train"].tags}
+    assert split_tags["mlflow.data.context"] == "train" and len(split_tags["sha256"]) == 64
 
 
 def test_html_report_of_the_run_renders_in_chromium(project, tmp_path):
@@ -386,11 +431,15 @@ def test_exp_run_with_overrides_appears_in_exp_show(project):
     assert reference["made_with"]["dtype"] == "float32"
     assert reference["compared_with"]["dtype"] == "float64" and reference["passed"]
     assert rows["toy-exp"]["model.in_features"] == "3"
-    runs = mlflow_client(project).search_runs(
-        [mlflow_client(project).get_experiment_by_name("vmapcheck").experiment_id]
+    client = mlflow_client(project)
+    runs = client.search_runs(  # one experiment per model
+        [client.get_experiment_by_name(f"vmapcheck-{m}").experiment_id for m in ("toy", "mlp")]
     )
     names = {r.data.tags["precision"] + "/" + r.data.tags["model"] for r in runs}
     assert {"f32/toy", "f64/mlp"} <= names
+    # DVC names each experiment's stages (DVC_EXP_NAME): the run carries the name.
+    exp_names = {r.data.tags.get("dvc_exp_name") for r in runs}
+    assert {"toy-exp", "f64-exp"} <= exp_names
 
 
 @pytest.mark.parametrize(

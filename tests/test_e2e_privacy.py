@@ -8,13 +8,16 @@ artifacts and DVC's cache is searched for the canaries and the secret.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import jax
+import numpy as np
 import pytest
 
 from tests.conftest import FAST_RUN, commit_all, compose_params, copy_project, run
 from vmapcheck.anonymize import find_canaries
+from vmapcheck.guard import REQUEST_CANARY
 from vmapcheck.sources import synthetic_raw_table, write_csv
 
 pytestmark = pytest.mark.e2e
@@ -31,6 +34,8 @@ CANARIES = {
     "postcode": "QZ7K9",
 }
 CSV_OVERRIDES = [
+    # Plant guard.REQUEST_CANARY in every request the bench replays through the guard.
+    "guard.replay.plant_canary=true",
     "data=csv",
     "data.path=data/raw/canary.csv",
     "data.anonymize.join_key=id",
@@ -72,6 +77,10 @@ def _scanned(project: Path) -> list[Path]:
     return [p for p in places if p.exists()]
 
 
+def _files(places: list[Path]) -> list[Path]:
+    return [f for p in places for f in ([p] if p.is_file() else p.rglob("*")) if f.is_file()]
+
+
 def test_no_canary_or_secret_reaches_any_output(project):
     result = run(project, "dvc", "repro", env={"VMAPCHECK_PSEUDONYM_SECRET": SECRET})
     assert "id: pseudonymized (HMAC-SHA256)" in result.stdout
@@ -80,6 +89,14 @@ def test_no_canary_or_secret_reaches_any_output(project):
     assert len(find_canaries([project / "data" / "raw"], CANARIES.values())) == len(CANARIES)
     # ...and in nothing it wrote.
     assert find_canaries(_scanned(project), [*CANARIES.values(), SECRET]) == []
+    # Nor does any value of a request served by the guard: as text (any rounding of the
+    # float32 value starts so) or as the float32 itself.
+    assert find_canaries(_scanned(project), ["123456.7"]) == []
+    float32 = np.float32(REQUEST_CANARY).tobytes()
+    hits = [p for p in _files(_scanned(project)) if float32 in p.read_bytes()]
+    assert hits == []
+    replay = json.loads((project / "reports" / "bench_details.json").read_text())["replay"]
+    assert replay["requests"] == 600 and replay["figures"]["passed"] == 1.0
     manifest = (project / "data" / "prepared" / "manifest.json").read_text()
     assert '"action": "dropped"' in manifest and "VMAPCHECK_PSEUDONYM_SECRET" in manifest
 

@@ -81,13 +81,15 @@ def test_a_queued_sweep_of_four_configs_with_two_jobs_reaches_one_store(tmp_path
 
     # Every run reached the repository's own store, none a temp copy's.
     client = MlflowClient(tracking_uri=f"sqlite:///{project / 'mlflow.db'}")
-    experiment = client.get_experiment_by_name("vmapcheck")
-    runs = client.search_runs([experiment.experiment_id])
+    experiments = {e.experiment_id: e.name for e in client.search_experiments()}
+    runs = client.search_runs(list(experiments))
     assert len(runs) == 4, [r.info.run_name for r in runs]
     logged = {(r.data.tags["model"], r.data.params["precision.tolerance.rtol"]) for r in runs}
     assert logged == set(SWEEP)
     for r in runs:
         assert r.info.status == "FINISHED" and r.data.tags["pipeline_complete"] == "true"
+        # One experiment per model (tracking.experiment_per_model).
+        assert experiments[r.info.experiment_id] == f"vmapcheck-{r.data.tags['model']}"
         assert r.data.tags["verdict"] == "passed"
         artifacts = {a.path for a in client.list_artifacts(r.info.run_id)}
         assert {"report.html", "check.json"} <= artifacts

@@ -17,6 +17,7 @@ from vmapcheck.errors import ConfigError, InvalidInputError, NonFiniteOutputErro
 from vmapcheck.guard import (
     INVALID_KINDS,
     REASONS,
+    REQUEST_CANARY,
     SERVED,
     Guard,
     replay,
@@ -30,7 +31,7 @@ FEATURES = 4
 BUCKETS = [1, 8, 64, 256, 1024]
 # The f32 within-run tolerance of conf/precision/f32.yaml.
 RTOL, ATOL = 1e-5, 1e-6
-CANARY = 123456.789
+CANARY = REQUEST_CANARY
 # float32 stores 123456.7890625: every decimal form of the canary starts with this.
 CANARY_TEXT = "123456.7"
 
@@ -43,7 +44,7 @@ def guard_config(**changes) -> GuardConfig:
         "seed": 0,
         "noise_std": 0.1,
         "unbucketed_requests": 0,
-        "canary": None,
+        "plant_canary": False,
     } | replay_changes
     return GuardConfig(
         **{
@@ -233,7 +234,7 @@ def test_padding_does_not_change_results(model, params, rows, n):
 
 
 def test_the_stream_is_reproducible_and_plants_the_canary(rows):
-    config = guard_config(replay={"n_requests": 200, "canary": CANARY})
+    config = guard_config(replay={"n_requests": 200, "plant_canary": True})
 
     def shapes():
         return [
@@ -255,7 +256,7 @@ def test_no_request_value_reaches_metrics_report_or_errors(model, params, rows, 
         buckets=[1, 8, 64, 256],
         precompile=True,
         replay={"n_requests": 400, "invalid_share": 0.3, "unbucketed_requests": 20}
-        | {"canary": CANARY},
+        | {"plant_canary": True},
     )
     report = run_replay(model, params, rows, jnp.float32, config)
     assert report["mismatched"] == {} and report["compiles_within_bound"] is True

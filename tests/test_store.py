@@ -207,8 +207,8 @@ from pathlib import Path
 from vmapcheck.config import TrackingConfig
 from vmapcheck.store import ensure_experiment, open_store, artifact_location
 t = TrackingConfig(name="local", tracking_uri=sys.argv[1], artifact_root="mlartifacts",
-    experiment="vmapcheck", http_timeout_s=10, http_max_retries=2, http_backoff_factor=1,
-    http_backoff_jitter=0.5)
+    experiment="vmapcheck", experiment_per_model=False, http_timeout_s=10,
+    http_max_retries=2, http_backoff_factor=1, http_backoff_jitter=0.5)
 root = Path(sys.argv[2])
 uri = open_store(t, root)
 from vmapcheck.store import writer_lock
@@ -341,7 +341,7 @@ def test_store_command_creates_the_store_once_and_probes_a_server(tmp_path, monk
     assert main(["init", "--root", str(tmp_path)]) == 0
     assert main(["init", "--root", str(tmp_path)]) == 0  # a second time changes nothing
     experiments = MlflowClient(f"sqlite:///{tmp_path}/mlflow.db").search_experiments()
-    assert [e.name for e in experiments].count("vmapcheck") == 1
+    assert [e.name for e in experiments].count("vmapcheck-mlp") == 1  # experiment_per_model
     assert main(["where", "--root", str(tmp_path)]) == 0
     assert f"store: sqlite:///{tmp_path.resolve()}/mlflow.db" in capsys.readouterr().out
     dead = f"http://127.0.0.1:{free_port()}"

@@ -349,4 +349,6 @@ def metrics_summary(result: dict[str, Any]) -> dict[str, Any]:
             out["compile_ms"][path] = {label: f["compile_ms"] for label, f in figures.items()}
     out["speedup"] = result["speedup"]
     out["peak_gflops"] = result["peak"]["gflops"]
+    if "replay" in result:  # the guard's replay (stages/bench.py adds it)
+        out["replay"] = result["replay"]["figures"]
     return out

@@ -137,6 +137,15 @@ class FileDataConfig(_DataCommon):
 DataConfig = Annotated[SyntheticDataConfig | FileDataConfig, Field(discriminator="source")]
 
 
+# A registered model's name as vmapcheck.registry writes it into models:/ URIs (MLflow
+# forbids '/' and ':' in names; '@' would read as an alias).
+REGISTERED_MODEL_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,127}$"
+# models:/<name>/<version> (pinned) or models:/<name>@<alias>.
+MODELS_URI_PATTERN = (
+    r"^models:/[A-Za-z0-9][A-Za-z0-9_.\-]{0,127}(/[1-9][0-9]{0,9}|@[A-Za-z][A-Za-z0-9_\-]{0,63})$"
+)
+
+
 class TrainConfig(_Strict):
     optimizer: Literal["adam", "sgd"]
     steps: Annotated[int, Field(ge=0)]
@@ -147,6 +156,9 @@ class TrainConfig(_Strict):
     # When given, nothing is trained: the file is verified and evaluated.
     params_file: str | None = None
     params_sha256: Annotated[str, Field(pattern=r"^[0-9a-f]{64}$")] | None = None
+    # Or verified params from the MLflow Model Registry (vmapcheck.registry): a pinned
+    # version models:/<name>/<version>, or an alias models:/<name>@<alias>.
+    params_source: Annotated[str, Field(pattern=MODELS_URI_PATTERN)] | None = None
 
     @model_validator(mode="after")
     def _file_with_its_digest(self) -> TrainConfig:
@@ -154,6 +166,10 @@ class TrainConfig(_Strict):
             raise ValueError(
                 "train.params_file and train.params_sha256 go together: a params file is "
                 "used only with the sha256 it must have"
+            )
+        if self.params_file is not None and self.params_source is not None:
+            raise ValueError(
+                "train.params_file and train.params_source both name params: give one of them"
             )
         return self
 
@@ -231,8 +247,10 @@ class GuardReplayConfig(_Strict):
     # How many of the stream's first requests the un-bucketed comparison replays (each
     # new batch size compiles there: replaying all would take minutes); 0 skips it.
     unbucketed_requests: Annotated[int, Field(ge=0)]
-    # Planted in one cell of every request when set, for privacy tests (must be finite).
-    canary: Annotated[float, Field(allow_inf_nan=False)] | None = None
+    # Plant vmapcheck.guard.REQUEST_CANARY in one cell of every request, for privacy tests
+    # that search every output for it afterwards. The value lives in the code, not here:
+    # the config itself is logged (params.yaml, MLflow params), and must not hold it.
+    plant_canary: bool = False
 
     @model_validator(mode="after")
     def _comparison_within_stream(self) -> GuardReplayConfig:
@@ -315,7 +333,10 @@ class TrackingConfig(_Strict):
     tracking_uri: Annotated[str, Field(min_length=1)]
     # null: the server's own artifact store (mlflow server --artifacts-destination).
     artifact_root: Annotated[str, Field(min_length=1)] | None
-    experiment: Annotated[str, Field(min_length=1)]
+    # The experiment, or with experiment_per_model the prefix of one per model
+    # (``<experiment>-<model.name>``). No quotes or spaces: it goes into search filters.
+    experiment: Annotated[str, Field(pattern=r"^[A-Za-z0-9_./-]+$")]
+    experiment_per_model: bool
     # MLflow reads these as integers (MLFLOW_HTTP_REQUEST_TIMEOUT, ..._MAX_RETRIES,
     # ..._BACKOFF_FACTOR) and bounds retries by 10 and the factor by 120.
     http_timeout_s: Annotated[int, Field(gt=0, le=600)]
@@ -352,6 +373,14 @@ class TrackingConfig(_Strict):
         return self
 
 
+class RegistryConfig(_Strict):
+    """The MLflow Model Registry entry of verified params (vmapcheck.registry)."""
+
+    # A run whose check passed registers its params as a new version of this model and
+    # moves alias `verified` to it; null: never register.
+    registered_model: Annotated[str, Field(pattern=REGISTERED_MODEL_PATTERN)] | None
+
+
 class ReferenceConfig(_Strict):
     dir: Annotated[str, Field(min_length=1)]
     required: bool
@@ -369,6 +398,7 @@ class Config(_Strict):
     bench: BenchConfig
     guard: GuardConfig
     tracking: TrackingConfig
+    registry: RegistryConfig
     reference: ReferenceConfig
 
     @model_validator(mode="after")

@@ -65,6 +65,9 @@ from vmapcheck.errors import ConfigError, InvalidInputError, NonFiniteOutputErro
 from vmapcheck.models import Model, Params
 from vmapcheck.paths import batched_forward, cast_tree, check_batch_shape, validate_batch
 
+# Planted in requests when guard.replay.plant_canary is true (finite: valid requests stay
+# valid). float32 holds 123456.7890625, so every decimal form of it starts "123456.7".
+REQUEST_CANARY = 123456.789
 # Every reason a request can be refused for, in the order the guard checks them.
 REASONS = (
     "type",
@@ -297,8 +300,8 @@ def request_stream(template_rows: np.ndarray, dtype: Any, config: GuardConfig) -
     rows are real rows of ``template_rows`` (n, in_features) drawn with replacement, plus
     Gaussian noise of ``replay.noise_std`` times each feature's standard deviation. A share
     ``replay.invalid_share`` of requests is made invalid, the kind drawn uniformly from
-    :data:`INVALID_KINDS`. ``replay.canary``, when set, is planted in one cell of every
-    request. The same config gives the same stream (numpy Generator seeded by
+    :data:`INVALID_KINDS`. With ``replay.plant_canary``, :data:`REQUEST_CANARY` is planted
+    in one cell of every request. The same config gives the same stream (numpy Generator seeded by
     ``replay.seed``).
     """
     replay_config = config.replay
@@ -319,8 +322,8 @@ def request_stream(template_rows: np.ndarray, dtype: Any, config: GuardConfig) -
     def rows_of(n: int) -> np.ndarray:
         picked = template[rng.integers(0, template.shape[0], n)]
         x = (picked + rng.normal(size=picked.shape) * scale).astype(dtype)
-        if replay_config.canary is not None:
-            x[rng.integers(0, n), rng.integers(0, features)] = replay_config.canary
+        if replay_config.plant_canary:
+            x[rng.integers(0, n), rng.integers(0, features)] = REQUEST_CANARY
         return x
 
     for _ in range(replay_config.n_requests):
@@ -485,3 +488,54 @@ def run_replay(
         else "No un-bucketed comparison (guard.replay.unbucketed_requests is 0).",
     ]
     return report
+
+
+def replay_passed(report: dict[str, Any]) -> bool:
+    """The replay's own checks: compiles bounded by the buckets, every request got the
+    outcome planted for it (invalid ones refused for their reason, valid ones served)."""
+    return bool(report["compiles_within_bound"]) and not report["mismatched"]
+
+
+def replay_figures(report: dict[str, Any]) -> dict[str, float]:
+    """The replay's headline figures, flat (reports/bench.json ``replay``, MLflow
+    ``replay/...``): compiles vs buckets, latency with and without buckets, padding,
+    invalid share."""
+    latency = report["latency_ms"]
+    figures: dict[str, float] = {
+        "passed": float(replay_passed(report)),
+        "requests": float(report["requests"]),
+        "compiles": float(report["compiles"]),
+        "buckets": float(len(report["buckets"])),
+        "padding_overhead": float(report["padding_overhead"]),
+        "invalid_share": float(report["invalid_share_total"]),
+        "numeric_errors": float(report["numeric_errors"]),
+        "mismatched": float(sum(report["mismatched"].values())),
+    }
+    for name, stats in latency.items():
+        for stat in ("p50", "p90", "p99"):
+            if stats is not None:
+                figures[f"{name}_{stat}_ms"] = float(stats[stat])
+    if "unbucketed" in report:
+        figures["unbucketed_compiles"] = float(report["unbucketed"]["compiles"])
+    return figures
+
+
+def replay_summary(report: dict[str, Any]) -> str:
+    """One line for the log: compiles, latency with and without buckets, verdict."""
+    f = replay_figures(report)
+    text = (
+        f"{int(f['requests'])} requests, {int(f['compiles'])} compile(s) for "
+        f"{int(f['buckets'])} bucket(s); p50 {f.get('bucketed_p50_ms', math.nan):.3g} ms "
+        f"(p99 {f.get('bucketed_p99_ms', math.nan):.3g})"
+    )
+    if "unbucketed_prefix_p50_ms" in f:
+        text += (
+            f"; first {report['unbucketed']['requests']} without buckets: p50 "
+            f"{f['unbucketed_prefix_p50_ms']:.3g} ms vs {f['bucketed_prefix_p50_ms']:.3g} "
+            f"with, {int(f['unbucketed_compiles'])} compile(s)"
+        )
+    text += (
+        f"; padding overhead {f['padding_overhead']:.2f}, invalid share "
+        f"{f['invalid_share']:.1%}: {'ok' if f['passed'] else 'FAILED'}"
+    )
+    return text

@@ -16,8 +16,8 @@ file; two processes doing that at once can fail half-way and leave a broken stor
 ``track`` keeps that lock while it reads and writes the store (:func:`writer_lock`), so
 parallel experiments log one after the other (a few seconds each) rather than meeting
 sqlite's "database is locked". ``python -m vmapcheck.store init`` creates the store and
-the experiment before a sweep starts (and migrates a store made by an older MLflow,
-after a backup: ``track`` never migrates on its own).
+the configured model's experiment before a sweep starts (and migrates a store made by
+an older MLflow, after a backup: ``track`` never migrates on its own).
 
 **How long.** By default MLflow retries a failed request 7 times with exponential backoff
 and waits up to 120 s per attempt: about four minutes on a dead server. The
@@ -494,8 +494,11 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--root", type=Path, default=Path.cwd(), help="project root")
     args = parser.parse_args(argv)
+    from vmapcheck.tracking import experiment_name  # it imports this module
+
     try:
-        tracking = load_config(args.root / "params.yaml").tracking
+        config = load_config(args.root / "params.yaml")
+        tracking = config.tracking
         apply_http_settings(tracking)
         uri = tracking_uri(tracking, args.root)
         location = artifact_location(tracking, args.root)
@@ -513,11 +516,11 @@ def main(argv: list[str] | None = None) -> int:
             with writer_lock(uri):
                 if sqlite_file(uri) is not None:
                     create_sqlite_store(uri, migrate=True)
-                experiment_id = ensure_experiment(uri, tracking.experiment, location)
-            print(
-                f"store ready: {shown(uri)}, experiment {tracking.experiment!r} "
-                f"(id {experiment_id})"
-            )
+                # With experiment_per_model, the other models' experiments are made by
+                # track (under the lock on sqlite, race-safe on a server).
+                experiment = experiment_name(config)
+                experiment_id = ensure_experiment(uri, experiment, location)
+            print(f"store ready: {shown(uri)}, experiment {experiment!r} (id {experiment_id})")
         return 0
     except VmapcheckError as exc:
         print(f"store: error: {exc}", file=sys.stderr)

@@ -74,6 +74,15 @@ def summarize(root: Path) -> str:
             lines.append(f"open it: {uri.rstrip('/')}/{page}")
         else:
             lines.append(f"open it: make ui, then http://127.0.0.1:5000/{page}")
+        lines.append("compare it with earlier runs (every model): make compare")
+        registered = track.get("registry")  # vmapcheck.registry.register_if_verified
+        if registered and registered["status"] == "registered":
+            lines.append(
+                f"registry: params registered as {registered['uri']}, alias verified moved "
+                "to it (make registry lists the versions, make rollback moves it back)"
+            )
+        elif registered:
+            lines.append(f"registry: {registered['status']}: {registered['why']}")
     else:
         lines.append("MLflow run: none yet (the track stage has not run)")
     html_path = reports / "report.html"

@@ -26,7 +26,12 @@ def resolve_tracking_uri(tracking: TrackingConfig, root: Path) -> str:
     convention; the scheduled CI job names its server this way), else the configured URI,
     with a relative ``sqlite:///file.db`` made absolute against the store root (the
     project root; in a queued experiment's temp copy, the original repository's root:
-    vmapcheck.store)."""
+    vmapcheck.store).
+
+    Every use of the store starts here, so this also puts the ``tracking.http_*``
+    timeouts and retries into MLflow's environment variables (bounded waiting on a server).
+    """
+    store.apply_http_settings(tracking)
     return store.tracking_uri(tracking, root)
 
 
@@ -107,6 +112,8 @@ def collect_metrics(
                     metrics[f"{stat}/{path}/{label}"] = float(value)
     if "peak" in bench:
         metrics["peak_gflops"] = float(bench["peak"]["gflops"])
+    for name, value in bench.get("replay", {}).get("figures", {}).items():
+        metrics[f"replay/{name}"] = float(value)
     for label, ratios in bench["speedup"].items():
         for name, value in ratios.items():
             metrics[f"speedup/{label}/{name}"] = float(value)
@@ -114,6 +121,13 @@ def collect_metrics(
         if name in train:
             metrics[f"train/{name}"] = float(train[name])
     return {metric_name(k): v for k, v in metrics.items()}
+
+
+def experiment_name(config: Config) -> str:
+    """The run's experiment: ``<tracking.experiment>-<model.name>`` with
+    ``tracking.experiment_per_model``, else ``tracking.experiment``."""
+    base = config.tracking.experiment
+    return f"{base}-{config.model.name}" if config.tracking.experiment_per_model else base
 
 
 def run_name(config: Config, runtime: dict[str, Any], git: dict[str, str]) -> str:
@@ -133,11 +147,14 @@ def log_run(
     artifacts: list[Path],
     contract: dict[str, Any] | None = None,
     extra_tags: dict[str, str] | None = None,
+    datasets: list[Any] | None = None,
 ) -> dict[str, Any]:
     """Create one MLflow run holding everything; return its ids and where to find it.
 
-    ``extra_tags`` are set when the run is created (vmapcheck.store's ``pipeline_key``:
-    an attempt that dies half-way can be found and replaced).
+    ``extra_tags`` and ``datasets`` (MLflow ``DatasetInput`` objects) come from
+    :func:`vmapcheck.run_inputs.gather_run_inputs`, and ``extra_tags`` also carry
+    vmapcheck.store's ``pipeline_key``, set when the run is created so that an attempt
+    that dies half-way can be found and replaced.
     """
     import mlflow
     from mlflow.entities import Metric, Param
@@ -146,14 +163,10 @@ def log_run(
     uri = resolve_tracking_uri(config.tracking, root)
     mlflow.set_tracking_uri(uri)
     client = MlflowClient(tracking_uri=uri)
-    experiment = client.get_experiment_by_name(config.tracking.experiment)
-    experiment_id = (
-        experiment.experiment_id
-        if experiment is not None
-        else client.create_experiment(
-            config.tracking.experiment,
-            artifact_location=resolve_artifact_root(config.tracking, root),
-        )
+    experiment_label = experiment_name(config)
+    # Created if missing; another process (a parallel experiment) may create it too.
+    experiment_id = store.ensure_experiment(
+        uri, experiment_label, resolve_artifact_root(config.tracking, root)
     )
     runtime = check["runtime"]
     git = git_state(root)
@@ -210,6 +223,8 @@ def log_run(
         metrics = [Metric(k, v, now, 0) for k, v in collect_metrics(check, bench, train).items()]
         for i in range(0, len(metrics), MAX_BATCH):
             client.log_batch(run_id, metrics=metrics[i : i + MAX_BATCH])
+        if datasets:
+            client.log_inputs(run_id, datasets=datasets)
         for path in artifacts:
             if path.is_dir():
                 client.log_artifacts(run_id, str(path), artifact_path=path.name)
@@ -222,7 +237,7 @@ def log_run(
     return {
         "run_id": run_id,
         "run_name": run.info.run_name,
-        "experiment": config.tracking.experiment,
+        "experiment": experiment_label,
         "experiment_id": experiment_id,
         "tracking_uri": uri,
         "verdict": verdict,

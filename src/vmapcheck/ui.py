@@ -8,7 +8,7 @@ from pathlib import Path
 
 from vmapcheck.config import load_config
 from vmapcheck.store import is_http, shown
-from vmapcheck.tracking import resolve_artifact_root, resolve_tracking_uri
+from vmapcheck.tracking import experiment_name, resolve_artifact_root, resolve_tracking_uri
 
 
 def main() -> None:
@@ -24,6 +24,11 @@ def main() -> None:
         print(f"the store is a tracking server: open {shown(uri)} in a browser")
         return
     print(f"MLflow UI for {uri} on http://127.0.0.1:{args.port} (Ctrl-C stops it)")
+    scope = "this model's runs" if config.tracking.experiment_per_model else "the runs"
+    print(
+        f"{scope}: experiment '{experiment_name(config)}'; "
+        "every model side by side: make compare (README: Comparing runs)"
+    )
     os.execvp(
         "mlflow",
         [

@@ -386,8 +386,7 @@ def format_table(result: dict[str, Any]) -> str:
 def main(argv: list[str] | None = None) -> int:
     """``python -m vmapcheck.verdict --baseline SPEC``: exit 1 on a regression, else 0."""
     from vmapcheck.config import load_config
-    from vmapcheck.store import apply_http_settings
-    from vmapcheck.tracking import resolve_tracking_uri
+    from vmapcheck.tracking import experiment_name, resolve_tracking_uri
 
     parser = argparse.ArgumentParser(prog="python -m vmapcheck.verdict", description=__doc__)
     parser.add_argument(
@@ -407,16 +406,16 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         config = load_config(args.root / "params.yaml")
-        apply_http_settings(config.tracking)  # bounded waiting on a server (vmapcheck.store)
         uri = resolve_tracking_uri(config.tracking, args.root)
         tags = {
             "model": config.model.name,
             "backend": config.backend.name,
             "precision": config.precision.name,
         }
-        current = resolve_baseline(args.current, uri, config.tracking.experiment, tags)
+        experiment = experiment_name(config)
+        current = resolve_baseline(args.current, uri, experiment, tags)
         baseline = resolve_baseline(
-            args.baseline, uri, config.tracking.experiment, tags, exclude=_run_id(args.current)
+            args.baseline, uri, experiment, tags, exclude=_run_id(args.current)
         )
         regression = config.bench.regression
         result = compare(

@@ -1,0 +1,295 @@
+"""Verified params in the MLflow Model Registry, against a real sqlite store (no mocks).
+
+Register on pass and never on fail, the `verified` alias and rollback, and loading by
+models:/ URI with the sha256 digests and the contract checked again.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import jax
+import numpy as np
+import pytest
+import yaml
+from safetensors.numpy import load_file, save_file
+
+from tests.conftest import compose_config
+from vmapcheck import registry
+from vmapcheck.compose import compose_yaml
+from vmapcheck.config import validate_config
+from vmapcheck.errors import ArtifactError, ConfigError
+from vmapcheck.io import atomic_write_json, read_json, sha256_file
+from vmapcheck.models import build_model
+from vmapcheck.params_io import model_contract, save_params
+
+NAME = "vmapcheck-mlp"
+FEATURES = [f"x{i}" for i in range(8)]
+RUNTIME = {"backend": "cpu", "jax_version": "0.11.2", "jaxlib_version": "0.11.2"}
+
+
+class Store:
+    """A real MLflow sqlite store with file artifacts under a temp folder."""
+
+    def __init__(self, tmp_path):
+        from mlflow.tracking import MlflowClient
+
+        self.root = tmp_path
+        self.uri = f"sqlite:///{tmp_path}/mlflow.db"
+        self.client = MlflowClient(tracking_uri=self.uri, registry_uri=self.uri)
+        self.experiment = self.client.create_experiment(
+            "vmapcheck", artifact_location=(tmp_path / "mlartifacts").as_uri()
+        )
+        self.config = compose_config()
+        self.model = build_model(self.config.model)
+        self.count = 0
+
+    def params_folder(self, seed: int, source: dict | None = None):
+        """data/params as train writes it, for params drawn from ``seed``."""
+        self.count += 1
+        folder = self.root / f"params{self.count}"
+        folder.mkdir()
+        params = jax.device_get(self.model.init(jax.random.key(seed)))
+        save_params(folder, params, {"model": self.model.name, "source": source or {}})
+        atomic_write_json(folder / "contract.json", model_contract(self.model, params, FEATURES))
+        return folder
+
+    def logged_run(self, folder, verdict: str = "passed") -> dict:
+        """A run that logged ``folder`` as its params/ artifact, as tracking.log_run does;
+        returns log_run's result."""
+        run = self.client.create_run(self.experiment, tags={"verdict": verdict})
+        run_id = run.info.run_id
+        self.client.log_artifacts(run_id, str(folder), artifact_path="params")
+        self.client.set_terminated(run_id)
+        return {
+            "run_id": run_id,
+            "tracking_uri": self.uri,
+            "verdict": verdict,
+            "git_commit": "c0ffee" * 6 + "abcd",
+            "git_dirty": "false",
+        }
+
+    def run_and_register(self, seed: int, verdict: str = "passed") -> dict:
+        folder = self.params_folder(seed)
+        info = self.logged_run(folder, verdict)
+        result = registry.register_if_verified(self.config, info, RUNTIME, folder)
+        return result | {"run_id": info["run_id"], "folder": folder}
+
+    def verified(self) -> str:
+        return str(self.client.get_model_version_by_alias(NAME, registry.VERIFIED).version)
+
+    def artifact(self, run_id: str, name: str):
+        """The run's copy of a params file in the artifact store."""
+        return self.root / "mlartifacts" / run_id / "artifacts" / "params" / name
+
+
+@pytest.fixture
+def store(tmp_path):
+    return Store(tmp_path)
+
+
+def test_passing_runs_register_versions_and_move_verified_a_failing_run_does_not(store):
+    first = store.run_and_register(seed=1)
+    assert first["status"] == "registered" and first["version"] == "1"
+    assert first["previous"] is None and first["uri"] == f"models:/{NAME}/1"
+    assert store.verified() == "1"
+    second = store.run_and_register(seed=2)
+    assert (second["version"], second["previous"]) == ("2", "1")
+    assert store.verified() == "2"
+
+    failed = store.run_and_register(seed=3, verdict="failed")
+    assert failed["status"] == "not registered" and "check failed" in failed["why"]
+    versions = registry.list_versions(store.uri, NAME)
+    assert [str(v.version) for v in versions] == ["1", "2"]  # the earlier version stays
+    assert store.verified() == "2"  # a failing run never moves the alias
+
+    # What verified each version is on its tags, with the digest of each file.
+    tags = versions[1].tags
+    assert tags["verified"] == "true" and tags["verified_by_run"] == second["run_id"]
+    assert tags["git_commit"] == "c0ffee" * 6 + "abcd" and tags["jax_version"] == "0.11.2"
+    assert tags["model"] == "mlp" and tags["backend"] == "cpu" and tags["precision"] == "f32"
+    assert tags["params_sha256"] == sha256_file(second["folder"] / "params.safetensors")
+    assert tags["contract_sha256"] == sha256_file(second["folder"] / "contract.json")
+    assert versions[1].run_id == second["run_id"]
+    assert versions[1].source.endswith(f"/{second['run_id']}/artifacts/params")
+
+
+def test_rollback_moves_verified_to_the_previous_verified_version(store):
+    first = store.run_and_register(seed=1)
+    store.run_and_register(seed=2)
+    moved = registry.rollback(store.uri, NAME)
+    assert (moved["from"], moved["to"]) == ("2", "1")
+    assert "moved from version 2" in moved["message"] and "to version 1" in moved["message"]
+    assert first["run_id"] in moved["message"]
+    assert store.verified() == "1"
+    left = store.client.get_model_version(NAME, "2")
+    assert "rolled_back_at" in left.tags and left.tags["rolled_back_to"] == "1"
+    with pytest.raises(ArtifactError, match=r"at version 1 .*no earlier version was verified"):
+        registry.rollback(store.uri, NAME)
+    assert store.verified() == "1"
+
+
+def test_rollback_after_several_moves_skips_versions_rolled_back_from(store):
+    for seed in (1, 2, 3):
+        store.run_and_register(seed)
+    assert registry.rollback(store.uri, NAME)["to"] == "2"
+    store.run_and_register(seed=4)  # a new passing run moves verified to version 4
+    assert store.verified() == "4"
+    # Version 3 was rolled back from: the previous verified version of 4 is 2.
+    assert registry.rollback(store.uri, NAME)["to"] == "2"
+    assert registry.rollback(store.uri, NAME)["to"] == "1"
+
+
+def test_rollback_with_nothing_to_roll_back_to_errors_clearly(store):
+    with pytest.raises(ArtifactError, match=f"no registered model '{NAME}'"):
+        registry.rollback(store.uri, NAME)
+    store.run_and_register(seed=1)
+    with pytest.raises(ArtifactError, match="no earlier version was verified"):
+        registry.rollback(store.uri, NAME)
+    store.client.delete_registered_model_alias(NAME, registry.VERIFIED)
+    with pytest.raises(ArtifactError, match="no version holds the alias"):
+        registry.rollback(store.uri, NAME)
+
+
+def test_the_command_line_shows_versions_and_rolls_back(store, root, tmp_path, monkeypatch, capsys):
+    shutil.copy(root / "params.yaml", tmp_path / "params.yaml")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", store.uri)
+    assert registry.main(["rollback"]) == 2
+    assert f"registry: error: no registered model '{NAME}'" in capsys.readouterr().err
+    store.run_and_register(seed=1)
+    second = store.run_and_register(seed=2)
+    assert registry.main(["show"]) == 0
+    out = capsys.readouterr().out
+    assert f"registered model {NAME}" in out and "version 2 @verified" in out
+    assert f"verified_by_run = {second['run_id']}" in out
+    assert registry.main(["rollback", "--model", NAME]) == 0
+    assert f"models:/{NAME}@verified moved from version 2" in capsys.readouterr().out
+    assert registry.main(["rollback"]) == 2
+    assert "nothing to roll back to" in capsys.readouterr().err
+    assert registry.main(["show", "--model", "a/b"]) == 2
+    assert "--model: expected a registered model name" in capsys.readouterr().err
+
+
+def test_loading_by_alias_or_version_verifies_the_params(store):
+    first = store.run_and_register(seed=1)
+    store.run_and_register(seed=2)
+    params, manifest, contract, info = registry.load_registered_params(
+        store.model, f"models:/{NAME}@verified", store.uri
+    )
+    assert (info.version, info.registered_model) == ("2", NAME)
+    assert info.params_source == f"models:/{NAME}@verified"
+    assert contract["inputs"]["features"] == FEATURES and manifest["sha256"] == info.params_sha256
+    expected = jax.device_get(store.model.init(jax.random.key(2)))
+    for a, b in zip(jax.tree.leaves(expected), jax.tree.leaves(params), strict=True):
+        np.testing.assert_array_equal(a, b)
+    pinned = registry.load_registered_params(store.model, f"models:/{NAME}/1", store.uri)
+    assert pinned[3].version == "1" and pinned[3].run_id == first["run_id"]
+
+
+def test_a_tampered_registered_version_is_refused_naming_the_uri(store):
+    first = store.run_and_register(seed=1)
+    stored = store.artifact(first["run_id"], "params.safetensors")
+    raw = bytearray(stored.read_bytes())
+    raw[len(raw) // 2] ^= 0x01
+    stored.write_bytes(bytes(raw))
+    uri = f"models:/{NAME}@verified"
+    with pytest.raises(ArtifactError, match=r"models:/vmapcheck-mlp@verified \(version 1\): "):
+        registry.load_registered_params(store.model, uri, store.uri)
+    with pytest.raises(ArtifactError, match=r"params\.safetensors: sha256 check failed"):
+        registry.load_registered_params(store.model, uri, store.uri)
+
+    # Changed params with a manifest made to agree: the registry's own record refuses them.
+    arrays = load_file(str(stored))
+    arrays = {k: v + 1.0 for k, v in arrays.items()}
+    save_file(arrays, str(stored))
+    manifest_path = store.artifact(first["run_id"], "manifest.json")
+    manifest = read_json(manifest_path)
+    manifest["sha256"] = sha256_file(stored)
+    manifest_path.write_text(json.dumps(manifest))
+    with pytest.raises(ArtifactError, match="sha256 check failed: the registry recorded"):
+        registry.load_registered_params(store.model, uri, store.uri)
+
+
+def test_params_that_break_the_models_contract_are_refused(store):
+    store.run_and_register(seed=1)
+    uri = f"models:/{NAME}/1"
+    wider = build_model(compose_config("model.hidden=[16,32]").model)
+    with pytest.raises(ArtifactError, match=r"models:/vmapcheck-mlp/1 \(version 1\): .*leaf"):
+        registry.load_registered_params(wider, uri, store.uri)
+    toy = build_model(compose_config("model=toy").model)
+    with pytest.raises(ArtifactError, match=r"params are of model 'mlp'.*'toy'"):
+        registry.load_registered_params(toy, uri, store.uri)
+
+
+def test_unknown_unverified_or_malformed_sources_are_refused(store):
+    with pytest.raises(ArtifactError, match=r"models:/vmapcheck-mlp@verified: not found"):
+        registry.load_registered_params(store.model, f"models:/{NAME}@verified", store.uri)
+    first = store.run_and_register(seed=1)
+    # A version registered by hand, without the digests a passing run records.
+    store.client.create_model_version(NAME, first["source"], run_id=first["run_id"])
+    with pytest.raises(ArtifactError, match=r"\(version 2\): not tagged verified=true"):
+        registry.load_registered_params(store.model, f"models:/{NAME}/2", store.uri)
+    with pytest.raises(ArtifactError, match=r"models:/vmapcheck-mlp/7: not found"):
+        registry.load_registered_params(store.model, f"models:/{NAME}/7", store.uri)
+    for bad in ("models:/vmapcheck-mlp", "models:/vmapcheck-mlp/latest", "runs:/abc/params"):
+        with pytest.raises(ConfigError, match="expected models:/<name>@<alias>"):
+            registry.parse_models_uri(bad)
+
+
+def test_registering_refuses_a_run_whose_logged_params_differ(store):
+    folder = store.params_folder(seed=1)
+    info = store.logged_run(folder)
+    stored = store.artifact(info["run_id"], "contract.json")
+    stored.write_text(stored.read_text().replace('"x0"', '"renamed"'))
+    with pytest.raises(ArtifactError, match=r"contract.json: sha256 check failed"):
+        registry.register_if_verified(store.config, info, RUNTIME, folder)
+    assert not store.client.search_model_versions(f"name = '{NAME}'")
+
+
+def test_params_loaded_from_the_registry_are_re_verified_not_registered_again(store):
+    store.run_and_register(seed=1)
+    source = {
+        "params_source": f"models:/{NAME}@verified",
+        "registered_model": NAME,
+        "version": "1",
+    }
+    folder = store.params_folder(seed=1, source=source)
+    info = store.logged_run(folder)
+    result = registry.register_if_verified(store.config, info, RUNTIME, folder)
+    assert result["status"] == "re-verified" and result["version"] == "1"
+    assert [str(v.version) for v in registry.list_versions(store.uri, NAME)] == ["1"]
+    assert store.client.get_model_version(NAME, "1").tags["reverified_by_run"] == info["run_id"]
+
+
+def test_registration_can_be_switched_off(store):
+    config = store.config.model_copy(
+        update={"registry": store.config.registry.model_copy(update={"registered_model": None})}
+    )
+    folder = store.params_folder(seed=1)
+    result = registry.register_if_verified(config, store.logged_run(folder), RUNTIME, folder)
+    assert result == {"status": "not registered", "why": "registry.registered_model is null"}
+
+
+def _raw(root):
+    return yaml.safe_load(compose_yaml(root / "conf"))
+
+
+def test_registry_settings_are_validated_naming_the_key(root):
+    raw = _raw(root)
+    assert validate_config(raw).registry.registered_model == "vmapcheck-mlp"
+    assert compose_config("model=toy").registry.registered_model == "vmapcheck-toy"
+    raw["registry"]["registered_model"] = "a/b"
+    with pytest.raises(ConfigError, match=r"registry\.registered_model"):
+        validate_config(raw)
+    raw = _raw(root)
+    raw["train"]["params_source"] = "models:/vmapcheck-mlp/latest"
+    with pytest.raises(ConfigError, match=r"train\.params_source"):
+        validate_config(raw)
+    raw["train"]["params_source"] = "models:/vmapcheck-mlp@verified"
+    assert validate_config(raw).train.params_source == "models:/vmapcheck-mlp@verified"
+    raw["train"]["params_file"] = "data/raw/mine.safetensors"
+    raw["train"]["params_sha256"] = "0" * 64
+    with pytest.raises(ConfigError, match=r"params_file and train\.params_source both"):
+        validate_config(raw)
