@@ -16,7 +16,7 @@ export DVC_NO_ANALYTICS := 1
 export PYTHONUNBUFFERED := 1
 
 .PHONY: help setup demo test lint format ui clean params lock reference verdict browser \
-	compare registry rollback
+	compare registry rollback diagnose
 
 help:
 	@echo "make demo   set up .venv, run the pipeline (dvc repro) and print the verdict"
@@ -26,6 +26,7 @@ help:
 	@echo "make compare [N=10] [FILTER=\"tags.model = 'mlp'\"]  logged runs side by side"
 	@echo "make registry  versions of the registered model, which is @verified, their tags"
 	@echo "make rollback  move alias verified back to the previous verified version [MODEL=name]"
+	@echo "make diagnose  localize a divergence in the current outputs (first stage, layer, leaf)"
 	@echo "make params recompose params.yaml from conf/ (as dvc exp run does)"
 	@echo "make reference REASON='...'  store the last verified run as the model's reference"
 	@echo "make clean  remove generated data, reports, the MLflow store and .venv"
@@ -85,6 +86,11 @@ registry: $(STAMP)
 
 rollback: $(STAMP)
 	python -m vmapcheck.registry rollback $(if $(MODEL),--model "$(MODEL)")
+
+# The diagnosis protocol on the current outputs, on demand (check runs it on a failure):
+# writes reports/diagnosis-on-demand.json and .txt; exits 1 when it localizes a divergence.
+diagnose: $(STAMP)
+	python -m vmapcheck.diagnosis
 
 params: $(STAMP)
 	python -m vmapcheck.compose

@@ -1,13 +1,17 @@
-"""DVC stage `check`: agreement, contract, float64 oracle, reference, refusal of bad input.
+"""DVC stage `check`: agreement, contract, float64 oracle, reference, refusal of bad input,
+and the key stream.
 
 Report, then assert: this stage always writes its report and exits 0 on a failed check,
-so that `track` logs the failure to MLflow before the pipeline exits non-zero.
+so that `track` logs the failure to MLflow before the pipeline exits non-zero. A failed
+check is diagnosed here (reports/diagnosis.json and .txt: the first stage, layer and leaf
+that diverge); a passed one writes a diagnosis that says "not needed".
 """
 
 import jax.numpy as jnp
 
 from vmapcheck.checks import metrics_summary, run_checks
 from vmapcheck.config import Config, config_digest
+from vmapcheck.diagnosis import for_check, key_stream_stage, write_report
 from vmapcheck.errors import ArtifactError
 from vmapcheck.io import atomic_write_json, load_npz, read_json, sha256_file
 from vmapcheck.models import build_model
@@ -41,12 +45,14 @@ def main(config: Config) -> None:
     cases = load_cases(CASES)
     record = read_json(FORWARD / "record.json")
     run_dtype = jnp.dtype(config.precision.dtype)
+    configure_cpu_float64()
+    model = build_model(config.model)
+    params, _ = load_model_params(model, PARAMS)
     oracle = None
     if run_dtype != jnp.float64:
-        configure_cpu_float64()
-        model = build_model(config.model)
-        params, _ = load_model_params(model, PARAMS)
         oracle = float64_outputs(model, params, cases, run_dtype)
+    # Each subkey feeds one random draw: a reused key fails the check (diagnosis stage 2).
+    key_stream = key_stream_stage(model, config.seed)
     report = run_checks(
         config,
         read_json(CASES / "manifest.json"),
@@ -56,12 +62,15 @@ def main(config: Config) -> None:
         targets={name: case["y"] for name, case in cases.items() if "y" in case},
         reference=_reference(config, record),
         gradients=load_npz(FORWARD / "gradients.npz"),
+        inputs={"key_stream": key_stream},
     )
     # What make_reference checks before it trusts this report.
     report["config_digest"] = config_digest(config)
     report["forward_outputs_sha256"] = sha256_file(FORWARD / "outputs.npz")
     atomic_write_json(REPORTS / "check_details.json", report)
     atomic_write_json(REPORTS / "check.json", metrics_summary(report))
+    diagnosis = for_check(ROOT, config, report, key_stream)
+    write_report(diagnosis, REPORTS / "diagnosis.json")
     tol, cross = report["tolerance"], report["cross_run_tolerance"]
     print(
         f"check: {report['dtype']}, between paths rtol={tol['rtol']:g} atol={tol['atol']:g}, "
@@ -80,8 +89,13 @@ def main(config: Config) -> None:
     )
     ref = report["reference"]
     print(f"  {'ok  ' if ref['passed'] else 'FAIL'} reference        {ref['message']}")
+    ks = report["inputs"]["key_stream"]
+    print(f"  {'FAIL' if ks['status'] == 'diverged' else 'ok  '} key stream       {ks['summary']}")
     for failure in report["failures"][:20]:
         print(f"  failure: {failure}")
+    if not report["passed"]:
+        print("check: diagnosis (reports/diagnosis.json, reports/diagnosis.txt):")
+        print("".join(f"  | {line}\n" for line in diagnosis["summary"].splitlines()), end="")
     print(f"check: {'PASSED' if report['passed'] else 'FAILED'} (track logs it, then exits)")
 
 

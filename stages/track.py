@@ -32,6 +32,7 @@ from vmapcheck.store import (
 )
 from vmapcheck.tracking import (
     experiment_name,
+    log_diagnosis,
     log_perf_verdict,
     log_run,
     resolve_tracking_uri,
@@ -125,6 +126,9 @@ def track(config: Config) -> int:
         REPORTS / "bench_details.json",
         REPORTS / "perf_verdict.json",
         REPORTS / "train.json",
+        # The diagnosis of a failed check (the first stage, layer and leaf that diverge).
+        REPORTS / "diagnosis.json",
+        REPORTS / "diagnosis.txt",
         REPORTS / "plots",
         DATA / "params",
         DATA / "params" / "contract.json",
@@ -148,6 +152,7 @@ def track(config: Config) -> int:
                 datasets=inputs.datasets,
             )
         log_perf_verdict(info["tracking_uri"], info["run_id"], perf)
+        log_diagnosis(info["tracking_uri"], info["run_id"], read_json(REPORTS / "diagnosis.json"))
         info["perf_verdict"] = perf["verdict"]
         # Registry: a passing run's params become a new version, alias `verified` moves.
         info["registry"] = register_if_verified(config, info, check["runtime"], DATA / "params")

@@ -300,6 +300,25 @@ def _gradients(
     return report, failures
 
 
+def _inputs(stages: dict[str, Any] | None) -> tuple[dict[str, Any], list[str]]:
+    """The pipeline's inputs judged with its outputs: each stage result of
+    :mod:`vmapcheck.diagnosis` given (the key stream: each subkey feeds one random draw)
+    fails the check when it diverged."""
+    if stages is None:
+        return {"status": "not run", "passed": True}, []
+    failures = [
+        f"inputs/{name}: {stage['summary']}"
+        for name, stage in stages.items()
+        if stage["status"] == "diverged"
+    ]
+    report = {
+        "status": "ok",
+        **{name: {"status": s["status"], "summary": s["summary"]} for name, s in stages.items()},
+        "passed": not failures,
+    }
+    return report, failures
+
+
 def run_checks(
     config: Config,
     cases_manifest: dict[str, Any],
@@ -310,12 +329,15 @@ def run_checks(
     targets: dict[str, np.ndarray] | None = None,
     reference: dict[str, Any] | None = None,
     gradients: dict[str, np.ndarray] | None = None,
+    inputs: dict[str, dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
     """Build the check report (its layout is ``reports/check_details.json``).
 
     ``oracle``: case -> float64 output (None for a float64 run). ``targets``: case -> y
     for cases that have them. ``reference``: {"status", "message", and when "ok": "meta",
     "stored", "current", "cases"} (see :mod:`vmapcheck.reference`), or None if absent.
+    ``inputs``: stage results of :mod:`vmapcheck.diagnosis` judged as checks (the
+    key stream), or None.
     """
     cases_report: dict[str, Any] = {}
     negative_report: dict[str, Any] = {}
@@ -334,6 +356,8 @@ def run_checks(
     failures += found
     gradients_report, found = _gradients(config, forward_record.get("gradients"), gradients)
     failures += found
+    inputs_report, found = _inputs(inputs)
+    failures += found
     return {
         "passed": not failures,
         "failures": failures,
@@ -349,6 +373,7 @@ def run_checks(
         "negative": negative_report,
         "reference": reference_report,
         "gradients": gradients_report,
+        "inputs": inputs_report,
     }
 
 

@@ -4,6 +4,10 @@ A :class:`Model` exposes ``forward_one(params, x)`` for a single feature vector 
 ``(in_features,)`` returning ``(out_features,)``, and a hand-batched ``forward_batch(params,
 X)`` for ``X`` of shape ``(batch, in_features)`` (batch axis 0) returning ``(batch,
 out_features)``. Params are a pytree shared by every row: they are never mapped over.
+
+A model may also expose its intermediate activations (``activations_one`` /
+``activations_batch``), which the diagnosis (:mod:`vmapcheck.diagnosis`) compares layer
+by layer between the paths to name the first layer that diverges.
 """
 
 from __future__ import annotations
@@ -21,6 +25,39 @@ from vmapcheck.errors import ConfigError
 Params = Any  # a pytree of arrays
 ForwardOne = Callable[[Params, jax.Array], jax.Array]
 ForwardBatch = Callable[[Params, jax.Array], jax.Array]
+# [(layer name, activation), ...] in computation order; the last entry is the output.
+Activations = list[tuple[str, jax.Array]]
+ActivationsFn = Callable[[Params, jax.Array], Activations]
+# A forward written once reports each intermediate through ``tap(name, value) -> value``.
+Tap = Callable[[str, jax.Array], jax.Array]
+
+
+def no_tap(name: str, value: jax.Array) -> jax.Array:
+    """The tap of a plain forward call: records nothing, returns ``value`` unchanged."""
+    return value
+
+
+def recorded(forward: Callable[..., jax.Array], output: str) -> ActivationsFn:
+    """The activations of ``forward(params, x, tap=...)``: every tapped value, then the
+    output under the name ``output``.
+
+    Writing the forward once, with taps, is what keeps the activations honest: they are
+    the very values the forward computes, never a second implementation that could
+    drift from it. Shapes follow ``forward``: for ``forward_one`` each activation is
+    ``(units,)``, for ``forward_batch`` it is ``(batch, units)`` (batch axis 0).
+    """
+
+    def activations(params: Params, x: jax.Array) -> Activations:
+        taken: Activations = []
+
+        def tap(name: str, value: jax.Array) -> jax.Array:
+            taken.append((name, value))
+            return value
+
+        out = forward(params, x, tap=tap)
+        return [*taken, (output, out)]
+
+    return activations
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -34,6 +71,15 @@ class Model:
       ``direct`` path is then reported as not provided, never faked).
     - ``trainable``: False keeps ``init``'s params (e.g. the seed's fixed toy model).
     - ``output_names`` / ``description``: the meaning of the outputs, for the contract.
+    - ``activations_one(params, x)`` (optional): ``[(layer name, activation (units,)),
+      ...]`` for one vector, in computation order, the last being ``forward_one``'s
+      output; ``activations_batch(params, X)``: the same names for the hand-batched form,
+      each ``(batch, units)``. A layer named like a params subtree (``layers[1]`` for
+      ``layers[1].W`` and ``layers[1].b``) lets the diagnosis name the leaves that feed it.
+      :func:`recorded` builds both from a forward written with a ``tap``. None: the
+      diagnosis compares outputs only and says so.
+    - ``preprocessing``: names of the leading activations that are input preprocessing
+      (e.g. a standardization), judged in the diagnosis's data & preprocessing stage.
     """
 
     name: str
@@ -45,6 +91,9 @@ class Model:
     trainable: bool = True
     output_names: tuple[str, ...] = ()
     description: str = ""
+    activations_one: ActivationsFn | None = None
+    activations_batch: ActivationsFn | None = None
+    preprocessing: tuple[str, ...] = ()
 
     def outputs(self) -> tuple[str, ...]:
         """Output names: as declared, else y0, y1, ..."""
@@ -62,14 +111,21 @@ def toy_params() -> Params:
     }
 
 
-def toy_forward_one(params: Params, x: jax.Array) -> jax.Array:
-    """relu(x @ W + b) for one feature vector x of shape (3,); returns shape (2,)."""
+def toy_forward_one(params: Params, x: jax.Array, tap: Tap = no_tap) -> jax.Array:
+    """relu(x @ W + b) for one feature vector x of shape (3,); returns shape (2,).
+
+    One layer: its output is the only activation (``tap`` has nothing to report).
+    """
     return jax.nn.relu(x @ params["W"] + params["b"])
 
 
-def toy_forward_batch(params: Params, batch: jax.Array) -> jax.Array:
+def toy_forward_batch(params: Params, batch: jax.Array, tap: Tap = no_tap) -> jax.Array:
     """relu(batch @ W + b) for batch of shape (n, 3) (batch axis 0); returns (n, 2)."""
     return jax.nn.relu(batch @ params["W"] + params["b"])
+
+
+# The toy's one layer reads the root leaves W and b.
+TOY_LAYER = "dense"
 
 
 # --- mlp -------------------------------------------------------------------------------
@@ -89,22 +145,30 @@ def mlp_init(key: jax.Array, widths: list[int]) -> Params:
     return {"layers": layers}
 
 
-def mlp_forward_one(params: Params, x: jax.Array) -> jax.Array:
-    """Hidden layers relu(h @ W + b), linear output; x: (in_features,) -> (out_features,)."""
+def mlp_forward_one(params: Params, x: jax.Array, tap: Tap = no_tap) -> jax.Array:
+    """Hidden layers relu(h @ W + b), linear output; x: (in_features,) -> (out_features,).
+
+    ``tap`` sees each hidden layer's output as ``layers[i]`` (the name of its params).
+    """
     hidden = x
     *inner, last = params["layers"]
-    for layer in inner:
-        hidden = jax.nn.relu(hidden @ layer["W"] + layer["b"])
+    for i, layer in enumerate(inner):
+        hidden = tap(f"layers[{i}]", jax.nn.relu(hidden @ layer["W"] + layer["b"]))
     return hidden @ last["W"] + last["b"]
 
 
-def mlp_forward_batch(params: Params, batch: jax.Array) -> jax.Array:
+def mlp_forward_batch(params: Params, batch: jax.Array, tap: Tap = no_tap) -> jax.Array:
     """The same network written for a batch: (n, in_features) -> (n, out_features), axis 0."""
     hidden = batch
     *inner, last = params["layers"]
-    for layer in inner:
-        hidden = jax.nn.relu(hidden @ layer["W"] + layer["b"][None, :])
+    for i, layer in enumerate(inner):
+        hidden = tap(f"layers[{i}]", jax.nn.relu(hidden @ layer["W"] + layer["b"][None, :]))
     return hidden @ last["W"] + last["b"][None, :]
+
+
+def mlp_output_layer(widths: list[int]) -> str:
+    """The name of the output layer of an MLP of ``widths``: ``layers[len(widths) - 2]``."""
+    return f"layers[{len(widths) - 2}]"
 
 
 def _from_factory(config: ModelConfig) -> Model:
@@ -151,6 +215,8 @@ def build_model(config: ModelConfig) -> Model:
             init=lambda key: toy_params(),
             trainable=False,
             description="the seed guide's model: relu(x @ W + b), fixed params",
+            activations_one=recorded(toy_forward_one, TOY_LAYER),
+            activations_batch=recorded(toy_forward_batch, TOY_LAYER),
         )
     widths = [config.in_features, *config.hidden, config.out_features]
     return Model(
@@ -161,4 +227,6 @@ def build_model(config: ModelConfig) -> Model:
         forward_batch=mlp_forward_batch,
         init=lambda key: mlp_init(key, widths),
         description=f"MLP {widths}: relu hidden layers, linear output (regression)",
+        activations_one=recorded(mlp_forward_one, mlp_output_layer(widths)),
+        activations_batch=recorded(mlp_forward_batch, mlp_output_layer(widths)),
     )

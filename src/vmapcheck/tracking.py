@@ -276,3 +276,22 @@ def log_perf_verdict(tracking_uri: str, run_id: str, result: dict[str, Any]) -> 
     client.log_batch(run_id, metrics=metrics[:MAX_BATCH], tags=tags)
     for i in range(MAX_BATCH, len(metrics), MAX_BATCH):
         client.log_batch(run_id, metrics=metrics[i : i + MAX_BATCH])
+
+
+def log_diagnosis(tracking_uri: str, run_id: str, diagnosis: dict[str, Any]) -> None:
+    """Tag run ``run_id`` with the diagnosis of its check (reports/diagnosis.json, logged
+    as an artifact): ``diagnosis.status``, and where the first divergence is, so failed
+    runs can be searched by stage and layer."""
+    from mlflow.entities import RunTag
+    from mlflow.tracking import MlflowClient
+
+    first = diagnosis.get("first_divergence") or {}
+    tags = {"diagnosis.status": diagnosis["status"]}
+    for key in ("stage", "layer", "leaf"):
+        if first.get(key):
+            tags[f"diagnosis.{key}"] = str(first[key])
+    if first.get("paths"):
+        tags["diagnosis.paths"] = ",".join(first["paths"])
+    MlflowClient(tracking_uri=tracking_uri).log_batch(
+        run_id, tags=[RunTag(k, v[:5000]) for k, v in tags.items()]
+    )

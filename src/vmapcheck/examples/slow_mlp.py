@@ -19,7 +19,15 @@ import jax
 import jax.numpy as jnp
 
 from vmapcheck.errors import ConfigError
-from vmapcheck.models import Model, Params, mlp_forward_batch, mlp_forward_one, mlp_init
+from vmapcheck.models import (
+    Model,
+    Params,
+    mlp_forward_batch,
+    mlp_forward_one,
+    mlp_init,
+    mlp_output_layer,
+    recorded,
+)
 
 
 def make_model(
@@ -34,12 +42,20 @@ def make_model(
         raise ConfigError(f"model.factory.extra_work: expected 0 < x <= 1, found {extra_work}")
     widths = [in_features, *hidden, out_features]
 
+    def padded(batch: jax.Array) -> jax.Array:
+        extra = math.ceil(extra_work * batch.shape[0])
+        return jnp.concatenate([batch, batch[:extra]], axis=0)
+
     def forward_batch(params: Params, batch: jax.Array) -> jax.Array:
         """(n, in_features) -> (n, out_features), batch axis 0, on n + ceil(x * n) rows."""
-        rows = batch.shape[0]
-        extra = math.ceil(extra_work * rows)
-        padded = jnp.concatenate([batch, batch[:extra]], axis=0)
-        return mlp_forward_batch(params, padded)[:rows]
+        return mlp_forward_batch(params, padded(batch))[: batch.shape[0]]
+
+    output = mlp_output_layer(widths)
+
+    def activations_batch(params: Params, batch: jax.Array):
+        """The built-in MLP's activations on the padded batch, the extra rows dropped."""
+        acts = recorded(mlp_forward_batch, output)(params, padded(batch))
+        return [(name, value[: batch.shape[0]]) for name, value in acts]
 
     return Model(
         name="mlp_slow",
@@ -48,6 +64,8 @@ def make_model(
         forward_one=mlp_forward_one,
         forward_batch=forward_batch,
         init=lambda key: mlp_init(key, widths),
+        activations_one=recorded(mlp_forward_one, output),
+        activations_batch=activations_batch,
         description=(
             f"MLP {widths} with a planted slowdown: its direct path computes "
             f"{extra_work:.0%} extra rows (for validating the benchmark verdict)"
