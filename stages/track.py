@@ -3,6 +3,10 @@
 Before logging it judges the benchmark against its baseline (bench.regression) and
 writes the HTML report (reports/report.html), both logged with the run whatever the
 verdict. This is where a failed check becomes a non-zero exit: after it has been logged.
+
+The store is opened first (vmapcheck.store): a tracking server that does not answer fails
+the stage within seconds, naming its URI, and the reports stay on disk for the next
+`dvc repro`; a run is logged once per pipeline state (tag ``pipeline_key``).
 """
 
 import tempfile
@@ -17,6 +21,15 @@ from vmapcheck.provenance import git_state
 from vmapcheck.registry import register_if_verified
 from vmapcheck.run_inputs import gather_run_inputs
 from vmapcheck.stage import DATA, REPORTS, ROOT, stage_main
+from vmapcheck.store import (
+    PIPELINE_KEY_TAG,
+    mark_complete,
+    open_store,
+    pipeline_key,
+    reaching,
+    settle_earlier_attempts,
+    writer_lock,
+)
 from vmapcheck.tracking import (
     experiment_name,
     log_diagnosis,
@@ -28,7 +41,7 @@ from vmapcheck.tracking import (
 from vmapcheck.verdict import compare, format_table, read_bench_file, resolve_baseline
 
 
-def judge_performance(config: Config) -> dict[str, Any]:
+def judge_performance(config: Config, exclude: str | None = None) -> dict[str, Any]:
     """This run's benchmark against bench.regression.baseline (None: not compared).
 
     A regression is reported (and logged), not fatal: latency on a shared machine is
@@ -46,7 +59,7 @@ def judge_performance(config: Config) -> dict[str, Any]:
     current = read_bench_file(REPORTS / "bench_details.json")
     try:
         # This run is not logged yet: "last-verified" is the newest earlier one.
-        baseline = resolve_baseline(spec, uri, experiment_name(config), tags)
+        baseline = resolve_baseline(spec, uri, experiment_name(config), tags, exclude)
     except VmapcheckError as exc:
         print(f"track: no benchmark baseline ({exc})")
         return {"verdict": "no baseline", "why": str(exc)}
@@ -67,12 +80,25 @@ def _registry_line(result: dict[str, Any]) -> str:
 
 @stage_main("track")
 def main(config: Config) -> int:
+    # Before any work: a stopped server fails here, naming its URI. The lock makes parallel
+    # experiments (dvc queue start -j N) take turns on a sqlite store.
+    uri = open_store(config.tracking, ROOT)
+    with reaching(uri, config.tracking), writer_lock(uri):
+        return track(config)
+
+
+def track(config: Config) -> int:
+    """Judge the benchmark, write the HTML report, log the run (once per pipeline state)."""
+    key = pipeline_key(ROOT)
+    # A half-logged run from an earlier attempt is deleted; a complete one is kept and
+    # nothing is logged twice (vmapcheck.store).
+    earlier = settle_earlier_attempts(resolve_tracking_uri(config.tracking, ROOT), key)
     check = read_json(REPORTS / "check_details.json")
     bench = read_json(REPORTS / "bench_details.json")
     train = read_json(REPORTS / "train.json")
     contract = read_json(DATA / "params" / "contract.json")
     git = git_state(ROOT)
-    perf = judge_performance(config)
+    perf = judge_performance(config, exclude=earlier["run_id"] if earlier else None)
     atomic_write_json(REPORTS / "perf_verdict.json", perf)
     # Written before logging: a failed check is reported (and logged) like a passed one.
     report = render_report(
@@ -110,28 +136,34 @@ def main(config: Config) -> int:
         ROOT / "params.yaml",
         ROOT / "dvc.lock",
     ]
-    # Datasets (full sha256 digests), dvc.lock digest, DVC experiment name, environment/.
-    with tempfile.TemporaryDirectory() as scratch:
-        inputs = gather_run_inputs(ROOT, Path(scratch))
-        info = log_run(
-            config,
-            ROOT,
-            check,
-            bench,
-            train,
-            [*artifacts, inputs.environment],
-            contract,
-            extra_tags=inputs.tags,
-            datasets=inputs.datasets,
-        )
-    log_perf_verdict(info["tracking_uri"], info["run_id"], perf)
-    log_diagnosis(info["tracking_uri"], info["run_id"], read_json(REPORTS / "diagnosis.json"))
-    info["perf_verdict"] = perf["verdict"]
-    # Registry: a passing run's params become a new version, alias `verified` moves.
-    info["registry"] = register_if_verified(config, info, check["runtime"], DATA / "params")
-    print(f"track: registry: {_registry_line(info['registry'])}")
+    if earlier is None:
+        # Datasets (full sha256 digests), dvc.lock digest, DVC experiment name, environment/.
+        with tempfile.TemporaryDirectory() as scratch:
+            inputs = gather_run_inputs(ROOT, Path(scratch))
+            info = log_run(
+                config,
+                ROOT,
+                check,
+                bench,
+                train,
+                [*artifacts, inputs.environment],
+                contract,
+                extra_tags={**inputs.tags, PIPELINE_KEY_TAG: key},
+                datasets=inputs.datasets,
+            )
+        log_perf_verdict(info["tracking_uri"], info["run_id"], perf)
+        log_diagnosis(info["tracking_uri"], info["run_id"], read_json(REPORTS / "diagnosis.json"))
+        info["perf_verdict"] = perf["verdict"]
+        # Registry: a passing run's params become a new version, alias `verified` moves.
+        info["registry"] = register_if_verified(config, info, check["runtime"], DATA / "params")
+        print(f"track: registry: {_registry_line(info['registry'])}")
+        # The run's last write: an attempt that dies before it is replaced, not duplicated.
+        mark_complete(info["tracking_uri"], info["run_id"])
+    else:
+        info = earlier | {"forward_outputs_sha256": check.get("forward_outputs_sha256")}
     atomic_write_json(REPORTS / "track.json", info)
-    print(f"track: logged run {info['run_id']} ({info['run_name']}) to {info['tracking_uri']}")
+    logged = "logged" if earlier is None else "the same inputs were logged before (not again):"
+    print(f"track: {logged} run {info['run_id']} ({info['run_name']}) to {info['tracking_uri']}")
     print(f"track: HTML report: {REPORTS / 'report.html'} (also an artifact of the run)")
     if info["verdict"] != "passed":
         print("track: the check FAILED (logged above); exiting non-zero", flush=True)

@@ -319,13 +319,58 @@ def byte_limit_problem(guard: GuardConfig, in_features: int, itemsize: int) -> s
 
 
 class TrackingConfig(_Strict):
-    name: Literal["local"]
+    """Where runs are logged (``tracking=local``: a sqlite file; ``tracking=server``: an
+    MLflow tracking server) and how long to wait for a server (vmapcheck.store).
+
+    The ``http_*`` settings apply whenever the store is reached over HTTP (also when
+    ``MLFLOW_TRACKING_URI`` names a server) and replace MLflow's defaults, which wait about
+    four minutes on a dead server: each request waits at most ``http_timeout_s`` per
+    attempt and is retried ``http_max_retries`` times, sleeping ``http_backoff_factor`` x
+    (0, 2, 4, ...) s plus up to ``http_backoff_jitter`` s between attempts.
+    """
+
+    name: Literal["local", "server"]
     tracking_uri: Annotated[str, Field(min_length=1)]
-    artifact_root: Annotated[str, Field(min_length=1)]
+    # null: the server's own artifact store (mlflow server --artifacts-destination).
+    artifact_root: Annotated[str, Field(min_length=1)] | None
     # The experiment, or with experiment_per_model the prefix of one per model
     # (``<experiment>-<model.name>``). No quotes or spaces: it goes into search filters.
     experiment: Annotated[str, Field(pattern=r"^[A-Za-z0-9_./-]+$")]
     experiment_per_model: bool
+    # MLflow reads these as integers (MLFLOW_HTTP_REQUEST_TIMEOUT, ..._MAX_RETRIES,
+    # ..._BACKOFF_FACTOR) and bounds retries by 10 and the factor by 120.
+    http_timeout_s: Annotated[int, Field(gt=0, le=600)]
+    http_max_retries: Annotated[int, Field(ge=0, le=10)]
+    http_backoff_factor: Annotated[int, Field(ge=0, le=120)]
+    http_backoff_jitter: Annotated[float, Field(ge=0.0, le=60.0)]
+
+    @model_validator(mode="after")
+    def _uri_fits_the_store(self) -> TrackingConfig:
+        is_http = self.tracking_uri.startswith(("http://", "https://"))
+        if self.name == "server":
+            if not is_http or not self.tracking_uri.split("://", 1)[1].strip("/"):
+                raise ValueError(
+                    "tracking.tracking_uri must be an http:// or https:// URL of an MLflow "
+                    "tracking server when tracking.name='server' (e.g. http://127.0.0.1:5000)"
+                )
+            if self.artifact_root is not None and "://" not in self.artifact_root:
+                raise ValueError(
+                    "tracking.artifact_root must be null (the server's own artifact store) or "
+                    "a URI the server and this machine both reach (s3://...) when "
+                    "tracking.name='server', not a local folder"
+                )
+        else:
+            if is_http:
+                raise ValueError(
+                    "tracking.tracking_uri names a server but tracking.name='local': use "
+                    "tracking=server (e.g. dvc exp run -S tracking=server "
+                    "-S tracking.tracking_uri=...)"
+                )
+            if self.artifact_root is None:
+                raise ValueError(
+                    "tracking.artifact_root must name a folder (or URI) for the local store"
+                )
+        return self
 
 
 class RegistryConfig(_Strict):

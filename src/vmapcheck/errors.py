@@ -36,3 +36,7 @@ class SourceError(VmapcheckError):
 
 class NonFiniteOutputError(VmapcheckError, ArithmeticError):
     """The model returned NaN or Inf for a valid input: refused instead of an output."""
+
+
+class TrackingStoreError(VmapcheckError):
+    """The MLflow store (a tracking server or the local sqlite file) cannot be reached or used."""

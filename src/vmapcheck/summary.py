@@ -68,10 +68,12 @@ def summarize(root: Path) -> str:
             f"MLflow run: {track['run_id']} ({track['run_name']}) in experiment "
             f"'{track['experiment']}' at {track['tracking_uri']}"
         )
-        lines.append(
-            "open it: make ui, then http://127.0.0.1:5000/#/experiments/"
-            f"{track['experiment_id']}/runs/{track['run_id']}"
-        )
+        page = f"#/experiments/{track['experiment_id']}/runs/{track['run_id']}"
+        uri = str(track["tracking_uri"])
+        if uri.startswith(("http://", "https://")):  # a tracking server has its own UI
+            lines.append(f"open it: {uri.rstrip('/')}/{page}")
+        else:
+            lines.append(f"open it: make ui, then http://127.0.0.1:5000/{page}")
         lines.append("compare it with earlier runs (every model): make compare")
         registered = track.get("registry")  # vmapcheck.registry.register_if_verified
         if registered and registered["status"] == "registered":

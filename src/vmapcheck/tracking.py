@@ -7,7 +7,6 @@ Metric names follow one sortable scheme (documented in the README):
 
 from __future__ import annotations
 
-import os
 import re
 import time
 from pathlib import Path
@@ -15,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from vmapcheck import store
 from vmapcheck.config import Config, TrackingConfig, flatten
 from vmapcheck.provenance import git_state
 
@@ -24,18 +24,20 @@ MAX_BATCH = 1000  # MLflow's per-request limit for metrics (params: 100)
 def resolve_tracking_uri(tracking: TrackingConfig, root: Path) -> str:
     """The store to log to: ``MLFLOW_TRACKING_URI`` when set and non-empty (MLflow's own
     convention; the scheduled CI job names its server this way), else the configured URI,
-    with a relative ``sqlite:///file.db`` made absolute against the project root."""
-    uri = os.environ.get("MLFLOW_TRACKING_URI", "").strip() or tracking.tracking_uri
-    prefix = "sqlite:///"
-    if uri.startswith(prefix) and not uri[len(prefix) :].startswith("/"):
-        return prefix + str((root / uri[len(prefix) :]).resolve())
-    return uri
+    with a relative ``sqlite:///file.db`` made absolute against the store root (the
+    project root; in a queued experiment's temp copy, the original repository's root:
+    vmapcheck.store).
+
+    Every use of the store starts here, so this also puts the ``tracking.http_*``
+    timeouts and retries into MLflow's environment variables (bounded waiting on a server).
+    """
+    store.apply_http_settings(tracking)
+    return store.tracking_uri(tracking, root)
 
 
-def resolve_artifact_root(tracking: TrackingConfig, root: Path) -> str:
-    if "://" in tracking.artifact_root:
-        return tracking.artifact_root
-    return (root / tracking.artifact_root).resolve().as_uri()
+def resolve_artifact_root(tracking: TrackingConfig, root: Path) -> str | None:
+    """Artifact location of a new experiment; None: the tracking server's own store."""
+    return store.artifact_location(tracking, root)
 
 
 def metric_name(name: str) -> str:
@@ -150,7 +152,9 @@ def log_run(
     """Create one MLflow run holding everything; return its ids and where to find it.
 
     ``extra_tags`` and ``datasets`` (MLflow ``DatasetInput`` objects) come from
-    :func:`vmapcheck.run_inputs.gather_run_inputs`.
+    :func:`vmapcheck.run_inputs.gather_run_inputs`, and ``extra_tags`` also carry
+    vmapcheck.store's ``pipeline_key``, set when the run is created so that an attempt
+    that dies half-way can be found and replaced.
     """
     import mlflow
     from mlflow.entities import Metric, Param
@@ -160,14 +164,9 @@ def log_run(
     mlflow.set_tracking_uri(uri)
     client = MlflowClient(tracking_uri=uri)
     experiment_label = experiment_name(config)
-    experiment = client.get_experiment_by_name(experiment_label)
-    experiment_id = (
-        experiment.experiment_id
-        if experiment is not None
-        else client.create_experiment(
-            experiment_label,
-            artifact_location=resolve_artifact_root(config.tracking, root),
-        )
+    # Created if missing; another process (a parallel experiment) may create it too.
+    experiment_id = store.ensure_experiment(
+        uri, experiment_label, resolve_artifact_root(config.tracking, root)
     )
     runtime = check["runtime"]
     git = git_state(root)

@@ -7,6 +7,7 @@ import os
 from pathlib import Path
 
 from vmapcheck.config import load_config
+from vmapcheck.store import is_http, shown
 from vmapcheck.tracking import experiment_name, resolve_artifact_root, resolve_tracking_uri
 
 
@@ -17,6 +18,11 @@ def main() -> None:
     root = Path.cwd()
     config = load_config(root / "params.yaml")
     uri = resolve_tracking_uri(config.tracking, root)
+    location = resolve_artifact_root(config.tracking, root)
+    if is_http(uri) or location is None:
+        # A tracking server has its own UI.
+        print(f"the store is a tracking server: open {shown(uri)} in a browser")
+        return
     print(f"MLflow UI for {uri} on http://127.0.0.1:{args.port} (Ctrl-C stops it)")
     scope = "this model's runs" if config.tracking.experiment_per_model else "the runs"
     print(
@@ -31,7 +37,7 @@ def main() -> None:
             "--backend-store-uri",
             uri,
             "--default-artifact-root",
-            resolve_artifact_root(config.tracking, root),
+            location,
             "--host",
             "127.0.0.1",
             "--port",

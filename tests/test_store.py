@@ -1,0 +1,352 @@
+"""vmapcheck.store: where the store is, bounded waiting for a server, creating a sqlite
+store once, and logging a pipeline state once (real MLflow sqlite stores, real sockets)."""
+
+from __future__ import annotations
+
+import http.server
+import os
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.conftest import ROOT, compose_config
+from vmapcheck.compose import compose_yaml
+from vmapcheck.config import TrackingConfig, validate_config
+from vmapcheck.errors import ConfigError, TrackingStoreError
+from vmapcheck.store import (
+    COMPLETE_TAG,
+    PIPELINE_KEY_TAG,
+    apply_http_settings,
+    artifact_location,
+    health,
+    open_store,
+    pipeline_key,
+    probe,
+    reaching,
+    runs_with_key,
+    settle_earlier_attempts,
+    shown,
+    store_root,
+    tracking_uri,
+    worst_request_s,
+    writer_lock,
+)
+
+
+def tracking(**changes) -> TrackingConfig:
+    base = compose_config().tracking.model_dump()
+    return TrackingConfig.model_validate(base | changes)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+# --- where ------------------------------------------------------------------------------
+
+
+def test_relative_store_is_in_the_project_root(tmp_path, monkeypatch):
+    monkeypatch.delenv("DVC_ROOT", raising=False)
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    local = tracking()
+    assert tracking_uri(local, tmp_path) == f"sqlite:///{tmp_path.resolve()}/mlflow.db"
+    assert artifact_location(local, tmp_path) == (tmp_path.resolve() / "mlartifacts").as_uri()
+
+
+def test_a_queued_experiments_temp_copy_logs_to_the_original_repository(tmp_path, monkeypatch):
+    """dvc queue start runs each experiment in <repo>/.dvc/tmp/exps/<tmp>/ with DVC_ROOT=<repo>."""
+    repo = tmp_path / "repo"
+    copy = repo / ".dvc" / "tmp" / "exps" / "tmpabc123"
+    copy.mkdir(parents=True)
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    monkeypatch.setenv("DVC_ROOT", str(repo))
+    assert store_root(copy) == repo.resolve()
+    assert tracking_uri(tracking(), copy) == f"sqlite:///{repo.resolve()}/mlflow.db"
+    assert artifact_location(tracking(), copy) == (repo.resolve() / "mlartifacts").as_uri()
+    # A plain run in the repository itself, or a DVC_ROOT left over from another project.
+    assert store_root(repo) == repo.resolve()
+    elsewhere = tmp_path / "other"
+    elsewhere.mkdir()
+    assert store_root(elsewhere) == elsewhere.resolve()
+
+
+def test_a_server_keeps_artifacts_itself(tmp_path, monkeypatch):
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    server = tracking(name="server", tracking_uri="http://127.0.0.1:5000", artifact_root=None)
+    assert artifact_location(server, tmp_path) is None
+    # tracking=local with MLFLOW_TRACKING_URI naming a server (the nightly CI job): a
+    # folder on this machine would mean nothing to the server.
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", "https://ci:secret@mlflow.example:8443")
+    assert artifact_location(tracking(), tmp_path) is None
+    assert shown(tracking_uri(tracking(), tmp_path)) == "https://mlflow.example:8443"
+
+
+def test_server_mode_composes_and_validates():
+    config = compose_config("tracking=server", "tracking.tracking_uri=http://10.0.0.5:5001")
+    assert config.tracking.name == "server" and config.tracking.artifact_root is None
+    assert config.tracking.tracking_uri == "http://10.0.0.5:5001"
+
+
+def _tracking_error(**changes) -> str:
+    raw = yaml.safe_load(compose_yaml(ROOT / "conf", ["tracking=server"]))
+    raw["tracking"].update(changes)
+    with pytest.raises(ConfigError) as info:
+        validate_config(raw)
+    return str(info.value)
+
+
+@pytest.mark.parametrize(
+    "changes,expected",
+    [
+        ({"tracking_uri": "sqlite:///mlflow.db"}, "tracking.tracking_uri must be an http://"),
+        ({"tracking_uri": "http://"}, "tracking.tracking_uri must be an http://"),
+        ({"artifact_root": "mlartifacts"}, "tracking.artifact_root must be null"),
+        ({"http_timeout_s": 0}, "tracking.http_timeout_s"),
+        ({"http_max_retries": 11}, "tracking.http_max_retries"),
+        ({"http_backoff_factor": -1}, "tracking.http_backoff_factor"),
+        ({"http_backoff_jitter": "1"}, "tracking.http_backoff_jitter"),
+        ({"name": "local"}, "tracking.tracking_uri names a server but tracking.name='local'"),
+    ],
+)
+def test_impossible_tracking_settings_are_named(changes, expected):
+    assert expected in _tracking_error(**changes)
+
+
+# --- how long ---------------------------------------------------------------------------
+
+
+def test_http_settings_reach_mlflow(monkeypatch):
+    from mlflow.environment_variables import (
+        MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR,
+        MLFLOW_HTTP_REQUEST_BACKOFF_JITTER,
+        MLFLOW_HTTP_REQUEST_MAX_RETRIES,
+        MLFLOW_HTTP_REQUEST_TIMEOUT,
+    )
+
+    for name in ("TIMEOUT", "MAX_RETRIES", "BACKOFF_FACTOR", "BACKOFF_JITTER"):
+        monkeypatch.setenv(f"MLFLOW_HTTP_REQUEST_{name}", "99")  # replaced by the config
+    settings = tracking(
+        http_timeout_s=7, http_max_retries=3, http_backoff_factor=2, http_backoff_jitter=0.25
+    )
+    apply_http_settings(settings)
+    assert MLFLOW_HTTP_REQUEST_TIMEOUT.get() == 7
+    assert MLFLOW_HTTP_REQUEST_MAX_RETRIES.get() == 3
+    assert MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR.get() == 2
+    assert MLFLOW_HTTP_REQUEST_BACKOFF_JITTER.get() == 0.25
+    # 4 attempts of 7 s; sleeps 0, 2x2, 2x4 s, each plus up to 0.25 s of jitter.
+    assert worst_request_s(settings) == 4 * 7 + 4 + 8 + 2 * 0.25
+    # The defaults bound one request on a silent server well below MLflow's ~4 minutes.
+    assert worst_request_s(compose_config("tracking=server").tracking) < 35
+
+
+class _Health(http.server.BaseHTTPRequestHandler):
+    status = 200
+
+    def do_GET(self):
+        self.send_response(self.status if self.path == "/health" else 404)
+        self.end_headers()
+        self.wfile.write(b"OK")
+
+    def log_message(self, *args):
+        pass
+
+
+@pytest.fixture
+def health_server():
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Health)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+    server.server_close()
+
+
+def test_probe_of_a_stopped_server_fails_fast_naming_the_uri(health_server):
+    assert health(health_server, 5) is None
+    dead = f"http://127.0.0.1:{free_port()}"
+    started = time.monotonic()
+    with pytest.raises(TrackingStoreError) as info:
+        probe(dead, tracking(name="server", tracking_uri=dead, artifact_root=None))
+    assert time.monotonic() - started < 5
+    message = str(info.value)
+    assert f"the MLflow tracking server {dead} does not answer" in message
+    assert "connection refused" in message and "dvc repro" in message
+
+
+def test_probe_reports_an_unhealthy_server(health_server, monkeypatch):
+    monkeypatch.setattr(_Health, "status", 503)
+    assert health(health_server, 5) == "HTTP 503"
+
+
+def test_a_server_that_goes_away_while_logging_is_named(tmp_path):
+    dead = f"http://127.0.0.1:{free_port()}"
+    settings = tracking(name="server", tracking_uri=dead, artifact_root=None)
+    with pytest.raises(TrackingStoreError) as info, reaching(dead, settings):
+        raise ConnectionError("Max retries exceeded")
+    assert f"{dead} does not answer any more" in str(info.value)
+    assert "ConnectionError: Max retries exceeded" in str(info.value)
+    # Errors of a local store, or of a server that still answers, pass unchanged.
+    with pytest.raises(KeyError), reaching(f"sqlite:///{tmp_path}/m.db", tracking()):
+        raise KeyError("x")
+
+
+# --- creating it once -------------------------------------------------------------------
+
+
+CREATE = """
+import sys
+from pathlib import Path
+from vmapcheck.config import TrackingConfig
+from vmapcheck.store import ensure_experiment, open_store, artifact_location
+t = TrackingConfig(name="local", tracking_uri=sys.argv[1], artifact_root="mlartifacts",
+    experiment="vmapcheck", experiment_per_model=False, http_timeout_s=10,
+    http_max_retries=2, http_backoff_factor=1, http_backoff_jitter=0.5)
+root = Path(sys.argv[2])
+uri = open_store(t, root)
+from vmapcheck.store import writer_lock
+with writer_lock(uri):
+    print(ensure_experiment(uri, "vmapcheck", artifact_location(t, root)))
+"""
+
+
+def test_parallel_first_use_creates_one_sound_store(tmp_path, monkeypatch):
+    """Three processes open a store that does not exist yet, at once."""
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    env = dict(os.environ, PYTHONPATH=str(ROOT / "src"))
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", CREATE, uri, str(tmp_path)],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for _ in range(3)
+    ]
+    results = [(*p.communicate(timeout=300), p.returncode) for p in procs]
+    assert all(code == 0 for _, _, code in results), results
+    assert len({out.strip() for out, _, _ in results}) == 1, results  # one experiment
+    from mlflow.tracking import MlflowClient
+
+    names = [e.name for e in MlflowClient(uri).search_experiments()]
+    assert names.count("vmapcheck") == 1
+
+
+def test_writer_lock_is_exclusive_between_processes_and_reentrant(tmp_path):
+    uri = f"sqlite:///{tmp_path}/m.db"
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import sys, time\nfrom vmapcheck.store import writer_lock\n"
+            "with writer_lock(sys.argv[1]):\n    print('held', flush=True)\n    time.sleep(30)\n",
+            uri,
+        ],
+        env=dict(os.environ, PYTHONPATH=str(ROOT / "src")),
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        locked = pytest.raises(TrackingStoreError, match="stayed locked by another process")
+        with locked, writer_lock(uri, wait_s=0.5):
+            pass
+    finally:
+        holder.kill()
+        holder.communicate()  # reaps it and closes the pipe
+    with writer_lock(uri), writer_lock(uri):  # free again; nested use does not deadlock
+        pass
+
+
+# --- logging once -----------------------------------------------------------------------
+
+
+def _project(tmp_path: Path) -> Path:
+    (tmp_path / "reports").mkdir()
+    (tmp_path / "reports" / "check.json").write_text('{"passed": true}')
+    (tmp_path / "data" / "params").mkdir(parents=True)
+    (tmp_path / "data" / "params" / "w.bin").write_bytes(b"\x00\x01")
+    (tmp_path / "dvc.yaml").write_text(
+        yaml.safe_dump(
+            {"stages": {"track": {"cmd": "x", "deps": ["reports/check.json", "data/params"]}}}
+        )
+    )
+    return tmp_path
+
+
+def test_pipeline_key_follows_the_contents_of_the_stage_deps(tmp_path):
+    project = _project(tmp_path)
+    key = pipeline_key(project)
+    assert key == pipeline_key(project) and len(key) == 64
+    (project / "data" / "params" / "w.bin").write_bytes(b"\x00\x02")
+    changed = pipeline_key(project)
+    assert changed != key
+    (project / "unrelated.txt").write_text("not a dep")
+    assert pipeline_key(project) == changed
+
+
+def test_an_interrupted_attempt_is_replaced_and_a_complete_run_kept(tmp_path):
+    from mlflow.tracking import MlflowClient
+
+    uri = f"sqlite:///{tmp_path}/m.db"
+    client = MlflowClient(uri)
+    experiment = client.create_experiment("vmapcheck", (tmp_path / "a").as_uri())
+    assert settle_earlier_attempts(uri, "k1") is None  # nothing logged yet
+    # An attempt that died after creating its run, and one that failed half-way.
+    died = client.create_run(experiment, tags={PIPELINE_KEY_TAG: "k1"}).info.run_id
+    failed = client.create_run(experiment, tags={PIPELINE_KEY_TAG: "k1"}).info.run_id
+    client.set_terminated(failed, "FAILED")
+    other = client.create_run(experiment, tags={PIPELINE_KEY_TAG: "k2"}).info.run_id
+    assert settle_earlier_attempts(uri, "k1") is None
+    assert client.get_run(died).info.lifecycle_stage == "deleted"
+    assert client.get_run(failed).info.lifecycle_stage == "deleted"
+    assert client.get_run(other).info.lifecycle_stage == "active"  # another pipeline state
+    # A complete run of k1 is kept and reported, not logged again.
+    done = client.create_run(
+        experiment, run_name="mlp-x", tags={PIPELINE_KEY_TAG: "k1", "verdict": "failed"}
+    ).info.run_id
+    client.set_terminated(done, "FINISHED")
+    client.set_tag(done, COMPLETE_TAG, "true")
+    info = settle_earlier_attempts(uri, "k1")
+    assert info["run_id"] == done and info["verdict"] == "failed" and info["logged_before"]
+    assert info["experiment"] == "vmapcheck" and info["run_name"] == "mlp-x"
+    assert [r.info.run_id for r in runs_with_key(uri, "k1")] == [done]
+
+
+def test_open_store_creates_a_missing_sqlite_store(tmp_path, monkeypatch):
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    monkeypatch.delenv("DVC_ROOT", raising=False)
+    uri = open_store(tracking(), tmp_path)
+    assert uri == f"sqlite:///{tmp_path.resolve()}/mlflow.db"
+    assert (tmp_path / "mlflow.db").stat().st_size > 0
+
+
+def test_store_command_creates_the_store_once_and_probes_a_server(tmp_path, monkeypatch, capsys):
+    from mlflow.tracking import MlflowClient
+
+    from vmapcheck.store import main
+
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    monkeypatch.delenv("DVC_ROOT", raising=False)
+    (tmp_path / "params.yaml").write_text((ROOT / "params.yaml").read_text())
+    assert main(["init", "--root", str(tmp_path)]) == 0
+    assert main(["init", "--root", str(tmp_path)]) == 0  # a second time changes nothing
+    experiments = MlflowClient(f"sqlite:///{tmp_path}/mlflow.db").search_experiments()
+    assert [e.name for e in experiments].count("vmapcheck-mlp") == 1  # experiment_per_model
+    assert main(["where", "--root", str(tmp_path)]) == 0
+    assert f"store: sqlite:///{tmp_path.resolve()}/mlflow.db" in capsys.readouterr().out
+    dead = f"http://127.0.0.1:{free_port()}"
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", dead)
+    assert main(["probe", "--root", str(tmp_path)]) == 2
+    assert f"store: error: the MLflow tracking server {dead} does not answer" in (
+        capsys.readouterr().err
+    )
