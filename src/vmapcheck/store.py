@@ -75,6 +75,7 @@ import yaml
 
 from vmapcheck.config import TrackingConfig, load_config
 from vmapcheck.errors import ArtifactError, TrackingStoreError, VmapcheckError
+from vmapcheck.io import sha256_file
 
 PIPELINE_KEY_TAG = "pipeline_key"
 COMPLETE_TAG = "pipeline_complete"
@@ -374,14 +375,6 @@ def ensure_experiment(uri: str, name: str, artifact_location: str | None) -> str
 # --- logging once -----------------------------------------------------------------------
 
 
-def _file_sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
 def pipeline_key(project_root: Path, stage: str = "track") -> str:
     """sha256 over the path and contents of every file ``stage`` depends on in dvc.yaml
     (folders: every file in them), i.e. over the inputs DVC reruns the stage for.
@@ -404,7 +397,7 @@ def pipeline_key(project_root: Path, stage: str = "track") -> str:
         files = sorted(p for p in path.rglob("*") if p.is_file()) if path.is_dir() else [path]
         for file in files:
             digest.update(file.relative_to(project_root).as_posix().encode() + b"\0")
-            digest.update((_file_sha256(file) if file.is_file() else "missing").encode() + b"\0")
+            digest.update((sha256_file(file) if file.is_file() else "missing").encode() + b"\0")
     return digest.hexdigest()
 
 
