@@ -7,8 +7,11 @@ Method, for every path and batch size:
   timed apart too (for jit it builds the dispatch cache; eager fills per-op caches);
 - ``warmup`` calls are discarded, then ``repeats`` samples are taken, each timed to
   ``block_until_ready`` (JAX dispatches asynchronously: without it we would time the
-  dispatch, not the work), interleaved across the jit paths (and across the eager
-  paths) so drift in the machine's state lands on every path alike;
+  dispatch, not the work), in passes over every jit cell (path and batch size), then
+  every eager cell, so a spell of interference on a shared machine lands on every cell
+  alike instead of on whichever batch size was being timed; each cell's samples stay in
+  time order, which the regression verdict uses (it tests blocks of consecutive
+  samples, not single samples, see ``vmapcheck.verdict``);
 - when one call is too short for the timer (under ``MIN_SAMPLE_TICKS`` of its
   resolution) a sample times a calibrated inner loop of calls and divides;
 - no compilation may happen while samples are taken (counted through
@@ -116,13 +119,17 @@ def inner_loop_size(one_call_s: float) -> int:
 
 
 def time_interleaved(
-    calls: dict[str, Callable[[], Any]], warmup: int, repeats: int
+    calls: dict[str, Callable[[], Any]],
+    warmup: int,
+    repeats: int,
+    on_pass: Callable[[int], None] = lambda _done: None,
 ) -> tuple[dict[str, float], dict[str, np.ndarray], dict[str, int]]:
     """Time several calls round-robin.
 
-    Returns (first-call seconds, per-call samples in seconds, inner-loop size) by name.
-    Each call's first run is timed apart, then ``warmup`` runs are discarded. Samples are
-    taken in rounds, one of each call per round, starting each round at a different call.
+    Returns (first-call seconds, per-call samples in seconds, in time order, inner-loop
+    size) by name. Each call's first run is timed apart, then ``warmup`` runs are
+    discarded. Samples are taken in passes, one of each call per pass, starting each pass
+    at a different call; ``on_pass(passes_done)`` is called after each pass.
 
     Raises:
         RuntimeError: something compiled while samples were taken.
@@ -150,6 +157,7 @@ def time_interleaved(
                 out = fn()
             jax.block_until_ready(out)
             samples[name][i] = (time.perf_counter() - start) / n
+        on_pass(i + 1)
     recompiles = _CompileCounter.count - compiles_before
     if recompiles:
         raise RuntimeError(
@@ -223,18 +231,19 @@ def run_bench(
     before = conditions()
     peak = matmul_peak(dtype, config.peak_matmul_size)
     progress(f"matmul peak {peak['gflops']:.1f} GFLOP/s ({config.peak_matmul_size}^3)", 0.0)
-    per_path: dict[str, dict[str, Any]] = {p: {} for p in PATH_NAMES}
-    latency: dict[str, dict[str, Any]] = {p: {} for p in PATH_NAMES}
-    samples: dict[str, dict[str, list[float]]] = {p: {} for p in PATH_NAMES}
     skipped: dict[str, dict[str, str]] = {p: {} for p in PATH_NAMES}
+    # Every cell is compiled (and its cost analysed) before any is timed. A cell is one
+    # path at one batch size, named "<path>/b<rows>".
+    calls: dict[str, Callable[[], Any]] = {}
+    figures: dict[str, dict[str, float]] = {}
     for step, rows in enumerate(config.batch_sizes):
+        progress(f"compiling batch {rows}", 0.2 * step / len(config.batch_sizes))
         x = bench_input(template_rows, rows, dtype)
         validate_batch(x, model.in_features, dtype)
         label = f"b{rows}"
-        calls: dict[str, Callable[[], Any]] = {}
-        figures: dict[str, dict[str, float]] = {}
         for name in PATH_NAMES:
             form, mode = name.rsplit("_", 1)
+            cell = f"{name}/{label}"
             if name in absent:
                 skipped[name][label] = f"not provided: {absent[name]}"
                 continue
@@ -248,55 +257,71 @@ def run_bench(
                 args = (sharded.place_params(run_params), sharded.place_batch(x))
                 start = time.perf_counter()
                 compiled = sharded.jitted.lower(*args).compile()
-                figures[name] = {
+                figures[cell] = {
                     "compile_ms": (time.perf_counter() - start) * 1e3,
                     **_sharded_cost(_cost(compiled), sharded, rows),
                 }
-                calls[name] = lambda f=sharded.jitted, a=args: f(*a)
+                calls[cell] = lambda f=sharded.jitted, a=args: f(*a)
             elif mode == "jit":
                 jitted = jax.jit(raw[form])
                 start = time.perf_counter()
                 compiled = jitted.lower(run_params, x).compile()
-                figures[name] = {
+                figures[cell] = {
                     "compile_ms": (time.perf_counter() - start) * 1e3,
                     **_cost(compiled),
                 }
                 # Timed through the jitted function, as users call it: its C++ dispatch
                 # path is faster than calling the AOT `compiled` object from Python.
-                calls[name] = lambda f=jitted, x=x: f(run_params, x)
+                calls[cell] = lambda f=jitted, x=x: f(run_params, x)
             else:
-                figures[name] = {}
-                calls[name] = lambda f=raw[form], x=x: f(run_params, x)
-        progress(f"batch {rows}: {', '.join(calls)}", step / len(config.batch_sizes))
-        # Interleave jit paths with each other and eager paths with each other: the
-        # ratios compare like with like, and an eager call's many small dispatches
-        # would otherwise leave a tiny jit call behind them measurably slower.
-        first: dict[str, float] = {}
-        secs: dict[str, np.ndarray] = {}
-        inner: dict[str, int] = {}
-        for mode in ("jit", "eager"):
-            group = {n: c for n, c in calls.items() if n.endswith(f"_{mode}")}
-            if group:
-                f, s, i = time_interleaved(group, config.warmup, config.repeats)
-                first |= f
-                secs |= s
-                inner |= i
-        for name in calls:
-            stats_ = latency_stats(secs[name], rows, config.confidence_level)
-            latency[name][label] = stats_
-            samples[name][label] = [float(s * 1e3) for s in secs[name]]
-            # Eager paths do the same arithmetic as their jit twin: use its flop count.
-            twin = figures.get(name.replace("_eager", "_jit"), {})
-            flops = figures[name].get("flops", twin.get("flops", float("nan")))
-            gflops = flops / (stats_["p50"] / 1e3) / 1e9
-            per_path[name][label] = {
-                **figures[name],
-                "first_call_ms": first[name] * 1e3,
-                "inner_loop": inner[name],
-                "flops": flops,
-                "gflops": gflops,
-                "roofline": gflops / peak["gflops"],
-            }
+                figures[cell] = {}
+                calls[cell] = lambda f=raw[form], x=x: f(run_params, x)
+    # Jit cells are interleaved with each other and eager cells with each other: an eager
+    # call's many small dispatches would otherwise leave a tiny jit call behind them
+    # measurably slower. Across batch sizes too, so that a spell of interference from
+    # other tenants of a shared machine lands on every cell, not on one batch size.
+    first: dict[str, float] = {}
+    secs: dict[str, np.ndarray] = {}
+    inner: dict[str, int] = {}
+    for index, mode in enumerate(("jit", "eager")):
+        group = {c: fn for c, fn in calls.items() if c.split("/")[0].endswith(f"_{mode}")}
+        if not group:
+            continue
+        share = 0.2 + 0.4 * index
+        progress(f"timing {len(group)} {mode} cells", share)
+        f, s, i = time_interleaved(
+            group,
+            config.warmup,
+            config.repeats,
+            on_pass=lambda done, m=mode, g=len(group), b=share: progress(
+                f"timing {g} {m} cells: pass {done}/{config.repeats}",
+                b + 0.4 * done / config.repeats,
+            ),
+        )
+        first |= f
+        secs |= s
+        inner |= i
+    per_path: dict[str, dict[str, Any]] = {p: {} for p in PATH_NAMES}
+    latency: dict[str, dict[str, Any]] = {p: {} for p in PATH_NAMES}
+    samples: dict[str, dict[str, list[float]]] = {p: {} for p in PATH_NAMES}
+    for cell in calls:
+        name, label = cell.split("/")
+        rows = int(label[1:])
+        stats_ = latency_stats(secs[cell], rows, config.confidence_level)
+        latency[name][label] = stats_
+        samples[name][label] = [float(v * 1e3) for v in secs[cell]]
+        # Eager paths do the same arithmetic as their jit twin: use its flop count.
+        twin = figures.get(cell.replace("_eager/", "_jit/"), {})
+        flops = figures[cell].get("flops", twin.get("flops", float("nan")))
+        gflops = flops / (stats_["p50"] / 1e3) / 1e9
+        per_path[name][label] = {
+            **figures[cell],
+            "first_call_ms": first[cell] * 1e3,
+            "inner_loop": inner[cell],
+            "flops": flops,
+            "gflops": gflops,
+            "roofline": gflops / peak["gflops"],
+        }
     progress("done", 1.0)
     after = conditions()
     busy = max(before["load_avg_1m"], after["load_avg_1m"]) > (before["usable_cores"] or 1)

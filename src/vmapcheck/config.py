@@ -212,7 +212,7 @@ class RegressionConfig(_Strict):
 
     # A cell regresses only when median(current) / median(baseline) exceeds this ...
     factor: Annotated[float, Field(gt=1.0, le=10.0)]
-    # ... and the BH-adjusted one-sided Mann-Whitney p-value is below this.
+    # ... and the BH-adjusted one-sided Mann-Whitney p-value on block medians is below this.
     alpha: Fraction
     # Compared after every run in `track`: "last-verified" (the newest passed run with
     # the same model, backend and precision in the store), a bench_details.json, a run
