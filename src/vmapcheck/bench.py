@@ -287,17 +287,13 @@ def run_bench(
         group = {c: fn for c, fn in calls.items() if c.split("/")[0].endswith(f"_{mode}")}
         if not group:
             continue
-        share = 0.2 + 0.4 * index
-        progress(f"timing {len(group)} {mode} cells", share)
-        f, s, i = time_interleaved(
-            group,
-            config.warmup,
-            config.repeats,
-            on_pass=lambda done, m=mode, g=len(group), b=share: progress(
-                f"timing {g} {m} cells: pass {done}/{config.repeats}",
-                b + 0.4 * done / config.repeats,
-            ),
-        )
+        share, label = 0.2 + 0.4 * index, f"timing {len(group)} {mode} cells"
+        progress(label, share)
+
+        def on_pass(done: int, share: float = share, label: str = label) -> None:
+            progress(f"{label}: pass {done}/{config.repeats}", share + 0.4 * done / config.repeats)
+
+        f, s, i = time_interleaved(group, config.warmup, config.repeats, on_pass)
         first |= f
         secs |= s
         inner |= i
