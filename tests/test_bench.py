@@ -5,10 +5,18 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from vmapcheck.bench import latency_stats, metrics_summary, run_bench, time_interleaved
+from vmapcheck.bench import (
+    ROUNDS,
+    latency_stats,
+    metrics_summary,
+    round_slices,
+    run_bench,
+    time_interleaved,
+)
 from vmapcheck.config import BenchConfig, ModelConfig, RegressionConfig
 from vmapcheck.models import build_model
 from vmapcheck.names import PATH_NAMES
+from vmapcheck.verdict import BLOCKS, blocks_of
 
 
 def test_latency_stats_are_percentiles_not_the_best_run():
@@ -106,3 +114,14 @@ def test_a_compile_while_timing_stops_the_benchmark():
 
     with pytest.raises(RuntimeError, match="compilation"):
         time_interleaved({"recompiles": new_shape_each_call}, warmup=1, repeats=5)
+
+
+@pytest.mark.parametrize("repeats", [5, 10, 50, 100, 37])
+def test_rounds_are_the_verdicts_blocks(repeats):
+    # The verdict's unit is a round: the bench's round boundaries and the verdict's
+    # block boundaries must be the same cut of the samples.
+    samples = np.arange(repeats, dtype=float)
+    rounds = round_slices(repeats)
+    assert len(rounds) == min(ROUNDS, repeats) and ROUNDS == BLOCKS
+    assert [list(r) for r in rounds] == [list(b.astype(int)) for b in blocks_of(samples)]
+    assert sum(len(r) for r in rounds) == repeats

@@ -7,11 +7,12 @@ Method, for every path and batch size:
   timed apart too (for jit it builds the dispatch cache; eager fills per-op caches);
 - ``warmup`` calls are discarded, then ``repeats`` samples are taken, each timed to
   ``block_until_ready`` (JAX dispatches asynchronously: without it we would time the
-  dispatch, not the work), in passes over every jit cell (path and batch size), then
-  every eager cell, so a spell of interference on a shared machine lands on every cell
-  alike instead of on whichever batch size was being timed; each cell's samples stay in
-  time order, which the regression verdict uses (it tests blocks of consecutive
-  samples, not single samples, see ``vmapcheck.verdict``);
+  dispatch, not the work). The samples are taken in ``ROUNDS`` rounds over every batch
+  size; within a round and batch size, in passes over the jit paths (then the eager
+  paths), each pass starting at a different path. A spell of interference from another
+  tenant of a shared machine thus lands on a round or two of every cell instead of on
+  every sample of one batch size, and the regression verdict tests the rounds' medians
+  (``vmapcheck.verdict``); each cell's samples are stored in time order;
 - when one call is too short for the timer (under ``MIN_SAMPLE_TICKS`` of its
   resolution) a sample times a calibrated inner loop of calls and divides;
 - no compilation may happen while samples are taken (counted through
@@ -48,6 +49,9 @@ from vmapcheck.paths import (
 COMPILE_EVENT = "/jax/core/compile/backend_compile_duration"
 # A sample shorter than this many timer ticks is below the timer's resolution.
 MIN_SAMPLE_TICKS = 1000
+# Samples are taken in this many rounds spread over the run (module docstring); the
+# regression verdict tests the rounds' medians (vmapcheck.verdict.BLOCKS, equal).
+ROUNDS = 10
 LIMITS = (
     "A CPU result says nothing about GPU or TPU.",
     "A small model's latency does not predict a large model's.",
@@ -118,23 +122,11 @@ def inner_loop_size(one_call_s: float) -> int:
     return max(1, math.ceil(MIN_SAMPLE_TICKS * resolution / max(one_call_s, 1e-12)))
 
 
-def time_interleaved(
-    calls: dict[str, Callable[[], Any]],
-    warmup: int,
-    repeats: int,
-    on_pass: Callable[[int], None] = lambda _done: None,
-) -> tuple[dict[str, float], dict[str, np.ndarray], dict[str, int]]:
-    """Time several calls round-robin.
-
-    Returns (first-call seconds, per-call samples in seconds, in time order, inner-loop
-    size) by name. Each call's first run is timed apart, then ``warmup`` runs are
-    discarded. Samples are taken in passes, one of each call per pass, starting each pass
-    at a different call; ``on_pass(passes_done)`` is called after each pass.
-
-    Raises:
-        RuntimeError: something compiled while samples were taken.
-    """
-    _CompileCounter.start()
+def warm_up(
+    calls: dict[str, Callable[[], Any]], warmup: int
+) -> tuple[dict[str, float], dict[str, int]]:
+    """Each call's first run timed apart, ``warmup`` runs discarded, then one timed run
+    to size the inner loop. Returns (first-call seconds, inner-loop size) by name."""
     first: dict[str, float] = {}
     inner: dict[str, int] = {}
     for name, fn in calls.items():
@@ -146,10 +138,19 @@ def time_interleaved(
         start = time.perf_counter()
         jax.block_until_ready(fn())
         inner[name] = inner_loop_size(time.perf_counter() - start)
+    return first, inner
+
+
+def sample_passes(
+    calls: dict[str, Callable[[], Any]],
+    inner: dict[str, int],
+    samples: dict[str, np.ndarray],
+    indices: range,
+) -> None:
+    """Fill ``samples[name][i]`` (seconds per call) for every ``i`` in ``indices``, one
+    pass over all calls per index, each pass starting at a different call."""
     names = list(calls)
-    samples = {name: np.empty(repeats) for name in names}
-    compiles_before = _CompileCounter.count
-    for i in range(repeats):
+    for i in indices:
         for name in names[i % len(names) :] + names[: i % len(names)]:
             fn, n = calls[name], inner[name]
             start = time.perf_counter()
@@ -157,14 +158,53 @@ def time_interleaved(
                 out = fn()
             jax.block_until_ready(out)
             samples[name][i] = (time.perf_counter() - start) / n
-        on_pass(i + 1)
-    recompiles = _CompileCounter.count - compiles_before
-    if recompiles:
-        raise RuntimeError(
-            f"{recompiles} compilation(s) happened while timing {names} after warm-up: "
-            "a call at an already-seen shape must compile nothing"
-        )
+
+
+class _NoCompiles:
+    """Context manager: raises RuntimeError if anything compiled inside it."""
+
+    def __init__(self, what: str) -> None:
+        self.what = what
+
+    def __enter__(self) -> None:
+        _CompileCounter.start()
+        self.before = _CompileCounter.count
+
+    def __exit__(self, exc_type: Any, *_: Any) -> None:
+        recompiles = _CompileCounter.count - self.before
+        if recompiles and exc_type is None:
+            raise RuntimeError(
+                f"{recompiles} compilation(s) happened while timing {self.what} after "
+                "warm-up: a call at an already-seen shape must compile nothing"
+            )
+
+
+def time_interleaved(
+    calls: dict[str, Callable[[], Any]], warmup: int, repeats: int
+) -> tuple[dict[str, float], dict[str, np.ndarray], dict[str, int]]:
+    """Time several calls round-robin (:func:`warm_up`, then :func:`sample_passes`).
+
+    Returns (first-call seconds, per-call samples in seconds, in time order, inner-loop
+    size) by name.
+
+    Raises:
+        RuntimeError: something compiled while samples were taken.
+    """
+    first, inner = warm_up(calls, warmup)
+    samples = {name: np.empty(repeats) for name in calls}
+    with _NoCompiles(str(list(calls))):
+        sample_passes(calls, inner, samples, range(repeats))
     return first, samples, inner
+
+
+def round_slices(repeats: int, rounds: int = ROUNDS) -> list[range]:
+    """Sample indices of each round: ``repeats`` cut into ``min(rounds, repeats)``
+    contiguous, near-equal ranges (``np.array_split``'s cut, which the verdict's blocks
+    use too, so a block is exactly one round)."""
+    return [
+        range(int(c[0]), int(c[-1]) + 1)
+        for c in np.array_split(np.arange(repeats), min(rounds, repeats))
+    ]
 
 
 def bench_input(template_rows: np.ndarray, rows: int, dtype: Any) -> jax.Array:
@@ -276,27 +316,41 @@ def run_bench(
             else:
                 figures[cell] = {}
                 calls[cell] = lambda f=raw[form], x=x: f(run_params, x)
-    # Jit cells are interleaved with each other and eager cells with each other: an eager
-    # call's many small dispatches would otherwise leave a tiny jit call behind them
-    # measurably slower. Across batch sizes too, so that a spell of interference from
-    # other tenants of a shared machine lands on every cell, not on one batch size.
+    # Jit cells are timed interleaved with each other and eager cells with each other
+    # (an eager call's many small dispatches would otherwise leave a tiny jit call behind
+    # them measurably slower), one batch size at a time (a batch-1 call right after a
+    # batch-4096 one would be timed with the caches the big one left), in ROUNDS rounds
+    # over all batch sizes: a spell of interference from another tenant of a shared
+    # machine then lands on a round or two of every cell, not on every sample of one
+    # batch size. Each round starts with one discarded pass (caches after the switch).
+    groups: list[dict[str, Callable[[], Any]]] = []
+    for rows in config.batch_sizes:
+        for mode in ("jit", "eager"):
+            group = {
+                c: fn
+                for c, fn in calls.items()
+                if c.endswith(f"/b{rows}") and c.split("/")[0].endswith(f"_{mode}")
+            }
+            if group:
+                groups.append(group)
     first: dict[str, float] = {}
-    secs: dict[str, np.ndarray] = {}
     inner: dict[str, int] = {}
-    for index, mode in enumerate(("jit", "eager")):
-        group = {c: fn for c, fn in calls.items() if c.split("/")[0].endswith(f"_{mode}")}
-        if not group:
-            continue
-        share, label = 0.2 + 0.4 * index, f"timing {len(group)} {mode} cells"
-        progress(label, share)
-
-        def on_pass(done: int, share: float = share, label: str = label) -> None:
-            progress(f"{label}: pass {done}/{config.repeats}", share + 0.4 * done / config.repeats)
-
-        f, s, i = time_interleaved(group, config.warmup, config.repeats, on_pass)
+    for group in groups:
+        f, i = warm_up(group, config.warmup)
         first |= f
-        secs |= s
         inner |= i
+    secs = {cell: np.empty(config.repeats) for cell in calls}
+    scratch = {cell: np.empty(1) for cell in calls}
+    rounds = round_slices(config.repeats)
+    with _NoCompiles(f"{len(calls)} cells"):
+        for r, indices in enumerate(rounds):
+            progress(
+                f"timing {len(calls)} cells: round {r + 1}/{len(rounds)}",
+                0.2 + 0.8 * r / len(rounds),
+            )
+            for group in groups:
+                sample_passes(group, inner, scratch, range(1))  # discarded
+                sample_passes(group, inner, secs, indices)
     per_path: dict[str, dict[str, Any]] = {p: {} for p in PATH_NAMES}
     latency: dict[str, dict[str, Any]] = {p: {} for p in PATH_NAMES}
     samples: dict[str, dict[str, list[float]]] = {p: {} for p in PATH_NAMES}

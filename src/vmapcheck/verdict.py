@@ -6,7 +6,8 @@ taken):
 
 - ``ratio``: median(current) / median(baseline); above 1 is slower;
 - the unit of the statistics is a **block** of consecutive samples (each run's samples
-  cut into ``BLOCKS`` contiguous blocks), not a single sample. Samples taken a few
+  cut into ``BLOCKS`` contiguous blocks: the bench stage's rounds, spread over the run),
+  not a single sample. Samples taken a few
   milliseconds apart are not independent on a shared machine: a spell of interference
   slows a whole stretch of them, and a per-sample test reads that as a highly
   significant shift (measured here: two back-to-back runs of the same code had cells
