@@ -7,7 +7,9 @@ pipeline's ``bench`` stage does. Then judges, with :func:`vmapcheck.verdict.comp
 
 - every pair of A runs (A/A): any regression reported is a false alarm;
 - every (A baseline, B current) pair: a regression on a ``direct`` cell is a detection,
-  one on a ``loop``/``vmap`` cell is a false alarm.
+  one on a ``loop``/``vmap`` cell is a false alarm;
+- and the same pairs again with single samples as the test's unit (``per_sample_test``,
+  the method before blocks), to show what the blocks change.
 
 Usage (from the project root, a few minutes per run pair)::
 
@@ -165,6 +167,14 @@ def main() -> int:
     b_pairs = list(itertools.product(range(len(a_runs)), range(len(b_runs))))
     aa = [compare(a_runs[i], a_runs[j], factor, alpha) for i, j in a_pairs]
     ab = [compare(a_runs[i], b_runs[j], factor, alpha) for i, j in b_pairs]
+    # Ablation: the same comparisons with single samples as the test's unit.
+    per_sample = 10**9
+    aa_single = [
+        compare(a_runs[i], a_runs[j], factor, alpha, blocks=per_sample) for i, j in a_pairs
+    ]
+    ab_single = [
+        compare(a_runs[i], b_runs[j], factor, alpha, blocks=per_sample) for i, j in b_pairs
+    ]
     # The same rates over the pairs where both runs had the machine to themselves.
     aa_quiet = [
         r
@@ -198,6 +208,11 @@ def main() -> int:
         "ab_false_alarm_untouched_paths_quiet": rates(ab_quiet, all_cells - slowed_cells),
         "ab_detection_by_cell": per_cell_detection,
         "ab_false_alarm_untouched_paths": rates(ab, all_cells - slowed_cells),
+        "per_sample_test": {
+            "aa_false_alarm": rates(aa_single, all_cells),
+            "ab_detection": rates(ab_single, slowed_cells),
+            "ab_false_alarm_untouched_paths": rates(ab_single, all_cells - slowed_cells),
+        },
         "median_ratio_by_cell": {
             cell: sorted(
                 res["cells"][cell.split("/")[0]][cell.split("/")[1]]["ratio"] for res in ab

@@ -245,11 +245,12 @@ def compare_cell(
     tail = (1.0 - confidence) / 2.0
     ci_low, ci_high = np.quantile(ratios, [tail, 1.0 - tail])
     # Exact null distribution at these sizes (the normal approximation overstates the
-    # smallest p 17-fold at 10 a side); it assumes no ties, so ties fall back to it.
+    # smallest p 17-fold at 10 a side); it assumes no ties, so ties use the approximation.
     tied = np.unique(np.concatenate([base_medians, cur_medians])).size < (
         base_medians.size + cur_medians.size
     )
-    method = "asymptotic" if tied else "exact"
+    small = max(base_medians.size, cur_medians.size) <= 20
+    method = "exact" if small and not tied else "asymptotic"
     return {
         "ratio": float(np.median(current) / np.median(baseline)),
         "ci_low": float(ci_low),
@@ -277,8 +278,12 @@ def compare(
     factor: float,
     alpha: float,
     confidence: float = 0.95,
+    blocks: int = BLOCKS,
 ) -> dict[str, Any]:
     """Judge every path and batch size the two runs share; see the module docstring.
+
+    ``blocks``: blocks per cell (a number above the sample count tests single samples,
+    the per-sample test this tool used before; benchmarks/validate_verdict.py compares).
 
     A run with regressions is judged ``inconclusive`` instead when either run was noisy
     (load above the core count) or the machine itself changed speed by more than
@@ -306,7 +311,9 @@ def compare(
             elif label not in base_batches:
                 only_cur.append(f"{path}/{label}")
             else:
-                cell = compare_cell(base_batches[label], cur_batches[label], confidence)
+                cell = compare_cell(
+                    base_batches[label], cur_batches[label], confidence, blocks=blocks
+                )
                 cells.setdefault(path, {})[label] = cell
                 keys.append((path, label))
     if keys:
