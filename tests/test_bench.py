@@ -88,6 +88,8 @@ def test_run_bench_covers_every_path_and_caps_the_loop():
     assert sharded["flops"] == devices * sharded["flops_per_device"] > 0
     assert sharded["compile_ms"] > 0
     assert result["peak"]["gflops"] > 0
+    # the control matmul is timed in every round, like the cells
+    assert len(result["peak"]["samples_ms"]) == config.repeats
     assert result["machine"]["before"]["matmul_precision"]
     assert any("GPU" in line for line in result["limits"])
 

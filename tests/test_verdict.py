@@ -218,3 +218,26 @@ def test_a_slowdown_of_the_machine_itself_makes_the_verdict_inconclusive():
     assert loaded["regressions"] == ["vmap_jit/b16"]  # still listed, never hidden
     noisy = compare(base, BenchRecord("cur", slower, {}, noisy=True, peak_gflops=99.0), 1.1, 0.01)
     assert noisy["verdict"] == "inconclusive"
+
+
+def test_the_control_timed_in_every_round_outranks_the_single_peak_figure():
+    samples = {"vmap_jit": {"b16": _lognormal(1.0, 60, 0)}}
+    slower = {"vmap_jit": {"b16": _lognormal(1.5, 60, 1)}}
+    details = {"samples_ms": samples, "peak": {"gflops": 100.0}}
+    details["peak"]["samples_ms"] = _lognormal(2.0, 50, 3).tolist()
+    base = record_from_details(
+        {
+            **details,
+            "samples_ms": {p: {b: v.tolist() for b, v in c.items()} for p, c in samples.items()},
+        },
+        "base",
+    )
+    assert base.control_ms is not None and base.control_ms.size == 50
+    # Its peak figure says the machine halved its speed; its samples (the control timed
+    # with the cells) say it did not: the samples decide.
+    cur = BenchRecord("cur", slower, {}, peak_gflops=50.0, control_ms=_lognormal(2.0, 50, 4))
+    result = compare(base, cur, 1.1, 0.01)
+    assert result["verdict"] == "regression" and 0.9 < result["machine_slowdown"] < 1.1
+    bad = {**details, "peak": {"gflops": 1.0, "samples_ms": [1.0, -2.0]}}
+    with pytest.raises(ArtifactError, match=r"peak\.samples_ms"):
+        record_from_details({**bad, "samples_ms": {"vmap_jit": {"b16": [1.0] * 10}}}, "f.json")

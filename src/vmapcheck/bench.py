@@ -52,6 +52,7 @@ MIN_SAMPLE_TICKS = 1000
 # Samples are taken in this many rounds spread over the run (module docstring); the
 # regression verdict tests the rounds' medians (vmapcheck.verdict.BLOCKS, equal).
 ROUNDS = 10
+CONTROL = "control/matmul"
 LIMITS = (
     "A CPU result says nothing about GPU or TPU.",
     "A small model's latency does not predict a large model's.",
@@ -238,14 +239,29 @@ def _sharded_cost(cost: dict[str, float], sharded: ShardedForward, rows: int) ->
     }
 
 
-def matmul_peak(dtype: Any, size: int, repeats: int = 15) -> dict[str, float]:
-    """This machine's matmul throughput now: p50 GFLOP/s of a (size x size) @ (size x size)."""
+def matmul_call(dtype: Any, size: int) -> Callable[[], Any]:
+    """A compiled (size x size) @ (size x size) matmul, ready to time: the control."""
     a = jax.device_put(jax.numpy.ones((size, size), dtype=dtype))
     compiled = jax.jit(lambda x, y: x @ y).lower(a, a).compile()
-    jax.block_until_ready(compiled(a, a))
-    _, samples, _ = time_interleaved({"matmul": lambda: compiled(a, a)}, 2, repeats)
-    p50 = float(np.median(samples["matmul"]))
-    return {"size": size, "p50_ms": p50 * 1e3, "gflops": 2 * size**3 / p50 / 1e9}
+    return lambda: compiled(a, a)
+
+
+def matmul_peak(dtype: Any, size: int, repeats: int = 15) -> dict[str, Any]:
+    """This machine's matmul throughput now: p50 GFLOP/s of a (size x size) @ (size x size)."""
+    call = matmul_call(dtype, size)
+    _, samples, _ = time_interleaved({"matmul": call}, 2, repeats)
+    return peak_figures(size, samples["matmul"])
+
+
+def peak_figures(size: int, samples_s: np.ndarray) -> dict[str, Any]:
+    """Matmul throughput from its samples (seconds): p50 GFLOP/s and the samples (ms)."""
+    p50 = float(np.median(samples_s))
+    return {
+        "size": size,
+        "p50_ms": p50 * 1e3,
+        "gflops": 2 * size**3 / p50 / 1e9,
+        "samples_ms": [float(v * 1e3) for v in samples_s],
+    }
 
 
 def run_bench(
@@ -269,8 +285,11 @@ def run_bench(
     absent = not_provided(model)
     run_params = jax.device_put(cast_tree(params, dtype))
     before = conditions()
-    peak = matmul_peak(dtype, config.peak_matmul_size)
-    progress(f"matmul peak {peak['gflops']:.1f} GFLOP/s ({config.peak_matmul_size}^3)", 0.0)
+    # The control: a matmul timed in every round like the cells (so it sees the same
+    # machine), giving this run's peak for the roofline and the verdict's yardstick for
+    # "the machine itself changed speed". Timed once, before the rounds, it swung 0.56x
+    # to 2.2x between quiet runs here.
+    control = {CONTROL: matmul_call(dtype, config.peak_matmul_size)}
     skipped: dict[str, dict[str, str]] = {p: {} for p in PATH_NAMES}
     # Every cell is compiled (and its cost analysed) before any is timed. A cell is one
     # path at one batch size, named "<path>/b<rows>".
@@ -333,14 +352,15 @@ def run_bench(
             }
             if group:
                 groups.append(group)
+    groups.insert(0, control)
     first: dict[str, float] = {}
     inner: dict[str, int] = {}
     for group in groups:
         f, i = warm_up(group, config.warmup)
         first |= f
         inner |= i
-    secs = {cell: np.empty(config.repeats) for cell in calls}
-    scratch = {cell: np.empty(1) for cell in calls}
+    secs = {cell: np.empty(config.repeats) for cell in [*control, *calls]}
+    scratch = {cell: np.empty(1) for cell in secs}
     rounds = round_slices(config.repeats)
     with _NoCompiles(f"{len(calls)} cells"):
         for r, indices in enumerate(rounds):
@@ -351,6 +371,8 @@ def run_bench(
             for group in groups:
                 sample_passes(group, inner, scratch, range(1))  # discarded
                 sample_passes(group, inner, secs, indices)
+    peak = peak_figures(config.peak_matmul_size, secs[CONTROL])
+    progress(f"matmul peak {peak['gflops']:.1f} GFLOP/s ({config.peak_matmul_size}^3)", 1.0)
     per_path: dict[str, dict[str, Any]] = {p: {} for p in PATH_NAMES}
     latency: dict[str, dict[str, Any]] = {p: {} for p in PATH_NAMES}
     samples: dict[str, dict[str, list[float]]] = {p: {} for p in PATH_NAMES}

@@ -66,8 +66,10 @@ class BenchRecord:
     samples_ms: dict[str, dict[str, np.ndarray]]
     context: dict[str, Any] = field(default_factory=dict)
     noisy: bool = False
-    # This machine's matmul throughput measured in the same run: the control.
+    # This machine's matmul throughput measured in the same run: the control ...
     peak_gflops: float | None = None
+    # ... and its per-call samples (ms), timed in every round with the cells (newer runs).
+    control_ms: np.ndarray | None = None
 
 
 def record_from_details(details: Any, source: str) -> BenchRecord:
@@ -110,9 +112,21 @@ def record_from_details(details: Any, source: str) -> BenchRecord:
         "jax_version": runtime.get("jax_version", before.get("jax_version")),
         "cpu_model": before.get("cpu_model"),
     }
-    peak = (details.get("peak") or {}).get("gflops")
+    peak_info = details.get("peak") or {}
+    peak = peak_info.get("gflops")
     peak = float(peak) if isinstance(peak, int | float) and peak > 0 else None
-    return BenchRecord(source, samples, context, bool(machine.get("noisy", False)), peak)
+    control = None
+    if peak_info.get("samples_ms") is not None:
+        control = np.asarray(peak_info["samples_ms"], dtype=np.float64)
+        if (
+            control.ndim != 1
+            or control.size < 1
+            or not (np.isfinite(control) & (control > 0)).all()
+        ):
+            raise ArtifactError(
+                f"{source}: peak.samples_ms: expected a list of finite positive latencies (ms)"
+            )
+    return BenchRecord(source, samples, context, bool(machine.get("noisy", False)), peak, control)
 
 
 def read_bench_file(path: Path) -> BenchRecord:
@@ -219,7 +233,15 @@ def _cluster_bootstrap_medians(
     """Median of the pooled samples of ``len(groups)`` blocks drawn with replacement, for
     each of ``n_resamples`` resamples: shape (n_resamples,)."""
     picks = rng.integers(0, len(groups), size=(n_resamples, len(groups)))
-    return np.array([np.median(np.concatenate([groups[i] for i in row])) for row in picks])
+    # Blocks as rows of one matrix, short ones padded with NaN: one vectorized median.
+    width = max(g.size for g in groups)
+    matrix = np.full((len(groups), width), np.nan)
+    for row, group in enumerate(groups):
+        matrix[row, : group.size] = group
+    pooled = matrix[picks].reshape(n_resamples, -1)
+    if all(g.size == width for g in groups):
+        return np.median(pooled, axis=1)
+    return np.nanmedian(pooled, axis=1)
 
 
 def compare_cell(
@@ -336,11 +358,12 @@ def compare(
             cell["status"] = "no change"
     # The control: the same matmul timed in both runs. When the machine itself got slower
     # by more than the factor, a slowdown of the code cannot be told from it.
-    control = (
-        baseline.peak_gflops / current.peak_gflops
-        if baseline.peak_gflops and current.peak_gflops
-        else None
-    )
+    if baseline.control_ms is not None and current.control_ms is not None:
+        control = float(np.median(current.control_ms) / np.median(baseline.control_ms))
+    elif baseline.peak_gflops and current.peak_gflops:  # runs from before the rounds
+        control = baseline.peak_gflops / current.peak_gflops
+    else:
+        control = None
     noisy = baseline.noisy or current.noisy
     unstable = control is not None and not 1.0 / factor <= control <= factor
     if not regressions:
