@@ -9,7 +9,9 @@ pipeline's ``bench`` stage does. Then judges, with :func:`vmapcheck.verdict.comp
 - every (A baseline, B current) pair: a regression on a ``direct`` cell is a detection,
   one on a ``loop``/``vmap`` cell is a false alarm;
 - and the same pairs again with single samples as the test's unit (``per_sample_test``,
-  the method before blocks), to show what the blocks change.
+  the method before rounds), and with each round's slowdown common to all cells divided
+  out (``rounds_normalized``, ``compare(normalize_rounds=True)``), to show what each
+  choice changes.
 
 Usage (from the project root, a few minutes per run pair)::
 
@@ -167,14 +169,16 @@ def main() -> int:
     b_pairs = list(itertools.product(range(len(a_runs)), range(len(b_runs))))
     aa = [compare(a_runs[i], a_runs[j], factor, alpha) for i, j in a_pairs]
     ab = [compare(a_runs[i], b_runs[j], factor, alpha) for i, j in b_pairs]
-    # Ablation: the same comparisons with single samples as the test's unit.
-    per_sample = 10**9
-    aa_single = [
-        compare(a_runs[i], a_runs[j], factor, alpha, blocks=per_sample) for i, j in a_pairs
-    ]
-    ab_single = [
-        compare(a_runs[i], b_runs[j], factor, alpha, blocks=per_sample) for i, j in b_pairs
-    ]
+
+    # Ablations: single samples as the test's unit (rounds ignored), and rounds with each
+    # round's slowdown common to all cells divided out (verdict.round_index).
+    def judge(pairs: list[tuple[int, int]], runs_b: list[Any], **how: Any) -> list[Any]:
+        return [compare(a_runs[i], runs_b[j], factor, alpha, **how) for i, j in pairs]
+
+    aa_single = judge(a_pairs, a_runs, blocks=10**9)
+    ab_single = judge(b_pairs, b_runs, blocks=10**9)
+    aa_norm = judge(a_pairs, a_runs, normalize_rounds=True)
+    ab_norm = judge(b_pairs, b_runs, normalize_rounds=True)
     # The same rates over the pairs where both runs had the machine to themselves.
     aa_quiet = [
         r
@@ -212,6 +216,15 @@ def main() -> int:
             "aa_false_alarm": rates(aa_single, all_cells),
             "ab_detection": rates(ab_single, slowed_cells),
             "ab_false_alarm_untouched_paths": rates(ab_single, all_cells - slowed_cells),
+        },
+        "rounds_normalized": {
+            "aa_false_alarm": rates(aa_norm, all_cells),
+            "ab_detection": rates(ab_norm, slowed_cells),
+            "ab_false_alarm_untouched_paths": rates(ab_norm, all_cells - slowed_cells),
+            "ab_detection_by_cell": {
+                cell: sum(cell in res["regressions"] for res in ab_norm) / len(ab_norm)
+                for cell in sorted(slowed_cells)
+            },
         },
         "median_ratio_by_cell": {
             cell: sorted(

@@ -14,6 +14,7 @@ from vmapcheck.verdict import (
     read_bench_file,
     record_from_details,
     resolve_baseline,
+    round_index,
 )
 
 
@@ -241,3 +242,25 @@ def test_the_control_timed_in_every_round_outranks_the_single_peak_figure():
     bad = {**details, "peak": {"gflops": 1.0, "samples_ms": [1.0, -2.0]}}
     with pytest.raises(ArtifactError, match=r"peak\.samples_ms"):
         record_from_details({**bad, "samples_ms": {"vmap_jit": {"b16": [1.0] * 10}}}, "f.json")
+
+
+def test_round_index_finds_the_round_that_slowed_every_cell():
+    # Round 4 (samples 30-39) of every cell ran 1.8x slower; one cell is slower in
+    # every round (a code change): the index marks round 4 only.
+    cells = {f"p{i}": {"b1": _lognormal(1.0 + 0.1 * i, 100, i, sigma=0.02)} for i in range(5)}
+    for by_batch in cells.values():
+        by_batch["b1"][30:40] *= 1.8
+    cells["p0"]["b1"] *= 1.5
+    index = round_index(_record(cells))
+    assert index.shape == (10,) and 1.7 < index[3] < 1.9
+    assert np.all(np.abs(np.delete(index, 3) - 1.0) < 0.05)
+    # Divided out, that round no longer stands apart in the comparison.
+    base = _record(
+        {k: {"b1": _lognormal(1.0, 100, 50 + i, sigma=0.02)} for i, k in enumerate(cells)}
+    )
+    plain = compare(base, _record(cells), 1.1, 0.01)
+    normalized = compare(base, _record(cells), 1.1, 0.01, normalize_rounds=True)
+    assert normalized["round_index"]["current"][3] == pytest.approx(index[3])
+    assert normalized["cells"]["p0"]["b1"]["status"] == "regression"
+    assert plain["round_index"]["current"] is None
+    assert round_index(_record({"a": {"b1": _lognormal(1.0, 100, 0)}})) is None  # < 3 cells

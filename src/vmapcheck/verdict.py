@@ -244,19 +244,49 @@ def _cluster_bootstrap_medians(
     return np.nanmedian(pooled, axis=1)
 
 
+def round_index(record: BenchRecord, blocks: int = BLOCKS) -> np.ndarray | None:
+    """How slow each round of a run was, across all its cells: shape (blocks,).
+
+    For every cell, each block's median over the cell's median; then, per block, the
+    median of that over all cells. The bench times every cell in every round, so a spell
+    of interference from another tenant slows every cell of the rounds it falls in (seen
+    here: single rounds 1.2-2x slower in every cell), while a change of the code moves a
+    cell in all rounds alike and leaves its own ratios near 1. Dividing each block by its
+    round's factor takes the spell out before the test. None when the run has fewer than
+    3 cells or a cell has fewer than ``blocks`` samples (nothing to take the median of).
+    """
+    rows = [
+        [np.median(b) / np.median(v) for b in blocks_of(v, blocks)]
+        for by_batch in record.samples_ms.values()
+        for v in by_batch.values()
+    ]
+    if len(rows) < 3 or any(len(r) != blocks for r in rows):
+        return None
+    return np.median(np.array(rows), axis=0)
+
+
 def compare_cell(
     baseline: np.ndarray,
     current: np.ndarray,
     confidence: float = 0.95,
     seed: int = 0,
     blocks: int = BLOCKS,
+    base_rounds: np.ndarray | None = None,
+    cur_rounds: np.ndarray | None = None,
 ) -> dict[str, float]:
     """Ratio of medians (current / baseline) with its cluster-bootstrap CI and one-sided
     Mann-Whitney p-values on block medians (module docstring).
 
     ``baseline``, ``current``: per-call latencies (ms) of one cell, in time order.
+    ``base_rounds``, ``cur_rounds``: each run's :func:`round_index` (one factor per
+    block), or None; when given, every block's samples are divided by its round's factor
+    before the statistics (``raw_ratio`` keeps the undivided ratio of medians).
     """
     base_blocks, cur_blocks = blocks_of(baseline, blocks), blocks_of(current, blocks)
+    if base_rounds is not None and len(base_rounds) == len(base_blocks):
+        base_blocks = [b / f for b, f in zip(base_blocks, base_rounds, strict=True)]
+    if cur_rounds is not None and len(cur_rounds) == len(cur_blocks):
+        cur_blocks = [b / f for b, f in zip(cur_blocks, cur_rounds, strict=True)]
     base_medians = np.array([np.median(b) for b in base_blocks])
     cur_medians = np.array([np.median(b) for b in cur_blocks])
     rng = np.random.default_rng(seed)
@@ -274,7 +304,10 @@ def compare_cell(
     small = max(base_medians.size, cur_medians.size) <= 20
     method = "exact" if small and not tied else "asymptotic"
     return {
-        "ratio": float(np.median(current) / np.median(baseline)),
+        "ratio": float(
+            np.median(np.concatenate(cur_blocks)) / np.median(np.concatenate(base_blocks))
+        ),
+        "raw_ratio": float(np.median(current) / np.median(baseline)),
         "ci_low": float(ci_low),
         "ci_high": float(ci_high),
         "p_slower": float(
@@ -301,6 +334,7 @@ def compare(
     alpha: float,
     confidence: float = 0.95,
     blocks: int = BLOCKS,
+    normalize_rounds: bool = False,
 ) -> dict[str, Any]:
     """Judge every path and batch size the two runs share; see the module docstring.
 
@@ -323,6 +357,8 @@ def compare(
         raise ConfigError(f"bench.regression.alpha: expected 0 < alpha < 1, found {alpha}")
     cells: dict[str, dict[str, dict[str, Any]]] = {}
     keys: list[tuple[str, str]] = []
+    base_rounds = round_index(baseline, blocks) if normalize_rounds else None
+    cur_rounds = round_index(current, blocks) if normalize_rounds else None
     only_base, only_cur = [], []
     for path in sorted(set(baseline.samples_ms) | set(current.samples_ms)):
         base_batches = baseline.samples_ms.get(path, {})
@@ -334,7 +370,12 @@ def compare(
                 only_cur.append(f"{path}/{label}")
             else:
                 cell = compare_cell(
-                    base_batches[label], cur_batches[label], confidence, blocks=blocks
+                    base_batches[label],
+                    cur_batches[label],
+                    confidence,
+                    blocks=blocks,
+                    base_rounds=base_rounds,
+                    cur_rounds=cur_rounds,
                 )
                 cells.setdefault(path, {})[label] = cell
                 keys.append((path, label))
@@ -392,6 +433,10 @@ def compare(
         "differences": differences,
         "noisy": noisy,
         "machine_slowdown": control,
+        "round_index": {
+            "baseline": None if base_rounds is None else base_rounds.tolist(),
+            "current": None if cur_rounds is None else cur_rounds.tolist(),
+        },
         "machine_unstable": unstable,
     }
 
