@@ -246,13 +246,6 @@ def matmul_call(dtype: Any, size: int) -> Callable[[], Any]:
     return lambda: compiled(a, a)
 
 
-def matmul_peak(dtype: Any, size: int, repeats: int = 15) -> dict[str, Any]:
-    """This machine's matmul throughput now: p50 GFLOP/s of a (size x size) @ (size x size)."""
-    call = matmul_call(dtype, size)
-    _, samples, _ = time_interleaved({"matmul": call}, 2, repeats)
-    return peak_figures(size, samples["matmul"])
-
-
 def peak_figures(size: int, samples_s: np.ndarray) -> dict[str, Any]:
     """Matmul throughput from its samples (seconds): p50 GFLOP/s and the samples (ms)."""
     p50 = float(np.median(samples_s))

@@ -11,13 +11,16 @@ taken):
   milliseconds apart are not independent on a shared machine: a spell of interference
   slows a whole stretch of them, and a per-sample test reads that as a highly
   significant shift (measured here: two back-to-back runs of the same code had cells
-  16-35% apart with p < 1e-3). A slowdown of the code shifts every block;
+  16-35% apart with p < 0.005). A slowdown of the code shifts every block;
 - ``ci_low``/``ci_high``: a bootstrap confidence interval of that ratio, resampling
   whole blocks of each run (cluster bootstrap, percentile method, fixed seed);
 - ``p_slower``/``p_faster``: one-sided Mann-Whitney U tests on the block medians (is the
   current run's latency stochastically larger / smaller?), then adjusted over all cells
   of the comparison with Benjamini-Hochberg, since one comparison tests a dozen cells
   or more. With 10 blocks a side the smallest p is 5.4e-6.
+- optionally (``compare(normalize_rounds=True)``, off: README "Regression verdict"
+  has its measured effect) each block is first divided by its round's slowdown common
+  to all cells (:func:`round_index`).
 
 A cell is a **regression** only when the slowdown is both significant (adjusted
 ``p_slower < alpha``) and larger than ``factor`` (``ratio > factor``), asv's rule: a
