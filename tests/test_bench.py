@@ -9,9 +9,11 @@ from vmapcheck.bench import (
     ROUNDS,
     latency_stats,
     metrics_summary,
+    no_compiles,
     round_slices,
     run_bench,
-    time_interleaved,
+    sample_passes,
+    warm_up,
 )
 from vmapcheck.config import BenchConfig, ModelConfig, RegressionConfig
 from vmapcheck.models import build_model
@@ -38,7 +40,10 @@ def test_interleaved_timing_counts_first_call_and_warmup_apart():
 
         return call
 
-    first, samples, inner = time_interleaved({"a": make("a"), "b": make("b")}, warmup=3, repeats=7)
+    calls = {"a": make("a"), "b": make("b")}
+    first, inner = warm_up(calls, warmup=3)
+    samples = {name: np.empty(7) for name in calls}
+    sample_passes(calls, inner, samples, range(7))
     # first call, warm-up, one calibration call, then the samples (inner loop of 1 here)
     assert inner == {"a": 1, "b": 1}
     assert counts == {"a": 12, "b": 12}
@@ -114,8 +119,11 @@ def test_a_compile_while_timing_stops_the_benchmark():
     def new_shape_each_call():
         return jax.jit(lambda x: x + 1)(jnp.ones(next(shapes)))
 
-    with pytest.raises(RuntimeError, match="compilation"):
-        time_interleaved({"recompiles": new_shape_each_call}, warmup=1, repeats=5)
+    calls = {"recompiles": new_shape_each_call}
+    _, inner = warm_up(calls, warmup=1)
+    samples = {"recompiles": np.empty(5)}
+    with pytest.raises(RuntimeError, match="compilation"), no_compiles("recompiles"):
+        sample_passes(calls, inner, samples, range(5))
 
 
 @pytest.mark.parametrize("repeats", [5, 10, 50, 100, 37])

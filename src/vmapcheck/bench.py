@@ -23,9 +23,10 @@ Method, for every path and batch size:
 
 from __future__ import annotations
 
+import contextlib
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Hashable, Iterator
 from typing import Any
 
 import jax
@@ -52,7 +53,8 @@ MIN_SAMPLE_TICKS = 1000
 # Samples are taken in this many rounds spread over the run (module docstring); the
 # regression verdict tests the rounds' medians (vmapcheck.verdict.BLOCKS, equal).
 ROUNDS = 10
-CONTROL = "control/matmul"
+# Key of the control matmul among the timed calls (cells are keyed (path, "b<rows>")).
+CONTROL = ("control", "matmul")
 LIMITS = (
     "A CPU result says nothing about GPU or TPU.",
     "A small model's latency does not predict a large model's.",
@@ -124,12 +126,12 @@ def inner_loop_size(one_call_s: float) -> int:
 
 
 def warm_up(
-    calls: dict[str, Callable[[], Any]], warmup: int
-) -> tuple[dict[str, float], dict[str, int]]:
+    calls: dict[Hashable, Callable[[], Any]], warmup: int
+) -> tuple[dict[Hashable, float], dict[Hashable, int]]:
     """Each call's first run timed apart, ``warmup`` runs discarded, then one timed run
     to size the inner loop. Returns (first-call seconds, inner-loop size) by name."""
-    first: dict[str, float] = {}
-    inner: dict[str, int] = {}
+    first: dict[Hashable, float] = {}
+    inner: dict[Hashable, int] = {}
     for name, fn in calls.items():
         start = time.perf_counter()
         jax.block_until_ready(fn())
@@ -143,9 +145,9 @@ def warm_up(
 
 
 def sample_passes(
-    calls: dict[str, Callable[[], Any]],
-    inner: dict[str, int],
-    samples: dict[str, np.ndarray],
+    calls: dict[Hashable, Callable[[], Any]],
+    inner: dict[Hashable, int],
+    samples: dict[Hashable, np.ndarray],
     indices: range,
 ) -> None:
     """Fill ``samples[name][i]`` (seconds per call) for every ``i`` in ``indices``, one
@@ -161,41 +163,19 @@ def sample_passes(
             samples[name][i] = (time.perf_counter() - start) / n
 
 
-class _NoCompiles:
-    """Context manager: raises RuntimeError if anything compiled inside it."""
-
-    def __init__(self, what: str) -> None:
-        self.what = what
-
-    def __enter__(self) -> None:
-        _CompileCounter.start()
-        self.before = _CompileCounter.count
-
-    def __exit__(self, exc_type: Any, *_: Any) -> None:
-        recompiles = _CompileCounter.count - self.before
-        if recompiles and exc_type is None:
-            raise RuntimeError(
-                f"{recompiles} compilation(s) happened while timing {self.what} after "
-                "warm-up: a call at an already-seen shape must compile nothing"
-            )
-
-
-def time_interleaved(
-    calls: dict[str, Callable[[], Any]], warmup: int, repeats: int
-) -> tuple[dict[str, float], dict[str, np.ndarray], dict[str, int]]:
-    """Time several calls round-robin (:func:`warm_up`, then :func:`sample_passes`).
-
-    Returns (first-call seconds, per-call samples in seconds, in time order, inner-loop
-    size) by name.
-
-    Raises:
-        RuntimeError: something compiled while samples were taken.
-    """
-    first, inner = warm_up(calls, warmup)
-    samples = {name: np.empty(repeats) for name in calls}
-    with _NoCompiles(str(list(calls))):
-        sample_passes(calls, inner, samples, range(repeats))
-    return first, samples, inner
+@contextlib.contextmanager
+def no_compiles(what: str) -> Iterator[None]:
+    """Raises RuntimeError when anything compiled inside the block (``what``: the calls
+    being timed, for the message): a call at an already-seen shape must compile nothing."""
+    _CompileCounter.start()
+    before = _CompileCounter.count
+    yield
+    recompiles = _CompileCounter.count - before
+    if recompiles:
+        raise RuntimeError(
+            f"{recompiles} compilation(s) happened while timing {what} after warm-up: "
+            "a call at an already-seen shape must compile nothing"
+        )
 
 
 def round_slices(repeats: int, rounds: int = ROUNDS) -> list[range]:
@@ -285,17 +265,23 @@ def run_bench(
     control = {CONTROL: matmul_call(dtype, config.peak_matmul_size)}
     skipped: dict[str, dict[str, str]] = {p: {} for p in PATH_NAMES}
     # Every cell is compiled (and its cost analysed) before any is timed. A cell is one
-    # path at one batch size, named "<path>/b<rows>".
-    calls: dict[str, Callable[[], Any]] = {}
-    figures: dict[str, dict[str, float]] = {}
+    # path at one batch size, keyed (path, "b<rows>"). Jit cells are timed interleaved
+    # with each other and eager cells with each other (an eager call's many small
+    # dispatches would otherwise leave a tiny jit call behind them measurably slower),
+    # one batch size at a time (a batch-1 call right after a batch-4096 one would be
+    # timed with the caches the big one left): one group per batch size and mode.
+    groups: list[dict[tuple[str, str], Callable[[], Any]]] = [control]
+    figures: dict[tuple[str, str], dict[str, float]] = {}
     for step, rows in enumerate(config.batch_sizes):
         progress(f"compiling batch {rows}", 0.2 * step / len(config.batch_sizes))
         x = bench_input(template_rows, rows, dtype)
         validate_batch(x, model.in_features, dtype)
         label = f"b{rows}"
+        by_mode: dict[str, dict[tuple[str, str], Callable[[], Any]]] = {"jit": {}, "eager": {}}
         for name in PATH_NAMES:
             form, mode = name.rsplit("_", 1)
-            cell = f"{name}/{label}"
+            cell = (name, label)
+            calls = by_mode[mode]
             if name in absent:
                 skipped[name][label] = f"not provided: {absent[name]}"
                 continue
@@ -328,37 +314,24 @@ def run_bench(
             else:
                 figures[cell] = {}
                 calls[cell] = lambda f=raw[form], x=x: f(run_params, x)
-    # Jit cells are timed interleaved with each other and eager cells with each other
-    # (an eager call's many small dispatches would otherwise leave a tiny jit call behind
-    # them measurably slower), one batch size at a time (a batch-1 call right after a
-    # batch-4096 one would be timed with the caches the big one left), in ROUNDS rounds
-    # over all batch sizes: a spell of interference from another tenant of a shared
-    # machine then lands on a round or two of every cell, not on every sample of one
-    # batch size. Each round starts with one discarded pass (caches after the switch).
-    groups: list[dict[str, Callable[[], Any]]] = []
-    for rows in config.batch_sizes:
-        for mode in ("jit", "eager"):
-            group = {
-                c: fn
-                for c, fn in calls.items()
-                if c.endswith(f"/b{rows}") and c.split("/")[0].endswith(f"_{mode}")
-            }
-            if group:
-                groups.append(group)
-    groups.insert(0, control)
-    first: dict[str, float] = {}
-    inner: dict[str, int] = {}
+        groups += [group for group in by_mode.values() if group]
+    # Timed in ROUNDS rounds over all the groups: a spell of interference from another
+    # tenant of a shared machine then lands on a round or two of every cell, not on
+    # every sample of one batch size. Each group's round starts with one discarded pass
+    # (the caches the previous group left).
+    first: dict[tuple[str, str], float] = {}
+    inner: dict[tuple[str, str], int] = {}
     for group in groups:
         f, i = warm_up(group, config.warmup)
         first |= f
         inner |= i
-    secs = {cell: np.empty(config.repeats) for cell in [*control, *calls]}
+    secs = {cell: np.empty(config.repeats) for group in groups for cell in group}
     scratch = {cell: np.empty(1) for cell in secs}
     rounds = round_slices(config.repeats)
-    with _NoCompiles(f"{len(calls)} cells"):
+    with no_compiles(f"{len(figures)} cells"):
         for r, indices in enumerate(rounds):
             progress(
-                f"timing {len(calls)} cells: round {r + 1}/{len(rounds)}",
+                f"timing {len(figures)} cells: round {r + 1}/{len(rounds)}",
                 0.2 + 0.8 * r / len(rounds),
             )
             for group in groups:
@@ -369,14 +342,14 @@ def run_bench(
     per_path: dict[str, dict[str, Any]] = {p: {} for p in PATH_NAMES}
     latency: dict[str, dict[str, Any]] = {p: {} for p in PATH_NAMES}
     samples: dict[str, dict[str, list[float]]] = {p: {} for p in PATH_NAMES}
-    for cell in calls:
-        name, label = cell.split("/")
+    for cell in figures:
+        name, label = cell
         rows = int(label[1:])
         stats_ = latency_stats(secs[cell], rows, config.confidence_level)
         latency[name][label] = stats_
         samples[name][label] = [float(v * 1e3) for v in secs[cell]]
         # Eager paths do the same arithmetic as their jit twin: use its flop count.
-        twin = figures.get(cell.replace("_eager/", "_jit/"), {})
+        twin = figures.get((name.replace("_eager", "_jit"), label), {})
         flops = figures[cell].get("flops", twin.get("flops", float("nan")))
         gflops = flops / (stats_["p50"] / 1e3) / 1e9
         per_path[name][label] = {
