@@ -640,6 +640,39 @@ def _first_feature(result: dict[str, Any], features: list[str]) -> str | None:
     return None
 
 
+def _data_mismatch(
+    evidence: list[dict[str, Any]],
+    stored: np.ndarray,
+    derived: np.ndarray,
+    *,
+    checked: str,
+    what: str,
+    layer: str,
+    features: list[str] | None,
+    claim: str,
+    cause: str,
+) -> dict[str, Any] | None:
+    """Compare a stored array with its re-derivation bit for bit and record the evidence
+    (``checked``: what was compared). On a difference, the data stage's finding: "<claim>
+    (<reason>[, feature <name>]): <cause>", the feature named from ``features`` (the
+    columns of a (rows, features) array; None for other arrays)."""
+    result = _exact(stored, derived)
+    evidence.append({"what": checked, **result})
+    if result["passed"]:
+        return None
+    feature = _first_feature(result, features) if features is not None else None
+    return _finding(
+        "data",
+        f"{claim} ({result['reason']}"
+        + (f", feature {feature}" if feature else "")
+        + f"): {cause}",
+        what=what,
+        layer=layer,
+        figures=result,
+        feature=feature,
+    )
+
+
 def data_stage(sources: DataSources | None, subject: Subject | None = None) -> dict[str, Any]:
     """Stage 1: the stored data are what the preprocessing makes of the raw source, and
     the model's own preprocessing steps agree between the paths.
@@ -724,23 +757,21 @@ def _stored_data(sources: DataSources, evidence: list[dict[str, Any]]) -> dict[s
                     what="case",
                     layer=f"cases.{name}.{key}",
                 )
-            result = _exact(stored[name][key], case[key])
-            what = f"cases.{name}.{key} re-derived from the prepared splits"
-            evidence.append({"what": what, **result})
-            if not result["passed"]:
-                feature = _first_feature(result, features) if key == "x" else None
-                return _finding(
-                    "data",
-                    f"case {name}: stored {key} differs from {key} re-derived from the "
-                    f"prepared splits ({result['reason']}"
-                    + (f", feature {feature}" if feature else "")
-                    + "): a step was applied to the cases that prepare does not apply "
-                    "(or applied twice)",
-                    what="case array",
-                    layer=f"cases.{name}.{key}",
-                    figures=result,
-                    feature=feature,
-                )
+            finding = _data_mismatch(
+                evidence,
+                stored[name][key],
+                case[key],
+                checked=f"cases.{name}.{key} re-derived from the prepared splits",
+                what="case array",
+                layer=f"cases.{name}.{key}",
+                features=features if key == "x" else None,
+                claim=f"case {name}: stored {key} differs from {key} re-derived from the "
+                "prepared splits",
+                cause="a step was applied to the cases that prepare does not apply "
+                "(or applied twice)",
+            )
+            if finding:
+                return finding
     return _raw_rows(sources, splits, features, evidence)
 
 
@@ -784,22 +815,20 @@ def _raw_rows(
                 layer=f"prepared.{split}.row",
             )
         for key, block in (("features", raw.features), ("targets", raw.targets)):
-            result = _exact(splits[split][key], block[rows])
-            evidence.append({"what": f"prepared.{split}.{key} against the raw rows", **result})
-            if not result["passed"]:
-                feature = _first_feature(result, features) if key == "features" else None
-                return _finding(
-                    "data",
-                    f"prepared {split} {key} differ from the raw source's rows "
-                    f"({result['reason']}"
-                    + (f", feature {feature}" if feature else "")
-                    + "): anonymization keeps the numbers, so a preprocessing step changed "
-                    "them (or ran twice)",
-                    what="prepared array",
-                    layer=f"prepared.{split}.{key}",
-                    figures=result,
-                    feature=feature,
-                )
+            finding = _data_mismatch(
+                evidence,
+                splits[split][key],
+                block[rows],
+                checked=f"prepared.{split}.{key} against the raw rows",
+                what="prepared array",
+                layer=f"prepared.{split}.{key}",
+                features=features if key == "features" else None,
+                claim=f"prepared {split} {key} differ from the raw source's rows",
+                cause="anonymization keeps the numbers, so a preprocessing step changed "
+                "them (or ran twice)",
+            )
+            if finding:
+                return finding
     return None
 
 
