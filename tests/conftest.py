@@ -6,6 +6,8 @@ import os
 import shutil
 import subprocess
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -108,3 +110,32 @@ def copy_project(dest: Path) -> Path:
 def commit_all(project: Path, message: str = "e2e copy") -> None:
     run(project, "git", "add", "-A")
     run(project, "git", "commit", "-qm", message)
+
+
+# A planted fault: the hand-batched forward forgets the output bias, so only `direct`
+# is wrong. (old, new) for :func:`planted` in src/vmapcheck/models.py.
+MISSING_OUTPUT_BIAS = (
+    'return hidden @ last["W"] + last["b"][None, :]',
+    'return hidden @ last["W"]',
+)
+
+
+@contextmanager
+def planted(path: Path, old: str, new: str) -> Iterator[None]:
+    """Inside the block, ``path`` has its one ``old`` replaced by ``new`` (a planted
+    fault); the original text is back after it, whatever happened."""
+    original = path.read_text()
+    assert original.count(old) == 1, f"{path}: expected {old!r} exactly once"
+    path.write_text(original.replace(old, new))
+    try:
+        yield
+    finally:
+        path.write_text(original)
+
+
+def committed_project(dest: Path, *overrides: str) -> Path:
+    """:func:`copy_project` to ``dest``, params composed with ``overrides``, committed."""
+    copy_project(dest)
+    compose_params(dest, *overrides)
+    commit_all(dest)
+    return dest

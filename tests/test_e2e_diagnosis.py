@@ -11,7 +11,12 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import FAST_RUN, commit_all, compose_params, copy_project, run
+from tests.conftest import (
+    FAST_RUN,
+    committed_project,
+    planted,
+    run,
+)
 
 pytestmark = pytest.mark.e2e
 
@@ -27,10 +32,7 @@ BF16_LAYER = """        w = layer["W"].astype(jnp.bfloat16) if i == 1 else layer
 
 @pytest.fixture(scope="module")
 def project(tmp_path_factory) -> Path:
-    dest = copy_project(tmp_path_factory.mktemp("vmapcheck") / "repo")
-    compose_params(dest, *TINY)
-    commit_all(dest)
-    return dest
+    return committed_project(tmp_path_factory.mktemp("vmapcheck") / "repo", *TINY)
 
 
 def _json(project: Path, name: str) -> dict:
@@ -40,14 +42,8 @@ def _json(project: Path, name: str) -> dict:
 def test_a_planted_fault_is_diagnosed_and_logged_with_the_failing_run(project):
     from mlflow.tracking import MlflowClient
 
-    models = project / "src" / "vmapcheck" / "models.py"
-    original = models.read_text()
-    assert original.count(HIDDEN_LINE) == 1
-    models.write_text(original.replace(HIDDEN_LINE, BF16_LAYER))
-    try:
+    with planted(project / "src" / "vmapcheck" / "models.py", HIDDEN_LINE, BF16_LAYER):
         result = run(project, "dvc", "repro", check=False)
-    finally:
-        models.write_text(original)
     assert result.returncode != 0
     assert "check: diagnosis" in result.stdout, result.stdout + result.stderr
     diagnosis = _json(project, "diagnosis.json")

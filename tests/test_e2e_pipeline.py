@@ -16,7 +16,15 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import FAST_RUN, commit_all, compose_params, copy_project, run
+from tests.conftest import (
+    FAST_RUN,
+    MISSING_OUTPUT_BIAS,
+    commit_all,
+    compose_params,
+    copy_project,
+    planted,
+    run,
+)
 
 pytestmark = pytest.mark.e2e
 
@@ -224,18 +232,8 @@ def test_missing_gpu_fails_with_the_backends_that_exist(project):
 
 
 def test_planted_fault_is_logged_as_failed_before_the_pipeline_fails(project):
-    models = project / "src" / "vmapcheck" / "models.py"
-    original = models.read_text()
-    # The hand-batched path forgets the output bias: only `direct` is wrong.
-    planted = original.replace(
-        'return hidden @ last["W"] + last["b"][None, :]', 'return hidden @ last["W"]'
-    )
-    assert planted != original
-    models.write_text(planted)
-    try:
+    with planted(project / "src" / "vmapcheck" / "models.py", *MISSING_OUTPUT_BIAS):
         result = run(project, "dvc", "repro", check=False)
-    finally:
-        models.write_text(original)
     assert result.returncode != 0
     assert "track: the check FAILED" in result.stdout
     import json

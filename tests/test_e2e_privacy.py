@@ -15,7 +15,14 @@ import jax
 import numpy as np
 import pytest
 
-from tests.conftest import FAST_RUN, commit_all, compose_params, copy_project, run
+from tests.conftest import (
+    FAST_RUN,
+    commit_all,
+    compose_params,
+    copy_project,
+    planted,
+    run,
+)
 from vmapcheck.anonymize import find_canaries
 from vmapcheck.guard import REQUEST_CANARY
 from vmapcheck.sources import synthetic_raw_table, write_csv
@@ -126,19 +133,13 @@ def test_a_file_missing_a_feature_column_stops_prepare_and_leaves_no_outputs(pro
 
 
 def test_a_leaky_variant_is_caught_by_the_same_scan(project):
-    anonymize = project / "src" / "vmapcheck" / "anonymize.py"
-    original = anonymize.read_text()
     # Keep the join key's raw values instead of pseudonyms: a deliberate leak.
-    leaky = original.replace(
+    with planted(
+        project / "src" / "vmapcheck" / "anonymize.py",
         "join_keys = _pseudonyms(raw.identifiers[column], policy.secret_env, environ)",
         "join_keys = raw.identifiers[column].astype(str)",
-    )
-    assert leaky != original
-    anonymize.write_text(leaky)
-    try:
+    ):
         run(project, "dvc", "repro", check=False, env={"VMAPCHECK_PSEUDONYM_SECRET": SECRET})
         hits = find_canaries(_scanned(project), CANARIES.values())
-    finally:
-        anonymize.write_text(original)
     assert {canary for _, canary in hits} == {CANARIES["id"]}
     assert any("prepared" in str(path) for path, _ in hits)

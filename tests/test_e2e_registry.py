@@ -14,7 +14,15 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import FAST_RUN, commit_all, compose_params, copy_project, run
+from tests.conftest import (
+    FAST_RUN,
+    MISSING_OUTPUT_BIAS,
+    commit_all,
+    committed_project,
+    compose_params,
+    planted,
+    run,
+)
 
 pytestmark = pytest.mark.e2e
 
@@ -39,10 +47,7 @@ def track(project: Path) -> dict:
 
 @pytest.fixture(scope="module")
 def project(tmp_path_factory) -> Path:
-    dest = copy_project(tmp_path_factory.mktemp("vmapcheck-registry") / "repo")
-    compose_params(dest, *TINY)
-    commit_all(dest)
-    return dest
+    return committed_project(tmp_path_factory.mktemp("vmapcheck-registry") / "repo", *TINY)
 
 
 def test_two_passing_runs_then_a_failing_one_then_rollback(project):
@@ -65,17 +70,8 @@ def test_two_passing_runs_then_a_failing_one_then_rollback(project):
     assert v2.tags["git_commit"] == second["git_commit"] != v1.tags["git_commit"]
 
     # A planted fault (the hand-batched path drops the output bias): logged, not registered.
-    models = project / "src" / "vmapcheck" / "models.py"
-    original = models.read_text()
-    planted = original.replace(
-        'return hidden @ last["W"] + last["b"][None, :]', 'return hidden @ last["W"]'
-    )
-    assert planted != original
-    models.write_text(planted)
-    try:
+    with planted(project / "src" / "vmapcheck" / "models.py", *MISSING_OUTPUT_BIAS):
         result = run(project, "dvc", "repro", check=False)
-    finally:
-        models.write_text(original)
     assert result.returncode != 0 and "track: the check FAILED" in result.stdout
     failed = track(project)
     assert failed["verdict"] == "failed"
