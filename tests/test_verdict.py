@@ -264,3 +264,15 @@ def test_round_index_finds_the_round_that_slowed_every_cell():
     assert normalized["cells"]["p0"]["b1"]["status"] == "regression"
     assert plain["round_index"]["current"] is None
     assert round_index(_record({"a": {"b1": _lognormal(1.0, 100, 0)}})) is None  # < 3 cells
+
+
+def test_a_missing_current_report_is_named_as_such(tmp_path, root, capsys):
+    # Before the pipeline ran: the message names the current run's file, not a baseline.
+    (tmp_path / "params.yaml").write_text((root / "params.yaml").read_text())
+    missing = tmp_path / "reports" / "bench_details.json"
+    assert (
+        main(["--root", str(tmp_path), "--baseline", "last-verified", "--current", str(missing)])
+        == 2
+    )
+    err = capsys.readouterr().err
+    assert f"current run '{missing}': no such file" in err and "run the pipeline first" in err

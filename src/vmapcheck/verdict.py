@@ -197,8 +197,10 @@ def resolve_baseline(
     experiment: str | None = None,
     tags: dict[str, str] | None = None,
     exclude: str | None = None,
+    role: str = "baseline",
 ) -> BenchRecord:
-    """The baseline named by ``spec``: a file, an MLflow run id, or ``last-verified``.
+    """The baseline named by ``spec``: a file, an MLflow run id, or ``last-verified``
+    (``role``: what the messages call it, "baseline" or "current run").
 
     Raises:
         ConfigError: ``spec`` names none of these (the message says what was tried).
@@ -206,21 +208,26 @@ def resolve_baseline(
     """
     if Path(spec).is_file():
         return read_bench_file(Path(spec))
+    if spec.endswith(".json"):
+        raise ArtifactError(
+            f"{role} {spec!r}: no such file (reports/bench_details.json is written by the "
+            "bench stage: run the pipeline first)"
+        )
     if tracking_uri is None:
-        raise ConfigError(f"baseline {spec!r}: no such file, and no MLflow store to look in")
+        raise ConfigError(f"{role} {spec!r}: no such file, and no MLflow store to look in")
     if spec == LAST_VERIFIED:
         run_id = last_verified_run(tracking_uri, experiment or "", tags or {}, exclude)
         if run_id is None:
             wanted = ", ".join(f"{k}={v}" for k, v in sorted((tags or {}).items()))
             raise ArtifactError(
-                f"baseline {LAST_VERIFIED}: no passed run with {wanted or 'any tags'} in "
+                f"{role} {LAST_VERIFIED}: no passed run with {wanted or 'any tags'} in "
                 f"experiment {experiment!r} of {tracking_uri}"
             )
         return bench_from_run(tracking_uri, run_id)
     if len(spec) == 32 and all(c in "0123456789abcdef" for c in spec):
         return bench_from_run(tracking_uri, spec)
     raise ConfigError(
-        f"baseline {spec!r}: expected a bench_details.json file, an MLflow run id "
+        f"{role} {spec!r}: expected a bench_details.json file, an MLflow run id "
         f"(32 hex digits) or {LAST_VERIFIED!r}"
     )
 
@@ -533,7 +540,7 @@ def main(argv: list[str] | None = None) -> int:
             "precision": config.precision.name,
         }
         experiment = experiment_name(config)
-        current = resolve_baseline(args.current, uri, experiment, tags)
+        current = resolve_baseline(args.current, uri, experiment, tags, role="current run")
         baseline = resolve_baseline(
             args.baseline, uri, experiment, tags, exclude=_run_id(args.current)
         )
