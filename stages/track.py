@@ -38,11 +38,14 @@ from vmapcheck.tracking import (
     resolve_tracking_uri,
     run_name,
 )
-from vmapcheck.verdict import compare, format_table, read_bench_file, resolve_baseline
+from vmapcheck.verdict import compare, format_table, record_from_details, resolve_baseline
 
 
-def judge_performance(config: Config, exclude: str | None = None) -> dict[str, Any]:
-    """This run's benchmark against bench.regression.baseline (None: not compared).
+def judge_performance(
+    config: Config, bench: dict[str, Any], exclude: str | None = None
+) -> dict[str, Any]:
+    """This run's benchmark (``bench``: its bench_details.json, parsed) against
+    bench.regression.baseline (None: not compared).
 
     A regression is reported (and logged), not fatal: latency on a shared machine is
     judged by people; the agreement checks gate the pipeline.
@@ -56,7 +59,7 @@ def judge_performance(config: Config, exclude: str | None = None) -> dict[str, A
         "precision": config.precision.name,
     }
     uri = resolve_tracking_uri(config.tracking, ROOT)
-    current = read_bench_file(REPORTS / "bench_details.json")
+    current = record_from_details(bench, str(REPORTS / "bench_details.json"))
     try:
         # This run is not logged yet: "last-verified" is the newest earlier one.
         baseline = resolve_baseline(spec, uri, experiment_name(config), tags, exclude)
@@ -98,7 +101,7 @@ def track(config: Config) -> int:
     train = read_json(REPORTS / "train.json")
     contract = read_json(DATA / "params" / "contract.json")
     git = git_state(ROOT)
-    perf = judge_performance(config, exclude=earlier["run_id"] if earlier else None)
+    perf = judge_performance(config, bench, exclude=earlier["run_id"] if earlier else None)
     atomic_write_json(REPORTS / "perf_verdict.json", perf)
     # Written before logging: a failed check is reported (and logged) like a passed one.
     report = render_report(
