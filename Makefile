@@ -43,7 +43,7 @@ $(STAMP): pyproject.toml requirements.lock
 
 demo: $(STAMP)
 	@status=0; dvc repro || status=$$?; \
-	python -m vmapcheck.summary --repro-status $$status || true; \
+	vmapcheck summary --repro-status $$status || true; \
 	exit $$status
 
 test: $(STAMP) lint browser
@@ -65,12 +65,12 @@ format: $(STAMP)
 # The reference changes only here, never as a side effect of dvc repro.
 reference: $(STAMP)
 	@test -n "$(REASON)" || { echo "error: say why the reference changes: make reference REASON='...'" >&2; exit 1; }
-	python -m vmapcheck.reference make --reason "$(REASON)"
+	vmapcheck reference make --reason "$(REASON)"
 
 # Judge reports/bench_details.json against a baseline; exits 1 on a regression.
 BASELINE ?= last-verified
 verdict: $(STAMP)
-	python -m vmapcheck.verdict --baseline "$(BASELINE)"
+	vmapcheck verdict --baseline "$(BASELINE)"
 
 # The last N runs of every model's experiment, or those an MLflow filter string picks.
 N ?= 10
@@ -78,22 +78,22 @@ FILTER ?=
 # Passed through the environment: the shell never parses the filter's quotes or backticks.
 compare: export VMAPCHECK_COMPARE_FILTER = $(FILTER)
 compare: $(STAMP)
-	python -m vmapcheck.compare -n "$(N)" --filter "$$VMAPCHECK_COMPARE_FILTER"
+	vmapcheck compare -n "$(N)" --filter "$$VMAPCHECK_COMPARE_FILTER"
 # The MLflow Model Registry: passing runs register their params and move alias
 # `verified`; only `make rollback` moves it back. MODEL defaults to registry.registered_model.
 registry: $(STAMP)
-	python -m vmapcheck.registry show $(if $(MODEL),--model "$(MODEL)")
+	vmapcheck registry $(if $(MODEL),--model "$(MODEL)")
 
 rollback: $(STAMP)
-	python -m vmapcheck.registry rollback $(if $(MODEL),--model "$(MODEL)")
+	vmapcheck rollback $(if $(MODEL),--model "$(MODEL)")
 
 # The diagnosis protocol on the current outputs, on demand (check runs it on a failure):
 # writes reports/diagnosis-on-demand.json and .txt; exits 1 when it localizes a divergence.
 diagnose: $(STAMP)
-	python -m vmapcheck.diagnosis
+	vmapcheck diagnose
 
 params: $(STAMP)
-	python -m vmapcheck.compose
+	vmapcheck params
 
 # Re-resolve every transitive version from pyproject.toml in a scratch venv.
 lock:
@@ -107,7 +107,7 @@ lock:
 	@echo "requirements.lock rewritten"
 
 ui: $(STAMP)
-	python -m vmapcheck.ui --port $(UI_PORT)
+	vmapcheck ui --port $(UI_PORT)
 
 clean:
 	rm -rf data/prepared data/cases data/params data/forward reports mlflow.db mlartifacts \

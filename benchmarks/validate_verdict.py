@@ -3,7 +3,7 @@
 Runs the benchmark ``--runs`` times for the normal model (A) and as many times for the
 planted slowdown ``model=mlp_slow`` (B: its ``direct`` paths do ~25% more arithmetic;
 ``loop``/``vmap`` are untouched), alternating A and B, each run in a fresh process as the
-pipeline's ``bench`` stage does. Then judges, with :func:`vmapcheck.verdict.compare`:
+pipeline's ``bench`` stage does. Then judges, with :func:`vmapcheck.bench.verdict.compare`:
 
 - every pair of A runs (A/A): any regression reported is a false alarm;
 - every (A baseline, B current) pair: a regression on a ``direct`` cell is a detection,
@@ -17,7 +17,7 @@ Usage (from the project root, a few minutes per run pair)::
 
     python benchmarks/validate_verdict.py --runs 8 --out benchmarks/verdict_validation.json
 
-The figures in the README come from this script; rerun it on your machine to get yours.
+The figures in docs/benchmark.md come from this script; rerun it on your machine to get yours.
 """
 
 from __future__ import annotations
@@ -44,12 +44,12 @@ def bench_once(model_option: str, bench_option: str, out: Path) -> None:
     import numpy as np
     import yaml
 
-    from vmapcheck.bench import run_bench
+    from vmapcheck.bench.timing import run_bench
     from vmapcheck.compose import compose_yaml
     from vmapcheck.config import validate_config
+    from vmapcheck.core.models import build_model
+    from vmapcheck.core.runtime import configure_jax
     from vmapcheck.io import atomic_write_json
-    from vmapcheck.models import build_model
-    from vmapcheck.runtime import configure_jax
 
     config = validate_config(
         yaml.safe_load(
@@ -129,9 +129,9 @@ def main() -> int:
 
     import yaml
 
+    from vmapcheck.bench.verdict import compare, read_bench_file
     from vmapcheck.compose import compose_yaml
     from vmapcheck.io import atomic_write_json
-    from vmapcheck.verdict import compare, read_bench_file
 
     regression = yaml.safe_load(compose_yaml(ROOT / "conf", [f"bench={args.bench}"]))["bench"][
         "regression"

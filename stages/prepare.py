@@ -1,66 +1,7 @@
-"""DVC stage `prepare`: raw table -> anonymized, disjoint train/val/test -> regression cases.
+"""DVC stage `prepare` (dvc.yaml): its body is :func:`vmapcheck.pipeline.prepare.run`."""
 
-The raw table (personal columns included) exists only in memory: what is written has
-its identifiers dropped or pseudonymized and its quasi-identifiers generalized or
-dropped, and the manifest says what was done to each column, never a value. Everything
-is validated before anything is written, so a bad input leaves no outputs behind.
-"""
-
-from vmapcheck.anonymize import anonymize
-from vmapcheck.config import Config
-from vmapcheck.data import anonymize_policy, load_raw, split_indices, write_splits
-from vmapcheck.io import atomic_dir, atomic_write_json
-from vmapcheck.keys import named_keys
-from vmapcheck.regression import SPLITS, regression_cases, write_cases
-from vmapcheck.runtime import configure_cpu_float32
-from vmapcheck.stage import CASES, PREPARED, ROOT, stage_main
-
-
-@stage_main("prepare")
-def main(config: Config) -> None:
-    configure_cpu_float32()
-    keys = named_keys(config.seed)
-    raw = load_raw(config.data, keys["data"], ROOT)
-    table = anonymize(raw, anonymize_policy(config.data))
-    del raw  # nothing personal beyond this point
-    parts = split_indices(keys["split"], table.group_ids, config.data)
-    cases = regression_cases(
-        table.features[parts["train"]],
-        table.features[parts["test"]],
-        table.targets[parts["test"]],
-        config.data.standard_batch,
-    )
-    anon = config.data.anonymize
-    manifest = {
-        "source": config.data.source,
-        **({"path": config.data.path} if config.data.source == "csv" else {}),
-        "features": list(table.feature_names),
-        "targets": list(table.target_names),
-        "dtype": str(table.features.dtype),
-        "columns": table.columns,
-        "anonymization": {
-            "join_key": anon.join_key,
-            "pseudonym": f"HMAC-SHA256, secret from the environment variable {anon.secret_env}"
-            if anon.join_key
-            else None,
-            "split_records_by": anon.group_by,
-        },
-        "rows": {name: int(parts[name].size) for name in SPLITS},
-    }
-    with atomic_dir(PREPARED) as folder:
-        write_splits(folder, table, parts)
-        atomic_write_json(folder / "manifest.json", manifest)
-    with atomic_dir(CASES) as folder:
-        write_cases(folder, cases, list(table.feature_names))
-    sizes = ", ".join(f"{name} {parts[name].size}" for name in SPLITS)
-    actions = ", ".join(
-        f"{c['name']}: {c['action']}"
-        for c in table.columns
-        if c["role"] in ("identifier", "quasi_identifier")
-    )
-    print(f"prepare: {table.features.shape[0]} rows ({config.data.source}) split into {sizes}")
-    print(f"prepare: anonymized ({actions}); {len(cases)} regression cases")
-
+from vmapcheck.pipeline import prepare
+from vmapcheck.pipeline.stage import run_stage
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(run_stage("prepare", prepare.run))

@@ -2,8 +2,8 @@
 
 import numpy as np
 
-from vmapcheck.agreement import all_pairs, compare
 from vmapcheck.config import ToleranceConfig
+from vmapcheck.core.compare import all_pairs, compare
 
 TOL = ToleranceConfig(rtol=1e-5, atol=1e-6)
 

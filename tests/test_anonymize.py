@@ -15,7 +15,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from vmapcheck.anonymize import (
+from vmapcheck.data.anonymize import (
     QUASI_POLICIES,
     AnonymizationError,
     AnonymizedTable,
@@ -24,8 +24,8 @@ from vmapcheck.anonymize import (
     find_canaries,
     validate_policy,
 )
+from vmapcheck.data.sources import RawTable, Schema
 from vmapcheck.errors import ArtifactError, ConfigError
-from vmapcheck.sources import RawTable, Schema
 
 SECRET = "s3cret-for-tests-0123456789"
 OTHER_SECRET = "another-secret-abcdefghijkl"

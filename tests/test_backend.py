@@ -4,7 +4,7 @@ import subprocess
 import sys
 import textwrap
 
-from tests.conftest import ROOT
+from tests.helpers.config import ROOT
 
 
 def _run(code: str) -> subprocess.CompletedProcess:
@@ -22,9 +22,9 @@ def _run(code: str) -> subprocess.CompletedProcess:
 def test_absent_gpu_is_an_error_naming_the_backends_present():
     result = _run("""
         from vmapcheck.config import BackendConfig
-        from tests.conftest import compose_config
+        from tests.helpers.config import compose_config
         from vmapcheck.errors import BackendUnavailableError
-        from vmapcheck.runtime import configure_jax
+        from vmapcheck.core.runtime import configure_jax
         import jax
         config = compose_config("backend=gpu")
         try:
@@ -44,8 +44,8 @@ def test_absent_gpu_is_an_error_naming_the_backends_present():
 
 def test_cpu_and_x64_are_selected_before_jax_starts():
     result = _run("""
-        from tests.conftest import compose_config
-        from vmapcheck.runtime import configure_jax
+        from tests.helpers.config import compose_config
+        from vmapcheck.core.runtime import configure_jax
         import jax.numpy as jnp
         config = compose_config("precision=f64")
         info = configure_jax(config.backend, config.precision)

@@ -5,7 +5,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from vmapcheck.bench import (
+from vmapcheck.bench.timing import (
     ROUNDS,
     latency_stats,
     metrics_summary,
@@ -15,10 +15,10 @@ from vmapcheck.bench import (
     sample_passes,
     warm_up,
 )
+from vmapcheck.bench.verdict import BLOCKS, blocks_of
 from vmapcheck.config import BenchConfig, ModelConfig, RegressionConfig
-from vmapcheck.models import build_model
-from vmapcheck.names import PATH_NAMES
-from vmapcheck.verdict import BLOCKS, blocks_of
+from vmapcheck.core.models import build_model
+from vmapcheck.core.paths import path_names
 
 
 def test_latency_stats_are_percentiles_not_the_best_run():
@@ -66,7 +66,7 @@ def test_run_bench_covers_every_path_and_caps_the_loop():
         regression=RegressionConfig(factor=1.1, alpha=0.01, baseline=None),
     )
     result = run_bench(model, params, rows, config, jnp.float32)
-    for path in PATH_NAMES:
+    for path in path_names("batch"):
         assert set(result["latency_ms"][path]) == (
             {"b1"} if path.startswith("loop") else {"b1", "b32"}
         )
@@ -107,7 +107,7 @@ def test_the_median_comes_with_a_confidence_interval():
 
 
 def test_a_call_below_the_timer_resolution_gets_an_inner_loop():
-    from vmapcheck.bench import inner_loop_size
+    from vmapcheck.bench.timing import inner_loop_size
 
     assert inner_loop_size(1.0) == 1
     assert inner_loop_size(1e-12) > 1

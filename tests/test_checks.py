@@ -3,9 +3,9 @@
 import numpy as np
 import pytest
 
-from tests.conftest import compose_config
-from vmapcheck.checks import metrics_summary, run_checks
-from vmapcheck.names import PATH_NAMES, VECTOR_PATH_NAMES
+from tests.helpers.config import compose_config
+from vmapcheck.check.checks import metrics_summary, run_checks
+from vmapcheck.core.paths import path_names
 
 OUT = np.array([[0.1, 0.0], [0.3, 0.1]], dtype=np.float32)
 RUNTIME = {
@@ -40,17 +40,19 @@ def inputs():
             },
         }
     }
-    outputs = {f"standard.{p}": OUT.copy() for p in PATH_NAMES}
-    outputs |= {f"single.{p}": OUT[:1].copy() for p in PATH_NAMES}
-    outputs |= {f"single_vector.{p}": OUT[0].copy() for p in VECTOR_PATH_NAMES}
+    outputs = {f"standard.{p}": OUT.copy() for p in path_names("batch")}
+    outputs |= {f"single.{p}": OUT[:1].copy() for p in path_names("batch")}
+    outputs |= {f"single_vector.{p}": OUT[0].copy() for p in path_names("vector")}
     record = {
         "runtime": RUNTIME,
         "reference": {"status": "ok"},
         "cases": {
-            "standard": {p: _ok([2, 2]) for p in PATH_NAMES},
-            "single": {p: _ok([1, 2]) for p in PATH_NAMES},
-            "single_vector": {p: _ok([2]) for p in VECTOR_PATH_NAMES},
-            "invalid_features": {p: _refused("expected 3 features, got 4") for p in PATH_NAMES},
+            "standard": {p: _ok([2, 2]) for p in path_names("batch")},
+            "single": {p: _ok([1, 2]) for p in path_names("batch")},
+            "single_vector": {p: _ok([2]) for p in path_names("vector")},
+            "invalid_features": {
+                p: _refused("expected 3 features, got 4") for p in path_names("batch")
+            },
         },
     }
     reference = {
@@ -64,8 +66,8 @@ def inputs():
             "cases": {"standard": {"kind": "batch"}},
             "losses": {"standard": 0.0},
         },
-        "stored": {f"standard.{p}": OUT.copy() for p in PATH_NAMES},
-        "current": {f"standard.{p}": OUT.copy() for p in PATH_NAMES},
+        "stored": {f"standard.{p}": OUT.copy() for p in path_names("batch")},
+        "current": {f"standard.{p}": OUT.copy() for p in path_names("batch")},
         "cases": {"standard": {"kind": "batch", "x": np.zeros((2, 3)), "y": OUT.copy()}},
     }
     oracle = {
@@ -99,20 +101,20 @@ def test_one_path_off_by_more_than_the_tolerance_fails_the_check(inputs):
     report = check(inputs)
     assert not report["passed"]
     pairs = {f.split(":")[0] for f in report["failures"] if "oracle" not in f}
-    assert pairs == {f"standard/{p}-vs-vmap_jit" for p in PATH_NAMES[:3]} | {
-        f"standard/vmap_jit-vs-{p}" for p in PATH_NAMES[4:]
+    assert pairs == {f"standard/{p}-vs-vmap_jit" for p in path_names("batch")[:3]} | {
+        f"standard/vmap_jit-vs-{p}" for p in path_names("batch")[4:]
     }
     assert "standard/vmap_jit vs float64 oracle" in " ".join(report["failures"])
 
 
 def test_all_paths_wrong_the_same_way_is_caught_by_the_oracle(inputs):
-    for p in PATH_NAMES:
+    for p in path_names("batch"):
         inputs[2][f"standard.{p}"] = OUT + np.float32(0.01)
     report = check(inputs)
     assert report["cases"]["standard"]["max_abs"] == 0.0  # the paths agree...
     assert not report["passed"]  # ...but all of them are wrong
     assert {f.split(" vs")[0] for f in report["failures"] if "oracle" in f} == {
-        f"standard/{p}" for p in PATH_NAMES
+        f"standard/{p}" for p in path_names("batch")
     }
 
 
@@ -235,7 +237,7 @@ def test_a_sharded_output_off_the_one_device_paths_fails_its_pairs(inputs):
     inputs[2]["standard.sharded_jit"] = OUT + np.float32(1e-3)
     report = check(inputs)
     pairs = {f.split(":")[0] for f in report["failures"] if "oracle" not in f}
-    assert pairs == {f"standard/{p}-vs-sharded_jit" for p in PATH_NAMES[:-1]}
+    assert pairs == {f"standard/{p}-vs-sharded_jit" for p in path_names("batch")[:-1]}
 
 
 def test_a_sharded_path_that_accepts_invalid_input_fails(inputs):

@@ -9,9 +9,10 @@ import pytest
 from mlflow.entities import Metric, RunTag
 from mlflow.tracking import MlflowClient
 
-from tests.conftest import ROOT
-from vmapcheck.compare import CompareError, compare_rows, format_compare, main, select_runs
+from tests.helpers.config import ROOT
+from vmapcheck.cli import main
 from vmapcheck.compose import compose_yaml
+from vmapcheck.tracking.runs import CompareError, compare_rows, format_compare, select_runs
 
 T0 = int(time.time() * 1000) - 3_600_000
 
@@ -171,16 +172,16 @@ def test_the_command_line(tmp_path, store, capsys):
     (tmp_path / "params.yaml").write_text(
         compose_yaml(ROOT / "conf", [f"tracking.tracking_uri={uri}"])
     )
-    assert main(["--root", str(tmp_path), "-n", "2", "--width", "220"]) == 0
+    assert main(["compare", "--root", str(tmp_path), "-n", "2", "--width", "220"]) == 0
     out = capsys.readouterr().out
     assert "mlp-bad" in out and "toy-f64" in out and "mlp-f32" not in out
-    assert main(["--root", str(tmp_path), "--filter", "tags.precision = 'f64'"]) == 0
+    assert main(["compare", "--root", str(tmp_path), "--filter", "tags.precision = 'f64'"]) == 0
     assert "1 run(s)" in capsys.readouterr().out
-    assert main(["--root", str(tmp_path), "--all", "-n", "1", "--width", "220"]) == 0
+    assert main(["compare", "--root", str(tmp_path), "--all", "-n", "1", "--width", "220"]) == 0
     assert "lookalike" in capsys.readouterr().out
     empty = tmp_path / "empty"
     empty.mkdir()
     (empty / "params.yaml").write_text(compose_yaml(ROOT / "conf"))
-    assert main(["--root", str(empty)]) == 2
+    assert main(["compare", "--root", str(empty)]) == 2
     assert "compare: no MLflow store at sqlite:///" in capsys.readouterr().err
     assert not (empty / "mlflow.db").exists()

@@ -5,7 +5,7 @@ import itertools
 import pytest
 import yaml
 
-from tests.conftest import ROOT, compose_config
+from tests.helpers.config import ROOT, compose_config
 from vmapcheck.compose import compose_yaml
 from vmapcheck.config import load_config, validate_config
 from vmapcheck.errors import ConfigError
@@ -174,7 +174,7 @@ def test_the_experiment_naming_is_validated(key, value, expected):
 
 
 def test_one_experiment_per_model_or_one_for_all():
-    from vmapcheck.tracking import experiment_name
+    from vmapcheck.tracking.store import experiment_name
 
     assert experiment_name(compose_config("model=toy")) == "vmapcheck-toy"
     assert experiment_name(compose_config("model=mlp")) == "vmapcheck-mlp"

@@ -7,11 +7,11 @@ import numpy as np
 import pytest
 from safetensors.numpy import save_file
 
-from tests.conftest import compose_config
+from tests.helpers.config import compose_config
 from vmapcheck.config import validate_config
+from vmapcheck.core.models import build_model
 from vmapcheck.errors import ArtifactError, ConfigError
 from vmapcheck.io import sha256_file
-from vmapcheck.models import build_model
 from vmapcheck.params_io import (
     check_features,
     leaf_paths,

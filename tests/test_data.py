@@ -3,11 +3,11 @@
 import numpy as np
 import pytest
 
-from tests.conftest import compose_config
-from vmapcheck.data import split_indices
+from tests.helpers.config import compose_config
+from vmapcheck.core.keys import named_keys
+from vmapcheck.data.regression import load_cases, regression_cases, write_cases
+from vmapcheck.data.splits import split_indices
 from vmapcheck.errors import ArtifactError
-from vmapcheck.keys import named_keys
-from vmapcheck.regression import load_cases, regression_cases, write_cases
 
 
 @pytest.fixture(scope="module")

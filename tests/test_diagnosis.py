@@ -18,28 +18,26 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from tests.conftest import ROOT, compose_config
-from vmapcheck.anonymize import anonymize
-from vmapcheck.checks import run_checks
-from vmapcheck.data import anonymize_policy, load_raw, split_indices, write_splits
-from vmapcheck.diagnosis import (
+from tests.helpers.config import ROOT, compose_config
+from vmapcheck.check.checks import run_checks
+from vmapcheck.check.diagnosis import (
     STAGE_NAMES,
     DataSources,
     StoredRun,
     Subject,
     diagnose,
     key_stream_stage,
-    measure,
     not_needed,
+    on_demand,
     probes_for,
-    ulp_distance,
     write_report,
 )
-from vmapcheck.forward import run_forward
-from vmapcheck.gradients import gradient_probe
-from vmapcheck.io import atomic_save_npz, load_npz, read_json, sha256_file
-from vmapcheck.keys import named_keys
-from vmapcheck.models import (
+from vmapcheck.core.compare import measure, ulp_distance
+from vmapcheck.core.forms import data_mesh
+from vmapcheck.core.forward import run_forward
+from vmapcheck.core.gradients import gradient_probe
+from vmapcheck.core.keys import named_keys
+from vmapcheck.core.models import (
     Model,
     build_model,
     mlp_forward_batch,
@@ -47,9 +45,12 @@ from vmapcheck.models import (
     no_tap,
     recorded,
 )
-from vmapcheck.paths import data_mesh
-from vmapcheck.regression import regression_cases, write_cases
-from vmapcheck.training import make_optimizer
+from vmapcheck.core.training import make_optimizer
+from vmapcheck.data.anonymize import anonymize
+from vmapcheck.data.regression import regression_cases, write_cases
+from vmapcheck.data.splits import anonymize_policy, load_raw, split_indices, write_splits
+from vmapcheck.io import atomic_save_npz, load_npz, read_json, sha256_file
+from vmapcheck.layout import Layout
 
 OVERRIDES = ("data.n_rows=240", "data.standard_batch=8", "reference.required=false")
 OUT = "layers[2]"  # the MLP [8, 32, 32, 2]'s output layer
@@ -200,6 +201,13 @@ def test_not_needed_when_the_check_passed(tmp_path):
     assert "not needed" in text.read_text()
 
 
+def test_on_demand_without_a_project_is_an_error_not_a_report(tmp_path, capsys):
+    out = Layout(tmp_path).report("diagnosis-on-demand.json")
+    assert on_demand(Layout(tmp_path), out) == 2
+    assert capsys.readouterr().err.startswith("diagnosis: error: ")
+    assert not out.exists()
+
+
 # --- the planted faults ---------------------------------------------------------------
 
 
@@ -335,8 +343,8 @@ def test_leaves_the_key_does_not_move_are_no_draws(config, mlp):
 def _standardized(mlp: Model, mean: np.ndarray, std: np.ndarray, twice: bool) -> Model:
     """The MLP behind an input standardization with the train split's statistics."""
 
-    def standardize(x):
-        return (x - mean) / std
+    def standardize(x):  # one row (n,) or a batch (rows, n): broadcast explicitly
+        return (x - np.broadcast_to(mean, x.shape)) / np.broadcast_to(std, x.shape)
 
     def forward_one(params, x, tap=no_tap):
         return mlp_forward_one(params, tap("standardize", standardize(x)), tap)
@@ -379,10 +387,12 @@ def test_nan_entering_at_one_layer(config, project, mlp, params):
         hidden = x
         *inner, last = params_["layers"]
         for i, layer in enumerate(inner):
-            pre = hidden @ layer["W"] + layer["b"]
+            pre = hidden @ layer["W"]
+            pre = pre + jnp.broadcast_to(layer["b"], pre.shape)
             # The bug: sqrt where relu belongs; a negative pre-activation gives NaN.
             hidden = tap(f"layers[{i}]", jnp.sqrt(pre) if i == 1 else jax.nn.relu(pre))
-        return hidden @ last["W"] + last["b"]
+        out = hidden @ last["W"]
+        return out + jnp.broadcast_to(last["b"], out.shape)
 
     def one(p, x, tap=no_tap):
         return sqrt_layer(p, x, tap)
@@ -390,7 +400,7 @@ def test_nan_entering_at_one_layer(config, project, mlp, params):
     model = replace(
         mlp,
         forward_one=one,
-        forward_batch=one,  # written with broadcasting, the same code serves a batch
+        forward_batch=one,  # broadcasting explicitly, the same code serves a batch
         activations_one=recorded(one, OUT),
         activations_batch=recorded(one, OUT),
     )

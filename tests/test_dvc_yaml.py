@@ -6,8 +6,8 @@ import sys
 
 import yaml
 
-from tests.conftest import ROOT
-from vmapcheck.names import PATH_NAMES
+from tests.helpers.config import ROOT
+from vmapcheck.core.paths import path_names
 
 DVC_YAML = yaml.safe_load((ROOT / "dvc.yaml").read_text())
 STAGES = DVC_YAML["stages"]
@@ -55,4 +55,4 @@ def test_metrics_and_plots_are_declared():
     assert {"reports/check.json", "reports/bench.json"} <= metrics
     plot = DVC_YAML["plots"][0]["latency_p50_ms_vs_batch_size"]
     assert plot["x"] == "batch_size"
-    assert set(plot["y"]) == {f"reports/plots/{p}.csv" for p in PATH_NAMES}
+    assert set(plot["y"]) == {f"reports/plots/{p}.csv" for p in path_names("batch")}

@@ -10,11 +10,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from vmapcheck.anonymize import find_canaries
-from vmapcheck.bench import _CompileCounter
-from vmapcheck.config import GuardConfig, GuardReplayConfig, ModelConfig
-from vmapcheck.errors import ConfigError, InvalidInputError, NonFiniteOutputError
-from vmapcheck.guard import (
+from vmapcheck.bench.guard import (
     INVALID_KINDS,
     REASONS,
     REQUEST_CANARY,
@@ -24,8 +20,12 @@ from vmapcheck.guard import (
     request_stream,
     run_replay,
 )
+from vmapcheck.bench.timing import _CompileCounter
+from vmapcheck.config import GuardConfig, GuardReplayConfig, ModelConfig
+from vmapcheck.core.models import Model, build_model
+from vmapcheck.data.anonymize import find_canaries
+from vmapcheck.errors import ConfigError, InvalidInputError, NonFiniteOutputError
 from vmapcheck.io import atomic_write_json
-from vmapcheck.models import Model, build_model
 
 FEATURES = 4
 BUCKETS = [1, 8, 64, 256, 1024]

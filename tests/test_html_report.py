@@ -18,9 +18,9 @@ from typing import Any
 import numpy as np
 import pytest
 
-from tests.chromium import png_size, render
-from vmapcheck.html_report import render_report
-from vmapcheck.names import PATH_NAMES
+from tests.helpers.chromium import png_size, render
+from vmapcheck.core.paths import path_names
+from vmapcheck.report.html import render_report
 
 HOSTILE = '<script>alert("x")</script>'
 
@@ -31,7 +31,7 @@ def _result(max_abs: float, passed: bool = True, reason: str = "") -> dict[str, 
 
 def _case(about: str, rows: int, bad_path: str | None = None) -> dict[str, Any]:
     pairs = {}
-    for a, b in combinations(PATH_NAMES, 2):
+    for a, b in combinations(path_names("batch"), 2):
         bad = bad_path in (a, b)
         pairs[f"{a}-vs-{b}"] = (
             _result(0.37, False, "|a-b| = 0.37 > 1e-06 + 1e-05 * 0.5 at (0, 1)")
@@ -44,11 +44,11 @@ def _case(about: str, rows: int, bad_path: str | None = None) -> dict[str, Any]:
         "about": about,
         "max_abs": max(p["max_abs"] for p in pairs.values()),
         "max_rel": max(p["max_rel"] for p in pairs.values()),
-        "contract": {p: [] for p in PATH_NAMES},
-        "finite": {p: True for p in PATH_NAMES},
+        "contract": {p: [] for p in path_names("batch")},
+        "finite": {p: True for p in path_names("batch")},
         "pairs": pairs,
-        "oracle": {p: _result(2e-7) for p in PATH_NAMES},
-        "loss": {p: 0.0371 for p in PATH_NAMES},
+        "oracle": {p: _result(2e-7) for p in path_names("batch")},
+        "loss": {p: 0.0371 for p in path_names("batch")},
         "passed": bad_path is None,
     }
 
@@ -61,7 +61,7 @@ def _negative(refused_by_all: bool) -> dict[str, Any]:
             "error": "InvalidInputError",
             "message": "expected 3 features, got 4",
         }
-        for p in PATH_NAMES
+        for p in path_names("batch")
     }
     if not refused_by_all:
         paths["vmap_jit"] = {
@@ -159,7 +159,7 @@ def make_inputs(failed: bool) -> tuple[dict, dict, dict, dict]:
             }
             for rows in (1, 8)
         }
-        for i, path in enumerate(PATH_NAMES)
+        for i, path in enumerate(path_names("batch"))
     }
     del latency["loop_eager"]["b8"]
     machine = {
@@ -178,7 +178,7 @@ def make_inputs(failed: bool) -> tuple[dict, dict, dict, dict]:
         "latency_ms": latency,
         "figures": {
             p: {"b1": {"compile_ms": 80.0, "first_call_ms": 0.5, "gflops": 0.2, "roofline": 0.003}}
-            for p in PATH_NAMES
+            for p in path_names("batch")
         },
         "speedup": {
             "b1": {"vmap_over_loop": 0.98, "vmap_over_direct": 1.0},
@@ -186,7 +186,7 @@ def make_inputs(failed: bool) -> tuple[dict, dict, dict, dict]:
         },
         "peak": {"size": 512, "p50_ms": 3.3, "gflops": 80.7},
         "skipped": {
-            **{p: {} for p in PATH_NAMES},
+            **{p: {} for p in path_names("batch")},
             "loop_eager": {"b8": "loop path capped at 1 rows (bench.loop_max_batch)"},
         },
         "machine": {"before": machine, "after": {**machine, "load_avg_1m": 3.9}, "noisy": True},
@@ -314,7 +314,7 @@ def test_report_holds_every_section_self_contained(failed):
     assert agreement["standard"][-1] == "pass"
     assert agreement[HOSTILE][-1] == ("FAIL" if failed else "pass")
     pairs = page.rows[f"pairs-{HOSTILE}"][1:]
-    assert len(pairs) == len(list(combinations(PATH_NAMES, 2)))
+    assert len(pairs) == len(list(combinations(path_names("batch"), 2)))
     failing = [row[1] for row in pairs if row[4] == "FAIL"]
     assert failing == ([p for p in (r[1] for r in pairs) if "direct_jit" in p] if failed else [])
 
@@ -322,14 +322,14 @@ def test_report_holds_every_section_self_contained(failed):
     assert page.rows["reference-table"][1] == ["status", "missing"]
     negative = page.rows["negative-table"][1]
     assert negative[0] == "invalid_features"
-    n = len(PATH_NAMES)
+    n = len(path_names("batch"))
     assert negative[4] == (f"{n - 1}/{n}" if failed else f"{n}/{n}")
     assert negative[-1] == ("FAIL" if failed else "pass")
     assert [row[0] for row in page.rows["gradients-table"][1:]] == ["layers[0].W", "layers[0].b"]
 
     latency = page.rows["latency-table"]
     assert latency[0][:5] == ["path", "batch", "p50 ms", "p90 ms", "p99 ms"]
-    assert len(latency) - 1 == len(PATH_NAMES) * 2 - 1  # loop_eager at batch 8 was skipped
+    assert len(latency) - 1 == len(path_names("batch")) * 2 - 1  # loop_eager at batch 8 was skipped
     vmap_8 = next(row[:5] for row in latency if row[:2] == ["vmap_jit", "8"])
     assert vmap_8 == ["vmap_jit", "8", "0.32", "0.384", "0.64"]
     assert "loop_eager at batch 8: loop path capped" in page.text("skipped")
@@ -391,7 +391,7 @@ def test_report_renders_in_headless_chromium(failed, colour, tmp_path):
         assert image["shown_width"] > 300, image
     assert probe["fetched"] == []  # nothing loaded from outside the page
     rows = re.findall(r'<tr class="pair (?:pass|fail)">', shown["dom"])
-    assert len(rows) == 2 * len(list(combinations(PATH_NAMES, 2)))
+    assert len(rows) == 2 * len(list(combinations(path_names("batch"), 2)))
     # The screenshot shows the banner in its colour near the top of the page.
     with Image.open(shown["screenshot"]) as shot:
         assert shot.size == (1280, 4000)

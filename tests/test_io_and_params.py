@@ -7,9 +7,9 @@ import numpy as np
 import pytest
 
 from vmapcheck.config import ModelConfig
+from vmapcheck.core.models import build_model
 from vmapcheck.errors import ArtifactError
 from vmapcheck.io import atomic_dir, atomic_write_json, load_npz
-from vmapcheck.models import build_model
 from vmapcheck.params_io import load_model_params, save_params
 
 

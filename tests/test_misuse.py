@@ -6,15 +6,15 @@ import numpy as np
 import pytest
 from jax.errors import KeyReuseError
 
-from tests.conftest import compose_config
+from tests.helpers.config import compose_config
 from vmapcheck.config import ModelConfig
-from vmapcheck.data import split_indices
+from vmapcheck.core.forms import batched_forward
+from vmapcheck.core.keys import named_keys
+from vmapcheck.core.models import build_model
+from vmapcheck.core.training import fit
+from vmapcheck.data.sources import synthetic_raw_table
+from vmapcheck.data.splits import split_indices
 from vmapcheck.errors import InvalidInputError
-from vmapcheck.keys import named_keys
-from vmapcheck.models import build_model
-from vmapcheck.paths import batched_forward
-from vmapcheck.sources import synthetic_raw_table
-from vmapcheck.training import fit
 
 
 @pytest.fixture(scope="module")

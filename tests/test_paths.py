@@ -5,12 +5,12 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from vmapcheck.agreement import all_pairs
 from vmapcheck.config import ModelConfig, ToleranceConfig
+from vmapcheck.core.compare import all_pairs
+from vmapcheck.core.forms import validate_batch
+from vmapcheck.core.models import build_model
+from vmapcheck.core.paths import build_paths, path_names
 from vmapcheck.errors import InvalidInputError
-from vmapcheck.models import build_model
-from vmapcheck.names import PATH_NAMES
-from vmapcheck.paths import build_paths, validate_batch
 
 
 @pytest.fixture(scope="module")
@@ -43,7 +43,7 @@ def test_invalid_batches_are_refused_with_the_problem_named(x, message):
 def test_every_path_refuses_invalid_input_before_computing(mlp):
     model, params = mlp
     paths = build_paths(model, jnp.float32)
-    assert set(paths) == set(PATH_NAMES)
+    assert set(paths) == set(path_names("batch"))
     for path in paths.values():
         with pytest.raises(InvalidInputError, match="expected 5 features, got 4"):
             path(params, jnp.ones((3, 4), jnp.float32))
@@ -57,7 +57,7 @@ def test_paths_agree_on_an_mlp_and_have_the_contract_shape(mlp):
     }
     for name, out in outputs.items():
         assert out.shape == (7, 3) and out.dtype == np.float32, name
-    assert set(outputs) == set(PATH_NAMES)
+    assert set(outputs) == set(path_names("batch"))
     results = all_pairs(outputs, ToleranceConfig(rtol=1e-5, atol=1e-6))
     assert len(results) == 21
     assert all(r["passed"] for r in results.values()), results

@@ -1,7 +1,7 @@
 """The shipped "bring your own model" examples (Flax NNX, Equinox) and the factory contract.
 
 Each example is built exactly as the pipeline builds it: compose ``model=<name>``, then
-``vmapcheck.models.build_model``. The examples' tests skip when their framework is not
+``vmapcheck.core.models.build_model``. The examples' tests skip when their framework is not
 installed (``pip install -e '.[flax]'`` / ``'.[equinox]'``).
 """
 
@@ -12,21 +12,20 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from tests.conftest import compose_config
-from vmapcheck.agreement import all_pairs
+from tests.helpers.config import compose_config
 from vmapcheck.config import ModelConfig, ToleranceConfig
+from vmapcheck.core.compare import all_pairs
+from vmapcheck.core.models import Model, build_model
+from vmapcheck.core.paths import build_paths, not_provided, path_names
+from vmapcheck.core.training import fit, make_loss
 from vmapcheck.errors import ArtifactError, ConfigError
-from vmapcheck.models import Model, build_model
-from vmapcheck.names import PATH_NAMES
 from vmapcheck.params_io import leaf_paths, load_model_params, save_params
-from vmapcheck.paths import build_paths, not_provided
-from vmapcheck.training import fit, make_loss
 
 # example -> (the framework it needs, the pip extra that installs it)
 FRAMEWORKS = {"flax_mlp": ("flax", "flax"), "equinox_mlp": ("equinox", "equinox")}
 EXAMPLES = sorted(FRAMEWORKS)
 F32_PATHS = ToleranceConfig(rtol=1e-5, atol=1e-6)
-ALL_PATHS = set(PATH_NAMES)
+ALL_PATHS = set(path_names("batch"))
 
 
 def _require(example: str) -> None:

@@ -15,14 +15,15 @@ import pytest
 import yaml
 from safetensors.numpy import load_file, save_file
 
-from tests.conftest import compose_config
-from vmapcheck import registry
+from tests.helpers.config import compose_config
+from vmapcheck import cli
 from vmapcheck.compose import compose_yaml
 from vmapcheck.config import validate_config
+from vmapcheck.core.models import build_model
 from vmapcheck.errors import ArtifactError, ConfigError
 from vmapcheck.io import atomic_write_json, read_json, sha256_file
-from vmapcheck.models import build_model
 from vmapcheck.params_io import model_contract, save_params
+from vmapcheck.tracking import registry
 
 NAME = "vmapcheck-mlp"
 FEATURES = [f"x{i}" for i in range(8)]
@@ -156,19 +157,19 @@ def test_the_command_line_shows_versions_and_rolls_back(store, root, tmp_path, m
     shutil.copy(root / "params.yaml", tmp_path / "params.yaml")
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("MLFLOW_TRACKING_URI", store.uri)
-    assert registry.main(["rollback"]) == 2
+    assert cli.main(["rollback"]) == 2
     assert f"registry: error: no registered model '{NAME}'" in capsys.readouterr().err
     store.run_and_register(seed=1)
     second = store.run_and_register(seed=2)
-    assert registry.main(["show"]) == 0
+    assert cli.main(["registry"]) == 0
     out = capsys.readouterr().out
     assert f"registered model {NAME}" in out and "version 2 @verified" in out
     assert f"verified_by_run = {second['run_id']}" in out
-    assert registry.main(["rollback", "--model", NAME]) == 0
+    assert cli.main(["rollback", "--model", NAME]) == 0
     assert f"models:/{NAME}@verified moved from version 2" in capsys.readouterr().out
-    assert registry.main(["rollback"]) == 2
+    assert cli.main(["rollback"]) == 2
     assert "nothing to roll back to" in capsys.readouterr().err
-    assert registry.main(["show", "--model", "a/b"]) == 2
+    assert cli.main(["registry", "--model", "a/b"]) == 2
     assert "--model: expected a registered model name" in capsys.readouterr().err
 
 

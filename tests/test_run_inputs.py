@@ -10,10 +10,11 @@ import numpy as np
 import pytest
 from mlflow.tracking import MlflowClient
 
+from vmapcheck.data.regression import SPLITS, regression_cases, write_cases
 from vmapcheck.errors import ArtifactError
 from vmapcheck.io import atomic_save_npz, sha256_file
-from vmapcheck.regression import SPLITS, regression_cases, write_cases
-from vmapcheck.run_inputs import (
+from vmapcheck.layout import Layout
+from vmapcheck.tracking.run_inputs import (
     DIGEST_FIELD_CHARS,
     array_digest,
     gather_run_inputs,
@@ -76,7 +77,7 @@ def _project(root):
 def test_the_regression_set_and_splits_reach_a_real_store_as_datasets(tmp_path):
     root = tmp_path / "project"
     cases, splits = _project(root)
-    inputs = gather_run_inputs(root, tmp_path / "scratch", env={"DVC_EXP_NAME": "my-exp"})
+    inputs = gather_run_inputs(Layout(root), tmp_path / "scratch", env={"DVC_EXP_NAME": "my-exp"})
     client = MlflowClient(tracking_uri=f"sqlite:///{tmp_path / 'mlflow.db'}")
     experiment = client.create_experiment("t", artifact_location=(tmp_path / "a").as_uri())
     run_id = client.create_run(experiment).info.run_id
@@ -122,24 +123,24 @@ def test_a_tampered_case_file_is_refused_before_anything_is_logged(tmp_path):
     _project(root)
     atomic_save_npz(root / "data" / "cases" / "zeros.npz", {"x": np.ones((4, 3), np.float32)})
     with pytest.raises(ArtifactError, match=r"zeros\.npz: sha256 check failed"):
-        gather_run_inputs(root, tmp_path / "scratch", env={})
+        gather_run_inputs(Layout(root), tmp_path / "scratch", env={})
     (root / "data" / "cases" / "manifest.json").unlink()
     with pytest.raises(ArtifactError, match=r"manifest\.json: not found; has the prepare stage"):
-        gather_run_inputs(root, tmp_path / "scratch", env={})
+        gather_run_inputs(Layout(root), tmp_path / "scratch", env={})
 
 
 def test_provenance_tags(tmp_path):
-    assert provenance_tags(tmp_path, env={}) == {"dvc_lock_sha256": "missing"}
+    assert provenance_tags(Layout(tmp_path), env={}) == {"dvc_lock_sha256": "missing"}
     (tmp_path / "dvc.lock").write_text("schema: '2.0'\n")
     tags = provenance_tags(
-        tmp_path, env={"DVC_EXP_NAME": "f64-exp", "DVC_EXP_BASELINE_REV": "a" * 40}
+        Layout(tmp_path), env={"DVC_EXP_NAME": "f64-exp", "DVC_EXP_BASELINE_REV": "a" * 40}
     )
     assert tags == {
         "dvc_lock_sha256": sha256_file(tmp_path / "dvc.lock"),
         "dvc_exp_name": "f64-exp",
         "dvc_exp_baseline_rev": "a" * 40,
     }
-    assert "dvc_exp_name" not in provenance_tags(tmp_path, env={"DVC_EXP_NAME": " "})
+    assert "dvc_exp_name" not in provenance_tags(Layout(tmp_path), env={"DVC_EXP_NAME": " "})
 
 
 def test_pins_the_interpreter_does_not_have_are_listed(tmp_path):
@@ -157,7 +158,7 @@ def test_pins_the_interpreter_does_not_have_are_listed(tmp_path):
         ["surely-not-installed-xyz==1.0"],
     )
     (tmp_path / "requirements.lock").write_text(lock)
-    tags = write_environment(tmp_path, tmp_path / "environment")
+    tags = write_environment(Layout(tmp_path), tmp_path / "environment")
     assert tags["environment.matches_lock"] == "false"
     report = (tmp_path / "environment" / "lock-mismatches.txt").read_text().splitlines()
     assert report == [
@@ -168,9 +169,10 @@ def test_pins_the_interpreter_does_not_have_are_listed(tmp_path):
     ]
     # A pin nothing installs is no drift: the lock is pip's constraints file.
     (tmp_path / "requirements.lock").write_text("surely-not-installed-xyz==1.0\n")
-    tags = write_environment(tmp_path, tmp_path / "environment")
+    tags = write_environment(Layout(tmp_path), tmp_path / "environment")
     assert tags["environment.matches_lock"] == "true"
     freeze = (tmp_path / "environment" / "pip-freeze.txt").read_text()
     assert f"numpy=={np.__version__}" in freeze.splitlines()
     (tmp_path / "requirements.lock").unlink()
-    assert write_environment(tmp_path, tmp_path / "env2") == {"environment.matches_lock": "unknown"}
+    tags = write_environment(Layout(tmp_path), tmp_path / "env2")
+    assert tags == {"environment.matches_lock": "unknown"}

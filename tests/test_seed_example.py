@@ -4,8 +4,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from vmapcheck.models import toy_forward_batch, toy_forward_one, toy_params
-from vmapcheck.paths import build_paths
+from vmapcheck.core.models import toy_forward_batch, toy_forward_one, toy_params
+from vmapcheck.core.paths import build_paths
 
 SEED_BATCH = np.array([[1, 0, 0], [0, 1, 0], [0, 0, 1], [1, 1, 1]], dtype=np.float32)
 SEED_OUTPUT = np.array([[0.1, 0.0], [0.3, 0.1], [0.5, 0.3], [0.7, 0.7]], dtype=np.float32)
@@ -33,7 +33,7 @@ def test_three_forms_give_the_literal_output():
 
 def test_every_harness_path_reproduces_the_seed():
     from vmapcheck.config import ModelConfig
-    from vmapcheck.models import build_model
+    from vmapcheck.core.models import build_model
 
     model = build_model(ModelConfig(name="toy", in_features=3, hidden=[], out_features=2))
     paths = build_paths(model, jnp.float32)

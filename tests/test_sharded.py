@@ -14,11 +14,11 @@ import jax
 import jax.numpy as jnp
 import pytest
 
-from tests.conftest import ROOT, compose_config
+from tests.helpers.config import ROOT, compose_config
 from vmapcheck.config import ModelConfig
+from vmapcheck.core.forms import ShardedForward, data_mesh
+from vmapcheck.core.models import build_model
 from vmapcheck.errors import BackendUnavailableError, ConfigError
-from vmapcheck.models import build_model
-from vmapcheck.paths import ShardedForward, data_mesh
 
 
 def _run(code: str) -> dict:
@@ -39,18 +39,19 @@ def _run(code: str) -> dict:
 SHARDED_ON_FOUR_DEVICES = """
     import json
     import jax, jax.numpy as jnp, numpy as np
-    from tests.conftest import compose_config
-    from vmapcheck.runtime import configure_jax
+    from tests.helpers.config import compose_config
+    from vmapcheck.core.runtime import configure_jax
     config = compose_config("backend=cpu", "backend.num_devices=4")
     info = configure_jax(config.backend, config.precision)
     from vmapcheck.errors import BackendUnavailableError, InvalidInputError
-    from vmapcheck.models import build_model
-    from vmapcheck.paths import ShardedForward, build_paths, data_mesh
+    from vmapcheck.core.models import build_model
+    from vmapcheck.core.forms import ShardedForward, data_mesh
+    from vmapcheck.core.paths import build_paths
     model = build_model(config.model)
     params = model.init(jax.random.key(0))
     mesh = data_mesh(config.backend.num_devices)
     paths = build_paths(model, jnp.float32, mesh=mesh)
-    sharded = ShardedForward(model, mesh)
+    sharded = ShardedForward(model, mesh, "sharded_jit")
     out = {"device_count": info.device_count, "mesh": dict(mesh.shape)}
     out["describe"] = sharded.describe()
     out["diff"], out["shards"], out["path_devices"] = {}, {}, {}
@@ -92,7 +93,7 @@ SHARDED_ON_FOUR_DEVICES = """
     except BackendUnavailableError as exc:
         errors["configure_jax"] = str(exc)
     out["errors"] = errors
-    from vmapcheck.bench import run_bench
+    from vmapcheck.bench.timing import run_bench
     from vmapcheck.config import BenchConfig, RegressionConfig
     bench = BenchConfig(name="t", batch_sizes=[3, 8], warmup=1, repeats=5, loop_max_batch=1,
                         confidence_level=0.95, peak_matmul_size=64,
@@ -175,7 +176,7 @@ def test_a_mesh_of_every_device_by_default_and_too_many_refused():
 
 def test_sharded_path_on_one_device_still_runs_and_pads_nothing():
     model = build_model(ModelConfig(name="mlp", in_features=3, hidden=[4], out_features=2))
-    sharded = ShardedForward(model, data_mesh(1))
+    sharded = ShardedForward(model, data_mesh(1), "sharded_jit")
     out = sharded(model.init(jax.random.key(0)), jnp.ones((3, 3), jnp.float32))
     assert out.shape == (3, 2) and sharded.padded_rows(3) == 3
 

@@ -11,8 +11,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from vmapcheck.errors import ConfigError, SourceError
-from vmapcheck.sources import (
+from vmapcheck.data.sources import (
     SYNTHETIC_IDENTIFIERS,
     SYNTHETIC_QUASI,
     RawTable,
@@ -22,6 +21,7 @@ from vmapcheck.sources import (
     synthetic_schema,
     write_csv,
 )
+from vmapcheck.errors import ConfigError, SourceError
 
 SCHEMA = Schema(
     identifiers=("id", "name"),

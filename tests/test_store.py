@@ -1,4 +1,4 @@
-"""vmapcheck.store: where the store is, bounded waiting for a server, creating a sqlite
+"""vmapcheck.tracking.store: where the store is, bounded waiting for a server, creating a sqlite
 store once, and logging a pipeline state once (real MLflow sqlite stores, real sockets)."""
 
 from __future__ import annotations
@@ -15,11 +15,11 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.conftest import ROOT, compose_config
+from tests.helpers.config import ROOT, compose_config
 from vmapcheck.compose import compose_yaml
 from vmapcheck.config import TrackingConfig, validate_config
 from vmapcheck.errors import ConfigError, TrackingStoreError
-from vmapcheck.store import (
+from vmapcheck.tracking.store import (
     COMPLETE_TAG,
     PIPELINE_KEY_TAG,
     apply_http_settings,
@@ -205,13 +205,13 @@ CREATE = """
 import sys
 from pathlib import Path
 from vmapcheck.config import TrackingConfig
-from vmapcheck.store import ensure_experiment, open_store, artifact_location
+from vmapcheck.tracking.store import ensure_experiment, open_store, artifact_location
 t = TrackingConfig(name="local", tracking_uri=sys.argv[1], artifact_root="mlartifacts",
     experiment="vmapcheck", experiment_per_model=False, http_timeout_s=10,
     http_max_retries=2, http_backoff_factor=1, http_backoff_jitter=0.5)
 root = Path(sys.argv[2])
 uri = open_store(t, root)
-from vmapcheck.store import writer_lock
+from vmapcheck.tracking.store import writer_lock
 with writer_lock(uri):
     print(ensure_experiment(uri, "vmapcheck", artifact_location(t, root)))
 """
@@ -247,7 +247,7 @@ def test_writer_lock_is_exclusive_between_processes_and_reentrant(tmp_path):
         [
             sys.executable,
             "-c",
-            "import sys, time\nfrom vmapcheck.store import writer_lock\n"
+            "import sys, time\nfrom vmapcheck.tracking.store import writer_lock\n"
             "with writer_lock(sys.argv[1]):\n    print('held', flush=True)\n    time.sleep(30)\n",
             uri,
         ],
@@ -333,20 +333,20 @@ def test_open_store_creates_a_missing_sqlite_store(tmp_path, monkeypatch):
 def test_store_command_creates_the_store_once_and_probes_a_server(tmp_path, monkeypatch, capsys):
     from mlflow.tracking import MlflowClient
 
-    from vmapcheck.store import main
+    from vmapcheck.cli import main
 
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
     monkeypatch.delenv("DVC_ROOT", raising=False)
     (tmp_path / "params.yaml").write_text((ROOT / "params.yaml").read_text())
-    assert main(["init", "--root", str(tmp_path)]) == 0
-    assert main(["init", "--root", str(tmp_path)]) == 0  # a second time changes nothing
+    assert main(["store", "init", "--root", str(tmp_path)]) == 0
+    assert main(["store", "init", "--root", str(tmp_path)]) == 0  # a second time changes nothing
     experiments = MlflowClient(f"sqlite:///{tmp_path}/mlflow.db").search_experiments()
     assert [e.name for e in experiments].count("vmapcheck-mlp") == 1  # experiment_per_model
-    assert main(["where", "--root", str(tmp_path)]) == 0
+    assert main(["store", "where", "--root", str(tmp_path)]) == 0
     assert f"store: sqlite:///{tmp_path.resolve()}/mlflow.db" in capsys.readouterr().out
     dead = f"http://127.0.0.1:{free_port()}"
     monkeypatch.setenv("MLFLOW_TRACKING_URI", dead)
-    assert main(["probe", "--root", str(tmp_path)]) == 2
+    assert main(["store", "probe", "--root", str(tmp_path)]) == 2
     assert f"store: error: the MLflow tracking server {dead} does not answer" in (
         capsys.readouterr().err
     )

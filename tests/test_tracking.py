@@ -2,7 +2,7 @@
 
 import re
 
-from vmapcheck.tracking import collect_metrics, metric_name
+from vmapcheck.tracking.log import collect_metrics, metric_name
 
 VALID = re.compile(r"^[\w.\- :/]+$")  # what MLflow accepts in a metric name
 

@@ -4,9 +4,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from tests.conftest import compose_config
-from vmapcheck.models import build_model
-from vmapcheck.training import fit, make_loss, make_optimizer, make_update
+from tests.helpers.config import compose_config
+from vmapcheck.core.models import build_model
+from vmapcheck.core.training import fit, make_loss, make_optimizer, make_update
 
 
 def _splits(seed=0):

@@ -6,16 +6,16 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from vmapcheck.errors import ArtifactError, ConfigError
-from vmapcheck.verdict import (
+from vmapcheck.bench.verdict import (
     BenchRecord,
     compare,
-    main,
     read_bench_file,
     record_from_details,
     resolve_baseline,
     round_index,
 )
+from vmapcheck.cli import main as cli_main
+from vmapcheck.errors import ArtifactError, ConfigError
 
 
 def _lognormal(median_ms: float, n: int, seed: int, sigma: float = 0.1) -> np.ndarray:
@@ -196,11 +196,11 @@ def test_the_verdict_command_exits_1_on_a_regression(tmp_path, root, capsys):
     base.write_text(json.dumps(_details(1.0, 0)))
     same.write_text(json.dumps(_details(1.0, 1)))
     slow.write_text(json.dumps(_details(1.3, 2, model="mlp_slow")))
-    args = ["--root", str(tmp_path), "--baseline", str(base)]
-    assert main([*args, "--current", str(same)]) == 0
+    args = ["verdict", "--root", str(tmp_path), "--baseline", str(base)]
+    assert cli_main([*args, "--current", str(same)]) == 0
     assert "NO REGRESSION" in capsys.readouterr().out
     out = tmp_path / "verdict.json"
-    assert main([*args, "--current", str(slow), "--out", str(out)]) == 1
+    assert cli_main([*args, "--current", str(slow), "--out", str(out)]) == 1
     printed = capsys.readouterr().out
     assert "REGRESSION" in printed and "direct_jit" in printed
     assert "model differs: baseline 'mlp', current 'mlp_slow'" in printed
@@ -270,9 +270,7 @@ def test_a_missing_current_report_is_named_as_such(tmp_path, root, capsys):
     # Before the pipeline ran: the message names the current run's file, not a baseline.
     (tmp_path / "params.yaml").write_text((root / "params.yaml").read_text())
     missing = tmp_path / "reports" / "bench_details.json"
-    assert (
-        main(["--root", str(tmp_path), "--baseline", "last-verified", "--current", str(missing)])
-        == 2
-    )
+    args = ["--root", str(tmp_path), "--baseline", "last-verified", "--current", str(missing)]
+    assert cli_main(["verdict", *args]) == 2
     err = capsys.readouterr().err
     assert f"current run '{missing}': no such file" in err and "run the pipeline first" in err

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.conftest import ROOT
+from tests.helpers.config import ROOT
 
 WORKFLOW = ROOT / ".github" / "workflows" / "scheduled.yml"
 # Installed into the venv by the dev extra, next to the interpreter.

@@ -1,17 +1,17 @@
 """Compose params.yaml from conf/ exactly as ``dvc exp run`` does (Hydra + OmegaConf).
 
-Usage: ``python -m vmapcheck.compose [override ...]`` (e.g. ``model=toy``).
+Usage: ``vmapcheck params [override ...]`` (e.g. ``model=toy``; ``make params``).
 """
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
 from vmapcheck.io import atomic_write_text
+from vmapcheck.layout import Layout
 
 
 def compose_yaml(conf_dir: Path, overrides: list[str] | None = None) -> str:
@@ -22,13 +22,10 @@ def compose_yaml(conf_dir: Path, overrides: list[str] | None = None) -> str:
     return OmegaConf.to_yaml(cfg)
 
 
-def main(argv: list[str] | None = None) -> int:
-    overrides = sys.argv[1:] if argv is None else argv
-    text = compose_yaml(Path("conf"), overrides)
-    atomic_write_text(Path("params.yaml"), text)
+def run_params(layout: Layout, overrides: list[str] | None = None) -> int:
+    """``vmapcheck params``: rewrite ``layout.params_yaml`` from ``layout.conf``."""
+    overrides = list(overrides or [])
+    text = compose_yaml(layout.conf, overrides)
+    atomic_write_text(layout.params_yaml, text)
     print(f"params.yaml composed from conf/ with overrides {overrides or '[]'}")
     return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -36,7 +36,7 @@ class ModelConfig(_Strict):
     """Which model, and its layer widths. ``toy`` is the seed's fixed 3 -> 2 model.
 
     Any other name is a user's model: ``factory`` is a Hydra ``_target_`` (with its
-    keyword arguments) returning a :class:`vmapcheck.models.Model`.
+    keyword arguments) returning a :class:`vmapcheck.core.models.Model`.
     """
 
     name: Annotated[str, Field(pattern=r"^[A-Za-z][A-Za-z0-9_-]*$")]
@@ -137,7 +137,7 @@ class FileDataConfig(_DataCommon):
 DataConfig = Annotated[SyntheticDataConfig | FileDataConfig, Field(discriminator="source")]
 
 
-# A registered model's name as vmapcheck.registry writes it into models:/ URIs (MLflow
+# A registered model's name as vmapcheck.tracking.registry writes it into models:/ URIs (MLflow
 # forbids '/' and ':' in names; '@' would read as an alias).
 REGISTERED_MODEL_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,127}$"
 # models:/<name>/<version> (pinned) or models:/<name>@<alias>.
@@ -156,7 +156,7 @@ class TrainConfig(_Strict):
     # When given, nothing is trained: the file is verified and evaluated.
     params_file: str | None = None
     params_sha256: Annotated[str, Field(pattern=r"^[0-9a-f]{64}$")] | None = None
-    # Or verified params from the MLflow Model Registry (vmapcheck.registry): a pinned
+    # Or verified params from the MLflow Model Registry (vmapcheck.tracking.registry): a pinned
     # version models:/<name>/<version>, or an alias models:/<name>@<alias>.
     params_source: Annotated[str, Field(pattern=MODELS_URI_PATTERN)] | None = None
 
@@ -208,7 +208,7 @@ class PrecisionConfig(_Strict):
 
 
 class RegressionConfig(_Strict):
-    """When a benchmark counts as slower than its baseline (vmapcheck.verdict)."""
+    """When a benchmark counts as slower than its baseline (vmapcheck.bench.verdict)."""
 
     # A cell regresses only when median(current) / median(baseline) exceeds this ...
     factor: Annotated[float, Field(gt=1.0, le=10.0)]
@@ -234,7 +234,7 @@ class BenchConfig(_Strict):
 
 
 class GuardReplayConfig(_Strict):
-    """The request stream the guard's replay sends (vmapcheck.guard.request_stream)."""
+    """The request stream the guard's replay sends (vmapcheck.bench.guard.request_stream)."""
 
     n_requests: PositiveInt
     # Share of requests made invalid on purpose, spread evenly over the invalid kinds.
@@ -247,7 +247,7 @@ class GuardReplayConfig(_Strict):
     # How many of the stream's first requests the un-bucketed comparison replays (each
     # new batch size compiles there: replaying all would take minutes); 0 skips it.
     unbucketed_requests: Annotated[int, Field(ge=0)]
-    # Plant vmapcheck.guard.REQUEST_CANARY in one cell of every request, for privacy tests
+    # Plant vmapcheck.bench.guard.REQUEST_CANARY in one cell of every request, for privacy tests
     # that search every output for it afterwards. The value lives in the code, not here:
     # the config itself is logged (params.yaml, MLflow params), and must not hold it.
     plant_canary: bool = False
@@ -269,7 +269,7 @@ def _strictly_increasing(key: str, values: list[Any]) -> None:
 
 
 class GuardConfig(_Strict):
-    """The batched predictor that serves verified params (vmapcheck.guard)."""
+    """The batched predictor that serves verified params (vmapcheck.bench.guard)."""
 
     # Every request is padded up to the smallest of these row counts that holds it: at
     # most one compilation per bucket, whatever batch sizes arrive.
@@ -320,7 +320,7 @@ def byte_limit_problem(guard: GuardConfig, in_features: int, itemsize: int) -> s
 
 class TrackingConfig(_Strict):
     """Where runs are logged (``tracking=local``: a sqlite file; ``tracking=server``: an
-    MLflow tracking server) and how long to wait for a server (vmapcheck.store).
+    MLflow tracking server) and how long to wait for a server (vmapcheck.tracking.store).
 
     The ``http_*`` settings apply whenever the store is reached over HTTP (also when
     ``MLFLOW_TRACKING_URI`` names a server) and replace MLflow's defaults, which wait about
@@ -374,7 +374,7 @@ class TrackingConfig(_Strict):
 
 
 class RegistryConfig(_Strict):
-    """The MLflow Model Registry entry of verified params (vmapcheck.registry)."""
+    """The MLflow Model Registry entry of verified params (vmapcheck.tracking.registry)."""
 
     # A run whose check passed registers its params as a new version of this model and
     # moves alias `verified` to it; null: never register.

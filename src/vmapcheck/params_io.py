@@ -180,7 +180,7 @@ def contract_of_arrays(arrays: dict[str, np.ndarray]) -> dict[str, dict[str, Any
 
 
 def load_model_params(model: Any, folder: Path) -> tuple[Any, dict[str, Any]]:
-    """Verified params for ``model`` (a :class:`vmapcheck.models.Model`) from ``folder``.
+    """Verified params for ``model`` (a :class:`vmapcheck.core.models.Model`) from ``folder``.
 
     The template's structure, shapes and dtypes come from ``model.init`` traced
     abstractly (no computation), so they do not depend on the key.

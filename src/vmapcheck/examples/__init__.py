@@ -1,4 +1,5 @@
-"""Worked "bring your own model" examples: factories returning a :class:`vmapcheck.models.Model`.
+"""Worked "bring your own model" examples: factories returning a
+:class:`vmapcheck.core.models.Model`.
 
 - :mod:`vmapcheck.examples.flax_mlp`: an MLP written with Flax NNX (``pip install -e '.[flax]'``);
   provides ``forward_one`` and a hand-batched ``forward_batch`` (all six paths).

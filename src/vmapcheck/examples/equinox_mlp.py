@@ -26,7 +26,7 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 
-from vmapcheck.models import Model
+from vmapcheck.core.models import Model
 
 
 class LayeredMLP(eqx.Module):

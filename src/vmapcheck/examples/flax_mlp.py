@@ -28,7 +28,7 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from vmapcheck.models import Model
+from vmapcheck.core.models import Model
 
 
 class MLP(nnx.Module):

@@ -1,6 +1,6 @@
 """A planted slowdown: the built-in MLP whose hand-batched path does extra work.
 
-Used to validate the benchmark's regression verdict (README "Regression verdict"): the
+Used to validate the benchmark's regression verdict (docs/benchmark.md): the
 ``direct`` paths run the network on the batch plus a copy of its first
 ``ceil(extra_work * batch)`` rows and drop those extra outputs, so they do about
 ``1 + extra_work`` times the arithmetic (XLA's ``cost_analysis`` shows it: the flops of
@@ -18,8 +18,7 @@ import math
 import jax
 import jax.numpy as jnp
 
-from vmapcheck.errors import ConfigError
-from vmapcheck.models import (
+from vmapcheck.core.models import (
     Model,
     Params,
     mlp_forward_batch,
@@ -28,6 +27,7 @@ from vmapcheck.models import (
     mlp_output_layer,
     recorded,
 )
+from vmapcheck.errors import ConfigError
 
 
 def make_model(

@@ -1,0 +1,541 @@
+"""The guard: a batched predictor that serves verified params, and its replay.
+
+:class:`Guard` answers requests ``X`` of shape ``(batch, in_features)`` (batch axis 0)
+with ``(batch, out_features)`` through ``jax.jit(jax.vmap(forward_one, in_axes=(None,
+0)))``, the path vmapcheck verifies. Per request, in this order:
+
+1. **Limits, on metadata only.** The request must be a numpy or JAX array (else reason
+   ``type``); ``prod(shape) * itemsize`` must not exceed ``guard.max_request_bytes``
+   (``too_many_bytes``); the shape must be ``(batch >= 1, in_features)`` (``rank``,
+   ``features``, ``empty``); ``batch`` must not exceed ``guard.max_batch``
+   (``batch_too_large``). Nothing is read, copied, padded or sent to a device before
+   these pass: an oversized request costs nothing but its refusal.
+2. **Contract**, by :func:`vmapcheck.core.forms.validate_batch`, the rules every forward path
+   shares: the dtype of the run (``dtype``), finite values (``non_finite_input``).
+3. **Padding** to the smallest bucket of ``guard.buckets`` that holds the batch, with
+   zero rows. Zeros come from no request, so the padded buffer holds no more copies of
+   request values than the request itself; rows of a vmapped forward are independent, so
+   padding rows cannot change the real rows' results (bit-for-bit equality is not
+   promised: XLA may pick another kernel for another batch size, within float rounding).
+   Their outputs are dropped and never checked.
+4. **One compilation per bucket**: every call has one of ``len(buckets)`` shapes, so jit
+   compiles at most that many times, eagerly at construction (``guard.precompile``) or on
+   a bucket's first request.
+5. **Output check**: a real row with NaN or Inf is refused with
+   :class:`~vmapcheck.errors.NonFiniteOutputError` (counts and the first row index, never
+   values); no output is returned.
+
+Metrics are aggregates only (:meth:`Guard.metrics`, JSON-able): requests, refusals and
+their share by reason, numeric errors, compiles (counted from ``jax.monitoring`` events,
+as the benchmark does) and their seconds, rows served and padded (padding overhead = pad
+rows / real rows), requests per bucket, and the latency of served requests as a
+histogram over fixed edges plus exact percentiles over the last ``guard.latency_window``
+requests. The guard never stores or logs a request's values; error messages name shapes,
+dtypes, counts and indices only.
+
+:func:`request_stream` draws a reproducible stream of requests around real rows (random
+batch sizes 1..max_batch, a share of every invalid kind, an optional planted canary),
+:func:`replay` sends a stream through a guard and :func:`run_replay` compares the
+bucketed guard with an un-bucketed one (a plain jit at each exact batch size).
+
+Limits: one guard is not thread-safe (one request at a time); compiles are counted
+process-wide during the guard's own calls, so a compilation by another thread in that
+window would be counted too; latency is measured on the host around the whole request
+(validation, padding, transfer, forward, copy back), on whatever machine runs it.
+"""
+
+from __future__ import annotations
+
+import bisect
+import itertools
+import math
+import time
+from collections import Counter, deque
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from vmapcheck.bench.timing import _CompileCounter, latency_stats
+from vmapcheck.config import GuardConfig, byte_limit_problem
+from vmapcheck.core.forms import batched_forward, cast_tree, check_batch_shape, validate_batch
+from vmapcheck.core.models import Model, Params
+from vmapcheck.errors import ConfigError, InvalidInputError, NonFiniteOutputError
+
+# Planted in requests when guard.replay.plant_canary is true (finite: valid requests stay
+# valid). float32 holds 123456.7890625, so every decimal form of it starts "123456.7".
+REQUEST_CANARY = 123456.789
+# Every reason a request can be refused for, in the order the guard checks them.
+REASONS = (
+    "type",
+    "too_many_bytes",
+    "rank",
+    "features",
+    "empty",
+    "batch_too_large",
+    "dtype",
+    "non_finite_input",
+)
+# What a replay reports for a request that ran but whose output was refused.
+NON_FINITE_OUTPUT = "non_finite_output"
+SERVED = "served"
+
+
+class Guard:
+    """Serve ``model`` with verified ``params`` at ``dtype`` under ``config``'s limits.
+
+    Args:
+        model: the model; its ``forward_one`` is vmapped over rows (params shared).
+        params: params already verified (e.g. by ``params_io.load_model_params``); cast to
+            ``dtype`` and put on the device once.
+        dtype: the dtype every request must have (the run's precision).
+        config: buckets, limits, latency histogram.
+        bucketed: False serves each request at its exact batch size (one compilation per
+            new size): the comparison of :func:`run_replay`, not for serving.
+
+    Raises:
+        ConfigError: ``config.max_request_bytes`` is below one valid full batch.
+    """
+
+    def __init__(
+        self,
+        model: Model,
+        params: Params,
+        dtype: Any,
+        config: GuardConfig,
+        *,
+        bucketed: bool = True,
+    ) -> None:
+        self._dtype = jnp.dtype(dtype)
+        self._in_features = model.in_features
+        self._config = config
+        self._bucketed = bucketed
+        problem = byte_limit_problem(config, model.in_features, self._dtype.itemsize)
+        if problem:
+            raise ConfigError(problem)
+        self._params = jax.device_put(cast_tree(params, self._dtype))
+        # in_axes (None, 0): params shared by every row, rows mapped over axis 0.
+        self._forward = jax.jit(batched_forward(model, self._params))
+        self._edges_ms = np.asarray(config.latency_edges_ms, dtype=np.float64)
+        # Aggregates only: nothing below holds a request value.
+        self._requests = 0
+        self._served = 0
+        self._refused: Counter[str] = Counter()
+        self._numeric_errors = 0
+        self._compiles = 0
+        self._compile_s = 0.0
+        self._real_rows = 0
+        self._pad_rows = 0
+        self._per_bucket: Counter[int] = Counter()
+        self._histogram = np.zeros(len(self._edges_ms) + 1, dtype=np.int64)
+        self._window: deque[float] = deque(maxlen=config.latency_window)
+        _CompileCounter.start()
+        if bucketed and config.precompile:
+            self.warmup()
+
+    @property
+    def buckets(self) -> tuple[int, ...] | None:
+        """The padded batch sizes, or None for the un-bucketed comparison."""
+        return tuple(self._config.buckets) if self._bucketed else None
+
+    @property
+    def compiles(self) -> int:
+        """Compilations that happened during this guard's forward calls (warm-up included)."""
+        return self._compiles
+
+    def bucket_for(self, rows: int) -> int:
+        """The row count a batch of ``rows`` (1..max_batch) runs at: the smallest bucket
+        that holds it (its own size when un-bucketed)."""
+        if not self._bucketed:
+            return rows
+        return self._config.buckets[bisect.bisect_left(self._config.buckets, rows)]
+
+    def warmup(self) -> None:
+        """Compile every bucket now (on zero rows), so no request pays for a compilation."""
+        for rows in self.buckets or ():
+            self._run(np.zeros((rows, self._in_features), dtype=self._dtype))
+
+    def predict(self, x: Any) -> np.ndarray:
+        """Outputs of shape (batch, out_features) for ``x`` of shape (batch, in_features).
+
+        Raises:
+            InvalidInputError: the request breaks a limit or the contract; ``reason``
+                names the category (one of :data:`REASONS`).
+            NonFiniteOutputError: the model returned NaN or Inf for a real row.
+        """
+        start = time.perf_counter()
+        self._requests += 1
+        try:
+            rows = self._admit(x)
+        except InvalidInputError as exc:
+            self._refused[exc.reason] += 1
+            raise
+        target = self.bucket_for(rows)
+        if target == rows:
+            batch = x
+        else:
+            batch = np.zeros((target, self._in_features), dtype=self._dtype)
+            batch[:rows] = np.asarray(x)
+        out = self._run(batch)
+        self._per_bucket[target] += 1
+        self._real_rows += rows
+        self._pad_rows += target - rows
+        out = out[:rows] if target == rows else out[:rows].copy()
+        bad = ~np.isfinite(out).all(axis=1)
+        if bad.any():
+            self._numeric_errors += 1
+            raise NonFiniteOutputError(
+                f"the model returned NaN or Inf for {int(bad.sum())} of {rows} row(s) "
+                f"(first at row {int(np.argmax(bad))}): refused, no output returned"
+            )
+        elapsed_ms = (time.perf_counter() - start) * 1e3
+        self._served += 1
+        self._histogram[np.searchsorted(self._edges_ms, elapsed_ms, side="left")] += 1
+        self._window.append(elapsed_ms)
+        return out
+
+    def _admit(self, x: Any) -> int:
+        """The request's row count, once every limit and the contract hold."""
+        if not isinstance(x, np.ndarray | jax.Array):
+            raise InvalidInputError(
+                f"expected a numpy or JAX array, got {type(x).__name__}", reason="type"
+            )
+        shape = tuple(int(n) for n in x.shape)
+        # From metadata: a broadcast view or a lazily-backed array is never materialised.
+        nbytes = math.prod(shape) * x.dtype.itemsize
+        if nbytes > self._config.max_request_bytes:
+            raise InvalidInputError(
+                f"request of shape {shape} and dtype {x.dtype} takes {nbytes} bytes, over "
+                f"guard.max_request_bytes={self._config.max_request_bytes}",
+                reason="too_many_bytes",
+            )
+        check_batch_shape(shape, self._in_features)
+        if shape[0] > self._config.max_batch:
+            raise InvalidInputError(
+                f"expected at most guard.max_batch={self._config.max_batch} rows, got {shape[0]}",
+                reason="batch_too_large",
+            )
+        validate_batch(x, self._in_features, self._dtype)
+        return shape[0]
+
+    def _run(self, batch: Any) -> np.ndarray:
+        before_n, before_s = _CompileCounter.count, _CompileCounter.seconds
+        # np.asarray waits for the result and brings it to the host, where the slice and
+        # the finiteness check run (a device-side slice would compile once per size).
+        out = np.asarray(self._forward(self._params, batch))
+        self._compiles += _CompileCounter.count - before_n
+        self._compile_s += _CompileCounter.seconds - before_s
+        return out
+
+    def metrics(self) -> dict[str, Any]:
+        """Aggregated metrics, JSON-able; no request value is, or can be, among them."""
+        n = self._requests
+        share = {reason: self._refused[reason] / n if n else 0.0 for reason in REASONS}
+        window = np.asarray(self._window, dtype=np.float64)
+        percentiles = (
+            dict(
+                zip(
+                    ("p50", "p90", "p99"),
+                    (float(v) for v in np.percentile(window, [50, 90, 99])),
+                    strict=True,
+                )
+            )
+            | {"max": float(window.max())}
+            if window.size
+            else {}
+        )
+        buckets = self.buckets
+        return {
+            "requests": n,
+            "served": self._served,
+            "refused": {reason: self._refused[reason] for reason in REASONS},
+            "invalid_share": share,
+            "invalid_share_total": sum(self._refused.values()) / n if n else 0.0,
+            "numeric_errors": self._numeric_errors,
+            "compiles": self._compiles,
+            "compile_s": self._compile_s,
+            "buckets": list(buckets) if buckets else None,
+            "compiles_within_bound": self._compiles <= len(buckets) if buckets else None,
+            "requests_per_bucket": {
+                str(size): count for size, count in sorted(self._per_bucket.items())
+            }
+            if buckets
+            else None,
+            "distinct_batch_sizes": len(self._per_bucket),
+            "rows_real": self._real_rows,
+            "rows_padding": self._pad_rows,
+            "padding_overhead": self._pad_rows / self._real_rows if self._real_rows else 0.0,
+            "latency_ms": {
+                "histogram": {
+                    "upper_edges_ms": self._edges_ms.tolist(),
+                    "counts": self._histogram.tolist(),
+                },
+                "window": int(window.size),
+                **percentiles,
+            },
+        }
+
+
+# --- the request stream and its replay ---------------------------------------------------
+
+# The invalid kinds a stream plants, each refused for the reason of the same name.
+INVALID_KINDS = REASONS
+
+
+@dataclass(frozen=True)
+class Request:
+    """One request of a stream: ``x``, and the outcome it must get (``served`` or a reason)."""
+
+    x: Any
+    expected: str
+
+
+def request_stream(template_rows: np.ndarray, dtype: Any, config: GuardConfig) -> Iterator[Request]:
+    """``config.replay.n_requests`` requests, drawn one at a time (never all held at once).
+
+    Each valid request has a batch size drawn uniformly from 1..``config.max_batch``; its
+    rows are real rows of ``template_rows`` (n, in_features) drawn with replacement, plus
+    Gaussian noise of ``replay.noise_std`` times each feature's standard deviation. A share
+    ``replay.invalid_share`` of requests is made invalid, the kind drawn uniformly from
+    :data:`INVALID_KINDS`. With ``replay.plant_canary``, :data:`REQUEST_CANARY` is planted
+    in one cell of every request. The same config gives the same stream (numpy Generator seeded by
+    ``replay.seed``).
+    """
+    replay_config = config.replay
+    dtype = jnp.dtype(dtype)
+    template = np.asarray(template_rows, dtype=np.float64)
+    if template.ndim != 2 or template.shape[0] == 0:
+        raise InvalidInputError(
+            f"template rows: expected a non-empty (n, in_features) table, got shape "
+            f"{template.shape}",
+            reason="rank",
+        )
+    features = template.shape[1]
+    scale = replay_config.noise_std * template.std(axis=0)
+    other_dtype = np.dtype(np.float64 if dtype != np.float64 else np.float32)
+    row_bytes = features * dtype.itemsize
+    rng = np.random.default_rng(replay_config.seed)
+
+    def rows_of(n: int) -> np.ndarray:
+        picked = template[rng.integers(0, template.shape[0], n)]
+        x = (picked + rng.normal(size=picked.shape) * scale).astype(dtype)
+        if replay_config.plant_canary:
+            x[rng.integers(0, n), rng.integers(0, features)] = REQUEST_CANARY
+        return x
+
+    for _ in range(replay_config.n_requests):
+        rows = int(rng.integers(1, config.max_batch + 1))
+        kind = (
+            str(rng.choice(INVALID_KINDS)) if rng.random() < replay_config.invalid_share else SERVED
+        )
+        if kind == "batch_too_large":
+            # Over max_batch by up to one full batch, within the byte limit when it can be.
+            over = min(2 * config.max_batch, config.max_request_bytes // row_bytes)
+            rows = int(rng.integers(config.max_batch + 1, max(over, config.max_batch + 1) + 1))
+        x: Any
+        if kind == "too_many_bytes":
+            # A read-only broadcast view: gigabytes if anything materialised it.
+            huge = max(config.max_request_bytes // row_bytes + 1, 1 << 28)
+            x = np.broadcast_to(rows_of(1), (huge, features))
+        else:
+            x = rows_of(rows)
+        if kind == "type":
+            x = x.tolist()
+        elif kind == "rank":
+            x = x[None] if rng.random() < 0.5 else x.reshape(-1)
+        elif kind == "features":
+            x = np.concatenate([x, x[:, :1]], axis=1)
+        elif kind == "empty":
+            x = x[:0]
+        elif kind == "dtype":
+            x = x.astype(other_dtype)
+        elif kind == "non_finite_input":
+            x[rng.integers(0, rows), rng.integers(0, features)] = rng.choice([np.nan, np.inf])
+        # The byte limit is checked first (after the type): under a tight limit a wider,
+        # longer or wider-typed request is refused for its size.
+        if isinstance(x, np.ndarray) and x.nbytes > config.max_request_bytes:
+            kind = "too_many_bytes"
+        yield Request(x, kind)
+
+
+def _replay(
+    guard: Guard, stream: Iterable[Request]
+) -> tuple[dict[str, Any], np.ndarray, np.ndarray, np.ndarray]:
+    """Send ``stream`` through ``guard``: (summary, per-request seconds, rows served and
+    whether it compiled), seconds NaN and rows 0 where a request was not served."""
+    compiles_before = guard.compiles
+    seconds: list[float] = []
+    rows: list[int] = []
+    compiled: list[bool] = []
+    outcomes: Counter[str] = Counter()
+    mismatched: Counter[str] = Counter()
+    for request in stream:
+        compiles = guard.compiles
+        start = time.perf_counter()
+        try:
+            out = guard.predict(request.x)
+        except InvalidInputError as exc:
+            outcome = exc.reason
+        except NonFiniteOutputError:
+            outcome = NON_FINITE_OUTPUT
+        else:
+            outcome = SERVED
+        elapsed = time.perf_counter() - start
+        seconds.append(elapsed if outcome == SERVED else math.nan)
+        rows.append(out.shape[0] if outcome == SERVED else 0)
+        compiled.append(guard.compiles > compiles)
+        outcomes[outcome] += 1
+        if outcome != request.expected:
+            mismatched[f"{request.expected}->{outcome}"] += 1
+    samples = np.asarray(seconds, dtype=np.float64)
+    served_rows = np.asarray(rows, dtype=np.int64)
+    summary = {
+        "requests": int(samples.size),
+        "outcomes": dict(sorted(outcomes.items())),
+        # Requests that did not get the outcome the stream planted (expected->got).
+        "mismatched": dict(sorted(mismatched.items())),
+        "compiles_during_replay": guard.compiles - compiles_before,
+        "latency_ms": _latency(samples, served_rows),
+        "metrics": guard.metrics(),
+    }
+    return summary, samples, served_rows, np.asarray(compiled, dtype=bool)
+
+
+def _latency(seconds: np.ndarray, rows: np.ndarray) -> dict[str, float] | None:
+    """latency_stats of the served requests (seconds not NaN); rows_per_s is at their mean
+    batch size."""
+    served = ~np.isnan(seconds)
+    if not served.any():
+        return None
+    return latency_stats(seconds[served], max(1, round(float(rows[served].mean()))))
+
+
+def replay(guard: Guard, stream: Iterable[Request]) -> dict[str, Any]:
+    """Send every request of ``stream`` through ``guard`` and report, JSON-able.
+
+    ``outcomes``: how many requests were served or refused, by reason; ``mismatched``:
+    requests that got another outcome than planted (should be empty); ``latency_ms``:
+    the distribution of served requests' latency (bench.latency_stats);
+    ``compiles_during_replay``; ``metrics``: the guard's own aggregates afterwards.
+    """
+    return _replay(guard, stream)[0]
+
+
+def run_replay(
+    model: Model,
+    params: Params,
+    template_rows: np.ndarray,
+    dtype: Any,
+    config: GuardConfig,
+) -> dict[str, Any]:
+    """Replay ``config.replay``'s stream through a bucketed guard, then its first
+    ``replay.unbucketed_requests`` through an un-bucketed one; the report, JSON-able.
+
+    The un-bucketed guard differs only in running each request at its exact batch size
+    (every new size compiles, inside that request's latency). Both are compared on the
+    same prefix of the stream (``latency_ms.bucketed_prefix`` vs ``unbucketed_prefix``);
+    ``latency_ms.bucketed`` covers the whole stream.
+    """
+    n_plain = config.replay.unbucketed_requests
+    guard = Guard(model, params, dtype, config)
+    bucketed, seconds, rows, _ = _replay(guard, request_stream(template_rows, dtype, config))
+    metrics = bucketed["metrics"]
+    report: dict[str, Any] = {
+        "requests": bucketed["requests"],
+        "buckets": list(config.buckets),
+        "compiles": guard.compiles,
+        "compiles_within_bound": guard.compiles <= len(config.buckets),
+        "compiles_during_replay": bucketed["compiles_during_replay"],
+        "padding_overhead": metrics["padding_overhead"],
+        "invalid_share": metrics["invalid_share"],
+        "invalid_share_total": metrics["invalid_share_total"],
+        "numeric_errors": metrics["numeric_errors"],
+        "outcomes": bucketed["outcomes"],
+        "mismatched": bucketed["mismatched"],
+        "latency_ms": {"bucketed": bucketed["latency_ms"]},
+        "bucketed_metrics": metrics,
+    }
+    if n_plain:
+        plain = Guard(model, params, dtype, config, bucketed=False)
+        stream = itertools.islice(request_stream(template_rows, dtype, config), n_plain)
+        unbucketed, plain_s, plain_rows, plain_compiled = _replay(plain, stream)
+        report["latency_ms"]["bucketed_prefix"] = _latency(seconds[:n_plain], rows[:n_plain])
+        report["latency_ms"]["unbucketed_prefix"] = unbucketed["latency_ms"]
+        # Requests at an already-seen size: the cost of padding without that of compiling.
+        report["latency_ms"]["unbucketed_prefix_no_compile"] = _latency(
+            np.where(plain_compiled, np.nan, plain_s), plain_rows
+        )
+        report["unbucketed"] = {
+            "requests": n_plain,
+            "compiles": plain.compiles,
+            "compile_s": unbucketed["metrics"]["compile_s"],
+            "distinct_batch_sizes": unbucketed["metrics"]["distinct_batch_sizes"],
+        }
+    report["notes"] = [
+        "Latency is per request on the host: limits, validation, padding, transfer, "
+        "forward and copy back; a refused request's time is not in it.",
+        "Compiles of the bucketed guard include its warm-up when guard.precompile is true.",
+        f"The un-bucketed comparison replays only the first {n_plain} of "
+        f"{bucketed['requests']} requests (guard.replay.unbucketed_requests): each new "
+        "batch size compiles there, and the whole stream would take minutes; the bucketed "
+        "guard's latency over the same prefix is bucketed_prefix; "
+        "unbucketed_prefix_no_compile keeps the requests at an already-seen size (what "
+        "padding costs, compilation aside)."
+        if n_plain
+        else "No un-bucketed comparison (guard.replay.unbucketed_requests is 0).",
+    ]
+    return report
+
+
+def replay_passed(report: dict[str, Any]) -> bool:
+    """The replay's own checks: compiles bounded by the buckets, every request got the
+    outcome planted for it (invalid ones refused for their reason, valid ones served)."""
+    return bool(report["compiles_within_bound"]) and not report["mismatched"]
+
+
+def replay_figures(report: dict[str, Any]) -> dict[str, float]:
+    """The replay's headline figures, flat (reports/bench.json ``replay``, MLflow
+    ``replay/...``): compiles vs buckets, latency with and without buckets, padding,
+    invalid share."""
+    latency = report["latency_ms"]
+    figures: dict[str, float] = {
+        "passed": float(replay_passed(report)),
+        "requests": float(report["requests"]),
+        "compiles": float(report["compiles"]),
+        "buckets": float(len(report["buckets"])),
+        "padding_overhead": float(report["padding_overhead"]),
+        "invalid_share": float(report["invalid_share_total"]),
+        "numeric_errors": float(report["numeric_errors"]),
+        "mismatched": float(sum(report["mismatched"].values())),
+    }
+    for name, stats in latency.items():
+        for stat in ("p50", "p90", "p99"):
+            if stats is not None:
+                figures[f"{name}_{stat}_ms"] = float(stats[stat])
+    if "unbucketed" in report:
+        figures["unbucketed_compiles"] = float(report["unbucketed"]["compiles"])
+    return figures
+
+
+def replay_summary(report: dict[str, Any]) -> str:
+    """One line for the log: compiles, latency with and without buckets, verdict."""
+    f = replay_figures(report)
+    text = (
+        f"{int(f['requests'])} requests, {int(f['compiles'])} compile(s) for "
+        f"{int(f['buckets'])} bucket(s); p50 {f.get('bucketed_p50_ms', math.nan):.3g} ms "
+        f"(p99 {f.get('bucketed_p99_ms', math.nan):.3g})"
+    )
+    if "unbucketed_prefix_p50_ms" in f:
+        text += (
+            f"; first {report['unbucketed']['requests']} without buckets: p50 "
+            f"{f['unbucketed_prefix_p50_ms']:.3g} ms vs {f['bucketed_prefix_p50_ms']:.3g} "
+            f"with, {int(f['unbucketed_compiles'])} compile(s)"
+        )
+    text += (
+        f"; padding overhead {f['padding_overhead']:.2f}, invalid share "
+        f"{f['invalid_share']:.1%}: {'ok' if f['passed'] else 'FAILED'}"
+    )
+    return text

@@ -1,0 +1,407 @@
+"""Latency of each forward path after warm-up, as distributions, never a best run.
+
+Method, for every path and batch size:
+
+- jit paths are compiled ahead of time (``jax.jit(f).lower(...).compile()``): that
+  compile is timed apart and gives XLA's cost analysis; every path's first call is
+  timed apart too (for jit it builds the dispatch cache; eager fills per-op caches);
+- ``warmup`` calls are discarded, then ``repeats`` samples are taken, each timed to
+  ``block_until_ready`` (JAX dispatches asynchronously: without it we would time the
+  dispatch, not the work). The samples are taken in ``ROUNDS`` rounds over every batch
+  size; within a round and batch size, in passes over the jit paths (then the eager
+  paths), each pass starting at a different path. A spell of interference from another
+  tenant of a shared machine thus lands on a round or two of every cell instead of on
+  every sample of one batch size, and the regression verdict tests the rounds' medians
+  (``vmapcheck.bench.verdict``); each cell's samples are stored in time order;
+- when one call is too short for the timer (under ``MIN_SAMPLE_TICKS`` of its
+  resolution) a sample times a calibrated inner loop of calls and divides;
+- no compilation may happen while samples are taken (counted through
+  ``jax.monitoring``): a recompile is a harness bug, and the run stops;
+- XLA's ``cost_analysis`` gives each jit path's flops and bytes; against this machine's
+  measured matmul throughput (same run) that gives the achieved share of the peak.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import time
+from collections.abc import Callable, Hashable, Iterator
+from typing import Any
+
+import jax
+import numpy as np
+from jax.sharding import Mesh
+from scipy import stats
+
+from vmapcheck.bench.machine import conditions
+from vmapcheck.config import BenchConfig
+from vmapcheck.core.forms import cast_tree, validate_batch
+from vmapcheck.core.models import Model, Params
+from vmapcheck.core.paths import PATHS, SPEEDUPS, Compiled, batch_paths, not_provided, twin
+
+COMPILE_EVENT = "/jax/core/compile/backend_compile_duration"
+# A sample shorter than this many timer ticks is below the timer's resolution.
+MIN_SAMPLE_TICKS = 1000
+# Samples are taken in this many rounds spread over the run (module docstring); the
+# regression verdict tests the rounds' medians (vmapcheck.bench.verdict.BLOCKS, equal).
+ROUNDS = 10
+# Key of the control matmul among the timed calls (cells are keyed (path, "b<rows>")).
+CONTROL = ("control", "matmul")
+LIMITS = (
+    "A CPU result says nothing about GPU or TPU.",
+    "A small model's latency does not predict a large model's.",
+    "jit speeds up repeated calls, but compile time (compile_ms), transfers and new "
+    "shapes (one compile each) can dominate end-to-end time.",
+)
+
+
+class _CompileCounter:
+    """Counts XLA compilations in this process (persistent-cache hits count too), and
+    the seconds they took in all."""
+
+    count = 0
+    seconds = 0.0
+    _registered = False
+
+    @classmethod
+    def start(cls) -> None:
+        if not cls._registered:
+            jax.monitoring.register_event_duration_secs_listener(cls._on_event)
+            cls._registered = True
+
+    @classmethod
+    def _on_event(cls, event: str, duration: float, **_: Any) -> None:
+        if event == COMPILE_EVENT:
+            cls.count += 1
+            cls.seconds += duration
+
+
+def latency_stats(samples_s: np.ndarray, rows: int, confidence: float = 0.95) -> dict[str, float]:
+    """Distribution of per-call latency (samples in seconds) in milliseconds.
+
+    ``median_ci_low``/``median_ci_high``: a bootstrap confidence interval of the median
+    (percentile method, fixed seed so the report is reproducible).
+    """
+    ms = np.asarray(samples_s, dtype=np.float64) * 1e3
+    p50, p90, p99 = np.percentile(ms, [50, 90, 99])
+    if ms.size > 1 and np.ptp(ms) > 0:
+        ci = stats.bootstrap(
+            (ms,),
+            np.median,
+            confidence_level=confidence,
+            n_resamples=1000,
+            method="percentile",
+            rng=np.random.default_rng(0),
+        ).confidence_interval
+        low, high = float(ci.low), float(ci.high)
+    else:
+        low = high = float(p50)
+    return {
+        "p50": float(p50),
+        "p90": float(p90),
+        "p99": float(p99),
+        "mean": float(ms.mean()),
+        "std": float(ms.std(ddof=1)) if ms.size > 1 else 0.0,
+        "min": float(ms.min()),
+        "max": float(ms.max()),
+        "n": int(ms.size),
+        "median_ci_low": low,
+        "median_ci_high": high,
+        "rows_per_s": float(rows / (p50 / 1e3)) if p50 > 0 else float("inf"),
+    }
+
+
+def inner_loop_size(one_call_s: float) -> int:
+    """Calls per sample so that one sample spans at least MIN_SAMPLE_TICKS timer ticks."""
+    resolution = time.get_clock_info("perf_counter").resolution
+    return max(1, math.ceil(MIN_SAMPLE_TICKS * resolution / max(one_call_s, 1e-12)))
+
+
+def warm_up(
+    calls: dict[Hashable, Callable[[], Any]], warmup: int
+) -> tuple[dict[Hashable, float], dict[Hashable, int]]:
+    """Each call's first run timed apart, ``warmup`` runs discarded, then one timed run
+    to size the inner loop. Returns (first-call seconds, inner-loop size) by name."""
+    first: dict[Hashable, float] = {}
+    inner: dict[Hashable, int] = {}
+    for name, fn in calls.items():
+        start = time.perf_counter()
+        jax.block_until_ready(fn())
+        first[name] = time.perf_counter() - start
+        for _ in range(warmup):
+            jax.block_until_ready(fn())
+        start = time.perf_counter()
+        jax.block_until_ready(fn())
+        inner[name] = inner_loop_size(time.perf_counter() - start)
+    return first, inner
+
+
+def sample_passes(
+    calls: dict[Hashable, Callable[[], Any]],
+    inner: dict[Hashable, int],
+    samples: dict[Hashable, np.ndarray],
+    indices: range,
+) -> None:
+    """Fill ``samples[name][i]`` (seconds per call) for every ``i`` in ``indices``, one
+    pass over all calls per index, each pass starting at a different call."""
+    names = list(calls)
+    for i in indices:
+        for name in names[i % len(names) :] + names[: i % len(names)]:
+            fn, n = calls[name], inner[name]
+            start = time.perf_counter()
+            for _ in range(n):
+                out = fn()
+            jax.block_until_ready(out)
+            samples[name][i] = (time.perf_counter() - start) / n
+
+
+@contextlib.contextmanager
+def no_compiles(what: str) -> Iterator[None]:
+    """Raises RuntimeError when anything compiled inside the block (``what``: the calls
+    being timed, for the message): a call at an already-seen shape must compile nothing."""
+    _CompileCounter.start()
+    before = _CompileCounter.count
+    yield
+    recompiles = _CompileCounter.count - before
+    if recompiles:
+        raise RuntimeError(
+            f"{recompiles} compilation(s) happened while timing {what} after warm-up: "
+            "a call at an already-seen shape must compile nothing"
+        )
+
+
+def round_slices(repeats: int, rounds: int = ROUNDS) -> list[range]:
+    """Sample indices of each round: ``repeats`` cut into ``min(rounds, repeats)``
+    contiguous, near-equal ranges (``np.array_split``'s cut, which the verdict's blocks
+    use too, so a block is exactly one round)."""
+    return [
+        range(int(c[0]), int(c[-1]) + 1)
+        for c in np.array_split(np.arange(repeats), min(rounds, repeats))
+    ]
+
+
+def bench_input(template_rows: np.ndarray, rows: int, dtype: Any) -> jax.Array:
+    """A (rows, n_features) batch tiled from real rows, on the device before timing."""
+    batch = np.resize(template_rows, (rows, template_rows.shape[1]))
+    return jax.device_put(jax.numpy.asarray(batch, dtype=dtype))
+
+
+def _cost(compiled: Any) -> dict[str, float]:
+    analysis = compiled.cost_analysis()
+    if isinstance(analysis, list):  # older jaxlibs return one dict per program
+        analysis = analysis[0] if analysis else {}
+    memory = compiled.memory_analysis()
+    return {
+        "flops": float((analysis or {}).get("flops", float("nan"))),
+        "bytes_accessed": float((analysis or {}).get("bytes accessed", float("nan"))),
+        "temp_bytes": float(getattr(memory, "temp_size_in_bytes", float("nan"))),
+    }
+
+
+def _spread_cost(cost: dict[str, float], compiled: Compiled, rows: int) -> dict[str, float]:
+    """XLA analyses the per-device SPMD program: scale flops and bytes to the whole mesh
+    (padded rows included) so gflops compares with the single-device paths."""
+    return {
+        **cost,
+        "flops": cost["flops"] * compiled.devices,
+        "bytes_accessed": cost["bytes_accessed"] * compiled.devices,
+        "flops_per_device": cost["flops"],
+        "devices": float(compiled.devices),
+        "padded_rows": float(compiled.rows_run(rows)),
+    }
+
+
+def matmul_call(dtype: Any, size: int) -> Callable[[], Any]:
+    """A compiled (size x size) @ (size x size) matmul, ready to time: the control."""
+    a = jax.device_put(jax.numpy.ones((size, size), dtype=dtype))
+    compiled = jax.jit(lambda x, y: x @ y).lower(a, a).compile()
+    return lambda: compiled(a, a)
+
+
+def peak_figures(size: int, samples_s: np.ndarray) -> dict[str, Any]:
+    """Matmul throughput from its samples (seconds): p50 GFLOP/s and the samples (ms)."""
+    p50 = float(np.median(samples_s))
+    return {
+        "size": size,
+        "p50_ms": p50 * 1e3,
+        "gflops": 2 * size**3 / p50 / 1e9,
+        "samples_ms": [float(v * 1e3) for v in samples_s],
+    }
+
+
+def run_bench(
+    model: Model,
+    params: Params,
+    template_rows: np.ndarray,
+    config: BenchConfig,
+    dtype: Any,
+    progress: Callable[[str, float], None] = lambda _msg, _done: None,
+    mesh: Mesh | None = None,
+) -> dict[str, Any]:
+    """Time every path at every batch size; returns figures, skips and conditions.
+
+    ``progress(message, done)`` is called as work starts and ends, ``done`` in [0, 1].
+    ``mesh``: the devices of the data-parallel ``sharded_jit`` path (None: all present).
+    It is timed on its padded batch already split over the mesh, as every other path's
+    batch is already on its device; its flops count every device's share.
+    """
+    paths = batch_paths()
+    absent = not_provided(model)
+    built = {p.name: p.compile(model, mesh) for p in paths if p.name not in absent}
+    run_params = jax.device_put(cast_tree(params, dtype))
+    before = conditions()
+    # The control: a matmul timed in every round like the cells (so it sees the same
+    # machine), giving this run's peak for the roofline and the verdict's yardstick for
+    # "the machine itself changed speed". Timed once, before the rounds, it swung 0.56x
+    # to 2.2x between quiet runs here.
+    control = {CONTROL: matmul_call(dtype, config.peak_matmul_size)}
+    skipped: dict[str, dict[str, str]] = {p.name: {} for p in paths}
+    # Every cell is compiled (and its cost analysed) before any is timed. A cell is one
+    # path at one batch size, keyed (path, "b<rows>"). Jit cells are timed interleaved
+    # with each other and eager cells with each other (an eager call's many small
+    # dispatches would otherwise leave a tiny jit call behind them measurably slower),
+    # one batch size at a time (a batch-1 call right after a batch-4096 one would be
+    # timed with the caches the big one left): one group per batch size and mode.
+    groups: list[dict[tuple[str, str], Callable[[], Any]]] = [control]
+    figures: dict[tuple[str, str], dict[str, float]] = {}
+    for step, rows in enumerate(config.batch_sizes):
+        progress(f"compiling batch {rows}", 0.2 * step / len(config.batch_sizes))
+        x = bench_input(template_rows, rows, dtype)
+        validate_batch(x, model.in_features, dtype)
+        label = f"b{rows}"
+        by_mode: dict[str, dict[tuple[str, str], Callable[[], Any]]] = {"jit": {}, "eager": {}}
+        for path in paths:
+            name = path.name
+            cell = (name, label)
+            calls = by_mode[path.mode]
+            if name in absent:
+                skipped[name][label] = f"not provided: {absent[name]}"
+                continue
+            cap = getattr(config, path.bench_cap) if path.bench_cap else None
+            if cap is not None and rows > cap:
+                skipped[name][label] = (
+                    f"{name} capped at {cap} rows (bench.{path.bench_cap}): "
+                    "one Python-level forward per row, unrolled by jit"
+                )
+                continue
+            compiled = built[name]
+            # On its device(s) already (a distributed path: split over the mesh), as
+            # every path's batch is before it is timed.
+            args = compiled.place(run_params, x)
+            if path.jit:
+                start = time.perf_counter()
+                lowered = compiled.fn.lower(*args).compile()
+                cost = _cost(lowered)
+                figures[cell] = {
+                    "compile_ms": (time.perf_counter() - start) * 1e3,
+                    **(_spread_cost(cost, compiled, rows) if path.distributed else cost),
+                }
+            else:
+                figures[cell] = {}
+            # Timed through the (jitted) function, as users call it: its C++ dispatch
+            # path is faster than calling the AOT-compiled object from Python.
+            calls[cell] = lambda f=compiled.fn, a=args: f(*a)
+        groups += [group for group in by_mode.values() if group]
+    # Timed in ROUNDS rounds over all the groups: a spell of interference from another
+    # tenant of a shared machine then lands on a round or two of every cell, not on
+    # every sample of one batch size. Each group's round starts with one discarded pass
+    # (the caches the previous group left).
+    first: dict[tuple[str, str], float] = {}
+    inner: dict[tuple[str, str], int] = {}
+    for group in groups:
+        f, i = warm_up(group, config.warmup)
+        first |= f
+        inner |= i
+    secs = {cell: np.empty(config.repeats) for group in groups for cell in group}
+    scratch = {cell: np.empty(1) for cell in secs}
+    rounds = round_slices(config.repeats)
+    with no_compiles(f"{len(figures)} cells"):
+        for r, indices in enumerate(rounds):
+            progress(
+                f"timing {len(figures)} cells: round {r + 1}/{len(rounds)}",
+                0.2 + 0.8 * r / len(rounds),
+            )
+            for group in groups:
+                sample_passes(group, inner, scratch, range(1))  # discarded
+                sample_passes(group, inner, secs, indices)
+    peak = peak_figures(config.peak_matmul_size, secs[CONTROL])
+    progress(f"matmul peak {peak['gflops']:.1f} GFLOP/s ({config.peak_matmul_size}^3)", 1.0)
+    per_path: dict[str, dict[str, Any]] = {p.name: {} for p in paths}
+    latency: dict[str, dict[str, Any]] = {p.name: {} for p in paths}
+    samples: dict[str, dict[str, list[float]]] = {p.name: {} for p in paths}
+    for cell in figures:
+        name, label = cell
+        rows = int(label[1:])
+        stats_ = latency_stats(secs[cell], rows, config.confidence_level)
+        latency[name][label] = stats_
+        samples[name][label] = [float(v * 1e3) for v in secs[cell]]
+        # Eager paths do the same arithmetic as their jit twin: use its flop count.
+        jit_twin = twin(PATHS[name])
+        twin_figures = figures.get((jit_twin.name, label), {}) if jit_twin else {}
+        flops = figures[cell].get("flops", twin_figures.get("flops", float("nan")))
+        gflops = flops / (stats_["p50"] / 1e3) / 1e9
+        per_path[name][label] = {
+            **figures[cell],
+            "first_call_ms": first[cell] * 1e3,
+            "inner_loop": inner[cell],
+            "flops": flops,
+            "gflops": gflops,
+            "roofline": gflops / peak["gflops"],
+        }
+    progress("done", 1.0)
+    after = conditions()
+    busy = max(before["load_avg_1m"], after["load_avg_1m"]) > (before["usable_cores"] or 1)
+    return {
+        "batch_sizes": list(config.batch_sizes),
+        "latency_ms": latency,
+        "figures": per_path,
+        "speedup": speedups(latency),
+        "peak": peak,
+        "skipped": skipped,
+        "samples_ms": samples,
+        "machine": {"before": before, "after": after, "noisy": busy},
+        "limits": list(LIMITS),
+    }
+
+
+def speedups(latency: dict[str, dict[str, Any]]) -> dict[str, dict[str, float]]:
+    """Ratios of p50 latencies measured in the same run (robust to a slow machine), one
+    per :data:`vmapcheck.core.paths.SPEEDUPS` entry and batch size both paths ran at:
+    ``vmap_over_loop`` (how many times faster vmap is than the loop, jit vs jit) and
+    ``vmap_over_direct`` (vmap's cost relative to the hand-batched form; 1.0 = free).
+    """
+    labels = dict.fromkeys(label for by_batch in latency.values() for label in by_batch)
+    out: dict[str, dict[str, float]] = {}
+    for label in labels:
+        entry = {
+            s.name: latency[s.slower][label]["p50"] / latency[s.faster][label]["p50"]
+            for s in SPEEDUPS
+            if label in latency.get(s.slower, {}) and label in latency.get(s.faster, {})
+        }
+        out[label] = entry
+    return out
+
+
+def metrics_summary(result: dict[str, Any]) -> dict[str, Any]:
+    """The figures DVC shows as metrics (reports/bench.json).
+
+    Percentiles, the median's confidence interval, compile time and the share of the
+    matmul peak; the full distribution (mean, std, min, max, samples) stays in
+    bench_details.json.
+    """
+    out: dict[str, Any] = {"latency_ms": {}, "compile_ms": {}, "roofline": {}}
+    for path, by_batch in result["latency_ms"].items():
+        out["latency_ms"][path] = {
+            label: {k: s[k] for k in ("p50", "p90", "p99", "median_ci_low", "median_ci_high")}
+            for label, s in by_batch.items()
+        }
+        figures = result["figures"][path]
+        out["roofline"][path] = {label: f["roofline"] for label, f in figures.items()}
+        if PATHS[path].jit:
+            out["compile_ms"][path] = {label: f["compile_ms"] for label, f in figures.items()}
+    out["speedup"] = result["speedup"]
+    out["peak_gflops"] = result["peak"]["gflops"]
+    if "replay" in result:  # the guard's replay (stages/bench.py adds it)
+        out["replay"] = result["replay"]["figures"]
+    return out

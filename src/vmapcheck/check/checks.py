@@ -1,0 +1,406 @@
+"""Judge the forward outputs: agreement, contract, oracle, reference, refusals.
+
+Report first, then assert: :func:`run_checks` never raises on a failed check; it returns
+a report whose ``passed`` is False, which ``track`` logs before the pipeline exits
+non-zero.
+"""
+
+from __future__ import annotations
+
+from itertools import combinations
+from typing import Any
+
+import numpy as np
+
+from vmapcheck.check.schema import CheckDetails, ForwardRecord
+from vmapcheck.config import Config, ToleranceConfig
+from vmapcheck.core.cases import CaseKind, kind_of
+from vmapcheck.core.compare import compare, looser, within
+from vmapcheck.core.paths import PATHS, output_key, path_names, plain_path
+
+
+def _contract(entry: dict[str, Any], shape: list[int], dtype: str) -> list[str]:
+    if entry.get("refused") or entry.get("crashed"):
+        return [f"raised {entry.get('error')}: {entry.get('message')}"]
+    problems = []
+    if entry["shape"] != shape:
+        problems.append(f"expected shape {shape}, got {entry['shape']}")
+    if entry["dtype"] != dtype:
+        problems.append(f"expected dtype {dtype}, got {entry['dtype']}")
+    return problems
+
+
+def _worst(results: dict[str, dict[str, Any]], stat: str) -> float | None:
+    values = [r[stat] for r in results.values() if r[stat] is not None]
+    return max(values) if values else None
+
+
+def _pairs(
+    case: str, kind: CaseKind, outputs: dict[str, np.ndarray], tolerance: ToleranceConfig
+) -> dict[str, dict[str, Any]]:
+    """Every path against every other; one example also against the batch of one."""
+    present = {
+        p: outputs[output_key(case, p)] for p in kind.paths() if output_key(case, p) in outputs
+    }
+    results = {
+        f"{a}-vs-{b}": compare(present[a], present[b], tolerance)
+        for a, b in combinations(present, 2)
+    }
+    if kind.takes == "vector":
+        for a in present:
+            for b in path_names("batch"):
+                batch = outputs.get(output_key("single", b))
+                if batch is not None:
+                    results[f"{a}-vs-single.{b}"] = compare(present[a], batch[0], tolerance)
+    return results
+
+
+def _valid_case(
+    name: str,
+    meta: dict[str, Any],
+    config: Config,
+    outputs: dict[str, np.ndarray],
+    record: dict[str, Any],
+    oracle: dict[str, np.ndarray] | None,
+    targets: np.ndarray | None,
+    skip: dict[str, str],
+) -> tuple[dict[str, Any], list[str]]:
+    kind = kind_of(meta, name)
+    out_shape = (
+        [config.model.out_features]
+        if kind.takes == "vector"
+        else [meta["shape"][0], config.model.out_features]
+    )
+    paths = [p for p in kind.paths(meta) if p not in skip]
+    contract = {
+        p: _contract(
+            record.get(p, {"crashed": True, "error": "NotRun", "message": "no record"}),
+            out_shape,
+            config.precision.dtype,
+        )
+        for p in paths
+    }
+    present = {p: outputs[output_key(name, p)] for p in paths if output_key(name, p) in outputs}
+    finite = {p: bool(np.all(np.isfinite(v))) for p, v in present.items()}
+    pairs = _pairs(name, kind, outputs, config.precision.tolerance)
+    failures = [f"{name}/{p}: {msg}" for p, msgs in contract.items() for msg in msgs]
+    failures += [f"{name}/{p}: non-finite output" for p, ok in finite.items() if not ok]
+    failures += [f"{name}/{pair}: {r['reason']}" for pair, r in pairs.items() if not r["passed"]]
+    report: dict[str, Any] = {
+        "kind": kind.name,
+        "shape": meta["shape"],
+        "about": meta.get("about", ""),
+        "max_abs": _worst(pairs, "max_abs"),
+        "max_rel": _worst(pairs, "max_rel"),
+        "contract": contract,
+        "finite": finite,
+        "pairs": pairs,
+    }
+    if oracle is not None and name in oracle:
+        cross = config.precision.cross_run_tolerance
+        report["oracle"] = {p: compare(v, oracle[name], cross) for p, v in present.items()}
+        failures += [
+            f"{name}/{p} vs float64 oracle: {r['reason']}"
+            for p, r in report["oracle"].items()
+            if not r["passed"]
+        ]
+    if targets is not None:
+        report["loss"] = {
+            p: float(np.mean((v.astype(np.float64) - targets) ** 2)) for p, v in present.items()
+        }
+    report["passed"] = not failures
+    return report, failures
+
+
+def _negative_case(
+    name: str, meta: dict[str, Any], record: dict[str, Any], skip: dict[str, str]
+) -> tuple[dict[str, Any], list[str]]:
+    per_path, failures = {}, []
+    for path in kind_of(meta, name).paths(meta):
+        if path in skip:
+            continue
+        entry = record.get(path, {"refused": False, "message": "not run"})
+        message = entry.get("message") or f"produced an output of shape {entry.get('shape')}"
+        ok = (
+            bool(entry.get("refused"))
+            and entry.get("error") == "InvalidInputError"
+            and all(part in message for part in meta["expect"])
+        )
+        per_path[path] = {
+            "passed": ok,
+            "refused": bool(entry.get("refused")),
+            "error": entry.get("error"),
+            "message": message,
+        }
+        if not ok:
+            failures.append(
+                f"{name}/{path}: expected InvalidInputError naming {meta['expect']}, got "
+                f"{entry.get('error') or 'an output'}: {message!r}"
+            )
+    report = {
+        "about": meta.get("about", ""),
+        "expect": meta["expect"],
+        "runs_on": meta.get("runs_on", "batch"),
+        "passed": not failures,
+        "paths": per_path,
+    }
+    return report, failures
+
+
+def _reference(
+    config: Config,
+    runtime: dict[str, Any],
+    reference: dict[str, Any] | None,
+    skip: dict[str, str],
+) -> tuple[dict[str, Any], list[str]]:
+    """Compare the current run of the reference's inputs with its stored outputs."""
+    status = reference["status"] if reference else "missing"
+    if status != "ok":
+        message = reference.get("message", "") if reference else "no reference"
+        report = {
+            "status": status,
+            "message": message,
+            "required": config.reference.required,
+            "passed": not config.reference.required,
+        }
+        failures = [f"reference: {status}: {message}"] if config.reference.required else []
+        return report, failures
+    meta = reference["meta"]
+    stored, current = reference["stored"], reference["current"]
+    tolerance = looser(
+        meta["cross_run_tolerance"], config.precision.cross_run_tolerance.model_dump()
+    )
+    cases: dict[str, dict[str, Any]] = {}
+    failures = []
+    for name, entry in meta["cases"].items():
+        cases[name] = {}
+        for path in kind_of(entry, name).paths(entry):
+            key = output_key(name, path)
+            if path in skip and key not in stored:
+                continue
+            # A reference older than this path: compare with the stored output of the
+            # path that computes the same program on one device (its same_program_as).
+            stand_in = path if key in stored else (PATHS[path].same_program_as or path)
+            stored_key = output_key(name, stand_in)
+            if key not in current:
+                result = {
+                    "max_abs": None,
+                    "max_rel": None,
+                    "passed": False,
+                    "reason": "no current output (refused or crashed)",
+                }
+            elif stored_key not in stored:
+                result = {
+                    "max_abs": None,
+                    "max_rel": None,
+                    "passed": False,
+                    "reason": "the reference stores no output for this path",
+                }
+            else:
+                result = compare(current[key], stored[stored_key], tolerance)
+            if stand_in != path:
+                result["stored_path"] = stand_in
+            cases[name][path] = result
+            if not result["passed"]:
+                failures.append(f"reference/{name}/{path}: {result['reason']}")
+    losses = {}
+    for name, value in meta.get("losses", {}).items():
+        y = reference["cases"][name]["y"]
+        now = float(np.mean((current[output_key(name, plain_path())].astype(np.float64) - y) ** 2))
+        ok = within(now, value, tolerance)
+        losses[name] = {"reference": value, "current": now, "passed": ok}
+        if not ok:
+            failures.append(f"reference/{name}/loss: {now:.6g} vs stored {value:.6g}")
+    made, cur = meta["runtime"], runtime
+    report = {
+        "status": "ok",
+        "message": (
+            f"reference made with jax {made['jax_version']} / jaxlib {made['jaxlib_version']} "
+            f"on {made['backend']} ({made['device_kind']}) in {meta['dtype']}, compared with "
+            f"jax {cur['jax_version']} / jaxlib {cur['jaxlib_version']} on {cur['backend']} "
+            f"({cur['device_kind']}) in {config.precision.dtype}"
+        ),
+        "made_with": {
+            **{k: made[k] for k in ("jax_version", "jaxlib_version", "backend", "device_kind")},
+            "dtype": meta["dtype"],
+        },
+        "compared_with": {
+            **{k: cur[k] for k in ("jax_version", "jaxlib_version", "backend", "device_kind")},
+            "dtype": config.precision.dtype,
+        },
+        "created_at": meta["created_at"],
+        "reason": meta["reason"],
+        "from_run": meta.get("from_run"),
+        "tolerance_used": tolerance.model_dump(),
+        "cases": cases,
+        "losses": losses,
+        "max_abs": max(
+            (r["max_abs"] for c in cases.values() for r in c.values() if r["max_abs"] is not None),
+            default=None,
+        ),
+        "max_rel": max(
+            (r["max_rel"] for c in cases.values() for r in c.values() if r["max_rel"] is not None),
+            default=None,
+        ),
+        "passed": not failures,
+    }
+    return report, failures
+
+
+def _gradients(
+    config: Config, record: dict[str, Any] | None, arrays: dict[str, np.ndarray] | None
+) -> tuple[dict[str, Any], list[str]]:
+    """Finite loss and gradients; NaN detected; mean per-example gradient = batch gradient."""
+    if record is None or arrays is None:
+        return {"status": "not run", "passed": True}, []
+    failures = []
+    for key, what in (
+        ("loss_finite", "loss"),
+        ("grads_finite", "gradients"),
+        ("per_example_finite", "per-example gradients"),
+    ):
+        if not record[key]:
+            failures.append(f"gradients/standard: the {what} are not finite on real data")
+    probe = record["nan_probe"]
+    # The loss must carry the NaN. The gradients may legitimately stay finite: a relu
+    # that is off for that output passes no gradient (JAX selects 0, it does not
+    # multiply 0 by NaN), so they are reported, not judged.
+    if probe["loss_finite"]:
+        failures.append("gradients/nan_probe: a NaN target gave a finite loss: something masks NaN")
+    leaves = {}
+    for key in arrays:
+        if key.startswith("batch_grad."):
+            leaf = key.removeprefix("batch_grad.")
+            leaves[leaf] = compare(
+                arrays[f"per_example_mean.{leaf}"], arrays[key], config.precision.tolerance
+            )
+            if not leaves[leaf]["passed"]:
+                failures.append(
+                    f"gradients/{leaf}: mean of per-example gradients vs batch gradient: "
+                    f"{leaves[leaf]['reason']}"
+                )
+    report = {
+        "status": "ok",
+        **record,
+        "per_example_vs_batch": leaves,
+        "max_abs": _worst(leaves, "max_abs"),
+        "max_rel": _worst(leaves, "max_rel"),
+        "passed": not failures,
+    }
+    return report, failures
+
+
+def _inputs(stages: dict[str, Any] | None) -> tuple[dict[str, Any], list[str]]:
+    """The pipeline's inputs judged with its outputs: each stage result of
+    :mod:`vmapcheck.check.diagnosis` given (the key stream: each subkey feeds one random draw)
+    fails the check when it diverged."""
+    if stages is None:
+        return {"status": "not run", "passed": True}, []
+    failures = [
+        f"inputs/{name}: {stage['summary']}"
+        for name, stage in stages.items()
+        if stage["status"] == "diverged"
+    ]
+    report = {
+        "status": "ok",
+        **{name: {"status": s["status"], "summary": s["summary"]} for name, s in stages.items()},
+        "passed": not failures,
+    }
+    return report, failures
+
+
+def run_checks(
+    config: Config,
+    cases_manifest: dict[str, Any],
+    outputs: dict[str, np.ndarray],
+    forward_record: ForwardRecord,
+    *,
+    oracle: dict[str, np.ndarray] | None = None,
+    targets: dict[str, np.ndarray] | None = None,
+    reference: dict[str, Any] | None = None,
+    gradients: dict[str, np.ndarray] | None = None,
+    inputs: dict[str, dict[str, Any]] | None = None,
+) -> CheckDetails:
+    """Build the check report (``reports/check_details.json``, :class:`CheckDetails`).
+
+    ``oracle``: case -> float64 output (None for a float64 run). ``targets``: case -> y
+    for cases that have them. ``reference``: {"status", "message", and when "ok": "meta",
+    "stored", "current", "cases"} (see :mod:`vmapcheck.check.reference`), or None if absent.
+    ``inputs``: stage results of :mod:`vmapcheck.check.diagnosis` judged as checks (the
+    key stream), or None.
+    """
+    cases_report: dict[str, Any] = {}
+    negative_report: dict[str, Any] = {}
+    failures: list[str] = []
+    skip = forward_record.get("not_provided", {})
+    for name, meta in cases_manifest["cases"].items():
+        record = forward_record["cases"].get(name, {})
+        if kind_of(meta, name).judged == "refusal":
+            negative_report[name], found = _negative_case(name, meta, record, skip)
+        else:
+            cases_report[name], found = _valid_case(
+                name, meta, config, outputs, record, oracle, (targets or {}).get(name), skip
+            )
+        failures += found
+    reference_report, found = _reference(config, forward_record["runtime"], reference, skip)
+    failures += found
+    gradients_report, found = _gradients(config, forward_record.get("gradients"), gradients)
+    failures += found
+    inputs_report, found = _inputs(inputs)
+    failures += found
+    return {
+        "passed": not failures,
+        "failures": failures,
+        "dtype": config.precision.dtype,
+        "tolerance": config.precision.tolerance.model_dump(),
+        "cross_run_tolerance": config.precision.cross_run_tolerance.model_dump(),
+        "oracle": "float64 (CPU)" if oracle is not None else "none: the run is float64",
+        "runtime": forward_record["runtime"],
+        "not_provided": skip,
+        # Devices and mesh of the data-parallel path (absent in records older than it).
+        "sharded": forward_record.get("sharded"),
+        "cases": cases_report,
+        "negative": negative_report,
+        "reference": reference_report,
+        "gradients": gradients_report,
+        "inputs": inputs_report,
+    }
+
+
+def metrics_summary(report: dict[str, Any]) -> dict[str, Any]:
+    """The compact figures DVC shows as metrics (reports/check.json)."""
+    ref = report["reference"]
+    return {
+        "passed": report["passed"],
+        "n_failures": len(report["failures"]),
+        "n_pairs": sum(len(c["pairs"]) for c in report["cases"].values()),
+        "tolerance": report["tolerance"],
+        "cross_run_tolerance": report["cross_run_tolerance"],
+        "agreement": {
+            name: {"max_abs": c["max_abs"], "max_rel": c["max_rel"], "passed": c["passed"]}
+            for name, c in report["cases"].items()
+        },
+        "oracle_max_rel": {
+            name: _worst(c["oracle"], "max_rel")
+            for name, c in report["cases"].items()
+            if "oracle" in c
+        },
+        "negative": {
+            name: {
+                "refused_paths": sum(p["refused"] for p in n["paths"].values()),
+                "passed": n["passed"],
+            }
+            for name, n in report["negative"].items()
+        },
+        "gradients": {
+            k: report["gradients"].get(k) for k in ("passed", "loss", "max_abs", "max_rel")
+        },
+        "reference": {
+            "passed": ref["passed"],
+            **(
+                {"max_abs": ref["max_abs"], "max_rel": ref["max_rel"]}
+                if ref["status"] == "ok"
+                else {}
+            ),
+        },
+    }

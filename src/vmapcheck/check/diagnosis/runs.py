@@ -1,0 +1,205 @@
+"""Stages 9-11: the run against other runs of the same computation.
+
+9. ``backend``: the run's stored outputs against the same paths recomputed here, on CPU;
+10. ``sharding``: each distributed path against the path running the same program on
+    one device (its registry entry's ``same_program_as``);
+11. ``reference``: the check's comparison with the stored verified run.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from vmapcheck.check.diagnosis.subject import StoredRun, Subject, _error_line, _finding, _stage
+from vmapcheck.core.compare import measure
+from vmapcheck.core.forms import OUTPUT
+from vmapcheck.core.paths import PATHS, ForwardPath, output_key, path_names, split_output_key
+
+# --- 9-11. backend, sharding, reference -----------------------------------------------
+
+
+def _recompute(subject: Subject, x: np.ndarray, path: ForwardPath) -> np.ndarray | None:
+    fn = path.compile(subject.model)
+    if fn is None:
+        return None
+    x = jnp.asarray(x, dtype=subject.dtype)
+    return np.asarray(jax.block_until_ready(fn(subject.run_params, x)))
+
+
+def backend_stage(subject: Subject, stored: StoredRun | None) -> dict[str, Any]:
+    """Stage 9: the run's stored outputs (its backend) against the same path, same mode,
+    recomputed here on CPU, within precision.cross_run_tolerance (backends round
+    differently; that tolerance is the run's own setting for it)."""
+    evidence: list[dict[str, Any]] = []
+    if stored is None:
+        return _stage("backend", evidence, skipped="no stored run outputs given")
+    runtime = stored.record.get("runtime", {})
+    platform = runtime.get("platform", "?")
+    here = jax.devices()[0].platform
+    tolerance = subject.cross_run_tolerance
+    run_dtype = np.dtype(subject.dtype)
+    for case, x in stored.cases.items():
+        vector = np.ndim(x) == 1
+        for path in path_names("vector" if vector else "batch"):
+            key = output_key(case, path)
+            # A distributed path is judged against its one-device program (sharding).
+            if PATHS[path].distributed or key not in stored.outputs:
+                continue
+            try:
+                mine = _recompute(subject, x, PATHS[path])
+            except Exception as exc:
+                evidence.append(
+                    {"what": f"{key} recomputed", "passed": False, "reason": _error_line(exc)}
+                )
+                continue
+            if mine is None:
+                continue
+            result = measure(
+                stored.outputs[key], mine, tolerance, "precision.cross_run_tolerance", run_dtype
+            )
+            pair = f"{path}@{platform}-vs-{path}@{here}"
+            evidence.append({"what": f"case {case}", "pair": pair, **result})
+            if not result["passed"]:
+                return _stage(
+                    "backend",
+                    evidence,
+                    _finding(
+                        "backend",
+                        f"case {case}: the run's {path} on {platform} "
+                        f"({runtime.get('device_kind', '?')}) differs from {path} recomputed "
+                        f"here on {here} ({result['reason']}); everything before agrees on "
+                        f"{here}, so the backend is where it diverges",
+                        what="output",
+                        input=f"case {case}",
+                        layer=OUTPUT,
+                        paths=[path],
+                        pair=pair,
+                        figures=result,
+                    ),
+                )
+    if not evidence:
+        return _stage("backend", evidence, skipped="no stored outputs for the probed cases")
+    return _stage(
+        "backend",
+        evidence,
+        summary=f"the run's outputs on {platform} agree with this machine's {here} "
+        f"recomputation within precision.cross_run_tolerance",
+    )
+
+
+def sharding_stage(subject: Subject, stored: StoredRun | None) -> dict[str, Any]:
+    """Stage 10: each distributed path of the run (``sharded_jit``) against the path
+    running the same program on one device (its ``same_program_as``: ``vmap_jit``), every
+    batch case, within precision.tolerance."""
+    evidence: list[dict[str, Any]] = []
+    if stored is None:
+        return _stage("sharding", evidence, skipped="no stored run outputs given")
+    mesh = stored.record.get("sharded") or {}
+    devices = mesh.get("devices", "?")
+    agreed: set[str] = set()
+    for key in stored.outputs:
+        case, path = split_output_key(key)
+        one_device = path.same_program_as
+        if not path.distributed or output_key(case, one_device) not in stored.outputs:
+            continue
+        result = measure(
+            stored.outputs[output_key(case, one_device)],
+            stored.outputs[key],
+            subject.tolerance,
+            "precision.tolerance",
+            np.dtype(subject.dtype),
+        )
+        pair = f"{one_device}-vs-{path.name}"
+        evidence.append({"what": f"case {case}", "pair": pair, **result})
+        if not result["passed"]:
+            return _stage(
+                "sharding",
+                evidence,
+                _finding(
+                    "sharding",
+                    f"case {case}: {path.name} over {devices} device(s) "
+                    f"differs from {one_device} ({result['reason']})",
+                    what="output",
+                    input=f"case {case}",
+                    layer=OUTPUT,
+                    paths=[path.name],
+                    pair=pair,
+                    figures=result,
+                ),
+            )
+        agreed.add(f"{path.name} over {devices} device(s) agrees with {one_device}")
+    if not evidence:
+        return _stage("sharding", evidence, skipped="the run has no distributed path's outputs")
+    return _stage(
+        "sharding",
+        evidence,
+        summary=f"{'; '.join(sorted(agreed))} on {len(evidence)} case(s)",
+    )
+
+
+def reference_stage(check: dict[str, Any] | None) -> dict[str, Any]:
+    """Stage 11: the check's comparison with the stored reference run, and what differs
+    between the two runs (versions, backend, dtype)."""
+    evidence: list[dict[str, Any]] = []
+    reference = (check or {}).get("reference")
+    if not reference:
+        return _stage("reference", evidence, skipped="no check report given")
+    if reference.get("status") != "ok":
+        evidence.append({"what": "reference", "status": reference.get("status")})
+        if not reference.get("passed", True):
+            return _stage(
+                "reference",
+                evidence,
+                _finding(
+                    "reference",
+                    f"reference {reference['status']}: {reference.get('message', '')}",
+                    what="reference",
+                ),
+            )
+        return _stage("reference", evidence, skipped=f"reference {reference['status']}")
+    for case, paths in reference.get("cases", {}).items():
+        for path, result in paths.items():
+            evidence.append({"what": f"reference {case}/{path}", **result})
+            if not result["passed"]:
+                made, now = reference.get("made_with", {}), reference.get("compared_with", {})
+                changed = {k: [made.get(k), now.get(k)] for k in made if made.get(k) != now.get(k)}
+                return _stage(
+                    "reference",
+                    evidence,
+                    _finding(
+                        "reference",
+                        f"case {case}, {path}: this run differs from the stored reference "
+                        f"({result['reason']}); everything within this run agrees, so the "
+                        "difference is between the runs"
+                        + (
+                            ": " + ", ".join(f"{k} {a} -> {b}" for k, (a, b) in changed.items())
+                            if changed
+                            else " (same versions, backend and dtype)"
+                        ),
+                        what="reference",
+                        input=f"case {case}",
+                        layer=OUTPUT,
+                        paths=[path],
+                        figures=result,
+                        changed=changed,
+                    ),
+                )
+    for case, loss in reference.get("losses", {}).items():
+        evidence.append({"what": f"reference loss {case}", **loss})
+        if not loss["passed"]:
+            return _stage(
+                "reference",
+                evidence,
+                _finding(
+                    "reference",
+                    f"case {case}: the loss differs from the stored reference's",
+                    what="reference loss",
+                    input=f"case {case}",
+                    layer="loss",
+                ),
+            )
+    return _stage("reference", evidence, summary="this run agrees with the stored reference")

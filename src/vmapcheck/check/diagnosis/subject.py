@@ -1,0 +1,187 @@
+"""What the diagnosis runs on, and the shape of its results.
+
+:class:`Subject` (the model, params and numerics under diagnosis, with the input ladder
+of :class:`Probe`), :class:`DataSources` (the stored data the data stage judges) and
+:class:`StoredRun` (the run's outputs); :data:`STAGES`, the protocol's stages in order;
+and the helpers every stage reports with (:func:`_stage`, :func:`_finding`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+
+from vmapcheck.config import DataConfig, ToleranceConfig
+from vmapcheck.core.forms import cast_tree
+from vmapcheck.core.models import Model, Params
+from vmapcheck.core.paths import PATHS
+
+
+def _one_device_programs() -> str:
+    """The paths the distributed paths are judged against (their ``same_program_as``)."""
+    return ", ".join(
+        dict.fromkeys(
+            p.same_program_as for p in PATHS.values() if p.distributed and p.same_program_as
+        )
+    )
+
+
+# (stage, what it examines), in the protocol's order.
+STAGES = (
+    ("data", "data and preprocessing"),
+    ("key_stream", "key stream"),
+    ("shapes", "shapes and dtypes"),
+    ("forward", "forward without jit, minimal input first, layer by layer"),
+    ("loss", "loss"),
+    ("gradients", "gradients, leaf by leaf"),
+    ("update", "one optimizer update, leaf by leaf"),
+    ("jit", "jit added back, path by path"),
+    ("backend", "the run's backend against this machine's CPU"),
+    ("sharding", f"sharding over the device mesh against {_one_device_programs()}"),
+    ("reference", "this run against the stored verified run"),
+)
+STAGE_NAMES = tuple(name for name, _ in STAGES)
+
+
+# --- what the diagnosis runs on -------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Probe:
+    """An input of the ladder: ``x`` (rows, in_features), batch axis 0; ``y`` (rows,
+    out_features) or None. ``label`` says where it comes from (never its values)."""
+
+    label: str
+    x: np.ndarray
+    y: np.ndarray | None = None
+
+
+@dataclass(frozen=True)
+class Subject:
+    """The model and numerics under diagnosis.
+
+    ``params``: as loaded (float32 leaves); they enter every computation cast to
+    ``dtype``, as in the forward stage. ``probes``: the input ladder, minimal first.
+    ``tolerance``: between paths of one run (precision.tolerance); ``cross_run_tolerance``:
+    between backends or runs. ``optimizer``: the training optimizer (None: not trained).
+    ``seed``: the key stream's root seed (None: the key stream is not examined).
+    """
+
+    model: Model
+    params: Params
+    dtype: Any
+    tolerance: ToleranceConfig
+    cross_run_tolerance: ToleranceConfig
+    probes: tuple[Probe, ...]
+    optimizer: optax.GradientTransformation | None = None
+    seed: int | None = None
+
+    @property
+    def run_params(self) -> Params:
+        return cast_tree(self.params, self.dtype)
+
+    def inputs(self, probe: Probe) -> tuple[jax.Array, jax.Array | None]:
+        x = jnp.asarray(probe.x, dtype=self.dtype)
+        y = None if probe.y is None else jnp.asarray(probe.y, dtype=self.dtype)
+        return x, y
+
+
+@dataclass(frozen=True)
+class DataSources:
+    """Where the data stage finds the stored data: ``cases`` (data/cases), ``prepared``
+    (data/prepared), the data config and seed that made them, and the folder the raw
+    source path is relative to."""
+
+    cases: Path
+    prepared: Path
+    config: DataConfig
+    seed: int
+    root: Path
+
+
+@dataclass(frozen=True)
+class StoredRun:
+    """The run being diagnosed: ``outputs`` (data/forward/outputs.npz, ``<case>.<path>``),
+    ``record`` (data/forward/record.json) and the inputs ``cases`` (name -> x) whose
+    outputs the backend stage recomputes here."""
+
+    outputs: dict[str, np.ndarray]
+    record: dict[str, Any]
+    cases: dict[str, np.ndarray]
+
+
+# --- stage results --------------------------------------------------------------------
+
+
+def _finding(stage: str, message: str, **fields: Any) -> dict[str, Any]:
+    """The first divergence of a stage; every key present (None when it does not apply)."""
+    base = {
+        "stage": stage,
+        "what": None,
+        "input": None,
+        "layer": None,
+        "leaf": None,
+        "params_leaves": None,
+        "paths": None,
+        "pair": None,
+        "element": None,
+        "max_abs": None,
+        "max_rel": None,
+        "max_ulp": None,
+        "ulp_dtype": None,
+        "tolerance": None,
+    }
+    figures = {k: v for k, v in fields.pop("figures", {}).items() if k in base}
+    return {**base, **figures, **fields, "message": message}
+
+
+def _stage(
+    name: str,
+    evidence: list[dict[str, Any]],
+    finding: dict[str, Any] | None = None,
+    summary: str = "",
+    skipped: str | None = None,
+) -> dict[str, Any]:
+    title = dict(STAGES)[name]
+    if skipped is not None:
+        status, summary = "skipped", skipped
+    elif finding is not None:
+        status, summary = "diverged", finding["message"]
+    else:
+        status = "ruled_out"
+    return {
+        "stage": name,
+        "title": title,
+        "status": status,
+        "summary": summary,
+        "finding": finding,
+        "evidence": evidence,
+    }
+
+
+def _error_line(exc: BaseException) -> str:
+    first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+    return f"{type(exc).__name__}: {first}" if first else type(exc).__name__
+
+
+def _layer_of(leaf: str) -> str:
+    """``layers[1].W`` -> ``layers[1]``: the layer a params leaf belongs to."""
+    return leaf.rsplit(".", 1)[0] if "." in leaf else leaf
+
+
+def _params_leaves(layer: str, leaves: Iterable[str], n_layers: int) -> list[str] | None:
+    """The params leaves feeding ``layer``, when the model names its layers after them
+    (``layers[1]`` -> ``layers[1].W``, ``layers[1].b``); a one-layer model's leaves all
+    feed its one layer."""
+    leaves = list(leaves)
+    named = [leaf for leaf in leaves if leaf.startswith((f"{layer}.", f"{layer}["))]
+    if named:
+        return named
+    return leaves if n_layers == 1 else None

@@ -1,0 +1,226 @@
+"""``vmapcheck <command>``: the project's one command line (``make`` targets call it).
+
+Every command runs on the project in the current folder (``Layout(Path.cwd())``; the
+commands that had one take ``--root``), parses its flags here and calls one library
+function in the module that owns the logic. Those modules are imported only by the
+command that needs them, so ``vmapcheck --help`` does not load JAX or MLflow.
+
+Exit status: each command's own (0 success; see each command's help), 2 for a usage
+error (argparse's one-line message) or a failure the command reports on stderr as
+``<command>: error: ...``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from vmapcheck.errors import VmapcheckError
+from vmapcheck.layout import Layout
+
+# Kept here so --help needs no heavy import; tests/test_cli.py checks they match the
+# modules' own constants.
+LAST_VERIFIED = "last-verified"  # vmapcheck.bench.verdict.LAST_VERIFIED
+COMPARE_DEFAULT_N = 10  # vmapcheck.tracking.runs.DEFAULT_N
+DIAGNOSIS_ON_DEMAND = "diagnosis-on-demand.json"  # under reports/
+
+Command = Callable[[argparse.Namespace, Layout], int]
+
+
+# --- the commands: parsed args + the project's layout -> exit status ----------------------
+
+
+def _diagnose(args: argparse.Namespace, layout: Layout) -> int:
+    from vmapcheck.check.diagnosis import on_demand
+
+    out = layout.report(DIAGNOSIS_ON_DEMAND) if args.out is None else layout.root / args.out
+    return on_demand(layout, out)
+
+
+def _reference(args: argparse.Namespace, layout: Layout) -> int:
+    from vmapcheck.check import reference
+
+    if args.verb == "make":
+        return reference.run_make(layout, args.reason)
+    return reference.run_show(layout)
+
+
+def _verdict(args: argparse.Namespace, layout: Layout) -> int:
+    from vmapcheck.bench.verdict import run_verdict
+
+    return run_verdict(layout, args.baseline, args.current, args.factor, args.alpha, args.out)
+
+
+def _compare(args: argparse.Namespace, layout: Layout) -> int:
+    from vmapcheck.tracking.runs import run_compare
+
+    return run_compare(layout, args.n, args.filter, args.experiment, args.all, args.width)
+
+
+def _registry(args: argparse.Namespace, layout: Layout) -> int:
+    from vmapcheck.tracking.registry import run_show
+
+    return run_show(layout, args.model)
+
+
+def _rollback(args: argparse.Namespace, layout: Layout) -> int:
+    from vmapcheck.tracking.registry import run_rollback
+
+    return run_rollback(layout, args.model)
+
+
+def _ui(args: argparse.Namespace, layout: Layout) -> int:
+    from vmapcheck.tracking.ui import run_ui
+
+    return run_ui(layout, args.port)
+
+
+def _params(args: argparse.Namespace, layout: Layout) -> int:
+    from vmapcheck.compose import run_params
+
+    return run_params(layout, args.overrides)
+
+
+def _summary(args: argparse.Namespace, layout: Layout) -> int:
+    from vmapcheck.report.summary import run_summary
+
+    return run_summary(layout, args.repro_status)
+
+
+def _store(args: argparse.Namespace, layout: Layout) -> int:
+    from vmapcheck.tracking.store import run_store
+
+    return run_store(layout, args.verb)
+
+
+# --- the parser ------------------------------------------------------------------------
+
+
+def _root_flag(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--root", type=Path, default=None, help="project root (default: the current folder)"
+    )
+
+
+# One line each, for `vmapcheck --help` (in this order) and each command's own help.
+COMMANDS = {
+    "diagnose": "localize a divergence in the current outputs (exit 1: found one)",
+    "reference": "store the last verified run as the model's reference, or show it",
+    "verdict": "is the benchmark slower than a baseline? (exit 1: a regression)",
+    "compare": "logged runs side by side",
+    "registry": "versions of the registered model, which is @verified, their tags",
+    "rollback": "move alias verified back to the previous verified version",
+    "ui": "MLflow UI over the local store on 127.0.0.1",
+    "params": "recompose params.yaml from conf/ (as dvc exp run does)",
+    "summary": "print the verdict of the last pipeline run and its MLflow run",
+    "store": "create (init), locate (where) or probe the MLflow store",
+}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    width = max(map(len, COMMANDS)) + 2
+    listing = "\n".join(f"  {name:<{width}}{text}" for name, text in COMMANDS.items())
+    parser = argparse.ArgumentParser(
+        prog="vmapcheck",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        description="Check that JAX vmap agrees with the per-example loop and the\n"
+        "hand-batched forward, and time each (the pipeline itself: dvc repro).",
+        epilog=f"commands:\n{listing}\n\n`vmapcheck <command> --help` describes its flags.",
+    )
+    commands = parser.add_subparsers(
+        dest="command", metavar="<command>", required=True, help="one of the commands below"
+    )
+    funcs: dict[str, Command] = {
+        "diagnose": _diagnose,
+        "reference": _reference,
+        "verdict": _verdict,
+        "compare": _compare,
+        "registry": _registry,
+        "rollback": _rollback,
+        "ui": _ui,
+        "params": _params,
+        "summary": _summary,
+        "store": _store,
+    }
+    sub: dict[str, argparse.ArgumentParser] = {}
+    for name, text in COMMANDS.items():
+        # No help= here: the epilog lists the commands (argparse would wrap them).
+        sub[name] = commands.add_parser(name, description=text[0].upper() + text[1:] + ".")
+        sub[name].set_defaults(func=funcs[name])
+
+    sub["diagnose"].add_argument(
+        "--out",
+        default=None,
+        help="where to write the report (its summary goes beside it as .txt); the check "
+        "stage's own diagnosis is reports/diagnosis.json",
+    )
+
+    verbs = sub["reference"].add_subparsers(dest="verb", required=True)
+    make = verbs.add_parser("make", help="store the current verified run as the reference")
+    make.add_argument("--reason", required=True, help="why the reference changes (recorded)")
+    verbs.add_parser("show", help="print the reference's metadata")
+
+    verdict = sub["verdict"]
+    verdict.add_argument(
+        "--baseline",
+        required=True,
+        help=f"a bench_details.json, an MLflow run id, or {LAST_VERIFIED!r}",
+    )
+    verdict.add_argument(
+        "--current",
+        default=None,
+        help="the run to judge: a bench_details.json or an MLflow run id",
+    )
+    verdict.add_argument("--factor", type=float, help="default: bench.regression.factor")
+    verdict.add_argument("--alpha", type=float, help="default: bench.regression.alpha")
+    verdict.add_argument("--out", type=Path, help="also write the verdict as JSON here")
+    _root_flag(verdict)
+
+    compare = sub["compare"]
+    compare.add_argument(
+        "-n", type=int, default=COMPARE_DEFAULT_N, help="how many runs (newest first)"
+    )
+    compare.add_argument(
+        "--filter", default="", help="an MLflow search filter, e.g. \"tags.model = 'mlp'\""
+    )
+    scope = compare.add_mutually_exclusive_group()
+    scope.add_argument("--experiment", help="only this experiment (exact name)")
+    scope.add_argument("--all", action="store_true", help="every experiment in the store")
+    _root_flag(compare)
+    compare.add_argument("--width", type=int, help="fit the table into this many columns")
+
+    for name in ("registry", "rollback"):
+        sub[name].add_argument(
+            "--model", help="registered model (default: registry.registered_model in params.yaml)"
+        )
+
+    sub["ui"].add_argument("--port", type=int, default=5000)
+
+    sub["params"].add_argument("overrides", nargs="*", help="Hydra overrides, e.g. model=toy")
+
+    sub["summary"].add_argument(
+        "--repro-status", type=int, default=0, help="exit status of the dvc repro that just ran"
+    )
+
+    sub["store"].add_argument(
+        "verb",
+        choices=["init", "where", "probe"],
+        help="init: create (or migrate) the store and the experiment, e.g. before a sweep; "
+        "where: print the store and artifact location; probe: check a server answers",
+    )
+    _root_flag(sub["store"])
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Parse ``argv`` (default: the command line), run the command, return its exit status."""
+    args = build_parser().parse_args(argv)
+    root = getattr(args, "root", None)
+    layout = Layout(Path.cwd() if root is None else root)
+    try:
+        return args.func(args, layout)
+    except VmapcheckError as exc:  # a command that does not report its own errors
+        print(f"{args.command}: error: {exc}", file=sys.stderr)
+        return 2

@@ -1,0 +1,106 @@
+"""The kinds of regression case: one :data:`CASE_KINDS` entry per kind.
+
+Every case in the regression set (``data/cases/manifest.json``) names its kind. What
+happens to a case follows from its kind's entry alone: which paths it runs through,
+whether the float64 oracle judges it, whether the stored reference keeps its outputs,
+and how check judges it. The forward stage, check, the oracle, the reference, the
+diagnosis and the report all ask this registry; a kind it does not know is an error
+(:func:`kind_of`), never a silently skipped case.
+
+To add a kind: one entry below, and the cases of that kind in
+:func:`vmapcheck.data.regression.regression_cases` (docs/development.md).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from vmapcheck.core.paths import path_names
+from vmapcheck.errors import ArtifactError
+
+
+@dataclass(frozen=True)
+class CaseKind:
+    """One kind of regression case.
+
+    Attributes:
+        name: the kind, as cases name it in the manifest.
+        takes: the paths it runs through: those taking a ``"batch"`` (x: (rows,
+            *example), batch axis 0) or one ``"vector"`` example; ``"per-case"``: the
+            case's own ``runs_on`` says which.
+        judged: ``"agreement"``: every pair of its outputs agrees, each agrees with the
+            float64 oracle (``oracle``) and with the stored reference (``in_reference``);
+            ``"refusal"``: every path must refuse it with the expected message.
+        oracle: the float64 oracle computes its output (judging every path).
+        in_reference: ``make reference`` stores its outputs, compared on later runs.
+        about: one line for the report.
+    """
+
+    name: str
+    takes: Literal["batch", "vector", "per-case"]
+    judged: Literal["agreement", "refusal"]
+    oracle: bool
+    in_reference: bool
+    about: str
+
+    def paths(self, case: dict[str, Any] | None = None) -> tuple[str, ...]:
+        """The paths a case of this kind runs through (``case``: its manifest entry,
+        needed for a per-case kind)."""
+        takes = self.takes
+        if takes == "per-case":
+            takes = (case or {}).get("runs_on", "batch")
+        return path_names(takes)
+
+    @property
+    def valid(self) -> bool:
+        """Its outputs exist and are compared (an input to refuse has none)."""
+        return self.judged == "agreement"
+
+
+CASE_KINDS: dict[str, CaseKind] = {
+    k.name: k
+    for k in [
+        CaseKind(
+            "batch",
+            takes="batch",
+            judged="agreement",
+            oracle=True,
+            in_reference=True,
+            about="a batch of valid rows (batch axis 0)",
+        ),
+        CaseKind(
+            "vector",
+            takes="vector",
+            judged="agreement",
+            oracle=True,
+            in_reference=True,
+            about="one valid example, unbatched, for forward_one",
+        ),
+        CaseKind(
+            "invalid",
+            takes="per-case",
+            judged="refusal",
+            oracle=False,
+            in_reference=False,
+            about="an input every path must refuse with a clear error",
+        ),
+    ]
+}
+
+
+def kind_of(case: dict[str, Any], name: str = "") -> CaseKind:
+    """The registry entry of ``case`` (a case or its manifest entry, with ``kind``).
+
+    Raises:
+        ArtifactError: the kind is missing or not registered (names the case and the
+            kinds known), so a new kind can never silently drop out of a check.
+    """
+    kind = case.get("kind")
+    if kind not in CASE_KINDS:
+        where = f"case {name!r}" if name else "a case"
+        raise ArtifactError(
+            f"{where} has kind {kind!r}; expected one of {', '.join(CASE_KINDS)} "
+            "(vmapcheck.core.cases.CASE_KINDS)"
+        )
+    return CASE_KINDS[kind]

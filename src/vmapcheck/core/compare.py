@@ -1,0 +1,227 @@
+"""The one comparison rule: agreement with explicit tolerances, ULP distance, looser.
+
+Two arrays ``a`` and ``b`` agree when they have the same shape and, elementwise,
+``|a - b| <= atol + rtol * max(|a|, |b|)`` (:func:`allowed_error`; symmetric, so the
+pair order does not matter), computed in float64 so the comparison adds no rounding of
+its own. NaN or Inf in either array is a failure, never a pass: it is not masked.
+
+Every caller (the checks, the reference, the diagnosis) goes through this module.
+"""
+
+from __future__ import annotations
+
+from itertools import combinations
+from typing import Any
+
+import jax.numpy as jnp
+import numpy as np
+
+from vmapcheck.config import ToleranceConfig
+
+# Bitwise: re-derived data must reproduce the stored bits.
+EXACT = ToleranceConfig(rtol=0.0, atol=0.0)
+
+
+def allowed_error(scale: Any, tolerance: ToleranceConfig) -> Any:
+    """The error the rule allows at magnitude ``scale`` (= max(|a|, |b|), elementwise)."""
+    return tolerance.atol + tolerance.rtol * scale
+
+
+def within(a: float, b: float, tolerance: ToleranceConfig) -> bool:
+    """The rule for two scalars (e.g. a loss against its stored value)."""
+    return abs(a - b) <= allowed_error(max(abs(a), abs(b)), tolerance)
+
+
+def looser(a: dict[str, float], b: dict[str, float]) -> ToleranceConfig:
+    """The looser of two tolerances, element by element (each side's numerics count)."""
+    return ToleranceConfig(rtol=max(a["rtol"], b["rtol"]), atol=max(a["atol"], b["atol"]))
+
+
+def compare(a: np.ndarray, b: np.ndarray, tolerance: ToleranceConfig) -> dict[str, Any]:
+    """Max absolute and relative error of ``a`` vs ``b`` and whether they agree.
+
+    Errors are computed in float64 so the comparison adds no rounding of its own.
+    """
+    if a.shape != b.shape:
+        return {
+            "max_abs": None,
+            "max_rel": None,
+            "passed": False,
+            "reason": f"shape {a.shape} vs {b.shape}",
+        }
+    a64, b64 = a.astype(np.float64), b.astype(np.float64)
+    finite = bool(np.all(np.isfinite(a64)) and np.all(np.isfinite(b64)))
+    if not finite:
+        return {"max_abs": None, "max_rel": None, "passed": False, "reason": "non-finite output"}
+    if a64.size == 0:
+        return {"max_abs": 0.0, "max_rel": 0.0, "passed": True, "reason": ""}
+    diff = np.abs(a64 - b64)
+    scale = np.maximum(np.abs(a64), np.abs(b64))
+    rel = np.divide(diff, scale, out=np.zeros_like(diff), where=scale > 0)
+    allowed = allowed_error(scale, tolerance)
+    passed = bool(np.all(diff <= allowed))
+    worst = int(np.argmax(diff - allowed))
+    where = tuple(int(i) for i in np.unravel_index(worst, diff.shape))
+    return {
+        "max_abs": float(diff.max()),
+        "max_rel": float(rel.max()),
+        "passed": passed,
+        "reason": ""
+        if passed
+        else (
+            f"element {where}: |a-b|={diff.flat[worst]:.3g} "
+            f"> atol + rtol*|x| = {allowed.flat[worst]:.3g}"
+        ),
+    }
+
+
+def all_pairs(
+    outputs: dict[str, np.ndarray], tolerance: ToleranceConfig
+) -> dict[str, dict[str, Any]]:
+    """Compare every path with every other: ``"loop_eager-vs-vmap_jit" -> compare(...)``."""
+    return {
+        f"{left}-vs-{right}": compare(outputs[left], outputs[right], tolerance)
+        for left, right in combinations(outputs, 2)
+    }
+
+
+def flat_index(flat: int, shape: tuple[int, ...]) -> list[int]:
+    """The index of element ``flat`` of an array of ``shape``, as a list (JSON-ready)."""
+    return [int(i) for i in np.unravel_index(flat, shape)] if shape else []
+
+
+def _float_dtype(a: np.ndarray, b: np.ndarray, dtype: Any) -> np.dtype | None:
+    if dtype is not None:
+        return np.dtype(dtype)
+    both = jnp.promote_types(a.dtype, b.dtype)
+    return np.dtype(both) if jnp.issubdtype(both, jnp.floating) else None
+
+
+def ulp_distance(a: np.ndarray, b: np.ndarray, dtype: Any = None) -> np.ndarray:
+    """Elementwise distance between ``a`` and ``b`` in ULPs of ``dtype``, as uint64.
+
+    ``dtype`` defaults to the wider of the two (a bfloat16 path against a float32 one is
+    measured in float32 ULPs; the caller passes the run's dtype for stored outputs).
+    Values are cast to it (exact when they already hold values of it); then each float's
+    bit pattern, read as a sign-magnitude integer, gives its position on the number
+    line, and the distance is the difference of positions: 1 between neighbouring
+    floats, 0 between +0.0 and -0.0, across zero the sum of both sides. Entries where
+    either value is non-finite are 0: they are located separately, never measured.
+    """
+    kind = _float_dtype(a, b, dtype)
+    a, b = np.asarray(a), np.asarray(b)
+    if kind is None:  # integers: the distance is the difference itself
+        with np.errstate(over="ignore"):
+            return np.abs(a.astype(np.int64) - b.astype(np.int64)).astype(np.uint64)
+    ints = {2: np.int16, 4: np.int32, 8: np.int64}[kind.itemsize]
+    magnitude = np.iinfo(ints).max  # every bit but the sign
+
+    def position(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        bits = np.ascontiguousarray(x.astype(kind)).view(ints).astype(np.int64)
+        negative = bits < 0
+        return (bits & magnitude).astype(np.uint64), negative
+
+    ma, na = position(a)
+    mb, nb = position(b)
+    same_side = na == nb
+    apart = np.where(ma >= mb, ma - mb, mb - ma)
+    across = ma + mb  # both magnitudes < 2**63: no overflow in uint64
+    out = np.where(same_side, apart, across)
+    finite = np.isfinite(a.astype(np.float64)) & np.isfinite(b.astype(np.float64))
+    return np.where(finite, out, np.uint64(0))
+
+
+def measure(
+    a: Any,
+    b: Any,
+    tolerance: ToleranceConfig,
+    source: str,
+    ulp_dtype: Any = None,
+) -> dict[str, Any]:
+    """Compare ``a`` with ``b``: max abs / rel error, max ULP distance, and the verdict.
+
+    The verdict is :func:`vmapcheck.core.compare.compare`'s rule, elementwise
+    ``|a - b| <= atol + rtol * max(|a|, |b|)`` in float64, with ``tolerance`` as given
+    (``source`` names the setting it comes from). A non-finite value in either array is
+    a failure, located (count and first index), never masked; the error figures then
+    cover the elements finite in both. ``element`` is the index of the worst element.
+    """
+    a, b = np.asarray(a), np.asarray(b)
+    out: dict[str, Any] = {
+        "max_abs": None,
+        "max_rel": None,
+        "max_ulp": None,
+        "ulp_dtype": None,
+        "tolerance": {"rtol": tolerance.rtol, "atol": tolerance.atol, "from": source},
+        "passed": False,
+        "element": None,
+        "reason": "",
+    }
+    if a.shape != b.shape:
+        out["reason"] = f"shape {tuple(a.shape)} vs {tuple(b.shape)}"
+        return out
+    if a.size == 0:
+        out.update(max_abs=0.0, max_rel=0.0, max_ulp=0, passed=True)
+        return out
+    a64, b64 = a.astype(np.float64), b.astype(np.float64)
+    fa, fb = np.isfinite(a64), np.isfinite(b64)
+    both = fa & fb
+    with np.errstate(invalid="ignore", over="ignore"):
+        diff = np.where(both, np.abs(a64 - b64), 0.0)
+        scale = np.where(both, np.maximum(np.abs(a64), np.abs(b64)), 0.0)
+    rel = np.divide(diff, scale, out=np.zeros_like(diff), where=scale > 0)
+    allowed = allowed_error(scale, tolerance)
+    kind = _float_dtype(a, b, ulp_dtype)
+    ulps = ulp_distance(a, b, kind)
+    out.update(
+        max_abs=float(diff.max()),
+        max_rel=float(rel.max()),
+        max_ulp=int(ulps.max()),
+        ulp_dtype=kind.name if kind is not None else "integer",
+    )
+    if not both.all():
+        first = flat_index(int(np.flatnonzero(~both)[0]), a.shape)
+        out["non_finite"] = {"a": int((~fa).sum()), "b": int((~fb).sum())}
+        out["element"] = first
+        out["reason"] = (
+            f"non-finite values: {int((~fa).sum())} in one, {int((~fb).sum())} in the other "
+            f"(first at {tuple(first)})"
+        )
+        return out
+    excess = diff - allowed
+    worst = int(np.argmax(excess))
+    out["element"] = flat_index(worst, a.shape)
+    out["passed"] = bool(np.all(excess <= 0))
+    if not out["passed"]:
+        out["reason"] = (
+            f"element {tuple(out['element'])}: |a-b|={diff.flat[worst]:.3g} > atol + "
+            f"rtol*|x| = {allowed.flat[worst]:.3g} ({int(ulps.flat[worst])} ULP)"
+        )
+    return out
+
+
+def exact(a: np.ndarray, b: np.ndarray) -> dict[str, Any]:
+    """Bitwise agreement of stored and re-derived arrays (data are never recomputed
+    approximately: the same steps on the same CPU give the same bits)."""
+    a, b = np.asarray(a), np.asarray(b)
+    if a.dtype != b.dtype:
+        result = measure(a, b, EXACT, "exact") if a.shape == b.shape else None
+        return {
+            **(result or {}),
+            "passed": False,
+            "reason": f"dtype {a.dtype} vs {b.dtype}",
+        }
+    if jnp.issubdtype(a.dtype, jnp.floating):
+        result = measure(a, b, EXACT, "exact")
+        # NaN where the stored array holds NaN (an invalid case) is the same value.
+        same = a.shape == b.shape and np.array_equal(a, b, equal_nan=True)
+        result["passed"] = bool(same)
+        if same:
+            result["reason"] = ""
+        return result
+    same = a.shape == b.shape and np.array_equal(a, b)
+    return {
+        "passed": bool(same),
+        "tolerance": {"rtol": 0.0, "atol": 0.0, "from": "exact"},
+        "reason": "" if same else f"{a.dtype} arrays {tuple(a.shape)} vs {tuple(b.shape)} differ",
+    }

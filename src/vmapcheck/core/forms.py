@@ -1,0 +1,330 @@
+"""The forms a batch is computed in, and the input validation every path shares.
+
+Every batched form maps a batch ``X`` of shape ``(batch, in_features)`` (batch axis 0) to
+``(batch, out_features)``:
+
+- ``loop``: a Python loop of ``forward_one`` over rows, stacked (the per-example oracle);
+- ``vmap``: ``jax.vmap(forward_one, in_axes=(None, 0))`` — params shared (None), rows
+  mapped over axis 0;
+- ``direct``: the model's hand-batched ``forward_batch``.
+
+Each comes eager and under ``jax.jit``: the paths themselves are the entries of
+:data:`vmapcheck.core.paths.PATHS`, built from the functions here. One more path is
+data parallelism, a different thing from vmap: ``sharded_jit``
+(:class:`ShardedForward`) splits the batch axis 0 over the devices of a 1-D mesh and
+runs ``jit(vmap(forward_one))`` on each shard. vmap vectorizes on one device; it does
+not distribute.
+
+Inputs are validated once, before dispatch, by :func:`validate_batch`, so an invalid
+batch is refused identically by every path.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.sharding import AxisType, Mesh, NamedSharding
+from jax.sharding import PartitionSpec as P
+
+from vmapcheck.core.models import Model, Params
+from vmapcheck.core.runtime import check_device_count
+from vmapcheck.errors import InvalidInputError
+from vmapcheck.params_io import leaf_name
+
+Path = Callable[[Params, Any], jax.Array]
+
+
+def _check_values(x: Any, dtype: Any) -> None:
+    found = x.dtype if hasattr(x, "dtype") else np.asarray(x).dtype
+    if found != jnp.dtype(dtype):
+        raise InvalidInputError(
+            f"expected dtype {jnp.dtype(dtype).name}, got {found}", reason="dtype"
+        )
+    # On the host: the check must not depend on the backend, and a location is reported
+    # (never a value: inputs may be personal data).
+    host = np.asarray(x)
+    for name, bad in (("NaN", np.isnan(host)), ("Inf", np.isinf(host))):
+        if bad.any():
+            first = tuple(int(i) for i in np.argwhere(bad)[0])
+            raise InvalidInputError(
+                f"expected finite values, got {name} in {int(bad.sum())} element(s) "
+                f"(first at index {first})",
+                reason="non_finite_input",
+            )
+
+
+def check_batch_shape(shape: tuple[int, ...], in_features: int) -> None:
+    """Refuse a shape other than (batch, in_features) with batch >= 1 (metadata only).
+
+    Raises:
+        InvalidInputError: with ``reason`` "rank", "features" or "empty".
+    """
+    shape = tuple(shape)
+    if len(shape) != 2:
+        raise InvalidInputError(
+            f"expected a batch of rank 2 (batch, {in_features}), got rank {len(shape)} "
+            f"with shape {shape}",
+            reason="rank",
+        )
+    if shape[1] != in_features:
+        raise InvalidInputError(
+            f"expected {in_features} features, got {shape[1]}", reason="features"
+        )
+    if shape[0] == 0:
+        raise InvalidInputError("expected at least one row, got an empty batch", reason="empty")
+
+
+def validate_batch(x: Any, in_features: int, dtype: Any) -> None:
+    """Refuse anything but a finite (batch, in_features) array of ``dtype`` with batch >= 1.
+
+    This is the one place every batched path validates its input.
+
+    Raises:
+        InvalidInputError: naming the problem, e.g. "expected 3 features, got 4"; its
+            ``reason`` is "rank", "features", "empty", "dtype" or "non_finite_input".
+    """
+    check_batch_shape(np.shape(x), in_features)
+    _check_values(x, dtype)
+
+
+def validate_vector(x: Any, in_features: int, dtype: Any) -> None:
+    """The same contract for one unbatched feature vector of shape (in_features,)."""
+    shape = np.shape(x)
+    if len(shape) != 1:
+        raise InvalidInputError(
+            f"expected one feature vector of rank 1 ({in_features},), got rank {len(shape)} "
+            f"with shape {tuple(shape)}",
+            reason="rank",
+        )
+    if shape[0] != in_features:
+        raise InvalidInputError(
+            f"expected {in_features} features, got {shape[0]}", reason="features"
+        )
+    _check_values(x, dtype)
+
+
+def batched_forward(model: Model, params: Params, in_axes: tuple[Any, Any] = (None, 0)) -> Path:
+    """``jax.vmap(model.forward_one, in_axes)``, refusing params mapped without batch copies.
+
+    The seed's first listed mistake is ``in_axes=(0, 0)`` for params that are shared by
+    every row. JAX then slices the weights along their first axis as if each row had its
+    own copy: it fails when that axis differs from the batch size, and silently computes
+    something else when it happens to match. Mapping params is right only when every leaf
+    carries a leading batch axis on top of the model's own (contract) shape.
+
+    Raises:
+        InvalidInputError: params are mapped but a leaf has exactly its unbatched shape;
+            the message names the leaf and the fix.
+    """
+    params_axis = in_axes[0]
+    if params_axis is not None:
+        template = jax.eval_shape(model.init, jax.random.key(0))
+        for (path, leaf), own in zip(
+            jax.tree_util.tree_flatten_with_path(params)[0],
+            jax.tree.leaves(template),
+            strict=True,
+        ):
+            if tuple(np.shape(leaf)) == tuple(own.shape):
+                raise InvalidInputError(
+                    f"in_axes maps params over axis {params_axis}, but params have no batch "
+                    f"copies: leaf {leaf_name(path)} has shape {tuple(own.shape)}, the model's "
+                    "own shape, so vmap would slice the weights across the batch (or fail "
+                    "on a size mismatch). Params shared by every row take in_axes=(None, 0)."
+                )
+    return jax.vmap(model.forward_one, in_axes=in_axes)
+
+
+# The one axis of the data-parallel mesh: the batch axis 0 is split along it.
+DATA_AXIS = "data"
+
+
+def data_mesh(num_devices: int | None = None) -> Mesh:
+    """A 1-D mesh ``(num_devices,)`` named ``("data",)`` over the first devices present.
+
+    ``num_devices`` None: every device. The axis type is ``Auto`` (jax 0.11's
+    ``make_mesh`` defaults to ``Explicit``): the compiler propagates the batch sharding
+    through whatever a user's ``forward_one`` does, where Explicit mode would make the
+    sharding part of every intermediate's type and reject operations whose output
+    sharding it cannot infer (and the uneven slice that drops the padding).
+
+    Raises:
+        BackendUnavailableError: more devices asked for than are present (names
+            backend.num_devices, the number asked and the devices present).
+    """
+    devices = jax.devices()
+    n = check_device_count(num_devices, devices)
+    return jax.make_mesh((n,), (DATA_AXIS,), axis_types=(AxisType.Auto,), devices=devices[:n])
+
+
+class ShardedForward:
+    """The data-parallel path ``sharded_jit``; not vmap, though it contains it.
+
+    What is sharded: ``jax.jit(jax.vmap(model.forward_one, in_axes=(None, 0)))``, the
+    same function as the ``vmap_jit`` path (every model has ``forward_one``; the
+    hand-batched ``forward_batch`` is optional), compiled with the batch axis 0 of ``x``
+    split over the mesh axis "data" (``NamedSharding(mesh, P("data"))``) and params
+    replicated on every device (``P()``). Each device computes its block of rows; the
+    output stays split the same way. So sharded_jit against vmap_jit isolates
+    distribution: same program, the batch spread over ``mesh.size`` devices.
+
+    Shapes: ``x`` (batch, in_features) -> (batch, out_features). A batch whose size is
+    not a multiple of the device count is padded to the next multiple by repeating its
+    last row (a real, validated row, so the padding holds no value the input did not),
+    run, and the padded rows sliced off the result. Rows are independent under vmap, so
+    the padding cannot change the real rows' outputs. Eager it has no counterpart: a
+    sharded computation is one compiled SPMD program.
+    """
+
+    def __init__(self, model: Model, mesh: Mesh, name: str):
+        self.name = name
+        self.mesh = mesh
+        self.devices = int(mesh.size)
+        self.batch_sharding = NamedSharding(mesh, P(DATA_AXIS))
+        self.replicated = NamedSharding(mesh, P())
+        self.jitted = jax.jit(
+            jax.vmap(model.forward_one, in_axes=(None, 0)),
+            in_shardings=(self.replicated, self.batch_sharding),
+            out_shardings=self.batch_sharding,
+        )
+
+    def padded_rows(self, rows: int) -> int:
+        """``rows`` rounded up to a multiple of the device count."""
+        return -(-rows // self.devices) * self.devices
+
+    def place_params(self, params: Params) -> Params:
+        """Params copied to every device of the mesh (replicated)."""
+        return jax.device_put(params, self.replicated)
+
+    def place_batch(self, x: Any) -> jax.Array:
+        """``x`` padded to :meth:`padded_rows` rows and split over the mesh along axis 0."""
+        rows = int(np.shape(x)[0])
+        pad = self.padded_rows(rows) - rows
+        if pad:
+            x = jnp.pad(jnp.asarray(x), ((0, pad), (0, 0)), mode="edge")
+        return jax.device_put(x, self.batch_sharding)
+
+    def __call__(self, params: Params, x: Any) -> jax.Array:
+        rows = int(np.shape(x)[0])
+        out = self.jitted(self.place_params(params), self.place_batch(x))
+        return out if out.shape[0] == rows else out[:rows]
+
+    def describe(self) -> dict[str, Any]:
+        """What the sharded path ran on: recorded in forward, check and bench reports."""
+        devices = list(self.mesh.devices.flat)
+        return {
+            "path": self.name,
+            "form": "jax.jit(jax.vmap(forward_one, in_axes=(None, 0))): batch axis 0 split "
+            f"over mesh axis {DATA_AXIS!r}, params replicated (data parallelism, not vmap)",
+            "devices": self.devices,
+            "mesh_shape": {DATA_AXIS: self.devices},
+            "device_ids": [int(d.id) for d in devices],
+            "platform": devices[0].platform,
+            "device_kind": devices[0].device_kind,
+            "padding": f"a batch is padded to a multiple of {self.devices} rows by repeating "
+            "its last row; the padded rows are sliced off the output",
+        }
+
+
+def cast_tree(tree: Any, dtype: Any) -> Any:
+    """Cast every floating leaf of ``tree`` to ``dtype`` (params enter at the run's precision)."""
+    return jax.tree_util.tree_map(lambda leaf: jnp.asarray(leaf, dtype=dtype), tree)
+
+
+# --- the forms, untransformed ------------------------------------------------------------
+
+
+def loop_forward(model: Model) -> Path:
+    """``stack([forward_one(params, row) for row in X])``: the per-example oracle."""
+    forward_one = model.forward_one
+
+    def loop(params: Params, batch: jax.Array) -> jax.Array:
+        return jnp.stack([forward_one(params, row) for row in batch])
+
+    return loop
+
+
+def vmap_forward(model: Model) -> Path:
+    """``vmap(forward_one, in_axes=(None, 0))``: params shared, rows mapped over axis 0."""
+    return jax.vmap(model.forward_one, in_axes=(None, 0))
+
+
+def direct_forward(model: Model) -> Path | None:
+    """The model's hand-batched ``forward_batch``; None when it has none (reported as
+    not provided, never faked)."""
+    return model.forward_batch
+
+
+def one_forward(model: Model) -> Path:
+    """``forward_one`` itself, on one unbatched example."""
+    return model.forward_one
+
+
+# --- the forms, as activations (what the diagnosis compares layer by layer) ---------------
+
+# The activation name used when a model exposes no activations: the output alone.
+OUTPUT = "output"
+
+
+class Layers:
+    """One form's activations as a list of arrays (what jit, vmap and eval_shape accept);
+    the layer names are filled in whenever the function runs or is traced.
+
+    ``Layers(fn)(params, X)`` -> ``[activation (rows, units), ...]``, batch axis 0, in
+    the order ``fn`` returns them; ``names`` then holds their layer names.
+    """
+
+    def __init__(self, fn: Callable[[Params, jax.Array], list[tuple[str, jax.Array]]]):
+        self.fn = fn
+        self.names: list[str] = []
+
+    def __call__(self, params: Params, x: jax.Array) -> list[jax.Array]:
+        acts = self.fn(params, x)
+        self.names = [name for name, _ in acts]
+        return [value for _, value in acts]
+
+
+def _named(one: Layers, arrays: list[jax.Array]) -> list[tuple[str, jax.Array]]:
+    # After the call: running (or tracing) ``one`` is what fills in its names.
+    return list(zip(one.names, arrays, strict=True))
+
+
+def _per_row(model: Model) -> tuple[Layers, bool]:
+    if model.activations_one is not None:
+        return Layers(model.activations_one), True
+    return Layers(lambda p, x: [(OUTPUT, model.forward_one(p, x))]), False
+
+
+# (activations on a batch, whether they are per layer); None: the model lacks the form.
+Activations = tuple[Layers, bool]
+
+
+def loop_activations(model: Model) -> Activations:
+    """Each row's activations (``activations_one``), stacked along axis 0."""
+    one, per_layer = _per_row(model)
+
+    def loop(params: Params, batch: jax.Array) -> list[jax.Array]:
+        rows = [one(params, row) for row in batch]
+        return [jnp.stack(layer) for layer in zip(*rows, strict=True)]
+
+    return Layers(lambda p, x: _named(one, loop(p, x))), per_layer
+
+
+def vmap_activations(model: Model) -> Activations:
+    """``activations_one`` under ``vmap(in_axes=(None, 0))``."""
+    one, per_layer = _per_row(model)
+    mapped = jax.vmap(one, in_axes=(None, 0))
+    return Layers(lambda p, x: _named(one, mapped(p, x))), per_layer
+
+
+def direct_activations(model: Model) -> Activations | None:
+    """``activations_batch`` (else the hand-batched output alone); None without one."""
+    if model.forward_batch is None:
+        return None
+    if model.activations_batch is not None:
+        return Layers(model.activations_batch), True
+    forward_batch = model.forward_batch
+    return Layers(lambda p, x: [(OUTPUT, forward_batch(p, x))]), False

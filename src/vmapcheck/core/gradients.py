@@ -1,0 +1,70 @@
+"""Loss and gradients as checks: finite on real data, NaN detected, per-example = batch.
+
+``loss_one(params, x, y)``: squared error of one example, x (in_features,), y
+(out_features,). The batch loss is its mean over the batch (axis 0), so the gradient
+of the batch loss must equal the mean of the per-example gradients
+``vmap(grad(loss_one), in_axes=(None, 0, 0))`` — params shared, examples mapped.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from vmapcheck.core.models import Model, Params
+from vmapcheck.params_io import leaf_paths
+
+
+def make_loss_one(model: Model):
+    def loss_one(params: Params, x: jax.Array, y: jax.Array) -> jax.Array:
+        return jnp.mean((model.forward_one(params, x) - y) ** 2)
+
+    return loss_one
+
+
+def _all_finite(tree: Any) -> bool:
+    return all(bool(jnp.all(jnp.isfinite(leaf))) for leaf in jax.tree.leaves(tree))
+
+
+def gradient_probe(
+    model: Model, params: Params, x: jax.Array, y: jax.Array
+) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
+    """Loss and gradients on (x (batch, in), y (batch, out)), and on a NaN-target copy.
+
+    Returns ``(arrays, record)``: arrays ``batch_grad.<leaf>`` and
+    ``per_example_mean.<leaf>`` (float32 or wider, for check to compare); the record
+    says whether the loss and gradients were finite, and whether a NaN planted in one
+    target came out as a non-finite loss and gradient (detected, not masked).
+    """
+    loss_one = make_loss_one(model)
+
+    def batch_loss(p: Params, xs: jax.Array, ys: jax.Array) -> jax.Array:
+        return jnp.mean(jax.vmap(loss_one, in_axes=(None, 0, 0))(p, xs, ys))
+
+    value, grads = jax.jit(jax.value_and_grad(batch_loss))(params, x, y)
+    per_example = jax.jit(jax.vmap(jax.grad(loss_one), in_axes=(None, 0, 0)))(params, x, y)
+    per_example_mean = jax.tree.map(lambda g: jnp.mean(g, axis=0), per_example)
+    poisoned = y.at[0, 0].set(jnp.nan)
+    probe_value, probe_grads = jax.jit(jax.value_and_grad(batch_loss))(params, x, poisoned)
+    arrays: dict[str, np.ndarray] = {}
+    for prefix, tree in (("batch_grad", grads), ("per_example_mean", per_example_mean)):
+        for name, leaf in leaf_paths(tree).items():
+            host = np.asarray(leaf)
+            arrays[f"{prefix}.{name}"] = (
+                host.astype(np.float32) if host.dtype == jnp.bfloat16 else host
+            )
+    record = {
+        "loss": float(value),
+        "loss_finite": bool(jnp.isfinite(value)),
+        "grads_finite": _all_finite(grads),
+        "per_example_finite": _all_finite(per_example),
+        "nan_probe": {
+            "planted": "NaN in target row 0, output 0",
+            "loss_finite": bool(jnp.isfinite(probe_value)),
+            "grads_finite": _all_finite(probe_grads),
+        },
+    }
+    return arrays, record

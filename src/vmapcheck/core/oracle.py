@@ -1,0 +1,46 @@
+"""The float64 oracle: each case's output computed in float64, to judge every path.
+
+Agreement between paths cannot tell "all right" from "all wrong in the same way"; an
+independent, more precise computation can. Params and inputs are first rounded to the
+run's dtype (so the oracle sees exactly the numbers the paths saw), then the model's
+``forward_one`` runs in float64 on CPU, one row at a time. Needs ``jax_enable_x64``:
+call :func:`vmapcheck.core.runtime.configure_cpu_float64` first.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from vmapcheck.core.cases import kind_of
+from vmapcheck.core.models import Model, Params
+
+
+def _to_f64(array: Any, run_dtype: Any) -> jax.Array:
+    rounded = np.asarray(array).astype(run_dtype)
+    return jnp.asarray(rounded.astype(np.float64), dtype=jnp.float64)
+
+
+def float64_outputs(
+    model: Model, params: Params, cases: dict[str, dict[str, Any]], run_dtype: Any
+) -> dict[str, np.ndarray]:
+    """case name -> float64 output for every case whose kind has the oracle
+    (:data:`vmapcheck.core.cases.CASE_KINDS`); x is one example or a batch (axis 0)."""
+    if not jax.config.jax_enable_x64:
+        raise RuntimeError("the float64 oracle needs jax_enable_x64 (configure_cpu_float64)")
+    params64 = jax.tree_util.tree_map(lambda leaf: _to_f64(leaf, run_dtype), params)
+    forward = jax.jit(model.forward_one)
+    out: dict[str, np.ndarray] = {}
+    for name, case in cases.items():
+        kind = kind_of(case, name)
+        if not kind.oracle:
+            continue
+        if kind.takes == "vector":
+            out[name] = np.asarray(forward(params64, _to_f64(case["x"], run_dtype)))
+        else:
+            rows = _to_f64(case["x"], run_dtype)
+            out[name] = np.stack([np.asarray(forward(params64, row)) for row in rows])
+    return out

@@ -1,0 +1,323 @@
+"""The forward paths: one :data:`PATHS` entry per path, and every consumer iterates it.
+
+A path is a way of computing the model's outputs for a batch ``X`` (batch axis 0) or for
+one example: a *form* (how the batch is formed from the model's functions, see
+:mod:`vmapcheck.core.forms`) run eager or under ``jax.jit``. The forward stage runs
+every entry, check compares every pair, bench times every entry at every batch size,
+the diagnosis evaluates every entry that has activations, and plots, tracking and the
+report list them in this order. No code elsewhere parses a path's name or tests for a
+literal one: a question about a path is an attribute of its entry.
+
+To add a path: write its form in :mod:`vmapcheck.core.forms` and add one entry below
+(docs/development.md); dvc.yaml's plot lists its CSV.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import jax
+import numpy as np
+from jax.sharding import Mesh
+
+from vmapcheck.core import forms
+from vmapcheck.core.models import Model, Params
+
+Forward = Callable[[Params, Any], jax.Array]
+
+
+@dataclass(frozen=True)
+class Compiled:
+    """A path ready to call: ``finish(fn(*place(params, x)), rows)``.
+
+    ``fn`` is what runs (already ``jax.jit``-ed for a jit path, so ``fn.lower(...)``
+    gives its compiled cost); ``place`` puts params and the batch where ``fn`` expects
+    them (a distributed path shards them); ``finish`` drops whatever ``place`` added
+    (padding rows). ``devices``: how many devices the program runs on (XLA's cost
+    analysis is per device); ``rows_run(rows)``: the rows actually computed.
+    """
+
+    fn: Forward
+    place: Callable[[Params, Any], tuple[Params, Any]] = lambda params, x: (params, x)
+    finish: Callable[[jax.Array, int], jax.Array] = lambda out, _rows: out
+    devices: int = 1
+    rows_run: Callable[[int], int] = lambda rows: rows
+    about: dict[str, Any] | None = None
+
+    def __call__(self, params: Params, x: Any) -> jax.Array:
+        return self.finish(self.fn(*self.place(params, x)), int(np.shape(x)[0]))
+
+
+def _single_device(path: ForwardPath, model: Model, _mesh: Mesh | None) -> Compiled | None:
+    fn = path.forward(model)
+    if fn is None:
+        return None
+    return Compiled(jax.jit(fn) if path.jit else fn)
+
+
+def _sharded(path: ForwardPath, model: Model, mesh: Mesh | None) -> Compiled:
+    mesh = mesh if mesh is not None else forms.data_mesh()
+    sharded = forms.ShardedForward(model, mesh, path.name)
+    return Compiled(
+        fn=sharded.jitted,
+        place=lambda params, x: (sharded.place_params(params), sharded.place_batch(x)),
+        finish=lambda out, rows: out if out.shape[0] == rows else out[:rows],
+        devices=sharded.devices,
+        rows_run=sharded.padded_rows,
+        about=sharded.describe(),
+    )
+
+
+@dataclass(frozen=True)
+class ForwardPath:
+    """One forward path and everything the pipeline needs to know about it.
+
+    Attributes:
+        name: the path's name in outputs, reports, metrics and plots (``vmap_jit``).
+        form: the form it computes (shared by its eager and jit entries).
+        jit: whether it runs under ``jax.jit`` (else eager).
+        takes: ``"batch"``: ``X`` (rows, *example) -> (rows, *out), batch axis 0;
+            ``"vector"``: one example, unbatched.
+        about: one line for reports: what it computes.
+        forward: the form, untransformed: ``model -> (params, x) -> y``; returns None
+            when the model lacks it (then ``missing`` says why).
+        activations: ``model -> (Layers, per_layer)`` on a batch, for the diagnosis'
+            layer-by-layer comparison; None: the diagnosis compares its output only.
+        build: ``(path, model, mesh) -> Compiled | None``; the default jit-compiles
+            ``forward`` for a jit path.
+        bench_cap: the ``bench.*`` setting capping the batch sizes it is timed at.
+        same_program_as: a path computing the same program on one device; a
+            distributed path is judged against it, and a stored reference made before
+            this path existed stands in with that path's output.
+        distributed: runs on a mesh of devices (data parallelism, not vmap).
+        headline: shown in run comparisons (``vmapcheck compare``).
+        plain: the untransformed per-example path (the loop, eager): the one a case's
+            loss is computed from, against the stored reference.
+    """
+
+    name: str
+    form: str
+    jit: bool
+    takes: Literal["batch", "vector"]
+    about: str
+    forward: Callable[[Model], Forward | None]
+    activations: Callable[[Model], forms.Activations | None] | None = None
+    missing: str = ""
+    build: Callable[[ForwardPath, Model, Mesh | None], Compiled | None] = field(
+        default=_single_device
+    )
+    bench_cap: str | None = None
+    same_program_as: str | None = None
+    distributed: bool = False
+    headline: bool = False
+    plain: bool = False
+
+    @property
+    def mode(self) -> str:
+        """``"jit"`` or ``"eager"``."""
+        return "jit" if self.jit else "eager"
+
+    def compile(self, model: Model, mesh: Mesh | None = None) -> Compiled | None:
+        """This path for ``model``; None when the model lacks its form."""
+        return self.build(self, model, mesh)
+
+
+def _eager_and_jit(
+    name: str, about: str, headline: bool = False, plain: bool = False, **fields: Any
+) -> list[ForwardPath]:
+    """The form ``name`` eager and under jit (``headline``: the jit entry is shown in
+    run comparisons; ``plain``: the eager entry is the plain path)."""
+    return [
+        ForwardPath(name=f"{name}_eager", form=name, jit=False, about=about, plain=plain, **fields),
+        ForwardPath(
+            name=f"{name}_jit",
+            form=name,
+            jit=True,
+            about=f"jax.jit({about})",
+            headline=headline,
+            **fields,
+        ),
+    ]
+
+
+_NO_DIRECT = "provides no hand-batched forward (forward_batch)"
+
+PATHS: dict[str, ForwardPath] = {
+    p.name: p
+    for p in [
+        *_eager_and_jit(
+            "loop",
+            "stack([forward_one(params, x) for x in X])",
+            takes="batch",
+            forward=forms.loop_forward,
+            activations=forms.loop_activations,
+            plain=True,
+            # One Python-level forward per row, unrolled by jit: capped in the benchmark.
+            bench_cap="loop_max_batch",
+        ),
+        *_eager_and_jit(
+            "vmap",
+            "vmap(forward_one, in_axes=(None, 0))(params, X)",
+            takes="batch",
+            forward=forms.vmap_forward,
+            activations=forms.vmap_activations,
+            headline=True,
+        ),
+        *_eager_and_jit(
+            "direct",
+            "forward_batch(params, X), the model's hand-batched form",
+            takes="batch",
+            forward=forms.direct_forward,
+            activations=forms.direct_activations,
+            missing=_NO_DIRECT,
+            headline=True,
+        ),
+        ForwardPath(
+            name="sharded_jit",
+            form="sharded",
+            jit=True,
+            takes="batch",
+            about="jit(vmap(forward_one)) with the batch axis split over a device mesh "
+            "(data parallelism, not vmap)",
+            forward=forms.vmap_forward,
+            build=_sharded,
+            same_program_as="vmap_jit",
+            distributed=True,
+        ),
+        *_eager_and_jit(
+            "one",
+            "forward_one(params, x) on one unbatched example",
+            takes="vector",
+            forward=forms.one_forward,
+        ),
+    ]
+}
+
+
+@dataclass(frozen=True)
+class Speedup:
+    """A same-run ratio of p50 latencies: ``p50[slower] / p50[faster]`` at each batch size."""
+
+    name: str
+    slower: str
+    faster: str
+    about: str
+
+
+SPEEDUPS = (
+    Speedup("vmap_over_loop", "loop_jit", "vmap_jit", "how many times faster vmap is than loop"),
+    Speedup("vmap_over_direct", "vmap_jit", "direct_jit", "vmap's cost against hand-batched"),
+)
+
+
+def batch_paths() -> list[ForwardPath]:
+    """The entries that take a batch (batch axis 0), in registry order."""
+    return [p for p in PATHS.values() if p.takes == "batch"]
+
+
+def vector_paths() -> list[ForwardPath]:
+    """The entries that take one unbatched example."""
+    return [p for p in PATHS.values() if p.takes == "vector"]
+
+
+def path_names(takes: str) -> tuple[str, ...]:
+    """Names of the entries that take ``takes`` ("batch" or "vector")."""
+    return tuple(p.name for p in PATHS.values() if p.takes == takes)
+
+
+def plain_path() -> str:
+    """The name of the plain path (untransformed, per example)."""
+    return next(p.name for p in PATHS.values() if p.plain)
+
+
+def twin(path: ForwardPath) -> ForwardPath | None:
+    """The same form in the other mode (eager <-> jit), if registered."""
+    return next((p for p in PATHS.values() if p.form == path.form and p.jit != path.jit), None)
+
+
+def get(name: str) -> ForwardPath:
+    """The entry named ``name``; an unknown name is an error, never a silent default."""
+    try:
+        return PATHS[name]
+    except KeyError:
+        raise KeyError(f"unknown forward path {name!r}; registered: {', '.join(PATHS)}") from None
+
+
+def output_key(case: str, path: str) -> str:
+    """Key of one output in data/forward/outputs.npz, e.g. ``standard.vmap_jit``."""
+    return f"{case}.{path}"
+
+
+def split_output_key(key: str) -> tuple[str, ForwardPath]:
+    """``standard.vmap_jit`` -> (``standard``, the vmap_jit entry); the path must be known."""
+    case, _, name = key.rpartition(".")
+    return case, get(name)
+
+
+def not_provided(model: Model) -> dict[str, str]:
+    """Paths this model cannot have, with the reason (reported, not failed)."""
+    return {
+        p.name: f"model {model.name!r} {p.missing}"
+        for p in PATHS.values()
+        if p.missing and p.forward(model) is None
+    }
+
+
+def describe_distributed(model: Model, mesh: Mesh | None) -> dict[str, Any] | None:
+    """What the distributed path ran on (devices, mesh, padding), for the reports; None
+    when no registered path is distributed."""
+    for p in PATHS.values():
+        if p.distributed:
+            compiled = p.compile(model, mesh)
+            return compiled.about if compiled is not None else None
+    return None
+
+
+def _guarded(compiled: Compiled, check: Callable[[Any], None]) -> Forward:
+    def guarded(params: Params, x: Any) -> jax.Array:
+        check(x)
+        return compiled(params, x)
+
+    return guarded
+
+
+def build(
+    model: Model,
+    dtype: Any,
+    takes: str = "batch",
+    validate: bool = True,
+    mesh: Mesh | None = None,
+) -> dict[str, Forward]:
+    """Every path that takes ``takes``, built for ``model``: name -> ``(params, x) -> y``.
+
+    Paths the model lacks are left out (:func:`not_provided` says why). ``mesh``: the
+    devices of distributed paths (None: every device present). With ``validate`` (the
+    default) each path refuses an invalid input before dispatch, identically.
+    """
+    if takes == "batch":
+        check = lambda x: forms.validate_batch(x, model.in_features, dtype)  # noqa: E731
+    else:
+        check = lambda x: forms.validate_vector(x, model.in_features, dtype)  # noqa: E731
+    built: dict[str, Forward] = {}
+    for path in PATHS.values():
+        if path.takes != takes:
+            continue
+        compiled = path.compile(model, mesh)
+        if compiled is None:
+            continue
+        built[path.name] = _guarded(compiled, check) if validate else compiled
+    return built
+
+
+def build_paths(
+    model: Model, dtype: Any, validate: bool = True, mesh: Mesh | None = None
+) -> dict[str, Forward]:
+    """The batched paths (:func:`build` with ``takes="batch"``)."""
+    return build(model, dtype, "batch", validate, mesh)
+
+
+def build_vector_paths(model: Model, dtype: Any) -> dict[str, Forward]:
+    """``forward_one`` itself, eager and jit, for one unbatched example."""
+    return build(model, dtype, "vector")

@@ -1,0 +1,107 @@
+"""Pure loss / update functions and a small training loop with validation selection.
+
+``loss(params, X, Y)``: mean squared error over a batch (batch axis 0) computed with the
+per-example forward under vmap. ``update`` is one optax step. The test split is
+evaluated exactly once, after the params are chosen on validation.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+
+from vmapcheck.config import TrainConfig
+from vmapcheck.core.models import Model, Params
+
+
+def make_loss(model: Model):
+    """loss(params, X (n, in), Y (n, out)) -> scalar mean squared error."""
+
+    def loss(params: Params, features: jax.Array, targets: jax.Array) -> jax.Array:
+        predictions = jax.vmap(model.forward_one, in_axes=(None, 0))(params, features)
+        return jnp.mean((predictions - targets) ** 2)
+
+    return loss
+
+
+def make_optimizer(config: TrainConfig) -> optax.GradientTransformation:
+    if config.optimizer == "adam":
+        return _standard_promotion(optax.adam(config.learning_rate))
+    return _standard_promotion(optax.sgd(config.learning_rate))
+
+
+def _standard_promotion(
+    optimizer: optax.GradientTransformation,
+) -> optax.GradientTransformation:
+    """``optimizer`` with JAX's standard dtype promotion inside its own update only.
+
+    optax's adam computes its bias correction as ``decay**count``, a Python float to the
+    power of the int32 step count, which ``jax_numpy_dtype_promotion="strict"`` refuses;
+    the loss and gradients around it stay under whatever promotion the caller set.
+    """
+
+    def update(updates: Any, state: Any, params: Any = None) -> Any:
+        with jax.numpy_dtype_promotion("standard"):
+            return optimizer.update(updates, state, params)
+
+    return optax.GradientTransformation(optimizer.init, update)
+
+
+def make_update(model: Model, optimizer: optax.GradientTransformation):
+    """update(params, opt_state, X, Y) -> (params, opt_state, loss): one pure step."""
+    loss = make_loss(model)
+
+    def update(params: Params, opt_state: Any, features: jax.Array, targets: jax.Array):
+        value, grads = jax.value_and_grad(loss)(params, features, targets)
+        updates, opt_state = optimizer.update(grads, opt_state, params)
+        return optax.apply_updates(params, updates), opt_state, value
+
+    return update
+
+
+def fit(
+    model: Model,
+    params: Params,
+    splits: dict[str, tuple[np.ndarray, np.ndarray]],
+    config: TrainConfig,
+    batches_key: jax.Array,
+) -> tuple[Params, dict[str, Any]]:
+    """Train on ``splits['train']``, keep the params with the lowest validation loss.
+
+    Returns the chosen params and metrics (train/val/test loss, best step). ``test`` is
+    touched once, at the end. A model that is not trainable (toy) is returned unchanged,
+    with its losses reported.
+    """
+    loss = jax.jit(make_loss(model))
+    train_x, train_y = splits["train"]
+    val_x, val_y = splits["val"]
+    best = {"step": 0, "val_loss": float(loss(params, val_x, val_y)), "params": params}
+    if model.trainable and config.steps > 0:
+        optimizer = make_optimizer(config)
+        update = jax.jit(make_update(model, optimizer))
+        opt_state = optimizer.init(params)
+        size = min(config.batch_size, train_x.shape[0])
+        # One key per step, each drawing that step's minibatch rows once.
+        step_keys = jax.random.split(batches_key, config.steps)
+        for step in range(1, config.steps + 1):
+            rows = jax.random.choice(step_keys[step - 1], train_x.shape[0], (size,), False)
+            params, opt_state, _ = update(params, opt_state, train_x[rows], train_y[rows])
+            if step % config.eval_every == 0 or step == config.steps:
+                val_loss = float(loss(params, val_x, val_y))
+                if not np.isfinite(val_loss):
+                    raise FloatingPointError(f"validation loss is {val_loss} at step {step}")
+                if val_loss < best["val_loss"]:
+                    best = {"step": step, "val_loss": val_loss, "params": params}
+    chosen = best["params"]
+    metrics = {
+        "trained": bool(model.trainable and config.steps > 0),
+        "best_step": best["step"],
+        "train_loss": float(loss(chosen, train_x, train_y)),
+        "val_loss": best["val_loss"],
+        "test_loss": float(loss(chosen, *splits["test"])),
+    }
+    return chosen, metrics

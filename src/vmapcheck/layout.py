@@ -1,0 +1,160 @@
+"""Every folder and file the stages exchange, named once.
+
+``Layout(root)`` is the project on disk: stages, the CLI and tests take one and ask it
+for a path; no other code builds such a path by hand. ``dvc.yaml`` declares the same
+files as each stage's deps and outs (a test checks the two agree).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+
+@dataclass(frozen=True)
+class Layout:
+    """The files of a project rooted at ``root`` (the folder holding dvc.yaml)."""
+
+    root: Path
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "root", Path(self.root))
+
+    # --- config and its provenance --------------------------------------------------
+    @property
+    def params_yaml(self) -> Path:
+        """The composed config every stage reads (dvc exp run -S rewrites it)."""
+        return self.root / "params.yaml"
+
+    @property
+    def conf(self) -> Path:
+        """The Hydra config groups params.yaml is composed from."""
+        return self.root / "conf"
+
+    @property
+    def dvc_yaml(self) -> Path:
+        """The pipeline: each stage's cmd, deps, params and outs."""
+        return self.root / "dvc.yaml"
+
+    @property
+    def dvc_lock(self) -> Path:
+        return self.root / "dvc.lock"
+
+    @property
+    def requirements_lock(self) -> Path:
+        return self.root / "requirements.lock"
+
+    # --- data -------------------------------------------------------------------------
+    @property
+    def data(self) -> Path:
+        return self.root / "data"
+
+    @property
+    def raw(self) -> Path:
+        """The user's source tables (never logged, never committed by an experiment)."""
+        return self.data / "raw"
+
+    @property
+    def prepared(self) -> Path:
+        """prepare's anonymized splits: ``<split>.npz`` (features, targets)."""
+        return self.data / "prepared"
+
+    @property
+    def cases(self) -> Path:
+        """The regression set: one ``<case>.npz`` each and :attr:`cases_manifest`."""
+        return self.data / "cases"
+
+    @property
+    def cases_manifest(self) -> Path:
+        return self.cases / "manifest.json"
+
+    @property
+    def params(self) -> Path:
+        """train's verified params: params.safetensors, manifest.json, contract.json."""
+        return self.data / "params"
+
+    @property
+    def params_manifest(self) -> Path:
+        return self.params / "manifest.json"
+
+    @property
+    def contract(self) -> Path:
+        return self.params / "contract.json"
+
+    @property
+    def forward(self) -> Path:
+        """forward's outputs (:attr:`outputs`) and what each path did (:attr:`record`)."""
+        return self.data / "forward"
+
+    @property
+    def outputs(self) -> Path:
+        return self.forward / "outputs.npz"
+
+    @property
+    def record(self) -> Path:
+        return self.forward / "record.json"
+
+    @property
+    def reference_outputs(self) -> Path:
+        """The paths' outputs on the stored reference's inputs (compared by check)."""
+        return self.forward / "reference_outputs.npz"
+
+    @property
+    def gradients(self) -> Path:
+        """Per-example and batch gradients on the standard case (judged by check)."""
+        return self.forward / "gradients.npz"
+
+    # --- reports ----------------------------------------------------------------------
+    @property
+    def reports(self) -> Path:
+        return self.root / "reports"
+
+    def report(self, name: str) -> Path:
+        """``reports/<name>`` (e.g. ``check.json``, ``diagnosis-on-demand.txt``)."""
+        return self.reports / name
+
+    @property
+    def train_report(self) -> Path:
+        return self.reports / "train.json"
+
+    @property
+    def check_report(self) -> Path:
+        return self.reports / "check.json"
+
+    @property
+    def check_details(self) -> Path:
+        return self.reports / "check_details.json"
+
+    @property
+    def diagnosis(self) -> Path:
+        """The diagnosis of a failed check (JSON; its text summary beside it)."""
+        return self.reports / "diagnosis.json"
+
+    @property
+    def diagnosis_text(self) -> Path:
+        return self.reports / "diagnosis.txt"
+
+    @property
+    def bench_report(self) -> Path:
+        return self.reports / "bench.json"
+
+    @property
+    def bench_details(self) -> Path:
+        return self.reports / "bench_details.json"
+
+    @property
+    def plots(self) -> Path:
+        """Plot data for ``dvc plots`` (one CSV per path) and latency.png."""
+        return self.reports / "plots"
+
+    @property
+    def track_report(self) -> Path:
+        return self.reports / "track.json"
+
+    @property
+    def html_report(self) -> Path:
+        return self.reports / "report.html"
+
+    @property
+    def perf_verdict(self) -> Path:
+        return self.reports / "perf_verdict.json"

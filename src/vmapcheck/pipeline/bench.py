@@ -1,0 +1,96 @@
+"""Stage `bench`: latency distributions of every path and batch size after warm-up."""
+
+import contextlib
+from collections.abc import Callable, Iterator
+
+import jax.numpy as jnp
+from rich.console import Console
+from rich.progress import Progress, TimeElapsedColumn
+
+from vmapcheck.bench.guard import replay_figures, replay_summary, run_replay
+from vmapcheck.bench.plots import write_latency_csvs, write_latency_png, write_speedup_csv
+from vmapcheck.bench.timing import metrics_summary, run_bench
+from vmapcheck.config import Config
+from vmapcheck.core.forms import data_mesh
+from vmapcheck.core.models import build_model
+from vmapcheck.core.paths import PATHS, describe_distributed
+from vmapcheck.core.runtime import configure_jax
+from vmapcheck.data.regression import load_cases
+from vmapcheck.io import atomic_dir, atomic_write_json
+from vmapcheck.layout import Layout
+from vmapcheck.params_io import load_model_params
+
+
+@contextlib.contextmanager
+def bench_progress() -> Iterator[Callable[[str, float], None]]:
+    """A progress bar on a terminal; one plain line per step in logs (dvc repro in CI)."""
+    console = Console(stderr=True)
+    if not console.is_terminal:
+        yield lambda message, _done: print(f"bench: {message}", flush=True)
+        return
+    columns = (*Progress.get_default_columns(), TimeElapsedColumn())
+    with Progress(*columns, console=console) as bar:
+        task = bar.add_task("bench", total=1.0)
+        yield lambda message, done: bar.update(
+            task, completed=done, description=f"bench: {message}"
+        )
+
+
+def run(config: Config, layout: Layout) -> None:
+    runtime = configure_jax(config.backend, config.precision)
+    model = build_model(config.model)
+    params, _ = load_model_params(model, layout.params)
+    rows = load_cases(layout.cases)["standard"]["x"]
+    dtype = jnp.dtype(config.precision.dtype)
+    mesh = data_mesh(config.backend.num_devices)
+    with bench_progress() as progress:
+        result = run_bench(model, params, rows, config.bench, dtype, progress=progress, mesh=mesh)
+    # Devices and mesh shape of the data-parallel path.
+    sharded = describe_distributed(model, mesh)
+    # Serving: a stream of requests of random sizes (and invalid ones) through the guard.
+    print(f"bench: replaying {config.guard.replay.n_requests} requests through the guard")
+    replay = run_replay(model, params, rows, dtype, config.guard)
+    result["replay"] = {**replay, "figures": replay_figures(replay)}
+    atomic_write_json(layout.bench_report, metrics_summary(result))
+    atomic_write_json(
+        layout.bench_details,
+        {
+            "model": config.model.name,
+            "precision": config.precision.name,
+            "dtype": dtype.name,
+            "runtime": runtime.as_dict(),
+            "bench": config.bench.model_dump(),
+            "sharded": sharded,
+            **result,
+        },
+    )
+    with atomic_dir(layout.plots) as folder:
+        write_latency_csvs(folder, result["latency_ms"])
+        write_speedup_csv(folder / "speedup.csv", result["speedup"])
+        write_latency_png(
+            folder / "latency.png",
+            result["latency_ms"],
+            f"{config.model.name} on {runtime.backend} ({runtime.device_kind}), {dtype.name}, "
+            f"jax {runtime.jax_version}",
+        )
+    if result["machine"]["noisy"]:
+        print("bench: WARNING: load average above the core count: figures are noisy")
+    print(f"bench: matmul peak {result['peak']['gflops']:.1f} GFLOP/s on this machine now")
+    for label, ratios in result["speedup"].items():
+        shown = ", ".join(f"{k}={v:.2f}x" for k, v in ratios.items())
+        roofs = ", ".join(
+            f"{p.name} at {result['figures'][p.name][label]['roofline']:.1%}"
+            for p in PATHS.values()
+            if p.headline and label in result["figures"].get(p.name, {})
+        )
+        print(f"bench: {label}: {shown}; {roofs} of the matmul peak")
+    print(f"bench: guard replay: {replay_summary(result['replay'])}")
+    for path in (p for p in PATHS.values() if p.distributed):
+        one_device = result["latency_ms"][path.same_program_as]
+        for label, stats in result["latency_ms"][path.name].items():
+            if label in one_device:
+                print(
+                    f"bench: {label}: {path.name} (data-parallel over {sharded['devices']} "
+                    f"{sharded['platform']} device(s), not vmap) p50 {stats['p50']:.3g} ms vs "
+                    f"{path.same_program_as} (one device) {one_device[label]['p50']:.3g} ms"
+                )

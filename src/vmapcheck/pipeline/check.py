@@ -1,0 +1,99 @@
+"""Stage `check`: agreement, contract, float64 oracle, reference, refusal of bad input,
+and the key stream.
+
+Report, then assert: this stage always writes its report and exits 0 on a failed check,
+so that `track` logs the failure to MLflow before the pipeline exits non-zero. A failed
+check is diagnosed here (reports/diagnosis.json and .txt: the first stage, layer and leaf
+that diverge); a passed one writes a diagnosis that says "not needed".
+"""
+
+import jax.numpy as jnp
+
+from vmapcheck.check.checks import metrics_summary, run_checks
+from vmapcheck.check.diagnosis import for_check, key_stream_stage, write_report
+from vmapcheck.check.reference import load_reference, reference_dir
+from vmapcheck.check.schema import read_record
+from vmapcheck.config import Config, config_digest
+from vmapcheck.core.models import build_model
+from vmapcheck.core.oracle import float64_outputs
+from vmapcheck.core.runtime import configure_cpu_float64
+from vmapcheck.data.regression import load_cases
+from vmapcheck.errors import ArtifactError
+from vmapcheck.io import atomic_write_json, load_npz, read_json, sha256_file
+from vmapcheck.layout import Layout
+from vmapcheck.params_io import load_model_params
+
+
+def _reference(config: Config, layout: Layout, record: dict) -> dict:
+    status = record["reference"]
+    if status["status"] != "ok":
+        return status
+    try:
+        stored = load_reference(reference_dir(config, layout))
+    except ArtifactError as exc:  # changed between forward and check
+        return {"status": "corrupt", "message": str(exc)}
+    return {
+        **status,
+        "meta": stored["meta"],
+        "stored": stored["outputs"],
+        "cases": stored["cases"],
+        "current": load_npz(layout.reference_outputs),
+    }
+
+
+def run(config: Config, layout: Layout) -> None:
+    cases = load_cases(layout.cases)
+    record = read_record(layout.record)
+    run_dtype = jnp.dtype(config.precision.dtype)
+    configure_cpu_float64()
+    model = build_model(config.model)
+    params, _ = load_model_params(model, layout.params)
+    oracle = None
+    if run_dtype != jnp.float64:
+        oracle = float64_outputs(model, params, cases, run_dtype)
+    # Each subkey feeds one random draw: a reused key fails the check (diagnosis stage 2).
+    key_stream = key_stream_stage(model, config.seed)
+    report = run_checks(
+        config,
+        read_json(layout.cases_manifest),
+        load_npz(layout.outputs),
+        record,
+        oracle=oracle,
+        targets={name: case["y"] for name, case in cases.items() if "y" in case},
+        reference=_reference(config, layout, record),
+        gradients=load_npz(layout.gradients),
+        inputs={"key_stream": key_stream},
+    )
+    # What make_reference checks before it trusts this report.
+    report["config_digest"] = config_digest(config)
+    report["forward_outputs_sha256"] = sha256_file(layout.outputs)
+    atomic_write_json(layout.check_details, report)
+    atomic_write_json(layout.check_report, metrics_summary(report))
+    diagnosis = for_check(layout, config, report, key_stream)
+    write_report(diagnosis, layout.diagnosis)
+    tol, cross = report["tolerance"], report["cross_run_tolerance"]
+    print(
+        f"check: {report['dtype']}, between paths rtol={tol['rtol']:g} atol={tol['atol']:g}, "
+        f"against oracle/reference rtol={cross['rtol']:g} atol={cross['atol']:g}"
+    )
+    for name, case in report["cases"].items():
+        mark = "ok  " if case["passed"] else "FAIL"
+        print(f"  {mark} {name:<16} max_abs={case['max_abs']} max_rel={case['max_rel']}")
+    for name, case in report["negative"].items():
+        mark = "ok  " if case["passed"] else "FAIL"
+        print(f"  {mark} {name:<16} refused: {' ... '.join(case['expect'])}")
+    grads = report["gradients"]
+    print(
+        f"  {'ok  ' if grads['passed'] else 'FAIL'} gradients        loss {grads.get('loss'):.4g}; "
+        f"mean per-example vs batch gradient max_rel={grads.get('max_rel')}; NaN target detected"
+    )
+    ref = report["reference"]
+    print(f"  {'ok  ' if ref['passed'] else 'FAIL'} reference        {ref['message']}")
+    ks = report["inputs"]["key_stream"]
+    print(f"  {'FAIL' if ks['status'] == 'diverged' else 'ok  '} key stream       {ks['summary']}")
+    for failure in report["failures"][:20]:
+        print(f"  failure: {failure}")
+    if not report["passed"]:
+        print("check: diagnosis (reports/diagnosis.json, reports/diagnosis.txt):")
+        print("".join(f"  | {line}\n" for line in diagnosis["summary"].splitlines()), end="")
+    print(f"check: {'PASSED' if report['passed'] else 'FAILED'} (track logs it, then exits)")

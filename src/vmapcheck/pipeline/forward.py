@@ -1,0 +1,94 @@
+"""Stage `forward`: loop, vmap and direct (eager and jit), and the data-parallel
+sharded_jit over backend.num_devices devices, on every case, on the backend.
+
+Also evaluates the stored reference's params on the reference's inputs, so `check` can
+compare this run (this JAX, this backend) with the verified run that made it.
+"""
+
+import jax
+import jax.numpy as jnp
+
+from vmapcheck.check.reference import load_reference, reference_dir
+from vmapcheck.config import Config
+from vmapcheck.core.forms import cast_tree, data_mesh
+from vmapcheck.core.forward import run_forward
+from vmapcheck.core.gradients import gradient_probe
+from vmapcheck.core.models import build_model
+from vmapcheck.core.paths import describe_distributed, not_provided
+from vmapcheck.core.runtime import configure_jax
+from vmapcheck.data.regression import load_cases
+from vmapcheck.errors import ArtifactError
+from vmapcheck.io import atomic_dir, atomic_save_npz, atomic_write_json, read_json
+from vmapcheck.layout import Layout
+from vmapcheck.params_io import check_features, load_model_params
+
+
+def _run_reference(config: Config, layout: Layout, model, dtype, mesh):
+    """(outputs on the reference bundle, {"status", "message"})."""
+    folder = reference_dir(config, layout)
+    where = folder.relative_to(layout.root)
+    try:
+        reference = load_reference(folder)
+    except ArtifactError as exc:
+        return {}, {"status": "corrupt", "message": str(exc)}
+    if reference is None:
+        return {}, {
+            "status": "missing",
+            "message": f"no reference for model {config.model.name} in {where}: "
+            "run the pipeline, then `make reference REASON='...'`",
+        }
+    try:
+        params, _ = load_model_params(model, folder)
+    except ArtifactError as exc:
+        return {}, {
+            "status": "incompatible",
+            "message": f"{where} does not fit model {config.model.name} as configured: {exc}",
+        }
+    outputs, _ = run_forward(model, params, reference["cases"], dtype, mesh)
+    return outputs, {"status": "ok", "message": f"evaluated {where}"}
+
+
+def run(config: Config, layout: Layout) -> None:
+    runtime = configure_jax(config.backend, config.precision)
+    model = build_model(config.model)
+    params, manifest = load_model_params(model, layout.params)
+    cases = load_cases(layout.cases)
+    check_features(read_json(layout.cases_manifest)["features"], manifest, "data/cases")
+    dtype = jnp.dtype(config.precision.dtype)
+    mesh = data_mesh(config.backend.num_devices)
+    sharded = describe_distributed(model, mesh)
+    outputs, record = run_forward(model, params, cases, dtype, mesh)
+    reference_outputs, reference_status = _run_reference(config, layout, model, dtype, mesh)
+    standard = cases["standard"]
+    grad_arrays, grad_record = gradient_probe(
+        model,
+        cast_tree(params, dtype),
+        jnp.asarray(standard["x"], dtype=dtype),
+        jnp.asarray(standard["y"], dtype=dtype),
+    )
+    with atomic_dir(layout.forward) as folder:
+        atomic_save_npz(folder / layout.outputs.name, outputs)
+        atomic_save_npz(folder / layout.reference_outputs.name, reference_outputs)
+        atomic_save_npz(folder / layout.gradients.name, grad_arrays)
+        atomic_write_json(
+            folder / layout.record.name,
+            {
+                "runtime": runtime.as_dict(),
+                "dtype": dtype.name,
+                "params_sha256": manifest["sha256"],
+                "not_provided": not_provided(model),
+                "sharded": sharded,
+                "reference": reference_status,
+                "gradients": grad_record,
+                "cases": record,
+            },
+        )
+    refused = sum(
+        entry.get("refused", False) for per_path in record.values() for entry in per_path.values()
+    )
+    print(
+        f"forward: {len(outputs)} outputs and {refused} refusals from {len(cases)} cases on "
+        f"{runtime.backend} ({runtime.device_kind}, {jax.device_count()} device(s)), dtype "
+        f"{dtype.name}; {sharded['path']} (data-parallel, not vmap) over a mesh of "
+        f"{sharded['devices']} device(s); reference: {reference_status['status']}"
+    )

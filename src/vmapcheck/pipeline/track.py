@@ -1,0 +1,182 @@
+"""Stage `track`: one MLflow run with config, metrics, versions and artifacts.
+
+Before logging it judges the benchmark against its baseline (bench.regression) and
+writes the HTML report (reports/report.html), both logged with the run whatever the
+verdict. This is where a failed check becomes a non-zero exit: after it has been logged.
+
+The store is opened first (vmapcheck.tracking.store): a tracking server that does not answer fails
+the stage within seconds, naming its URI, and the reports stay on disk for the next
+`dvc repro`; a run is logged once per pipeline state (tag ``pipeline_key``).
+"""
+
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from vmapcheck.bench.verdict import compare, format_table, record_from_details, resolve_baseline
+from vmapcheck.check.schema import read_check_details
+from vmapcheck.config import Config
+from vmapcheck.errors import VmapcheckError
+from vmapcheck.io import atomic_write_json, atomic_write_text, read_json
+from vmapcheck.layout import Layout
+from vmapcheck.report.html import render_report
+from vmapcheck.tracking.log import (
+    experiment_name,
+    log_diagnosis,
+    log_perf_verdict,
+    log_run,
+    resolve_tracking_uri,
+    run_name,
+)
+from vmapcheck.tracking.provenance import git_state
+from vmapcheck.tracking.registry import register_if_verified
+from vmapcheck.tracking.run_inputs import gather_run_inputs
+from vmapcheck.tracking.store import (
+    PIPELINE_KEY_TAG,
+    mark_complete,
+    open_store,
+    pipeline_key,
+    reaching,
+    settle_earlier_attempts,
+    writer_lock,
+)
+
+
+def judge_performance(
+    config: Config, layout: Layout, bench: dict[str, Any], exclude: str | None = None
+) -> dict[str, Any]:
+    """This run's benchmark (``bench``: its bench_details.json, parsed) against
+    bench.regression.baseline (None: not compared).
+
+    A regression is reported (and logged), not fatal: latency on a shared machine is
+    judged by people; the agreement checks gate the pipeline.
+    """
+    spec = config.bench.regression.baseline
+    if spec is None:
+        return {"verdict": "not compared", "why": "bench.regression.baseline is null"}
+    tags = {
+        "model": config.model.name,
+        "backend": config.backend.name,
+        "precision": config.precision.name,
+    }
+    uri = resolve_tracking_uri(config.tracking, layout.root)
+    current = record_from_details(bench, str(layout.bench_details))
+    try:
+        # This run is not logged yet: "last-verified" is the newest earlier one.
+        baseline = resolve_baseline(spec, uri, experiment_name(config), tags, exclude)
+    except VmapcheckError as exc:
+        print(f"track: no benchmark baseline ({exc})")
+        return {"verdict": "no baseline", "why": str(exc)}
+    regression = config.bench.regression
+    result = compare(
+        baseline, current, regression.factor, regression.alpha, config.bench.confidence_level
+    )
+    print(format_table(result))
+    return result
+
+
+def _registry_line(result: dict[str, Any]) -> str:
+    if result["status"] == "registered":
+        moved = f" (from version {result['previous']})" if result["previous"] else ""
+        return f"params registered as {result['uri']}; alias {result['alias']} moved to it{moved}"
+    return f"{result['status']}: {result['why']}"
+
+
+def run(config: Config, layout: Layout) -> int:
+    # Before any work: a stopped server fails here, naming its URI. The lock makes parallel
+    # experiments (dvc queue start -j N) take turns on a sqlite store.
+    uri = open_store(config.tracking, layout.root)
+    with reaching(uri, config.tracking), writer_lock(uri):
+        return track(config, layout)
+
+
+def track(config: Config, layout: Layout) -> int:
+    """Judge the benchmark, write the HTML report, log the run (once per pipeline state)."""
+    key = pipeline_key(layout.root)
+    # A half-logged run from an earlier attempt is deleted; a complete one is kept and
+    # nothing is logged twice (vmapcheck.tracking.store).
+    earlier = settle_earlier_attempts(resolve_tracking_uri(config.tracking, layout.root), key)
+    check = read_check_details(layout.check_details)
+    bench = read_json(layout.bench_details)
+    train = read_json(layout.train_report)
+    contract = read_json(layout.contract)
+    git = git_state(layout.root)
+    perf = judge_performance(config, layout, bench, exclude=earlier["run_id"] if earlier else None)
+    atomic_write_json(layout.perf_verdict, perf)
+    # Written before logging: a failed check is reported (and logged) like a passed one.
+    report = render_report(
+        check,
+        bench,
+        train,
+        contract,
+        git=git,
+        run={
+            "MLflow experiment": experiment_name(config),
+            "MLflow run name": run_name(config, check["runtime"], git),
+            "config (model, precision, backend, bench)": (
+                f"{config.model.name}, {config.precision.name}, {config.backend.name}, "
+                f"{config.bench.name}"
+            ),
+            "benchmark vs baseline": perf["verdict"],
+        },
+    )
+    atomic_write_text(layout.html_report, report)
+    artifacts = [
+        layout.html_report,
+        layout.check_report,
+        layout.check_details,
+        layout.bench_report,
+        layout.bench_details,
+        layout.perf_verdict,
+        layout.train_report,
+        # The diagnosis of a failed check (the first stage, layer and leaf that diverge).
+        layout.diagnosis,
+        layout.diagnosis_text,
+        layout.plots,
+        layout.params,
+        layout.contract,
+        layout.cases_manifest,
+        layout.params_yaml,
+        layout.dvc_lock,
+    ]
+    if earlier is None:
+        # Datasets (full sha256 digests), dvc.lock digest, DVC experiment name, environment/.
+        with tempfile.TemporaryDirectory() as scratch:
+            inputs = gather_run_inputs(layout, Path(scratch))
+            info = log_run(
+                config,
+                layout.root,
+                check,
+                bench,
+                train,
+                [*artifacts, inputs.environment],
+                contract,
+                extra_tags={**inputs.tags, PIPELINE_KEY_TAG: key},
+                datasets=inputs.datasets,
+            )
+        log_perf_verdict(info["tracking_uri"], info["run_id"], perf)
+        log_diagnosis(info["tracking_uri"], info["run_id"], read_json(layout.diagnosis))
+        info["perf_verdict"] = perf["verdict"]
+        # Registry: a passing run's params become a new version, alias `verified` moves.
+        info["registry"] = register_if_verified(config, info, check["runtime"], layout.params)
+        print(f"track: registry: {_registry_line(info['registry'])}")
+        # The run's last write: an attempt that dies before it is replaced, not duplicated.
+        mark_complete(info["tracking_uri"], info["run_id"])
+    else:
+        info = earlier | {"forward_outputs_sha256": check.get("forward_outputs_sha256")}
+    atomic_write_json(layout.track_report, info)
+    logged = "logged" if earlier is None else "the same inputs were logged before (not again):"
+    print(f"track: {logged} run {info['run_id']} ({info['run_name']}) to {info['tracking_uri']}")
+    print(f"track: HTML report: {layout.html_report} (also an artifact of the run)")
+    if info["verdict"] != "passed":
+        print("track: the check FAILED (logged above); exiting non-zero", flush=True)
+        return 1
+    replay = bench.get("replay", {}).get("figures", {})
+    if replay and not replay["passed"]:
+        print(
+            "track: the guard's replay FAILED (compiles above the bucket count, or a request "
+            "got another outcome than planted; logged above as replay/*); exiting non-zero",
+            flush=True,
+        )
+        return 1
+    return 0

@@ -1,0 +1,88 @@
+"""Stage `train`: fit on train, select on validation, test once -> verified params.
+
+Or, with `train.params_file`, verify the user's params (sha256, safetensors, contract)
+and evaluate them instead; or, with `train.params_source` (models:/<name>@<alias> or
+models:/<name>/<version>), fetch verified params from the MLflow Model Registry, verify
+them against the digests recorded there and the contract (vmapcheck.tracking.registry), and
+evaluate them (the resolved version and digest go into the manifest). Either way the
+params artifact gets a manifest (sha256, contract, key stream, config digest) and the
+model's contract beside it.
+"""
+
+from dataclasses import replace
+
+import jax
+
+from vmapcheck.config import Config, config_digest
+from vmapcheck.core.keys import KEY_NAMES, named_keys
+from vmapcheck.core.models import build_model
+from vmapcheck.core.runtime import configure_cpu_float32
+from vmapcheck.core.training import fit
+from vmapcheck.data.regression import SPLITS, load_split
+from vmapcheck.io import atomic_dir, atomic_write_json, read_json
+from vmapcheck.layout import Layout
+from vmapcheck.params_io import check_features, model_contract, read_params_file, save_params
+from vmapcheck.tracking.registry import load_registered_params, manifest_source
+from vmapcheck.tracking.store import resolve_tracking_uri
+
+
+def run(config: Config, layout: Layout) -> None:
+    runtime = configure_cpu_float32()
+    keys = named_keys(config.seed)
+    model = build_model(config.model)
+    splits = {name: load_split(layout.prepared, name) for name in SPLITS}
+    features = read_json(layout.prepared / "manifest.json")["features"]
+    if config.train.params_file is not None:
+        template = jax.eval_shape(model.init, jax.random.key(0))
+        params = read_params_file(
+            layout.root / config.train.params_file, template, config.train.params_sha256
+        )
+        # Evaluated, not trained: the user's params are what is verified.
+        params, metrics = fit(
+            replace(model, trainable=False), params, splits, config.train, keys["batches"]
+        )
+        source = {
+            "params_file": config.train.params_file,
+            "params_sha256": config.train.params_sha256,
+        }
+    elif config.train.params_source is not None:
+        params, _, contract, registered = load_registered_params(
+            model, config.train.params_source, resolve_tracking_uri(config.tracking, layout.root)
+        )
+        check_features(features, contract, config.train.params_source)
+        print(
+            f"train: {config.train.params_source} is version {registered.version} (run "
+            f"{registered.run_id}, sha256 {registered.params_sha256}): verified, evaluated"
+        )
+        params, metrics = fit(
+            replace(model, trainable=False), params, splits, config.train, keys["batches"]
+        )
+        source = manifest_source(registered)
+    else:
+        params, metrics = fit(
+            model, model.init(keys["init"]), splits, config.train, keys["batches"]
+        )
+        source = {"trained": metrics["trained"], "key_stream": list(KEY_NAMES)}
+    params = jax.device_get(params)
+    contract = model_contract(model, params, features)
+    with atomic_dir(layout.params) as folder:
+        save_params(
+            folder,
+            params,
+            {
+                "model": config.model.name,
+                "seed": config.seed,
+                "jax_version": runtime.jax_version,
+                "config_digest": config_digest(config),
+                "source": source,
+                "inputs": contract["inputs"],
+                "outputs": contract["outputs"],
+            },
+        )
+        atomic_write_json(folder / "contract.json", contract)
+    atomic_write_json(layout.train_report, metrics)
+    print(
+        f"train: model {model.name}, trained={metrics['trained']}, best step "
+        f"{metrics['best_step']}, val loss {metrics['val_loss']:.4g}, test loss "
+        f"{metrics['test_loss']:.4g}"
+    )

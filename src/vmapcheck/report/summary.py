@@ -1,0 +1,109 @@
+"""Print the verdict of the last pipeline run and where its MLflow run is (``make demo``)."""
+
+from __future__ import annotations
+
+import sys
+
+from vmapcheck.errors import ArtifactError
+from vmapcheck.io import read_json
+from vmapcheck.layout import Layout
+
+
+def summarize(layout: Layout) -> str:
+    """The verdict of the last run in ``layout`` as text (one line per case, then MLflow)."""
+    lines = []
+    check = read_json(layout.check_details)
+    runtime = check["runtime"]
+    tol = check["tolerance"]
+    verdict = "PASSED" if check["passed"] else "FAILED"
+    sharded = check.get("sharded")
+    data_parallel = (
+        f", and sharded_jit (data-parallel over {sharded['devices']} device(s), not vmap)"
+        if sharded
+        else ""
+    )
+    lines.append(
+        f"verdict: {verdict} - loop, vmap and direct (eager and jit){data_parallel} "
+        f"on {runtime['backend']} "
+        f"({runtime['device_kind']}), {check['dtype']}, rtol={tol['rtol']:g} atol={tol['atol']:g}, "
+        f"jax {runtime['jax_version']} / jaxlib {runtime['jaxlib_version']}"
+    )
+    for name, case in check["cases"].items():
+        if case["max_abs"] is None:
+            lines.append(f"  FAIL {name:<16} no comparable outputs")
+            continue
+        oracle = [r["max_rel"] for r in case.get("oracle", {}).values() if r["max_rel"] is not None]
+        lines.append(
+            f"  {'ok  ' if case['passed'] else 'FAIL'} {name:<16} worst pair: "
+            f"max_abs={case['max_abs']:.3g} max_rel={case['max_rel']:.3g}"
+            + (f"; vs float64: max_rel={max(oracle):.3g}" if oracle else "")
+        )
+    negative = check["negative"]
+    refused = sum(n["passed"] for n in negative.values())
+    lines.append(
+        f"  {'ok  ' if refused == len(negative) else 'FAIL'} invalid inputs   "
+        f"{refused}/{len(negative)} refused by every path, the problem named"
+    )
+    reference = check["reference"]
+    lines.append(
+        f"  {'ok  ' if reference['passed'] else 'FAIL'} reference        {reference['message']}"
+    )
+    for failure in check["failures"][:10]:
+        lines.append(f"  failure: {failure}")
+    bench_path = layout.bench_report
+    if bench_path.exists():
+        bench = read_json(bench_path)
+        if "peak_gflops" in bench:
+            lines.append(
+                f"  matmul peak measured in the same run: {bench['peak_gflops']:.1f} GFLOP/s"
+            )
+        for label, ratios in bench["speedup"].items():
+            shown = ", ".join(f"{k} {v:.2f}x" for k, v in ratios.items())
+            lines.append(f"  speed at batch {label[1:]} (p50 ratios, same run): {shown}")
+    track_path = layout.track_report
+    if track_path.exists():
+        track = read_json(track_path)
+        lines.append(
+            f"MLflow run: {track['run_id']} ({track['run_name']}) in experiment "
+            f"'{track['experiment']}' at {track['tracking_uri']}"
+        )
+        page = f"#/experiments/{track['experiment_id']}/runs/{track['run_id']}"
+        uri = str(track["tracking_uri"])
+        if uri.startswith(("http://", "https://")):  # a tracking server has its own UI
+            lines.append(f"open it: {uri.rstrip('/')}/{page}")
+        else:
+            lines.append(f"open it: make ui, then http://127.0.0.1:5000/{page}")
+        lines.append("compare it with earlier runs (every model): make compare")
+        registered = track.get("registry")  # vmapcheck.tracking.registry.register_if_verified
+        if registered and registered["status"] == "registered":
+            lines.append(
+                f"registry: params registered as {registered['uri']}, alias verified moved "
+                "to it (make registry lists the versions, make rollback moves it back)"
+            )
+        elif registered:
+            lines.append(f"registry: {registered['status']}: {registered['why']}")
+    else:
+        lines.append("MLflow run: none yet (the track stage has not run)")
+    html_path = layout.html_report
+    if html_path.exists():
+        lines.append(f"HTML report: {html_path} (open it in a browser)")
+    return "\n".join(lines)
+
+
+def run_summary(layout: Layout, repro_status: int = 0) -> int:
+    """``vmapcheck summary``: print :func:`summarize`; exit 1 when the reports are missing.
+
+    ``repro_status``: the exit status of the ``dvc repro`` that just ran (``make demo``);
+    when not 0, a note says the figures may be from an earlier run."""
+    if repro_status != 0:
+        print(
+            f"dvc repro exited {repro_status}. If a stage before `track` failed (see its "
+            "error above), the figures below are from an earlier run: `dvc status` lists "
+            "what is stale."
+        )
+    try:
+        print(summarize(layout))
+    except ArtifactError as exc:
+        print(f"summary: {exc}", file=sys.stderr)
+        return 1
+    return 0

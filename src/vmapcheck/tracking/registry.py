@@ -1,0 +1,589 @@
+"""Verified params in the MLflow Model Registry: register, alias ``verified``, rollback, load.
+
+- ``track`` calls :func:`register_if_verified` after logging a run. Only when the run's
+  check passed (every check) is the params artifact the run logged (its ``params/``
+  folder: params.safetensors, manifest.json, contract.json) registered as a new version
+  of the registered model ``registry.registered_model``, and alias ``verified`` moved to
+  it. Earlier versions stay. A failing run touches nothing in the registry.
+- Each version's tags say what verified it (run id, git commit, jax version, model,
+  backend, precision, when) and hold the sha256 of each of its three files, recorded in
+  the registry's own store when the run verified them.
+- :func:`rollback` moves ``verified`` back to the newest earlier version that was
+  verified and not itself rolled back from (the version it leaves is tagged so, which is
+  how "the previous verified version" stays findable after several moves).
+- :func:`load_registered_params` loads params by ``models:/<name>@<alias>`` or
+  ``models:/<name>/<version>``: it downloads the version's files, checks each against
+  the recorded sha256 and the params against the model's contract, and refuses with an
+  error naming the URI when anything differs. ``train`` uses it (``train.params_source``),
+  so every later stage reads those params from ``data/params`` as usual.
+
+Versions point at the run's artifact folder itself (``create_model_version`` with the
+run's absolute artifact URI as source), not at an MLflow 3 "logged model": the params
+are a plain safetensors folder, not an MLflow flavor (no MLmodel file, nothing for
+``mlflow.pyfunc`` to load), and a logged model would store a second copy of the bytes
+the run verified. The URI is resolved here with an explicit client: MLflow 3.17's
+``models:/`` artifact repository resolves names against the global registry URI, not
+the ``tracking_uri`` passed to ``download_artifacts``.
+
+Usage: ``vmapcheck registry [--model NAME]`` (``make registry``) and ``vmapcheck rollback
+[--model NAME]`` (``make rollback``).
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import jax
+
+from vmapcheck.config import (
+    MODELS_URI_PATTERN,
+    REGISTERED_MODEL_PATTERN,
+    Config,
+    load_config,
+)
+from vmapcheck.errors import ArtifactError, ConfigError, VmapcheckError
+from vmapcheck.io import read_json, sha256_file
+from vmapcheck.layout import Layout
+from vmapcheck.params_io import (
+    MANIFEST_FILE,
+    PARAMS_FILE,
+    check_contract,
+    contract_of,
+    read_params_file,
+)
+from vmapcheck.tracking.store import resolve_tracking_uri
+
+VERIFIED = "verified"
+# The run artifact folder that holds the params (tracking.log_run logs data/params there).
+PARAMS_ARTIFACT = "params"
+CONTRACT_FILE = "contract.json"
+# Each file of a version, with the tag holding its sha256.
+DIGEST_TAGS = {
+    PARAMS_FILE: "params_sha256",
+    MANIFEST_FILE: "manifest_sha256",
+    CONTRACT_FILE: "contract_sha256",
+}
+# Tags on a version: it was verified (every check passed), by which run, and whether
+# `verified` was rolled back from it (then rollback skips it).
+TAG_VERIFIED = "verified"
+TAG_RUN = "verified_by_run"
+TAG_ROLLED_BACK = "rolled_back_at"
+# Waiting for a version to be READY (local and server stores create it READY at once).
+AWAIT_READY_S = 60
+
+
+def _client(tracking_uri: str) -> Any:
+    from mlflow.tracking import MlflowClient
+
+    # The registry lives in the same store as the runs, whatever MLFLOW_REGISTRY_URI says.
+    return MlflowClient(tracking_uri=tracking_uri, registry_uri=tracking_uri)
+
+
+def _now() -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+
+
+@dataclass(frozen=True)
+class ModelsUri:
+    """A parsed ``models:/<name>/<version>`` or ``models:/<name>@<alias>``."""
+
+    name: str
+    version: str | None
+    alias: str | None
+
+    def __str__(self) -> str:
+        return f"models:/{self.name}" + (
+            f"/{self.version}" if self.version is not None else f"@{self.alias}"
+        )
+
+
+def parse_models_uri(uri: str) -> ModelsUri:
+    """Parse the two forms vmapcheck resolves; anything else (a stage, ``latest``, an
+    MLflow 3 logged-model id) is a ConfigError naming the forms."""
+    if not isinstance(uri, str) or not re.fullmatch(MODELS_URI_PATTERN, uri):
+        raise ConfigError(
+            f"params source {uri!r}: expected models:/<name>@<alias> (e.g. "
+            f"models:/vmapcheck-mlp@{VERIFIED}) or a pinned version models:/<name>/<version>"
+        )
+    rest = uri[len("models:/") :]
+    if "@" in rest:
+        name, alias = rest.split("@", 1)
+        return ModelsUri(name, None, alias)
+    name, version = rest.split("/", 1)
+    return ModelsUri(name, version, None)
+
+
+def folder_digests(folder: Path) -> dict[str, str]:
+    """sha256 of the params artifact's three files, by tag name (see DIGEST_TAGS).
+
+    Raises:
+        ArtifactError: a file is missing, or the manifest's own sha256 of the params file
+            is not the file's (the artifact is inconsistent, so it is never registered).
+    """
+    folder = Path(folder)
+    digests = {}
+    for name, tag in DIGEST_TAGS.items():
+        if not (folder / name).is_file():
+            raise ArtifactError(f"{folder / name}: not found (a params artifact has {name})")
+        digests[tag] = sha256_file(folder / name)
+    recorded = read_json(folder / MANIFEST_FILE).get("sha256")
+    if recorded != digests["params_sha256"]:
+        raise ArtifactError(
+            f"{folder / MANIFEST_FILE}: records sha256 {recorded} for {PARAMS_FILE}, "
+            f"the file is {digests['params_sha256']}"
+        )
+    return digests
+
+
+def verify_folder(folder: Path, expected: dict[str, str], where: str) -> None:
+    """Check each file of a downloaded params artifact against the recorded digests.
+
+    Raises:
+        ArtifactError: naming ``where`` (the models:/ URI), the file and both digests.
+    """
+    for name, tag in DIGEST_TAGS.items():
+        want = expected.get(tag)
+        if not want:
+            raise ArtifactError(
+                f"{where}: the version has no {tag} tag; only versions registered by a "
+                "passing vmapcheck run (with their digests) are loaded"
+            )
+        path = Path(folder) / name
+        if not path.is_file():
+            raise ArtifactError(f"{where}: the version's artifact has no {name}; refused")
+        found = sha256_file(path)
+        if found != want:
+            raise ArtifactError(
+                f"{where}: {name}: sha256 check failed: the registry recorded {want} when the "
+                f"version was verified, the artifact is {found} (changed since); refused"
+            )
+    recorded = read_json(Path(folder) / MANIFEST_FILE).get("sha256")
+    if recorded != expected["params_sha256"]:
+        raise ArtifactError(
+            f"{where}: {MANIFEST_FILE} records sha256 {recorded} for {PARAMS_FILE}, the "
+            f"registry recorded {expected['params_sha256']}; refused"
+        )
+
+
+def _download(tracking_uri: str, source: str, dest: Path, where: str) -> Path:
+    """Copy the artifact folder ``source`` (an artifact URI) into ``dest``; return it."""
+    import mlflow.artifacts
+    from mlflow.exceptions import MlflowException
+
+    try:
+        local = mlflow.artifacts.download_artifacts(
+            artifact_uri=source, dst_path=str(dest), tracking_uri=tracking_uri
+        )
+    except (MlflowException, OSError) as exc:
+        raise ArtifactError(f"{where}: cannot download its artifact {source}: {exc}") from None
+    return Path(local)
+
+
+# --- registering -------------------------------------------------------------------
+
+
+def register_verified(
+    tracking_uri: str,
+    name: str,
+    run_id: str,
+    params_dir: Path,
+    tags: dict[str, str] | None = None,
+) -> dict[str, Any]:
+    """Register run ``run_id``'s params artifact as a new version of ``name`` and move
+    alias ``verified`` to it. Call only for a run whose check passed.
+
+    The digests recorded on the version are those of ``params_dir`` (the folder the run
+    logged as ``params/``); the run's copy in the artifact store is downloaded and checked
+    against them first, so the version points at exactly the bytes that were verified.
+
+    Returns:
+        {"registered_model", "version", "uri", "alias", "previous" (version or None),
+        "source", "params_sha256"}.
+    """
+    from mlflow.exceptions import MlflowException
+    from mlflow.protos.databricks_pb2 import RESOURCE_ALREADY_EXISTS, ErrorCode
+
+    client = _client(tracking_uri)
+    digests = folder_digests(params_dir)
+    try:
+        source = client.get_run(run_id).info.artifact_uri.rstrip("/") + "/" + PARAMS_ARTIFACT
+        where = f"run {run_id} artifact {PARAMS_ARTIFACT}/"
+        with tempfile.TemporaryDirectory() as tmp:
+            verify_folder(_download(tracking_uri, source, Path(tmp), where), digests, where)
+        try:
+            client.create_registered_model(
+                name, description="Params whose run passed every vmapcheck check (alias verified)."
+            )
+        except MlflowException as exc:  # another run (a parallel sweep) created it first
+            if exc.error_code != ErrorCode.Name(RESOURCE_ALREADY_EXISTS):
+                raise
+        previous = _alias_version(client, name, VERIFIED)
+        version = client.create_model_version(
+            name,
+            source,
+            run_id=run_id,
+            tags={TAG_VERIFIED: "true", TAG_RUN: run_id, "verified_at": _now(), **digests}
+            | (tags or {}),
+            description=f"Verified by run {run_id}: every check passed.",
+            await_creation_for=AWAIT_READY_S,
+        )
+        number = str(version.version)  # an int from a sqlite store, a str over REST
+        client.set_registered_model_alias(name, VERIFIED, number)
+    except MlflowException as exc:
+        raise ArtifactError(
+            f"registering run {run_id}'s params as a version of {name!r} in {tracking_uri} "
+            f"failed: {exc.message}"
+        ) from None
+    return {
+        "registered_model": name,
+        "version": number,
+        "uri": f"models:/{name}/{number}",
+        "alias": VERIFIED,
+        "previous": str(previous.version) if previous is not None else None,
+        "source": source,
+        "params_sha256": digests["params_sha256"],
+    }
+
+
+def register_if_verified(
+    config: Config, info: dict[str, Any], runtime: dict[str, Any], params_dir: Path
+) -> dict[str, Any]:
+    """``track``'s hook: register the run's params when its check passed.
+
+    ``info`` is :func:`vmapcheck.tracking.log.log_run`'s result, ``runtime`` the check's
+    (``check_details.json``: jax and jaxlib versions, backend). Params that came from this
+    registered model (``train.params_source``) are not registered again: the version they
+    came from gets ``reverified_by_run``/``reverified_at`` tags and the alias stays
+    (otherwise each run from ``@verified`` would make a new version, and move the alias).
+
+    Returns what happened, for reports/track.json: ``{"status": "registered", ...}``
+    (see :func:`register_verified`), ``"re-verified"``, or ``"not registered"`` with why.
+    """
+    name = config.registry.registered_model
+    if info["verdict"] != "passed":
+        return {"status": "not registered", "why": "the check failed: the alias stays"}
+    if name is None:
+        return {"status": "not registered", "why": "registry.registered_model is null"}
+    source = read_json(Path(params_dir) / MANIFEST_FILE).get("source", {})
+    if source.get("registered_model") == name and source.get("version"):
+        client = _client(info["tracking_uri"])
+        client.set_model_version_tag(name, source["version"], "reverified_by_run", info["run_id"])
+        client.set_model_version_tag(name, source["version"], "reverified_at", _now())
+        return {
+            "status": "re-verified",
+            "registered_model": name,
+            "version": source["version"],
+            "why": f"the params came from {source['params_source']}; not registered again",
+        }
+    tags = {
+        "git_commit": info.get("git_commit", "unknown"),
+        "git_dirty": info.get("git_dirty", "unknown"),
+        "model": config.model.name,
+        "backend": runtime.get("backend", config.backend.name),
+        "precision": config.precision.name,
+        "jax_version": runtime.get("jax_version", jax.__version__),
+        "jaxlib_version": runtime.get("jaxlib_version", "unknown"),
+    }
+    return {"status": "registered"} | register_verified(
+        info["tracking_uri"], name, info["run_id"], params_dir, tags
+    )
+
+
+# --- the alias and rollback --------------------------------------------------------
+
+
+def _alias_version(client: Any, name: str, alias: str) -> Any | None:
+    from mlflow.exceptions import MlflowException
+
+    try:
+        return client.get_model_version_by_alias(name, alias)
+    except MlflowException:
+        return None
+
+
+def list_versions(tracking_uri: str, name: str) -> list[Any]:
+    """Every version of registered model ``name``, oldest first.
+
+    Raises:
+        ArtifactError: no such registered model in the store.
+    """
+    from mlflow.exceptions import MlflowException
+
+    client = _client(tracking_uri)
+    try:
+        client.get_registered_model(name)
+    except MlflowException:
+        raise ArtifactError(
+            f"no registered model {name!r} in {tracking_uri}: a run registers one when "
+            "its check passes"
+        ) from None
+    found, token = [], None
+    while True:
+        page = client.search_model_versions(f"name = '{name}'", page_token=token)
+        found.extend(page)
+        token = page.token
+        if not token:
+            break
+    return sorted(found, key=lambda v: int(v.version))
+
+
+def previous_verified(versions: list[Any], current: str) -> Any | None:
+    """The newest version before ``current`` that was verified and not rolled back from."""
+    earlier = [
+        v
+        for v in versions
+        if int(v.version) < int(current)
+        and v.tags.get(TAG_VERIFIED) == "true"
+        and TAG_ROLLED_BACK not in v.tags
+    ]
+    return earlier[-1] if earlier else None
+
+
+def _describe(version: Any) -> str:
+    run = version.tags.get(TAG_RUN) or version.run_id or "?"
+    digest = version.tags.get("params_sha256", "?")
+    return f"version {version.version} (run {run}, params sha256 {digest[:12]})"
+
+
+def rollback(tracking_uri: str, name: str) -> dict[str, Any]:
+    """Move alias ``verified`` of ``name`` back to the previous verified version.
+
+    The version it leaves gets tags ``rolled_back_at`` and ``rolled_back_to``, so a later
+    rollback goes further back rather than returning to it.
+
+    Raises:
+        ArtifactError: no such model, no version holds the alias, or none earlier was verified.
+    """
+    client = _client(tracking_uri)
+    versions = list_versions(tracking_uri, name)
+    current = _alias_version(client, name, VERIFIED)
+    if current is None:
+        raise ArtifactError(
+            f"models:/{name}@{VERIFIED}: no version holds the alias; nothing to roll back"
+        )
+    target = previous_verified(versions, current.version)
+    if target is None:
+        raise ArtifactError(
+            f"models:/{name}@{VERIFIED} is at {_describe(current)}, and no earlier version "
+            "was verified (or every earlier one was rolled back from): nothing to roll back to"
+        )
+    client.set_registered_model_alias(name, VERIFIED, target.version)
+    client.set_model_version_tag(name, current.version, TAG_ROLLED_BACK, _now())
+    client.set_model_version_tag(name, current.version, "rolled_back_to", target.version)
+    return {
+        "registered_model": name,
+        "alias": VERIFIED,
+        "from": str(current.version),
+        "to": str(target.version),
+        "message": (
+            f"rollback: models:/{name}@{VERIFIED} moved from {_describe(current)} "
+            f"to {_describe(target)}"
+        ),
+    }
+
+
+def show(tracking_uri: str, name: str) -> str:
+    """The versions of ``name`` as text: which holds which alias, and their tags."""
+    versions = list_versions(tracking_uri, name)
+    # search_model_versions leaves ModelVersion.aliases empty: the model holds the map.
+    held: dict[str, list[str]] = {}
+    for alias, number in _client(tracking_uri).get_registered_model(name).aliases.items():
+        held.setdefault(str(number), []).append(alias)
+    lines = [f"registered model {name} in {tracking_uri}: {len(versions)} version(s)"]
+    for v in reversed(versions):
+        names = sorted(held.get(str(v.version), []))
+        aliases = f" @{', @'.join(names)}" if names else ""
+        state = " (rolled back from)" if TAG_ROLLED_BACK in v.tags else ""
+        lines.append(f"  version {v.version}{aliases}{state}  source {v.source}")
+        for key in sorted(v.tags):
+            lines.append(f"      {key} = {v.tags[key]}")
+    if not versions:
+        lines.append("  (none)")
+    return "\n".join(lines)
+
+
+# --- loading by models:/ URI -------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class RegisteredParams:
+    """Where verified params came from (recorded in data/params/manifest.json)."""
+
+    params_source: str  # the URI as configured
+    registered_model: str
+    version: str
+    run_id: str | None
+    params_sha256: str
+
+
+def resolve_version(tracking_uri: str, uri: str) -> Any:
+    """The model version ``uri`` names (an alias is resolved now).
+
+    Raises:
+        ConfigError: a malformed URI.
+        ArtifactError: no such model, version or alias in the store (naming the URI).
+    """
+    from mlflow.exceptions import MlflowException
+
+    parsed = parse_models_uri(uri)
+    client = _client(tracking_uri)
+    try:
+        if parsed.alias is not None:
+            return client.get_model_version_by_alias(parsed.name, parsed.alias)
+        return client.get_model_version(parsed.name, parsed.version)
+    except MlflowException as exc:
+        raise ArtifactError(f"{uri}: not found in {tracking_uri} ({exc.message})") from None
+
+
+def fetch_registered_params(
+    tracking_uri: str, uri: str, dest: Path
+) -> tuple[RegisteredParams, Path]:
+    """Download the params artifact ``uri`` names into ``dest`` and check every file
+    against the sha256 digests recorded on the version when it was verified.
+
+    Returns:
+        Where the params came from, and the local folder holding the checked files.
+
+    Raises:
+        ArtifactError: naming ``uri`` and the version: unknown, not verified by vmapcheck,
+            or a file missing or changed since.
+    """
+    version = resolve_version(tracking_uri, uri)
+    where = f"{uri} (version {version.version})"
+    if version.tags.get(TAG_VERIFIED) != "true":
+        raise ArtifactError(
+            f"{where}: not tagged {TAG_VERIFIED}=true; only versions a passing vmapcheck "
+            "run registered are loaded"
+        )
+    from mlflow.exceptions import MlflowException
+
+    try:
+        source = _client(tracking_uri).get_model_version_download_uri(version.name, version.version)
+    except MlflowException as exc:
+        raise ArtifactError(f"{where}: no download location ({exc.message})") from None
+    local = _download(tracking_uri, source, Path(dest), where)
+    verify_folder(local, version.tags, where)
+    info = RegisteredParams(
+        params_source=uri,
+        registered_model=version.name,
+        version=str(version.version),
+        run_id=version.run_id,
+        params_sha256=version.tags["params_sha256"],
+    )
+    return info, local
+
+
+def load_registered_params(
+    model: Any, uri: str, tracking_uri: str
+) -> tuple[Any, dict[str, Any], dict[str, Any], RegisteredParams]:
+    """Verified params for ``model`` (a :class:`vmapcheck.core.models.Model`) from ``uri``.
+
+    Checks, before the params are used: each file's sha256 against the registry's record
+    (:func:`fetch_registered_params`); the manifest's and contract.json's params leaves
+    against ``model``'s template (name, shape, dtype); the params file's sha256 again, its
+    format (safetensors, never unpickled), and every leaf (``read_params_file``).
+
+    Returns:
+        (params pytree shaped like ``model.init``'s, its manifest, its contract, where
+        it came from).
+
+    Raises:
+        ArtifactError / ConfigError: naming ``uri`` and what failed.
+    """
+    template = jax.eval_shape(model.init, jax.random.key(0))
+    with tempfile.TemporaryDirectory() as tmp:
+        info, folder = fetch_registered_params(tracking_uri, uri, Path(tmp))
+        where = f"{uri} (version {info.version})"
+        manifest = read_json(folder / MANIFEST_FILE)
+        contract = read_json(folder / CONTRACT_FILE)
+        try:
+            if contract.get("model") != model.name:
+                raise ArtifactError(
+                    f"params are of model {contract.get('model')!r}, the configured model is "
+                    f"{model.name!r}"
+                )
+            expected = contract_of(template)
+            check_contract(manifest.get("contract", {}), expected)
+            check_contract(contract.get("params", {}), expected)
+            params = read_params_file(folder / PARAMS_FILE, template, info.params_sha256)
+        except ArtifactError as exc:
+            raise ArtifactError(f"{where}: {exc}") from None
+    return params, manifest, contract, info
+
+
+def manifest_source(info: RegisteredParams) -> dict[str, Any]:
+    """The ``source`` entry ``train`` writes into the manifest for registry params."""
+    return asdict(info)
+
+
+# --- command line ------------------------------------------------------------------
+
+
+def local_params_note(tracking_uri: str, name: str, params_dir: Path) -> str | None:
+    """A line saying that ``params_dir`` came from an alias of ``name`` that has moved
+    since (DVC cannot see the registry: ``train`` reruns only when params.yaml changes)."""
+    manifest = params_dir / MANIFEST_FILE
+    if not manifest.is_file():
+        return None
+    source = read_json(manifest).get("source", {})
+    if source.get("registered_model") != name or "@" not in source.get("params_source", ""):
+        return None
+    now = resolve_version(tracking_uri, source["params_source"])
+    if str(now.version) == source.get("version"):
+        return f"{params_dir} holds version {now.version}, where {source['params_source']} points"
+    return (
+        f"{params_dir} holds version {source.get('version')} from {source['params_source']}, "
+        f"which now points at version {now.version}: run `dvc repro --force --single-item "
+        "train` then `dvc repro` to use it"
+    )
+
+
+def _command(layout: Layout, model: str | None, action: Callable[[str, str], None]) -> int:
+    """Resolve the store and the registered model, then ``action(uri, name)``; errors go to
+    stderr as ``registry: error: ...`` with exit 2."""
+    from mlflow.exceptions import MlflowException
+
+    try:
+        config = load_config(layout.params_yaml)
+        uri = resolve_tracking_uri(config.tracking, layout.root)
+        name = model or config.registry.registered_model
+        if name is None:
+            raise ConfigError("registry.registered_model is null and no --model was given")
+        if not re.fullmatch(REGISTERED_MODEL_PATTERN, name):
+            raise ConfigError(
+                f"--model: expected a registered model name matching "
+                f"{REGISTERED_MODEL_PATTERN}, found {name!r}"
+            )
+        action(uri, name)
+    except VmapcheckError as exc:
+        print(f"registry: error: {exc}", file=sys.stderr)
+        return 2
+    except MlflowException as exc:  # the store refused or could not be reached
+        print(f"registry: error: {exc.message}", file=sys.stderr)
+        return 2
+    return 0
+
+
+def run_show(layout: Layout, model: str | None = None) -> int:
+    """``vmapcheck registry``: the versions of ``model`` (default:
+    ``registry.registered_model``), and whether ``layout.params`` is where its alias points."""
+
+    def action(uri: str, name: str) -> None:
+        print(show(uri, name))
+        note = local_params_note(uri, name, layout.params)
+        if note:
+            print(note)
+
+    return _command(layout, model, action)
+
+
+def run_rollback(layout: Layout, model: str | None = None) -> int:
+    """``vmapcheck rollback``: move alias ``verified`` of ``model`` back (:func:`rollback`)."""
+    return _command(layout, model, lambda uri, name: print(rollback(uri, name)["message"]))

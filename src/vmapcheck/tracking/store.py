@@ -1,0 +1,540 @@
+"""The MLflow store a run reaches: where it is, how long to wait for it, and logging once.
+
+**Where.** ``tracking.tracking_uri``, or ``MLFLOW_TRACKING_URI`` when set (MLflow's own
+convention). A relative ``sqlite:///mlflow.db`` and a relative ``tracking.artifact_root``
+are resolved against the *store root* (:func:`store_root`): the project root, except in an
+experiment queued with ``dvc exp run --queue`` and run by ``dvc queue start``. Those run in
+a temporary copy of the repository under ``<repo>/.dvc/tmp/exps/``, deleted afterwards,
+and DVC passes the original repository's root to every stage in ``DVC_ROOT``
+(``dvc/repo/experiments/queue/base.py``). When the project root lies inside
+``<DVC_ROOT>/.dvc/tmp/``, ``DVC_ROOT`` is the store root: every experiment of a sweep
+reaches the one store of the repository it was queued from.
+
+**Creating it once.** MLflow creates the sqlite schema the first time a process opens the
+file; two processes doing that at once can fail half-way and leave a broken store.
+:func:`open_store` creates it under an exclusive ``fcntl`` lock on ``<db>.lock``, and
+``track`` keeps that lock while it reads and writes the store (:func:`writer_lock`), so
+parallel experiments log one after the other (a few seconds each) rather than meeting
+sqlite's "database is locked". ``vmapcheck store init`` creates the store and the
+configured model's experiment before a sweep starts (and migrates a store made by an
+older MLflow, after a backup: ``track`` never migrates on its own).
+
+**How long.** By default MLflow retries a failed request 7 times with exponential backoff
+and waits up to 120 s per attempt: about four minutes on a dead server. The
+``tracking.http_*`` settings go into MLflow's own variables (``MLFLOW_HTTP_REQUEST_TIMEOUT``,
+``..._MAX_RETRIES``, ``..._BACKOFF_FACTOR``, ``..._BACKOFF_JITTER``, which
+``mlflow.utils.rest_utils.http_request`` reads on every request, artifact uploads
+included) before the first request. They replace values already in the environment: the
+config is what the run records. A server is probed first (``GET <uri>/health``, one
+attempt of at most ``http_timeout_s``), so a stopped server fails ``track`` within
+seconds with a :class:`~vmapcheck.errors.TrackingStoreError` naming the URI; a server
+that stops answering later is recognized by :func:`reaching`, which probes again.
+
+**Logging once.** ``track`` fails when the store does, so DVC records nothing and the next
+``dvc repro`` runs it again on the reports left on disk (they are outputs of the earlier
+stages, untouched). The failed attempt may have got as far as creating a run. So every
+run carries the tag ``pipeline_key``: a sha256 over the contents of everything ``track``
+depends on in ``dvc.yaml`` (its code, ``params.yaml``, the reports, the params
+artifact); and ``pipeline_complete=true`` is the last thing written to it. Before logging,
+:func:`settle_earlier_attempts` looks for active runs with this key in every experiment:
+
+- an incomplete one (an attempt that died half-way: some metrics or artifacts missing,
+  status RUNNING or FAILED) is deleted (MLflow's soft delete; ``mlflow gc`` purges it) and
+  one fresh run is logged. Replacing rather than resuming it: logging into it again would
+  add a second point to every metric's history and could mix two attempts' artifacts.
+- a complete one is kept and nothing is logged again: ``track`` reports that run (this
+  happens when ``track`` reran on the same inputs, e.g. after a failed check made it exit
+  1, or ``dvc repro -f``), so the store never holds two runs of one pipeline state.
+
+Two ``track`` processes on the same inputs at the same moment would meet each other's
+unfinished run; on a sqlite store the lock orders them, and DVC never runs one pipeline
+state twice at once (a sweep's experiments differ in their params, and two identical ones
+still differ in their benchmark timings, hence in their key).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import os
+import shutil
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+import yaml
+
+from vmapcheck.config import Config, TrackingConfig, load_config
+from vmapcheck.errors import ArtifactError, TrackingStoreError, VmapcheckError
+from vmapcheck.io import sha256_file
+from vmapcheck.layout import Layout
+
+PIPELINE_KEY_TAG = "pipeline_key"
+COMPLETE_TAG = "pipeline_complete"
+SQLITE = "sqlite:///"
+# How long track waits for another process (a parallel experiment) to finish logging to
+# the same sqlite file before giving up.
+LOCK_WAIT_S = 900.0
+# MLflow's variables for the tracking.http_* settings (mlflow/environment_variables.py).
+HTTP_ENV = {
+    "http_timeout_s": "MLFLOW_HTTP_REQUEST_TIMEOUT",
+    "http_max_retries": "MLFLOW_HTTP_REQUEST_MAX_RETRIES",
+    "http_backoff_factor": "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR",
+    "http_backoff_jitter": "MLFLOW_HTTP_REQUEST_BACKOFF_JITTER",
+}
+
+
+# --- where ------------------------------------------------------------------------------
+
+
+def store_root(project_root: Path) -> Path:
+    """The folder a relative store path is resolved against (see the module docstring)."""
+    root = project_root.resolve()
+    original = os.environ.get("DVC_ROOT", "").strip()
+    if original:
+        original_root = Path(original).resolve()
+        # Only a temp copy inside that repository's own .dvc/tmp: a DVC_ROOT left over from
+        # another project must not redirect this one's runs.
+        if root.is_relative_to(original_root / ".dvc" / "tmp"):
+            return original_root
+    return root
+
+
+def tracking_uri(tracking: TrackingConfig, project_root: Path) -> str:
+    """``MLFLOW_TRACKING_URI`` when set and non-empty, else ``tracking.tracking_uri``; a
+    relative ``sqlite:///file.db`` is made absolute against :func:`store_root`."""
+    uri = os.environ.get("MLFLOW_TRACKING_URI", "").strip() or tracking.tracking_uri
+    if uri.startswith(SQLITE) and not uri[len(SQLITE) :].startswith("/"):
+        return SQLITE + str((store_root(project_root) / uri[len(SQLITE) :]).resolve())
+    return uri
+
+
+def artifact_location(tracking: TrackingConfig, project_root: Path) -> str | None:
+    """Where a new experiment keeps its artifacts; None: the server's own store.
+
+    A local folder means nothing to a server (it would be a path on this machine that the
+    server and other clients never see), so with an HTTP store only a URI is passed on.
+    """
+    root = tracking.artifact_root
+    if root is None:
+        return None
+    if "://" in root:
+        return root
+    if is_http(tracking_uri(tracking, project_root)):
+        return None
+    return (store_root(project_root) / root).resolve().as_uri()
+
+
+def resolve_tracking_uri(tracking: TrackingConfig, root: Path) -> str:
+    """The store to log to: ``MLFLOW_TRACKING_URI`` when set and non-empty (MLflow's own
+    convention; the scheduled CI job names its server this way), else the configured URI,
+    with a relative ``sqlite:///file.db`` made absolute against the store root (the
+    project root; in a queued experiment's temp copy, the original repository's root:
+    vmapcheck.tracking.store).
+
+    Every use of the store starts here, so this also puts the ``tracking.http_*``
+    timeouts and retries into MLflow's environment variables (bounded waiting on a server).
+    """
+    apply_http_settings(tracking)
+    return tracking_uri(tracking, root)
+
+
+def resolve_artifact_root(tracking: TrackingConfig, root: Path) -> str | None:
+    """Artifact location of a new experiment; None: the tracking server's own store."""
+    return artifact_location(tracking, root)
+
+
+def experiment_name(config: Config) -> str:
+    """The run's experiment: ``<tracking.experiment>-<model.name>`` with
+    ``tracking.experiment_per_model``, else ``tracking.experiment``."""
+    base = config.tracking.experiment
+    return f"{base}-{config.model.name}" if config.tracking.experiment_per_model else base
+
+
+def is_http(uri: str) -> bool:
+    return uri.startswith(("http://", "https://"))
+
+
+def shown(uri: str) -> str:
+    """``uri`` without a user name or password, for messages."""
+    parts = urlsplit(uri)
+    if parts.username is None and parts.password is None:
+        return uri
+    host = parts.hostname or ""
+    netloc = f"{host}:{parts.port}" if parts.port else host
+    return urlunsplit(parts._replace(netloc=netloc))
+
+
+def sqlite_file(uri: str) -> Path | None:
+    """The database file of a ``sqlite:////abs/path.db`` URI, else None."""
+    if not uri.startswith(SQLITE):
+        return None
+    return Path(uri[len(SQLITE) :].split("?", 1)[0])
+
+
+# --- how long ---------------------------------------------------------------------------
+
+
+def http_settings(tracking: TrackingConfig) -> dict[str, str]:
+    """MLflow's environment variables for the ``tracking.http_*`` settings."""
+    return {
+        HTTP_ENV["http_timeout_s"]: str(tracking.http_timeout_s),
+        HTTP_ENV["http_max_retries"]: str(tracking.http_max_retries),
+        HTTP_ENV["http_backoff_factor"]: str(tracking.http_backoff_factor),
+        HTTP_ENV["http_backoff_jitter"]: repr(float(tracking.http_backoff_jitter)),
+    }
+
+
+def apply_http_settings(tracking: TrackingConfig) -> dict[str, str]:
+    """Put the settings into this process's environment (before any MLflow request)."""
+    values = http_settings(tracking)
+    os.environ.update(values)
+    return values
+
+
+def worst_request_s(tracking: TrackingConfig) -> float:
+    """The longest one request can take against a server that accepts connections but
+    never answers: every attempt times out, with urllib3's backoff in between (no sleep
+    before the first retry, then factor x 2, 4, ... s, plus up to the jitter each)."""
+    retries = tracking.http_max_retries
+    sleeps = [tracking.http_backoff_factor * 2 ** (k - 1) for k in range(2, retries + 1)]
+    return (
+        (retries + 1) * tracking.http_timeout_s
+        + sum(min(s, 120) for s in sleeps)
+        + len(sleeps) * tracking.http_backoff_jitter
+    )
+
+
+def health(uri: str, timeout_s: float) -> str | None:
+    """Why ``GET <uri>/health`` failed (one attempt), or None when the server answers OK."""
+    url = uri.rstrip("/") + "/health"
+    try:
+        with urllib.request.urlopen(url, timeout=timeout_s) as response:
+            if response.status == 200:
+                return None
+            return f"HTTP {response.status}"
+    except urllib.error.HTTPError as exc:
+        return f"HTTP {exc.code}"
+    except urllib.error.URLError as exc:
+        reason = exc.reason
+        if isinstance(reason, TimeoutError):
+            return f"no answer within {timeout_s:g} s"
+        if isinstance(reason, OSError) and reason.strerror:
+            return reason.strerror.lower()
+        return str(reason)[:200]
+    except TimeoutError:
+        return f"no answer within {timeout_s:g} s"
+    except OSError as exc:
+        return (exc.strerror or type(exc).__name__).lower()
+
+
+def _unreachable(uri: str, why: str, seconds: float, when: str = "") -> str:
+    return (
+        f"the MLflow tracking server {shown(uri)} does not answer{when} (GET /health: {why}; "
+        f"gave up after {seconds:.1f} s). Nothing was lost: the reports are on disk (reports/); "
+        "once the server answers, `dvc repro` reruns track and logs them as one run. Check "
+        "tracking.tracking_uri (or MLFLOW_TRACKING_URI) if the server moved."
+    )
+
+
+def probe(uri: str, tracking: TrackingConfig) -> None:
+    """Raise :class:`TrackingStoreError` naming ``uri`` unless the server answers."""
+    started = time.monotonic()
+    why = health(uri, tracking.http_timeout_s)
+    if why is not None:
+        raise TrackingStoreError(_unreachable(uri, why, time.monotonic() - started))
+
+
+@contextlib.contextmanager
+def reaching(uri: str, tracking: TrackingConfig) -> Iterator[None]:
+    """Report a failure of the store's requests as the server going away, when it has.
+
+    MLflow raises its own errors (after the bounded retries) for a server that stopped
+    answering; this probes the server again and, if it is down, replaces them by one
+    :class:`TrackingStoreError` naming the URI. Any other error passes unchanged.
+    """
+    started = time.monotonic()
+    try:
+        yield
+    except TrackingStoreError:
+        raise
+    except Exception as exc:
+        if not is_http(uri):
+            raise
+        why = health(uri, tracking.http_timeout_s)
+        if why is None:
+            raise
+        first = (str(exc).splitlines() or [""])[0][:300]
+        raise TrackingStoreError(
+            _unreachable(uri, why, time.monotonic() - started, " any more")
+            + f" (the request that failed: {type(exc).__name__}: {first})"
+        ) from None
+
+
+# --- creating it once -------------------------------------------------------------------
+
+_held: set[Path] = set()
+
+
+@contextlib.contextmanager
+def writer_lock(uri: str, wait_s: float = LOCK_WAIT_S) -> Iterator[None]:
+    """Exclusive use of a sqlite store among processes (``<db>.lock``); no-op otherwise.
+
+    Re-entrant within a process. Waits at most ``wait_s`` for another holder.
+    """
+    path = sqlite_file(uri)
+    if path is None:
+        yield
+        return
+    lock = path.with_name(path.name + ".lock")
+    if lock in _held:
+        yield
+        return
+    lock.parent.mkdir(parents=True, exist_ok=True)
+    with open(lock, "a") as handle:
+        deadline = time.monotonic() + wait_s
+        told = False
+        while True:
+            try:
+                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() > deadline:
+                    raise TrackingStoreError(
+                        f"the MLflow store {path} stayed locked by another process for "
+                        f"{wait_s:.0f} s ({lock}); is a stuck `track` still running?"
+                    ) from None
+                if not told:
+                    print(f"waiting for another process logging to {path} ...", file=sys.stderr)
+                    told = True
+                time.sleep(0.2)
+        _held.add(lock)
+        try:
+            yield
+        finally:
+            _held.discard(lock)
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def create_sqlite_store(uri: str, migrate: bool = False) -> None:
+    """Create the sqlite store's schema if missing (call under :func:`writer_lock`).
+
+    A store made by an older MLflow is migrated only when ``migrate`` (after copying the
+    file to ``<db>.bak-<UTC time>``); otherwise it is an error saying how to migrate.
+    """
+    from mlflow.exceptions import MlflowException
+    from mlflow.tracking import MlflowClient
+
+    path = sqlite_file(uri)
+    assert path is not None, uri
+    path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        MlflowClient(tracking_uri=uri).search_experiments(max_results=1)
+        return
+    except MlflowException as exc:
+        if "out-of-date database schema" not in str(exc):
+            raise TrackingStoreError(
+                f"the MLflow store {path} cannot be opened: {str(exc).splitlines()[0][:300]}"
+            ) from None
+    if not migrate:
+        raise TrackingStoreError(
+            f"the MLflow store {path} was made by an older MLflow; migrate it once with "
+            "`vmapcheck store init` (it keeps a backup of the file)"
+        )
+    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
+    backup = path.with_name(f"{path.name}.bak-{stamp}")
+    shutil.copy2(path, backup)
+    print(f"migrating {path} to this MLflow's schema (backup: {backup})")
+    done = subprocess.run(
+        [sys.executable, "-m", "mlflow", "db", "upgrade", uri], capture_output=True, text=True
+    )
+    if done.returncode != 0:
+        raise TrackingStoreError(
+            f"migrating the MLflow store {path} failed (`mlflow db upgrade`, exit "
+            f"{done.returncode}); the file before migration is {backup}"
+        )
+
+
+def open_store(tracking: TrackingConfig, project_root: Path) -> str:
+    """Make the configured store ready to log to, and return its URI.
+
+    Applies the HTTP settings, then: a server must answer its health probe; a sqlite
+    file is created once, under the lock, if missing.
+    """
+    apply_http_settings(tracking)
+    uri = tracking_uri(tracking, project_root)
+    if is_http(uri):
+        probe(uri, tracking)
+    elif sqlite_file(uri) is not None:
+        with writer_lock(uri):
+            create_sqlite_store(uri)
+    return uri
+
+
+def ensure_experiment(uri: str, name: str, artifact_location: str | None) -> str:
+    """Id of experiment ``name``, created if missing (another process may create it at the
+    same moment: then its id)."""
+    from mlflow.exceptions import MlflowException
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(tracking_uri=uri)
+    found = client.get_experiment_by_name(name)
+    if found is not None:
+        return found.experiment_id
+    try:
+        return client.create_experiment(name, artifact_location=artifact_location)
+    except MlflowException:
+        found = client.get_experiment_by_name(name)
+        if found is None:
+            raise
+        return found.experiment_id
+
+
+# --- logging once -----------------------------------------------------------------------
+
+
+def pipeline_key(project_root: Path, stage: str = "track") -> str:
+    """sha256 over the path and contents of every file ``stage`` depends on in dvc.yaml
+    (folders: every file in them), i.e. over the inputs DVC reruns the stage for.
+
+    Raises:
+        ArtifactError: dvc.yaml is missing or has no such stage with a list of deps.
+    """
+    dvc_yaml = Layout(project_root).dvc_yaml
+    try:
+        deps = yaml.safe_load(dvc_yaml.read_text(encoding="utf-8"))["stages"][stage]["deps"]
+    except (OSError, yaml.YAMLError, KeyError, TypeError) as exc:
+        raise ArtifactError(
+            f"{dvc_yaml}: cannot read the deps of stage {stage!r} ({type(exc).__name__})"
+        ) from None
+    if not isinstance(deps, list) or not all(isinstance(d, str) for d in deps):
+        raise ArtifactError(f"{dvc_yaml}: stages.{stage}.deps: expected a list of paths")
+    digest = hashlib.sha256(f"vmapcheck pipeline key 1\0{stage}\0".encode())
+    for dep in sorted(set(deps)):
+        path = project_root / dep
+        files = sorted(p for p in path.rglob("*") if p.is_file()) if path.is_dir() else [path]
+        for file in files:
+            digest.update(file.relative_to(project_root).as_posix().encode() + b"\0")
+            digest.update((sha256_file(file) if file.is_file() else "missing").encode() + b"\0")
+    return digest.hexdigest()
+
+
+def _experiment_ids(client: Any) -> list[str]:
+    ids: list[str] = []
+    token = None
+    while True:
+        page = client.search_experiments(max_results=1000, page_token=token)
+        ids += [e.experiment_id for e in page]
+        token = page.token
+        if not token:
+            return ids
+
+
+def runs_with_key(uri: str, key: str) -> list[Any]:
+    """Active runs tagged ``pipeline_key=key`` in any experiment, newest first."""
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(tracking_uri=uri)
+    ids = _experiment_ids(client)
+    runs: list[Any] = []
+    for i in range(0, len(ids), 50):
+        runs += client.search_runs(
+            ids[i : i + 50],
+            filter_string=f"tags.{PIPELINE_KEY_TAG} = '{key}'",
+            max_results=1000,
+            order_by=["attributes.start_time DESC"],
+        )
+    return sorted(runs, key=lambda r: r.info.start_time or 0, reverse=True)
+
+
+def is_complete(run: Any) -> bool:
+    return run.info.status == "FINISHED" and run.data.tags.get(COMPLETE_TAG) == "true"
+
+
+def settle_earlier_attempts(uri: str, key: str) -> dict[str, Any] | None:
+    """Delete incomplete runs of pipeline state ``key``; return the complete one, if any,
+    as ``track`` reports a run (ids, names, verdicts, git state), else None."""
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(tracking_uri=uri)
+    runs = runs_with_key(uri, key)
+    complete = [r for r in runs if is_complete(r)]
+    for run in runs:
+        if not is_complete(run):
+            client.delete_run(run.info.run_id)
+            print(
+                f"track: deleted run {run.info.run_id} of an earlier attempt on the same "
+                f"inputs that did not finish (status {run.info.status}); logging it afresh"
+            )
+    if not complete:
+        return None
+    run = complete[0]
+    tags = run.data.tags
+    return {
+        "run_id": run.info.run_id,
+        "run_name": run.info.run_name,
+        "experiment": client.get_experiment(run.info.experiment_id).name,
+        "experiment_id": run.info.experiment_id,
+        "tracking_uri": uri,
+        "verdict": tags.get("verdict", "unknown"),
+        "perf_verdict": tags.get("perf_verdict", "unknown"),
+        "git_commit": tags.get("git_commit", "unknown"),
+        "git_dirty": tags.get("git_dirty", "unknown"),
+        "logged_before": True,
+    }
+
+
+def mark_complete(uri: str, run_id: str) -> None:
+    """The last write of a run: from now on it counts as logged (see the module docstring)."""
+    from mlflow.tracking import MlflowClient
+
+    MlflowClient(tracking_uri=uri).set_tag(run_id, COMPLETE_TAG, "true")
+
+
+# --- command line -----------------------------------------------------------------------
+
+
+def run_store(layout: Layout, verb: str) -> int:
+    """``vmapcheck store init|where|probe`` for the project ``layout``.
+
+    init: create (or migrate) the store and the experiment, e.g. before a sweep; where:
+    print the store and artifact location; probe: check a server answers. Exit 2 with
+    ``store: error: ...`` on stderr when the store cannot be reached or made.
+    """
+    try:
+        config = load_config(layout.params_yaml)
+        tracking = config.tracking
+        apply_http_settings(tracking)
+        uri = tracking_uri(tracking, layout.root)
+        location = artifact_location(tracking, layout.root)
+        if verb == "where":
+            print(f"store: {shown(uri)}")
+            print(f"artifacts of new experiments: {location or 'the server decides'}")
+            return 0
+        if is_http(uri):
+            probe(uri, tracking)
+            print(f"{shown(uri)} answers")
+        elif verb == "probe":
+            print(f"{shown(uri)} is not a server; nothing to probe")
+            return 0
+        if verb == "init":
+            with writer_lock(uri):
+                if sqlite_file(uri) is not None:
+                    create_sqlite_store(uri, migrate=True)
+                # With experiment_per_model, the other models' experiments are made by
+                # track (under the lock on sqlite, race-safe on a server).
+                experiment = experiment_name(config)
+                experiment_id = ensure_experiment(uri, experiment, location)
+            print(f"store ready: {shown(uri)}, experiment {experiment!r} (id {experiment_id})")
+        return 0
+    except VmapcheckError as exc:
+        print(f"store: error: {exc}", file=sys.stderr)
+        return 2

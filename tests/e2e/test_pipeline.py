@@ -1,0 +1,497 @@
+"""End to end: the real pipeline (DVC + Hydra + JAX + MLflow) in a temporary copy.
+
+The steps share one copy of the repository and run in file order, as a user would:
+repro, repro again, read metrics and plots, change a tolerance, ask for a missing
+backend, plant a fault, and run experiments with -S overrides. Nothing is mocked.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.helpers.config import ROOT
+from tests.helpers.project import (
+    FAST_RUN,
+    MISSING_OUTPUT_BIAS,
+    commit_all,
+    compose_params,
+    copy_project,
+    planted,
+    run,
+)
+
+pytestmark = pytest.mark.e2e
+
+# Small enough to run the whole pipeline in ~30 s on two cores; every stage still runs.
+TINY = [
+    "data.n_rows=200",
+    "data.standard_batch=8",
+    *FAST_RUN,
+]
+
+
+def compose(project: Path, *overrides: str) -> None:
+    compose_params(project, *TINY, *overrides)
+
+
+def stages_run(result: subprocess.CompletedProcess) -> set[str]:
+    return set(re.findall(r"Running stage '(\w+)'", result.stdout + result.stderr))
+
+
+def mlflow_client(project: Path):
+    from mlflow.tracking import MlflowClient
+
+    return MlflowClient(tracking_uri=f"sqlite:///{project / 'mlflow.db'}")
+
+
+@pytest.fixture(scope="module")
+def project(tmp_path_factory) -> Path:
+    dest = copy_project(tmp_path_factory.mktemp("vmapcheck") / "repo")
+    compose(dest)
+    commit_all(dest)
+    return dest
+
+
+# Paths and case kinds registered after the names in tests/data/mlflow_names.json were
+# recorded: a name the old run lacks must belong to one of them.
+ADDED_SINCE = ("vmap_of_jit", "denormal")
+
+
+def _assert_same_names_as_before_the_move(params, metrics, tags) -> None:
+    """The run logs every param, metric and tag name the run before the one-house move
+    logged (same config), and new names only for what was registered since."""
+    before = json.loads((ROOT / "tests" / "data" / "mlflow_names.json").read_text())
+    for kind, now in (("params", params), ("metrics", metrics), ("tags", tags)):
+        old, new = set(before[kind]), set(now)
+        assert not old - new, f"{kind} no longer logged: {sorted(old - new)}"
+        unexplained = [n for n in new - old if not any(a in n for a in ADDED_SINCE)]
+        assert not unexplained, f"new {kind}: {unexplained}"
+
+
+def test_repro_runs_every_stage_and_logs_a_complete_mlflow_run(project):
+    result = run(project, "dvc", "repro")
+    assert stages_run(result) == {"prepare", "train", "forward", "check", "bench", "track"}
+    import json
+
+    import jax
+
+    track = json.loads((project / "reports" / "track.json").read_text())
+    assert track["verdict"] == "passed"
+    run_ = mlflow_client(project).get_run(track["run_id"])
+    params, metrics, tags = run_.data.params, run_.data.metrics, run_.data.tags
+    _assert_same_names_as_before_the_move(params, metrics, tags)
+    assert params["model.name"] == "mlp"
+    assert params["precision.tolerance.rtol"] == "1e-05"
+    assert params["bench.batch_sizes"] == "[1, 8]"
+    assert metrics["check/passed"] == 1.0
+    assert "agree/standard/loop_eager-vs-vmap_jit/max_abs" in metrics
+    assert "agree/boundary/vmap_jit-vs-direct_jit/max_rel" in metrics
+    assert metrics["negative/invalid_features/refused_paths"] == 7.0
+    # The data-parallel path: checked and benchmarked like every path, over 2 emulated
+    # CPU devices (backend=cpu's default), against the stored reference's vmap_jit.
+    assert "agree/standard/vmap_jit-vs-sharded_jit/max_abs" in metrics
+    assert "reference/standard/sharded_jit/max_rel" in metrics
+    assert metrics["latency_ms/sharded_jit/b8/p50"] > 0
+    assert metrics["compile_ms/sharded_jit/b8"] > 0
+    assert tags["sharded.devices"] == "2" and tags["sharded.mesh_shape"] == "data=2"
+    assert metrics["negative/invalid_vector/refused_paths"] == 2.0
+    assert metrics["reference/passed"] == 1.0
+    assert "reference/standard/vmap_jit/max_rel" in metrics
+    assert "oracle/boundary/direct_jit/max_rel" in metrics
+    assert tags["reference.status"] == "ok" and tags["reference.jax_version"] == jax.__version__
+    assert metrics["latency_ms/vmap_jit/b8/p50"] > 0
+    assert metrics["latency_ms/loop_eager/b1/p99"] >= metrics["latency_ms/loop_eager/b1/p50"]
+    assert tags["jax_version"] == jax.__version__ and tags["jaxlib_version"] == jax.__version__
+    assert tags["python_version"] == sys.version.split()[0]
+    assert tags["backend"] == "cpu" and tags["device_kind"] == "cpu"
+    assert tags["tolerance.rtol"] == "1e-05" and tags["tolerance.atol"] == "1e-06"
+    assert tags["verdict"] == "passed"
+    assert len(tags["git_commit"]) == 40
+    artifacts = {a.path for a in mlflow_client(project).list_artifacts(track["run_id"])}
+    assert {"check.json", "bench.json", "params.yaml", "plots", "params", "report.html"} <= (
+        artifacts
+    )
+    plots = {a.path for a in mlflow_client(project).list_artifacts(track["run_id"], "plots")}
+    assert "plots/latency.png" in plots
+    _assert_the_run_is_organized_and_complete(project, track, run_)
+    # A fresh store has no earlier verified run to judge the benchmark against.
+    assert track["perf_verdict"] == "no baseline" and tags["perf_verdict"] == "no baseline"
+    summary = run(project, sys.executable, "-m", "vmapcheck", "summary").stdout
+    assert summary.startswith("verdict: PASSED")
+    assert f"MLflow run: {track['run_id']}" in summary
+
+
+def _assert_the_run_is_organized_and_complete(project, track, run_):
+    """Experiment per model, provenance tags, datasets and the artifacts that make the run
+    reviewable without this machine (issue 6, items 1 and 2)."""
+    import hashlib
+    import tempfile
+
+    from vmapcheck.data.regression import SPLITS, load_cases
+    from vmapcheck.tracking.run_inputs import array_digest
+
+    client = mlflow_client(project)
+    tags, run_id = run_.data.tags, run_.info.run_id
+    assert client.get_experiment(run_.info.experiment_id).name == "vmapcheck-mlp"
+    assert track["experiment"] == "vmapcheck-mlp"
+    assert run_.info.run_name == f"mlp-cpu-f32-jax{tags['jax_version']}-{tags['git_commit'][:7]}"
+    assert tags["git_dirty"] in ("true", "false")
+    assert "dvc_exp_name" not in tags  # a plain dvc repro, not dvc exp run
+    assert tags["environment.matches_lock"] == "true"  # .venv is installed from the lock
+    artifacts = {a.path for a in client.list_artifacts(run_id)}
+    assert {"environment", "dvc.lock", "params.yaml", "manifest.json", "contract.json"} <= artifacts
+    assert {"params/params.safetensors", "params/manifest.json"} <= {
+        a.path for a in client.list_artifacts(run_id, "params")
+    }
+    assert {a.path for a in client.list_artifacts(run_id, "environment")} == {
+        "environment/requirements.lock",
+        "environment/pip-freeze.txt",
+        "environment/lock-mismatches.txt",
+    }
+    with tempfile.TemporaryDirectory() as tmp:
+        lock = client.download_artifacts(run_id, "dvc.lock", tmp)
+        # The digest names the dvc.lock logged with the run.
+        assert tags["dvc_lock_sha256"] == hashlib.sha256(Path(lock).read_bytes()).hexdigest()
+    # Inputs: every regression case and split, digested over all of its bytes.
+    inputs = {d.dataset.name: d for d in run_.inputs.dataset_inputs}
+    cases = load_cases(project / "data" / "cases")
+    assert set(inputs) == {f"cases/{c}" for c in cases} | {f"splits/{s}" for s in SPLITS}
+    for name, case in cases.items():
+        arrays = {"features": case["x"], **({"targets": case["y"]} if "y" in case else {})}
+        input_tags = {t.key: t.value for t in inputs[f"cases/{name}"].tags}
+        assert input_tags["sha256"] == array_digest(arrays), name
+        assert input_tags["mlflow.data.context"] == "regression"
+    split_tags = {t.key: t.value for t in inputs["splits/train"].tags}
+    assert split_tags["mlflow.data.context"] == "train" and len(split_tags["sha256"]) == 64
+
+
+def test_html_report_of_the_run_renders_in_chromium(project, tmp_path):
+    """The report of the real run, as logged to MLflow, opened in headless Chromium."""
+    import json
+
+    from tests.helpers.chromium import render
+
+    run(project, "dvc", "repro")  # nothing to do after the first test; the pipeline if alone
+    page = project / "reports" / "report.html"
+    track = json.loads((project / "reports" / "track.json").read_text())
+    logged = mlflow_client(project).download_artifacts(track["run_id"], "report.html", tmp_path)
+    assert Path(logged).read_bytes() == page.read_bytes()
+    shown = render(page, tmp_path / "chromium")
+    print(f"screenshot: {shown['screenshot']}")
+    probe = shown["probe"]
+    assert probe["verdict"]["text"].startswith("PASSED") and probe["verdict"]["height"] > 40
+    assert probe["title"].startswith("vmapcheck PASSED: mlp on cpu (cpu), float32")
+    assert [i["id"] for i in probe["images"]] == ["plot-latency", "plot-speedup"]
+    for image in probe["images"]:  # decoded by the browser and laid out on the page
+        assert image["src_scheme"] == "data" and image["natural_width"] > 300, image
+        assert image["shown_width"] > 300, image
+    assert probe["fetched"] == []
+    details = json.loads((project / "reports" / "check_details.json").read_text())
+    for case, report in details["cases"].items():
+        table = re.search(rf'<table id="pairs-{case}">.*?</table>', shown["dom"], re.S)
+        assert table is not None, case
+        assert table.group(0).count('<tr class="pair pass">') == len(report["pairs"]), case
+    assert shown["dom"].count('<tr class="negative pass">') == len(details["negative"])
+    assert shown["screenshot"].stat().st_size > 50_000
+
+
+def test_second_repro_runs_no_stage(project):
+    result = run(project, "dvc", "repro")
+    assert stages_run(result) == set()
+    assert "Data and pipelines are up to date" in result.stdout
+
+
+def test_metrics_and_plots_show(project, tmp_path):
+    shown = run(project, "dvc", "metrics", "show").stdout
+    for name in ("agreement.standard.max_abs", "latency_ms.vmap_jit.b8.p50", "speedup.b1"):
+        assert name in shown
+    out = tmp_path / "plots"
+    run(project, "dvc", "plots", "show", "-o", str(out))
+    html = (out / "index.html").read_text()
+    assert "latency_p50_ms_vs_batch_size" in html and "vmap_jit.csv" in html
+
+
+def test_changing_only_a_tolerance_reruns_check_and_track(project):
+    compose(project, "precision.tolerance.rtol=2e-05")
+    result = run(project, "dvc", "repro")
+    assert stages_run(result) == {"check", "track"}
+    # bench did not rerun: this run's latencies are the baseline's, sample for sample.
+    import json
+
+    track = json.loads((project / "reports" / "track.json").read_text())
+    assert track["perf_verdict"] == "no regression"
+    run_ = mlflow_client(project).get_run(track["run_id"])
+    assert run_.data.metrics["perf/vmap_jit/b8/ratio"] == 1.0
+    assert run_.data.tags["perf_verdict"] == "no regression"
+    assert run_.data.tags["perf_baseline"].startswith("run ")
+    verdict = run(
+        project, sys.executable, "-m", "vmapcheck", "verdict", "--baseline", "last-verified"
+    )
+    assert "benchmark verdict: NO REGRESSION" in verdict.stdout
+
+
+def test_missing_gpu_fails_with_the_backends_that_exist(project):
+    compose(project, "backend=gpu")
+    try:
+        result = run(project, "dvc", "repro", check=False)
+    finally:
+        compose(project)
+    output = result.stdout + result.stderr
+    if "Backends present" not in output and result.returncode == 0:
+        pytest.skip("this machine has a GPU")
+    assert result.returncode != 0
+    assert "forward: error: backend.name='gpu' (JAX platform 'cuda') is not available" in output
+    assert "Backends present: cpu" in output
+
+
+def test_planted_fault_is_logged_as_failed_before_the_pipeline_fails(project):
+    with planted(project / "src" / "vmapcheck" / "core" / "models.py", *MISSING_OUTPUT_BIAS):
+        result = run(project, "dvc", "repro", check=False)
+    assert result.returncode != 0
+    assert "track: the check FAILED" in result.stdout
+    import json
+
+    track = json.loads((project / "reports" / "track.json").read_text())
+    run_ = mlflow_client(project).get_run(track["run_id"])
+    assert run_.data.tags["verdict"] == "failed"
+    assert run_.data.metrics["check/passed"] == 0.0
+    assert run_.data.metrics["agree/standard/loop_eager-vs-vmap_jit/max_abs"] < 1e-5
+    assert run_.data.metrics["agree/standard/vmap_jit-vs-direct_jit/max_abs"] > 1e-3
+    # The HTML report of the failed run says so and names the failing pairs.
+    report = (project / "reports" / "report.html").read_text()
+    assert 'data-verdict="failed"' in report and "vmap_jit-vs-direct_jit" in report
+    assert "report.html" in {
+        a.path for a in mlflow_client(project).list_artifacts(run_.info.run_id)
+    }
+    run(project, "dvc", "repro")  # the fault removed, the pipeline is green again
+
+
+def _details(project: Path) -> dict:
+    import json
+
+    return json.loads((project / "reports" / "check_details.json").read_text())
+
+
+def test_check_covers_every_case_kind_and_compares_with_the_reference(project):
+    import jax
+
+    details = _details(project)
+    assert set(details["cases"]) == {
+        "standard",
+        "single",
+        "single_vector",
+        "zeros",
+        "boundary",
+        "large_magnitude",
+    }
+    assert set(details["negative"]) == {
+        "invalid_features",
+        "invalid_rank",
+        "invalid_dtype",
+        "invalid_nan",
+        "invalid_inf",
+        "invalid_empty",
+        "invalid_vector",
+    }
+    assert all(n["passed"] for n in details["negative"].values())
+    assert details["cases"]["standard"]["oracle"]["vmap_jit"]["passed"]
+    reference = details["reference"]
+    assert reference["status"] == "ok" and reference["passed"], reference
+    assert reference["made_with"]["jax_version"] == jax.__version__
+    assert "compared with jax" in reference["message"]
+
+
+def _plant_reference_change(project: Path, keep_meta_consistent: bool) -> None:
+    import json
+
+    from vmapcheck.io import atomic_save_npz, load_npz, sha256_file
+
+    folder = project / "data" / "reference" / "mlp"
+    outputs = load_npz(folder / "outputs.npz")
+    outputs["boundary.direct_jit"][0, 0] += 1.0
+    atomic_save_npz(folder / "outputs.npz", outputs)
+    if keep_meta_consistent:  # as if another run had stored a different value
+        meta = json.loads((folder / "meta.json").read_text())
+        meta["sha256"]["outputs.npz"] = sha256_file(folder / "outputs.npz")
+        (folder / "meta.json").write_text(json.dumps(meta))
+
+
+@pytest.mark.parametrize("consistent", [True, False])
+def test_a_changed_reference_fails_the_check(project, consistent):
+    _plant_reference_change(project, keep_meta_consistent=consistent)
+    try:
+        result = run(project, "dvc", "repro", check=False)
+    finally:
+        run(project, "git", "checkout", "--", "data/reference")
+    assert result.returncode != 0
+    assert stages_run(result) >= {"forward", "check", "track"}
+    failures = _details(project)["failures"]
+    if consistent:  # the value itself is judged: case and path are named
+        assert [f.split(":")[0] for f in failures] == ["reference/boundary/direct_jit"]
+    else:  # an edit outside `make reference` is caught by the sha256 in meta.json
+        assert len(failures) == 1 and "sha256 check failed" in failures[0]
+    run(project, "dvc", "repro")
+
+
+def test_make_reference_records_when_from_which_run_and_why(project):
+    import json
+
+    track = json.loads((project / "reports" / "track.json").read_text())
+    run(project, sys.executable, "-m", "vmapcheck", "reference", "make", "--reason", "e2e check")
+    meta = json.loads((project / "data" / "reference" / "mlp" / "meta.json").read_text())
+    assert meta["reason"] == "e2e check" and meta["from_run"] == track["run_id"]
+    assert meta["replaces"]["reason"] and meta["created_at"].startswith("20")
+    result = run(project, "dvc", "repro")  # the reference is a dependency, not an output
+    assert stages_run(result) == {"forward", "check", "track"}
+    assert _details(project)["reference"]["passed"]
+    refused = run(
+        project,
+        sys.executable,
+        "-m",
+        "vmapcheck",
+        "reference",
+        "make",
+        "--reason",
+        "",
+        check=False,
+    )
+    assert refused.returncode == 2 and "needs a reason" in refused.stderr
+    run(project, "git", "checkout", "--", "data/reference")
+    run(project, "dvc", "repro")
+
+
+def test_tampered_params_stop_forward(project):
+    import json
+
+    from safetensors.numpy import load_file, save_file
+
+    from vmapcheck.io import sha256_file
+
+    folder = project / "data" / "params"
+    params_file, manifest_file = folder / "params.safetensors", folder / "manifest.json"
+    original, manifest = params_file.read_bytes(), manifest_file.read_text()
+    try:
+        flipped = bytearray(original)
+        flipped[-3] ^= 0x01
+        params_file.write_bytes(bytes(flipped))
+        result = run(project, sys.executable, "-m", "stages.forward", check=False)
+        assert result.returncode == 2
+        assert "forward: error:" in result.stderr and "sha256 check failed" in result.stderr
+        # A consistent file (digest updated) with one leaf of the wrong shape.
+        params_file.write_bytes(original)
+        arrays = load_file(str(params_file))
+        arrays["layers[1].W"] = arrays["layers[1].W"][:, :31].copy()
+        save_file(arrays, str(params_file))
+        edited = json.loads(manifest)
+        edited["sha256"] = sha256_file(params_file)
+        manifest_file.write_text(json.dumps(edited))
+        result = run(project, sys.executable, "-m", "stages.forward", check=False)
+        assert result.returncode == 2
+        assert "leaf layers[1].W: expected shape [32, 32] dtype float32, found shape [32, 31]" in (
+            result.stderr
+        )
+    finally:
+        params_file.write_bytes(original)
+        manifest_file.write_text(manifest)
+    assert stages_run(run(project, "dvc", "repro")) <= {"forward", "check", "track"}
+
+
+def test_users_own_params_file_is_verified_and_used(project):
+    import json
+
+    from vmapcheck.io import sha256_file
+
+    mine = project / "data" / "raw" / "mine.safetensors"
+    mine.write_bytes((project / "data" / "params" / "params.safetensors").read_bytes())
+    digest = sha256_file(mine)
+    try:
+        compose(
+            project, "train.params_file=data/raw/mine.safetensors", f"train.params_sha256={digest}"
+        )
+        result = run(project, "dvc", "repro")
+        assert "train" in stages_run(result)
+        manifest = json.loads((project / "data" / "params" / "manifest.json").read_text())
+        assert manifest["source"] == {
+            "params_file": "data/raw/mine.safetensors",
+            "params_sha256": digest,
+        }
+        assert manifest["sha256"] == digest  # the same bytes, verified and kept
+        compose(
+            project,
+            "train.params_file=data/raw/mine.safetensors",
+            f"train.params_sha256={'0' * 64}",
+        )
+        refused = run(project, "dvc", "repro", check=False)
+        assert refused.returncode != 0
+        assert "train: error:" in refused.stderr and "sha256 check failed" in refused.stderr
+    finally:
+        mine.unlink()
+        compose(project)
+    run(project, "dvc", "repro")
+
+
+def test_exp_run_with_overrides_appears_in_exp_show(project):
+    run(project, "git", "add", "-A")
+    run(project, "git", "commit", "-qm", "after repro", check=False)
+    tiny = [arg for override in TINY for arg in ("-S", override)]
+    run(project, "dvc", "exp", "run", "-n", "toy-exp", "-S", "model=toy", *tiny)
+    params = (project / "params.yaml").read_text()
+    assert "name: toy" in params and "in_features: 3" in params
+    run(project, "dvc", "exp", "run", "-n", "f64-exp", "-S", "precision=f64", *tiny)
+    table = run(project, "dvc", "exp", "show", "--csv").stdout
+    rows = {row["Experiment"]: row for row in csv.DictReader(io.StringIO(table))}
+    assert {"toy-exp", "f64-exp"} <= set(rows)
+    for name in ("toy-exp", "f64-exp"):
+        # The metrics are readable for each experiment (committed, not just cached).
+        assert rows[name]["passed"] == "True" and rows[name]["n_failures"] == "0", rows[name]
+    assert rows["f64-exp"]["precision.dtype"] == "float64"
+    # The workspace holds the last experiment (f64): compared with the float32 reference.
+    reference = _details(project)["reference"]
+    assert reference["made_with"]["dtype"] == "float32"
+    assert reference["compared_with"]["dtype"] == "float64" and reference["passed"]
+    assert rows["toy-exp"]["model.in_features"] == "3"
+    client = mlflow_client(project)
+    runs = client.search_runs(  # one experiment per model
+        [client.get_experiment_by_name(f"vmapcheck-{m}").experiment_id for m in ("toy", "mlp")]
+    )
+    names = {r.data.tags["precision"] + "/" + r.data.tags["model"] for r in runs}
+    assert {"f32/toy", "f64/mlp"} <= names
+    # DVC names each experiment's stages (DVC_EXP_NAME): the run carries the name.
+    exp_names = {r.data.tags.get("dvc_exp_name") for r in runs}
+    assert {"toy-exp", "f64-exp"} <= exp_names
+
+
+@pytest.mark.parametrize(
+    "model,direct", [("flax_mlp", True), ("equinox_mlp", False)], ids=["flax", "equinox"]
+)
+def test_a_plugged_in_model_runs_the_whole_pipeline(project, model, direct):
+    import json
+
+    pytest.importorskip(model.split("_")[0])
+    tiny = [arg for override in TINY for arg in ("-S", override)]
+    run(project, "dvc", "exp", "run", "-n", f"{model}-exp", "-S", f"model={model}", *tiny)
+    details = _details(project)
+    assert details["passed"], details["failures"]
+    assert details["reference"]["status"] == "ok" and details["reference"]["passed"]
+    assert details["gradients"]["passed"]
+    if direct:
+        assert details["not_provided"] == {}
+    else:  # reported as not provided, never faked
+        assert set(details["not_provided"]) == {"direct_eager", "direct_jit"}
+        assert "direct_jit" not in details["cases"]["standard"]["contract"]
+    track = json.loads((project / "reports" / "track.json").read_text())
+    run_ = mlflow_client(project).get_run(track["run_id"])
+    tags = run_.data.tags
+    assert tags["model"] == model and tags["verdict"] == "passed"
+    assert tags["contract.features"] == ",".join(f"x{i}" for i in range(8))
+    assert tags["contract.batched_forward"] == str(direct).lower()
+    artifacts = {a.path for a in mlflow_client(project).list_artifacts(track["run_id"])}
+    assert "contract.json" in artifacts

@@ -1,0 +1,1 @@
+"""Helpers shared by the unit tests and the end-to-end tests (tests/e2e)."""

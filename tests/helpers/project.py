@@ -1,0 +1,118 @@
+"""End-to-end helpers: a real copy of the project, real subprocesses (DVC, MLflow, git)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _env(project: Path) -> dict[str, str]:
+    env = dict(os.environ)
+    env.update(
+        # The copy's own library, not the editable install of the original checkout.
+        PYTHONPATH=str(project / "src"),
+        PATH=f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}",
+        DVC_NO_ANALYTICS="1",
+        GIT_AUTHOR_NAME="e2e",
+        GIT_AUTHOR_EMAIL="e2e@vmapcheck.invalid",
+        GIT_COMMITTER_NAME="e2e",
+        GIT_COMMITTER_EMAIL="e2e@vmapcheck.invalid",
+    )
+    env.pop("JAX_PLATFORMS", None)  # the pipeline selects the backend itself
+    return env
+
+
+def run(
+    project: Path, *args: str, check: bool = True, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess:
+    """Run a command in ``project`` with the project's interpreter first on PATH."""
+    result = subprocess.run(
+        list(args),
+        cwd=project,
+        env=_env(project) | (env or {}),
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    if check and result.returncode != 0:
+        raise AssertionError(f"{args} exited {result.returncode}\n{result.stdout}\n{result.stderr}")
+    return result
+
+
+# Train and benchmark just enough to exercise every stage in seconds, not minutes.
+FAST_RUN = [
+    "train.steps=30",
+    "train.eval_every=10",
+    "bench.batch_sizes=[1,8]",
+    "bench.warmup=1",
+    "bench.repeats=5",
+    "bench.loop_max_batch=8",
+    # The guard's replay: a short stream (the default 10,000 requests take ~10 s).
+    "guard.replay.n_requests=600",
+    "guard.replay.unbucketed_requests=40",
+]
+
+
+def compose_params(project: Path, *overrides: str) -> None:
+    """Rewrite ``project``'s params.yaml from conf/ with Hydra overrides."""
+    run(project, sys.executable, "-m", "vmapcheck", "params", *overrides)
+
+
+def copy_project(dest: Path) -> Path:
+    """Copy the tracked and untracked-but-not-ignored files (no outputs, no store) to a
+    new git repository at ``dest``, as a fresh clone of the working tree would be."""
+    listed = subprocess.run(
+        ["git", "ls-files", "-co", "--exclude-standard", "-z"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    for name in filter(None, listed.split("\0")):
+        src = ROOT / name
+        if src.is_file():
+            (dest / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(src, dest / name)
+    run(dest, "git", "init", "-q")
+    return dest
+
+
+def commit_all(project: Path, message: str = "e2e copy") -> None:
+    run(project, "git", "add", "-A")
+    run(project, "git", "commit", "-qm", message)
+
+
+# A planted fault: the hand-batched forward forgets the output bias, so only `direct`
+# is wrong. (old, new) for :func:`planted` in src/vmapcheck/core/models.py.
+MISSING_OUTPUT_BIAS = (
+    'return hidden @ last["W"] + last["b"][None, :]',
+    'return hidden @ last["W"]',
+)
+
+
+@contextmanager
+def planted(path: Path, old: str, new: str) -> Iterator[None]:
+    """Inside the block, ``path`` has its one ``old`` replaced by ``new`` (a planted
+    fault); the original text is back after it, whatever happened."""
+    original = path.read_text()
+    assert original.count(old) == 1, f"{path}: expected {old!r} exactly once"
+    path.write_text(original.replace(old, new))
+    try:
+        yield
+    finally:
+        path.write_text(original)
+
+
+def committed_project(dest: Path, *overrides: str) -> Path:
+    """:func:`copy_project` to ``dest``, params composed with ``overrides``, committed."""
+    copy_project(dest)
+    compose_params(dest, *overrides)
+    commit_all(dest)
+    return dest

@@ -1,0 +1,144 @@
+"""The one command line: ``vmapcheck <command>`` (the installed console script and
+``python -m vmapcheck``), its usage errors, and each command reaching its library function."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import types
+from pathlib import Path
+
+import pytest
+
+from tests.helpers.config import ROOT
+from vmapcheck import cli
+
+COMMANDS = [
+    "diagnose",
+    "reference",
+    "verdict",
+    "compare",
+    "registry",
+    "rollback",
+    "ui",
+    "params",
+    "summary",
+    "store",
+]
+# The console script pip installed next to this interpreter (pip install -e . makes it).
+SCRIPT = Path(sys.executable).with_name("vmapcheck")
+
+
+def _env() -> dict[str, str]:
+    """This environment without a store or DVC root that would redirect the command."""
+    env = {k: v for k, v in os.environ.items() if k not in ("MLFLOW_TRACKING_URI", "DVC_ROOT")}
+    return env | {"COLUMNS": "100"}
+
+
+def vmapcheck(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess[str]:
+    assert SCRIPT.is_file(), f"{SCRIPT}: not installed; run `pip install -e .` (make setup)"
+    return subprocess.run(
+        [str(SCRIPT), *args], cwd=cwd, env=_env(), capture_output=True, text=True, timeout=120
+    )
+
+
+def test_help_lists_every_command_with_one_line_each():
+    result = vmapcheck("--help")
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert lines[0] == "usage: vmapcheck [-h] <command> ..."
+    for name in COMMANDS:
+        [line] = [line for line in lines if line.startswith(f"  {name} ")]
+        assert line.split(maxsplit=1)[1].strip() == cli.COMMANDS[name]
+    assert list(cli.COMMANDS) == COMMANDS
+    # python -m vmapcheck is the same command line.
+    module = subprocess.run(
+        [sys.executable, "-m", "vmapcheck", "--help"],
+        env=_env(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert module.returncode == 0 and module.stdout == result.stdout
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["bogus"], "vmapcheck: error: argument <command>: invalid choice: 'bogus'"),
+        (["store", "where", "--bogus"], "vmapcheck: error: unrecognized arguments: --bogus"),
+        (["store", "nowhere"], "vmapcheck store: error: argument verb: invalid choice"),
+        (["verdict"], "vmapcheck verdict: error: the following arguments are required"),
+        ([], "vmapcheck: error: the following arguments are required: <command>"),
+    ],
+)
+def test_a_usage_error_is_one_line_and_exit_2(args, message):
+    result = vmapcheck(*args)
+    assert result.returncode == 2
+    assert result.stdout == "" and "Traceback" not in result.stderr
+    errors = [line for line in result.stderr.splitlines() if ": error: " in line]
+    assert len(errors) == 1 and errors[0].startswith(message), result.stderr
+    assert result.stderr.splitlines()[-1] == errors[0]
+
+
+def test_store_where_in_a_copy_of_the_project_names_its_store(tmp_path):
+    (tmp_path / "params.yaml").write_text((ROOT / "params.yaml").read_text())
+    result = vmapcheck("store", "where", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert f"store: sqlite:///{tmp_path.resolve()}/mlflow.db" in result.stdout.splitlines()
+    assert f"{(tmp_path / 'mlartifacts').resolve().as_uri()}" in result.stdout
+    assert not (tmp_path / "mlflow.db").exists()  # where only says where
+
+
+def test_a_missing_params_yaml_is_an_error_not_a_traceback(tmp_path):
+    result = vmapcheck("store", "where", cwd=tmp_path)
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert result.stderr.startswith("store: error: ") and "params.yaml" in result.stderr
+
+
+def test_help_loads_neither_jax_nor_mlflow():
+    code = (
+        "import sys, vmapcheck.cli as c; c.build_parser().format_help(); "
+        "print(sorted({m.split('.')[0] for m in sys.modules} & "
+        "{'jax', 'mlflow', 'hydra', 'numpy', 'pydantic', 'scipy'}))"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True
+    )
+    assert result.stdout.strip() == "[]"
+
+
+def test_the_help_constants_are_the_modules_own():
+    from vmapcheck.bench.verdict import LAST_VERIFIED
+    from vmapcheck.tracking.runs import DEFAULT_N
+
+    assert cli.LAST_VERIFIED == LAST_VERIFIED and cli.COMPARE_DEFAULT_N == DEFAULT_N
+
+
+@pytest.mark.parametrize("name", COMMANDS)
+def test_every_command_has_its_own_help(name, capsys):
+    with pytest.raises(SystemExit) as exited:
+        cli.main([name, "--help"])
+    assert exited.value.code == 0
+    assert capsys.readouterr().out.startswith(f"usage: vmapcheck {name}")
+
+
+def test_diagnose_writes_under_the_project_root_by_default(tmp_path, monkeypatch):
+    """``diagnose`` calls vmapcheck.check.diagnosis.on_demand(layout, out)."""
+    calls = []
+
+    def on_demand(layout, out):
+        calls.append((layout.root, out))
+        return 1
+
+    fake = types.ModuleType("vmapcheck.check.diagnosis")
+    fake.on_demand = on_demand
+    monkeypatch.setitem(sys.modules, "vmapcheck.check.diagnosis", fake)
+    monkeypatch.chdir(tmp_path)
+    assert cli.main(["diagnose"]) == 1
+    assert cli.main(["diagnose", "--out", "elsewhere/d.json"]) == 1
+    assert calls == [
+        (tmp_path, tmp_path / "reports" / "diagnosis-on-demand.json"),
+        (tmp_path, tmp_path / "elsewhere" / "d.json"),
+    ]
