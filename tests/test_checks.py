@@ -88,10 +88,11 @@ def test_agreeing_outputs_pass(inputs):
     report = check(inputs)
     assert report["passed"], report["failures"]
     summary = metrics_summary(report)
-    # 7 paths: 21 pairs for each batch case; the vector case: 1 + 2 x 7 against the
-    # batch of one.
-    assert summary["n_pairs"] == 21 + 21 + 15
-    assert summary["negative"]["invalid_features"]["refused_paths"] == 7
+    # n batched paths: n(n-1)/2 pairs for each of the two batch cases; the vector case:
+    # its 2 paths against each other, and each against the batch of one on n paths.
+    n = len(path_names("batch"))
+    assert summary["n_pairs"] == 2 * (n * (n - 1) // 2) + 1 + 2 * n
+    assert summary["negative"]["invalid_features"]["refused_paths"] == n
     assert report["reference"]["made_with"]["jax_version"] == "0.10.0"
     assert "compared with jax 0.11.2" in report["reference"]["message"]
 

@@ -42,6 +42,8 @@ def test_every_harness_path_reproduces_the_seed():
         "loop_jit",
         "vmap_eager",
         "vmap_jit",
+        "vmap_of_jit_eager",
+        "vmap_of_jit_jit",
         "direct_eager",
         "direct_jit",
         "sharded_jit",

@@ -27,6 +27,7 @@ from tests.helpers.project import (
     planted,
     run,
 )
+from vmapcheck.core.paths import path_names
 
 pytestmark = pytest.mark.e2e
 
@@ -94,7 +95,7 @@ def test_repro_runs_every_stage_and_logs_a_complete_mlflow_run(project):
     assert metrics["check/passed"] == 1.0
     assert "agree/standard/loop_eager-vs-vmap_jit/max_abs" in metrics
     assert "agree/boundary/vmap_jit-vs-direct_jit/max_rel" in metrics
-    assert metrics["negative/invalid_features/refused_paths"] == 7.0
+    assert metrics["negative/invalid_features/refused_paths"] == len(path_names("batch"))
     # The data-parallel path: checked and benchmarked like every path, over 2 emulated
     # CPU devices (backend=cpu's default), against the stored reference's vmap_jit.
     assert "agree/standard/vmap_jit-vs-sharded_jit/max_abs" in metrics

@@ -252,6 +252,12 @@ def vmap_forward(model: Model) -> Path:
     return jax.vmap(model.forward_one, in_axes=(None, 0))
 
 
+def vmap_of_jit_forward(model: Model) -> Path:
+    """``vmap(jit(forward_one), in_axes=(None, 0))``: a common user pattern (a jitted
+    per-example function, batched afterwards); vmap traces through the inner jit."""
+    return jax.vmap(jax.jit(model.forward_one), in_axes=(None, 0))
+
+
 def direct_forward(model: Model) -> Path | None:
     """The model's hand-batched ``forward_batch``; None when it has none (reported as
     not provided, never faked)."""
@@ -317,6 +323,13 @@ def vmap_activations(model: Model) -> Activations:
     """``activations_one`` under ``vmap(in_axes=(None, 0))``."""
     one, per_layer = _per_row(model)
     mapped = jax.vmap(one, in_axes=(None, 0))
+    return Layers(lambda p, x: _named(one, mapped(p, x))), per_layer
+
+
+def vmap_of_jit_activations(model: Model) -> Activations:
+    """``jit(activations_one)`` under ``vmap(in_axes=(None, 0))``."""
+    one, per_layer = _per_row(model)
+    mapped = jax.vmap(jax.jit(one), in_axes=(None, 0))
     return Layers(lambda p, x: _named(one, mapped(p, x))), per_layer
 
 

@@ -125,18 +125,33 @@ class ForwardPath:
 
 
 def _eager_and_jit(
-    name: str, about: str, headline: bool = False, plain: bool = False, **fields: Any
+    name: str,
+    about: str,
+    headline: bool = False,
+    plain: bool = False,
+    same_form_as: str | None = None,
+    **fields: Any,
 ) -> list[ForwardPath]:
     """The form ``name`` eager and under jit (``headline``: the jit entry is shown in
-    run comparisons; ``plain``: the eager entry is the plain path)."""
+    run comparisons; ``plain``: the eager entry is the plain path; ``same_form_as``: a
+    form computing the same program, each mode standing for the same mode)."""
     return [
-        ForwardPath(name=f"{name}_eager", form=name, jit=False, about=about, plain=plain, **fields),
+        ForwardPath(
+            name=f"{name}_eager",
+            form=name,
+            jit=False,
+            about=about,
+            plain=plain,
+            same_program_as=f"{same_form_as}_eager" if same_form_as else None,
+            **fields,
+        ),
         ForwardPath(
             name=f"{name}_jit",
             form=name,
             jit=True,
             about=f"jax.jit({about})",
             headline=headline,
+            same_program_as=f"{same_form_as}_jit" if same_form_as else None,
             **fields,
         ),
     ]
@@ -164,6 +179,14 @@ PATHS: dict[str, ForwardPath] = {
             forward=forms.vmap_forward,
             activations=forms.vmap_activations,
             headline=True,
+        ),
+        *_eager_and_jit(
+            "vmap_of_jit",
+            "vmap(jit(forward_one), in_axes=(None, 0))(params, X)",
+            takes="batch",
+            forward=forms.vmap_of_jit_forward,
+            activations=forms.vmap_of_jit_activations,
+            same_form_as="vmap",
         ),
         *_eager_and_jit(
             "direct",
