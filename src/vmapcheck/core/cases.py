@@ -78,6 +78,15 @@ CASE_KINDS: dict[str, CaseKind] = {
             about="one valid example, unbatched, for forward_one",
         ),
         CaseKind(
+            "denormal",
+            takes="batch",
+            judged="agreement",
+            oracle=True,
+            in_reference=True,
+            about="a batch of subnormal float inputs: a path that flushes them to zero "
+            "(or mishandles them) disagrees with the others and with the oracle",
+        ),
+        CaseKind(
             "invalid",
             takes="per-case",
             judged="refusal",

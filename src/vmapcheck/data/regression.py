@@ -31,6 +31,22 @@ def load_split(folder: Path, name: str) -> tuple[np.ndarray, np.ndarray]:
 LARGE_MAGNITUDE = float(np.sqrt(np.finfo(np.float32).max))
 
 
+def subnormal_rows(n_features: int) -> np.ndarray:
+    """(4, n_features) float32 subnormals: the smallest, the largest, alternating signs,
+    and a row mixing subnormals with exact zeros."""
+    tiny = np.finfo(np.float32).smallest_subnormal
+    largest = np.nextafter(np.finfo(np.float32).smallest_normal, np.float32(0))
+    signs = np.where(np.arange(n_features) % 2 == 0, 1.0, -1.0).astype(np.float32)
+    steps = np.arange(1, n_features + 1, dtype=np.float32)
+    rows = [
+        np.full(n_features, tiny, np.float32),
+        np.full(n_features, largest, np.float32),
+        (signs * steps * tiny * np.float32(1000)).astype(np.float32),
+        np.where(steps % 2 == 0, np.float32(0), -largest).astype(np.float32),
+    ]
+    return np.stack(rows).astype(np.float32)
+
+
 def regression_cases(
     train_x: np.ndarray, test_x: np.ndarray, test_y: np.ndarray, standard_batch: int
 ) -> dict[str, dict[str, Any]]:
@@ -92,6 +108,11 @@ def regression_cases(
         "large_magnitude": batch(
             large, f"+/-{LARGE_MAGNITUDE:.3g} (sqrt of float32's max) in every feature"
         ),
+        "denormal": {
+            "x": subnormal_rows(n_features),
+            "kind": "denormal",
+            "about": "subnormal float32 values of both signs, smallest to largest, and zero",
+        },
         "invalid_features": invalid(
             np.ones((4, n_features + 1), f32),
             "one feature too many",
