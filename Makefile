@@ -15,12 +15,13 @@ export PATH := $(BIN):$(PATH)
 export DVC_NO_ANALYTICS := 1
 export PYTHONUNBUFFERED := 1
 
-.PHONY: help setup demo test lint format ui clean params lock reference verdict browser \
+.PHONY: help setup demo test test-fast lint format ui clean params lock reference verdict browser \
 	compare registry rollback diagnose
 
 help:
 	@echo "make demo   set up .venv, run the pipeline (dvc repro) and print the verdict"
 	@echo "make test   set up .venv and headless Chromium, lint, run unit and end-to-end tests"
+	@echo "make test-fast  lint and the unit tests only (no end-to-end pipeline runs)"
 	@echo "make ui     MLflow UI over the local store on http://127.0.0.1:$(UI_PORT)"
 	@echo "make verdict BASELINE=last-verified|<run id>|<bench_details.json>  benchmark regression verdict"
 	@echo "make compare [N=10] [FILTER=\"tags.model = 'mlp'\"]  logged runs side by side"
@@ -46,8 +47,14 @@ demo: $(STAMP)
 	vmapcheck summary --repro-status $$status || true; \
 	exit $$status
 
+# Everything (what CI runs): lint, unit and end-to-end tests, two workers (pytest-xdist;
+# loadfile keeps each e2e file's shared pipeline run in one worker).
 test: $(STAMP) lint browser
-	python -m pytest
+	python -m pytest -n 2 --dist loadfile
+
+# The unit tests only (no real pipeline runs): the loop while working.
+test-fast: $(STAMP) lint
+	python -m pytest -m "not e2e" -n 2
 
 # The HTML report's test opens it in headless Chromium; installed here when missing and
 # root (apt-get), else an error names the package. `make demo` does not need it.
