@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import base64
 import copy
+import json
 import re
+from datetime import UTC, datetime
 from html.parser import HTMLParser
 from itertools import combinations
 from typing import Any
@@ -19,6 +21,7 @@ import numpy as np
 import pytest
 
 from tests.helpers.chromium import png_size, render
+from vmapcheck.check.schema import CheckDetails, read_check_details
 from vmapcheck.core.paths import path_names
 from vmapcheck.report.html import render_report
 
@@ -95,7 +98,7 @@ def _runtime() -> dict[str, Any]:
     }
 
 
-def make_inputs(failed: bool) -> tuple[dict, dict, dict, dict]:
+def make_inputs(failed: bool) -> tuple[CheckDetails, dict, dict, dict]:
     """(check, bench, train, contract) as the stages write them; ``failed``: the
     hand-batched path disagrees on one case and vmap_jit accepts one invalid input."""
     cases = {
@@ -110,7 +113,7 @@ def make_inputs(failed: bool) -> tuple[dict, dict, dict, dict]:
             for pair, r in cases[HOSTILE]["pairs"].items()
             if not r["passed"]
         ] + ["invalid_features/vmap_jit: expected InvalidInputError, got an output"]
-    check = {
+    check: CheckDetails = {
         "passed": not failed,
         "failures": failures,
         "dtype": "float32",
@@ -119,6 +122,7 @@ def make_inputs(failed: bool) -> tuple[dict, dict, dict, dict]:
         "oracle": "float64 (CPU)",
         "runtime": _runtime(),
         "not_provided": {},
+        "sharded": None,
         "cases": cases,
         "negative": negative,
         "reference": {
@@ -141,6 +145,11 @@ def make_inputs(failed: bool) -> tuple[dict, dict, dict, dict]:
             "per_example_vs_batch": {"layers[0].W": _result(1.9e-9), "layers[0].b": _result(0.0)},
             "max_abs": 1.9e-9,
             "max_rel": 9.5e-10,
+            "passed": True,
+        },
+        "inputs": {
+            "status": "ok",
+            "key_stream": {"status": "ok", "summary": "every subkey feeds one draw"},
             "passed": True,
         },
         "config_digest": "b4" * 32,
@@ -349,6 +358,18 @@ def test_report_holds_every_section_self_contained(failed):
     # Names from the reports are text: the only elements are the ones the report makes.
     assert "script" not in page.tags and "i" not in page.tags
     assert HOSTILE not in page_html and "&lt;script&gt;" in page_html
+
+
+def test_report_renders_the_check_details_as_read_back(tmp_path):
+    """The inputs are a whole CheckDetails: read back through the schema's reader (which
+    checks the top-level keys), they render the same page."""
+    check, bench, train, contract = make_inputs(failed=True)
+    details = tmp_path / "check_details.json"
+    details.write_text(json.dumps(check), encoding="utf-8")
+    when = datetime(2024, 1, 2, tzinfo=UTC)
+    assert render_report(
+        read_check_details(details), bench, train, contract, generated_at=when
+    ) == render_report(check, bench, train, contract, generated_at=when)
 
 
 def test_optional_sections_say_what_was_not_done():

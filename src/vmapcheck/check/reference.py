@@ -23,6 +23,7 @@ from typing import Any
 
 import numpy as np
 
+from vmapcheck.check.schema import read_check_details, read_record
 from vmapcheck.config import Config, config_digest, load_config
 from vmapcheck.core.cases import kind_of
 from vmapcheck.core.paths import output_key, plain_path
@@ -94,8 +95,8 @@ def make_reference(layout: Layout, config: Config, reason: str) -> dict[str, Any
     """
     if not reason.strip():
         raise VmapcheckError("a reference needs a reason: make reference REASON='...'")
-    check = read_json(layout.check_details)
-    record = read_json(layout.record)
+    check = read_check_details(layout.check_details)
+    record = read_record(layout.record)
     params_manifest = read_json(layout.params_manifest)
     outputs_path = layout.outputs
     blocking = [f for f in check["failures"] if not f.startswith("reference")]

@@ -4,26 +4,28 @@ from __future__ import annotations
 
 import sys
 
+from vmapcheck.check.schema import read_check_details
 from vmapcheck.errors import ArtifactError
 from vmapcheck.io import read_json
 from vmapcheck.layout import Layout
+from vmapcheck.report.check_sections import forms_compared
 
 
 def summarize(layout: Layout) -> str:
     """The verdict of the last run in ``layout`` as text (one line per case, then MLflow)."""
     lines = []
-    check = read_json(layout.check_details)
+    check = read_check_details(layout.check_details)
     runtime = check["runtime"]
     tol = check["tolerance"]
     verdict = "PASSED" if check["passed"] else "FAILED"
     sharded = check.get("sharded")
     data_parallel = (
-        f", and sharded_jit (data-parallel over {sharded['devices']} device(s), not vmap)"
+        f", and {sharded['path']} (data-parallel over {sharded['devices']} device(s), not vmap)"
         if sharded
         else ""
     )
     lines.append(
-        f"verdict: {verdict} - loop, vmap and direct (eager and jit){data_parallel} "
+        f"verdict: {verdict} - {forms_compared()}{data_parallel} "
         f"on {runtime['backend']} "
         f"({runtime['device_kind']}), {check['dtype']}, rtol={tol['rtol']:g} atol={tol['atol']:g}, "
         f"jax {runtime['jax_version']} / jaxlib {runtime['jaxlib_version']}"

@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from vmapcheck.check.schema import CheckDetails
 from vmapcheck.config import Config, flatten
 from vmapcheck.tracking import store
 from vmapcheck.tracking.provenance import git_state
@@ -29,7 +30,7 @@ def metric_name(name: str) -> str:
 
 
 def collect_metrics(
-    check: dict[str, Any], bench: dict[str, Any], train: dict[str, Any]
+    check: CheckDetails, bench: dict[str, Any], train: dict[str, Any]
 ) -> dict[str, float]:
     """Flatten the stage reports into MLflow metric names (numbers only)."""
     metrics: dict[str, float] = {
@@ -116,7 +117,7 @@ def run_name(config: Config, runtime: dict[str, Any], git: dict[str, str]) -> st
 def log_run(
     config: Config,
     root: Path,
-    check: dict[str, Any],
+    check: CheckDetails,
     bench: dict[str, Any],
     train: dict[str, Any],
     artifacts: list[Path],

@@ -37,6 +37,7 @@ from vmapcheck.check.diagnosis.subject import (
     _error_line,
     _stage,
 )
+from vmapcheck.check.schema import read_check_details, read_record
 from vmapcheck.config import BackendConfig, Config, load_config
 from vmapcheck.core.cases import kind_of
 from vmapcheck.core.models import build_model
@@ -309,7 +310,7 @@ def diagnose_project(
     stored = (
         StoredRun(
             outputs=load_npz(layout.outputs),
-            record=read_json(layout.record),
+            record=read_record(layout.record),
             cases=stored_cases,
         )
         if layout.outputs.is_file()
@@ -378,7 +379,7 @@ def on_demand(layout: Layout, out: Path) -> int:
         # On CPU, like check: one device, the run's precision settings.
         configure_jax(BackendConfig(name="cpu", platform="cpu", num_devices=None), config.precision)
         details = layout.check_details
-        check = read_json(details) if details.is_file() else None
+        check = read_check_details(details) if details.is_file() else None
         state = (
             "no check report"
             if check is None

@@ -1,0 +1,188 @@
+"""The report's sections on the benchmark (``reports/bench_details.json``) and training
+(``reports/train.json``): latency tables and plots, machine conditions, training, and
+the limits of the whole result.
+
+Paths are listed in the order of the registry :data:`vmapcheck.core.paths.PATHS`
+(:func:`~vmapcheck.report.elements.in_path_order`); no section names a path itself.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from vmapcheck.bench.plots import latency_png, speedup_png
+from vmapcheck.report.elements import (
+    Markup,
+    bullets,
+    by_batch,
+    in_path_order,
+    kv_table,
+    num,
+    para,
+    png_img,
+    section,
+    table,
+)
+
+# The check's own limits; the benchmark's come from bench_details.json ("limits").
+CHECK_LIMITS = (
+    "Agreement is shown for the regression cases listed above, at the tolerances named; "
+    "other inputs, batch sizes, dtypes or models were not checked.",
+    "The result holds for the backend, device and JAX / jaxlib versions in the "
+    "environment table; another backend or version may round differently (the stored "
+    "reference is how a later run finds out).",
+    "The float64 oracle is computed on CPU: it bounds rounding error, not a bug shared by "
+    "every path (the stored reference and the loss on real targets cover part of that).",
+)
+
+
+def latency(bench: dict[str, Any], title: str) -> Markup:
+    by_path, figures = bench["latency_ms"], bench.get("figures", {})
+    level = bench.get("bench", {}).get("confidence_level")
+    ci = f"median {num(level * 100)}% CI" if level else "median CI"
+    rows = []
+    for path, stats in in_path_order(by_path):
+        for label in by_batch(stats):
+            s = stats[label]
+            f = figures.get(path, {}).get(label, {})
+            roofline = f.get("roofline")
+            rows.append(
+                (
+                    [
+                        path,
+                        int(label[1:]),
+                        s["p50"],
+                        s["p90"],
+                        s["p99"],
+                        f"{num(s.get('median_ci_low'))} - {num(s.get('median_ci_high'))}",
+                        s.get("n"),
+                        s.get("rows_per_s"),
+                        f.get("compile_ms"),
+                        f.get("first_call_ms"),
+                        f.get("gflops"),
+                        None if roofline is None else roofline * 100,
+                    ],
+                    None,
+                )
+            )
+    latency_table = table(
+        (
+            "path",
+            "batch",
+            "p50 ms",
+            "p90 ms",
+            "p99 ms",
+            ci,
+            "n",
+            "rows/s (p50)",
+            "compile ms",
+            "first call ms",
+            "GFLOP/s (p50)",
+            "% of matmul peak",
+        ),
+        rows,
+        numeric=(1, 2, 3, 4, 6, 7, 8, 9, 10, 11),
+        table_id="latency-table",
+        row_class="latency",
+    )
+    skipped = [
+        f"{path} at batch {label[1:]}: {reason}"
+        for path, reasons in in_path_order(bench.get("skipped", {}))
+        for label, reason in reasons.items()
+    ]
+    speedup = bench.get("speedup", {})
+    speed_table = table(
+        ("batch", "vmap over loop (x faster)", "vmap over direct (cost, 1 = free)"),
+        (
+            (
+                [
+                    int(label[1:]),
+                    speedup[label].get("vmap_over_loop"),
+                    speedup[label].get("vmap_over_direct"),
+                ],
+                None,
+            )
+            for label in by_batch(speedup)
+        ),
+        numeric=(0, 1, 2),
+        table_id="speedup-table",
+    )
+    peak = bench.get("peak")
+    config = bench.get("bench", {})
+    parts: list[Any] = [
+        para(
+            f"Benchmark `{config.get('name', '?')}`: {config.get('warmup', '?')} warm-up "
+            f"call(s), then {config.get('repeats', '?')} timed calls per path and batch size, "
+            "after compilation (compile time apart). Ratios compare p50s measured in the "
+            "same run."
+            + (
+                f" Matmul peak measured in the same run ({peak['size']}^3): "
+                f"{num(peak['gflops'])} GFLOP/s."
+                if peak
+                else ""
+            )
+        ),
+        latency_table,
+    ]
+    if skipped:
+        parts += [para("Not measured:"), bullets(skipped, "skipped")]
+    parts += [
+        speed_table,
+        png_img(
+            latency_png(by_path, title),
+            "p50 latency per call against batch size, per path",
+            "Latency per call against batch size (log-log), p50 with a band to p90.",
+            "plot-latency",
+        ),
+    ]
+    if speedup:
+        parts.append(
+            png_img(
+                speedup_png(speedup, title),
+                "vmap speed-up over the loop and cost over the hand-batched forward",
+                "p50 ratios against batch size: vmap_over_loop > 1 means vmap is faster "
+                "than the loop; vmap_over_direct near 1 means vmap costs nothing over the "
+                "hand-batched forward.",
+                "plot-speedup",
+            )
+        )
+    return section("Latency", "latency", *parts)
+
+
+def machine(bench: dict[str, Any]) -> Markup:
+    conditions = bench.get("machine")
+    if not conditions:
+        return section("Machine conditions", "machine", para("Not recorded."))
+    before, after = conditions["before"], conditions["after"]
+    keys = list(before) + [k for k in after if k not in before]
+
+    def shown(value: Any) -> Any:
+        return num(value, 4) if isinstance(value, float) else value
+
+    rows = (([k, shown(before.get(k, "-")), shown(after.get(k, "-"))], None) for k in keys)
+    noisy = bool(conditions["noisy"])
+    said = (
+        "YES: load average above the usable cores; treat the latencies as rough" if noisy else "no"
+    )
+    flag = Markup(
+        f'<p id="noisy" data-noisy="{str(noisy).lower()}"><strong>noisy: {said}</strong></p>'
+    )
+    return section(
+        "Machine conditions during the benchmark",
+        "machine",
+        flag,
+        table(("what", "before", "after"), rows, table_id="machine-table"),
+    )
+
+
+def training(train: dict[str, Any]) -> Markup:
+    rows = [(k, num(v, 6) if isinstance(v, float) else v) for k, v in train.items()]
+    return section("Training", "train", kv_table(rows, "train-table"))
+
+
+def limits(bench: dict[str, Any]) -> Markup:
+    return section(
+        "Limits of this result",
+        "limits",
+        bullets([*CHECK_LIMITS, *bench.get("limits", [])], "limits-list"),
+    )
