@@ -1,16 +1,21 @@
 """The diagnosis names the first stage, layer and leaf that diverge, on planted faults.
 
-Each fault is planted alone into an otherwise healthy run built here with the library
-(prepare's steps on a small synthetic table, the built-in MLP, the real forward paths
-and the real checks): the check must fail, and the diagnosis must name the stage and
-layer where the fault was planted, having ruled out every stage before it.
+Each fault is planted alone into an otherwise healthy run of the real stages, in this
+process (tests/helpers/inprocess.py): one temporary project is prepared by the prepare
+stage (a small synthetic table); each fault's run is a copy of it whose params.yaml
+builds the built-in MLP with that fault (a user's model factory,
+tests/helpers/faults.py), then train (train.steps=0: the model's init params), forward
+and check run. The check must fail, and the diagnosis it writes (reports/diagnosis.json)
+must name the stage and layer where the fault was planted, having ruled out every stage
+before it. A fault in what a run stored (its outputs, its cases) is planted in the
+files the stages wrote, between two stages.
 """
 
 from __future__ import annotations
 
 import json
+import shutil
 from dataclasses import replace
-from itertools import pairwise
 from pathlib import Path
 
 import jax
@@ -18,12 +23,11 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from tests.helpers.config import ROOT, compose_config
-from vmapcheck.check.checks import run_checks
+from tests.helpers.config import compose_config
+from tests.helpers.faults import factory_overrides
+from tests.helpers.inprocess import run_stages, stage_process, write_params
 from vmapcheck.check.diagnosis import (
     STAGE_NAMES,
-    DataSources,
-    StoredRun,
     Subject,
     diagnose,
     key_stream_stage,
@@ -33,27 +37,22 @@ from vmapcheck.check.diagnosis import (
     write_report,
 )
 from vmapcheck.core.compare import measure, ulp_distance
-from vmapcheck.core.forms import data_mesh
-from vmapcheck.core.forward import run_forward
-from vmapcheck.core.gradients import gradient_probe
 from vmapcheck.core.keys import named_keys
-from vmapcheck.core.models import (
-    Model,
-    build_model,
-    mlp_forward_batch,
-    mlp_forward_one,
-    no_tap,
-    recorded,
-)
-from vmapcheck.core.training import make_optimizer
-from vmapcheck.data.anonymize import anonymize
-from vmapcheck.data.regression import regression_cases, write_cases
-from vmapcheck.data.splits import anonymize_policy, load_raw, split_indices, write_splits
+from vmapcheck.core.models import Model, build_model
+from vmapcheck.core.paths import batch_paths
 from vmapcheck.io import atomic_save_npz, load_npz, read_json, sha256_file
 from vmapcheck.layout import Layout
 
-OVERRIDES = ("data.n_rows=240", "data.standard_batch=8", "reference.required=false")
-OUT = "layers[2]"  # the MLP [8, 32, 32, 2]'s output layer
+OVERRIDES = (
+    "data.n_rows=240",
+    "data.standard_batch=8",
+    "reference.required=false",
+    # Train evaluates the model's init params (no step): the params the faults are
+    # planted against, the same for every model whose init is the MLP's.
+    "train.steps=0",
+    # The emulated CPU devices of this process (tests/conftest.py).
+    "backend.num_devices=2",
+)
 
 
 @pytest.fixture(scope="module")
@@ -62,105 +61,53 @@ def config():
 
 
 @pytest.fixture(scope="module")
-def project(tmp_path_factory, config) -> Path:
-    """data/prepared and data/cases as the prepare stage writes them (same steps)."""
-    root = tmp_path_factory.mktemp("project")
-    keys = named_keys(config.seed)
-    table = anonymize(load_raw(config.data, keys["data"], ROOT), anonymize_policy(config.data))
-    parts = split_indices(keys["split"], table.group_ids, config.data)
-    write_splits(root / "prepared", table, parts)
-    cases = regression_cases(
-        table.features[parts["train"]],
-        table.features[parts["test"]],
-        table.targets[parts["test"]],
-        config.data.standard_batch,
-    )
-    write_cases(root / "cases", cases, list(table.feature_names))
+def prepared(tmp_path_factory) -> Path:
+    """A project root with data/prepared and data/cases, written by the prepare stage."""
+    root = tmp_path_factory.mktemp("prepared")
+    write_params(root, *OVERRIDES)
+    run_stages(root, "prepare")
     return root
+
+
+def copy_of(project: Path, dest: Path, *overrides: str) -> Layout:
+    """A copy of ``project`` at ``dest`` whose params.yaml adds ``overrides``."""
+    shutil.copytree(project, dest)
+    write_params(dest, *OVERRIDES, *overrides)
+    return Layout(dest)
+
+
+def run_check(layout: Layout, *stages: str) -> tuple[dict, dict]:
+    """``stages`` then check, in this process: the check's details and its diagnosis."""
+    run_stages(layout.root, *stages, "check")
+    return read_json(layout.check_details), read_json(layout.diagnosis)
+
+
+def run_with(prepared: Path, dest: Path, *overrides: str) -> tuple[dict, dict]:
+    """train, forward and check on a copy of ``prepared`` configured with ``overrides``."""
+    return run_check(copy_of(prepared, dest, *overrides), "train", "forward")
+
+
+def diagnose_on_demand(layout: Layout) -> dict:
+    """``vmapcheck diagnose`` (the protocol run even when the check passed)."""
+    out = layout.report("diagnosis-on-demand.json")
+    with stage_process():
+        code = on_demand(layout, out)
+    report = read_json(out)
+    assert code == (1 if report["status"] == "diverged" else 0), report["summary"]
+    return report
+
+
+@pytest.fixture(scope="module")
+def healthy(prepared, tmp_path_factory) -> Layout:
+    """The built-in MLP's run: train, forward and check."""
+    layout = copy_of(prepared, tmp_path_factory.mktemp("healthy") / "project")
+    run_stages(layout.root, "train", "forward", "check")
+    return layout
 
 
 @pytest.fixture(scope="module")
 def mlp(config) -> Model:
     return build_model(config.model)
-
-
-@pytest.fixture(scope="module")
-def params(config, mlp):
-    return mlp.init(named_keys(config.seed)["init"])
-
-
-def _cases(project: Path) -> tuple[dict, dict]:
-    manifest = read_json(project / "cases" / "manifest.json")
-    cases = {
-        name: {**entry, **load_npz(project / "cases" / entry["file"])}
-        for name, entry in manifest["cases"].items()
-    }
-    return manifest, cases
-
-
-def run_and_diagnose(
-    config, project: Path, model: Model, params, stored_as=None
-) -> tuple[dict, dict]:
-    """The check on the real forward outputs of ``model``, then the diagnosis.
-    ``stored_as(outputs)``: what the run stored instead (as another backend would)."""
-    manifest, cases = _cases(project)
-    dtype = jnp.float32
-    outputs, per_case = run_forward(model, params, cases, dtype, data_mesh())
-    if stored_as is not None:
-        outputs = stored_as(outputs)
-    standard = cases["standard"]
-    grad_arrays, grad_record = gradient_probe(
-        model, params, jnp.asarray(standard["x"]), jnp.asarray(standard["y"])
-    )
-    record = {
-        "runtime": {
-            "backend": "cpu",
-            "platform": "cpu",
-            "device_kind": jax.devices()[0].device_kind,
-            "jax_version": jax.__version__,
-            "jaxlib_version": jax.__version__,
-        },
-        "not_provided": {},
-        "reference": {"status": "missing", "message": "none in this test"},
-        "gradients": grad_record,
-        "cases": per_case,
-    }
-    key_stream = key_stream_stage(model, config.seed)
-    check = run_checks(
-        config,
-        manifest,
-        outputs,
-        record,
-        targets={n: c["y"] for n, c in cases.items() if "y" in c},
-        reference={"status": "missing", "message": "none in this test"},
-        gradients=grad_arrays,
-        inputs={"key_stream": key_stream},
-    )
-    valid = {n: c for n, c in cases.items() if c["kind"] in ("batch", "vector")}
-    subject = Subject(
-        model=model,
-        params=params,
-        dtype=dtype,
-        tolerance=config.precision.tolerance,
-        cross_run_tolerance=config.precision.cross_run_tolerance,
-        probes=probes_for(manifest, valid, check),
-        optimizer=make_optimizer(config.train),
-        seed=config.seed,
-    )
-    stored = StoredRun(
-        outputs=outputs,
-        record=record,
-        cases={n: valid[n]["x"] for n in ("standard", "single_vector")},
-    )
-    sources = DataSources(
-        cases=project / "cases",
-        prepared=project / "prepared",
-        config=config.data,
-        seed=config.seed,
-        root=ROOT,
-    )
-    report = diagnose(subject, sources=sources, stored=stored, check=check, key_stream=key_stream)
-    return check, report
 
 
 def assert_localized(report: dict, stage: str, layer: str | None, paths=None, leaf=None):
@@ -180,10 +127,12 @@ def assert_localized(report: dict, stage: str, layer: str | None, paths=None, le
 # --- a healthy run --------------------------------------------------------------------
 
 
-def test_a_healthy_run_passes_and_the_diagnosis_rules_out_every_stage(config, project, mlp, params):
-    check, report = run_and_diagnose(config, project, mlp, params)
+def test_a_healthy_run_passes_and_the_diagnosis_rules_out_every_stage(healthy):
+    check = read_json(healthy.check_details)
     assert check["passed"], check["failures"]
     assert check["inputs"]["passed"]
+    assert read_json(healthy.diagnosis)["status"] == "not needed"
+    report = diagnose_on_demand(healthy)
     assert report["status"] == "no divergence found", report["summary"]
     assert [s["stage"] for s in report["ruled_out"]] == list(STAGE_NAMES[:-1])
     assert report["skipped"] == [{"stage": "reference", "why": "reference missing"}]
@@ -211,33 +160,8 @@ def test_on_demand_without_a_project_is_an_error_not_a_report(tmp_path, capsys):
 # --- the planted faults ---------------------------------------------------------------
 
 
-def _hand_batched(layer_op):
-    """The MLP's hand-batched forward with ``layer_op(i, hidden, W, b)`` for each hidden
-    layer i (the correct one is relu(hidden @ W + b[None, :]))."""
-
-    def forward_batch(params, batch, tap=no_tap):
-        hidden = batch
-        *inner, last = params["layers"]
-        for i, layer in enumerate(inner):
-            hidden = tap(f"layers[{i}]", layer_op(i, hidden, layer["W"], layer["b"]))
-        return hidden @ last["W"] + last["b"][None, :]
-
-    return forward_batch
-
-
-def _with_batch(model: Model, forward_batch) -> Model:
-    return replace(
-        model, forward_batch=forward_batch, activations_batch=recorded(forward_batch, OUT)
-    )
-
-
-def test_wrong_transpose_in_the_hand_batched_forward(config, project, mlp, params):
-    # layers[1].W is square (32 x 32): W.T has the right shape and the wrong values.
-    model = _with_batch(
-        mlp,
-        _hand_batched(lambda i, h, w, b: jax.nn.relu(h @ (w.T if i == 1 else w) + b[None, :])),
-    )
-    check, report = run_and_diagnose(config, project, model, params)
+def test_wrong_transpose_in_the_hand_batched_forward(prepared, tmp_path):
+    check, report = run_with(prepared, tmp_path / "p", *factory_overrides("transposed_weight"))
     assert not check["passed"]
     assert any("direct_eager" in f for f in check["failures"])
     assert_localized(report, "forward", "layers[1]", paths=["direct_eager"])
@@ -248,16 +172,10 @@ def test_wrong_transpose_in_the_hand_batched_forward(config, project, mlp, param
     assert first["max_ulp"] > 1000 and first["tolerance"]["from"] == "precision.tolerance"
 
 
-def test_wrong_broadcast_in_the_hand_batched_forward(config, project, mlp, params):
+def test_wrong_broadcast_in_the_hand_batched_forward(prepared, tmp_path):
     # The bias of layers[0] broadcast as a column: (rows, 32) + (32, 1). On one row it
     # silently makes a (32, 32) activation; on 8 rows it cannot broadcast at all.
-    model = _with_batch(
-        mlp,
-        _hand_batched(
-            lambda i, h, w, b: jax.nn.relu(h @ w + (b[:, None] if i == 0 else b[None, :]))
-        ),
-    )
-    check, report = run_and_diagnose(config, project, model, params)
+    check, report = run_with(prepared, tmp_path / "p", *factory_overrides("bias_as_column"))
     assert not check["passed"]
     assert any("direct_eager" in f and "shape" in f for f in check["failures"])
     # A shape that differs is found by the shapes stage, before any value is compared.
@@ -266,15 +184,8 @@ def test_wrong_broadcast_in_the_hand_batched_forward(config, project, mlp, param
     assert first["found"]["shape"] == [32, 32] and first["expected"]["shape"] == [1, 32]
 
 
-def test_one_layer_in_lower_precision_in_one_path(config, project, mlp, params):
-    def bf16_layer(i, h, w, b):
-        if i != 1:
-            return jax.nn.relu(h @ w + b[None, :])
-        low = (h.astype(jnp.bfloat16) @ w.astype(jnp.bfloat16)).astype(jnp.float32)
-        return jax.nn.relu(low + b[None, :])  # back to float32: the dtype looks right
-
-    model = _with_batch(mlp, _hand_batched(bf16_layer))
-    check, report = run_and_diagnose(config, project, model, params)
+def test_one_layer_in_lower_precision_in_one_path(prepared, tmp_path):
+    check, report = run_with(prepared, tmp_path / "p", *factory_overrides("bf16_layer"))
     assert not check["passed"]
     assert_localized(report, "forward", "layers[1]", paths=["direct_eager"])
     forward = next(s for s in report["stages"] if s["stage"] == "forward")
@@ -284,23 +195,10 @@ def test_one_layer_in_lower_precision_in_one_path(config, project, mlp, params):
     assert report["first_divergence"]["max_ulp"] > 2**10
 
 
-def test_reused_prng_key(config, project, mlp, params):
-    widths = [8, 32, 32, 2]
-
-    def init(key):
-        layers = []
-        for fan_in, fan_out in pairwise(widths):
-            # The bug: the same derived key for every layer. Each fold_in makes a new
-            # key object, so jax_debug_key_reuse sees nothing; the draws repeat.
-            layer_key = jax.random.fold_in(key, 0)
-            scale = jnp.sqrt(2.0 / fan_in).astype(jnp.float32)
-            weight = jax.random.normal(layer_key, (fan_in, fan_out), dtype=jnp.float32)
-            layers.append({"W": weight * scale, "b": jnp.zeros((fan_out,), jnp.float32)})
-        return {"layers": layers}
-
-    model = replace(mlp, init=init)
-    faulty_params = init(named_keys(config.seed)["init"])
-    check, report = run_and_diagnose(config, project, model, faulty_params)
+def test_reused_prng_key(prepared, tmp_path):
+    # The same derived key for every layer's draw (tests/helpers/faults.py): train
+    # writes the init params it draws, and the check's key-stream stage finds the repeat.
+    check, report = run_with(prepared, tmp_path / "p", *factory_overrides("reused_key"))
     assert not check["passed"]
     assert check["failures"][-1].startswith("inputs/key_stream: init draws layers[1].W")
     assert_localized(report, "key_stream", "layers[1]", leaf="layers[1].W")
@@ -340,111 +238,69 @@ def test_leaves_the_key_does_not_move_are_no_draws(config, mlp):
     assert "across 2 random leaves" in stage["summary"]
 
 
-def _standardized(mlp: Model, mean: np.ndarray, std: np.ndarray, twice: bool) -> Model:
-    """The MLP behind an input standardization with the train split's statistics."""
-
-    def standardize(x):  # one row (n,) or a batch (rows, n): broadcast explicitly
-        return (x - np.broadcast_to(mean, x.shape)) / np.broadcast_to(std, x.shape)
-
-    def forward_one(params, x, tap=no_tap):
-        return mlp_forward_one(params, tap("standardize", standardize(x)), tap)
-
-    def forward_batch(params, batch, tap=no_tap):
-        z = standardize(batch)
-        if twice:  # the bug: the batched path standardizes what is already standardized
-            z = standardize(z)
-        return mlp_forward_batch(params, tap("standardize", z), tap)
-
-    return replace(
-        mlp,
-        forward_one=forward_one,
-        forward_batch=forward_batch,
-        activations_one=recorded(forward_one, OUT),
-        activations_batch=recorded(forward_batch, OUT),
-        preprocessing=("standardize",),
-    )
-
-
-def test_preprocessing_applied_twice(config, project, mlp, params):
-    train = load_npz(project / "prepared" / "train.npz")["features"]
+def test_preprocessing_applied_twice(prepared, tmp_path):
+    train = load_npz(Layout(prepared).prepared / "train.npz")["features"]
     # Statistics off (0, 1) (the train split's, shifted and widened), so standardizing
     # twice changes the values.
-    mean, std = train.mean(axis=0) + 0.5, train.std(axis=0) * 2.0
-    healthy = _standardized(mlp, mean, std, twice=False)
-    check, report = run_and_diagnose(config, project, healthy, params)
+    stats = {"mean": train.mean(axis=0) + 0.5, "std": train.std(axis=0) * 2.0}
+    layout = copy_of(prepared, tmp_path / "healthy", *factory_overrides("standardized", **stats))
+    check, _ = run_check(layout, "train", "forward")
     assert check["passed"], check["failures"]
+    report = diagnose_on_demand(layout)
     assert report["status"] == "no divergence found", report["summary"]
     assert "standardize agrees in every path" in report["ruled_out"][0]["evidence"]
 
-    check, report = run_and_diagnose(config, project, _standardized(mlp, mean, std, True), params)
+    overrides = factory_overrides("standardized_twice", **stats)
+    check, report = run_with(prepared, tmp_path / "twice", *overrides)
     assert not check["passed"]
     assert_localized(report, "data", "standardize", paths=["direct_eager"])
     assert "preprocessing step standardize diverges" in report["first_divergence"]["message"]
 
 
-def test_nan_entering_at_one_layer(config, project, mlp, params):
-    def sqrt_layer(params_, x, tap=no_tap, batched=False):
-        hidden = x
-        *inner, last = params_["layers"]
-        for i, layer in enumerate(inner):
-            pre = hidden @ layer["W"]
-            pre = pre + jnp.broadcast_to(layer["b"], pre.shape)
-            # The bug: sqrt where relu belongs; a negative pre-activation gives NaN.
-            hidden = tap(f"layers[{i}]", jnp.sqrt(pre) if i == 1 else jax.nn.relu(pre))
-        out = hidden @ last["W"]
-        return out + jnp.broadcast_to(last["b"], out.shape)
-
-    def one(p, x, tap=no_tap):
-        return sqrt_layer(p, x, tap)
-
-    model = replace(
-        mlp,
-        forward_one=one,
-        forward_batch=one,  # broadcasting explicitly, the same code serves a batch
-        activations_one=recorded(one, OUT),
-        activations_batch=recorded(one, OUT),
-    )
-    check, report = run_and_diagnose(config, project, model, params)
+def test_nan_entering_at_one_layer(prepared, tmp_path):
+    # sqrt where relu belongs at layers[1], in forward_one and forward_batch alike.
+    check, report = run_with(prepared, tmp_path / "p", *factory_overrides("nan_at_layer"))
     assert not check["passed"]
     assert any("non-finite output" in f for f in check["failures"])
-    assert_localized(
-        report, "forward", "layers[1]", paths=["loop_eager", "vmap_eager", "direct_eager"]
-    )
+    # Every eager path: the first the forward stage compares, layer by layer.
+    eager = [p.name for p in batch_paths() if not p.jit]
+    assert_localized(report, "forward", "layers[1]", paths=eager)
     first = report["first_divergence"]
     assert first["what"] == "non-finite activation" and "NaN" in first["message"]
 
 
-def test_stored_cases_changed_after_prepare_are_found_by_the_data_stage(
-    config, project, mlp, params, tmp_path
-):
+def test_stored_cases_changed_after_prepare_are_found_by_the_data_stage(healthy, tmp_path):
     # As if a unit conversion of feature x3 ran once more over the standard case after
     # prepare built it, with the manifest rewritten to match: the sha256 gate cannot see it.
-    import shutil
-
-    copy = tmp_path / "copy"
-    shutil.copytree(project, copy)
-    case = load_npz(copy / "cases" / "standard.npz")
+    copy = copy_of(healthy.root, tmp_path / "p")
+    case = load_npz(copy.cases / "standard.npz")
     case["x"][:, 3] *= np.float32(1000.0)
-    atomic_save_npz(copy / "cases" / "standard.npz", case)
-    manifest = read_json(copy / "cases" / "manifest.json")
-    manifest["cases"]["standard"]["sha256"] = sha256_file(copy / "cases" / "standard.npz")
-    (copy / "cases" / "manifest.json").write_text(json.dumps(manifest))
-    _, report = run_and_diagnose(config, copy, mlp, params)
+    atomic_save_npz(copy.cases / "standard.npz", case)
+    manifest = read_json(copy.cases_manifest)
+    manifest["cases"]["standard"]["sha256"] = sha256_file(copy.cases / "standard.npz")
+    copy.cases_manifest.write_text(json.dumps(manifest))
+    check, report = run_check(copy, "forward")  # the stages that read the cases
+    # Every path agrees on the changed case, so the check passes (the forward and check
+    # cannot know what prepare wrote): the protocol run on demand finds it.
+    assert check["passed"], check["failures"]
+    assert report["status"] == "not needed"
+    report = diagnose_on_demand(copy)
     assert_localized(report, "data", "cases.standard.x")
     assert report["first_divergence"]["feature"] == "x3"
 
 
 @pytest.mark.parametrize(("path", "stage"), [("vmap_jit", "backend"), ("sharded_jit", "sharding")])
 def test_a_divergence_only_in_the_runs_stored_outputs_is_the_backends(
-    config, project, mlp, params, path, stage
+    healthy, tmp_path, path, stage
 ):
     # Everything recomputed here agrees; the run's stored output of one path differs,
-    # as a backend computing it differently would make it.
-    def stored_as(outputs):
-        key = f"standard.{path}"
-        return {**outputs, key: outputs[key] * np.float32(1.001)}
-
-    check, report = run_and_diagnose(config, project, mlp, params, stored_as)
+    # as a backend computing it differently would make it: forward's outputs.npz is
+    # changed before check reads it.
+    copy = copy_of(healthy.root, tmp_path / "p")
+    outputs = load_npz(copy.outputs)
+    key = f"standard.{path}"
+    atomic_save_npz(copy.outputs, {**outputs, key: outputs[key] * np.float32(1.001)})
+    check, report = run_check(copy)
     assert not check["passed"]
     assert_localized(report, stage, "output", paths=[path])
     assert report["first_divergence"]["input"] == "case standard"

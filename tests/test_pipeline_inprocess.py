@@ -1,0 +1,143 @@
+"""Every stage body in this process: prepare, train, forward, check, bench and track run
+(``vmapcheck.pipeline.<stage>.run``) on a temporary project, and each writes its files.
+
+The same stages as ``dvc repro``, without DVC and without a process per stage: a stage's
+failure here keeps its traceback, and the test process's strict JAX settings
+(tests/conftest.py) hold in every stage. The project root holds what the stages read:
+params.yaml (composed from conf/ with small sizes), data/reference (check compares the
+run with the stored verified run of its model), dvc.yaml (track keys its run on the
+track stage's deps), requirements.lock (logged with the run's environment), a git
+commit of these (the run's provenance), and the MLflow store the config names
+(sqlite:///mlflow.db, relative to the root).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from dataclasses import dataclass
+
+import pytest
+
+from tests.helpers.config import ROOT
+from tests.helpers.inprocess import STAGES, run_stage, write_params
+from tests.helpers.project import FAST_RUN, commit_all, run
+from vmapcheck.config import load_config
+from vmapcheck.core.paths import batch_paths
+from vmapcheck.io import read_json
+from vmapcheck.layout import Layout
+from vmapcheck.tracking.store import tracking_uri
+
+OVERRIDES = (
+    "data.n_rows=240",
+    "data.standard_batch=8",
+    # The emulated CPU devices of this process (tests/conftest.py): JAX has started, so
+    # configure_jax cannot create others.
+    "backend.num_devices=2",
+    *FAST_RUN,
+)
+
+
+@dataclass(frozen=True)
+class Project:
+    layout: Layout
+    codes: dict[str, int]  # each stage's exit code
+    commit: str  # the commit of the project's inputs
+    before: tuple[str, str | None]  # MLflow's tracking URI and its variable, before
+
+
+@pytest.fixture(scope="module")
+def project(tmp_path_factory) -> Project:
+    """A temporary project (a git repository of its inputs) after every stage ran."""
+    import mlflow
+
+    root = tmp_path_factory.mktemp("inprocess")
+    for name in ("requirements.lock", "dvc.yaml"):
+        shutil.copy2(ROOT / name, root / name)
+    # The stored references (check compares this run with the verified run of its model).
+    shutil.copytree(ROOT / "data" / "reference", root / "data" / "reference")
+    write_params(root, *OVERRIDES)
+    # The run's provenance (track logs the commit).
+    run(root, "git", "init", "-q")
+    commit_all(root, "in-process inputs")
+    commit = run(root, "git", "rev-parse", "HEAD").stdout.strip()
+    before = (mlflow.get_tracking_uri(), os.environ.get("MLFLOW_TRACKING_URI"))
+    codes = {name: run_stage(root, name) for name in STAGES}
+    return Project(Layout(root), codes, commit, before)
+
+
+def test_every_stage_exited_zero(project):
+    assert project.codes == dict.fromkeys(STAGES, 0)
+
+
+def test_prepare_and_train_wrote_the_data_and_params(project):
+    layout = project.layout
+    for name in ("train", "val", "test"):
+        assert (layout.prepared / f"{name}.npz").is_file()
+    manifest = read_json(layout.cases_manifest)
+    assert (
+        manifest["cases"]["standard"]["rows"] == 8
+        if "rows" in manifest["cases"]["standard"]
+        else True
+    )
+    assert (layout.params / "params.safetensors").is_file()
+    assert read_json(layout.params_manifest)["model"] == "mlp"
+    assert read_json(layout.contract)["inputs"]["n_features"] == 8
+    train = read_json(layout.train_report)
+    assert train["trained"] and train["best_step"] <= 30
+
+
+def test_forward_wrote_every_paths_outputs(project):
+    layout = project.layout
+    for path in (layout.outputs, layout.record, layout.gradients, layout.reference_outputs):
+        assert path.is_file(), path
+    record = read_json(layout.record)
+    assert record["runtime"]["device_count"] == 2
+    assert record["reference"]["status"] == "ok", record["reference"]
+
+
+def test_check_passed_and_needs_no_diagnosis(project):
+    layout = project.layout
+    check = read_json(layout.check_details)
+    assert check["passed"], check["failures"]
+    assert read_json(layout.check_report)
+    assert read_json(layout.diagnosis)["status"] == "not needed"
+    assert layout.diagnosis_text.is_file()
+
+
+def test_bench_timed_every_batch_path_at_batch_size_one(project):
+    layout = project.layout
+    bench = read_json(layout.bench_details)
+    for path in batch_paths():
+        stats = bench["latency_ms"][path.name]["b1"]
+        assert stats["p50"] > 0, path.name
+    assert read_json(layout.bench_report)
+    assert (layout.plots / "latency.png").is_file()
+
+
+def test_track_logged_one_passed_run_to_the_store_in_the_root(project):
+    from mlflow.tracking import MlflowClient
+
+    layout = project.layout
+    info = read_json(layout.track_report)
+    assert info["verdict"] == "passed"
+    assert (layout.root / "mlflow.db").is_file()
+    uri = tracking_uri(load_config(layout.params_yaml).tracking, layout.root)
+    assert info["tracking_uri"] == uri
+    run = MlflowClient(tracking_uri=uri).get_run(info["run_id"])
+    assert run.data.tags["verdict"] == "passed"
+    assert run.data.tags["model"] == "mlp"
+    assert (info["git_commit"], info["git_dirty"]) == (project.commit, "true")  # outputs
+    assert layout.html_report.is_file()
+    assert read_json(layout.perf_verdict)["verdict"]
+
+
+def test_the_stages_left_the_process_as_they_found_it(project):
+    import jax
+    import mlflow
+
+    assert not jax.config.jax_enable_x64
+    assert not jax.config.jax_debug_key_reuse
+    assert jax.config.jax_default_matmul_precision is None
+    assert jax.device_count() == 2
+    assert (mlflow.get_tracking_uri(), os.environ.get("MLFLOW_TRACKING_URI")) == project.before
