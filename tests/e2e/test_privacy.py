@@ -128,7 +128,7 @@ def test_a_file_missing_a_feature_column_stops_prepare_and_leaves_no_outputs(pro
 def test_a_leaky_variant_is_caught_by_the_same_scan(project):
     # Keep the join key's raw values instead of pseudonyms: a deliberate leak.
     with planted(
-        project / "src" / "vmapcheck" / "anonymize.py",
+        project / "src" / "vmapcheck" / "data" / "anonymize.py",
         "join_keys = _pseudonyms(raw.identifiers[column], policy.secret_env, environ)",
         "join_keys = raw.identifiers[column].astype(str)",
     ):
