@@ -201,6 +201,72 @@ def test_unparsable_date_names_column_and_row_not_value(bad):
     assert not bad or bad not in message
 
 
+def test_a_whole_number_is_generalized_to_its_band_of_ten():
+    ages = strs("59", "48", "7", "0", "-1", "100", "0059", "50")
+    raw = make_raw({"id": strs(*"abcdefgh")}, {"age": ("band10", ages)})
+    table = anonymize(raw, AnonymizePolicy(None, "X", None), {})
+    bands = table.generalized["age.band10"]
+    assert bands.dtype == np.int32 and bands.tolist() == [50, 40, 0, 0, -10, 100, 50, 50]
+    entry = next(e for e in table.columns if e["name"] == "age")
+    assert entry == {
+        "name": "age",
+        "role": "quasi_identifier",
+        "action": "generalized to band of 10 (its lower bound)",
+        "dtype": "int32",
+    }
+
+
+@pytest.mark.parametrize("bad", ["59.5", "", " 59", "fifty", "1e2", "1234567890"])
+def test_band10_refuses_what_is_not_a_whole_number_without_showing_it(bad):
+    raw = make_raw({"id": strs("a", "b", "c")}, {"age": ("band10", strs("41", bad, bad))})
+    with pytest.raises(AnonymizationError) as info:
+        anonymize(raw, AnonymizePolicy(None, "X", None), {})
+    message = str(info.value)
+    assert "column 'age', row 2: expected a whole number for policy 'band10'" in message
+    assert "(2 rows in all)" in message and "data.quasi_identifiers.age" in message
+    assert not bad.strip() or bad not in message
+
+
+def test_a_date_policy_given_ages_points_at_band10():
+    raw = make_raw({"id": strs("a", "b")}, {"age": ("decade", strs("59", "48"))})
+    with pytest.raises(AnonymizationError, match=r"expected an ISO date.*takes policy 'band10'"):
+        anonymize(raw, AnonymizePolicy(None, "X", None), {})
+
+
+def test_the_diabetes_table_has_age_generalized_and_sex_dropped_in_the_manifest():
+    """conf/data/diabetes.yaml: scikit-learn's real patients, age and sex quasi-identifiers."""
+    from tests.helpers.config import compose_config
+    from vmapcheck.data.splits import anonymize_policy, load_raw
+
+    config = compose_config("data=diabetes", "model.out_features=1").data
+    raw = load_raw(config, None, None)  # the diabetes source needs no key and no file
+    table = anonymize(raw, anonymize_policy(config), {})
+    manifest = {e["name"]: e for e in table.columns}
+    assert list(manifest) == list(raw.schema.columns)
+    assert manifest["age"] == {
+        "name": "age",
+        "role": "quasi_identifier",
+        "action": "generalized to band of 10 (its lower bound)",
+        "dtype": "int32",
+    }
+    assert manifest["sex"] == {
+        "name": "sex",
+        "role": "quasi_identifier",
+        "action": "dropped",
+        "dtype": "none",
+    }
+    assert {e["role"] for n, e in manifest.items() if n not in ("age", "sex")} == {
+        "feature",
+        "target",
+    }
+    # Outputs hold the band, never the age; sex is nowhere.
+    assert set(table.generalized) == {"age.band10"}
+    ages = raw.quasi_identifiers["age"].astype(np.int32)
+    np.testing.assert_array_equal(table.generalized["age.band10"], ages // 10 * 10)
+    assert table.join_keys is None and len(table.feature_names) == 8
+    np.testing.assert_array_equal(table.features, raw.features)
+
+
 def test_a_prefix_that_keeps_the_whole_value_is_refused():
     raw = make_raw({"id": strs("a", "b")}, {"zip": ("prefix3", strs("12345", "N1"))})
     with pytest.raises(AnonymizationError) as info:
@@ -230,7 +296,8 @@ def test_policy_is_validated_against_the_schema(policy, quasi, match):
 
 def test_every_listed_policy_is_accepted():
     for level in QUASI_POLICIES:
-        raw = make_raw({"id": strs("a")}, {"q": (level, strs("1990-01-01"))})
+        value = "59" if level == "band10" else "1990-01-01"
+        raw = make_raw({"id": strs("a")}, {"q": (level, strs(value))})
         table = anonymize(raw, AnonymizePolicy(None, "X", None), {})
         assert set(table.generalized) == (set() if level == "drop" else {f"q.{level}"})
 

@@ -1,13 +1,37 @@
-"""The check report fails honestly: disagreement, contract, oracle, reference, refusals."""
+"""The check report fails honestly: disagreement, contract, oracle, reference, refusals.
 
+The checks run under the default rule (``precision.tolerance.scale: terms``), with the
+terms' magnitude of the toy model's real outputs (vmapcheck.core.magnitude): every
+planted disagreement must still fail under it.
+"""
+
+import jax
 import numpy as np
 import pytest
 
 from tests.helpers.config import compose_config
 from vmapcheck.check.checks import metrics_summary, run_checks
+from vmapcheck.core.magnitude import case_magnitudes
+from vmapcheck.core.models import build_model
 from vmapcheck.core.paths import path_names
 
-OUT = np.array([[0.1, 0.0], [0.3, 0.1]], dtype=np.float32)
+# The toy model (relu(x @ W + b), W = arange(6).reshape(3, 2) / 10, b = [0.1, -0.2]) on
+# two rows: its outputs are OUT, the terms' magnitude of each output element is S_TERMS.
+X = np.array([[0.5, -1.0, 1.0], [1.0, 1.0, -0.5]], dtype=np.float32)
+TOY = build_model(compose_config("model=toy").model)
+TOY_PARAMS = TOY.init(jax.random.key(0))
+OUT = np.asarray(jax.vmap(TOY.forward_one, in_axes=(None, 0))(TOY_PARAMS, X))
+with jax.enable_x64(True):
+    MAGNITUDES = case_magnitudes(
+        TOY.forward_one,
+        TOY_PARAMS,
+        {
+            "standard": {"kind": "batch", "x": X},
+            "single": {"kind": "batch", "x": X[:1]},
+            "single_vector": {"kind": "vector", "x": X[0]},
+        },
+        np.float32,
+    )
 RUNTIME = {
     "backend": "cpu",
     "device_kind": "cpu",
@@ -68,7 +92,8 @@ def inputs():
         },
         "stored": {f"standard.{p}": OUT.copy() for p in path_names("batch")},
         "current": {f"standard.{p}": OUT.copy() for p in path_names("batch")},
-        "cases": {"standard": {"kind": "batch", "x": np.zeros((2, 3)), "y": OUT.copy()}},
+        "cases": {"standard": {"kind": "batch", "x": X.copy(), "y": OUT.copy()}},
+        "magnitudes": {"standard": MAGNITUDES["standard"]},
     }
     oracle = {
         "standard": OUT.astype(np.float64),
@@ -80,7 +105,7 @@ def inputs():
 
 def check(inputs, **changes):
     config, manifest, outputs, record, reference, oracle = inputs
-    kwargs = {"oracle": oracle, "reference": reference} | changes
+    kwargs = {"oracle": oracle, "reference": reference, "magnitudes": MAGNITUDES} | changes
     return run_checks(config, manifest, outputs, record, **kwargs)
 
 
@@ -168,7 +193,7 @@ def test_a_reference_value_changed_beyond_tolerance_names_case_and_path(inputs):
 def test_cross_run_tolerance_is_the_looser_of_both_runs(inputs):
     inputs[4]["meta"]["cross_run_tolerance"] = {"rtol": 0.05, "atol": 0.0}
     report = check(inputs)
-    assert report["reference"]["tolerance_used"] == {"rtol": 0.05, "atol": 1e-5}
+    assert report["reference"]["tolerance_used"] == {"rtol": 0.05, "atol": 1e-5, "scale": "terms"}
 
 
 def test_missing_reference_fails_only_when_required(inputs):
@@ -180,6 +205,7 @@ def test_missing_reference_fails_only_when_required(inputs):
         *inputs[1:4],
         oracle=inputs[5],
         reference={"status": "missing", "message": "no reference"},
+        magnitudes=MAGNITUDES,
     )
     assert relaxed["passed"] and relaxed["reference"]["status"] == "missing"
 
@@ -252,3 +278,67 @@ def test_the_report_records_the_sharded_paths_mesh(inputs):
     mesh = {"devices": 2, "mesh_shape": {"data": 2}}
     inputs[3]["sharded"] = mesh
     assert check(inputs)["sharded"] == mesh
+
+
+def test_the_toy_outputs_and_their_terms_magnitude():
+    # relu([0.5, -1, 1] @ W + b) = relu([0.2, 0.25] + [0.1, -0.2]); the terms of the
+    # first element: |0.5 * 0| + |-1 * 0.2| + |1 * 0.4| + |0.1| = 0.7.
+    np.testing.assert_allclose(OUT[0], [0.3, 0.05], rtol=1e-6)
+    np.testing.assert_allclose(MAGNITUDES["single_vector"]["scale"], [0.7, 1.05], rtol=1e-7)
+    assert MAGNITUDES["standard"]["scale"].shape == OUT.shape
+    assert MAGNITUDES["standard"]["fallbacks"] == []
+
+
+def test_the_report_records_the_rule_the_fallbacks_and_s_at_the_worst_element(inputs):
+    # On the live units only: a clearly dead relu unit (S = 0) must be exactly 0.
+    inputs[2]["standard.vmap_jit"] = np.where(OUT > 0, OUT + np.float32(2e-6), OUT)
+    report = check(inputs)
+    case = report["cases"]["standard"]
+    assert case["rule"] == "terms" and case["fallbacks"] == []
+    assert case["worst_pair"].endswith("vmap_jit") or case["worst_pair"].startswith("vmap_jit")
+    pair = case["pairs"][case["worst_pair"]]
+    assert pair["rule"] == "terms" and case["bound_ratio"] == pair["bound_ratio"] <= 1.0
+    assert case["scale_at_worst"] == MAGNITUDES["standard"]["scale"][tuple(pair["element"])]
+    assert {r["rule"] for r in case["oracle"].values()} == {"terms"}
+    assert report["reference"]["rules"]["standard"] == {"rule": "terms", "fallbacks": []}
+    assert report["tolerance"]["scale"] == "terms"
+
+
+def test_rounding_in_a_cancelling_sum_passes_by_the_terms_and_fails_by_the_output(inputs):
+    # Outputs that cancelled (|y| <= 0.3) out of terms of magnitude 100: a difference of
+    # 5e-5 is rounding there (rtol * S = 1e-3), far beyond atol + rtol * |y| (4e-6).
+    big = {name: {**m, "scale": np.full_like(m["scale"], 100.0)} for name, m in MAGNITUDES.items()}
+    inputs[2]["standard.vmap_jit"] = OUT + np.float32(5e-5)
+    report = check(inputs, magnitudes=big)
+    assert report["passed"], report["failures"]
+    config = compose_config("model=toy", "precision.tolerance.scale=output")
+    by_output = run_checks(config, *inputs[1:4], oracle=inputs[5], magnitudes=big)
+    assert not by_output["passed"]
+    assert by_output["cases"]["standard"]["rule"] == "output"
+    assert any("rule 'output'" in f for f in by_output["failures"])
+
+
+def test_without_a_terms_magnitude_a_case_is_judged_by_its_output(inputs):
+    report = check(inputs, magnitudes=None)
+    case = report["cases"]["standard"]
+    assert report["passed"] and case["rule"] == "output"
+    assert {r["rule"] for r in case["pairs"].values()} == {"output"}
+
+
+def test_a_path_off_by_a_planted_error_fails_under_the_terms_rule_too(inputs):
+    inputs[2]["standard.direct_jit"] = OUT * np.float32(1.001)
+    report = check(inputs)
+    failing = {f.split(":")[0] for f in report["failures"] if "oracle" not in f}
+    assert failing == {f"standard/{p}-vs-direct_jit" for p in path_names("batch")[:7]} | {
+        "standard/direct_jit-vs-sharded_jit"
+    }
+    assert all("rule 'terms'" in f for f in report["failures"])
+
+
+def test_a_case_without_a_usable_magnitude_is_judged_by_its_output_and_says_why(inputs):
+    failed = {**MAGNITUDES, "standard": {"scale": None, "fallbacks": [], "error": "TypeError: x"}}
+    inputs[2]["standard.vmap_jit"] = OUT + np.float32(5e-5)
+    report = check(inputs, magnitudes=failed)
+    case = report["cases"]["standard"]
+    assert case["rule"] == "output" and case["magnitude_error"] == "TypeError: x"
+    assert not report["passed"]

@@ -95,6 +95,28 @@ def test_missing_key_is_named():
     assert "precision.tolerance.atol: required key is missing" in _error(raw)
 
 
+@pytest.mark.parametrize("group", ["tolerance", "cross_run_tolerance"])
+def test_the_tolerance_scale_is_validated_and_named(group):
+    raw = _raw()
+    assert raw["precision"][group]["scale"] == "terms"  # the default, from conf/precision
+    raw["precision"][group]["scale"] = "result"
+    message = _error(raw)
+    assert f"precision.{group}.scale" in message
+    assert "'terms' or 'output'" in message and "found 'result'" in message
+
+
+def test_every_precision_judges_by_the_terms_and_logs_the_rule():
+    from vmapcheck.config import flatten
+
+    for precision in _group_options("precision"):
+        config = compose_config(f"precision={precision}")
+        assert config.precision.tolerance.scale == "terms", precision
+        assert config.precision.cross_run_tolerance.scale == "terms", precision
+        assert flatten(config)["precision.tolerance.scale"] == "terms"
+    by_output = compose_config("precision.tolerance.scale=output")
+    assert by_output.precision.tolerance.scale == "output"
+
+
 def test_float64_without_x64_is_impossible():
     raw = _raw()
     raw["precision"]["dtype"] = "float64"
@@ -111,6 +133,87 @@ def test_toy_model_is_fixed():
     raw = yaml.safe_load(compose_yaml(ROOT / "conf", ["model=toy"]))
     raw["model"]["hidden"] = [4]
     assert "model 'toy' is the seed's fixed model" in _error(raw)
+
+
+def linear_model(in_features: int, out_features: int):
+    """A user's model that takes no hidden widths (the factory of the test below)."""
+    import jax.numpy as jnp
+
+    from vmapcheck.core.models import Model
+
+    return Model(
+        name="linear",
+        in_features=in_features,
+        out_features=out_features,
+        forward_one=lambda params, x: x @ params["W"],
+        init=lambda key: {"W": jnp.zeros((in_features, out_features), jnp.float32)},
+    )
+
+
+def test_a_model_that_does_not_use_hidden_may_leave_it_out():
+    from vmapcheck.core.models import build_model
+
+    config = compose_config(
+        "model=flax_mlp",
+        "model.name=linear",
+        "model.factory._target_=tests.test_config.linear_model",
+        "~model.factory.hidden",
+        "~model.hidden",
+    )
+    assert config.model.hidden is None and config.model.factory == {
+        "_target_": "tests.test_config.linear_model",
+        "in_features": 8,
+        "out_features": 2,
+    }
+    assert build_model(config.model).in_features == 8
+    toy = yaml.safe_load(compose_yaml(ROOT / "conf", ["model=toy", "~model.hidden"]))
+    assert validate_config(toy).model.hidden is None  # toy reads none either
+
+
+def test_the_builtin_mlp_says_it_needs_hidden():
+    raw = _raw()
+    assert raw["model"]["name"] == "mlp"
+    del raw["model"]["hidden"]
+    message = _error(raw)
+    assert "model.hidden: " in message
+    assert "expected the hidden layer widths of the built-in model 'mlp'" in message
+    assert "found None" in message
+    raw["model"]["hidden"] = None
+    assert "model.hidden: " in _error(raw)
+
+
+def test_the_diabetes_table_fits_the_default_mlp_with_one_output():
+    config = compose_config("data=diabetes", "model.out_features=1")
+    assert config.data.source == "diabetes" and config.model.name == "mlp"
+    assert config.data.quasi_identifiers == {"age": "band10", "sex": "drop"}
+    assert config.data.n_features == config.model.in_features == 8
+    assert config.data.n_targets == config.model.out_features == 1
+    assert config.data.anonymize.join_key is None and config.data.anonymize.group_by is None
+    # Without the override, the default mlp's two outputs do not fit the one target.
+    raw = yaml.safe_load(compose_yaml(ROOT / "conf", ["data=diabetes"]))
+    message = _error(raw)
+    assert "data.targets gives 1 targets but model.out_features=2" in message
+    raw["data"]["quasi_identifiers"]["age"] = "decile"
+    message = _error(raw)
+    assert "quasi_identifiers.age: " in message and "'band10'" in message
+    assert "found 'decile'" in message
+
+
+def test_the_documented_diabetes_run_composes():
+    """docs/regression-set.md's first run of the default mlp on the diabetes table."""
+    import re
+
+    from vmapcheck.check.reference import reference_dir
+    from vmapcheck.layout import Layout
+
+    docs = (ROOT / "docs" / "regression-set.md").read_text(encoding="utf-8")
+    command = re.search(r"dvc exp run -S data=diabetes[^`]*", docs).group(0)
+    overrides = re.findall(r"-S (\S+)", command)
+    assert overrides[0] == "data=diabetes" and "model.out_features=1" in overrides
+    config = compose_config(*overrides)
+    assert config.model.name == "mlp" and config.model.out_features == 1
+    assert reference_dir(config, Layout(ROOT)) == ROOT / "data/reference/diabetes/mlp"
+    assert config.registry.registered_model != compose_config().registry.registered_model
 
 
 def test_missing_or_broken_params_file_names_the_file(tmp_path):

@@ -12,7 +12,7 @@ from vmapcheck.core.forms import batched_forward
 from vmapcheck.core.keys import named_keys
 from vmapcheck.core.models import build_model
 from vmapcheck.core.training import fit
-from vmapcheck.data.sources import synthetic_raw_table
+from vmapcheck.data.builtin import synthetic_raw_table
 from vmapcheck.data.splits import split_indices
 from vmapcheck.errors import InvalidInputError
 

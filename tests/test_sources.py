@@ -1,5 +1,6 @@
 """Raw tables: CSV/Parquet reading refuses every malformed file with file, column and row
-named and no personal value shown; the synthetic generator is deterministic from its key."""
+named and no personal value shown; the synthetic generator is deterministic from its key;
+the diabetes table loads from the installed scikit-learn and goes through prepare."""
 
 from __future__ import annotations
 
@@ -11,16 +12,23 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from vmapcheck.data.sources import (
+from tests.helpers.config import compose_config
+from vmapcheck.core.keys import named_keys
+from vmapcheck.data.anonymize import anonymize
+from vmapcheck.data.builtin import (
+    DIABETES_COLUMNS,
+    DIABETES_SOURCE,
     SYNTHETIC_IDENTIFIERS,
     SYNTHETIC_QUASI,
-    RawTable,
-    Schema,
-    read_table,
+    diabetes_raw_table,
+    diabetes_schema,
     synthetic_raw_table,
     synthetic_schema,
     write_csv,
 )
+from vmapcheck.data.regression import SPLITS, load_cases, regression_cases, write_cases
+from vmapcheck.data.sources import RawTable, Schema, read_table
+from vmapcheck.data.splits import anonymize_policy, load_raw, split_indices, write_splits
 from vmapcheck.errors import ConfigError, SourceError
 
 SCHEMA = Schema(
@@ -316,3 +324,144 @@ def test_round_trip_through_csv(tmp_path, synthetic):
         for column, values in {**synthetic.identifiers, **synthetic.quasi_identifiers}.items():
             got = {**back.identifiers, **back.quasi_identifiers}[column]
             np.testing.assert_array_equal(got, values)
+
+
+# ---------------------------------------------------------------------------------------
+# The diabetes table scikit-learn ships
+
+DIABETES_FEATURES = ("bmi", "bp", "s1", "s2", "s3", "s4", "s5", "s6")
+
+
+@pytest.fixture(scope="module")
+def diabetes_config():
+    """conf/data/diabetes.yaml with the default mlp, whose out_features must be 1."""
+    return compose_config("data=diabetes", "model.out_features=1")
+
+
+@pytest.fixture(scope="module")
+def diabetes(diabetes_config) -> RawTable:
+    return load_raw(diabetes_config.data, named_keys(0)["data"], Path("/nonexistent"))
+
+
+def test_the_diabetes_table_loads_from_the_installed_package_without_network(monkeypatch):
+    import socket
+    import urllib.request
+
+    def no_network(*args, **kwargs):
+        raise AssertionError("the diabetes source reached for the network")
+
+    monkeypatch.setattr(socket.socket, "connect", no_network)
+    monkeypatch.setattr(urllib.request, "urlopen", no_network)
+    schema = diabetes_schema({"age": "band10", "sex": "drop"}, DIABETES_FEATURES, ["progression"])
+    raw = diabetes_raw_table(schema)
+    assert raw.n_rows == 442 and raw.source == DIABETES_SOURCE
+    assert raw.features.shape == (442, 8) and raw.features.dtype == np.float32
+    assert raw.targets.shape == (442, 1) and raw.targets.dtype == np.float32
+    assert raw.schema.columns == ("age", "sex", *DIABETES_FEATURES, "progression")
+    assert raw.identifiers == {} and list(raw.quasi_identifiers) == ["age", "sex"]
+
+
+def test_the_diabetes_table_is_unscaled_with_real_quasi_identifiers(diabetes):
+    from sklearn.datasets import load_diabetes
+
+    bunch = load_diabetes(scaled=False)
+    ages = [int(v) for v in diabetes.quasi_identifiers["age"].tolist()]
+    assert min(ages) == 19 and max(ages) == 79  # years, not the scaled +-0.1 values
+    assert set(diabetes.quasi_identifiers["sex"].tolist()) == {"1", "2"}
+    np.testing.assert_array_equal(
+        diabetes.quasi_identifiers["age"], bunch.data[:, 0].astype(int).astype(str)
+    )
+    np.testing.assert_array_equal(diabetes.features, bunch.data[:, 2:].astype(np.float32))
+    np.testing.assert_array_equal(diabetes.targets[:, 0], bunch.target.astype(np.float32))
+    assert diabetes.targets.min() >= 25 and diabetes.targets.max() <= 346
+    assert diabetes.features[:, 0].min() > 15 and diabetes.features[:, 0].max() < 45  # bmi
+    assert "59" not in repr(diabetes)  # the repr (a log line) shows no value
+
+
+def test_diabetes_columns_follow_the_configured_roles_and_order():
+    from sklearn.datasets import load_diabetes
+
+    bunch = load_diabetes(scaled=False)
+    quasi = {c: "drop" for c in DIABETES_COLUMNS if c not in ("s5", "age", "bmi")}
+    raw = diabetes_raw_table(diabetes_schema(quasi, ["s5", "age"], ["bmi"]))
+    np.testing.assert_array_equal(raw.features, bunch.data[:, [8, 0]].astype(np.float32))
+    np.testing.assert_array_equal(raw.targets[:, 0], bunch.data[:, 2].astype(np.float32))
+    assert "progression" in raw.quasi_identifiers
+
+
+@pytest.mark.parametrize(
+    ("quasi", "features", "targets", "expected"),
+    [
+        (
+            {"age": "drop", "sex": "drop"},
+            [*DIABETES_FEATURES[:-1], "glucose"],
+            ["progression"],
+            r"data\.features: expected columns of the diabetes table \(age, sex, .*, "
+            r"progression\), found 'glucose'",
+        ),
+        (
+            {"age": "drop", "sex": "drop", "id": "drop"},
+            DIABETES_FEATURES,
+            ["progression"],
+            r"data\.quasi_identifiers: expected columns of the diabetes table .*found 'id'",
+        ),
+        (
+            {"age": "band10"},
+            DIABETES_FEATURES,
+            ["progression"],
+            r"data\.quasi_identifiers, data\.features, data\.targets: expected every column "
+            r".* found 'sex' in none; .*'drop'",
+        ),
+        (
+            {"age": "drop", "sex": "drop"},
+            DIABETES_FEATURES,
+            ["progression", "bmi"],
+            r"column 'bmi' is listed in both data\.features and data\.targets",
+        ),
+        ({"age": "drop", "sex": "drop"}, DIABETES_FEATURES, [], r"data\.targets: expected at"),
+    ],
+)
+def test_a_diabetes_schema_that_does_not_fit_the_table_names_the_key(
+    quasi, features, targets, expected
+):
+    with pytest.raises(ConfigError, match=expected):
+        diabetes_schema(quasi, features, targets)
+
+
+def test_prepare_makes_disjoint_splits_and_cases_from_the_diabetes_table(
+    diabetes, diabetes_config, tmp_path
+):
+    """prepare's steps (vmapcheck.pipeline.prepare.run) on the diabetes table."""
+    config = diabetes_config
+    assert config.model.name == "mlp" and config.model.in_features == 8 == config.data.n_features
+    assert config.model.out_features == 1 == config.data.n_targets
+    keys = named_keys(config.seed)
+    table = anonymize(diabetes, anonymize_policy(config.data))
+    # No identifier and no group_by: each patient (row) is its own record.
+    np.testing.assert_array_equal(table.group_ids, np.arange(442))
+    assert table.feature_names == DIABETES_FEATURES and table.join_keys is None
+    assert set(table.generalized) == {"age.band10"}
+    actions = {c["name"]: c["action"] for c in table.columns}
+    assert actions["age"].startswith("generalized") and actions["sex"] == "dropped"
+
+    parts = split_indices(keys["split"], table.group_ids, config.data)
+    rows = np.concatenate([parts[name] for name in SPLITS])
+    assert np.array_equal(np.sort(rows), np.arange(442))  # disjoint, and every row once
+    assert {name: parts[name].size for name in SPLITS} == {"train": 310, "val": 66, "test": 66}
+    write_splits(tmp_path / "prepared", table, parts)
+    with np.load(tmp_path / "prepared" / "test.npz") as test:
+        assert set(test.files) == {"features", "targets", "row", "age.band10"}
+        assert test["features"].shape == (66, config.model.in_features)
+        assert set(test["age.band10"].tolist()) <= set(range(10, 80, 10))
+
+    cases = regression_cases(
+        table.features[parts["train"]],
+        table.features[parts["test"]],
+        table.targets[parts["test"]],
+        config.data.standard_batch,
+    )
+    write_cases(tmp_path / "cases", cases, list(table.feature_names))
+    stored = load_cases(tmp_path / "cases")
+    assert stored["standard"]["x"].shape == (config.data.standard_batch, 8)
+    assert stored["standard"]["y"].shape == (config.data.standard_batch, 1)
+    assert "expected 8 features, got 9" in cases["invalid_features"]["expect"]

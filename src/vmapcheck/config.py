@@ -15,7 +15,15 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
 from vmapcheck.errors import ConfigError
 
@@ -36,14 +44,27 @@ class ModelConfig(_Strict):
     """Which model, and its layer widths. ``toy`` is the seed's fixed 3 -> 2 model.
 
     Any other name is a user's model: ``factory`` is a Hydra ``_target_`` (with its
-    keyword arguments) returning a :class:`vmapcheck.core.models.Model`.
+    keyword arguments) returning a :class:`vmapcheck.core.models.Model`. ``hidden`` (the
+    hidden layer widths) is read by the built-in ``mlp`` only, which requires it; a
+    user's model may leave it out (its factory gets whatever its own keys pass).
     """
 
     name: Annotated[str, Field(pattern=r"^[A-Za-z][A-Za-z0-9_-]*$")]
     in_features: PositiveInt
-    hidden: list[PositiveInt]
+    # validate_default: a missing hidden is checked too (required for mlp).
+    hidden: Annotated[list[PositiveInt] | None, Field(validate_default=True)] = None
     out_features: PositiveInt
     factory: dict[str, Any] | None = None
+
+    @field_validator("hidden", mode="after")
+    @classmethod
+    def _mlp_needs_hidden(cls, hidden: list[int] | None, info: ValidationInfo) -> list[int] | None:
+        if hidden is None and info.data.get("name") == "mlp":
+            raise ValueError(
+                "expected the hidden layer widths of the built-in model 'mlp' (a list such "
+                "as [32, 32], or [] for none; conf/model/mlp.yaml sets them)"
+            )
+        return hidden
 
     @model_validator(mode="after")
     def _factory_for_own_models(self) -> ModelConfig:
@@ -58,7 +79,9 @@ class ModelConfig(_Strict):
 
     @model_validator(mode="after")
     def _toy_is_fixed(self) -> ModelConfig:
-        if self.name == "toy" and (self.in_features, self.hidden, self.out_features) != (
+        # toy reads no hidden: leaving it out is the same as its fixed [].
+        hidden = [] if self.hidden is None else self.hidden
+        if self.name == "toy" and (self.in_features, hidden, self.out_features) != (
             3,
             [],
             2,
@@ -84,7 +107,7 @@ class SplitConfig(_Strict):
         return self
 
 
-QuasiPolicy = Literal["drop", "year", "decade", "prefix1", "prefix2", "prefix3"]
+QuasiPolicy = Literal["drop", "year", "decade", "band10", "prefix1", "prefix2", "prefix3"]
 
 
 class AnonymizeConfig(_Strict):
@@ -134,7 +157,27 @@ class FileDataConfig(_DataCommon):
         return len(self.targets)
 
 
-DataConfig = Annotated[SyntheticDataConfig | FileDataConfig, Field(discriminator="source")]
+class DiabetesDataConfig(_DataCommon):
+    """The diabetes table scikit-learn ships (vmapcheck.data.builtin.diabetes_raw_table):
+    442 patients, unscaled, no identifier. Every column of it in exactly one role (checked
+    by ``prepare`` against the table: vmapcheck.data.builtin.diabetes_schema)."""
+
+    source: Literal["diabetes"]
+    features: Annotated[list[str], Field(min_length=1)]
+    targets: Annotated[list[str], Field(min_length=1)]
+
+    @property
+    def n_features(self) -> int:
+        return len(self.features)
+
+    @property
+    def n_targets(self) -> int:
+        return len(self.targets)
+
+
+DataConfig = Annotated[
+    SyntheticDataConfig | FileDataConfig | DiabetesDataConfig, Field(discriminator="source")
+]
 
 
 # A registered model's name as vmapcheck.tracking.registry writes it into models:/ URIs (MLflow
@@ -183,11 +226,20 @@ class BackendConfig(_Strict):
     num_devices: PositiveInt | None
 
 
+# What the relative tolerance is relative to (vmapcheck.core.compare.scale_of): "output",
+# max(|a|, |b|); "terms", the magnitude of the terms each output element is made of
+# (vmapcheck.core.magnitude), at least max(|a|, |b|).
+ToleranceScale = Literal["terms", "output"]
+
+
 class ToleranceConfig(_Strict):
-    """Agreement between two outputs a, b: |a - b| <= atol + rtol * max(|a|, |b|)."""
+    """Agreement between two outputs a, b, elementwise: ``|a - b|`` within ``atol`` plus
+    ``rtol`` times the magnitude ``scale`` names (the rule: vmapcheck.core.compare)."""
 
     rtol: NonNegativeFloat
     atol: NonNegativeFloat
+    # conf/precision/*.yaml set it ("terms"); the default serves tolerances built in code.
+    scale: ToleranceScale = "terms"
 
 
 class PrecisionConfig(_Strict):

@@ -18,7 +18,7 @@ import pytest
 from tests.helpers.project import FAST_RUN, commit_all, compose_params, copy_project, planted, run
 from vmapcheck.bench.guard import REQUEST_CANARY
 from vmapcheck.data.anonymize import find_canaries
-from vmapcheck.data.sources import synthetic_raw_table, write_csv
+from vmapcheck.data.builtin import synthetic_raw_table, write_csv
 
 pytestmark = pytest.mark.e2e
 

@@ -31,19 +31,54 @@ def _contract(entry: dict[str, Any], shape: list[int], dtype: str) -> list[str]:
 
 
 def _worst(results: dict[str, dict[str, Any]], stat: str) -> float | None:
-    values = [r[stat] for r in results.values() if r[stat] is not None]
+    values = [r[stat] for r in results.values() if r.get(stat) is not None]
     return max(values) if values else None
 
 
+def _scale_for(tolerance: ToleranceConfig, magnitude: dict[str, Any] | None) -> Any:
+    """The terms' magnitude to compare with under ``tolerance``, or None (rule "output":
+    ``tolerance.scale`` says so, or no magnitude was computed for the case)."""
+    if tolerance.scale != "terms" or magnitude is None:
+        return None
+    return magnitude.get("scale")
+
+
+def _rule(tolerance: ToleranceConfig, magnitude: dict[str, Any] | None) -> dict[str, Any]:
+    """``rule`` (what a case is judged by under ``tolerance``), ``fallbacks`` (the
+    primitives whose terms' magnitude fell back to |y|) and, when the magnitude forward
+    failed on the case, ``magnitude_error``."""
+    terms = _scale_for(tolerance, magnitude) is not None
+    rule = {
+        "rule": "terms" if terms else "output",
+        "fallbacks": list(magnitude["fallbacks"]) if terms and magnitude else [],
+    }
+    if tolerance.scale == "terms" and magnitude and magnitude.get("error"):
+        rule["magnitude_error"] = magnitude["error"]  # why the output rule judged it
+    return rule
+
+
+def _fitting(scale: Any, a: np.ndarray) -> Any:
+    """``scale`` where it describes an output of ``a``'s shape, else None (an output of
+    the wrong shape is the contract's failure; it is compared under the output rule)."""
+    return scale if scale is not None and np.shape(scale) == np.shape(a) else None
+
+
 def _pairs(
-    case: str, kind: CaseKind, outputs: dict[str, np.ndarray], tolerance: ToleranceConfig
+    case: str,
+    kind: CaseKind,
+    outputs: dict[str, np.ndarray],
+    tolerance: ToleranceConfig,
+    scale: Any = None,
 ) -> dict[str, dict[str, Any]]:
-    """Every path against every other; one example also against the batch of one."""
+    """Every path against every other; one example also against the batch of one.
+
+    ``scale``: the case's terms magnitude (its output's shape), or None: rule "output".
+    """
     present = {
         p: outputs[output_key(case, p)] for p in kind.paths() if output_key(case, p) in outputs
     }
     results = {
-        f"{a}-vs-{b}": compare(present[a], present[b], tolerance)
+        f"{a}-vs-{b}": compare(present[a], present[b], tolerance, _fitting(scale, present[a]))
         for a, b in combinations(present, 2)
     }
     if kind.takes == "vector":
@@ -51,8 +86,24 @@ def _pairs(
             for b in path_names("batch"):
                 batch = outputs.get(output_key("single", b))
                 if batch is not None:
-                    results[f"{a}-vs-single.{b}"] = compare(present[a], batch[0], tolerance)
+                    results[f"{a}-vs-single.{b}"] = compare(
+                        present[a], batch[0], tolerance, _fitting(scale, present[a])
+                    )
     return results
+
+
+def _worst_element(results: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """The rule's figures at the worst element over ``results`` (the largest bound
+    ratio): ``bound_ratio``, ``scale_at_worst`` (S there) and ``worst_pair``."""
+    judged = {k: r for k, r in results.items() if r.get("bound_ratio") is not None}
+    if not judged:
+        return {"bound_ratio": None, "scale_at_worst": None, "worst_pair": None}
+    pair = max(judged, key=lambda k: judged[k]["bound_ratio"])
+    return {
+        "bound_ratio": judged[pair]["bound_ratio"],
+        "scale_at_worst": judged[pair]["scale_at_worst"],
+        "worst_pair": pair,
+    }
 
 
 def _valid_case(
@@ -64,6 +115,7 @@ def _valid_case(
     oracle: dict[str, np.ndarray] | None,
     targets: np.ndarray | None,
     skip: dict[str, str],
+    magnitude: dict[str, Any] | None,
 ) -> tuple[dict[str, Any], list[str]]:
     kind = kind_of(meta, name)
     out_shape = (
@@ -82,7 +134,8 @@ def _valid_case(
     }
     present = {p: outputs[output_key(name, p)] for p in paths if output_key(name, p) in outputs}
     finite = {p: bool(np.all(np.isfinite(v))) for p, v in present.items()}
-    pairs = _pairs(name, kind, outputs, config.precision.tolerance)
+    tolerance = config.precision.tolerance
+    pairs = _pairs(name, kind, outputs, tolerance, _scale_for(tolerance, magnitude))
     failures = [f"{name}/{p}: {msg}" for p, msgs in contract.items() for msg in msgs]
     failures += [f"{name}/{p}: non-finite output" for p, ok in finite.items() if not ok]
     failures += [f"{name}/{pair}: {r['reason']}" for pair, r in pairs.items() if not r["passed"]]
@@ -95,10 +148,17 @@ def _valid_case(
         "contract": contract,
         "finite": finite,
         "pairs": pairs,
+        # The rule the pairs were judged by, the primitives whose terms' magnitude fell
+        # back to |y| (vmapcheck.core.magnitude), and S at the worst element.
+        **_rule(tolerance, magnitude),
+        **_worst_element(pairs),
     }
     if oracle is not None and name in oracle:
         cross = config.precision.cross_run_tolerance
-        report["oracle"] = {p: compare(v, oracle[name], cross) for p, v in present.items()}
+        scale = _scale_for(cross, magnitude)
+        report["oracle"] = {
+            p: compare(v, oracle[name], cross, _fitting(scale, v)) for p, v in present.items()
+        }
         failures += [
             f"{name}/{p} vs float64 oracle: {r['reason']}"
             for p, r in report["oracle"].items()
@@ -170,6 +230,7 @@ def _reference(
     tolerance = looser(
         meta["cross_run_tolerance"], config.precision.cross_run_tolerance.model_dump()
     )
+    magnitudes = reference.get("magnitudes") or {}
     cases: dict[str, dict[str, Any]] = {}
     failures = []
     for name, entry in meta["cases"].items():
@@ -197,7 +258,10 @@ def _reference(
                     "reason": "the reference stores no output for this path",
                 }
             else:
-                result = compare(current[key], stored[stored_key], tolerance)
+                scale = _scale_for(tolerance, magnitudes.get(name))
+                result = compare(
+                    current[key], stored[stored_key], tolerance, _fitting(scale, current[key])
+                )
             if stand_in != path:
                 result["stored_path"] = stand_in
             cases[name][path] = result
@@ -232,6 +296,9 @@ def _reference(
         "reason": meta["reason"],
         "from_run": meta.get("from_run"),
         "tolerance_used": tolerance.model_dump(),
+        # Per case: the rule its outputs were judged by and the primitives whose terms'
+        # magnitude fell back to |y| (the reference's own params and inputs).
+        "rules": {name: _rule(tolerance, magnitudes.get(name)) for name in cases},
         "cases": cases,
         "losses": losses,
         "max_abs": max(
@@ -320,14 +387,19 @@ def run_checks(
     reference: dict[str, Any] | None = None,
     gradients: dict[str, np.ndarray] | None = None,
     inputs: dict[str, dict[str, Any]] | None = None,
+    magnitudes: dict[str, dict[str, Any]] | None = None,
 ) -> CheckDetails:
     """Build the check report (``reports/check_details.json``, :class:`CheckDetails`).
 
     ``oracle``: case -> float64 output (None for a float64 run). ``targets``: case -> y
     for cases that have them. ``reference``: {"status", "message", and when "ok": "meta",
-    "stored", "current", "cases"} (see :mod:`vmapcheck.check.reference`), or None if absent.
+    "stored", "current", "cases", optionally "magnitudes" (as below, for the reference's
+    own params and inputs)} (see :mod:`vmapcheck.check.reference`), or None if absent.
     ``inputs``: stage results of :mod:`vmapcheck.check.diagnosis` judged as checks (the
-    key stream), or None.
+    key stream), or None. ``magnitudes``: case -> {"scale": S_terms of the case's
+    output shape, "fallbacks": [primitive names]} (:func:`vmapcheck.core.magnitude.
+    case_magnitudes`); a tolerance whose ``scale`` is "terms" judges a case with it
+    (pairs, oracle, reference), any other comparison uses the output rule.
     """
     cases_report: dict[str, Any] = {}
     negative_report: dict[str, Any] = {}
@@ -339,7 +411,15 @@ def run_checks(
             negative_report[name], found = _negative_case(name, meta, record, skip)
         else:
             cases_report[name], found = _valid_case(
-                name, meta, config, outputs, record, oracle, (targets or {}).get(name), skip
+                name,
+                meta,
+                config,
+                outputs,
+                record,
+                oracle,
+                (targets or {}).get(name),
+                skip,
+                (magnitudes or {}).get(name),
             )
         failures += found
     reference_report, found = _reference(config, forward_record["runtime"], reference, skip)

@@ -1,9 +1,21 @@
 """The one comparison rule: agreement with explicit tolerances, ULP distance, looser.
 
 Two arrays ``a`` and ``b`` agree when they have the same shape and, elementwise,
-``|a - b| <= atol + rtol * max(|a|, |b|)`` (:func:`allowed_error`; symmetric, so the
-pair order does not matter), computed in float64 so the comparison adds no rounding of
-its own. NaN or Inf in either array is a failure, never a pass: it is not masked.
+``|a - b| <= atol + rtol * S`` (:func:`allowed_error`), computed in float64 so the
+comparison adds no rounding of its own. ``S`` is the magnitude the rounding is relative
+to (:func:`scale_of`; ``precision.tolerance.scale`` picks the rule):
+
+- rule ``"output"``: ``S = max(|a|, |b|)``, the result's own magnitude;
+- rule ``"terms"``: ``S = max(S_terms, |a|, |b|)``, where ``S_terms`` is the magnitude
+  of the terms each element is made of (:mod:`vmapcheck.core.magnitude`). Two paths
+  that sum the same terms in another order differ by rounding relative to the terms,
+  not to a result that cancelled: a 32-term dot product whose terms add up to 104 in
+  magnitude may differ by ~1e-5 in float32 even when it comes out as -0.093.
+
+Both are symmetric, so the pair order does not matter. NaN or Inf in either array is a
+failure, never a pass: it is not masked. A non-finite ``S_terms`` (an ill-conditioned
+point, or no bound known) is never a licence: that element falls back to the output's
+own magnitude.
 
 Every caller (the checks, the reference, the diagnosis) goes through this module.
 """
@@ -11,7 +23,7 @@ Every caller (the checks, the reference, the diagnosis) goes through this module
 from __future__ import annotations
 
 from itertools import combinations
-from typing import Any
+from typing import Any, Literal
 
 import jax.numpy as jnp
 import numpy as np
@@ -21,46 +33,117 @@ from vmapcheck.config import ToleranceConfig
 # Bitwise: re-derived data must reproduce the stored bits.
 EXACT = ToleranceConfig(rtol=0.0, atol=0.0)
 
+Rule = Literal["output", "terms"]
+
 
 def allowed_error(scale: Any, tolerance: ToleranceConfig) -> Any:
-    """The error the rule allows at magnitude ``scale`` (= max(|a|, |b|), elementwise)."""
+    """The error the rule allows at magnitude ``scale`` (:func:`scale_of`, elementwise)."""
     return tolerance.atol + tolerance.rtol * scale
 
 
+def scale_of(a64: np.ndarray, b64: np.ndarray, terms: Any = None) -> tuple[np.ndarray, Rule]:
+    """``(S, rule)``: the magnitude the tolerance is relative to, elementwise, float64.
+
+    ``terms`` None: rule ``"output"``, ``S = max(|a|, |b|)``. Otherwise ``terms`` has
+    ``a``'s shape (it is never broadcast: a scale of another shape belongs to another
+    output) and the rule is ``"terms"``: ``S = max(terms, |a|, |b|)``, where a
+    non-finite entry of ``terms`` counts as 0 (the output's magnitude decides there).
+
+    Raises:
+        ValueError: ``terms`` does not have ``a``'s shape.
+    """
+    out = np.maximum(np.abs(a64), np.abs(b64))
+    if terms is None:
+        return out, "output"
+    terms = np.asarray(terms, dtype=np.float64)
+    if terms.shape != a64.shape:
+        raise ValueError(
+            f"the terms' magnitude has shape {terms.shape}, the outputs {a64.shape}: "
+            "it must describe these very outputs"
+        )
+    with np.errstate(invalid="ignore"):
+        finite = np.where(np.isfinite(terms), terms, 0.0)
+    return np.maximum(finite, out), "terms"
+
+
+def _worst(diff: np.ndarray, allowed: np.ndarray) -> tuple[int, float]:
+    """``(flat index, bound ratio)`` of the worst element: the largest
+    ``|a - b| / allowed`` (infinite where nothing is allowed and they differ); ties go to
+    the largest excess ``|a - b| - allowed``."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        ratio = np.where(allowed > 0, diff / np.where(allowed > 0, allowed, 1.0), np.inf)
+    ratio = np.where(diff == 0, 0.0, ratio)
+    top = float(ratio.max())
+    worst = int(np.argmax(np.where(ratio == top, diff - allowed, -np.inf)))
+    return worst, top
+
+
+def _scale_phrase(rule: Rule, value: float) -> str:
+    which = "max(S_terms, |a|, |b|)" if rule == "terms" else "max(|a|, |b|)"
+    return f"S = {which} = {value:.3g} (rule {rule!r})"
+
+
 def within(a: float, b: float, tolerance: ToleranceConfig) -> bool:
-    """The rule for two scalars (e.g. a loss against its stored value)."""
+    """The rule for two scalars (e.g. a loss against its stored value): rule "output"."""
     return abs(a - b) <= allowed_error(max(abs(a), abs(b)), tolerance)
 
 
-def looser(a: dict[str, float], b: dict[str, float]) -> ToleranceConfig:
-    """The looser of two tolerances, element by element (each side's numerics count)."""
-    return ToleranceConfig(rtol=max(a["rtol"], b["rtol"]), atol=max(a["atol"], b["atol"]))
+def looser(a: dict[str, Any], b: dict[str, Any]) -> ToleranceConfig:
+    """The looser of two tolerances, element by element (each side's numerics count).
+
+    ``scale`` (which rule) is not numerics: it is ``b``'s, the run that judges (``a``'s
+    when ``b`` names none; the default when neither does).
+    """
+    scale = b.get("scale", a.get("scale"))
+    return ToleranceConfig(
+        rtol=max(a["rtol"], b["rtol"]),
+        atol=max(a["atol"], b["atol"]),
+        **({} if scale is None else {"scale": scale}),
+    )
 
 
-def compare(a: np.ndarray, b: np.ndarray, tolerance: ToleranceConfig) -> dict[str, Any]:
+def compare(
+    a: np.ndarray, b: np.ndarray, tolerance: ToleranceConfig, scale: Any = None
+) -> dict[str, Any]:
     """Max absolute and relative error of ``a`` vs ``b`` and whether they agree.
 
-    Errors are computed in float64 so the comparison adds no rounding of its own.
+    ``scale``: the terms' magnitude ``S_terms`` of these outputs (``a``'s shape), or
+    None for the output rule (:func:`scale_of`). Errors are computed in float64 so the
+    comparison adds no rounding of its own. Besides ``max_abs``, ``max_rel`` (relative
+    to ``max(|a|, |b|)``, whatever the rule), ``passed`` and ``reason``: ``rule``,
+    ``bound_ratio`` (the largest ``|a - b| / (atol + rtol * S)``: at most 1 when they
+    agree), ``element`` (the index of the element where it is reached) and
+    ``scale_at_worst`` (``S`` there).
     """
+    rule: Rule = "output" if scale is None else "terms"
+    empty = {"bound_ratio": None, "rule": rule, "element": None, "scale_at_worst": None}
     if a.shape != b.shape:
         return {
             "max_abs": None,
             "max_rel": None,
             "passed": False,
             "reason": f"shape {a.shape} vs {b.shape}",
+            **empty,
         }
     a64, b64 = a.astype(np.float64), b.astype(np.float64)
     finite = bool(np.all(np.isfinite(a64)) and np.all(np.isfinite(b64)))
     if not finite:
-        return {"max_abs": None, "max_rel": None, "passed": False, "reason": "non-finite output"}
+        return {
+            "max_abs": None,
+            "max_rel": None,
+            "passed": False,
+            "reason": "non-finite output",
+            **empty,
+        }
     if a64.size == 0:
-        return {"max_abs": 0.0, "max_rel": 0.0, "passed": True, "reason": ""}
+        return {"max_abs": 0.0, "max_rel": 0.0, "passed": True, "reason": "", **empty}
     diff = np.abs(a64 - b64)
-    scale = np.maximum(np.abs(a64), np.abs(b64))
-    rel = np.divide(diff, scale, out=np.zeros_like(diff), where=scale > 0)
-    allowed = allowed_error(scale, tolerance)
+    magnitude = np.maximum(np.abs(a64), np.abs(b64))
+    rel = np.divide(diff, magnitude, out=np.zeros_like(diff), where=magnitude > 0)
+    s, rule = scale_of(a64, b64, scale)
+    allowed = allowed_error(s, tolerance)
     passed = bool(np.all(diff <= allowed))
-    worst = int(np.argmax(diff - allowed))
+    worst, ratio = _worst(diff, allowed)
     where = tuple(int(i) for i in np.unravel_index(worst, diff.shape))
     return {
         "max_abs": float(diff.max()),
@@ -70,17 +153,23 @@ def compare(a: np.ndarray, b: np.ndarray, tolerance: ToleranceConfig) -> dict[st
         if passed
         else (
             f"element {where}: |a-b|={diff.flat[worst]:.3g} "
-            f"> atol + rtol*|x| = {allowed.flat[worst]:.3g}"
+            f"> atol + rtol*S = {allowed.flat[worst]:.3g}, "
+            f"{_scale_phrase(rule, float(s.flat[worst]))}"
         ),
+        "bound_ratio": ratio,
+        "rule": rule,
+        "element": list(where),
+        "scale_at_worst": float(s.flat[worst]),
     }
 
 
 def all_pairs(
-    outputs: dict[str, np.ndarray], tolerance: ToleranceConfig
+    outputs: dict[str, np.ndarray], tolerance: ToleranceConfig, scale: Any = None
 ) -> dict[str, dict[str, Any]]:
-    """Compare every path with every other: ``"loop_eager-vs-vmap_jit" -> compare(...)``."""
+    """Compare every path with every other: ``"loop_eager-vs-vmap_jit" -> compare(...)``
+    (``scale``: the outputs' terms magnitude, or None for the output rule)."""
     return {
-        f"{left}-vs-{right}": compare(outputs[left], outputs[right], tolerance)
+        f"{left}-vs-{right}": compare(outputs[left], outputs[right], tolerance, scale)
         for left, right in combinations(outputs, 2)
     }
 
@@ -137,14 +226,17 @@ def measure(
     tolerance: ToleranceConfig,
     source: str,
     ulp_dtype: Any = None,
+    scale: Any = None,
 ) -> dict[str, Any]:
     """Compare ``a`` with ``b``: max abs / rel error, max ULP distance, and the verdict.
 
     The verdict is :func:`vmapcheck.core.compare.compare`'s rule, elementwise
-    ``|a - b| <= atol + rtol * max(|a|, |b|)`` in float64, with ``tolerance`` as given
-    (``source`` names the setting it comes from). A non-finite value in either array is
+    ``|a - b| <= atol + rtol * S`` in float64, with ``tolerance`` as given (``source``
+    names the setting it comes from) and ``S`` from :func:`scale_of` (``scale``: the
+    terms' magnitude, or None for the output rule). A non-finite value in either array is
     a failure, located (count and first index), never masked; the error figures then
-    cover the elements finite in both. ``element`` is the index of the worst element.
+    cover the elements finite in both. ``element`` is the index of the worst element
+    (the largest ``bound_ratio``), ``scale_at_worst`` its ``S``.
     """
     a, b = np.asarray(a), np.asarray(b)
     out: dict[str, Any] = {
@@ -153,6 +245,9 @@ def measure(
         "max_ulp": None,
         "ulp_dtype": None,
         "tolerance": {"rtol": tolerance.rtol, "atol": tolerance.atol, "from": source},
+        "rule": "output" if scale is None else "terms",
+        "bound_ratio": None,
+        "scale_at_worst": None,
         "passed": False,
         "element": None,
         "reason": "",
@@ -161,16 +256,17 @@ def measure(
         out["reason"] = f"shape {tuple(a.shape)} vs {tuple(b.shape)}"
         return out
     if a.size == 0:
-        out.update(max_abs=0.0, max_rel=0.0, max_ulp=0, passed=True)
+        out.update(max_abs=0.0, max_rel=0.0, max_ulp=0, bound_ratio=0.0, passed=True)
         return out
     a64, b64 = a.astype(np.float64), b.astype(np.float64)
     fa, fb = np.isfinite(a64), np.isfinite(b64)
     both = fa & fb
     with np.errstate(invalid="ignore", over="ignore"):
         diff = np.where(both, np.abs(a64 - b64), 0.0)
-        scale = np.where(both, np.maximum(np.abs(a64), np.abs(b64)), 0.0)
-    rel = np.divide(diff, scale, out=np.zeros_like(diff), where=scale > 0)
-    allowed = allowed_error(scale, tolerance)
+        magnitude = np.where(both, np.maximum(np.abs(a64), np.abs(b64)), 0.0)
+        s, rule = scale_of(np.where(both, a64, 0.0), np.where(both, b64, 0.0), scale)
+    rel = np.divide(diff, magnitude, out=np.zeros_like(diff), where=magnitude > 0)
+    allowed = allowed_error(s, tolerance)
     kind = _float_dtype(a, b, ulp_dtype)
     ulps = ulp_distance(a, b, kind)
     out.update(
@@ -188,14 +284,16 @@ def measure(
             f"(first at {tuple(first)})"
         )
         return out
-    excess = diff - allowed
-    worst = int(np.argmax(excess))
+    worst, ratio = _worst(diff, allowed)
     out["element"] = flat_index(worst, a.shape)
-    out["passed"] = bool(np.all(excess <= 0))
+    out["bound_ratio"] = ratio
+    out["scale_at_worst"] = float(s.flat[worst])
+    out["passed"] = bool(np.all(diff <= allowed))
     if not out["passed"]:
         out["reason"] = (
             f"element {tuple(out['element'])}: |a-b|={diff.flat[worst]:.3g} > atol + "
-            f"rtol*|x| = {allowed.flat[worst]:.3g} ({int(ulps.flat[worst])} ULP)"
+            f"rtol*S = {allowed.flat[worst]:.3g} ({int(ulps.flat[worst])} ULP), "
+            f"{_scale_phrase(rule, float(s.flat[worst]))}"
         )
     return out
 

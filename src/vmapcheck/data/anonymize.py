@@ -3,7 +3,8 @@
 Direct identifiers are dropped, except at most one join key, replaced by a keyed
 pseudonym (HMAC-SHA256 under a secret read from the environment, so the pseudonym cannot
 be recomputed from a guessed value without the secret). Quasi-identifiers are
-generalized (a date to its year or decade, a code to its first characters) or dropped.
+generalized (a date to its year or decade, a whole number such as an age to its band of
+ten, a code to its first characters) or dropped.
 Features and targets are kept. Shapes: rows on axis 0, as in :class:`RawTable`.
 
 :func:`find_canaries` is the check that this holds: it scans output files, compressed
@@ -33,13 +34,15 @@ import numpy as np
 from vmapcheck.errors import ArtifactError, ConfigError, VmapcheckError
 from vmapcheck.data.sources import RawTable, Schema
 
-QUASI_POLICIES = ("drop", "year", "decade", "prefix1", "prefix2", "prefix3")
+QUASI_POLICIES = ("drop", "year", "decade", "band10", "prefix1", "prefix2", "prefix3")
 MIN_SECRET_CHARS = 16
 PSEUDONYM_ACTION = "pseudonymized (HMAC-SHA256)"
 
 # Strict ISO calendar date. date.fromisoformat alone would also take "19870212" or
 # "1987-W06-4" (Python >= 3.11), which are not what the policy promises to read.
 _ISO_DATE = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}")
+# A whole number in plain decimal, small enough for int32 (an age, a count).
+_WHOLE_NUMBER = re.compile(r"-?[0-9]{1,9}")
 
 
 class AnonymizationError(VmapcheckError):
@@ -68,8 +71,8 @@ class AnonymizedTable:
 
     ``features`` (n_rows, n_features) and ``targets`` (n_rows, n_targets) float32;
     ``join_keys`` (n_rows,) '<U64' hex pseudonyms ("" where the raw value was empty) or
-    None; ``generalized``: "<column>.<level>" -> (n_rows,) array (int32 for year/decade,
-    '<UN' for prefixN), dropped columns absent; ``group_ids`` (n_rows,) int64, rows of
+    None; ``generalized``: "<column>.<level>" -> (n_rows,) array (int32 for year, decade
+    and band10, '<UN' for prefixN), dropped columns absent; ``group_ids`` (n_rows,) int64, rows of
     one record share an id (dense 0..k-1 in order of first appearance); ``columns``: one
     manifest entry per source column ({name, role, action, dtype}), never a value.
     """
@@ -150,6 +153,9 @@ def anonymize(
             if level == "decade":
                 out = (out // 10 * 10).astype(np.int32)
             action = f"generalized to {level}"
+        elif level == "band10":
+            out = _bands(raw.source, column, 10, values)
+            action = "generalized to band of 10 (its lower bound)"
         else:
             n = int(level.removeprefix("prefix"))
             out = _prefixes(raw.source, column, n, values)
@@ -226,14 +232,33 @@ def _years(source: str, column: str, level: str, values: np.ndarray) -> np.ndarr
                 ok[j] = True
             except ValueError:  # well-formed but impossible, e.g. 1987-02-30
                 pass
+    # A number of years (an age) is no date: say which policy takes it, without a value.
+    numbers = not ok.all() and all(_WHOLE_NUMBER.fullmatch(t) for t in unique[~ok].tolist())
     _first_bad_row(
         source,
         column,
         ~ok[inverse.reshape(-1)],
         f"expected an ISO date YYYY-MM-DD for policy {level!r} "
-        f"(data.quasi_identifiers.{column}), found a value that is not one",
+        f"(data.quasi_identifiers.{column}), found a value that is not one"
+        + ("; a whole number such as an age in years takes policy 'band10'" if numbers else ""),
     )
     return years[inverse.reshape(-1)]
+
+
+def _bands(source: str, column: str, width: int, values: np.ndarray) -> np.ndarray:
+    """(n_rows,) whole numbers as text -> (n_rows,) int32 lower bound of each one's band
+    of ``width`` (59 -> 50 for 10; -1 -> -10); anything else, "" included, raises."""
+    unique, inverse = np.unique(values, return_inverse=True)
+    ok = np.asarray([bool(_WHOLE_NUMBER.fullmatch(t)) for t in unique.tolist()], dtype=bool)
+    _first_bad_row(
+        source,
+        column,
+        ~ok[inverse.reshape(-1)],
+        f"expected a whole number for policy 'band{width}' (data.quasi_identifiers.{column}), "
+        "found a value that is not one",
+    )
+    numbers = np.asarray([int(t) for t in unique.tolist()], dtype=np.int64)
+    return (numbers // width * width).astype(np.int32)[inverse.reshape(-1)]
 
 
 def _prefixes(source: str, column: str, n: int, values: np.ndarray) -> np.ndarray:

@@ -1,4 +1,5 @@
-"""Raw tables: the user's CSV or Parquet file, or a synthetic one generated from a key.
+"""Raw tables: the user's CSV or Parquet file, a synthetic one generated from a key, or
+the diabetes table that scikit-learn ships (real patients, loaded unscaled).
 
 A :class:`RawTable` has rows on axis 0: ``features`` (n_rows, n_features) and
 ``targets`` (n_rows, n_targets) float32, plus one (n_rows,) str array per identifier and
@@ -117,7 +118,8 @@ class RawTable:
     ``features``: (n_rows, n_features) float32, columns in ``schema.features`` order;
     ``targets``: (n_rows, n_targets) float32; ``identifiers`` and ``quasi_identifiers``:
     column -> (n_rows,) str array, in schema order. ``source`` names where the rows came
-    from (a path, or "synthetic"), for error messages; it is never a value.
+    from (a path, "synthetic" or :data:`DIABETES_SOURCE`), for error messages; it is never
+    a value.
     """
 
     features: np.ndarray
@@ -446,150 +448,3 @@ def _checked_float32(
     more = int(bad.sum()) - 1
     tail = f" ({more} more bad value{'s' if more > 1 else ''} in this column)" if more else ""
     raise SourceError(f"{where(column, i)}: {problem}{tail}")
-
-
-# ---------------------------------------------------------------------------------------
-# Synthetic source
-
-SYNTHETIC_IDENTIFIERS = ("id", "name", "email", "phone")
-SYNTHETIC_QUASI = ("birth_date", "postcode")
-
-# The named draws of synthetic_raw_table, one subkey each from a single split. The tuple
-# is fixed: its length decides every subkey, so changing it changes every generated table.
-SYNTHETIC_DRAWS = (
-    "features",
-    "mix",
-    "head",
-    "noise",
-    "id",
-    "first_name",
-    "last_name",
-    "email_domain",
-    "phone",
-    "birth_date",
-    "postcode",
-)
-
-FIRST_NAMES = (
-    "Anna", "Ben", "Chloe", "David", "Elif", "Farid", "Grace", "Hugo",
-    "Ines", "Jonas", "Keiko", "Liam", "Maya", "Noah", "Olga", "Pavel",
-)  # fmt: skip
-LAST_NAMES = (
-    "Adams", "Berger", "Costa", "Dubois", "Evans", "Fischer", "Garcia", "Hansen",
-    "Ito", "Jensen", "Kowalski", "Larsen", "Moreau", "Novak", "Okafor", "Petrov",
-)  # fmt: skip
-# Reserved for documentation (RFC 2606): a generated address can never reach anyone.
-EMAIL_DOMAINS = ("example.com", "example.org", "example.net")
-BIRTH_FIRST = dt.date(1940, 1, 1)
-BIRTH_LAST = dt.date(2005, 12, 31)
-
-
-def synthetic_schema(n_features: int, n_targets: int, quasi_policy: dict[str, str]) -> Schema:
-    """The synthetic table's schema: features "x0".."x{n-1}", targets "y0".."y{t-1}".
-
-    ``quasi_policy`` gives the generalization policy of each of :data:`SYNTHETIC_QUASI`
-    (exactly those columns; the policy names are checked by anonymize).
-    """
-    unknown = [c for c in quasi_policy if c not in SYNTHETIC_QUASI]
-    missing = [c for c in SYNTHETIC_QUASI if c not in quasi_policy]
-    if unknown or missing:
-        found = "; ".join(
-            f"{what} {', '.join(map(repr, cols))}"
-            for what, cols in (("unknown", unknown), ("missing", missing))
-            if cols
-        )
-        raise ConfigError(
-            f"data.quasi_identifiers: the synthetic source has the quasi-identifier columns "
-            f"{', '.join(SYNTHETIC_QUASI)} and needs one policy for each; {found}"
-        )
-    return Schema(
-        identifiers=SYNTHETIC_IDENTIFIERS,
-        quasi_identifiers={c: quasi_policy[c] for c in SYNTHETIC_QUASI},
-        features=tuple(f"x{j}" for j in range(n_features)),
-        targets=tuple(f"y{j}" for j in range(n_targets)),
-    )
-
-
-def synthetic_raw_table(
-    key: jax.Array,
-    n_rows: int,
-    n_features: int,
-    n_targets: int,
-    noise_std: float,
-    quasi_policy: dict[str, str],
-) -> RawTable:
-    """A raw table shaped like a real customer table, generated from ``key`` alone.
-
-    Numbers: X ~ N(0, 1) (n_rows, n_features) float32 and
-    ``targets = tanh(X @ A) @ B + noise_std * N(0, 1)`` with A (f, 2f) / sqrt(f) and
-    B (2f, t) / sqrt(2f), all N(0, 1) draws. Personal-looking columns: unique ascending
-    ids "C0000123", names from small first/last-name lists, emails derived from them (at
-    reserved example domains), fictional +1-xxx-555-xxxx phone numbers, ISO birth dates in
-    1940..2005 and 5-digit postcodes. ``key`` is split once into :data:`SYNTHETIC_DRAWS`;
-    each subkey is used exactly once.
-    """
-    schema = synthetic_schema(n_features, n_targets, quasi_policy)
-    keys = dict(zip(SYNTHETIC_DRAWS, jax.random.split(key, len(SYNTHETIC_DRAWS)), strict=True))
-    n, f, t = n_rows, n_features, n_targets
-    f32 = jnp.float32
-    features = jax.random.normal(keys["features"], (n, f), dtype=f32)
-    mix = jax.random.normal(keys["mix"], (f, 2 * f), dtype=f32) / jnp.sqrt(f)
-    head = jax.random.normal(keys["head"], (2 * f, t), dtype=f32) / jnp.sqrt(2 * f)
-    noise = noise_std * jax.random.normal(keys["noise"], (n, t), dtype=f32)
-    targets = jnp.tanh(features @ mix) @ head + noise
-
-    def ints(name: str, low: int, high: int) -> list[int]:
-        return np.asarray(jax.random.randint(keys[name], (n,), low, high)).tolist()
-
-    # Ids: ascending with random gaps, so they are unique and look like a real register.
-    numbers = (100 + np.cumsum(ints("id", 1, 20), dtype=np.int64)).tolist()
-    width = max(7, len(str(numbers[-1]))) if numbers else 7
-    first = [FIRST_NAMES[i] for i in ints("first_name", 0, len(FIRST_NAMES))]
-    last = [LAST_NAMES[i] for i in ints("last_name", 0, len(LAST_NAMES))]
-    domains = [EMAIL_DOMAINS[i] for i in ints("email_domain", 0, len(EMAIL_DOMAINS))]
-    phones = [divmod(v, 10_000) for v in ints("phone", 0, 800 * 10_000)]
-    days = (BIRTH_LAST - BIRTH_FIRST).days + 1
-    offsets = np.asarray(ints("birth_date", 0, days), dtype="timedelta64[D]")
-    births = (np.datetime64(BIRTH_FIRST.isoformat(), "D") + offsets).astype(np.str_)
-    postcodes = [f"{v:05d}" for v in ints("postcode", 1000, 100_000)]
-
-    def strs(values: Sequence[str]) -> np.ndarray:
-        return np.asarray(values, dtype=np.str_).reshape(n)
-
-    identifiers = {
-        "id": strs([f"C{v:0{width}d}" for v in numbers]),
-        "name": strs([f"{a} {b}" for a, b in zip(first, last, strict=True)]),
-        "email": strs(
-            [
-                f"{a.lower()}.{b.lower()}{v % 1000}@{d}"
-                for a, b, v, d in zip(first, last, numbers, domains, strict=True)
-            ]
-        ),
-        "phone": strs([f"+1-{200 + area}-555-{line:04d}" for area, line in phones]),
-    }
-    return RawTable(
-        features=np.asarray(features),
-        targets=np.asarray(targets),
-        identifiers=identifiers,
-        quasi_identifiers={"birth_date": strs(births.tolist()), "postcode": strs(postcodes)},
-        schema=schema,
-        source="synthetic",
-    )
-
-
-def write_csv(path: Path, raw: RawTable, delimiter: str = ",") -> None:
-    """Write ``raw`` as CSV (atomically): identifiers, quasi-identifiers, features, targets.
-
-    Floats are written as the shortest text that reads back to the same float32, so
-    :func:`read_table` returns identical arrays. The file holds raw personal values: it is
-    for tests and for the shipped example file of synthetic (fictional) people only.
-    """
-    schema = raw.schema
-    columns = [raw.identifiers[c] for c in schema.identifiers]
-    columns += [raw.quasi_identifiers[c] for c in schema.quasi_identifiers]
-    columns += [raw.features[:, j].astype(np.str_) for j in range(raw.features.shape[1])]
-    columns += [raw.targets[:, j].astype(np.str_) for j in range(raw.targets.shape[1])]
-    with atomic_path(Path(path)) as tmp, open(tmp, "w", newline="", encoding="utf-8") as fh:
-        writer = csv.writer(fh, delimiter=delimiter, lineterminator="\n")
-        writer.writerow(schema.columns)
-        writer.writerows(zip(*(c.tolist() for c in columns), strict=True))

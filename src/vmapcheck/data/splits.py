@@ -16,7 +16,8 @@ from vmapcheck.config import DataConfig
 from vmapcheck.errors import ArtifactError
 from vmapcheck.io import atomic_save_npz
 from vmapcheck.data.regression import SPLITS
-from vmapcheck.data.sources import RawTable, Schema, read_table, synthetic_raw_table
+from vmapcheck.data.sources import RawTable, Schema, read_table
+from vmapcheck.data.builtin import diabetes_raw_table, diabetes_schema, synthetic_raw_table
 
 
 def load_raw(config: DataConfig, key: jax.Array, root: Path) -> RawTable:
@@ -24,7 +25,9 @@ def load_raw(config: DataConfig, key: jax.Array, root: Path) -> RawTable:
 
     ``synthetic``: generated from ``key``. ``csv``: read from ``root / config.path``
     (.csv or .parquet) against the declared schema, which raises SourceError naming the
-    file, column and row of anything that does not fit.
+    file, column and row of anything that does not fit. ``diabetes``: the table that
+    scikit-learn ships, with its columns in the configured roles (ConfigError naming the
+    key for a column it lacks or leaves undeclared). Only ``synthetic`` uses ``key``.
     """
     if config.source == "synthetic":
         return synthetic_raw_table(
@@ -35,6 +38,11 @@ def load_raw(config: DataConfig, key: jax.Array, root: Path) -> RawTable:
             config.noise_std,
             dict(config.quasi_identifiers),
         )
+    if config.source == "diabetes":
+        schema = diabetes_schema(
+            dict(config.quasi_identifiers), tuple(config.features), tuple(config.targets)
+        )
+        return diabetes_raw_table(schema)
     schema = Schema(
         identifiers=tuple(config.identifiers),
         quasi_identifiers=dict(config.quasi_identifiers),
@@ -59,7 +67,9 @@ def split_indices(
     ``group_ids`` (n_rows,) marks rows of one record (the same person, say). Records are
     shuffled by one permutation drawn from ``key`` and dealt to train, then val, then test
     until each split holds its fraction of the rows, so every row of a record lands in
-    the same split.
+    the same split. Without ``data.anonymize.group_by`` (the diabetes table: one row per
+    patient, no id) ``group_ids`` is 0..n-1: each row is a record, and the splits are
+    disjoint by row.
     """
     n_rows = group_ids.shape[0]
     n_groups = int(group_ids.max()) + 1 if n_rows else 0

@@ -14,6 +14,7 @@ from vmapcheck.check.diagnosis import for_check, key_stream_stage, write_report
 from vmapcheck.check.reference import load_reference, reference_dir
 from vmapcheck.check.schema import read_record
 from vmapcheck.config import Config, config_digest
+from vmapcheck.core.magnitude import case_magnitudes
 from vmapcheck.core.models import build_model
 from vmapcheck.core.oracle import float64_outputs
 from vmapcheck.core.runtime import configure_cpu_float64
@@ -24,12 +25,25 @@ from vmapcheck.layout import Layout
 from vmapcheck.params_io import load_model_params
 
 
-def _reference(config: Config, layout: Layout, record: dict) -> dict:
+def _uses_terms(config: Config) -> bool:
+    """Whether a tolerance judges by the terms' magnitude (precision.*.scale: terms)."""
+    precision = config.precision
+    return "terms" in (precision.tolerance.scale, precision.cross_run_tolerance.scale)
+
+
+def _reference(config: Config, layout: Layout, record: dict, model, run_dtype) -> dict:
     status = record["reference"]
     if status["status"] != "ok":
         return status
+    folder = reference_dir(config, layout)
     try:
-        stored = load_reference(reference_dir(config, layout))
+        stored = load_reference(folder)
+        # The terms' magnitude of the reference's cases: its own params and inputs, the
+        # numbers the forward stage ran again.
+        magnitudes = None
+        if _uses_terms(config):
+            params, _ = load_model_params(model, folder)
+            magnitudes = case_magnitudes(model.forward_one, params, stored["cases"], run_dtype)
     except ArtifactError as exc:  # changed between forward and check
         return {"status": "corrupt", "message": str(exc)}
     return {
@@ -38,6 +52,7 @@ def _reference(config: Config, layout: Layout, record: dict) -> dict:
         "stored": stored["outputs"],
         "cases": stored["cases"],
         "current": load_npz(layout.reference_outputs),
+        "magnitudes": magnitudes,
     }
 
 
@@ -51,6 +66,11 @@ def run(config: Config, layout: Layout) -> None:
     oracle = None
     if run_dtype != jnp.float64:
         oracle = float64_outputs(model, params, cases, run_dtype)
+    # The magnitude of the terms of every output element (float64, CPU, forward_one row
+    # by row on the inputs the paths saw), once per case: what scale "terms" is relative to.
+    magnitudes = None
+    if _uses_terms(config):
+        magnitudes = case_magnitudes(model.forward_one, params, cases, run_dtype)
     # Each subkey feeds one random draw: a reused key fails the check (diagnosis stage 2).
     key_stream = key_stream_stage(model, config.seed)
     report = run_checks(
@@ -60,9 +80,10 @@ def run(config: Config, layout: Layout) -> None:
         record,
         oracle=oracle,
         targets={name: case["y"] for name, case in cases.items() if "y" in case},
-        reference=_reference(config, layout, record),
+        reference=_reference(config, layout, record, model, run_dtype),
         gradients=load_npz(layout.gradients),
         inputs={"key_stream": key_stream},
+        magnitudes=magnitudes,
     )
     # What make_reference checks before it trusts this report.
     report["config_digest"] = config_digest(config)
@@ -73,12 +94,18 @@ def run(config: Config, layout: Layout) -> None:
     write_report(diagnosis, layout.diagnosis)
     tol, cross = report["tolerance"], report["cross_run_tolerance"]
     print(
-        f"check: {report['dtype']}, between paths rtol={tol['rtol']:g} atol={tol['atol']:g}, "
-        f"against oracle/reference rtol={cross['rtol']:g} atol={cross['atol']:g}"
+        f"check: {report['dtype']}, between paths rtol={tol['rtol']:g} atol={tol['atol']:g} "
+        f"scale={tol['scale']}, against oracle/reference rtol={cross['rtol']:g} "
+        f"atol={cross['atol']:g} scale={cross['scale']}"
     )
     for name, case in report["cases"].items():
         mark = "ok  " if case["passed"] else "FAIL"
-        print(f"  {mark} {name:<16} max_abs={case['max_abs']} max_rel={case['max_rel']}")
+        fallbacks = f" fallbacks={','.join(case['fallbacks'])}" if case["fallbacks"] else ""
+        print(
+            f"  {mark} {name:<16} max_abs={case['max_abs']} max_rel={case['max_rel']} "
+            f"bound_ratio={case['bound_ratio']} (rule {case['rule']}, "
+            f"S at worst={case['scale_at_worst']}){fallbacks}"
+        )
     for name, case in report["negative"].items():
         mark = "ok  " if case["passed"] else "FAIL"
         print(f"  {mark} {name:<16} refused: {' ... '.join(case['expect'])}")

@@ -227,14 +227,22 @@ def agreement(check: CheckDetails) -> Markup:
         "Agreement: every path against every other",
         "agreement-section",
         para(
-            f"Each pair passes when |a - b| <= atol + rtol * max(|a|, |b|) elementwise, "
-            f"rtol={num(tol['rtol'])}, atol={num(tol['atol'])}; errors computed in float64. "
+            f"Each pair passes when |a - b| <= atol + rtol * S elementwise, "
+            f"rtol={num(tol['rtol'])}, atol={num(tol['atol'])}, S = {scale_text(tol)}; "
+            "errors computed in float64. "
             "The vector case is also compared with every path's output for `single`."
         ),
         summary,
         Markup("<h3>Pairs, per case</h3>"),
         *details,
     )
+
+
+def scale_text(tolerance: dict[str, Any]) -> str:
+    """What S is under the tolerance's ``scale`` (docs/checks.md, Tolerances)."""
+    if tolerance.get("scale", "output") == "terms":
+        return "max(S_terms, |a|, |b|), S_terms the magnitude of the terms each output sums"
+    return "max(|a|, |b|)"
 
 
 def path_matrix(
