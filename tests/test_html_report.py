@@ -22,6 +22,7 @@ import pytest
 
 from tests.helpers.chromium import png_size, render
 from vmapcheck.check.schema import CheckDetails, read_check_details
+from vmapcheck.core.composition import REGROUPINGS
 from vmapcheck.core.paths import path_names
 from vmapcheck.report.html import render_report
 
@@ -54,6 +55,17 @@ def _case(about: str, rows: int, bad_path: str | None = None) -> dict[str, Any]:
         "loss": {p: 0.0371 for p in path_names("batch")},
         "passed": bad_path is None,
     }
+
+
+def _composition(bad_path: str | None) -> dict[str, Any]:
+    """Each batch path against itself regrouped; ``bad_path`` changes when split."""
+    by_path: dict[str, Any] = {}
+    for p in path_names("batch"):
+        by_path[p] = {g: _result(0.0) for g in REGROUPINGS}
+        if p == bad_path:
+            by_path[p]["split"] = _result(0.25, False, "element (1, 0): |a-b|=0.25 > 1e-06")
+        by_path[p]["passed"] = p != bad_path
+    return by_path
 
 
 def _negative(refused_by_all: bool) -> dict[str, Any]:
@@ -112,7 +124,11 @@ def make_inputs(failed: bool) -> tuple[CheckDetails, dict, dict, dict]:
             f"{HOSTILE}/{pair}: {r['reason']}"
             for pair, r in cases[HOSTILE]["pairs"].items()
             if not r["passed"]
-        ] + ["invalid_features/vmap_jit: expected InvalidInputError, got an output"]
+        ] + [
+            f"{HOSTILE}/direct_jit: outputs depend on batch composition (split: element (1, 0): "
+            "|a-b|=0.25 > 1e-06)",
+            "invalid_features/vmap_jit: expected InvalidInputError, got an output",
+        ]
     check: CheckDetails = {
         "passed": not failed,
         "failures": failures,
@@ -151,6 +167,10 @@ def make_inputs(failed: bool) -> tuple[CheckDetails, dict, dict, dict]:
             "status": "ok",
             "key_stream": {"status": "ok", "summary": "every subkey feeds one draw"},
             "passed": True,
+        },
+        "composition": {
+            "standard": _composition(None),
+            HOSTILE: _composition("direct_jit" if failed else None),
         },
         "config_digest": "b4" * 32,
         "forward_outputs_sha256": "ed" * 32,
@@ -335,6 +355,22 @@ def test_report_holds_every_section_self_contained(failed):
     assert negative[4] == (f"{n - 1}/{n}" if failed else f"{n}/{n}")
     assert negative[-1] == ("FAIL" if failed else "pass")
     assert [row[0] for row in page.rows["gradients-table"][1:]] == ["layers[0].W", "layers[0].b"]
+    composition = page.rows["composition-table"]
+    assert composition[0] == [
+        "case",
+        "path",
+        "permuted max_abs",
+        "split max_abs",
+        "result",
+        "reason",
+    ]
+    assert len(composition) - 1 == 2 * len(path_names("batch"))
+    failing = [row[:2] for row in composition[1:] if row[4] == "FAIL"]
+    assert failing == ([[HOSTILE, "direct_jit"]] if failed else [])
+    if failed:
+        assert "outputs depend on batch composition" in page.text("failures")
+        bad = next(row for row in composition if row[:2] == [HOSTILE, "direct_jit"])
+        assert bad[3] == "0.25" and bad[5].startswith("split: element (1, 0)")
 
     latency = page.rows["latency-table"]
     assert latency[0][:5] == ["path", "batch", "p50 ms", "p90 ms", "p99 ms"]
@@ -379,10 +415,12 @@ def test_optional_sections_say_what_was_not_done():
     for case in check["cases"].values():
         del case["oracle"]
     check["not_provided"] = {"direct_eager": "the model has no hand-batched forward"}
+    del check["composition"]  # a report older than the composition check
     bench["speedup"] = {}
     page = parse(render_report(check, bench, train, None))
     assert "Not checked (not run)" in page.text("gradients")
     assert "Not computed: none: the run is float64" in page.text("oracle")
+    assert "Not judged" in page.text("composition")
     assert "direct_eager not provided by the model" in page.text("verdict-notes")
     assert set(_data_pngs(page)) == {"plot-latency"}
     assert "git commit" in dict(tuple(r) for r in page.rows["environment-table"][1:])

@@ -89,10 +89,14 @@ def test_prepare_and_train_wrote_the_data_and_params(project):
 
 def test_forward_wrote_every_paths_outputs(project):
     layout = project.layout
-    for path in (layout.outputs, layout.record, layout.gradients, layout.reference_outputs):
+    files = (layout.outputs, layout.composition, layout.record, layout.gradients)
+    for path in (*files, layout.reference_outputs):
         assert path.is_file(), path
     record = read_json(layout.record)
     assert record["runtime"]["device_count"] == 2
+    # Every batch path also ran on the standard batch permuted and split in halves.
+    regrouped = record["composition"]["cases"]["standard"]
+    assert regrouped["rows"] == 8 and regrouped["paths"] == [p.name for p in batch_paths()]
     assert record["reference"]["status"] == "ok", record["reference"]
 
 
@@ -100,7 +104,10 @@ def test_check_passed_and_needs_no_diagnosis(project):
     layout = project.layout
     check = read_json(layout.check_details)
     assert check["passed"], check["failures"]
-    assert read_json(layout.check_report)
+    composition = check["composition"]["standard"]
+    assert set(composition) == {p.name for p in batch_paths()}
+    assert all(r["passed"] for r in composition.values())
+    assert read_json(layout.check_report)["composition"]["standard"]["passed"]
     assert read_json(layout.diagnosis)["status"] == "not needed"
     assert layout.diagnosis_text.is_file()
 

@@ -100,6 +100,12 @@ class Layout:
         return self.forward / "reference_outputs.npz"
 
     @property
+    def composition(self) -> Path:
+        """The batch paths' outputs on batches regrouped (rows permuted; split in halves),
+        back in the original row order (vmapcheck.core.composition; judged by check)."""
+        return self.forward / "composition.npz"
+
+    @property
     def gradients(self) -> Path:
         """Per-example and batch gradients on the standard case (judged by check)."""
         return self.forward / "gradients.npz"

@@ -55,6 +55,16 @@ def _bf16_layer(i: int, h: jax.Array, w: jax.Array, b: jax.Array) -> jax.Array:
     return jax.nn.relu(low + b[None, :])  # back to the input's dtype: the dtype looks right
 
 
+def _batch_statistics(i: int, h: jax.Array, w: jax.Array, b: jax.Array) -> jax.Array:
+    # layers[1] centred with the batch's own mean (a BatchNorm in training mode without
+    # its scale): each row's output depends on its batch-mates. forward_one has no batch,
+    # so the loop and vmap paths compute the layer uncentred.
+    if i != 1:
+        return _relu_layer(i, h, w, b)
+    pre = h @ w + b[None, :]
+    return jax.nn.relu(pre - jnp.mean(pre, axis=0, keepdims=True))
+
+
 def _hand_batched(layer_op: LayerOp):
     """The MLP's hand-batched forward with ``layer_op(i, hidden, W, b)`` for each hidden
     layer i (the correct one is relu(hidden @ W + b[None, :]))."""
@@ -132,6 +142,7 @@ HAND_BATCHED: dict[str, LayerOp] = {
     "transposed_weight": _transposed,
     "bias_as_column": _bias_as_column,
     "bf16_layer": _bf16_layer,
+    "batch_statistics": _batch_statistics,
 }
 FAULTS = (
     "none",

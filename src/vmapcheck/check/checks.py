@@ -16,6 +16,7 @@ from vmapcheck.check.schema import CheckDetails, ForwardRecord
 from vmapcheck.config import Config, ToleranceConfig
 from vmapcheck.core.cases import CaseKind, kind_of
 from vmapcheck.core.compare import compare, looser, within
+from vmapcheck.core.composition import REGROUPINGS, applies, composition_key
 from vmapcheck.core.paths import PATHS, output_key, path_names, plain_path
 
 
@@ -357,6 +358,69 @@ def _gradients(
     return report, failures
 
 
+def _composition(
+    config: Config,
+    cases_manifest: dict[str, Any],
+    outputs: dict[str, np.ndarray],
+    regrouped: dict[str, np.ndarray] | None,
+    record: dict[str, Any] | None,
+    skip: dict[str, str],
+    magnitudes: dict[str, dict[str, Any]] | None,
+) -> tuple[dict[str, Any] | None, list[str]]:
+    """Each batch path's outputs on every regrouped batch (:data:`~vmapcheck.core.
+    composition.REGROUPINGS`) against its own outputs on the original batch, at
+    ``precision.tolerance`` with the case's terms magnitude (as the pairs).
+
+    The loop and vmap forms never see a row's batch-mates; a path that does (a
+    hand-batched or distributed form) must not let them change the row's output. Every
+    case that :func:`~vmapcheck.core.composition.applies` and every path with an output
+    on it is judged; a regrouped output missing (the path raised, or the forward stage
+    did not run it) fails too. ``regrouped`` None: not judged (None returned).
+    """
+    if regrouped is None:
+        return None, []
+    tolerance = config.precision.tolerance
+    raised = (record or {}).get("cases", {})
+    report: dict[str, Any] = {}
+    failures: list[str] = []
+    for name, meta in cases_manifest["cases"].items():
+        if not applies(meta, name):
+            continue
+        scale = _scale_for(tolerance, (magnitudes or {}).get(name))
+        by_path: dict[str, Any] = {}
+        for path in kind_of(meta, name).paths(meta):
+            original = outputs.get(output_key(name, path))
+            if path in skip or original is None:  # not provided; or the contract's failure
+                continue
+            result: dict[str, Any] = {}
+            for g in REGROUPINGS.values():
+                got = regrouped.get(composition_key(name, path, g.name))
+                if got is None:
+                    why = raised.get(name, {}).get("raised", {}).get(path, {}).get(g.name)
+                    reason = (
+                        f"no output: raised {why['error']}: {why['message']}"
+                        if why
+                        else "no output (not run by the forward stage)"
+                    )
+                    result[g.name] = {
+                        "max_abs": None,
+                        "max_rel": None,
+                        "passed": False,
+                        "reason": reason,
+                    }
+                else:
+                    result[g.name] = compare(original, got, tolerance, _fitting(scale, original))
+                if not result[g.name]["passed"]:
+                    failures.append(
+                        f"{name}/{path}: outputs depend on batch composition "
+                        f"({g.name}: {result[g.name]['reason']})"
+                    )
+            result["passed"] = all(result[g]["passed"] for g in REGROUPINGS)
+            by_path[path] = result
+        report[name] = by_path
+    return report, failures
+
+
 def _inputs(stages: dict[str, Any] | None) -> tuple[dict[str, Any], list[str]]:
     """The pipeline's inputs judged with its outputs: each stage result of
     :mod:`vmapcheck.check.diagnosis` given (the key stream: each subkey feeds one random draw)
@@ -388,6 +452,7 @@ def run_checks(
     gradients: dict[str, np.ndarray] | None = None,
     inputs: dict[str, dict[str, Any]] | None = None,
     magnitudes: dict[str, dict[str, Any]] | None = None,
+    composition: dict[str, np.ndarray] | None = None,
 ) -> CheckDetails:
     """Build the check report (``reports/check_details.json``, :class:`CheckDetails`).
 
@@ -399,7 +464,10 @@ def run_checks(
     key stream), or None. ``magnitudes``: case -> {"scale": S_terms of the case's
     output shape, "fallbacks": [primitive names]} (:func:`vmapcheck.core.magnitude.
     case_magnitudes`); a tolerance whose ``scale`` is "terms" judges a case with it
-    (pairs, oracle, reference), any other comparison uses the output rule.
+    (pairs, oracle, reference, composition), any other comparison uses the output rule.
+    ``composition``: the regrouped outputs (data/forward/composition.npz,
+    :mod:`vmapcheck.core.composition`), or None: batch composition is not judged and the
+    report has no ``composition``.
     """
     cases_report: dict[str, Any] = {}
     negative_report: dict[str, Any] = {}
@@ -428,7 +496,17 @@ def run_checks(
     failures += found
     inputs_report, found = _inputs(inputs)
     failures += found
-    return {
+    composition_report, found = _composition(
+        config,
+        cases_manifest,
+        outputs,
+        composition,
+        forward_record.get("composition"),
+        skip,
+        magnitudes,
+    )
+    failures += found
+    report: CheckDetails = {
         "passed": not failures,
         "failures": failures,
         "dtype": config.precision.dtype,
@@ -444,6 +522,24 @@ def run_checks(
         "reference": reference_report,
         "gradients": gradients_report,
         "inputs": inputs_report,
+    }
+    if composition_report is not None:
+        report["composition"] = composition_report
+    return report
+
+
+def _composition_summary(by_path: dict[str, Any]) -> dict[str, Any]:
+    """One case's batch-composition figures for reports/check.json."""
+    values = [
+        r[g]["max_abs"]
+        for r in by_path.values()
+        for g in REGROUPINGS
+        if r[g]["max_abs"] is not None
+    ]
+    return {
+        "max_abs": max(values) if values else None,
+        "n_failed": sum(not r["passed"] for r in by_path.values()),
+        "passed": all(r["passed"] for r in by_path.values()),
     }
 
 
@@ -483,4 +579,14 @@ def metrics_summary(report: dict[str, Any]) -> dict[str, Any]:
                 else {}
             ),
         },
+        **(
+            {
+                "composition": {
+                    name: _composition_summary(by_path)
+                    for name, by_path in report["composition"].items()
+                }
+            }
+            if "composition" in report
+            else {}
+        ),
     }

@@ -39,6 +39,10 @@ class ForwardRecord(TypedDict):
     reference: dict[str, Any]  # status of the stored reference's recomputation
     gradients: dict[str, Any]
     cases: dict[str, dict[str, PathRun]]  # case -> path -> what it did
+    # The regroupings run (vmapcheck.core.composition): {"regroupings": {name: about},
+    # "cases": {case: {"rows", <regrouping>: its plan, "paths", "raised"}}}. Absent in
+    # records older than it.
+    composition: NotRequired[dict[str, Any]]
 
 
 class Comparison(TypedDict):
@@ -93,6 +97,9 @@ class CheckDetails(TypedDict):
     reference: dict[str, Any]
     gradients: dict[str, Any]
     inputs: dict[str, Any]
+    # case -> path -> {<regrouping>: Comparison with the path's own outputs on the
+    # original batch, "passed"} (vmapcheck.core.composition); absent when not judged.
+    composition: NotRequired[dict[str, dict[str, dict[str, Any]]]]
     # Added by the check stage after judging: what `make reference` verifies.
     config_digest: NotRequired[str]
     forward_outputs_sha256: NotRequired[str]

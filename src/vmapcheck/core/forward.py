@@ -10,15 +10,27 @@ import numpy as np
 from jax.sharding import Mesh
 
 from vmapcheck.core.cases import kind_of
+from vmapcheck.core.composition import REGROUPINGS, applies, composition_key
 from vmapcheck.core.forms import cast_tree
 from vmapcheck.core.models import Model, Params
-from vmapcheck.core.paths import build, output_key
+from vmapcheck.core.paths import Forward, build, output_key
 from vmapcheck.errors import InvalidInputError
+
+Built = dict[str, dict[str, Forward]]  # takes ("batch", "vector") -> path -> forward
 
 
 def _storable(host: np.ndarray) -> np.ndarray:
     # bfloat16 has no pickle-free .npz encoding; its values are exactly float32 values.
     return host.astype(np.float32) if host.dtype == jnp.bfloat16 else host
+
+
+def build_all(model: Model, dtype: Any, mesh: Mesh | None = None) -> Built:
+    """Every path built for ``model`` at ``dtype``, by what it takes (compiled once: a
+    jit path reused on the same shape is not compiled again)."""
+    return {
+        "batch": build(model, dtype, "batch", mesh=mesh),
+        "vector": build(model, dtype, "vector"),
+    }
 
 
 def run_forward(
@@ -27,6 +39,7 @@ def run_forward(
     cases: dict[str, dict[str, Any]],
     dtype: Any,
     mesh: Mesh | None = None,
+    built: Built | None = None,
 ) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
     """Run each case through the paths its kind calls for (:data:`CASE_KINDS`), at ``dtype``.
 
@@ -36,12 +49,10 @@ def run_forward(
 
     Returns ``(outputs, record)``: ``outputs["<case>.<path>"]`` is the output of a valid
     case (bfloat16 stored as float32, exactly); ``record[case][path]`` says the output's
-    shape and dtype, or whether and how the path refused the input.
+    shape and dtype, or whether and how the path refused the input. ``built``: the
+    paths of :func:`build_all` (None: built here).
     """
-    built = {
-        "batch": build(model, dtype, "batch", mesh=mesh),
-        "vector": build(model, dtype, "vector"),
-    }
+    built = built if built is not None else build_all(model, dtype, mesh)
     run_params = cast_tree(params, dtype)
     outputs: dict[str, np.ndarray] = {}
     record: dict[str, Any] = {}
@@ -79,3 +90,61 @@ def run_forward(
                 outputs[output_key(case_name, path_name)] = _storable(host)
         record[case_name] = per_path
     return outputs, record
+
+
+def run_composition(
+    model: Model,
+    params: Params,
+    cases: dict[str, dict[str, Any]],
+    dtype: Any,
+    outputs: dict[str, np.ndarray],
+    mesh: Mesh | None = None,
+    built: Built | None = None,
+) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
+    """Every batch path on every case that :func:`~vmapcheck.core.composition.applies`
+    again, under each regrouping of :data:`~vmapcheck.core.composition.REGROUPINGS` (its
+    rows reversed; in two halves), the outputs in the case's original row order.
+
+    Only the paths with an output on the original batch (``outputs``, from
+    :func:`run_forward`) are regrouped: one that refused or crashed there is the
+    contract's failure already. Returns ``(outputs, record)``: ``outputs["<case>.<path>.
+    <regrouping>"]`` (bfloat16 stored as float32, exactly); ``record``: what each
+    regrouping is, and per case its rows, each regrouping's plan, and the paths that
+    raised under one (type and message).
+    """
+    paths = (built if built is not None else build_all(model, dtype, mesh))["batch"]
+    run_params = cast_tree(params, dtype)
+    regrouped: dict[str, np.ndarray] = {}
+    record: dict[str, Any] = {
+        "regroupings": {g.name: g.about for g in REGROUPINGS.values()},
+        "cases": {},
+    }
+    for case_name, case in cases.items():
+        if not applies(case, case_name):
+            continue
+        x = jnp.asarray(case["x"], dtype=dtype) if case.get("cast", True) else case["x"]
+        rows = int(np.shape(x)[0])
+        raised: dict[str, dict[str, Any]] = {}
+        ran = []
+        for path_name in kind_of(case, case_name).paths(case):
+            if path_name not in paths or output_key(case_name, path_name) not in outputs:
+                continue
+            ran.append(path_name)
+            for g in REGROUPINGS.values():
+                try:
+                    out = jax.block_until_ready(g.run(paths[path_name], run_params, x))
+                except Exception as exc:  # judged by check: no output under this regrouping
+                    raised.setdefault(path_name, {})[g.name] = {
+                        "error": type(exc).__name__,
+                        "message": str(exc),
+                    }
+                    continue
+                key = composition_key(case_name, path_name, g.name)
+                regrouped[key] = _storable(np.asarray(out))
+        record["cases"][case_name] = {
+            "rows": rows,
+            **{g.name: g.plan(rows) for g in REGROUPINGS.values()},
+            "paths": ran,
+            "raised": raised,
+        }
+    return regrouped, record

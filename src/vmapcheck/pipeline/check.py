@@ -1,5 +1,5 @@
 """Stage `check`: agreement, contract, float64 oracle, reference, refusal of bad input,
-and the key stream.
+batch composition, and the key stream.
 
 Report, then assert: this stage always writes its report and exits 0 on a failed check,
 so that `track` logs the failure to MLflow before the pipeline exits non-zero. A failed
@@ -14,6 +14,7 @@ from vmapcheck.check.diagnosis import for_check, key_stream_stage, write_report
 from vmapcheck.check.reference import load_reference, reference_dir
 from vmapcheck.check.schema import read_record
 from vmapcheck.config import Config, config_digest
+from vmapcheck.core.composition import REGROUPINGS
 from vmapcheck.core.magnitude import case_magnitudes
 from vmapcheck.core.models import build_model
 from vmapcheck.core.oracle import float64_outputs
@@ -84,6 +85,7 @@ def run(config: Config, layout: Layout) -> None:
         gradients=load_npz(layout.gradients),
         inputs={"key_stream": key_stream},
         magnitudes=magnitudes,
+        composition=load_npz(layout.composition),
     )
     # What make_reference checks before it trusts this report.
     report["config_digest"] = config_digest(config)
@@ -114,6 +116,16 @@ def run(config: Config, layout: Layout) -> None:
         f"  {'ok  ' if grads['passed'] else 'FAIL'} gradients        loss {grads.get('loss'):.4g}; "
         f"mean per-example vs batch gradient max_rel={grads.get('max_rel')}; NaN target detected"
     )
+    for name, by_path in report.get("composition", {}).items():
+        failed = [path for path, r in by_path.items() if not r["passed"]]
+        print(
+            f"  {'FAIL' if failed else 'ok  '} composition      {name}: "
+            + (
+                f"outputs depend on batch composition in {', '.join(failed)}"
+                if failed
+                else f"{len(by_path)} paths agree with themselves {' and '.join(REGROUPINGS)}"
+            )
+        )
     ref = report["reference"]
     print(f"  {'ok  ' if ref['passed'] else 'FAIL'} reference        {ref['message']}")
     ks = report["inputs"]["key_stream"]

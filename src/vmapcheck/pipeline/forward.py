@@ -1,5 +1,7 @@
 """Stage `forward`: loop, vmap and direct (eager and jit), and the data-parallel
-sharded_jit over backend.num_devices devices, on every case, on the backend.
+sharded_jit over backend.num_devices devices, on every case, on the backend; every batch
+path also on each batch of 2 or more rows regrouped (rows permuted; split in halves),
+which check compares with the original batch's outputs (vmapcheck.core.composition).
 
 Also evaluates the stored reference's params on the reference's inputs, so `check` can
 compare this run (this JAX, this backend) with the verified run that made it.
@@ -11,7 +13,7 @@ import jax.numpy as jnp
 from vmapcheck.check.reference import load_reference, reference_dir
 from vmapcheck.config import Config
 from vmapcheck.core.forms import cast_tree, data_mesh
-from vmapcheck.core.forward import run_forward
+from vmapcheck.core.forward import build_all, run_composition, run_forward
 from vmapcheck.core.gradients import gradient_probe
 from vmapcheck.core.models import build_model
 from vmapcheck.core.paths import describe_distributed, not_provided
@@ -57,7 +59,11 @@ def run(config: Config, layout: Layout) -> None:
     dtype = jnp.dtype(config.precision.dtype)
     mesh = data_mesh(config.backend.num_devices)
     sharded = describe_distributed(model, mesh)
-    outputs, record = run_forward(model, params, cases, dtype, mesh)
+    built = build_all(model, dtype, mesh)
+    outputs, record = run_forward(model, params, cases, dtype, mesh, built=built)
+    regrouped, composition = run_composition(
+        model, params, cases, dtype, outputs, mesh, built=built
+    )
     reference_outputs, reference_status = _run_reference(config, layout, model, dtype, mesh)
     standard = cases["standard"]
     grad_arrays, grad_record = gradient_probe(
@@ -68,6 +74,7 @@ def run(config: Config, layout: Layout) -> None:
     )
     with atomic_dir(layout.forward) as folder:
         atomic_save_npz(folder / layout.outputs.name, outputs)
+        atomic_save_npz(folder / layout.composition.name, regrouped)
         atomic_save_npz(folder / layout.reference_outputs.name, reference_outputs)
         atomic_save_npz(folder / layout.gradients.name, grad_arrays)
         atomic_write_json(
@@ -81,13 +88,15 @@ def run(config: Config, layout: Layout) -> None:
                 "reference": reference_status,
                 "gradients": grad_record,
                 "cases": record,
+                "composition": composition,
             },
         )
     refused = sum(
         entry.get("refused", False) for per_path in record.values() for entry in per_path.values()
     )
     print(
-        f"forward: {len(outputs)} outputs and {refused} refusals from {len(cases)} cases on "
+        f"forward: {len(outputs)} outputs and {refused} refusals from {len(cases)} cases, "
+        f"{len(regrouped)} on regrouped batches ({len(composition['cases'])} cases), on "
         f"{runtime.backend} ({runtime.device_kind}, {jax.device_count()} device(s)), dtype "
         f"{dtype.name}; {sharded['path']} (data-parallel, not vmap) over a mesh of "
         f"{sharded['devices']} device(s); reference: {reference_status['status']}"

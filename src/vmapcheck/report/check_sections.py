@@ -1,6 +1,6 @@
 """The report's sections on the check (``reports/check_details.json``): the verdict
 banner, the environment, agreement of every pair of paths, the float64 oracle, the
-stored reference, invalid inputs and gradients.
+stored reference, batch composition, invalid inputs and gradients.
 
 Paths are listed in the order of the registry :data:`vmapcheck.core.paths.PATHS`
 (:func:`~vmapcheck.report.elements.in_path_order`); no section names a path itself.
@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from vmapcheck.check.schema import CheckDetails
+from vmapcheck.core.composition import REGROUPINGS
 from vmapcheck.core.paths import PATHS
 from vmapcheck.report.elements import (
     Markup,
@@ -336,6 +337,52 @@ def reference(check: CheckDetails) -> Markup:
         path_matrix(ref.get("cases", {}), "reference-cases"),
         loss_table,
         Markup(verdict_line(ref["passed"])),
+    )
+
+
+def composition(check: CheckDetails) -> Markup:
+    """Each batch path on each regrouped batch against itself on the batch as it is."""
+    by_case = check.get("composition")
+    title = "Batch composition: each path against itself with the batch regrouped"
+    if by_case is None:
+        return section(title, "composition", para("Not judged (a report older than it)."))
+    tol = check["tolerance"]
+    rows = []
+    for case, by_path in by_case.items():
+        for path, result in in_path_order(by_path):
+            cells: list[Any] = [case, path]
+            for g in REGROUPINGS:
+                r = result[g]
+                cls = "pass" if r["passed"] else "fail"
+                cells.append(
+                    Markup(
+                        f'<td class="num {cls}" title="{esc(r.get("reason", ""))}">'
+                        f"{esc(num(r['max_abs']))}</td>"
+                    )
+                )
+            reasons = [
+                f"{g}: {result[g]['reason']}" for g in REGROUPINGS if not result[g]["passed"]
+            ]
+            cells += [verdict_cell(result["passed"]), "; ".join(reasons)]
+            rows.append((cells, result["passed"]))
+    return section(
+        title,
+        "composition",
+        para(
+            "The loop and vmap forms compute each row from that row alone; a hand-batched "
+            "or distributed form may see its batch-mates. Each batch path also ran on every "
+            "case of 2 or more rows "
+            + "; ".join(f"{g.name}: {g.about}" for g in REGROUPINGS.values())
+            + f". Its outputs, back in the original row order, must agree with its own "
+            f"outputs on the batch as it is: |a - b| <= atol + rtol * S, "
+            f"rtol={num(tol['rtol'])}, atol={num(tol['atol'])}, S = {scale_text(tol)}."
+        ),
+        table(
+            ("case", "path", *(f"{g} max_abs" for g in REGROUPINGS), "result", "reason"),
+            rows,
+            table_id="composition-table",
+            row_class="composition",
+        ),
     )
 
 

@@ -1,5 +1,6 @@
 """One self-contained HTML page for a pipeline run: verdict, environment, agreement,
-negative cases, gradients, latency tables and plots, machine conditions and the limits.
+batch composition, negative cases, gradients, latency tables and plots, machine
+conditions and the limits.
 
 The page needs nothing but itself: the CSS is inline and the plots are PNG data URIs
 (matplotlib, via :mod:`vmapcheck.bench.plots`), so it opens from the MLflow artifact store, a
@@ -61,6 +62,7 @@ def render_report(
             check_sections.agreement(check),
             check_sections.oracle(check),
             check_sections.reference(check),
+            check_sections.composition(check),
             check_sections.negative(check),
             check_sections.gradients(check),
             bench_sections.latency(bench, title),

@@ -2,7 +2,8 @@
 
 Metric names follow one sortable scheme (documented in docs/tracking.md):
 ``agree/<case>/<pathA>-vs-<pathB>/max_abs``, ``latency_ms/<path>/b<batch>/p50``,
-``speedup/b<batch>/vmap_over_loop``, ``check/passed``, ``train/val_loss``.
+``speedup/b<batch>/vmap_over_loop``, ``composition/<case>/<path>/passed``,
+``check/passed``, ``train/val_loss``.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import numpy as np
 
 from vmapcheck.check.schema import CheckDetails
 from vmapcheck.config import Config, flatten
+from vmapcheck.core.composition import REGROUPINGS
 from vmapcheck.tracking import store
 from vmapcheck.tracking.provenance import git_state
 from vmapcheck.tracking.store import experiment_name, resolve_artifact_root, resolve_tracking_uri
@@ -67,6 +69,14 @@ def collect_metrics(
                     metrics[f"reference/{case}/{path}/{stat}"] = result[stat]
     for case, loss in reference.get("losses", {}).items():
         metrics[f"reference/{case}/loss_abs_diff"] = abs(loss["current"] - loss["reference"])
+    # Each batch path on the batch regrouped against itself on the batch as it is:
+    # max_abs is the worst over the regroupings (vmapcheck.core.composition).
+    for case, by_path in check.get("composition", {}).items():
+        for path, result in by_path.items():
+            metrics[f"composition/{case}/{path}/passed"] = float(result["passed"])
+            values = [result[g]["max_abs"] for g in REGROUPINGS if result[g]["max_abs"] is not None]
+            if values:
+                metrics[f"composition/{case}/{path}/max_abs"] = max(values)
     for case, report in check["negative"].items():
         metrics[f"negative/{case}/passed"] = float(report["passed"])
         metrics[f"negative/{case}/refused_paths"] = float(
