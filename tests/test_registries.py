@@ -154,3 +154,18 @@ def test_the_layout_names_what_dvc_yaml_declares():
         if isinstance(getattr(Layout, attr), property)
     }
     assert declared <= named, sorted(declared - named)
+
+
+def test_the_public_api_resolves_lazily():
+    import subprocess
+    import sys
+
+    import vmapcheck
+
+    for name in vmapcheck.__all__:
+        assert getattr(vmapcheck, name) is not None, name
+    assert vmapcheck.PATHS is PATHS and vmapcheck.CASE_KINDS is CASE_KINDS
+    # Importing the package alone loads no JAX (the CLI's --help stays fast).
+    code = "import sys, vmapcheck; print('jax' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"
