@@ -157,12 +157,9 @@ class FileDataConfig(_DataCommon):
         return len(self.targets)
 
 
-class DiabetesDataConfig(_DataCommon):
-    """The diabetes table scikit-learn ships (vmapcheck.data.builtin.diabetes_raw_table):
-    442 patients, unscaled, no identifier. Every column of it in exactly one role (checked
-    by ``prepare`` against the table: vmapcheck.data.builtin.diabetes_schema)."""
+class _BundledTableConfig(_DataCommon):
+    """A table scikit-learn ships, its columns declared by name (no file, no identifier)."""
 
-    source: Literal["diabetes"]
     features: Annotated[list[str], Field(min_length=1)]
     targets: Annotated[list[str], Field(min_length=1)]
 
@@ -175,8 +172,26 @@ class DiabetesDataConfig(_DataCommon):
         return len(self.targets)
 
 
+class DiabetesDataConfig(_BundledTableConfig):
+    """The diabetes table scikit-learn ships (vmapcheck.data.builtin.diabetes_raw_table):
+    442 patients, unscaled, no identifier. Every column of it in exactly one role (checked
+    by ``prepare`` against the table: vmapcheck.data.builtin.diabetes_schema)."""
+
+    source: Literal["diabetes"]
+
+
+class DigitsDataConfig(_BundledTableConfig):
+    """The handwritten digits scikit-learn ships (vmapcheck.data.builtin.digits_raw_table):
+    1,797 8x8 images, 64 pixel columns and the label as ten indicator columns; no
+    identifier or quasi-identifier. Every column of it in exactly one role (checked by
+    ``prepare`` against the table: vmapcheck.data.builtin.digits_schema)."""
+
+    source: Literal["digits"]
+
+
 DataConfig = Annotated[
-    SyntheticDataConfig | FileDataConfig | DiabetesDataConfig, Field(discriminator="source")
+    SyntheticDataConfig | FileDataConfig | DiabetesDataConfig | DigitsDataConfig,
+    Field(discriminator="source"),
 ]
 
 

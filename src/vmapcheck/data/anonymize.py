@@ -31,8 +31,8 @@ from pathlib import Path
 
 import numpy as np
 
-from vmapcheck.errors import ArtifactError, ConfigError, VmapcheckError
 from vmapcheck.data.sources import RawTable, Schema
+from vmapcheck.errors import ArtifactError, ConfigError, VmapcheckError
 
 QUASI_POLICIES = ("drop", "year", "decade", "band10", "prefix1", "prefix2", "prefix3")
 MIN_SECRET_CHARS = 16

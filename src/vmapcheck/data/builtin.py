@@ -1,7 +1,8 @@
 """Raw tables that need no user file: the synthetic table generated from a key, and the
-diabetes table scikit-learn ships inside its package (nothing is downloaded).
+diabetes table and the digits images that scikit-learn ships inside its package (nothing
+is downloaded).
 
-Both return a :class:`vmapcheck.data.sources.RawTable` under a
+Each returns a :class:`vmapcheck.data.sources.RawTable` under a
 :class:`vmapcheck.data.sources.Schema`, like a user's CSV or Parquet file.
 """
 
@@ -9,36 +10,16 @@ from __future__ import annotations
 
 import csv
 import datetime as dt
-from collections import Counter
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Sequence
 from pathlib import Path
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
+from vmapcheck.data.sources import ROLE_KEYS, RawTable, Schema, _checked_float32
 from vmapcheck.errors import ConfigError, SourceError
 from vmapcheck.io import atomic_path
-
-SUFFIXES = (".csv", ".parquet")
-
-# The config key of each role, for messages that tell the user what to change.
-ROLE_KEYS = {
-    "identifier": "data.identifiers",
-    "quasi-identifier": "data.quasi_identifiers",
-    "feature": "data.features",
-    "target": "data.targets",
-}
-
-# Delimiters a wrongly-configured file is likely to use, with a name for messages.
-_DELIMITER_NAMES = {",": "comma", ";": "semicolon", "\t": "tab", "|": "pipe"}
-
-# A bad feature/target value is shown, but cut short: a whole line glued into one field
-# by a quoting error should not flood the message.
-_SHOW_CHARS = 40
-from vmapcheck.data.sources import ROLE_KEYS, RawTable, Schema, _checked_float32, read_table
-
 
 # ---------------------------------------------------------------------------------------
 # Synthetic source
@@ -188,7 +169,90 @@ def write_csv(path: Path, raw: RawTable, delimiter: str = ",") -> None:
 
 
 # ---------------------------------------------------------------------------------------
-# The diabetes table that scikit-learn ships
+# Tables that scikit-learn ships: every column of the table in exactly one configured role
+
+
+def _bundled_schema(
+    table: str,
+    columns: Sequence[str],
+    listing: str,
+    quasi_policy: dict[str, str],
+    features: Sequence[str],
+    targets: Sequence[str],
+) -> Schema:
+    """The columns of the bundled ``table`` in their configured roles; each exactly once.
+
+    ``columns``: the table's columns; ``listing``: how messages list them. Like
+    :func:`read_table` with an undeclared CSV column, a column of the table that no role
+    names is refused, and so is a name that is not one of its columns: raises
+    :class:`ConfigError` naming the key, what was expected and what was found.
+    """
+    schema = Schema(
+        identifiers=(),
+        quasi_identifiers=quasi_policy,
+        features=tuple(features),
+        targets=tuple(targets),
+    )  # refuses a column named twice and an empty list of features or targets
+    known = set(columns)
+    for role in ("quasi-identifier", "feature", "target"):
+        unknown = [c for c in schema.columns_of(role) if c not in known]
+        if unknown:
+            raise ConfigError(
+                f"{ROLE_KEYS[role]}: expected columns of the {table} table "
+                f"({listing}), found {', '.join(map(repr, unknown))}"
+            )
+    declared = set(schema.columns)
+    missing = [c for c in columns if c not in declared]
+    if missing:
+        raise ConfigError(
+            "data.quasi_identifiers, data.features, data.targets: expected every column of "
+            f"the {table} table ({listing}) in one of them, found "
+            f"{', '.join(map(repr, missing))} in none; declare each column (a "
+            "quasi-identifier with policy 'drop' is removed)"
+        )
+    return schema
+
+
+def _bundled_raw_table(source: str, values: dict[str, np.ndarray], schema: Schema) -> RawTable:
+    """A :class:`RawTable` of ``values`` (column -> float64 (n_rows,)) in ``schema``'s roles.
+
+    Features and targets become float32 (refusing a non-finite or out-of-range value,
+    naming its column and row); quasi-identifier values become text, as a file would
+    hold them: a whole number without a fraction ("59"), any other number as Python
+    writes it.
+    """
+
+    def where(column: str, i: int) -> str:
+        return f"{source}: column {column!r}, row {i + 1}"
+
+    def numeric(column: str) -> np.ndarray:
+        column_values = values[column]
+        never = np.zeros(column_values.shape, dtype=bool)
+        return _checked_float32(
+            column, column_values, never, never, lambda i: repr(float(column_values[i])), where
+        )
+
+    def block(columns: Sequence[str]) -> np.ndarray:
+        return np.stack([numeric(c) for c in columns], axis=1)
+
+    def texts(column: str) -> np.ndarray:
+        return np.asarray(
+            [str(int(v)) if v.is_integer() else repr(v) for v in values[column].tolist()],
+            dtype=np.str_,
+        )
+
+    return RawTable(
+        features=block(schema.features),
+        targets=block(schema.targets),
+        identifiers={},
+        quasi_identifiers={c: texts(c) for c in schema.quasi_identifiers},
+        schema=schema,
+        source=source,
+    )
+
+
+# ---------------------------------------------------------------------------------------
+# The diabetes table
 
 DIABETES_SOURCE = "sklearn.datasets.load_diabetes(scaled=False)"
 # The ten baseline variables in scikit-learn's order, then the target, which scikit-learn
@@ -204,33 +268,18 @@ def diabetes_schema(
 ) -> Schema:
     """The diabetes table's columns in their configured roles; every column exactly once.
 
-    The table has no identifier column (one row per patient, no id). Like
-    :func:`read_table` with an undeclared CSV column, a column of the table that no role
-    names is refused, and so is a name that is not one of its columns: raises
-    :class:`ConfigError` naming the key, what was expected and what was found.
+    The table has no identifier column (one row per patient, no id). A column of the
+    table that no role names, or a name that is not one of its columns, raises
+    :class:`ConfigError` naming the key (:func:`_bundled_schema`).
     """
-    schema = Schema(
-        identifiers=(),
-        quasi_identifiers=quasi_policy,
-        features=tuple(features),
-        targets=tuple(targets),
-    )  # refuses a column named twice and an empty list of features or targets
-    for role in ("quasi-identifier", "feature", "target"):
-        unknown = [c for c in schema.columns_of(role) if c not in DIABETES_COLUMNS]
-        if unknown:
-            raise ConfigError(
-                f"{ROLE_KEYS[role]}: expected columns of the diabetes table "
-                f"({', '.join(DIABETES_COLUMNS)}), found {', '.join(map(repr, unknown))}"
-            )
-    missing = [c for c in DIABETES_COLUMNS if c not in schema.columns]
-    if missing:
-        raise ConfigError(
-            "data.quasi_identifiers, data.features, data.targets: expected every column of "
-            f"the diabetes table ({', '.join(DIABETES_COLUMNS)}) in one of them, found "
-            f"{', '.join(map(repr, missing))} in none; declare each column (a "
-            "quasi-identifier with policy 'drop' is removed)"
-        )
-    return schema
+    return _bundled_schema(
+        "diabetes",
+        DIABETES_COLUMNS,
+        ", ".join(DIABETES_COLUMNS),
+        quasi_policy,
+        features,
+        targets,
+    )
 
 
 def diabetes_raw_table(schema: Schema) -> RawTable:
@@ -262,31 +311,75 @@ def diabetes_raw_table(schema: Schema) -> RawTable:
             f"{target.shape}: the installed scikit-learn ships another table"
         )
     values = {**dict(zip(DIABETES_BASELINE, data.T, strict=True)), DIABETES_TARGET: target}
+    return _bundled_raw_table(DIABETES_SOURCE, values, schema)
 
-    def where(column: str, i: int) -> str:
-        return f"{DIABETES_SOURCE}: column {column!r}, row {i + 1}"
 
-    def numeric(column: str) -> np.ndarray:
-        column_values = values[column]
-        never = np.zeros(column_values.shape, dtype=bool)
-        return _checked_float32(
-            column, column_values, never, never, lambda i: repr(float(column_values[i])), where
-        )
+# ---------------------------------------------------------------------------------------
+# The digits images
 
-    def block(columns: Sequence[str]) -> np.ndarray:
-        return np.stack([numeric(c) for c in columns], axis=1)
+DIGITS_SOURCE = "sklearn.datasets.load_digits()"
+DIGITS_SIDE = 8
+DIGITS_CLASSES = 10
+DIGITS_ROWS = 1797
+# The 64 pixels in scikit-learn's order and names: row-major, pixel_<row>_<column>, each
+# an ink count 0..16 (a 4x4 block of the 32x32 scan).
+DIGITS_PIXELS = tuple(f"pixel_{r}_{c}" for r in range(DIGITS_SIDE) for c in range(DIGITS_SIDE))
+# The label as one indicator column per digit (1.0 for the digit shown, else 0.0): the
+# training loss is a mean squared error on targets, so a class is scored, not regressed.
+DIGITS_TARGETS = tuple(f"digit_{d}" for d in range(DIGITS_CLASSES))
+DIGITS_COLUMNS = (*DIGITS_PIXELS, *DIGITS_TARGETS)
+DIGITS_LISTING = (
+    f"{DIGITS_PIXELS[0]} .. {DIGITS_PIXELS[-1]}, {DIGITS_TARGETS[0]} .. {DIGITS_TARGETS[-1]}"
+)
 
-    def texts(column: str) -> np.ndarray:
-        return np.asarray(
-            [str(int(v)) if v.is_integer() else repr(v) for v in values[column].tolist()],
-            dtype=np.str_,
-        )
 
-    return RawTable(
-        features=block(schema.features),
-        targets=block(schema.targets),
-        identifiers={},
-        quasi_identifiers={c: texts(c) for c in schema.quasi_identifiers},
-        schema=schema,
-        source=DIABETES_SOURCE,
+def digits_schema(
+    quasi_policy: dict[str, str], features: Sequence[str], targets: Sequence[str]
+) -> Schema:
+    """The digits table's columns in their configured roles; every column exactly once.
+
+    The table has no identifier and no quasi-identifier: one row per image, with no id
+    of the image or of its writer. A column of the table that no role names, or a name
+    that is not one of its columns, raises :class:`ConfigError` naming the key
+    (:func:`_bundled_schema`).
+    """
+    return _bundled_schema(
+        "digits", DIGITS_COLUMNS, DIGITS_LISTING, quasi_policy, features, targets
     )
+
+
+def digits_raw_table(schema: Schema) -> RawTable:
+    """scikit-learn's handwritten digits, with columns in ``schema``'s roles.
+
+    1,797 rows, one per 8x8 image: the 64 pixels (:data:`DIGITS_PIXELS`, row-major, ink
+    counts 0..16) and the label as ten indicator columns (:data:`DIGITS_TARGETS`).
+    ``schema`` comes from :func:`digits_schema`. The images ship inside the installed
+    scikit-learn package: nothing is downloaded. Raises :class:`SourceError` if the
+    installed package holds another table (other columns, another number of rows, or a
+    label outside 0..9).
+    """
+    from sklearn.datasets import load_digits  # a slow import that only this source needs
+
+    bunch = load_digits()
+    data = np.asarray(bunch.data, dtype=np.float64)  # (1797, 64)
+    target = np.asarray(bunch.target)  # (1797,) int
+    names = tuple(bunch.feature_names)
+    if (
+        names != DIGITS_PIXELS
+        or data.shape != (DIGITS_ROWS, len(DIGITS_PIXELS))
+        or target.shape != (DIGITS_ROWS,)
+        or not np.isin(target, np.arange(DIGITS_CLASSES)).all()
+    ):
+        raise SourceError(
+            f"{DIGITS_SOURCE}: expected {DIGITS_ROWS} rows of the columns {DIGITS_PIXELS[0]} "
+            f".. {DIGITS_PIXELS[-1]} and one label 0..{DIGITS_CLASSES - 1} per row, found "
+            f"{len(names)} columns ({', '.join(names[:2])}, ...), data of shape {data.shape} "
+            f"and labels of shape {target.shape}: the installed scikit-learn ships another "
+            "table"
+        )
+    onehot = (target[:, None] == np.arange(DIGITS_CLASSES)[None, :]).astype(np.float64)
+    values = {
+        **dict(zip(DIGITS_PIXELS, data.T, strict=True)),
+        **dict(zip(DIGITS_TARGETS, onehot.T, strict=True)),
+    }
+    return _bundled_raw_table(DIGITS_SOURCE, values, schema)

@@ -22,12 +22,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-import jax
-import jax.numpy as jnp
 import numpy as np
 
 from vmapcheck.errors import ConfigError, SourceError
-from vmapcheck.io import atomic_path
 
 SUFFIXES = (".csv", ".parquet")
 

@@ -11,13 +11,19 @@ from pathlib import Path
 import jax
 import numpy as np
 
-from vmapcheck.data.anonymize import AnonymizedTable, AnonymizePolicy
 from vmapcheck.config import DataConfig
-from vmapcheck.errors import ArtifactError
-from vmapcheck.io import atomic_save_npz
+from vmapcheck.data.anonymize import AnonymizedTable, AnonymizePolicy
+from vmapcheck.data.builtin import (
+    diabetes_raw_table,
+    diabetes_schema,
+    digits_raw_table,
+    digits_schema,
+    synthetic_raw_table,
+)
 from vmapcheck.data.regression import SPLITS
 from vmapcheck.data.sources import RawTable, Schema, read_table
-from vmapcheck.data.builtin import diabetes_raw_table, diabetes_schema, synthetic_raw_table
+from vmapcheck.errors import ArtifactError
+from vmapcheck.io import atomic_save_npz
 
 
 def load_raw(config: DataConfig, key: jax.Array, root: Path) -> RawTable:
@@ -27,7 +33,8 @@ def load_raw(config: DataConfig, key: jax.Array, root: Path) -> RawTable:
     (.csv or .parquet) against the declared schema, which raises SourceError naming the
     file, column and row of anything that does not fit. ``diabetes``: the table that
     scikit-learn ships, with its columns in the configured roles (ConfigError naming the
-    key for a column it lacks or leaves undeclared). Only ``synthetic`` uses ``key``.
+    key for a column it lacks or leaves undeclared); ``digits``: the 8x8 images
+    scikit-learn ships, the same way. Only ``synthetic`` uses ``key``.
     """
     if config.source == "synthetic":
         return synthetic_raw_table(
@@ -38,11 +45,16 @@ def load_raw(config: DataConfig, key: jax.Array, root: Path) -> RawTable:
             config.noise_std,
             dict(config.quasi_identifiers),
         )
-    if config.source == "diabetes":
-        schema = diabetes_schema(
+    bundled = {
+        "diabetes": (diabetes_schema, diabetes_raw_table),
+        "digits": (digits_schema, digits_raw_table),
+    }
+    if config.source in bundled:
+        schema_of, table_of = bundled[config.source]
+        schema = schema_of(
             dict(config.quasi_identifiers), tuple(config.features), tuple(config.targets)
         )
-        return diabetes_raw_table(schema)
+        return table_of(schema)
     schema = Schema(
         identifiers=tuple(config.identifiers),
         quasi_identifiers=dict(config.quasi_identifiers),

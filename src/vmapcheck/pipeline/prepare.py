@@ -15,6 +15,8 @@ from vmapcheck.data.splits import anonymize_policy, load_raw, split_indices, wri
 from vmapcheck.io import atomic_dir, atomic_write_json
 from vmapcheck.layout import Layout
 
+PERSONAL_ROLES = ("identifier", "quasi_identifier")
+
 
 def run(config: Config, layout: Layout) -> None:
     configure_cpu_float32()
@@ -30,6 +32,9 @@ def run(config: Config, layout: Layout) -> None:
         config.data.standard_batch,
     )
     anon = config.data.anonymize
+    # The source's identifier and quasi-identifier columns; [] says it had none at all
+    # (data=digits: pixels and labels only), not that some were left out.
+    personal = [c["name"] for c in table.columns if c["role"] in PERSONAL_ROLES]
     manifest = {
         "source": config.data.source,
         **({"path": config.data.path} if config.data.source == "csv" else {}),
@@ -38,6 +43,7 @@ def run(config: Config, layout: Layout) -> None:
         "dtype": str(table.features.dtype),
         "columns": table.columns,
         "anonymization": {
+            "personal_columns": personal,
             "join_key": anon.join_key,
             "pseudonym": f"HMAC-SHA256, secret from the environment variable {anon.secret_env}"
             if anon.join_key
@@ -52,10 +58,7 @@ def run(config: Config, layout: Layout) -> None:
     with atomic_dir(layout.cases) as folder:
         write_cases(folder, cases, list(table.feature_names))
     sizes = ", ".join(f"{name} {parts[name].size}" for name in SPLITS)
-    actions = ", ".join(
-        f"{c['name']}: {c['action']}"
-        for c in table.columns
-        if c["role"] in ("identifier", "quasi_identifier")
-    )
+    done = [f"{c['name']}: {c['action']}" for c in table.columns if c["role"] in PERSONAL_ROLES]
+    actions = ", ".join(done) or "nothing to do: no identifier or quasi-identifier column"
     print(f"prepare: {table.features.shape[0]} rows ({config.data.source}) split into {sizes}")
     print(f"prepare: anonymized ({actions}); {len(cases)} regression cases")
