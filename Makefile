@@ -47,14 +47,20 @@ demo: $(STAMP)
 	vmapcheck summary --repro-status $$status || true; \
 	exit $$status
 
-# Everything (what CI runs): lint, unit and end-to-end tests, two workers (pytest-xdist;
-# loadfile keeps each e2e file's shared pipeline run in one worker).
-test: $(STAMP) lint browser
-	python -m pytest -n 2 --dist loadfile
+# Two pytest-xdist workers (the project's machines have two cores), a whole file to a
+# worker: an e2e file's shared pipeline run and every module fixture stay in one process.
+# Files go out in collection order, tests/e2e (the longest) first, not xdist's default
+# of the files with the most tests first, which left the single-test e2e files for last.
+PYTEST_WORKERS := -n 2 --dist loadfile --no-loadscope-reorder
 
-# The unit tests only (no real pipeline runs): the loop while working.
-test-fast: $(STAMP) lint
-	python -m pytest -m "not e2e" -n 2
+# Everything (what CI runs): lint, unit and end-to-end tests.
+test: $(STAMP) lint browser
+	python -m pytest $(PYTEST_WORKERS)
+
+# The unit tests only (no real pipeline runs): the loop while working, a few minutes.
+# The HTML report's unit tests open it in Chromium too.
+test-fast: $(STAMP) lint browser
+	python -m pytest -m "not e2e" $(PYTEST_WORKERS)
 
 # The HTML report's test opens it in headless Chromium; installed here when missing and
 # root (apt-get), else an error names the package. `make demo` does not need it.

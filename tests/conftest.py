@@ -7,11 +7,14 @@ strict settings below hold for the code the unit tests run in this process.
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 
 import pytest
 
 from tests.helpers.config import ROOT
+from tests.helpers.store import copy_empty_store, make_empty_store
 
 # Before JAX starts: the tests run on CPU whatever the machine has.
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
@@ -31,3 +34,12 @@ jax.config.update("jax_num_cpu_devices", 2)
 @pytest.fixture(scope="session")
 def root() -> Path:
     return ROOT
+
+
+@pytest.fixture(scope="session")
+def empty_mlflow_store(tmp_path_factory) -> Callable[[Path], str]:
+    """``empty_mlflow_store(path)``: a fresh, empty MLflow sqlite store at ``path``, copied
+    from one made once per test process (MLflow's migrations take seconds); its URI."""
+    template = tmp_path_factory.mktemp("mlflow-template") / "mlflow.db"
+    make_empty_store(template)
+    return partial(copy_empty_store, template)

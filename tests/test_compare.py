@@ -61,10 +61,10 @@ def _metrics(agree, batches=(1, 8, 128), reference=None):
 
 
 @pytest.fixture(scope="module")
-def store(tmp_path_factory):
+def store(tmp_path_factory, empty_mlflow_store):
     """One store for the module (creating a sqlite store takes seconds); read only."""
     tmp_path = tmp_path_factory.mktemp("store")
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    uri = empty_mlflow_store(tmp_path / "mlflow.db")
     client = MlflowClient(tracking_uri=uri)
     ids = {
         name: client.create_experiment(name, artifact_location=(tmp_path / name).as_uri())

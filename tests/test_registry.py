@@ -86,7 +86,8 @@ class Store:
 
 
 @pytest.fixture
-def store(tmp_path):
+def store(tmp_path, empty_mlflow_store):
+    empty_mlflow_store(tmp_path / "mlflow.db")  # Store opens it as a fresh store
     return Store(tmp_path)
 
 

@@ -74,11 +74,11 @@ def _project(root):
     return cases, splits
 
 
-def test_the_regression_set_and_splits_reach_a_real_store_as_datasets(tmp_path):
+def test_the_regression_set_and_splits_reach_a_real_store_as_datasets(tmp_path, empty_mlflow_store):
     root = tmp_path / "project"
     cases, splits = _project(root)
     inputs = gather_run_inputs(Layout(root), tmp_path / "scratch", env={"DVC_EXP_NAME": "my-exp"})
-    client = MlflowClient(tracking_uri=f"sqlite:///{tmp_path / 'mlflow.db'}")
+    client = MlflowClient(tracking_uri=empty_mlflow_store(tmp_path / "mlflow.db"))
     experiment = client.create_experiment("t", artifact_location=(tmp_path / "a").as_uri())
     run_id = client.create_run(experiment).info.run_id
     client.log_inputs(run_id, datasets=inputs.datasets)

@@ -2,7 +2,8 @@
 
 JAX creates its CPU devices once per process, so the multi-device tests run in a
 subprocess started with emulated CPU devices (backend.num_devices through
-configure_jax, as the forward and bench stages do). This process has JAX's default.
+configure_jax, as the forward and bench stages do). This process has the two emulated
+CPU devices tests/conftest.py sets.
 """
 
 import json
@@ -12,6 +13,7 @@ import textwrap
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 import pytest
 
 from tests.helpers.config import ROOT, compose_config
@@ -164,7 +166,7 @@ def test_bench_times_the_sharded_path_with_its_mesh_and_padding(four_devices):
     assert b8["flops"] == pytest.approx(four_devices["bench_vmap_flops"], rel=0.05)
 
 
-# --- in this process: JAX's default device count --------------------------------------
+# --- in this process: the two emulated CPU devices of tests/conftest.py ----------------
 
 
 def test_a_mesh_of_every_device_by_default_and_too_many_refused():
@@ -172,6 +174,21 @@ def test_a_mesh_of_every_device_by_default_and_too_many_refused():
     assert data_mesh().size == present
     with pytest.raises(BackendUnavailableError, match=rf"num_devices={present + 1} asks for"):
         data_mesh(present + 1)
+
+
+def test_in_this_process_a_batch_is_split_over_the_two_emulated_devices():
+    assert len(jax.devices()) == 2 and dict(data_mesh().shape) == {"data": 2}
+    model = build_model(ModelConfig(name="mlp", in_features=3, hidden=[4], out_features=2))
+    params = model.init(jax.random.key(0))
+    sharded = ShardedForward(model, data_mesh(), "sharded_jit")
+    x = jax.random.normal(jax.random.key(1), (3, 3), jnp.float32)
+    placed = sharded.place_batch(x)
+    y = sharded.jitted(sharded.place_params(params), placed)
+    assert placed.shape[0] == sharded.padded_rows(3) == 4  # 3 rows padded to 2 x 2
+    assert sorted(s.device.id for s in y.addressable_shards) == [0, 1]
+    assert [list(s.data.shape) for s in y.addressable_shards] == [[2, 2]] * 2
+    expected = jax.vmap(model.forward_one, in_axes=(None, 0))(params, x)
+    np.testing.assert_allclose(sharded(params, x), expected, rtol=1e-5, atol=1e-6)
 
 
 def test_sharded_path_on_one_device_still_runs_and_pads_nothing():

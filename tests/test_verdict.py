@@ -149,12 +149,12 @@ def _details(median_ms: float, seed: int, model: str = "mlp") -> dict:
     }
 
 
-def test_last_verified_is_the_newest_passed_run_of_the_same_model(tmp_path):
+def test_last_verified_is_the_newest_passed_run_of_the_same_model(tmp_path, empty_mlflow_store):
     """A real MLflow store: a failed run and another model's run are never the baseline."""
     import mlflow
     from mlflow.tracking import MlflowClient
 
-    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    uri = empty_mlflow_store(tmp_path / "mlflow.db")
     client = MlflowClient(tracking_uri=uri)
     experiment = client.create_experiment("vmapcheck", artifact_location=tmp_path.as_uri())
     ids = {}
