@@ -138,38 +138,32 @@ class SyntheticDataConfig(_DataCommon):
     noise_std: NonNegativeFloat
 
 
-class FileDataConfig(_DataCommon):
+class _DeclaredColumns(_DataCommon):
+    """A table whose feature and target columns are declared by name, in order."""
+
+    features: Annotated[list[str], Field(min_length=1)]
+    targets: Annotated[list[str], Field(min_length=1)]
+
+    @property
+    def n_features(self) -> int:
+        return len(self.features)
+
+    @property
+    def n_targets(self) -> int:
+        return len(self.targets)
+
+
+class FileDataConfig(_DeclaredColumns):
     """The user's table (.csv or .parquet) with a declared schema; every column declared."""
 
     source: Literal["csv"]
     path: Annotated[str, Field(min_length=1)]
     delimiter: Annotated[str, Field(min_length=1, max_length=1)]
     identifiers: list[str]
-    features: Annotated[list[str], Field(min_length=1)]
-    targets: Annotated[list[str], Field(min_length=1)]
-
-    @property
-    def n_features(self) -> int:
-        return len(self.features)
-
-    @property
-    def n_targets(self) -> int:
-        return len(self.targets)
 
 
-class _BundledTableConfig(_DataCommon):
+class _BundledTableConfig(_DeclaredColumns):
     """A table scikit-learn ships, its columns declared by name (no file, no identifier)."""
-
-    features: Annotated[list[str], Field(min_length=1)]
-    targets: Annotated[list[str], Field(min_length=1)]
-
-    @property
-    def n_features(self) -> int:
-        return len(self.features)
-
-    @property
-    def n_targets(self) -> int:
-        return len(self.targets)
 
 
 class DiabetesDataConfig(_BundledTableConfig):
