@@ -57,10 +57,10 @@ PYTEST_WORKERS := -n 2 --dist loadfile --no-loadscope-reorder
 test: $(STAMP) lint browser
 	python -m pytest $(PYTEST_WORKERS)
 
-# The unit tests only (no real pipeline runs): the loop while working, a few minutes.
-# The HTML report's unit tests open it in Chromium too.
+# The unit tests only: no DVC pipeline (e2e) and no stage bodies run in-process
+# (stages): the loop while working. The HTML report's unit tests open it in Chromium.
 test-fast: $(STAMP) lint browser
-	python -m pytest -m "not e2e" $(PYTEST_WORKERS)
+	python -m pytest -m "not e2e and not stages" $(PYTEST_WORKERS)
 
 # The HTML report's test opens it in headless Chromium; installed here when missing and
 # root (apt-get), else an error names the package. `make demo` does not need it.

@@ -315,10 +315,12 @@ def project(tmp_path_factory) -> Project:
     return Project(Layout(root), codes)
 
 
+@pytest.mark.stages
 def test_every_stage_exited_zero(project):
     assert project.codes == dict.fromkeys(JUDGED, 0)
 
 
+@pytest.mark.stages
 def test_prepare_split_the_images_disjointly_and_recorded_no_personal_column(project):
     layout = project.layout
     manifest = read_json(layout.prepared / "manifest.json")
@@ -333,6 +335,7 @@ def test_prepare_split_the_images_disjointly_and_recorded_no_personal_column(pro
     assert sum(manifest["rows"].values()) == ROWS
 
 
+@pytest.mark.stages
 def test_check_passed_on_every_path_and_against_the_stored_reference(project):
     layout = project.layout
     check = read_json(layout.check_details)
@@ -353,6 +356,7 @@ def test_check_passed_on_every_path_and_against_the_stored_reference(project):
     assert read_json(layout.params_manifest)["model"] == "flax_cnn"
 
 
+@pytest.mark.stages
 def test_bench_timed_every_path(project):
     bench = read_json(project.layout.bench_details)
     for path in batch_paths():
@@ -363,6 +367,7 @@ def test_bench_timed_every_path(project):
 # --- the planted fault, through the real stages ---------------------------------------
 
 
+@pytest.mark.stages
 def test_batchnorm_with_batch_statistics_in_the_hand_batched_form_is_caught(tmp_path):
     from tests.helpers.cnn_faults import factory_overrides
 

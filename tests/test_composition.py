@@ -19,6 +19,7 @@ from pathlib import Path
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pytest
 
 from tests.helpers.config import compose_config
 from tests.helpers.faults import factory_overrides, make_model
@@ -160,6 +161,7 @@ OVERRIDES = (
 )
 
 
+@pytest.mark.stages
 def test_batch_statistics_in_the_hand_batched_forward(tmp_path: Path):
     root = tmp_path / "p"
     root.mkdir()

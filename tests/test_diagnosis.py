@@ -127,6 +127,7 @@ def assert_localized(report: dict, stage: str, layer: str | None, paths=None, le
 # --- a healthy run --------------------------------------------------------------------
 
 
+@pytest.mark.stages
 def test_a_healthy_run_passes_and_the_diagnosis_rules_out_every_stage(healthy):
     check = read_json(healthy.check_details)
     assert check["passed"], check["failures"]
@@ -160,6 +161,7 @@ def test_on_demand_without_a_project_is_an_error_not_a_report(tmp_path, capsys):
 # --- the planted faults ---------------------------------------------------------------
 
 
+@pytest.mark.stages
 def test_wrong_transpose_in_the_hand_batched_forward(prepared, tmp_path):
     check, report = run_with(prepared, tmp_path / "p", *factory_overrides("transposed_weight"))
     assert not check["passed"]
@@ -172,6 +174,7 @@ def test_wrong_transpose_in_the_hand_batched_forward(prepared, tmp_path):
     assert first["max_ulp"] > 1000 and first["tolerance"]["from"] == "precision.tolerance"
 
 
+@pytest.mark.stages
 def test_wrong_broadcast_in_the_hand_batched_forward(prepared, tmp_path):
     # The bias of layers[0] broadcast as a column: (rows, 32) + (32, 1). On one row it
     # silently makes a (32, 32) activation; on 8 rows it cannot broadcast at all.
@@ -184,6 +187,7 @@ def test_wrong_broadcast_in_the_hand_batched_forward(prepared, tmp_path):
     assert first["found"]["shape"] == [32, 32] and first["expected"]["shape"] == [1, 32]
 
 
+@pytest.mark.stages
 def test_one_layer_in_lower_precision_in_one_path(prepared, tmp_path):
     check, report = run_with(prepared, tmp_path / "p", *factory_overrides("bf16_layer"))
     assert not check["passed"]
@@ -195,6 +199,7 @@ def test_one_layer_in_lower_precision_in_one_path(prepared, tmp_path):
     assert report["first_divergence"]["max_ulp"] > 2**10
 
 
+@pytest.mark.stages
 def test_reused_prng_key(prepared, tmp_path):
     # The same derived key for every layer's draw (tests/helpers/faults.py): train
     # writes the init params it draws, and the check's key-stream stage finds the repeat.
@@ -238,6 +243,7 @@ def test_leaves_the_key_does_not_move_are_no_draws(config, mlp):
     assert "across 2 random leaves" in stage["summary"]
 
 
+@pytest.mark.stages
 def test_preprocessing_applied_twice(prepared, tmp_path):
     train = load_npz(Layout(prepared).prepared / "train.npz")["features"]
     # Statistics off (0, 1) (the train split's, shifted and widened), so standardizing
@@ -257,6 +263,7 @@ def test_preprocessing_applied_twice(prepared, tmp_path):
     assert "preprocessing step standardize diverges" in report["first_divergence"]["message"]
 
 
+@pytest.mark.stages
 def test_nan_entering_at_one_layer(prepared, tmp_path):
     # sqrt where relu belongs at layers[1], in forward_one and forward_batch alike.
     check, report = run_with(prepared, tmp_path / "p", *factory_overrides("nan_at_layer"))
@@ -269,6 +276,7 @@ def test_nan_entering_at_one_layer(prepared, tmp_path):
     assert first["what"] == "non-finite activation" and "NaN" in first["message"]
 
 
+@pytest.mark.stages
 def test_stored_cases_changed_after_prepare_are_found_by_the_data_stage(healthy, tmp_path):
     # As if a unit conversion of feature x3 ran once more over the standard case after
     # prepare built it, with the manifest rewritten to match: the sha256 gate cannot see it.
@@ -290,6 +298,7 @@ def test_stored_cases_changed_after_prepare_are_found_by_the_data_stage(healthy,
 
 
 @pytest.mark.parametrize(("path", "stage"), [("vmap_jit", "backend"), ("sharded_jit", "sharding")])
+@pytest.mark.stages
 def test_a_divergence_only_in_the_runs_stored_outputs_is_the_backends(
     healthy, tmp_path, path, stage
 ):

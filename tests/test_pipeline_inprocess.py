@@ -46,6 +46,9 @@ class Project:
     before: tuple[str, str | None]  # MLflow's tracking URI and its variable, before
 
 
+pytestmark = pytest.mark.stages
+
+
 @pytest.fixture(scope="module")
 def project(tmp_path_factory) -> Project:
     """A temporary project (a git repository of its inputs) after every stage ran."""
