@@ -60,6 +60,11 @@ class Layout:
         return self.data / "prepared"
 
     @property
+    def prepared_manifest(self) -> Path:
+        """What prepare did: the anonymization, the feature names, the rows per split."""
+        return self.prepared / "manifest.json"
+
+    @property
     def cases(self) -> Path:
         """The regression set: one ``<case>.npz`` each and :attr:`cases_manifest`."""
         return self.data / "cases"

@@ -18,6 +18,7 @@ from vmapcheck.core.cases import CaseKind, kind_of
 from vmapcheck.core.compare import compare, looser, within
 from vmapcheck.core.composition import REGROUPINGS, applies, composition_key
 from vmapcheck.core.paths import PATHS, output_key, path_names, plain_path
+from vmapcheck.data.regression import SINGLE_CASE
 
 
 def _contract(entry: dict[str, Any], shape: list[int], dtype: str) -> list[str]:
@@ -85,7 +86,7 @@ def _pairs(
     if kind.takes == "vector":
         for a in present:
             for b in path_names("batch"):
-                batch = outputs.get(output_key("single", b))
+                batch = outputs.get(output_key(SINGLE_CASE, b))
                 if batch is not None:
                     results[f"{a}-vs-single.{b}"] = compare(
                         present[a], batch[0], tolerance, _fitting(scale, present[a])

@@ -53,13 +53,13 @@ def run_forward(
     paths of :func:`build_all` (None: built here).
     """
     built = built if built is not None else build_all(model, dtype, mesh)
+    every = {name: fn for takes in built.values() for name, fn in takes.items()}
     run_params = cast_tree(params, dtype)
     outputs: dict[str, np.ndarray] = {}
     record: dict[str, Any] = {}
     for case_name, case in cases.items():
         kind = kind_of(case, case_name)
-        paths = {name: fn for takes in built.values() for name, fn in takes.items()}
-        paths = {name: paths[name] for name in kind.paths(case) if name in paths}
+        paths = {name: every[name] for name in kind.paths(case) if name in every}
         x = jnp.asarray(case["x"], dtype=dtype) if case.get("cast", True) else case["x"]
         per_path: dict[str, Any] = {}
         for path_name, path in paths.items():

@@ -16,6 +16,11 @@ from vmapcheck.io import atomic_save_npz, atomic_write_json, load_npz, read_json
 
 SPLITS = ("train", "val", "test")
 CASES_MANIFEST = "manifest.json"
+# The cases other stages name: the standard batch (bench times its rows, forward probes
+# gradients on it, the diagnosis falls back to it) and the batch of one (the vector case
+# is compared with it).
+STANDARD_CASE = "standard"
+SINGLE_CASE = "single"
 
 
 def load_split(folder: Path, name: str) -> tuple[np.ndarray, np.ndarray]:
@@ -89,12 +94,12 @@ def regression_cases(
         }
 
     return {
-        "standard": batch(
+        STANDARD_CASE: batch(
             test_x[:standard_batch],
             f"first {standard_batch} rows of the test split",
             test_y[:standard_batch],
         ),
-        "single": batch(test_x[:1], "one row of the test split, as a batch of one", test_y[:1]),
+        SINGLE_CASE: batch(test_x[:1], "one row of the test split, as a batch of one", test_y[:1]),
         "single_vector": {
             "x": test_x[0].astype(f32),
             "kind": "vector",

@@ -15,7 +15,7 @@ from vmapcheck.core.forms import data_mesh
 from vmapcheck.core.models import build_model
 from vmapcheck.core.paths import PATHS, describe_distributed
 from vmapcheck.core.runtime import configure_jax
-from vmapcheck.data.regression import load_cases
+from vmapcheck.data.regression import STANDARD_CASE, load_cases
 from vmapcheck.io import atomic_dir, atomic_write_json
 from vmapcheck.layout import Layout
 from vmapcheck.params_io import load_model_params
@@ -40,7 +40,7 @@ def run(config: Config, layout: Layout) -> None:
     runtime = configure_jax(config.backend, config.precision)
     model = build_model(config.model)
     params, _ = load_model_params(model, layout.params)
-    rows = load_cases(layout.cases)["standard"]["x"]
+    rows = load_cases(layout.cases)[STANDARD_CASE]["x"]
     dtype = jnp.dtype(config.precision.dtype)
     mesh = data_mesh(config.backend.num_devices)
     with bench_progress() as progress:

@@ -18,7 +18,7 @@ from vmapcheck.core.gradients import gradient_probe
 from vmapcheck.core.models import build_model
 from vmapcheck.core.paths import describe_distributed, not_provided
 from vmapcheck.core.runtime import configure_jax
-from vmapcheck.data.regression import load_cases
+from vmapcheck.data.regression import STANDARD_CASE, load_cases
 from vmapcheck.errors import ArtifactError
 from vmapcheck.io import atomic_dir, atomic_save_npz, atomic_write_json, read_json
 from vmapcheck.layout import Layout
@@ -65,7 +65,7 @@ def run(config: Config, layout: Layout) -> None:
         model, params, cases, dtype, outputs, mesh, built=built
     )
     reference_outputs, reference_status = _run_reference(config, layout, model, dtype, mesh)
-    standard = cases["standard"]
+    standard = cases[STANDARD_CASE]
     grad_arrays, grad_record = gradient_probe(
         model,
         cast_tree(params, dtype),

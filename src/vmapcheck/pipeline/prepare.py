@@ -54,7 +54,7 @@ def run(config: Config, layout: Layout) -> None:
     }
     with atomic_dir(layout.prepared) as folder:
         write_splits(folder, table, parts)
-        atomic_write_json(folder / "manifest.json", manifest)
+        atomic_write_json(folder / layout.prepared_manifest.name, manifest)
     with atomic_dir(layout.cases) as folder:
         write_cases(folder, cases, list(table.feature_names))
     sizes = ", ".join(f"{name} {parts[name].size}" for name in SPLITS)

@@ -31,7 +31,7 @@ def run(config: Config, layout: Layout) -> None:
     keys = named_keys(config.seed)
     model = build_model(config.model)
     splits = {name: load_split(layout.prepared, name) for name in SPLITS}
-    features = read_json(layout.prepared / "manifest.json")["features"]
+    features = read_json(layout.prepared_manifest)["features"]
     if config.train.params_file is not None:
         template = jax.eval_shape(model.init, jax.random.key(0))
         params = read_params_file(
@@ -79,7 +79,7 @@ def run(config: Config, layout: Layout) -> None:
                 "outputs": contract["outputs"],
             },
         )
-        atomic_write_json(folder / "contract.json", contract)
+        atomic_write_json(folder / layout.contract.name, contract)
     atomic_write_json(layout.train_report, metrics)
     print(
         f"train: model {model.name}, trained={metrics['trained']}, best step "

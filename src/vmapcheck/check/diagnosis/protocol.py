@@ -43,6 +43,7 @@ from vmapcheck.core.cases import kind_of
 from vmapcheck.core.models import build_model
 from vmapcheck.core.runtime import configure_jax
 from vmapcheck.core.training import make_optimizer
+from vmapcheck.data.regression import STANDARD_CASE
 from vmapcheck.errors import VmapcheckError
 from vmapcheck.io import atomic_write_json, atomic_write_text, load_npz, read_json
 from vmapcheck.layout import Layout
@@ -241,7 +242,7 @@ def _failing_case(check: dict[str, Any] | None, manifest: dict[str, Any]) -> str
         parts = failure.split("/")
         if parts[0] == "reference" and len(parts) > 1 and parts[1] in manifest["cases"]:
             return parts[1]
-    return "standard"
+    return STANDARD_CASE
 
 
 def probes_for(
@@ -250,7 +251,7 @@ def probes_for(
     """The input ladder: one row of the failing case (minimal), then the whole case, then
     the standard batch's first row and the batch when the failing case has no targets."""
     failing = _failing_case(check, manifest)
-    order = [failing] + (["standard"] if "y" not in cases.get(failing, {}) else [])
+    order = [failing] + ([STANDARD_CASE] if "y" not in cases.get(failing, {}) else [])
     probes: list[Probe] = []
     for name in dict.fromkeys(order):
         if name not in cases:
@@ -306,7 +307,7 @@ def diagnose_project(
         seed=config.seed,
     )
     failing = _failing_case(check, manifest)
-    stored_cases = {n: cases[n]["x"] for n in dict.fromkeys([failing, "standard"]) if n in cases}
+    stored_cases = {n: cases[n]["x"] for n in dict.fromkeys([failing, STANDARD_CASE]) if n in cases}
     stored = (
         StoredRun(
             outputs=load_npz(layout.outputs),
