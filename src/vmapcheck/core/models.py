@@ -20,6 +20,7 @@ import jax
 import jax.numpy as jnp
 
 from vmapcheck.config import ModelConfig
+from vmapcheck.core.contract import InputSpec
 from vmapcheck.errors import ConfigError
 
 Params = Any  # a pytree of arrays
@@ -80,6 +81,11 @@ class Model:
       diagnosis compares outputs only and says so.
     - ``preprocessing``: names of the leading activations that are input preprocessing
       (e.g. a standardization), judged in the diagnosis's data & preprocessing stage.
+    - ``inputs``: the input contract when one example is a dict of leaves (an image, token
+      ids and a mask, ...: :class:`vmapcheck.core.contract.InputSpec`); then ``x`` above
+      is that dict, a batch the same dict with a leading batch axis 0 on every leaf, and
+      ``in_features`` the number of table columns the leaves take together. None: the
+      flat-vector contract ``(in_features,)``.
     """
 
     name: str
@@ -94,6 +100,12 @@ class Model:
     activations_one: ActivationsFn | None = None
     activations_batch: ActivationsFn | None = None
     preprocessing: tuple[str, ...] = ()
+    inputs: InputSpec | None = None
+
+    @property
+    def contract(self) -> InputSpec:
+        """The input contract: ``inputs``, else one float leaf ``(in_features,)``."""
+        return self.inputs if self.inputs is not None else InputSpec.vector(self.in_features)
 
     def outputs(self) -> tuple[str, ...]:
         """Output names: as declared, else y0, y1, ..."""
