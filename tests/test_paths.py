@@ -7,7 +7,7 @@ import pytest
 
 from vmapcheck.config import ModelConfig, ToleranceConfig
 from vmapcheck.core.compare import all_pairs
-from vmapcheck.core.forms import validate_batch
+from vmapcheck.core.contract import InputSpec
 from vmapcheck.core.models import build_model
 from vmapcheck.core.paths import build_paths, path_names
 from vmapcheck.errors import InvalidInputError
@@ -37,7 +37,7 @@ def mlp():
 )
 def test_invalid_batches_are_refused_with_the_problem_named(x, message):
     with pytest.raises(InvalidInputError, match=message):
-        validate_batch(x, 5, jnp.float32)
+        InputSpec.vector(5).validate_batch(x, jnp.float32)
 
 
 def test_every_path_refuses_invalid_input_before_computing(mlp):

@@ -40,6 +40,34 @@ class _Strict(BaseModel):
 BUILTIN_MODELS = ("toy", "mlp")
 
 
+class LeafConfig(_Strict):
+    """One input leaf of a model whose example is a dict of leaves (model.inputs.<leaf>):
+    its per-example shape, dtype ("float": the run's precision; "int32" ids in
+    [0, vocab); "bool" a mask) and meaning (vmapcheck.core.contract.Leaf)."""
+
+    shape: Annotated[list[PositiveInt], Field(min_length=1)]
+    dtype: Literal["float", "int32", "bool"]
+    vocab: PositiveInt | None = None
+    meaning: str = ""
+
+    @model_validator(mode="after")
+    def _ids_have_a_vocab(self) -> LeafConfig:
+        if (self.dtype == "int32") != (self.vocab is not None):
+            raise ValueError(
+                "expected vocab (ids are in [0, vocab)) exactly for an int32 leaf, found "
+                f"dtype {self.dtype} with vocab {self.vocab}"
+            )
+        return self
+
+    @property
+    def size(self) -> int:
+        """The table columns the leaf takes: the product of its shape."""
+        size = 1
+        for n in self.shape:
+            size *= n
+        return size
+
+
 class ModelConfig(_Strict):
     """Which model, and its layer widths. ``toy`` is the seed's fixed 3 -> 2 model.
 
@@ -55,6 +83,26 @@ class ModelConfig(_Strict):
     hidden: Annotated[list[PositiveInt] | None, Field(validate_default=True)] = None
     out_features: PositiveInt
     factory: dict[str, Any] | None = None
+    # None: one example is a flat float vector (in_features,). Else a dict of leaves, in
+    # this order, taking in_features table columns together.
+    inputs: dict[str, LeafConfig] | None = None
+
+    @model_validator(mode="after")
+    def _inputs_take_the_features(self) -> ModelConfig:
+        if self.inputs is None:
+            return self
+        if self.name in BUILTIN_MODELS:
+            raise ValueError(f"model {self.name!r} takes a flat vector: model.inputs must be null")
+        if not self.inputs:
+            raise ValueError("expected at least one leaf in model.inputs, found none")
+        sizes = {name: leaf.size for name, leaf in self.inputs.items()}
+        if sum(sizes.values()) != self.in_features:
+            raise ValueError(
+                f"model.inputs take {sum(sizes.values())} table columns "
+                f"({', '.join(f'{k}: {v}' for k, v in sizes.items())}) but "
+                f"model.in_features={self.in_features}: they must be equal"
+            )
+        return self
 
     @field_validator("hidden", mode="after")
     @classmethod
@@ -363,19 +411,34 @@ class GuardConfig(_Strict):
 DTYPE_BYTES = {"float32": 4, "float64": 8, "bfloat16": 2}
 
 
-def byte_limit_problem(guard: GuardConfig, in_features: int, itemsize: int) -> str | None:
+# Bytes per element of the leaves that are not float (float leaves: the run's dtype).
+LEAF_BYTES = {"int32": 4, "bool": 1}
+
+
+def example_bytes(model: ModelConfig, float_bytes: int) -> int:
+    """The bytes of one valid example: every leaf's elements x its itemsize (float leaves
+    at ``float_bytes``, the run's precision)."""
+    if model.inputs is None:
+        return model.in_features * float_bytes
+    return sum(
+        leaf.size * LEAF_BYTES.get(leaf.dtype, float_bytes) for leaf in model.inputs.values()
+    )
+
+
+def byte_limit_problem(guard: GuardConfig, per_example: int) -> str | None:
     """Why ``guard.max_request_bytes`` would refuse a valid full batch, or None.
 
-    A valid request's size is fixed by its row count, so a byte limit below one full
-    batch would make ``guard.max_batch`` a promise the guard cannot keep.
+    ``per_example``: the bytes of one valid example (:func:`example_bytes`). A valid
+    request's size is fixed by its row count, so a byte limit below one full batch
+    would make ``guard.max_batch`` a promise the guard cannot keep.
     """
-    full = guard.max_batch * in_features * itemsize
+    full = guard.max_batch * per_example
     if full <= guard.max_request_bytes:
         return None
     return (
         f"guard.max_request_bytes={guard.max_request_bytes} is below one valid request of "
-        f"guard.max_batch={guard.max_batch} rows x {in_features} features x {itemsize} "
-        f"bytes = {full}: raise guard.max_request_bytes or lower guard.max_batch"
+        f"guard.max_batch={guard.max_batch} rows x {per_example} bytes per example "
+        f"= {full}: raise guard.max_request_bytes or lower guard.max_batch"
     )
 
 
@@ -481,7 +544,7 @@ class Config(_Strict):
     @model_validator(mode="after")
     def _full_batch_within_byte_limit(self) -> Config:
         problem = byte_limit_problem(
-            self.guard, self.model.in_features, DTYPE_BYTES[self.precision.dtype]
+            self.guard, example_bytes(self.model, DTYPE_BYTES[self.precision.dtype])
         )
         if problem:
             raise ValueError(problem)

@@ -139,17 +139,31 @@ def model_contract(model: Any, params: Any, features: list[str]) -> dict[str, An
     Written next to the params artifact (contract.json) and checked whenever params or
     inputs cross a stage boundary.
     """
-    return {
-        "model": model.name,
-        "description": model.description,
-        "params": contract_of(params),
-        "inputs": {
+    spec = model.contract
+    if spec.flat:
+        inputs = {
             "features": list(features),
             "n_features": model.in_features,
             "dtype": "float32 (cast to the run's precision)",
             "batch_axis": 0,
             "unbatched": f"forward_one takes one vector of shape ({model.in_features},)",
-        },
+        }
+    else:
+        inputs = {
+            "features": list(features),
+            "n_features": model.in_features,
+            # Each leaf takes prod(shape) consecutive feature columns, in this order.
+            "leaves": spec.describe(),
+            "batch_axis": "0, on every leaf",
+            "unbatched": "forward_one takes one dict {"
+            + ", ".join(f"{leaf.name}: {leaf.shape} {leaf.dtype}" for leaf in spec.leaves)
+            + "}",
+        }
+    return {
+        "model": model.name,
+        "description": model.description,
+        "params": contract_of(params),
+        "inputs": inputs,
         "outputs": {
             "names": list(model.outputs()),
             "n_outputs": model.out_features,

@@ -51,7 +51,7 @@ import itertools
 import math
 import time
 from collections import Counter, deque
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -61,7 +61,9 @@ import numpy as np
 
 from vmapcheck.bench.timing import _CompileCounter, latency_stats
 from vmapcheck.config import GuardConfig, byte_limit_problem
-from vmapcheck.core.forms import batched_forward, cast_tree, check_batch_shape, validate_batch
+from vmapcheck.core.contract import VECTOR_LEAF, InputSpec, leaf_arrays
+from vmapcheck.core.contract import rows as rows_of_tree
+from vmapcheck.core.forms import batched_forward, cast_tree
 from vmapcheck.core.models import Model, Params
 from vmapcheck.errors import ConfigError, InvalidInputError, NonFiniteOutputError
 
@@ -79,6 +81,8 @@ REASONS = (
     "dtype",
     "non_finite_input",
 )
+# The reasons only a dict of leaves can give (:func:`invalid_kinds`).
+TREE_REASONS = ("shape", "id_range", "missing_leaf", "extra_leaf", "batch_sizes")
 # What a replay reports for a request that ran but whose output was refused.
 NON_FINITE_OUTPUT = "non_finite_output"
 SERVED = "served"
@@ -110,10 +114,14 @@ class Guard:
         bucketed: bool = True,
     ) -> None:
         self._dtype = jnp.dtype(dtype)
-        self._in_features = model.in_features
+        self._contract = model.contract
+        self._reasons = invalid_kinds(self._contract)
         self._config = config
         self._bucketed = bucketed
-        problem = byte_limit_problem(config, model.in_features, self._dtype.itemsize)
+        per_example = sum(
+            leaf.size * leaf.array_dtype(self._dtype).itemsize for leaf in self._contract.leaves
+        )
+        problem = byte_limit_problem(config, per_example)
         if problem:
             raise ConfigError(problem)
         self._params = jax.device_put(cast_tree(params, self._dtype))
@@ -156,7 +164,7 @@ class Guard:
     def warmup(self) -> None:
         """Compile every bucket now (on zero rows), so no request pays for a compilation."""
         for rows in self.buckets or ():
-            self._run(np.zeros((rows, self._in_features), dtype=self._dtype))
+            self._run(self._contract.zeros(rows, self._dtype))
 
     def predict(self, x: Any) -> np.ndarray:
         """Outputs of shape (batch, out_features) for ``x`` of shape (batch, in_features).
@@ -177,8 +185,12 @@ class Guard:
         if target == rows:
             batch = x
         else:
-            batch = np.zeros((target, self._in_features), dtype=self._dtype)
-            batch[:rows] = np.asarray(x)
+            # Zero rows on the host (ids 0, masks all padding): padding never compiles.
+            batch = jax.tree.map(
+                lambda leaf, pad: np.concatenate([np.asarray(leaf), pad[: target - rows]]),
+                x,
+                self._contract.zeros(target, self._dtype),
+            )
         out = self._run(batch)
         self._per_bucket[target] += 1
         self._real_rows += rows
@@ -199,27 +211,41 @@ class Guard:
 
     def _admit(self, x: Any) -> int:
         """The request's row count, once every limit and the contract hold."""
-        if not isinstance(x, np.ndarray | jax.Array):
+        if self._contract.flat:
+            arrays = {VECTOR_LEAF: x}
+        elif isinstance(x, Mapping):
+            arrays = leaf_arrays(x)
+        else:
             raise InvalidInputError(
-                f"expected a numpy or JAX array, got {type(x).__name__}", reason="type"
+                f"expected a dict of arrays {list(self._contract.names)}, got {type(x).__name__}",
+                reason="type",
             )
-        shape = tuple(int(n) for n in x.shape)
+        for name, leaf in arrays.items():
+            if not isinstance(leaf, np.ndarray | jax.Array):
+                where = "" if self._contract.flat else f"leaf {name!r}: "
+                raise InvalidInputError(
+                    f"{where}expected a numpy or JAX array, got {type(leaf).__name__}",
+                    reason="type",
+                )
+        shapes = {name: tuple(int(n) for n in leaf.shape) for name, leaf in arrays.items()}
         # From metadata: a broadcast view or a lazily-backed array is never materialised.
-        nbytes = math.prod(shape) * x.dtype.itemsize
+        nbytes = sum(math.prod(shapes[n]) * leaf.dtype.itemsize for n, leaf in arrays.items())
         if nbytes > self._config.max_request_bytes:
+            described = ", ".join(f"{n} {shapes[n]} {a.dtype}" for n, a in arrays.items())
             raise InvalidInputError(
-                f"request of shape {shape} and dtype {x.dtype} takes {nbytes} bytes, over "
+                f"request of {described} takes {nbytes} bytes, over "
                 f"guard.max_request_bytes={self._config.max_request_bytes}",
                 reason="too_many_bytes",
             )
-        check_batch_shape(shape, self._in_features)
-        if shape[0] > self._config.max_batch:
+        self._contract.check_batch_shape(shapes[VECTOR_LEAF] if self._contract.flat else shapes)
+        rows = next(iter(shapes.values()))[0]
+        if rows > self._config.max_batch:
             raise InvalidInputError(
-                f"expected at most guard.max_batch={self._config.max_batch} rows, got {shape[0]}",
+                f"expected at most guard.max_batch={self._config.max_batch} rows, got {rows}",
                 reason="batch_too_large",
             )
-        validate_batch(x, self._in_features, self._dtype)
-        return shape[0]
+        self._contract.validate_batch(x, self._dtype)
+        return rows
 
     def _run(self, batch: Any) -> np.ndarray:
         before_n, before_s = _CompileCounter.count, _CompileCounter.seconds
@@ -233,7 +259,7 @@ class Guard:
     def metrics(self) -> dict[str, Any]:
         """Aggregated metrics, JSON-able; no request value is, or can be, among them."""
         n = self._requests
-        share = {reason: self._refused[reason] / n if n else 0.0 for reason in REASONS}
+        share = {reason: self._refused[reason] / n if n else 0.0 for reason in self._reasons}
         window = np.asarray(self._window, dtype=np.float64)
         percentiles = (
             dict(
@@ -251,7 +277,7 @@ class Guard:
         return {
             "requests": n,
             "served": self._served,
-            "refused": {reason: self._refused[reason] for reason in REASONS},
+            "refused": {reason: self._refused[reason] for reason in self._reasons},
             "invalid_share": share,
             "invalid_share_total": sum(self._refused.values()) / n if n else 0.0,
             "numeric_errors": self._numeric_errors,
@@ -281,7 +307,26 @@ class Guard:
 
 # --- the request stream and its replay ---------------------------------------------------
 
-# The invalid kinds a stream plants, each refused for the reason of the same name.
+
+def invalid_kinds(contract: InputSpec) -> tuple[str, ...]:
+    """The invalid kinds a stream plants for ``contract``, each refused for the reason of
+    the same name: the flat vector's :data:`REASONS`; for a dict of leaves "shape" in
+    place of "features", "id_range" with an int leaf, and the dict's own mistakes."""
+    if contract.flat:
+        return REASONS
+    kinds = [r for r in REASONS if r != "features" and r != "non_finite_input"]
+    kinds.insert(kinds.index("empty"), "shape")
+    if contract.has("float"):
+        kinds.append("non_finite_input")
+    if contract.has("int32"):
+        kinds.append("id_range")
+    kinds += ["missing_leaf", "extra_leaf"]
+    if len(contract.leaves) > 1:
+        kinds.append("batch_sizes")
+    return tuple(kinds)
+
+
+# The invalid kinds of a flat-vector model's stream.
 INVALID_KINDS = REASONS
 
 
@@ -293,70 +338,104 @@ class Request:
     expected: str
 
 
-def request_stream(template_rows: np.ndarray, dtype: Any, config: GuardConfig) -> Iterator[Request]:
+def request_stream(
+    template_rows: Any, dtype: Any, config: GuardConfig, contract: InputSpec | None = None
+) -> Iterator[Request]:
     """``config.replay.n_requests`` requests, drawn one at a time (never all held at once).
 
-    Each valid request has a batch size drawn uniformly from 1..``config.max_batch``; its
-    rows are real rows of ``template_rows`` (n, in_features) drawn with replacement, plus
-    Gaussian noise of ``replay.noise_std`` times each feature's standard deviation. A share
+    ``template_rows``: real rows of the input ``contract`` (every leaf with batch axis 0;
+    None: a flat ``(n, in_features)`` table). Each valid request has a batch size drawn
+    uniformly from 1..``config.max_batch``; its rows are template rows drawn with
+    replacement, float leaves plus Gaussian noise of ``replay.noise_std`` times each
+    element's standard deviation (ids and masks as drawn). A share
     ``replay.invalid_share`` of requests is made invalid, the kind drawn uniformly from
-    :data:`INVALID_KINDS`. With ``replay.plant_canary``, :data:`REQUEST_CANARY` is planted
-    in one cell of every request. The same config gives the same stream (numpy Generator seeded by
-    ``replay.seed``).
+    :func:`invalid_kinds`. With ``replay.plant_canary``, :data:`REQUEST_CANARY` is
+    planted in one cell of the first float leaf of every request. The same config gives
+    the same stream (numpy Generator seeded by ``replay.seed``).
     """
     replay_config = config.replay
     dtype = jnp.dtype(dtype)
-    template = np.asarray(template_rows, dtype=np.float64)
-    if template.ndim != 2 or template.shape[0] == 0:
+    if contract is None:
+        width = np.shape(template_rows)[1] if np.ndim(template_rows) == 2 else 1
+        contract = InputSpec.vector(width)
+    if contract.flat and (np.ndim(template_rows) != 2 or np.shape(template_rows)[0] == 0):
         raise InvalidInputError(
             f"template rows: expected a non-empty (n, in_features) table, got shape "
-            f"{template.shape}",
+            f"{np.shape(template_rows)}",
             reason="rank",
         )
-    features = template.shape[1]
-    scale = replay_config.noise_std * template.std(axis=0)
+    template = {k: np.asarray(v) for k, v in leaf_arrays(template_rows).items()}
+    n_template = rows_of_tree(template)
+    floats = [leaf.name for leaf in contract.leaves if leaf.dtype == "float"]
+    template = {k: v.astype(np.float64) if k in floats else v for k, v in template.items()}
+    scale = {k: replay_config.noise_std * template[k].std(axis=0) for k in floats}
     other_dtype = np.dtype(np.float64 if dtype != np.float64 else np.float32)
-    row_bytes = features * dtype.itemsize
+    row_bytes = sum(leaf.size * leaf.array_dtype(dtype).itemsize for leaf in contract.leaves)
+    first = contract.leaves[0]
+    kinds = invalid_kinds(contract)
     rng = np.random.default_rng(replay_config.seed)
 
-    def rows_of(n: int) -> np.ndarray:
-        picked = template[rng.integers(0, template.shape[0], n)]
-        x = (picked + rng.normal(size=picked.shape) * scale).astype(dtype)
-        if replay_config.plant_canary:
-            x[rng.integers(0, n), rng.integers(0, features)] = REQUEST_CANARY
-        return x
+    def rows_of(n: int) -> dict[str, np.ndarray]:
+        picked = rng.integers(0, n_template, n)
+        out = {}
+        for leaf in contract.leaves:
+            chosen = template[leaf.name][picked]
+            if leaf.dtype == "float":
+                noise = rng.normal(size=chosen.shape) * scale[leaf.name]
+                chosen = (chosen + noise).astype(dtype)
+            out[leaf.name] = chosen
+        if replay_config.plant_canary and floats:
+            cells = out[floats[0]].reshape(n, -1)
+            cells[rng.integers(0, n), rng.integers(0, cells.shape[1])] = REQUEST_CANARY
+        return out
 
     for _ in range(replay_config.n_requests):
         rows = int(rng.integers(1, config.max_batch + 1))
-        kind = (
-            str(rng.choice(INVALID_KINDS)) if rng.random() < replay_config.invalid_share else SERVED
-        )
+        kind = str(rng.choice(kinds)) if rng.random() < replay_config.invalid_share else SERVED
         if kind == "batch_too_large":
             # Over max_batch by up to one full batch, within the byte limit when it can be.
             over = min(2 * config.max_batch, config.max_request_bytes // row_bytes)
             rows = int(rng.integers(config.max_batch + 1, max(over, config.max_batch + 1) + 1))
-        x: Any
+        arrays: dict[str, Any]
         if kind == "too_many_bytes":
-            # A read-only broadcast view: gigabytes if anything materialised it.
+            # Read-only broadcast views: gigabytes if anything materialised them.
             huge = max(config.max_request_bytes // row_bytes + 1, 1 << 28)
-            x = np.broadcast_to(rows_of(1), (huge, features))
+            arrays = {k: np.broadcast_to(v, (huge, *v.shape[1:])) for k, v in rows_of(1).items()}
         else:
-            x = rows_of(rows)
+            arrays = rows_of(rows)
+        head = arrays[first.name]
         if kind == "type":
-            x = x.tolist()
+            arrays[first.name] = head.tolist()
         elif kind == "rank":
-            x = x[None] if rng.random() < 0.5 else x.reshape(-1)
-        elif kind == "features":
-            x = np.concatenate([x, x[:, :1]], axis=1)
+            flatten = contract.flat and rng.random() >= 0.5
+            arrays[first.name] = head.reshape(-1) if flatten else head[None]
+        elif kind in ("features", "shape"):
+            arrays[first.name] = np.concatenate([head, head[..., :1]], axis=-1)
         elif kind == "empty":
-            x = x[:0]
+            arrays = {k: v[:0] for k, v in arrays.items()}
         elif kind == "dtype":
-            x = x.astype(other_dtype)
+            wrong = other_dtype if first.dtype == "float" else np.dtype(np.float32)
+            arrays[first.name] = head.astype(wrong)
         elif kind == "non_finite_input":
-            x[rng.integers(0, rows), rng.integers(0, features)] = rng.choice([np.nan, np.inf])
+            cells = arrays[floats[0]].reshape(rows, -1)
+            cells[rng.integers(0, rows), rng.integers(0, cells.shape[1])] = rng.choice(
+                [np.nan, np.inf]
+            )
+        elif kind == "id_range":
+            ids = next(leaf for leaf in contract.leaves if leaf.dtype == "int32")
+            cells = arrays[ids.name].reshape(rows, -1)
+            cells[rng.integers(0, rows), rng.integers(0, cells.shape[1])] = ids.vocab
+        elif kind == "missing_leaf":
+            del arrays[contract.leaves[-1].name]
+        elif kind == "extra_leaf":
+            arrays["unexpected"] = np.zeros((rows, 1), np.float32)
+        elif kind == "batch_sizes":
+            arrays[first.name] = head[:-1] if rows > 1 else np.concatenate([head, head])
+        x = arrays[VECTOR_LEAF] if contract.flat else arrays
         # The byte limit is checked first (after the type): under a tight limit a wider,
         # longer or wider-typed request is refused for its size.
-        if isinstance(x, np.ndarray) and x.nbytes > config.max_request_bytes:
+        nbytes = sum(v.nbytes for v in arrays.values() if isinstance(v, np.ndarray))
+        if kind != "type" and nbytes > config.max_request_bytes:
             kind = "too_many_bytes"
         yield Request(x, kind)
 
@@ -441,7 +520,8 @@ def run_replay(
     """
     n_plain = config.replay.unbucketed_requests
     guard = Guard(model, params, dtype, config)
-    bucketed, seconds, rows, _ = _replay(guard, request_stream(template_rows, dtype, config))
+    stream = request_stream(template_rows, dtype, config, model.contract)
+    bucketed, seconds, rows, _ = _replay(guard, stream)
     metrics = bucketed["metrics"]
     report: dict[str, Any] = {
         "requests": bucketed["requests"],
@@ -460,7 +540,9 @@ def run_replay(
     }
     if n_plain:
         plain = Guard(model, params, dtype, config, bucketed=False)
-        stream = itertools.islice(request_stream(template_rows, dtype, config), n_plain)
+        stream = itertools.islice(
+            request_stream(template_rows, dtype, config, model.contract), n_plain
+        )
         unbucketed, plain_s, plain_rows, plain_compiled = _replay(plain, stream)
         report["latency_ms"]["bucketed_prefix"] = _latency(seconds[:n_plain], rows[:n_plain])
         report["latency_ms"]["unbucketed_prefix"] = unbucketed["latency_ms"]

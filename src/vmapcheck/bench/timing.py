@@ -36,6 +36,7 @@ from scipy import stats
 
 from vmapcheck.bench.machine import conditions
 from vmapcheck.config import BenchConfig
+from vmapcheck.core import contract
 from vmapcheck.core.forms import cast_tree, validate_batch
 from vmapcheck.core.models import Model, Params
 from vmapcheck.core.paths import PATHS, SPEEDUPS, Compiled, batch_paths, not_provided, twin
@@ -181,10 +182,10 @@ def round_slices(repeats: int, rounds: int = ROUNDS) -> list[range]:
     ]
 
 
-def bench_input(template_rows: np.ndarray, rows: int, dtype: Any) -> jax.Array:
-    """A (rows, n_features) batch tiled from real rows, on the device before timing."""
-    batch = np.resize(template_rows, (rows, template_rows.shape[1]))
-    return jax.device_put(jax.numpy.asarray(batch, dtype=dtype))
+def bench_input(template_rows: Any, rows: int, dtype: Any) -> Any:
+    """A batch of ``rows`` rows tiled from real rows (every leaf, batch axis 0; float
+    leaves at ``dtype``), on the device before timing."""
+    return jax.device_put(contract.cast_floats(contract.tile_rows(template_rows, rows), dtype))
 
 
 def _cost(compiled: Any) -> dict[str, float]:
@@ -268,7 +269,7 @@ def run_bench(
     for step, rows in enumerate(config.batch_sizes):
         progress(f"compiling batch {rows}", 0.2 * step / len(config.batch_sizes))
         x = bench_input(template_rows, rows, dtype)
-        validate_batch(x, model.in_features, dtype)
+        validate_batch(x, model, dtype)
         label = f"b{rows}"
         by_mode: dict[str, dict[tuple[str, str], Callable[[], Any]]] = {"jit": {}, "eager": {}}
         for path in paths:

@@ -14,7 +14,7 @@ import numpy as np
 
 from vmapcheck.check.schema import CheckDetails, ForwardRecord
 from vmapcheck.config import Config, ToleranceConfig
-from vmapcheck.core.cases import CaseKind, kind_of
+from vmapcheck.core.cases import CaseKind, case_rows, kind_of
 from vmapcheck.core.compare import compare, looser, within
 from vmapcheck.core.composition import REGROUPINGS, applies, composition_key
 from vmapcheck.core.paths import PATHS, output_key, path_names, plain_path
@@ -123,7 +123,7 @@ def _valid_case(
     out_shape = (
         [config.model.out_features]
         if kind.takes == "vector"
-        else [meta["shape"][0], config.model.out_features]
+        else [case_rows(meta), config.model.out_features]
     )
     paths = [p for p in kind.paths(meta) if p not in skip]
     contract = {

@@ -27,6 +27,7 @@ from vmapcheck.check.schema import read_check_details, read_record
 from vmapcheck.config import Config, config_digest, load_config
 from vmapcheck.core.cases import kind_of
 from vmapcheck.core.paths import output_key, plain_path
+from vmapcheck.data.regression import x_arrays, x_from_arrays
 from vmapcheck.errors import ArtifactError, VmapcheckError
 from vmapcheck.io import (
     atomic_dir,
@@ -76,7 +77,7 @@ def load_reference(folder: Path) -> dict[str, Any] | None:
     inputs = load_npz(folder / "inputs.npz")
     cases = {}
     for name, entry in meta["cases"].items():
-        cases[name] = {"kind": entry["kind"], "x": inputs[f"{name}.x"]}
+        cases[name] = {"kind": entry["kind"], "x": x_from_arrays(inputs, f"{name}.x")}
         if f"{name}.y" in inputs:
             cases[name]["y"] = inputs[f"{name}.y"]
     return {"meta": meta, "cases": cases, "outputs": load_npz(folder / "outputs.npz")}
@@ -121,7 +122,7 @@ def make_reference(layout: Layout, config: Config, reason: str) -> dict[str, Any
     losses: dict[str, float] = {}
     for name, entry in valid.items():
         arrays = load_npz(layout.cases / entry["file"])
-        inputs[f"{name}.x"] = arrays["x"]
+        inputs.update(x_arrays(x_from_arrays(arrays), f"{name}.x"))
         if "y" in arrays:
             inputs[f"{name}.y"] = arrays["y"]
             losses[name] = mse(outputs[output_key(name, plain_path())], arrays["y"])

@@ -16,6 +16,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Literal
 
+import jax
+import numpy as np
+
+from vmapcheck.core.contract import cast_floats
 from vmapcheck.core.paths import path_names
 from vmapcheck.errors import ArtifactError
 
@@ -96,6 +100,27 @@ CASE_KINDS: dict[str, CaseKind] = {
         ),
     ]
 }
+
+
+def case_input(case: dict[str, Any], dtype: Any) -> Any:
+    """The input ``x`` of ``case`` as the paths get it at the run's ``dtype``: float leaves
+    cast to it, ids and masks as stored; a case with ``cast`` False (a wrong dtype to be
+    refused) exactly as stored."""
+    if not case.get("cast", True):
+        return case["x"]
+    return cast_floats(case["x"], dtype)
+
+
+def case_rows(case: dict[str, Any]) -> int:
+    """A batch case's rows: axis 0 of its ``x``, else of its manifest entry's ``shape`` (a
+    list, or a dict of per-leaf shapes); 0 for a shape of rank 0."""
+    if "x" in case:
+        first = jax.tree.leaves(case["x"])[0]
+        return int(np.shape(first)[0]) if np.ndim(first) else 0
+    shape = case["shape"]
+    if isinstance(shape, dict):
+        shape = next(iter(shape.values()))
+    return int(shape[0]) if len(shape) >= 1 else 0
 
 
 def kind_of(case: dict[str, Any], name: str = "") -> CaseKind:

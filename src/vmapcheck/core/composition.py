@@ -23,7 +23,8 @@ from typing import Any
 import jax.numpy as jnp
 import numpy as np
 
-from vmapcheck.core.cases import kind_of
+from vmapcheck.core.cases import case_rows, kind_of
+from vmapcheck.core.contract import rows, take
 from vmapcheck.core.paths import Forward, output_key
 
 
@@ -59,14 +60,15 @@ def split_at(rows: int) -> int:
 
 
 def _permuted(path: Forward, params: Any, x: Any) -> Any:
-    order = permutation(int(np.shape(x)[0]))
-    out = path(params, x[order])
+    order = permutation(rows(x))
+    out = path(params, take(x, order))
     return jnp.asarray(out)[np.argsort(order)]  # back to x's row order
 
 
 def _split(path: Forward, params: Any, x: Any) -> Any:
-    k = split_at(int(np.shape(x)[0]))
-    return jnp.concatenate([jnp.asarray(path(params, x[:k])), jnp.asarray(path(params, x[k:]))])
+    k = split_at(rows(x))
+    first, second = path(params, take(x, slice(None, k))), path(params, take(x, slice(k, None)))
+    return jnp.concatenate([jnp.asarray(first), jnp.asarray(second)])
 
 
 REGROUPINGS: dict[str, Regrouping] = {
@@ -94,8 +96,9 @@ def applies(case: dict[str, Any], name: str = "") -> bool:
     (:data:`~vmapcheck.core.cases.CASE_KINDS`) is judged on its outputs and takes a
     batch, and the batch has at least 2 rows (one row has no batch-mates)."""
     kind = kind_of(case, name)
-    shape = case["shape"] if "shape" in case else np.shape(case["x"])
-    return kind.valid and kind.takes == "batch" and len(shape) >= 1 and int(shape[0]) >= 2
+    if not (kind.valid and kind.takes == "batch"):
+        return False
+    return case_rows(case) >= 2
 
 
 def composition_key(case: str, path: str, regrouping: str) -> str:

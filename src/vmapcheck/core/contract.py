@@ -29,6 +29,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from vmapcheck.config import ModelConfig
 from vmapcheck.errors import ArtifactError, InvalidInputError
 
 LeafDtype = Literal["float", "int32", "bool"]
@@ -119,6 +120,19 @@ class InputSpec:
         """The flat-vector contract: one float leaf ``(in_features,)``, a bare array."""
         return cls((Leaf(VECTOR_LEAF, (int(in_features),), "float"),), flat=True)
 
+    @classmethod
+    def from_config(cls, model: ModelConfig) -> InputSpec:
+        """The contract ``model`` (validated) declares: ``model.inputs``, else the flat
+        vector ``(model.in_features,)``."""
+        if model.inputs is None:
+            return cls.vector(model.in_features)
+        return cls(
+            tuple(
+                Leaf(name, tuple(leaf.shape), leaf.dtype, leaf.vocab, leaf.meaning)
+                for name, leaf in model.inputs.items()
+            )
+        )
+
     @property
     def names(self) -> tuple[str, ...]:
         return tuple(leaf.name for leaf in self.leaves)
@@ -131,6 +145,14 @@ class InputSpec:
     def has(self, dtype: LeafDtype) -> bool:
         """Whether any leaf is of ``dtype``."""
         return any(leaf.dtype == dtype for leaf in self.leaves)
+
+    def zeros(self, rows: int, float_dtype: Any) -> Any:
+        """A batch of ``rows`` all-zero rows (ids 0, masks all padding), on the host."""
+        arrays = {
+            leaf.name: np.zeros((rows, *leaf.shape), leaf.array_dtype(float_dtype))
+            for leaf in self.leaves
+        }
+        return arrays[VECTOR_LEAF] if self.flat else arrays
 
     def describe(self) -> list[dict[str, Any]]:
         """Every leaf's shape, dtype, range and meaning, in declared order."""

@@ -1,7 +1,8 @@
 """The forms a batch is computed in, and the input validation every path shares.
 
-Every batched form maps a batch ``X`` of shape ``(batch, in_features)`` (batch axis 0) to
-``(batch, out_features)``:
+Every batched form maps a batch ``X`` (the model's input contract with a leading batch
+axis 0 on every leaf: ``(batch, in_features)`` for a flat-vector model, a dict of
+leaves otherwise; :mod:`vmapcheck.core.contract`) to ``(batch, out_features)``:
 
 - ``loop``: a Python loop of ``forward_one`` over rows, stacked (the per-example oracle);
 - ``vmap``: ``jax.vmap(forward_one, in_axes=(None, 0))`` — params shared (None), rows
@@ -16,7 +17,7 @@ runs ``jit(vmap(forward_one))`` on each shard. vmap vectorizes on one device; it
 not distribute.
 
 Inputs are validated once, before dispatch, by :func:`validate_batch`, so an invalid
-batch is refused identically by every path.
+batch is refused identically by every path. vmap maps every input leaf over axis 0.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ import numpy as np
 from jax.sharding import AxisType, Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
+from vmapcheck.core import contract
 from vmapcheck.core.models import Model, Params
 from vmapcheck.core.runtime import check_device_count
 from vmapcheck.errors import InvalidInputError
@@ -38,73 +40,23 @@ from vmapcheck.params_io import leaf_name
 Path = Callable[[Params, Any], jax.Array]
 
 
-def _check_values(x: Any, dtype: Any) -> None:
-    found = x.dtype if hasattr(x, "dtype") else np.asarray(x).dtype
-    if found != jnp.dtype(dtype):
-        raise InvalidInputError(
-            f"expected dtype {jnp.dtype(dtype).name}, got {found}", reason="dtype"
-        )
-    # On the host: the check must not depend on the backend, and a location is reported
-    # (never a value: inputs may be personal data).
-    host = np.asarray(x)
-    for name, bad in (("NaN", np.isnan(host)), ("Inf", np.isinf(host))):
-        if bad.any():
-            first = tuple(int(i) for i in np.argwhere(bad)[0])
-            raise InvalidInputError(
-                f"expected finite values, got {name} in {int(bad.sum())} element(s) "
-                f"(first at index {first})",
-                reason="non_finite_input",
-            )
+def validate_batch(x: Any, model: Model, dtype: Any) -> None:
+    """Refuse anything but a batch of ``model``'s input contract (every leaf with a leading
+    batch axis 0 of the same size >= 1, its shape, its dtype, finite floats, ids in range).
 
-
-def check_batch_shape(shape: tuple[int, ...], in_features: int) -> None:
-    """Refuse a shape other than (batch, in_features) with batch >= 1 (metadata only).
+    This is the one place every batched path validates its input
+    (:meth:`vmapcheck.core.contract.InputSpec.validate_batch`).
 
     Raises:
-        InvalidInputError: with ``reason`` "rank", "features" or "empty".
+        InvalidInputError: naming the leaf and the problem, e.g. "expected 3 features,
+            got 4" (a flat vector) or "leaf 'tokens': expected dtype int32, got float32".
     """
-    shape = tuple(shape)
-    if len(shape) != 2:
-        raise InvalidInputError(
-            f"expected a batch of rank 2 (batch, {in_features}), got rank {len(shape)} "
-            f"with shape {shape}",
-            reason="rank",
-        )
-    if shape[1] != in_features:
-        raise InvalidInputError(
-            f"expected {in_features} features, got {shape[1]}", reason="features"
-        )
-    if shape[0] == 0:
-        raise InvalidInputError("expected at least one row, got an empty batch", reason="empty")
+    model.contract.validate_batch(x, dtype)
 
 
-def validate_batch(x: Any, in_features: int, dtype: Any) -> None:
-    """Refuse anything but a finite (batch, in_features) array of ``dtype`` with batch >= 1.
-
-    This is the one place every batched path validates its input.
-
-    Raises:
-        InvalidInputError: naming the problem, e.g. "expected 3 features, got 4"; its
-            ``reason`` is "rank", "features", "empty", "dtype" or "non_finite_input".
-    """
-    check_batch_shape(np.shape(x), in_features)
-    _check_values(x, dtype)
-
-
-def validate_vector(x: Any, in_features: int, dtype: Any) -> None:
-    """The same contract for one unbatched feature vector of shape (in_features,)."""
-    shape = np.shape(x)
-    if len(shape) != 1:
-        raise InvalidInputError(
-            f"expected one feature vector of rank 1 ({in_features},), got rank {len(shape)} "
-            f"with shape {tuple(shape)}",
-            reason="rank",
-        )
-    if shape[0] != in_features:
-        raise InvalidInputError(
-            f"expected {in_features} features, got {shape[0]}", reason="features"
-        )
-    _check_values(x, dtype)
+def validate_vector(x: Any, model: Model, dtype: Any) -> None:
+    """The same contract for one unbatched example (what ``forward_one`` takes)."""
+    model.contract.validate_example(x, dtype)
 
 
 def batched_forward(model: Model, params: Params, in_axes: tuple[Any, Any] = (None, 0)) -> Path:
@@ -199,16 +151,14 @@ class ShardedForward:
         """Params copied to every device of the mesh (replicated)."""
         return jax.device_put(params, self.replicated)
 
-    def place_batch(self, x: Any) -> jax.Array:
-        """``x`` padded to :meth:`padded_rows` rows and split over the mesh along axis 0."""
-        rows = int(np.shape(x)[0])
-        pad = self.padded_rows(rows) - rows
-        if pad:
-            x = jnp.pad(jnp.asarray(x), ((0, pad), (0, 0)), mode="edge")
+    def place_batch(self, x: Any) -> Any:
+        """Every leaf of ``x`` padded to :meth:`padded_rows` rows (its last row repeated)
+        and split over the mesh along axis 0."""
+        x = contract.pad_rows(x, self.padded_rows(contract.rows(x)))
         return jax.device_put(x, self.batch_sharding)
 
     def __call__(self, params: Params, x: Any) -> jax.Array:
-        rows = int(np.shape(x)[0])
+        rows = contract.rows(x)
         out = self.jitted(self.place_params(params), self.place_batch(x))
         return out if out.shape[0] == rows else out[:rows]
 
@@ -241,8 +191,9 @@ def loop_forward(model: Model) -> Path:
     """``stack([forward_one(params, row) for row in X])``: the per-example oracle."""
     forward_one = model.forward_one
 
-    def loop(params: Params, batch: jax.Array) -> jax.Array:
-        return jnp.stack([forward_one(params, row) for row in batch])
+    def loop(params: Params, batch: Any) -> jax.Array:
+        n = contract.rows(batch)
+        return jnp.stack([forward_one(params, contract.take(batch, i)) for i in range(n)])
 
     return loop
 
@@ -312,8 +263,9 @@ def loop_activations(model: Model) -> Activations:
     """Each row's activations (``activations_one``), stacked along axis 0."""
     one, per_layer = _per_row(model)
 
-    def loop(params: Params, batch: jax.Array) -> list[jax.Array]:
-        rows = [one(params, row) for row in batch]
+    def loop(params: Params, batch: Any) -> list[jax.Array]:
+        n = contract.rows(batch)
+        rows = [one(params, contract.take(batch, i)) for i in range(n)]
         return [jnp.stack(layer) for layer in zip(*rows, strict=True)]
 
     return Layers(lambda p, x: _named(one, loop(p, x))), per_layer

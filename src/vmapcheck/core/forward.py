@@ -9,7 +9,8 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import Mesh
 
-from vmapcheck.core.cases import kind_of
+from vmapcheck.core import contract
+from vmapcheck.core.cases import case_input, kind_of
 from vmapcheck.core.composition import REGROUPINGS, applies, composition_key
 from vmapcheck.core.forms import cast_tree
 from vmapcheck.core.models import Model, Params
@@ -60,7 +61,7 @@ def run_forward(
     for case_name, case in cases.items():
         kind = kind_of(case, case_name)
         paths = {name: every[name] for name in kind.paths(case) if name in every}
-        x = jnp.asarray(case["x"], dtype=dtype) if case.get("cast", True) else case["x"]
+        x = case_input(case, dtype)
         per_path: dict[str, Any] = {}
         for path_name, path in paths.items():
             try:
@@ -122,8 +123,8 @@ def run_composition(
     for case_name, case in cases.items():
         if not applies(case, case_name):
             continue
-        x = jnp.asarray(case["x"], dtype=dtype) if case.get("cast", True) else case["x"]
-        rows = int(np.shape(x)[0])
+        x = case_input(case, dtype)
+        rows = contract.rows(x)
         raised: dict[str, dict[str, Any]] = {}
         ran = []
         for path_name in kind_of(case, case_name).paths(case):

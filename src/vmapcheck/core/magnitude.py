@@ -62,6 +62,7 @@ from jax import lax
 from jax.extend.core import ClosedJaxpr, DropVar, Jaxpr, JaxprEqn, Literal
 
 from vmapcheck.core.cases import kind_of
+from vmapcheck.core.contract import rows, take
 from vmapcheck.core.oracle import _to_f64
 
 # (real value, magnitude of its terms): the magnitude is float64, of the value's shape.
@@ -514,38 +515,55 @@ Program = tuple[Callable[[Any, jax.Array], Any], set[str]]
 
 
 def _rows(
-    programs: dict[Any, Program], forward_one: Callable, params64: Any, x64: jax.Array
+    programs: dict[Any, Program],
+    forward_one: Callable,
+    params64: Any,
+    x64: Any,
+    batched: bool,
 ) -> tuple[np.ndarray, list[str]]:
-    """S of ``forward_one`` row by row; ``programs`` caches one jitted magnitude program
-    per row shape (traced once)."""
-    row = jax.ShapeDtypeStruct(x64.shape[1:] if x64.ndim > 1 else x64.shape, x64.dtype)
-    key = (row.shape, str(row.dtype))
+    """S of ``forward_one`` row by row (``batched``: ``x64`` has the batch axis 0 on every
+    leaf, else it is one example); ``programs`` caches one jitted magnitude program per
+    example structure, shapes and dtypes (traced once)."""
+    example = (
+        jax.tree.map(lambda leaf: jax.ShapeDtypeStruct(leaf.shape[1:], leaf.dtype), x64)
+        if batched
+        else jax.tree.map(lambda leaf: jax.ShapeDtypeStruct(leaf.shape, leaf.dtype), x64)
+    )
+    key = str(example)
+    zeros = jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), example)
     if key not in programs:
-        programs[key] = magnitude_function(forward_one, params64, jnp.zeros(row.shape, row.dtype))
+        programs[key] = magnitude_function(forward_one, params64, zeros)
     g, fallbacks = programs[key]
-    if x64.ndim <= 1:
+    if not batched:
         scale = np.asarray(g(params64, x64))
-    elif x64.shape[0] == 0:
-        out = jax.eval_shape(forward_one, params64, jnp.zeros(row.shape, row.dtype))
+    elif rows(x64) == 0:
+        out = jax.eval_shape(forward_one, params64, zeros)
         scale = np.zeros((0, *out.shape), np.float64)
     else:
-        scale = np.stack([np.asarray(g(params64, r)) for r in x64])
+        scale = np.stack([np.asarray(g(params64, take(x64, i))) for i in range(rows(x64))])
     return scale, sorted(fallbacks)
 
 
 def rows_magnitude(
-    forward_one: Callable[[Any, jax.Array], jax.Array], params: Any, x: Any
+    forward_one: Callable[[Any, jax.Array], jax.Array],
+    params: Any,
+    x: Any,
+    batched: bool | None = None,
 ) -> tuple[np.ndarray, list[str]]:
     """``(S, fallbacks)`` of ``forward_one`` over the rows of ``x``, one row at a time.
 
     ``x``: one example ``(in_features,)`` -> S ``(out_features,)``, or a batch
-    ``(rows, in_features)``, batch axis 0 -> S ``(rows, out_features)``. Each row runs
-    through the same jitted magnitude program (never ``vmap``: the scale must not
-    depend on the batching the check is judging).
+    ``(rows, in_features)``, batch axis 0 -> S ``(rows, out_features)`` (a dict example
+    or batch of leaves: ``batched`` says which; by default a bare array of rank >= 2 is
+    a batch). Each row runs through the same jitted magnitude program (never ``vmap``:
+    the scale must not depend on the batching the check is judging).
     """
     _require_x64()
     params64 = jax.tree_util.tree_map(_float64_leaf, params)
-    return _rows({}, forward_one, params64, _float64_leaf(x))
+    x64 = jax.tree.map(_float64_leaf, x)
+    if batched is None:
+        batched = np.ndim(x64) >= 2
+    return _rows({}, forward_one, params64, x64, batched)
 
 
 def case_magnitudes(
@@ -569,11 +587,14 @@ def case_magnitudes(
     programs: dict[Any, Program] = {}
     out: dict[str, dict[str, Any]] = {}
     for name, case in cases.items():
-        if not kind_of(case, name).valid:
+        kind = kind_of(case, name)
+        if not kind.valid:
             continue
-        x64 = _to_f64(case["x"], run_dtype)
+        x64 = jax.tree.map(lambda leaf: _to_f64(leaf, run_dtype), case["x"])
         try:
-            scale, fallbacks = _rows(programs, forward_one, params64, x64)
+            scale, fallbacks = _rows(
+                programs, forward_one, params64, x64, batched=kind.takes == "batch"
+            )
         except Exception as exc:  # reported with the case, judged by the output rule
             out[name] = {"scale": None, "fallbacks": [], "error": f"{type(exc).__name__}: {exc}"}
             continue

@@ -183,6 +183,14 @@ def mlp_output_layer(widths: list[int]) -> str:
     return f"layers[{len(widths) - 2}]"
 
 
+def _leaves_line(leaves: list[dict[str, Any]]) -> str:
+    return "; ".join(
+        f"{leaf['leaf']} {tuple(leaf['shape'])} {leaf['dtype']}"
+        + (f" [0, {leaf['range'][1]}]" if "range" in leaf else "")
+        for leaf in leaves
+    )
+
+
 def _from_factory(config: ModelConfig) -> Model:
     from hydra.utils import instantiate
 
@@ -205,6 +213,15 @@ def _from_factory(config: ModelConfig) -> Model:
                 f"model.{key}={getattr(config, key)} but {target} built a model with "
                 f"{key}={getattr(model, key)}"
             )
+    declared = InputSpec.from_config(config)
+    if _leaves_line(model.contract.describe()) != _leaves_line(declared.describe()):
+        raise ConfigError(
+            f"model.inputs declares {_leaves_line(declared.describe())} but {target} built "
+            f"a model taking {_leaves_line(model.contract.describe())}"
+        )
+    if not declared.flat:
+        # The config's contract is the one recorded: its leaves' meanings are the user's.
+        model = replace(model, inputs=declared)
     return replace(model, name=config.name)
 
 

@@ -16,11 +16,17 @@ import jax.numpy as jnp
 import numpy as np
 
 from vmapcheck.core.cases import kind_of
+from vmapcheck.core.contract import rows, take
 from vmapcheck.core.models import Model, Params
 
 
 def _to_f64(array: Any, run_dtype: Any) -> jax.Array:
-    rounded = np.asarray(array).astype(run_dtype)
+    """A float leaf rounded to the run's dtype, then widened to float64; ids and masks
+    unchanged (they are exact)."""
+    host = np.asarray(array)
+    if not np.issubdtype(host.dtype, np.floating) and host.dtype != jnp.bfloat16:
+        return jnp.asarray(host)
+    rounded = host.astype(run_dtype)
     return jnp.asarray(rounded.astype(np.float64), dtype=jnp.float64)
 
 
@@ -28,7 +34,8 @@ def float64_outputs(
     model: Model, params: Params, cases: dict[str, dict[str, Any]], run_dtype: Any
 ) -> dict[str, np.ndarray]:
     """case name -> float64 output for every case whose kind has the oracle
-    (:data:`vmapcheck.core.cases.CASE_KINDS`); x is one example or a batch (axis 0)."""
+    (:data:`vmapcheck.core.cases.CASE_KINDS`); x is one example or a batch (axis 0 on every
+    leaf)."""
     if not jax.config.jax_enable_x64:
         raise RuntimeError("the float64 oracle needs jax_enable_x64 (configure_cpu_float64)")
     params64 = jax.tree_util.tree_map(lambda leaf: _to_f64(leaf, run_dtype), params)
@@ -38,9 +45,11 @@ def float64_outputs(
         kind = kind_of(case, name)
         if not kind.oracle:
             continue
+        x64 = jax.tree.map(lambda leaf: _to_f64(leaf, run_dtype), case["x"])
         if kind.takes == "vector":
-            out[name] = np.asarray(forward(params64, _to_f64(case["x"], run_dtype)))
+            out[name] = np.asarray(forward(params64, x64))
         else:
-            rows = _to_f64(case["x"], run_dtype)
-            out[name] = np.stack([np.asarray(forward(params64, row)) for row in rows])
+            out[name] = np.stack(
+                [np.asarray(forward(params64, take(x64, i))) for i in range(rows(x64))]
+            )
     return out

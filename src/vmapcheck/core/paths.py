@@ -19,10 +19,9 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import jax
-import numpy as np
 from jax.sharding import Mesh
 
-from vmapcheck.core import forms
+from vmapcheck.core import contract, forms
 from vmapcheck.core.models import Model, Params
 
 Forward = Callable[[Params, Any], jax.Array]
@@ -47,7 +46,7 @@ class Compiled:
     about: dict[str, Any] | None = None
 
     def __call__(self, params: Params, x: Any) -> jax.Array:
-        return self.finish(self.fn(*self.place(params, x)), int(np.shape(x)[0]))
+        return self.finish(self.fn(*self.place(params, x)), contract.rows(x))
 
 
 def _single_device(path: ForwardPath, model: Model, _mesh: Mesh | None) -> Compiled | None:
@@ -320,9 +319,9 @@ def build(
     default) each path refuses an invalid input before dispatch, identically.
     """
     if takes == "batch":
-        check = lambda x: forms.validate_batch(x, model.in_features, dtype)  # noqa: E731
+        check = lambda x: forms.validate_batch(x, model, dtype)  # noqa: E731
     else:
-        check = lambda x: forms.validate_vector(x, model.in_features, dtype)  # noqa: E731
+        check = lambda x: forms.validate_vector(x, model, dtype)  # noqa: E731
     built: dict[str, Forward] = {}
     for path in PATHS.values():
         if path.takes != takes:

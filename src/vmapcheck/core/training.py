@@ -15,6 +15,8 @@ import numpy as np
 import optax
 
 from vmapcheck.config import TrainConfig
+from vmapcheck.core.contract import rows as batch_rows
+from vmapcheck.core.contract import take
 from vmapcheck.core.models import Model, Params
 
 
@@ -66,7 +68,7 @@ def make_update(model: Model, optimizer: optax.GradientTransformation):
 def fit(
     model: Model,
     params: Params,
-    splits: dict[str, tuple[np.ndarray, np.ndarray]],
+    splits: dict[str, tuple[Any, np.ndarray]],
     config: TrainConfig,
     batches_key: jax.Array,
 ) -> tuple[Params, dict[str, Any]]:
@@ -84,12 +86,13 @@ def fit(
         optimizer = make_optimizer(config)
         update = jax.jit(make_update(model, optimizer))
         opt_state = optimizer.init(params)
-        size = min(config.batch_size, train_x.shape[0])
+        n_train = batch_rows(train_x)
+        size = min(config.batch_size, n_train)
         # One key per step, each drawing that step's minibatch rows once.
         step_keys = jax.random.split(batches_key, config.steps)
         for step in range(1, config.steps + 1):
-            rows = jax.random.choice(step_keys[step - 1], train_x.shape[0], (size,), False)
-            params, opt_state, _ = update(params, opt_state, train_x[rows], train_y[rows])
+            rows = np.asarray(jax.random.choice(step_keys[step - 1], n_train, (size,), False))
+            params, opt_state, _ = update(params, opt_state, take(train_x, rows), train_y[rows])
             if step % config.eval_every == 0 or step == config.steps:
                 val_loss = float(loss(params, val_x, val_y))
                 if not np.isfinite(val_loss):

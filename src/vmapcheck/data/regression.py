@@ -1,16 +1,19 @@
 """What the stages after ``prepare`` read: the splits and the regression cases.
 
 Shapes: ``features`` (n_rows, n_features) and ``targets`` (n_rows, n_targets), float32,
-rows on axis 0. Cases are batches (batch axis 0) except where noted.
+rows on axis 0. Cases are batches of the model's input contract (batch axis 0 on every
+leaf; :mod:`vmapcheck.core.contract`) except where noted.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from vmapcheck.core.contract import InputSpec, Leaf, from_leaf_arrays, leaf_arrays, take
 from vmapcheck.errors import ArtifactError
 from vmapcheck.io import atomic_save_npz, atomic_write_json, load_npz, read_json, sha256_file
 
@@ -53,101 +56,216 @@ def subnormal_rows(n_features: int) -> np.ndarray:
 
 
 def regression_cases(
-    train_x: np.ndarray, test_x: np.ndarray, test_y: np.ndarray, standard_batch: int
+    train_x: np.ndarray,
+    test_x: np.ndarray,
+    test_y: np.ndarray,
+    standard_batch: int,
+    contract: InputSpec | None = None,
+    columns: Sequence[str] = (),
 ) -> dict[str, dict[str, Any]]:
-    """The regression set: case name -> {"x", "kind", "about", ...}.
+    """The regression set: case name -> {"x", "kind", "about", ...}, built from the input
+    ``contract`` (None: the flat vector of the table's width) and the table's feature
+    ``columns`` (their names, for errors).
 
-    ``kind`` is "batch" (x: (rows, n_features), batch axis 0), "vector" (x: (n_features,)
-    for ``forward_one``) or "invalid" (must be refused; ``expect`` lists substrings the
-    error message must contain, ``runs_on`` says which paths get it, and ``cast`` False
-    keeps its stored dtype instead of casting to the run's). Cases drawn from the test
-    split carry their targets ``y`` (rows, n_targets) so a loss can be compared too.
+    ``x`` is a batch of the contract (every leaf with batch axis 0: ``(rows,
+    n_features)`` for a flat vector, a dict of leaves otherwise) for kind "batch" and
+    "denormal", one example for "vector", and for "invalid" an input to refuse
+    (``expect`` lists substrings the error message must contain, ``runs_on`` says which
+    paths get it, and ``cast`` False keeps its stored dtype instead of casting float
+    leaves to the run's). Cases drawn from the test split carry their targets ``y``
+    (rows, n_targets) so a loss can be compared too.
+
+    Per leaf kind: float leaves get zeros, the train split's min and max, large
+    magnitudes and subnormals; id leaves 0 and vocab-1; masks all padding and no
+    padding. A case that varies one kind of leaf keeps the others at real test rows.
     """
-    n_features = train_x.shape[1]
-    if test_x.shape[0] < standard_batch:
+    contract = contract if contract is not None else InputSpec.vector(train_x.shape[1])
+    # A dict contract's cases fill the leaves they do not vary with 4 real test rows.
+    needed = standard_batch if contract.flat else max(standard_batch, 4)
+    if test_x.shape[0] < needed:
         raise ArtifactError(
             f"data.standard_batch={standard_batch} but the test split has only "
-            f"{test_x.shape[0]} rows"
+            f"{test_x.shape[0]} rows ({needed} are needed)"
         )
+    build = _CaseBuilder(contract, train_x, test_x, columns)
+
+    def batch(x, about, y=None):
+        case = {"x": x, "kind": "batch", "about": about}
+        if y is not None:
+            case["y"] = np.asarray(y, dtype=np.float32)
+        return case
+
+    cases = {
+        STANDARD_CASE: batch(
+            build.rows(test_x[:standard_batch]),
+            f"first {standard_batch} rows of the test split",
+            test_y[:standard_batch],
+        ),
+        SINGLE_CASE: batch(
+            build.rows(test_x[:1]), "one row of the test split, as a batch of one", test_y[:1]
+        ),
+        "single_vector": {
+            "x": take(build.rows(test_x[:1]), 0),
+            "kind": "vector",
+            "about": "the same row unbatched, for forward_one",
+        },
+        "zeros": batch(build.zeros(4), build.zeros_about()),
+        "boundary": batch(build.boundary(), build.boundary_about()),
+    }
+    if contract.has("float"):
+        cases["large_magnitude"] = batch(
+            build.large(),
+            f"+/-{LARGE_MAGNITUDE:.3g} (sqrt of float32's max) in every float element"
+            + build.others_about(),
+        )
+        cases["denormal"] = {
+            "x": build.subnormal(),
+            "kind": "denormal",
+            "about": "subnormal float32 values of both signs, smallest to largest, and zero"
+            + build.others_about(),
+        }
+    cases.update(build.invalid_cases())
+    return cases
+
+
+class _CaseBuilder:
+    """The inputs of the regression cases for one contract (see :func:`regression_cases`)."""
+
+    def __init__(
+        self, contract: InputSpec, train_x: np.ndarray, test_x: np.ndarray, columns: Sequence[str]
+    ) -> None:
+        self.contract = contract
+        self.columns = list(columns)
+        self.train = leaf_arrays(contract.from_table(train_x, self.columns))
+        self.test4 = leaf_arrays(contract.from_table(test_x[:4], self.columns))
+
+    def rows(self, table: np.ndarray) -> Any:
+        return self.contract.from_table(table, self.columns)
+
+    def _tree(self, fill: Callable[[Leaf], np.ndarray | None], n: int) -> Any:
+        """A batch of ``n`` rows: ``fill(leaf)`` for a leaf it covers, else the first ``n``
+        real test rows of that leaf."""
+        arrays = {}
+        for leaf in self.contract.leaves:
+            made = fill(leaf)
+            arrays[leaf.name] = made if made is not None else self.test4[leaf.name][:n]
+        return from_leaf_arrays(arrays)
+
+    def others_about(self) -> str:
+        others = [leaf.name for leaf in self.contract.leaves if leaf.dtype != "float"]
+        return f"; {', '.join(others)} from real test rows" if others else ""
+
+    def zeros(self, n: int) -> Any:
+        return self._tree(lambda leaf: np.zeros((n, *leaf.shape), _STORED[leaf.dtype]), n)
+
+    def zeros_about(self) -> str:
+        if self.contract.flat:
+            return "all-zero rows"
+        return "every leaf zero: " + ", ".join(
+            f"{leaf.name} {_ZERO_MEANS[leaf.dtype]}" for leaf in self.contract.leaves
+        )
+
+    def boundary(self) -> Any:
+        def fill(leaf: Leaf) -> np.ndarray:
+            if leaf.dtype == "float":
+                values = self.train[leaf.name]
+                return np.stack([values.min(axis=0), values.max(axis=0)]).astype(np.float32)
+            if leaf.dtype == "int32":
+                return np.stack(
+                    [np.zeros(leaf.shape, np.int32), np.full(leaf.shape, leaf.vocab - 1, np.int32)]
+                )
+            return np.stack([np.zeros(leaf.shape, bool), np.ones(leaf.shape, bool)])
+
+        return self._tree(fill, 2)
+
+    def boundary_about(self) -> str:
+        if self.contract.flat:
+            return "per-feature min and max seen in the train split"
+        parts = {
+            "float": "its train-split min (row 0) and max (row 1) per element",
+            "int32": "id 0 (row 0) and vocab-1 (row 1) everywhere",
+            "bool": "all padding (row 0) and no padding (row 1)",
+        }
+        return "; ".join(f"{leaf.name}: {parts[leaf.dtype]}" for leaf in self.contract.leaves)
+
+    def large(self) -> Any:
+        def fill(leaf: Leaf) -> np.ndarray | None:
+            if leaf.dtype != "float":
+                return None
+            alternating = np.where(np.arange(leaf.size) % 2 == 0, 1.0, -1.0)
+            signs = np.stack([np.ones(leaf.size), -np.ones(leaf.size), alternating])
+            return (LARGE_MAGNITUDE * signs).reshape((3, *leaf.shape)).astype(np.float32)
+
+        return self._tree(fill, 3)
+
+    def subnormal(self) -> Any:
+        def fill(leaf: Leaf) -> np.ndarray | None:
+            if leaf.dtype != "float":
+                return None
+            return subnormal_rows(leaf.size).reshape((4, *leaf.shape))
+
+        return self._tree(fill, 4)
+
+    def invalid_cases(self) -> dict[str, dict[str, Any]]:
+        if self.contract.flat:
+            return _flat_invalid_cases(self.contract.leaves[0].shape[0])
+        return _tree_invalid_cases(self.contract, self.test4)
+
+
+# How each leaf kind is stored in a case file (float leaves in float32, cast when run).
+_STORED = {"float": np.float32, "int32": np.int32, "bool": np.bool_}
+_ZERO_MEANS = {"float": "0.0", "int32": "id 0", "bool": "all padding"}
+
+
+def _invalid(x: Any, about: str, expect: list[str], runs_on: str = "batch", cast: bool = True):
+    return {
+        "x": x,
+        "kind": "invalid",
+        "about": about,
+        "expect": expect,
+        "runs_on": runs_on,
+        "cast": cast,
+    }
+
+
+def _flat_invalid_cases(n_features: int) -> dict[str, dict[str, Any]]:
+    """The inputs a flat-vector model must refuse (the names and messages since v1)."""
     f32 = np.float32
     ones = np.ones((4, n_features), dtype=f32)
     with_nan, with_inf = ones.copy(), ones.copy()
     with_nan[1, 0] = np.nan
     with_inf[2, n_features - 1] = np.inf
-    alternating = np.where(np.arange(n_features) % 2 == 0, 1.0, -1.0)
-    large = LARGE_MAGNITUDE * np.stack([np.ones(n_features), -np.ones(n_features), alternating])
-
-    def batch(x, about, y=None):
-        case = {"x": np.asarray(x, dtype=f32), "kind": "batch", "about": about}
-        if y is not None:
-            case["y"] = np.asarray(y, dtype=f32)
-        return case
-
-    def invalid(x, about, expect, runs_on="batch", cast=True):
-        return {
-            "x": x,
-            "kind": "invalid",
-            "about": about,
-            "expect": expect,
-            "runs_on": runs_on,
-            "cast": cast,
-        }
-
     return {
-        STANDARD_CASE: batch(
-            test_x[:standard_batch],
-            f"first {standard_batch} rows of the test split",
-            test_y[:standard_batch],
-        ),
-        SINGLE_CASE: batch(test_x[:1], "one row of the test split, as a batch of one", test_y[:1]),
-        "single_vector": {
-            "x": test_x[0].astype(f32),
-            "kind": "vector",
-            "about": "the same row unbatched, for forward_one",
-        },
-        "zeros": batch(np.zeros((4, n_features)), "all-zero rows"),
-        "boundary": batch(
-            np.stack([train_x.min(axis=0), train_x.max(axis=0)]),
-            "per-feature min and max seen in the train split",
-        ),
-        "large_magnitude": batch(
-            large, f"+/-{LARGE_MAGNITUDE:.3g} (sqrt of float32's max) in every feature"
-        ),
-        "denormal": {
-            "x": subnormal_rows(n_features),
-            "kind": "denormal",
-            "about": "subnormal float32 values of both signs, smallest to largest, and zero",
-        },
-        "invalid_features": invalid(
+        "invalid_features": _invalid(
             np.ones((4, n_features + 1), f32),
             "one feature too many",
             [f"expected {n_features} features, got {n_features + 1}"],
         ),
-        "invalid_rank": invalid(
+        "invalid_rank": _invalid(
             np.ones((2, 2, n_features), f32),
             "a rank-3 array",
             ["expected a batch of rank 2", "got rank 3"],
         ),
-        "invalid_dtype": invalid(
+        "invalid_dtype": _invalid(
             np.ones((4, n_features), np.int32),
             "integer features",
             ["expected dtype", "got int32"],
             cast=False,
         ),
-        "invalid_nan": invalid(
+        "invalid_nan": _invalid(
             with_nan, "a NaN in row 1", ["expected finite values, got NaN", "first at index (1, 0)"]
         ),
-        "invalid_inf": invalid(
+        "invalid_inf": _invalid(
             with_inf,
             "an Inf in row 2",
             ["expected finite values, got Inf", f"first at index (2, {n_features - 1})"],
         ),
-        "invalid_empty": invalid(
+        "invalid_empty": _invalid(
             np.ones((0, n_features), f32),
             "a batch of zero rows",
             ["expected at least one row, got an empty batch"],
         ),
-        "invalid_vector": invalid(
+        "invalid_vector": _invalid(
             np.ones(n_features + 1, f32),
             "forward_one given one feature too many",
             [f"expected {n_features} features, got {n_features + 1}"],
@@ -156,23 +274,144 @@ def regression_cases(
     }
 
 
+# The dtype a leaf is wrongly given in its invalid_<leaf>_dtype case: ids as float is
+# the classic one (an embedding lookup on floats), a mask as float another.
+_WRONG_DTYPE = {"float": np.int32, "int32": np.float32, "bool": np.float32}
+
+
+def _tree_invalid_cases(contract: InputSpec, valid: dict[str, np.ndarray]) -> dict[str, Any]:
+    """The inputs a dict-of-leaves model must refuse: per leaf (rank, shape, dtype, NaN and
+    Inf in floats, an id out of range) and per dict (a missing leaf, an extra leaf, batch
+    sizes that disagree, no rows, a wrong example for forward_one). ``valid``: 4 real
+    test rows per leaf, the rest of each input."""
+    cases: dict[str, Any] = {}
+
+    def with_leaf(name: str, array: np.ndarray) -> dict[str, np.ndarray]:
+        return {**valid, name: array}
+
+    for leaf in contract.leaves:
+        name, good = leaf.name, valid[leaf.name]
+        where = f"leaf {name!r}"
+        cases[f"invalid_{name}_rank"] = _invalid(
+            with_leaf(name, good[:, None]),
+            f"{name} with an extra axis",
+            [where, f"expected a batch of rank {len(leaf.shape) + 1}", f"got rank {good.ndim + 1}"],
+        )
+        longer = np.concatenate([good, good[..., :1]], axis=-1)
+        cases[f"invalid_{name}_shape"] = _invalid(
+            with_leaf(name, longer),
+            f"{name} one element too long on its last axis",
+            [where, f"expected per-example shape {leaf.shape}", f"got {longer.shape[1:]}"],
+        )
+        wrong = _WRONG_DTYPE[leaf.dtype]
+        cases[f"invalid_{name}_dtype"] = _invalid(
+            with_leaf(name, good.astype(wrong)),
+            f"{name} as {np.dtype(wrong).name}",
+            [where, "expected dtype", f"got {np.dtype(wrong).name}"],
+            cast=False,
+        )
+        if leaf.dtype == "float":
+            for bad, row in (("nan", 1), ("inf", 2)):
+                array = good.copy()
+                array.reshape(4, -1)[row, 0] = np.nan if bad == "nan" else np.inf
+                first = (row, *([0] * len(leaf.shape)))
+                label = "NaN" if bad == "nan" else "Inf"
+                cases[f"invalid_{name}_{bad}"] = _invalid(
+                    with_leaf(name, array),
+                    f"a {label} in row {row} of {name}",
+                    [where, f"expected finite values, got {label}", f"first at index {first}"],
+                )
+        if leaf.dtype == "int32":
+            array = good.copy()
+            array.reshape(4, -1)[1, 0] = leaf.vocab
+            cases[f"invalid_{name}_range"] = _invalid(
+                with_leaf(name, array),
+                f"an id equal to vocab ({leaf.vocab}) in row 1 of {name}",
+                [where, f"expected ids in [0, {leaf.vocab})", "first at index (1, 0"],
+            )
+    last = contract.leaves[-1].name
+    cases["invalid_missing_leaf"] = _invalid(
+        {k: v for k, v in valid.items() if k != last},
+        f"leaf {last} left out",
+        [f"leaf {last!r} is missing"],
+    )
+    cases["invalid_extra_leaf"] = _invalid(
+        {**valid, "unexpected": np.ones((4, 1), np.float32)},
+        "a leaf the contract does not have",
+        ["leaf 'unexpected' is not in the contract"],
+    )
+    if len(contract.leaves) > 1:
+        first = contract.leaves[0].name
+        cases["invalid_batch_sizes"] = _invalid(
+            with_leaf(first, valid[first][:3]),
+            f"{first} with 3 rows, the other leaves with 4",
+            ["expected every leaf to have the same batch size", f"{first}: 3"],
+        )
+    cases["invalid_empty"] = _invalid(
+        {k: v[:0] for k, v in valid.items()},
+        "a batch of zero rows",
+        ["expected at least one row, got an empty batch"],
+    )
+    head = contract.leaves[0]
+    example = {k: v[0] for k, v in valid.items()}
+    example[head.name] = np.concatenate([example[head.name], example[head.name][..., :1]], -1)
+    cases["invalid_vector"] = _invalid(
+        example,
+        f"forward_one given {head.name} one element too long",
+        [f"leaf {head.name!r}", f"expected per-example shape {head.shape}"],
+        runs_on="vector",
+    )
+    return cases
+
+
+def x_arrays(x: Any, prefix: str = "x") -> dict[str, np.ndarray]:
+    """How a file stores an input ``x``: one array ``<prefix>`` for a bare array, one array
+    ``<prefix>.<leaf>`` per leaf of a dict."""
+    if isinstance(x, dict):
+        return {f"{prefix}.{name}": np.asarray(value) for name, value in x.items()}
+    return {prefix: np.asarray(x)}
+
+
+def x_from_arrays(arrays: dict[str, np.ndarray], prefix: str = "x") -> Any:
+    """The input stored by :func:`x_arrays` under ``prefix`` among ``arrays``."""
+    if prefix in arrays:
+        return arrays[prefix]
+    start = f"{prefix}."
+    leaves = {k[len(start) :]: v for k, v in arrays.items() if k.startswith(start)}
+    if not leaves:
+        raise ArtifactError(f"no input {prefix!r} among the arrays {sorted(arrays)}")
+    return leaves
+
+
+def _about_x(x: Any) -> dict[str, Any]:
+    """The manifest's shape/dtype of ``x``: lists for a bare array, dicts per leaf."""
+    if isinstance(x, dict):
+        return {
+            "shape": {k: list(np.shape(v)) for k, v in x.items()},
+            "dtype": {k: str(np.asarray(v).dtype) for k, v in x.items()},
+        }
+    return {"shape": list(np.shape(x)), "dtype": str(np.asarray(x).dtype)}
+
+
 def write_cases(
     folder: Path, cases: dict[str, dict[str, Any]], features: list[str] | None = None
 ) -> dict[str, Any]:
     """One .npz per case plus manifest.json with each file's sha256 and the feature names
-    in order (checked against the params contract downstream); returns the manifest."""
+    in order (checked against the params contract downstream); returns the manifest.
+
+    A case's ``x`` is stored as the array ``x`` (a flat vector model) or one array
+    ``x.<leaf>`` per leaf."""
     folder = Path(folder)
     entries = {}
     for name, case in cases.items():
         path = folder / f"{name}.npz"
-        arrays = {"x": case["x"], **({"y": case["y"]} if "y" in case else {})}
+        arrays = {**x_arrays(case["x"]), **({"y": case["y"]} if "y" in case else {})}
         atomic_save_npz(path, arrays)
         entries[name] = {
             "file": path.name,
             "sha256": sha256_file(path),
             "kind": case["kind"],
-            "shape": list(case["x"].shape),
-            "dtype": str(case["x"].dtype),
+            **_about_x(case["x"]),
             "has_targets": "y" in case,
             "about": case["about"],
             **{k: case[k] for k in ("expect", "runs_on", "cast") if k in case},
@@ -194,5 +433,10 @@ def load_cases(folder: Path) -> dict[str, dict[str, Any]]:
             raise ArtifactError(
                 f"{path}: sha256 check failed: manifest says {entry['sha256']}, found {digest}"
             )
-        cases[name] = {**entry, **load_npz(path)}
+        arrays = load_npz(path)
+        cases[name] = {
+            **entry,
+            "x": x_from_arrays(arrays),
+            **({"y": arrays["y"]} if "y" in arrays else {}),
+        }
     return cases

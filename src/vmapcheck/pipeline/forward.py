@@ -12,6 +12,7 @@ import jax.numpy as jnp
 
 from vmapcheck.check.reference import load_reference, reference_dir
 from vmapcheck.config import Config
+from vmapcheck.core.cases import case_input
 from vmapcheck.core.forms import cast_tree, data_mesh
 from vmapcheck.core.forward import build_all, run_composition, run_forward
 from vmapcheck.core.gradients import gradient_probe
@@ -69,7 +70,7 @@ def run(config: Config, layout: Layout) -> None:
     grad_arrays, grad_record = gradient_probe(
         model,
         cast_tree(params, dtype),
-        jnp.asarray(standard["x"], dtype=dtype),
+        case_input(standard, dtype),
         jnp.asarray(standard["y"], dtype=dtype),
     )
     with atomic_dir(layout.forward) as folder:

@@ -7,6 +7,7 @@ is validated before anything is written, so a bad input leaves no outputs behind
 """
 
 from vmapcheck.config import Config
+from vmapcheck.core.contract import InputSpec
 from vmapcheck.core.keys import named_keys
 from vmapcheck.core.runtime import configure_cpu_float32
 from vmapcheck.data.anonymize import anonymize
@@ -30,6 +31,8 @@ def run(config: Config, layout: Layout) -> None:
         table.features[parts["test"]],
         table.targets[parts["test"]],
         config.data.standard_batch,
+        InputSpec.from_config(config.model),
+        table.feature_names,
     )
     anon = config.data.anonymize
     # The source's identifier and quasi-identifier columns; [] says it had none at all

@@ -30,8 +30,12 @@ def run(config: Config, layout: Layout) -> None:
     runtime = configure_cpu_float32()
     keys = named_keys(config.seed)
     model = build_model(config.model)
-    splits = {name: load_split(layout.prepared, name) for name in SPLITS}
     features = read_json(layout.prepared_manifest)["features"]
+    # Each split's feature table as batches of the model's input contract (batch axis 0).
+    splits = {}
+    for name in SPLITS:
+        table, targets = load_split(layout.prepared, name)
+        splits[name] = (model.contract.from_table(table, features), targets)
     if config.train.params_file is not None:
         template = jax.eval_shape(model.init, jax.random.key(0))
         params = read_params_file(

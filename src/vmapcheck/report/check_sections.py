@@ -23,6 +23,7 @@ from vmapcheck.report.elements import (
     num,
     para,
     section,
+    shape_text,
     table,
     verdict_cell,
     verdict_line,
@@ -128,11 +129,26 @@ def environment(
         rows[len(run) : len(run)] = [
             ("model", f"{contract['model']}: {contract.get('description', '')}"),
             ("input features", ", ".join(contract["inputs"]["features"])),
+            *(
+                [("input leaves", leaves_text(contract["inputs"]["leaves"]))]
+                if "leaves" in contract["inputs"]
+                else []
+            ),
             ("outputs", ", ".join(contract["outputs"]["names"])),
             ("params leaves", len(contract.get("params", {}))),
             ("batched forward provided", contract.get("batched_forward")),
         ]
     return section("Environment", "environment", kv_table(rows, "environment-table"))
+
+
+def leaves_text(leaves: list[dict[str, Any]]) -> str:
+    """The input contract's leaves: ``tokens (64,) int32 ids 0..16; mask (64,) bool``."""
+    return "; ".join(
+        f"{leaf['leaf']} {tuple(leaf['shape'])} {leaf['dtype']}"
+        + (f" ids {leaf['range'][0]}..{leaf['range'][1]}" if "range" in leaf else "")
+        + (f" ({leaf['meaning']})" if leaf.get("meaning") else "")
+        for leaf in leaves
+    )
 
 
 def agreement(check: CheckDetails) -> Markup:
@@ -154,7 +170,7 @@ def agreement(check: CheckDetails) -> Markup:
                 [
                     name,
                     case["kind"],
-                    "x".join(str(d) for d in case["shape"]),
+                    shape_text(case["shape"]),
                     case.get("about", ""),
                     len(case["pairs"]),
                     case["max_abs"],

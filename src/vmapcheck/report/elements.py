@@ -156,3 +156,10 @@ def in_path_order[V](by_path: Mapping[str, V]) -> list[tuple[str, V]]:
     older vmapcheck) follow in their own order, so nothing is left out."""
     known = [(p.name, by_path[p.name]) for p in PATHS.values() if p.name in by_path]
     return known + [(name, v) for name, v in by_path.items() if name not in PATHS]
+
+
+def shape_text(shape: list[int] | Mapping[str, list[int]]) -> str:
+    """A case's input shape: ``32x10``, or per leaf ``tokens 32x64, mask 32x64``."""
+    if isinstance(shape, Mapping):
+        return ", ".join(f"{leaf} {shape_text(dims)}" for leaf, dims in shape.items())
+    return "x".join(str(d) for d in shape) or "scalar"

@@ -78,7 +78,7 @@ def local_source(path: str) -> Any:
 
 def _dataset_input(
     name: str,
-    features: np.ndarray,
+    features: np.ndarray | dict[str, np.ndarray],
     targets: np.ndarray | None,
     source: str,
     context: str,
@@ -90,7 +90,13 @@ def _dataset_input(
     from mlflow.entities import DatasetInput, InputTag
     from mlflow.utils.mlflow_tags import MLFLOW_DATASET_CONTEXT
 
-    arrays = {"features": features, **({"targets": targets} if targets is not None else {})}
+    # A dict of leaves (a model whose example is a pytree) is MLflow's dict-of-arrays
+    # dataset, each leaf digested under its own name.
+    if isinstance(features, dict):
+        feature_arrays = {f"features.{leaf}": value for leaf, value in features.items()}
+    else:
+        feature_arrays = {"features": features}
+    arrays = {**feature_arrays, **({"targets": targets} if targets is not None else {})}
     sha256 = array_digest(arrays)
     dataset = mlflow.data.from_numpy(
         features,
@@ -108,8 +114,9 @@ def case_datasets(cases_dir: Path, relative_to: Path) -> list[Any]:
     """The regression set: one dataset ``cases/<case>`` per case of ``cases_dir`` (each
     file verified against its manifest sha256 first), context ``regression``.
 
-    Features are the case's ``x`` as stored (batch cases (rows, n_features), batch axis 0;
-    ``single_vector`` (n_features,); invalid cases any shape/dtype); targets its ``y``
+    Features are the case's ``x`` as stored (batch cases (rows, n_features), batch axis 0,
+    or a dict of leaves each with the batch axis 0; ``single_vector`` one example;
+    invalid cases any shape/dtype); targets its ``y``
     (rows, n_targets) when it has one.
     """
     out = []

@@ -29,11 +29,12 @@ from vmapcheck.check.diagnosis.subject import (
     _stage,
 )
 from vmapcheck.core.compare import exact
+from vmapcheck.core.contract import rows as batch_rows
 from vmapcheck.core.forms import OUTPUT
 from vmapcheck.core.keys import KEY_NAMES, named_keys
 from vmapcheck.core.models import Model, Params
 from vmapcheck.data.anonymize import AnonymizePolicy, anonymize
-from vmapcheck.data.regression import CASES_MANIFEST, SPLITS, regression_cases
+from vmapcheck.data.regression import CASES_MANIFEST, SPLITS, regression_cases, x_arrays
 from vmapcheck.data.splits import load_raw, split_indices
 from vmapcheck.errors import VmapcheckError
 from vmapcheck.io import load_npz, read_json, sha256_file
@@ -158,6 +159,8 @@ def _stored_data(sources: DataSources, evidence: list[dict[str, Any]]) -> dict[s
         splits["test"]["features"],
         splits["test"]["targets"],
         sources.config.standard_batch,
+        sources.contract,
+        features,
     )
     if set(derived) != set(stored):
         return _finding(
@@ -166,10 +169,9 @@ def _stored_data(sources: DataSources, evidence: list[dict[str, Any]]) -> dict[s
             what="case set",
         )
     for name, case in derived.items():
-        for key in ("x", "y"):
-            if key not in case and key not in stored[name]:
-                continue
-            if (key in case) != (key in stored[name]):
+        made = {**x_arrays(case["x"]), **({"y": case["y"]} if "y" in case else {})}
+        for key in sorted(set(made) | set(stored[name])):
+            if (key in made) != (key in stored[name]):
                 return _finding(
                     "data",
                     f"case {name}: {key} stored and re-derived differ in presence",
@@ -179,7 +181,7 @@ def _stored_data(sources: DataSources, evidence: list[dict[str, Any]]) -> dict[s
             finding = _data_mismatch(
                 evidence,
                 stored[name][key],
-                case[key],
+                made[key],
                 checked=f"cases.{name}.{key} re-derived from the prepared splits",
                 what="case array",
                 layer=f"cases.{name}.{key}",
@@ -478,7 +480,7 @@ def shapes_stage(subject: Subject, check: dict[str, Any] | None = None) -> dict[
     run_dtype = np.dtype(subject.dtype).name
     for probe in subject.probes:
         forms = _abstract(subject, probe)
-        rows = probe.x.shape[0]
+        rows = batch_rows(probe.x)
         for form, (_, _, error) in forms.items():
             if error:
                 evidence.append({"what": f"{form} traced on {probe.label}", "passed": False})

@@ -19,6 +19,7 @@ import optax
 from vmapcheck.check.diagnosis.layers import _evaluate, _walk
 from vmapcheck.check.diagnosis.subject import Probe, Subject, _finding, _layer_of, _stage
 from vmapcheck.core.compare import flat_index, measure
+from vmapcheck.core.contract import rows, take
 from vmapcheck.core.gradients import make_loss_one
 from vmapcheck.core.models import Model, Params
 from vmapcheck.core.paths import PATHS
@@ -79,9 +80,7 @@ def _losses(subject: Subject, probe: Probe) -> dict[str, jax.Array]:
     x, y = subject.inputs(probe)
     loss_one = make_loss_one(subject.model)
     out = {
-        "loop": jnp.mean(
-            jnp.stack([loss_one(params, xi, yi) for xi, yi in zip(x, y, strict=True)])
-        ),
+        "loop": jnp.mean(jnp.stack([loss_one(params, take(x, i), y[i]) for i in range(rows(x))])),
         "vmap": make_loss(subject.model)(params, x, y),
     }
     direct = _direct_loss(subject.model)
@@ -94,10 +93,10 @@ def _gradients(subject: Subject, probe: Probe) -> dict[str, Params]:
     params = subject.run_params
     x, y = subject.inputs(probe)
     grad_one = jax.grad(make_loss_one(subject.model))
-    rows = [grad_one(params, xi, yi) for xi, yi in zip(x, y, strict=True)]
+    per_row = [grad_one(params, take(x, i), y[i]) for i in range(rows(x))]
     out = {
         # The per-example oracle: the mean of each example's gradient, one at a time.
-        "loop": jax.tree.map(lambda *g: jnp.mean(jnp.stack(g), axis=0), *rows),
+        "loop": jax.tree.map(lambda *g: jnp.mean(jnp.stack(g), axis=0), *per_row),
         "vmap": jax.grad(make_loss(subject.model))(params, x, y),
     }
     direct = _direct_loss(subject.model)

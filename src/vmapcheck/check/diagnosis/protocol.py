@@ -40,10 +40,11 @@ from vmapcheck.check.diagnosis.subject import (
 from vmapcheck.check.schema import read_check_details, read_record
 from vmapcheck.config import BackendConfig, Config, load_config
 from vmapcheck.core.cases import kind_of
+from vmapcheck.core.contract import InputSpec, rows, take, tree_map
 from vmapcheck.core.models import build_model
 from vmapcheck.core.runtime import configure_jax
 from vmapcheck.core.training import make_optimizer
-from vmapcheck.data.regression import STANDARD_CASE
+from vmapcheck.data.regression import STANDARD_CASE, x_from_arrays
 from vmapcheck.errors import VmapcheckError
 from vmapcheck.io import atomic_write_json, atomic_write_text, load_npz, read_json
 from vmapcheck.layout import Layout
@@ -121,7 +122,7 @@ def diagnose(
         },
         "activations": activations,
         "inputs": [
-            {"label": p.label, "rows": int(p.x.shape[0]), "targets": p.y is not None}
+            {"label": p.label, "rows": rows(p.x), "targets": p.y is not None}
             for p in subject.probes
         ],
         "first_divergence": first,
@@ -256,18 +257,19 @@ def probes_for(
     for name in dict.fromkeys(order):
         if name not in cases:
             continue
-        x = np.asarray(cases[name]["x"])
-        x = x[None, :] if x.ndim == 1 else x
+        x = cases[name]["x"]
+        if kind_of(manifest["cases"][name], name).takes == "vector":
+            x = tree_map(lambda leaf: np.asarray(leaf)[None], x)  # one example: a batch of 1
         y = cases[name].get("y")
         probes.append(
             Probe(
                 f"minimal input (row 0 of case {name})",
-                x[:1],
+                take(x, slice(0, 1)),
                 None if y is None else np.asarray(y)[:1],
             )
         )
-        if x.shape[0] > 1:
-            probes.append(Probe(f"case {name} ({x.shape[0]} rows)", x, y))
+        if rows(x) > 1:
+            probes.append(Probe(f"case {name} ({rows(x)} rows)", x, y))
     return tuple(probes)
 
 
@@ -289,11 +291,14 @@ def diagnose_project(
     params, _ = load_model_params(model, layout.params)
     manifest = read_json(layout.cases_manifest)
     # Loaded without the sha256 gate: the data stage judges the files, it does not stop.
-    cases = {
-        name: load_npz(layout.cases / entry["file"])
-        for name, entry in manifest["cases"].items()
-        if kind_of(entry, name).valid and (layout.cases / entry["file"]).is_file()
-    }
+    cases = {}
+    for name, entry in manifest["cases"].items():
+        if kind_of(entry, name).valid and (layout.cases / entry["file"]).is_file():
+            arrays = load_npz(layout.cases / entry["file"])
+            cases[name] = {
+                "x": x_from_arrays(arrays),
+                **({"y": arrays["y"]} if "y" in arrays else {}),
+            }
     probes = probes_for(manifest, cases, check)
     precision = config.precision
     subject = Subject(
@@ -323,6 +328,7 @@ def diagnose_project(
         config=config.data,
         seed=config.seed,
         root=layout.root,
+        contract=InputSpec.from_config(config.model),
     )
     with (
         jax.enable_x64(precision.enable_x64),

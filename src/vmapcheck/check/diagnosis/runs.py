@@ -11,11 +11,11 @@ from __future__ import annotations
 from typing import Any
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 
 from vmapcheck.check.diagnosis.subject import StoredRun, Subject, _error_line, _finding, _stage
 from vmapcheck.core.compare import measure
+from vmapcheck.core.contract import cast_floats
 from vmapcheck.core.forms import OUTPUT
 from vmapcheck.core.paths import PATHS, ForwardPath, output_key, path_names, split_output_key
 
@@ -26,7 +26,7 @@ def _recompute(subject: Subject, x: np.ndarray, path: ForwardPath) -> np.ndarray
     fn = path.compile(subject.model)
     if fn is None:
         return None
-    x = jnp.asarray(x, dtype=subject.dtype)
+    x = cast_floats(x, subject.dtype)
     return np.asarray(jax.block_until_ready(fn(subject.run_params, x)))
 
 

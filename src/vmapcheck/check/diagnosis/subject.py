@@ -19,6 +19,7 @@ import numpy as np
 import optax
 
 from vmapcheck.config import DataConfig, ToleranceConfig
+from vmapcheck.core.contract import InputSpec, cast_floats
 from vmapcheck.core.forms import cast_tree
 from vmapcheck.core.models import Model, Params
 from vmapcheck.core.paths import PATHS
@@ -55,11 +56,12 @@ STAGE_NAMES = tuple(name for name, _ in STAGES)
 
 @dataclass(frozen=True)
 class Probe:
-    """An input of the ladder: ``x`` (rows, in_features), batch axis 0; ``y`` (rows,
-    out_features) or None. ``label`` says where it comes from (never its values)."""
+    """An input of the ladder: ``x`` a batch of the model's input contract (``(rows,
+    in_features)`` or a dict of leaves, batch axis 0); ``y`` (rows, out_features) or
+    None. ``label`` says where it comes from (never its values)."""
 
     label: str
-    x: np.ndarray
+    x: Any
     y: np.ndarray | None = None
 
 
@@ -88,7 +90,7 @@ class Subject:
         return cast_tree(self.params, self.dtype)
 
     def inputs(self, probe: Probe) -> tuple[jax.Array, jax.Array | None]:
-        x = jnp.asarray(probe.x, dtype=self.dtype)
+        x = cast_floats(probe.x, self.dtype)
         y = None if probe.y is None else jnp.asarray(probe.y, dtype=self.dtype)
         return x, y
 
@@ -96,14 +98,15 @@ class Subject:
 @dataclass(frozen=True)
 class DataSources:
     """Where the data stage finds the stored data: ``cases`` (data/cases), ``prepared``
-    (data/prepared), the data config and seed that made them, and the folder the raw
-    source path is relative to."""
+    (data/prepared), the data config and seed that made them, the folder the raw
+    source path is relative to, and the input contract the cases were built for."""
 
     cases: Path
     prepared: Path
     config: DataConfig
     seed: int
     root: Path
+    contract: InputSpec | None = None
 
 
 @dataclass(frozen=True)
