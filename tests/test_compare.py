@@ -24,6 +24,7 @@ def _log(client, experiment_id, name, minute, tags, metrics):
         metrics=[Metric(k, v, T0, 0) for k, v in metrics.items()],
         tags=[RunTag(k, v) for k, v in tags.items()],
     )
+    client.set_tag(run.info.run_id, "pipeline_complete", "true")  # as track's last writes
     client.set_terminated(run.info.run_id)
     return run.info.run_id
 

@@ -26,7 +26,7 @@ from vmapcheck.config import load_config
 from vmapcheck.core.paths import batch_paths
 from vmapcheck.io import read_json
 from vmapcheck.layout import Layout
-from vmapcheck.tracking.store import tracking_uri
+from vmapcheck.tracking.store import is_complete, tracking_uri
 
 OVERRIDES = (
     "data.n_rows=240",
@@ -136,6 +136,10 @@ def test_track_logged_one_passed_run_to_the_store_in_the_root(project):
     assert info["tracking_uri"] == uri
     run = MlflowClient(tracking_uri=uri).get_run(info["run_id"])
     assert run.data.tags["verdict"] == "passed"
+    # Complete (pipeline_complete, then FINISHED: track's last writes), and owned by this
+    # process, the one that ran track.
+    assert is_complete(run) and run.info.status == "FINISHED"
+    assert run.data.tags["vmapcheck.track_pid"] == str(os.getpid())
     assert run.data.tags["model"] == "mlp"
     assert (info["git_commit"], info["git_dirty"]) == (project.commit, "true")  # outputs
     assert layout.html_report.is_file()

@@ -62,6 +62,7 @@ class Store:
         run = self.client.create_run(self.experiment, tags={"verdict": verdict})
         run_id = run.info.run_id
         self.client.log_artifacts(run_id, str(folder), artifact_path="params")
+        self.client.set_tag(run_id, "pipeline_complete", "true")  # a complete run
         self.client.set_terminated(run_id)
         return {
             "run_id": run_id,
@@ -141,6 +142,28 @@ def test_rollback_after_several_moves_skips_versions_rolled_back_from(store):
     # Version 3 was rolled back from: the previous verified version of 4 is 2.
     assert registry.rollback(store.uri, NAME)["to"] == "2"
     assert registry.rollback(store.uri, NAME)["to"] == "1"
+
+
+def test_a_version_whose_run_did_not_complete_is_neither_loaded_nor_rolled_back_to(store):
+    from vmapcheck.tracking.store import mark_failed
+
+    store.run_and_register(seed=1)
+    second = store.run_and_register(seed=2)
+    # A track killed after registering version 3: the next track marks its run FAILED.
+    third = store.run_and_register(seed=3)
+    mark_failed(store.uri, third["run_id"], "left RUNNING by a track that did not finish")
+    uri = f"models:/{NAME}@verified"
+    with pytest.raises(
+        ArtifactError,
+        match=rf"\(version 3\): its run {third['run_id']} is not a complete run: its status "
+        r"is FAILED \(left RUNNING.*`vmapcheck rollback --model vmapcheck-mlp`",
+    ):
+        registry.load_registered_params(store.model, uri, store.uri)
+    assert f"not loaded: its run {third['run_id']}" in registry.show(store.uri, NAME)
+    # Version 2's run was deleted since: rollback skips it too.
+    store.client.delete_run(second["run_id"])
+    assert registry.rollback(store.uri, NAME)["to"] == "1"
+    assert registry.load_registered_params(store.model, uri, store.uri)[3].version == "1"
 
 
 def test_rollback_with_nothing_to_roll_back_to_errors_clearly(store):

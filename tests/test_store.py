@@ -20,12 +20,16 @@ from vmapcheck.compose import compose_yaml
 from vmapcheck.config import TrackingConfig, validate_config
 from vmapcheck.errors import ConfigError, TrackingStoreError
 from vmapcheck.tracking.store import (
+    ABANDONED_TAG,
     COMPLETE_TAG,
     PIPELINE_KEY_TAG,
     apply_http_settings,
     artifact_location,
     health,
+    is_complete,
+    mark_complete,
     open_store,
+    owner_tags,
     pipeline_key,
     probe,
     reaching,
@@ -294,32 +298,42 @@ def test_pipeline_key_follows_the_contents_of_the_stage_deps(tmp_path):
     assert pipeline_key(project) == changed
 
 
-def test_an_interrupted_attempt_is_replaced_and_a_complete_run_kept(tmp_path):
+def test_an_interrupted_attempt_is_marked_failed_and_a_complete_run_kept(tmp_path, capsys):
     from mlflow.tracking import MlflowClient
 
     uri = f"sqlite:///{tmp_path}/m.db"
     client = MlflowClient(uri)
     experiment = client.create_experiment("vmapcheck", (tmp_path / "a").as_uri())
     assert settle_earlier_attempts(uri, "k1") is None  # nothing logged yet
-    # An attempt that died after creating its run, and one that failed half-way.
-    died = client.create_run(experiment, tags={PIPELINE_KEY_TAG: "k1"}).info.run_id
+    # An attempt that died after creating its run, and one that failed half-way. Both
+    # carry this process's owner tags: the same state is replaced whether or not it lives.
+    mine = owner_tags()
+    died = client.create_run(experiment, tags={PIPELINE_KEY_TAG: "k1", **mine}).info.run_id
     failed = client.create_run(experiment, tags={PIPELINE_KEY_TAG: "k1"}).info.run_id
     client.set_terminated(failed, "FAILED")
-    other = client.create_run(experiment, tags={PIPELINE_KEY_TAG: "k2"}).info.run_id
+    other = client.create_run(experiment, tags={PIPELINE_KEY_TAG: "k2", **mine}).info.run_id
     assert settle_earlier_attempts(uri, "k1") is None
-    assert client.get_run(died).info.lifecycle_stage == "deleted"
-    assert client.get_run(failed).info.lifecycle_stage == "deleted"
-    assert client.get_run(other).info.lifecycle_stage == "active"  # another pipeline state
+    out = capsys.readouterr().out
+    for run_id in (died, failed):
+        run = client.get_run(run_id)
+        # Marked, not deleted: a run may be another run's perf_baseline.
+        assert run.info.lifecycle_stage == "active" and run.info.status == "FAILED"
+        assert "an earlier attempt on the same inputs" in run.data.tags[ABANDONED_TAG]
+        assert f"marked run {run_id} " in out
+    # Another pipeline state, RUNNING in a live process (this one): left alone.
+    assert client.get_run(other).info.status == "RUNNING"
+    assert ABANDONED_TAG not in client.get_run(other).data.tags
     # A complete run of k1 is kept and reported, not logged again.
     done = client.create_run(
         experiment, run_name="mlp-x", tags={PIPELINE_KEY_TAG: "k1", "verdict": "failed"}
     ).info.run_id
-    client.set_terminated(done, "FINISHED")
-    client.set_tag(done, COMPLETE_TAG, "true")
+    mark_complete(uri, done)
     info = settle_earlier_attempts(uri, "k1")
     assert info["run_id"] == done and info["verdict"] == "failed" and info["logged_before"]
     assert info["experiment"] == "vmapcheck" and info["run_name"] == "mlp-x"
-    assert [r.info.run_id for r in runs_with_key(uri, "k1")] == [done]
+    assert [r.info.run_id for r in runs_with_key(uri, "k1") if is_complete(r)] == [done]
+    assert "marked run" not in capsys.readouterr().out  # the marked ones are not marked again
+    assert client.get_run(done).data.tags[COMPLETE_TAG] == "true"
 
 
 def test_open_store_creates_a_missing_sqlite_store(tmp_path, monkeypatch):

@@ -169,6 +169,7 @@ def test_last_verified_is_the_newest_passed_run_of_the_same_model(tmp_path, empt
         path.parent.mkdir()
         path.write_text(json.dumps(_details(median, len(ids), model)))
         client.log_artifact(run.info.run_id, str(path))
+        client.set_tag(run.info.run_id, "pipeline_complete", "true")  # a complete run
         client.set_terminated(run.info.run_id)
         ids[name] = run.info.run_id
     mlflow.set_tracking_uri(None)
@@ -182,7 +183,7 @@ def test_last_verified_is_the_newest_passed_run_of_the_same_model(tmp_path, empt
     assert skipped.source == f"run {ids['old']}"
     by_id = resolve_baseline(ids["other-model"], uri, "vmapcheck", {"model": "mlp"})
     assert by_id.context["model"] == "toy"
-    with pytest.raises(ArtifactError, match="no passed run with model=equinox_mlp"):
+    with pytest.raises(ArtifactError, match="no complete passed run with model=equinox_mlp"):
         resolve_baseline("last-verified", uri, "vmapcheck", {"model": "equinox_mlp"})
     with pytest.raises(ArtifactError, match="not found"):
         resolve_baseline("0" * 32, uri, "vmapcheck", {})

@@ -243,15 +243,20 @@ def test_a_stopped_server_fails_track_fast_and_a_later_repro_logs_one_run(projec
     )["run"]["info"]["run_id"]
     result = run(project, "dvc", "repro")
     assert stages_run(result) == {"track"}
-    assert f"deleted run {planted}" in result.stdout
+    assert f"track: marked run {planted} (interrupted-attempt) FAILED" in result.stdout
     runs = server.runs(f"tags.pipeline_key = '{key}'")
-    assert len(runs) == 1, [r["info"]["run_name"] for r in runs]
-    logged = runs[0]
-    assert logged["info"]["run_id"] != planted and logged["info"]["status"] == "FINISHED"
+    assert len(runs) == 2, [r["info"]["run_name"] for r in runs]
+    (logged,) = [r for r in runs if r["info"]["run_id"] != planted]
+    assert logged["info"]["status"] == "FINISHED"
     assert as_dict(logged["data"]["params"])["precision.tolerance.rtol"] == "2e-05"
     assert as_dict(logged["data"]["tags"])["pipeline_complete"] == "true"
-    assert server.get("runs/get", run_id=planted)["run"]["info"]["lifecycle_stage"] == "deleted"
-    assert len(server.runs()) == 2  # the first test's run and this one, no duplicate
+    # The interrupted attempt is marked FAILED, saying why, not deleted.
+    attempt = server.get("runs/get", run_id=planted)["run"]
+    assert attempt["info"]["lifecycle_stage"] == "active"
+    assert attempt["info"]["status"] == "FAILED"
+    why = as_dict(attempt["data"]["tags"])["vmapcheck.abandoned"]
+    assert why.startswith("an earlier attempt on the same inputs")
+    assert len(server.runs()) == 3  # the first test's run, the attempt and this one
     track = json.loads((project / "reports" / "track.json").read_text())
     assert track["run_id"] == logged["info"]["run_id"]
 

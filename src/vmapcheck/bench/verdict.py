@@ -30,9 +30,11 @@ what keeps those from being reported. An **improvement** is the mirror image
 detection rates on this machine (``benchmarks/validate_verdict.py``).
 
 The baseline is a ``bench_details.json`` file, an MLflow run id, or ``last-verified``:
-the newest run in the store that passed its checks with the same model, backend and
-precision. ``vmapcheck verdict --baseline ...`` (``make verdict``) prints the table and
-exits 1 on a regression (0 for "no regression" and "inconclusive").
+the newest complete run in the store that passed its checks with the same model, backend
+and precision. A run is read only when complete (vmapcheck.tracking.store.COMPLETE_FILTER:
+a ``track`` that was killed leaves an incomplete one). ``vmapcheck verdict --baseline ...``
+(``make verdict``) prints the table and exits 1 on a regression (0 for "no regression"
+and "inconclusive").
 """
 
 from __future__ import annotations
@@ -51,6 +53,7 @@ from scipy import stats
 from vmapcheck.errors import ArtifactError, ConfigError, VmapcheckError
 from vmapcheck.io import atomic_write_json, read_json
 from vmapcheck.layout import Layout
+from vmapcheck.tracking.store import complete_filter, incomplete_because
 
 LAST_VERIFIED = "last-verified"
 BENCH_ARTIFACT = "bench_details.json"
@@ -143,27 +146,35 @@ def _client(tracking_uri: str) -> Any:
     return MlflowClient(tracking_uri=tracking_uri)
 
 
-def bench_from_run(tracking_uri: str, run_id: str) -> BenchRecord:
-    """The ``bench_details.json`` artifact of MLflow run ``run_id``.
+def bench_from_run(tracking_uri: str, run_id: str, role: str = "baseline") -> BenchRecord:
+    """The ``bench_details.json`` artifact of MLflow run ``run_id``, a complete run
+    (vmapcheck.tracking.store.is_complete).
 
     Raises:
-        ArtifactError: the run does not exist or has no such artifact.
+        ArtifactError: the run does not exist, is deleted or incomplete (a ``track`` that
+            did not finish), or has no such artifact.
     """
     from mlflow.exceptions import MlflowException
 
+    # "baseline run '<id>'", "current run '<id>'"
+    named = f"{role} {run_id!r}" if role.endswith("run") else f"{role} run {run_id!r}"
     client = _client(tracking_uri)
     try:
-        client.get_run(run_id)
+        run = client.get_run(run_id)
     except MlflowException as exc:
+        raise ArtifactError(f"{named} not found in {tracking_uri}: {exc.message}") from None
+    why = incomplete_because(run)
+    if why is not None:
         raise ArtifactError(
-            f"baseline run {run_id!r} not found in {tracking_uri}: {exc.message}"
-        ) from None
+            f"{named} in {tracking_uri} is not a complete run: {why}. Only "
+            "complete runs (status FINISHED, pipeline_complete=true, a verdict) are compared"
+        )
     with tempfile.TemporaryDirectory() as tmp:
         try:
             local = client.download_artifacts(run_id, BENCH_ARTIFACT, tmp)
         except (MlflowException, OSError) as exc:
             raise ArtifactError(
-                f"baseline run {run_id!r} in {tracking_uri} has no {BENCH_ARTIFACT} artifact: {exc}"
+                f"{named} in {tracking_uri} has no {BENCH_ARTIFACT} artifact: {exc}"
             ) from None
         return record_from_details(read_json(Path(local)), f"run {run_id}")
 
@@ -171,7 +182,8 @@ def bench_from_run(tracking_uri: str, run_id: str) -> BenchRecord:
 def last_verified_run(
     tracking_uri: str, experiment: str, tags: dict[str, str], exclude: str | None = None
 ) -> str | None:
-    """Id of the newest run of ``experiment`` with tag verdict=passed and ``tags`` equal."""
+    """Id of the newest complete run of ``experiment`` (vmapcheck.tracking.store.
+    COMPLETE_FILTER) with tag verdict=passed and ``tags`` equal."""
     client = _client(tracking_uri)
     found = client.get_experiment_by_name(experiment)
     if found is None:
@@ -181,7 +193,7 @@ def last_verified_run(
     ]
     runs = client.search_runs(
         [found.experiment_id],
-        filter_string=" and ".join(conditions),
+        filter_string=complete_filter(*conditions),
         order_by=["attributes.start_time DESC"],
         max_results=10,
     )
@@ -220,12 +232,12 @@ def resolve_baseline(
         if run_id is None:
             wanted = ", ".join(f"{k}={v}" for k, v in sorted((tags or {}).items()))
             raise ArtifactError(
-                f"{role} {LAST_VERIFIED}: no passed run with {wanted or 'any tags'} in "
-                f"experiment {experiment!r} of {tracking_uri}"
+                f"{role} {LAST_VERIFIED}: no complete passed run with {wanted or 'any tags'} "
+                f"in experiment {experiment!r} of {tracking_uri}"
             )
-        return bench_from_run(tracking_uri, run_id)
+        return bench_from_run(tracking_uri, run_id, role)
     if len(spec) == 32 and all(c in "0123456789abcdef" for c in spec):
-        return bench_from_run(tracking_uri, spec)
+        return bench_from_run(tracking_uri, spec, role)
     raise ConfigError(
         f"{role} {spec!r}: expected a bench_details.json file, an MLflow run id "
         f"(32 hex digits) or {LAST_VERIFIED!r}"

@@ -6,9 +6,12 @@ verdict. This is where a failed check becomes a non-zero exit: after it has been
 
 The store is opened first (vmapcheck.tracking.store): a tracking server that does not answer fails
 the stage within seconds, naming its URI, and the reports stay on disk for the next
-`dvc repro`; a run is logged once per pipeline state (tag ``pipeline_key``).
+`dvc repro`; a run is logged once per pipeline state (tag ``pipeline_key``). Runs that
+an earlier, killed ``track`` left unfinished are marked FAILED first, so they are never
+taken as the baseline (only complete runs are).
 """
 
+import contextlib
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -34,6 +37,7 @@ from vmapcheck.tracking.run_inputs import gather_run_inputs
 from vmapcheck.tracking.store import (
     PIPELINE_KEY_TAG,
     mark_complete,
+    mark_failed,
     open_store,
     pipeline_key,
     reaching,
@@ -93,8 +97,9 @@ def run(config: Config, layout: Layout) -> int:
 def track(config: Config, layout: Layout) -> int:
     """Judge the benchmark, write the HTML report, log the run (once per pipeline state)."""
     key = pipeline_key(layout.root)
-    # A half-logged run from an earlier attempt is deleted; a complete one is kept and
-    # nothing is logged twice (vmapcheck.tracking.store).
+    # Before the baseline is looked for: a half-logged run of an earlier attempt, and any
+    # run left RUNNING by a track that is gone, is marked FAILED; a complete run of this
+    # state is kept and nothing is logged twice (vmapcheck.tracking.store).
     earlier = settle_earlier_attempts(resolve_tracking_uri(config.tracking, layout.root), key)
     check = read_check_details(layout.check_details)
     bench = read_json(layout.bench_details)
@@ -153,15 +158,27 @@ def track(config: Config, layout: Layout) -> int:
                 contract,
                 extra_tags={**inputs.tags, PIPELINE_KEY_TAG: key},
                 datasets=inputs.datasets,
+                finish=False,  # RUNNING until mark_complete below
             )
-        log_perf_verdict(info["tracking_uri"], info["run_id"], perf)
-        log_diagnosis(info["tracking_uri"], info["run_id"], read_json(layout.diagnosis))
-        info["perf_verdict"] = perf["verdict"]
-        # Registry: a passing run's params become a new version, alias `verified` moves.
-        info["registry"] = register_if_verified(config, info, check["runtime"], layout.params)
-        print(f"track: registry: {_registry_line(info['registry'])}")
-        # The run's last write: an attempt that dies before it is replaced, not duplicated.
-        mark_complete(info["tracking_uri"], info["run_id"])
+        try:
+            log_perf_verdict(info["tracking_uri"], info["run_id"], perf)
+            log_diagnosis(info["tracking_uri"], info["run_id"], read_json(layout.diagnosis))
+            info["perf_verdict"] = perf["verdict"]
+            # Registry: a passing run's params become a new version, alias `verified` moves.
+            info["registry"] = register_if_verified(config, info, check["runtime"], layout.params)
+            print(f"track: registry: {_registry_line(info['registry'])}")
+            # The run's last writes (pipeline_complete, then FINISHED): an attempt that dies
+            # before them is marked FAILED by the next track, and this state logged afresh.
+            mark_complete(info["tracking_uri"], info["run_id"])
+        except BaseException as exc:
+            with contextlib.suppress(Exception):  # the store may be what failed
+                mark_failed(
+                    info["tracking_uri"],
+                    info["run_id"],
+                    f"track failed before completing it: {type(exc).__name__}: "
+                    + (str(exc).splitlines() or [""])[0][:300],
+                )
+            raise
     else:
         info = earlier | {"forward_outputs_sha256": check.get("forward_outputs_sha256")}
     atomic_write_json(layout.track_report, info)

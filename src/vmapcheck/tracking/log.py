@@ -134,8 +134,14 @@ def log_run(
     contract: dict[str, Any] | None = None,
     extra_tags: dict[str, str] | None = None,
     datasets: list[Any] | None = None,
+    finish: bool = True,
 ) -> dict[str, Any]:
     """Create one MLflow run holding everything; return its ids and where to find it.
+
+    The run is created with tags naming this process (vmapcheck.tracking.store.owner_tags),
+    so a later ``track`` can tell a run left RUNNING by a killed process from one still
+    being logged. ``finish`` False leaves it RUNNING for the caller's last writes
+    (``track`` ends it with ``store.mark_complete``); an error marks it FAILED either way.
 
     ``extra_tags`` and ``datasets`` (MLflow ``DatasetInput`` objects) come from
     :func:`vmapcheck.tracking.run_inputs.gather_run_inputs`, and ``extra_tags`` also carry
@@ -198,6 +204,7 @@ def log_run(
         **git,
         "mlflow.source.git.commit": git["git_commit"],
         **(extra_tags or {}),
+        **store.owner_tags(),
     }
     run = client.create_run(experiment_id, run_name=run_name(config, runtime, git), tags=tags)
     run_id = run.info.run_id
@@ -216,7 +223,8 @@ def log_run(
                 client.log_artifacts(run_id, str(path), artifact_path=path.name)
             elif path.is_file():
                 client.log_artifact(run_id, str(path))
-        client.set_terminated(run_id, status="FINISHED")
+        if finish:
+            client.set_terminated(run_id, status="FINISHED")
     except BaseException:
         client.set_terminated(run_id, status="FAILED")
         raise

@@ -9,13 +9,16 @@
   backend, precision, when) and hold the sha256 of each of its three files, recorded in
   the registry's own store when the run verified them.
 - :func:`rollback` moves ``verified`` back to the newest earlier version that was
-  verified and not itself rolled back from (the version it leaves is tagged so, which is
-  how "the previous verified version" stays findable after several moves).
+  verified, not itself rolled back from (the version it leaves is tagged so, which is
+  how "the previous verified version" stays findable after several moves), and whose run
+  is complete (vmapcheck.tracking.store.is_complete).
 - :func:`load_registered_params` loads params by ``models:/<name>@<alias>`` or
   ``models:/<name>/<version>``: it downloads the version's files, checks each against
   the recorded sha256 and the params against the model's contract, and refuses with an
-  error naming the URI when anything differs. ``train`` uses it (``train.params_source``),
-  so every later stage reads those params from ``data/params`` as usual.
+  error naming the URI when anything differs, or when the run that registered the version
+  is not complete (a ``track`` killed after registering: ``vmapcheck rollback``).
+  ``train`` uses it (``train.params_source``), so every later stage reads those params
+  from ``data/params`` as usual.
 
 Versions point at the run's artifact folder itself (``create_model_version`` with the
 run's absolute artifact URI as source), not at an MLflow 3 "logged model": the params
@@ -58,7 +61,7 @@ from vmapcheck.params_io import (
     contract_of,
     read_params_file,
 )
-from vmapcheck.tracking.store import resolve_tracking_uri
+from vmapcheck.tracking.store import incomplete_because, resolve_tracking_uri
 
 VERIFIED = "verified"
 # The run artifact folder that holds the params (tracking.log_run logs data/params there).
@@ -334,16 +337,37 @@ def list_versions(tracking_uri: str, name: str) -> list[Any]:
     return sorted(found, key=lambda v: int(v.version))
 
 
-def previous_verified(versions: list[Any], current: str) -> Any | None:
-    """The newest version before ``current`` that was verified and not rolled back from."""
-    earlier = [
-        v
-        for v in versions
-        if int(v.version) < int(current)
-        and v.tags.get(TAG_VERIFIED) == "true"
-        and TAG_ROLLED_BACK not in v.tags
-    ]
-    return earlier[-1] if earlier else None
+def untrusted_because(client: Any, version: Any) -> str | None:
+    """Why the run that registered ``version`` is not a complete run (None: it is)."""
+    from mlflow.exceptions import MlflowException
+
+    run_id = version.run_id or version.tags.get(TAG_RUN)
+    if not run_id:
+        return "it names no run that verified it"
+    try:
+        run = client.get_run(run_id)
+    except MlflowException:
+        return f"its run {run_id} is not in the store"
+    why = incomplete_because(run)
+    return None if why is None else f"its run {run_id} is not a complete run: {why}"
+
+
+def previous_verified(
+    versions: list[Any],
+    current: str,
+    untrusted: Callable[[Any], str | None] = lambda version: None,
+) -> Any | None:
+    """The newest version before ``current`` that was verified, not rolled back from, and
+    not ``untrusted`` (a reason, e.g. :func:`untrusted_because`; None: trusted)."""
+    for v in reversed(versions):
+        if (
+            int(v.version) < int(current)
+            and v.tags.get(TAG_VERIFIED) == "true"
+            and TAG_ROLLED_BACK not in v.tags
+            and untrusted(v) is None
+        ):
+            return v
+    return None
 
 
 def _describe(version: Any) -> str:
@@ -368,11 +392,12 @@ def rollback(tracking_uri: str, name: str) -> dict[str, Any]:
         raise ArtifactError(
             f"models:/{name}@{VERIFIED}: no version holds the alias; nothing to roll back"
         )
-    target = previous_verified(versions, current.version)
+    target = previous_verified(versions, current.version, lambda v: untrusted_because(client, v))
     if target is None:
         raise ArtifactError(
             f"models:/{name}@{VERIFIED} is at {_describe(current)}, and no earlier version "
-            "was verified (or every earlier one was rolled back from): nothing to roll back to"
+            "was verified (or every earlier one was rolled back from, or its run is not "
+            "complete): nothing to roll back to"
         )
     client.set_registered_model_alias(name, VERIFIED, target.version)
     client.set_model_version_tag(name, current.version, TAG_ROLLED_BACK, _now())
@@ -392,9 +417,10 @@ def rollback(tracking_uri: str, name: str) -> dict[str, Any]:
 def show(tracking_uri: str, name: str) -> str:
     """The versions of ``name`` as text: which holds which alias, and their tags."""
     versions = list_versions(tracking_uri, name)
+    client = _client(tracking_uri)
     # search_model_versions leaves ModelVersion.aliases empty: the model holds the map.
     held: dict[str, list[str]] = {}
-    for alias, number in _client(tracking_uri).get_registered_model(name).aliases.items():
+    for alias, number in client.get_registered_model(name).aliases.items():
         held.setdefault(str(number), []).append(alias)
     lines = [f"registered model {name} in {tracking_uri}: {len(versions)} version(s)"]
     for v in reversed(versions):
@@ -402,6 +428,9 @@ def show(tracking_uri: str, name: str) -> str:
         aliases = f" @{', @'.join(names)}" if names else ""
         state = " (rolled back from)" if TAG_ROLLED_BACK in v.tags else ""
         lines.append(f"  version {v.version}{aliases}{state}  source {v.source}")
+        untrusted = untrusted_because(client, v)
+        if untrusted:
+            lines.append(f"      not loaded: {untrusted}")
         for key in sorted(v.tags):
             lines.append(f"      {key} = {v.tags[key]}")
     if not versions:
@@ -461,6 +490,12 @@ def fetch_registered_params(
         raise ArtifactError(
             f"{where}: not tagged {TAG_VERIFIED}=true; only versions a passing vmapcheck "
             "run registered are loaded"
+        )
+    untrusted = untrusted_because(_client(tracking_uri), version)
+    if untrusted is not None:
+        raise ArtifactError(
+            f"{where}: {untrusted}; only versions registered by a complete run are loaded "
+            f"(`vmapcheck rollback --model {version.name}` moves @{VERIFIED} to the previous one)"
         )
     from mlflow.exceptions import MlflowException
 

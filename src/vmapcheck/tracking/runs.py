@@ -12,6 +12,10 @@ families of agreement metrics (``agree/*/*/max_rel``: between paths;
 float64), then the p50 latency of ``vmap_jit`` and ``direct_jit`` and ``vmap_over_loop``
 at the largest batch size that every listed run measured (``latency_ms/<path>/b<batch>/p50``,
 ``speedup/b<batch>/vmap_over_loop``). ``-`` marks a figure a run does not have.
+
+The verdict column holds a complete run's verdict (vmapcheck.tracking.store.is_complete);
+any other run shows its status: ``failed`` for one a killed ``track`` left unfinished
+(marked so by the next ``track``), ``running``, or ``incomplete``.
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ from typing import Any
 from vmapcheck.core.paths import PATHS
 from vmapcheck.errors import VmapcheckError
 from vmapcheck.layout import Layout
+from vmapcheck.tracking.store import is_complete
 
 # The paths whose p50 latency each row shows.
 HEADLINE = tuple(p.name for p in PATHS.values() if p.headline)
@@ -168,6 +173,15 @@ def _fmt(value: float | None, spec: str = ".3g") -> str:
     return "-" if value is None else format(value, spec)
 
 
+def shown_verdict(run: Any) -> str:
+    """A complete run's verdict tag; any other run's status, lowercase (``failed``,
+    ``running``, ``killed``), or ``incomplete`` for one FINISHED but not complete."""
+    if is_complete(run):
+        return run.data.tags["verdict"]
+    status = run.info.status
+    return "incomplete" if status == "FINISHED" else status.lower()
+
+
 def compare_rows(runs: list[Any]) -> tuple[list[dict[str, str]], int | None]:
     """One dict of display strings per run (keys are the table's columns), and the batch
     size the latency columns are taken at."""
@@ -181,7 +195,7 @@ def compare_rows(runs: list[Any]) -> tuple[list[dict[str, str]], int | None]:
         row = {
             "run": run.info.run_name or run.info.run_id,
             "started": started.strftime("%Y-%m-%d %H:%M"),
-            "verdict": tags.get("verdict", "-"),
+            "verdict": shown_verdict(run),
             "perf": tags.get("perf_verdict", "-"),
             "jax": jax if jaxlib in (jax, "-") else f"{jax}/{jaxlib}",
             "backend/device": f"{tags.get('backend', '-')}/{tags.get('device_kind', '-')}",
@@ -217,7 +231,7 @@ def format_compare(selection: Selection, width: int | None = None) -> str:
             column, justify="right" if column in numeric else "left", no_wrap=width is None
         )
     for row in rows:
-        style = "bold red" if row["verdict"] == "failed" else ""
+        style = "" if row["verdict"] in ("passed", "running") else "bold red"
         table.add_row(*row.values(), style=style)
     buffer = io.StringIO()
     Console(file=buffer, width=width or 100_000, force_terminal=False).print(table)

@@ -35,16 +35,31 @@ that stops answering later is recognized by :func:`reaching`, which probes again
 stages, untouched). The failed attempt may have got as far as creating a run. So every
 run carries the tag ``pipeline_key``: a sha256 over the contents of everything ``track``
 depends on in ``dvc.yaml`` (its code, ``params.yaml``, the reports, the params
-artifact); and ``pipeline_complete=true`` is the last thing written to it. Before logging,
-:func:`settle_earlier_attempts` looks for active runs with this key in every experiment:
+artifact). A run stays RUNNING while ``track`` logs into it; its last writes are the tag
+``pipeline_complete=true`` and then status FINISHED (:func:`mark_complete`).
 
-- an incomplete one (an attempt that died half-way: some metrics or artifacts missing,
-  status RUNNING or FAILED) is deleted (MLflow's soft delete; ``mlflow gc`` purges it) and
-  one fresh run is logged. Replacing rather than resuming it: logging into it again would
+**Complete runs.** A run is *complete* when its status is FINISHED, it has
+``pipeline_complete=true`` and a ``verdict`` tag (:data:`COMPLETE_FILTER` for MLflow
+searches, :func:`is_complete` on a run). Only complete runs are trusted: the benchmark
+baseline ``last-verified``, a baseline named by run id, registry rollback and loading.
+``vmapcheck compare`` lists every run but shows an incomplete one by its status.
+
+**Before logging**, :func:`settle_earlier_attempts` marks runs FAILED (status FAILED,
+tag ``vmapcheck.abandoned`` saying why, by which process and when); it never deletes a
+run, since a run may be another run's ``perf_baseline``:
+
+- an incomplete run with this key (an attempt that died half-way) is marked, and one
+  fresh run is logged. Replacing rather than resuming it: logging into it again would
   add a second point to every metric's history and could mix two attempts' artifacts.
-- a complete one is kept and nothing is logged again: ``track`` reports that run (this
-  happens when ``track`` reran on the same inputs, e.g. after a failed check made it exit
-  1, or ``dvc repro -f``), so the store never holds two runs of one pipeline state.
+- a RUNNING run of any pipeline state whose ``track`` is gone (killed, e.g. SIGKILL) is
+  marked (:func:`abandon_unfinished_runs`). Each run records the process that created it
+  (tags ``vmapcheck.track_pid``, ``vmapcheck.track_pid_start``, ``vmapcheck.track_host``):
+  on this host the process must be alive, a run from another host (or without those tags)
+  counts as abandoned after ``ABANDONED_AFTER_S`` (6 h). So the RUNNING run of a parallel
+  experiment (``dvc queue start -j 2`` against a server) is left alone.
+- a complete one with this key is kept and nothing is logged again: ``track`` reports that
+  run (this happens when ``track`` reran on the same inputs, e.g. after a failed check made
+  it exit 1, or ``dvc repro -f``), so the store never holds two complete runs of one state.
 
 Two ``track`` processes on the same inputs at the same moment would meet each other's
 unfinished run; on a sqlite store the lock orders them, and DVC never runs one pipeline
@@ -59,6 +74,7 @@ import fcntl
 import hashlib
 import os
 import shutil
+import socket
 import subprocess
 import sys
 import time
@@ -79,6 +95,23 @@ from vmapcheck.layout import Layout
 
 PIPELINE_KEY_TAG = "pipeline_key"
 COMPLETE_TAG = "pipeline_complete"
+VERDICT_TAG = "verdict"
+# Which track process a run belongs to (set when it is created): a run left unfinished by a
+# process that is gone is abandoned, one of a live process (a parallel experiment) is not.
+PID_TAG = "vmapcheck.track_pid"
+PID_START_TAG = "vmapcheck.track_pid_start"
+HOST_TAG = "vmapcheck.track_host"
+# Why a run was marked FAILED by a later track (its process was gone, or it was replaced).
+ABANDONED_TAG = "vmapcheck.abandoned"
+# A run still RUNNING after this long, whose process cannot be checked (another host, or
+# no PID tag), is abandoned: no track of this project runs for hours.
+ABANDONED_AFTER_S = 6 * 3600.0
+# The one definition of a complete run, as an MLflow search filter (is_complete: the same
+# on a Run): status FINISHED, pipeline_complete=true, and a verdict.
+COMPLETE_FILTER = (
+    f"attributes.status = 'FINISHED' and tags.{COMPLETE_TAG} = 'true' "
+    f"and tags.{VERDICT_TAG} LIKE '%'"
+)
 SQLITE = "sqlite:///"
 # How long track waits for another process (a parallel experiment) to finish logging to
 # the same sqlite file before giving up.
@@ -438,42 +471,175 @@ def _experiment_ids(client: Any) -> list[str]:
             return ids
 
 
-def runs_with_key(uri: str, key: str) -> list[Any]:
-    """Active runs tagged ``pipeline_key=key`` in any experiment, newest first."""
+def tracked_runs(uri: str, filter_string: str) -> list[Any]:
+    """Active runs matching ``filter_string`` in any experiment, newest first."""
     from mlflow.tracking import MlflowClient
 
     client = MlflowClient(tracking_uri=uri)
     ids = _experiment_ids(client)
     runs: list[Any] = []
     for i in range(0, len(ids), 50):
-        runs += client.search_runs(
-            ids[i : i + 50],
-            filter_string=f"tags.{PIPELINE_KEY_TAG} = '{key}'",
-            max_results=1000,
-            order_by=["attributes.start_time DESC"],
-        )
+        token = None
+        while True:
+            page = client.search_runs(
+                ids[i : i + 50],
+                filter_string=filter_string,
+                max_results=1000,
+                order_by=["attributes.start_time DESC"],
+                page_token=token,
+            )
+            runs += page
+            token = page.token
+            if not token:
+                break
     return sorted(runs, key=lambda r: r.info.start_time or 0, reverse=True)
 
 
+def runs_with_key(uri: str, key: str) -> list[Any]:
+    """Active runs tagged ``pipeline_key=key`` in any experiment, newest first."""
+    return tracked_runs(uri, f"tags.{PIPELINE_KEY_TAG} = '{key}'")
+
+
+# --- complete runs ----------------------------------------------------------------------
+
+
+def complete_filter(*conditions: str) -> str:
+    """:data:`COMPLETE_FILTER` and ``conditions`` (MLflow filter strings) joined by ``and``:
+    what every search for runs to trust (baselines, last-verified) passes to MLflow."""
+    return " and ".join([COMPLETE_FILTER, *(c for c in conditions if c)])
+
+
 def is_complete(run: Any) -> bool:
-    return run.info.status == "FINISHED" and run.data.tags.get(COMPLETE_TAG) == "true"
+    """:data:`COMPLETE_FILTER` on one MLflow ``Run`` (and the run is not deleted)."""
+    return incomplete_because(run) is None
+
+
+def incomplete_because(run: Any) -> str | None:
+    """Why ``run`` is not a complete run, e.g. "its status is FAILED (...)" (None: it is);
+    callers name the run."""
+    info, tags = run.info, run.data.tags
+    if info.lifecycle_stage != "active":
+        return "it was deleted"
+    if info.status != "FINISHED":
+        why = f"its status is {info.status}"
+        return why + (f" ({tags[ABANDONED_TAG]})" if tags.get(ABANDONED_TAG) else "")
+    if tags.get(COMPLETE_TAG) != "true":
+        return f"it has no tag {COMPLETE_TAG}=true (the track that logged it did not finish)"
+    if not tags.get(VERDICT_TAG):
+        return f"it has no {VERDICT_TAG} tag"
+    return None
+
+
+def _proc_stat(pid: int) -> list[str] | None:
+    """Fields 3 on of ``/proc/<pid>/stat`` (state first; starttime at index 19), None where
+    there is no such file (the process is gone, or no /proc)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return stat[stat.rfind(")") + 2 :].split()
+
+
+def owner_tags() -> dict[str, str]:
+    """The tags naming this process, set on a run when it is created: its PID, the PID's
+    start time where /proc has it (a PID is reused; the pair names one process), the host."""
+    pid = os.getpid()
+    tags = {PID_TAG: str(pid), HOST_TAG: socket.gethostname()}
+    stat = _proc_stat(pid)
+    if stat is not None and len(stat) > 19:
+        tags[PID_START_TAG] = stat[19]
+    return tags
+
+
+def _alive_here(pid: int, start: str | None) -> bool:
+    """Whether process ``pid`` of this host runs, and is the one started at ``start``."""
+    try:
+        os.kill(pid, 0)
+    except PermissionError:
+        pass  # another user's process: it exists
+    except (OSError, OverflowError):  # no such process (ProcessLookupError), or no valid PID
+        return False
+    stat = _proc_stat(pid)
+    if not stat:
+        return sys.platform != "linux"  # no /proc to ask: the PID is all there is
+    if stat[0] in ("Z", "X"):  # killed, not yet reaped by its parent
+        return False
+    return start is None or len(stat) <= 19 or stat[19] == start
+
+
+def gone_because(run: Any, now_s: float | None = None) -> str | None:
+    """Why the track that created ``run`` is gone (None: it may still be running).
+
+    From the run's :func:`owner_tags`: on this host, the process must be alive; from
+    another host (or without a PID), the run must be younger than ``ABANDONED_AFTER_S``.
+    """
+    tags = run.data.tags
+    host, pid_tag = tags.get(HOST_TAG), tags.get(PID_TAG, "")
+    pid = int(pid_tag) if pid_tag.isdigit() and int(pid_tag) > 0 else None
+    if host == socket.gethostname() and pid is not None:
+        if _alive_here(pid, tags.get(PID_START_TAG)):
+            return None
+        return f"its process {pid} on {host} is gone"
+    age_s = (now_s if now_s is not None else time.time()) - (run.info.start_time or 0) / 1000
+    if age_s < ABANDONED_AFTER_S:
+        return None
+    where = f"on another host ({host})" if host else "by a track that recorded no process"
+    return f"it started {age_s / 3600:.1f} h ago {where}; no track runs that long"
+
+
+def mark_failed(uri: str, run_id: str, why: str) -> None:
+    """Set run ``run_id``'s status to FAILED, with tag ``vmapcheck.abandoned`` saying why
+    and by which process, when."""
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(tracking_uri=uri)
+    stamp = datetime.now(UTC).isoformat(timespec="seconds")
+    by = f"marked FAILED by the track of process {os.getpid()} on {socket.gethostname()} at {stamp}"
+    client.set_tag(run_id, ABANDONED_TAG, f"{why}; {by}"[:5000])
+    client.set_terminated(run_id, status="FAILED")
+
+
+def abandon_unfinished_runs(uri: str) -> list[str]:
+    """Mark FAILED every RUNNING run of a ``track`` (any pipeline state, any experiment)
+    whose process is gone (:func:`gone_because`); return their ids. A run of a live
+    ``track`` (a parallel experiment, this process) is left alone."""
+    marked = []
+    running = f"attributes.status = 'RUNNING' and tags.{PIPELINE_KEY_TAG} LIKE '%'"
+    for run in tracked_runs(uri, running):
+        gone = gone_because(run)
+        if gone is None:
+            continue
+        why = f"left RUNNING by a track that did not finish ({gone})"
+        mark_failed(uri, run.info.run_id, why)
+        print(f"track: marked run {run.info.run_id} ({run.info.run_name}) FAILED: {why}")
+        marked.append(run.info.run_id)
+    return marked
+
+
+# --- before logging: earlier attempts and abandoned runs --------------------------------
 
 
 def settle_earlier_attempts(uri: str, key: str) -> dict[str, Any] | None:
-    """Delete incomplete runs of pipeline state ``key``; return the complete one, if any,
-    as ``track`` reports a run (ids, names, verdicts, git state), else None."""
+    """Before ``track`` reads the store: mark FAILED the incomplete runs of pipeline state
+    ``key`` and the abandoned runs of any state (:func:`abandon_unfinished_runs`); return
+    the complete run of ``key``, if any, as ``track`` reports a run (ids, names, verdicts,
+    git state), else None. Nothing is deleted: a run may be another's ``perf_baseline``."""
     from mlflow.tracking import MlflowClient
 
     client = MlflowClient(tracking_uri=uri)
     runs = runs_with_key(uri, key)
     complete = [r for r in runs if is_complete(r)]
     for run in runs:
-        if not is_complete(run):
-            client.delete_run(run.info.run_id)
-            print(
-                f"track: deleted run {run.info.run_id} of an earlier attempt on the same "
-                f"inputs that did not finish (status {run.info.status}); logging it afresh"
-            )
+        tags = run.data.tags
+        if is_complete(run) or (run.info.status == "FAILED" and tags.get(ABANDONED_TAG)):
+            continue
+        why = (
+            f"an earlier attempt on the same inputs (pipeline_key {key[:12]}...) that did not "
+            f"finish (status {run.info.status})"
+        )
+        mark_failed(uri, run.info.run_id, why)
+        print(f"track: marked run {run.info.run_id} ({run.info.run_name}) FAILED: {why}")
+    abandon_unfinished_runs(uri)
     if not complete:
         return None
     run = complete[0]
@@ -493,10 +659,13 @@ def settle_earlier_attempts(uri: str, key: str) -> dict[str, Any] | None:
 
 
 def mark_complete(uri: str, run_id: str) -> None:
-    """The last write of a run: from now on it counts as logged (see the module docstring)."""
+    """The last writes of a run: tag ``pipeline_complete=true``, then status FINISHED.
+    From then on it is a complete run (see the module docstring)."""
     from mlflow.tracking import MlflowClient
 
-    MlflowClient(tracking_uri=uri).set_tag(run_id, COMPLETE_TAG, "true")
+    client = MlflowClient(tracking_uri=uri)
+    client.set_tag(run_id, COMPLETE_TAG, "true")
+    client.set_terminated(run_id, status="FINISHED")
 
 
 # --- command line -----------------------------------------------------------------------
