@@ -327,7 +327,9 @@ def test_a_plug_in_without_activations_is_compared_on_its_outputs(config):
         dtype=jnp.float32,
         tolerance=config.precision.tolerance,
         cross_run_tolerance=config.precision.cross_run_tolerance,
-        probes=probes_for({"cases": {"standard": {}}}, {"standard": {"x": rows}}, check=None),
+        probes=probes_for(
+            {"cases": {"standard": {"kind": "batch"}}}, {"standard": {"x": rows}}, check=None
+        ),
         seed=config.seed,
     )
     report = diagnose(subject)

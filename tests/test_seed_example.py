@@ -40,6 +40,7 @@ def test_every_harness_path_reproduces_the_seed():
     assert set(paths) == {
         "loop_eager",
         "loop_jit",
+        "map_jit",
         "vmap_eager",
         "vmap_jit",
         "vmap_of_jit_eager",

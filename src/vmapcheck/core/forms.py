@@ -5,6 +5,7 @@ axis 0 on every leaf: ``(batch, in_features)`` for a flat-vector model, a dict o
 leaves otherwise; :mod:`vmapcheck.core.contract`) to ``(batch, out_features)``:
 
 - ``loop``: a Python loop of ``forward_one`` over rows, stacked (the per-example oracle);
+- ``map``: the same loop as ``jax.lax.map`` (compiled once, a scan over the rows);
 - ``vmap``: ``jax.vmap(forward_one, in_axes=(None, 0))`` — params shared (None), rows
   mapped over axis 0;
 - ``direct``: the model's hand-batched ``forward_batch``.
@@ -198,6 +199,18 @@ def loop_forward(model: Model) -> Path:
     return loop
 
 
+def map_forward(model: Model) -> Path:
+    """``lax.map(lambda row: forward_one(params, row), X)``: the per-row loop as one
+    compiled loop (a scan over axis 0 of every leaf), what a user writes instead of a
+    Python loop; it compiles once for any batch size, where the unrolled loop grows."""
+    forward_one = model.forward_one
+
+    def mapped(params: Params, batch: Any) -> jax.Array:
+        return jax.lax.map(lambda row: forward_one(params, row), batch)
+
+    return mapped
+
+
 def vmap_forward(model: Model) -> Path:
     """``vmap(forward_one, in_axes=(None, 0))``: params shared, rows mapped over axis 0."""
     return jax.vmap(model.forward_one, in_axes=(None, 0))
@@ -269,6 +282,16 @@ def loop_activations(model: Model) -> Activations:
         return [jnp.stack(layer) for layer in zip(*rows, strict=True)]
 
     return Layers(lambda p, x: _named(one, loop(p, x))), per_layer
+
+
+def map_activations(model: Model) -> Activations:
+    """``activations_one`` row by row under ``lax.map`` (each layer stacked on axis 0)."""
+    one, per_layer = _per_row(model)
+
+    def mapped(params: Params, batch: Any) -> list[jax.Array]:
+        return jax.lax.map(lambda row: one(params, row), batch)
+
+    return Layers(lambda p, x: _named(one, mapped(p, x))), per_layer
 
 
 def vmap_activations(model: Model) -> Activations:
