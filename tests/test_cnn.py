@@ -32,9 +32,16 @@ from vmapcheck.core.models import Model, build_model
 from vmapcheck.core.paths import PATHS, batch_paths
 from vmapcheck.core.training import fit, make_loss
 from vmapcheck.data.builtin import (
+    DIGIT_TOKENS_FEATURES,
+    DIGIT_TOKENS_IDS,
+    DIGIT_TOKENS_MASK,
+    DIGIT_TOKENS_SOURCE,
     DIGITS_PIXELS,
     DIGITS_SOURCE,
     DIGITS_TARGETS,
+    digit_tokens_crop,
+    digit_tokens_raw_table,
+    digit_tokens_schema,
     digits_raw_table,
     digits_schema,
 )
@@ -148,6 +155,56 @@ def test_a_digits_schema_that_does_not_fit_the_table_names_the_key(
 ):
     with pytest.raises(ConfigError, match=expected):
         digits_schema(quasi, features, targets)
+
+
+# --- the digits as token sequences (data=digit_tokens) ---------------------------------
+
+
+def test_the_digit_tokens_table_is_the_digits_cropped_and_padded_deterministically():
+    from sklearn.datasets import load_digits
+
+    raw = digit_tokens_raw_table(digit_tokens_schema({}, DIGIT_TOKENS_FEATURES, DIGITS_TARGETS))
+    bunch = load_digits()
+    assert raw.n_rows == ROWS and raw.source == DIGIT_TOKENS_SOURCE
+    assert raw.features.shape == (ROWS, 128) and raw.features.dtype == np.float32
+    tokens, mask = raw.features[:, :64], raw.features[:, 64:]
+    # The mask: 1.0 on a prefix of each sequence, 0.0 after it; lengths 16..64 as drawn
+    # by the fixed-seed generator (the same table on every call).
+    assert set(np.unique(mask).tolist()) == {0.0, 1.0}
+    lengths, expected_mask = digit_tokens_crop(ROWS)
+    np.testing.assert_array_equal(mask, expected_mask.astype(np.float32))
+    np.testing.assert_array_equal(mask.sum(axis=1), lengths)
+    assert lengths.min() >= 16 and lengths.max() <= 64 and np.unique(lengths).size > 40
+    assert np.all(np.diff(mask, axis=1) <= 0)  # never a real token after padding
+    # The ids: the pixels' ink counts where real, 0 in the padding.
+    pixels = bunch.data.astype(np.float32)
+    np.testing.assert_array_equal(tokens, np.where(expected_mask, pixels, 0.0))
+    assert set(np.unique(tokens).tolist()) <= set(range(17))
+    assert tokens.max() == 16
+    np.testing.assert_array_equal(raw.targets.argmax(axis=1), bunch.target)
+    assert raw.identifiers == {} and raw.quasi_identifiers == {}
+    again = digit_tokens_raw_table(digit_tokens_schema({}, DIGIT_TOKENS_FEATURES, DIGITS_TARGETS))
+    np.testing.assert_array_equal(again.features, raw.features)
+
+
+def test_conf_data_digit_tokens_declares_tokens_then_masks():
+    data = compose_config(
+        "data=digit_tokens", "model.in_features=128", "model.out_features=10"
+    ).data
+    assert data.source == "digit_tokens" and data.quasi_identifiers == {}
+    assert tuple(data.features) == DIGIT_TOKENS_IDS + DIGIT_TOKENS_MASK == DIGIT_TOKENS_FEATURES
+    assert DIGIT_TOKENS_FEATURES[:2] == ("token_0", "token_1")
+    assert DIGIT_TOKENS_FEATURES[64] == "mask_0"
+    assert tuple(data.targets) == DIGITS_TARGETS
+    assert data.anonymize.join_key is None and data.anonymize.group_by is None
+    raw = load_raw(data, None, Path("/nonexistent"))  # needs no key and no file
+    assert raw.schema.columns == (*DIGIT_TOKENS_FEATURES, *DIGITS_TARGETS)
+    with pytest.raises(
+        ConfigError,
+        match=r"data\.features: expected columns of the "
+        r"digit_tokens table \(token_0 \.\. token_63, mask_0",
+    ):
+        digit_tokens_schema({}, [*DIGIT_TOKENS_FEATURES[:-1], "mask_64"], DIGITS_TARGETS)
 
 
 # --- the model contract ----------------------------------------------------------------
