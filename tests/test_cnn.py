@@ -1,14 +1,15 @@
 """The Flax NNX CNN with BatchNorm in inference mode (vmapcheck.examples.flax_cnn) on the
 digits images scikit-learn ships (``data=digits model=flax_cnn``).
 
-The model keeps the flat contract: ``forward_one`` takes one image's 64 pixels and
-reshapes them to (8, 8, 1) inside, ``forward_batch`` convolves the whole (batch, 8, 8, 1)
-batch at once. Tested here: the digits table, the model contract (every form agrees on
-random input; the BatchNorms normalize with the running statistics in the params, which
-training leaves as init set them), the real stages in this process passing every check
-against the stored reference (data/reference/flax_cnn), and a planted training-mode
-BatchNorm in the hand-batched form (tests/helpers/cnn_faults.py) caught by the batch
-composition check. Skipped when Flax is not installed (``pip install -e '.[flax]'``).
+The model's input is one image leaf: ``forward_one`` takes ``{"image": (8, 8, 1)}``,
+``forward_batch`` convolves the whole ``{"image": (batch, 8, 8, 1)}`` batch at once.
+Tested here: the digits table (and the same images as token sequences, ``data=digit_tokens``),
+the model contract (every form agrees on random input; the BatchNorms normalize with the
+running statistics in the params, which training leaves as init set them), the real stages
+in this process passing every check against the stored reference (data/reference/flax_cnn),
+and a planted training-mode BatchNorm in the hand-batched form (tests/helpers/cnn_faults.py)
+caught by the batch composition check. Skipped when Flax is not installed (``pip install -e
+'.[flax]'``).
 """
 
 from __future__ import annotations
@@ -32,9 +33,16 @@ from vmapcheck.core.models import Model, build_model
 from vmapcheck.core.paths import PATHS, batch_paths
 from vmapcheck.core.training import fit, make_loss
 from vmapcheck.data.builtin import (
+    DIGIT_TOKENS_FEATURES,
+    DIGIT_TOKENS_IDS,
+    DIGIT_TOKENS_MASK,
+    DIGIT_TOKENS_SOURCE,
     DIGITS_PIXELS,
     DIGITS_SOURCE,
     DIGITS_TARGETS,
+    digit_tokens_crop,
+    digit_tokens_raw_table,
+    digit_tokens_schema,
     digits_raw_table,
     digits_schema,
 )
@@ -68,14 +76,28 @@ def model(config) -> Model:
 
 
 @pytest.fixture(scope="module")
-def params(model):
-    return model.init(jax.random.key(0))
+def cnn() -> Model:
+    """The model as its factory builds it (the config's factory keys), for the tests of
+    the model alone: they need no validated config."""
+    from vmapcheck.examples.flax_cnn import make_model
+
+    return make_model(64, 10, CHANNELS, 16.0, list(DIGITS_TARGETS))
 
 
-def _images(rows: int, seed: int = 0) -> jax.Array:
-    """Random pixel vectors in the digits' range 0..16, float32 (rows, 64)."""
+@pytest.fixture(scope="module")
+def params(cnn):
+    return cnn.init(jax.random.key(0))
+
+
+def _images(rows: int, seed: int = 0) -> dict[str, jax.Array]:
+    """A batch of random images in the digits' range 0..16: {"image": (rows, 8, 8, 1)}."""
     rng = np.random.default_rng(seed)
-    return jnp.asarray(rng.uniform(0.0, 16.0, size=(rows, 64)), dtype=jnp.float32)
+    pixels = rng.uniform(0.0, 16.0, size=(rows, 8, 8, 1))
+    return {"image": jnp.asarray(pixels, dtype=jnp.float32)}
+
+
+def _concat(*batches: dict[str, jax.Array]) -> dict[str, jax.Array]:
+    return {"image": jnp.concatenate([b["image"] for b in batches])}
 
 
 def _close(a, b, err_msg: str = "") -> None:
@@ -150,6 +172,56 @@ def test_a_digits_schema_that_does_not_fit_the_table_names_the_key(
         digits_schema(quasi, features, targets)
 
 
+# --- the digits as token sequences (data=digit_tokens) ---------------------------------
+
+
+def test_the_digit_tokens_table_is_the_digits_cropped_and_padded_deterministically():
+    from sklearn.datasets import load_digits
+
+    raw = digit_tokens_raw_table(digit_tokens_schema({}, DIGIT_TOKENS_FEATURES, DIGITS_TARGETS))
+    bunch = load_digits()
+    assert raw.n_rows == ROWS and raw.source == DIGIT_TOKENS_SOURCE
+    assert raw.features.shape == (ROWS, 128) and raw.features.dtype == np.float32
+    tokens, mask = raw.features[:, :64], raw.features[:, 64:]
+    # The mask: 1.0 on a prefix of each sequence, 0.0 after it; lengths 16..64 as drawn
+    # by the fixed-seed generator (the same table on every call).
+    assert set(np.unique(mask).tolist()) == {0.0, 1.0}
+    lengths, expected_mask = digit_tokens_crop(ROWS)
+    np.testing.assert_array_equal(mask, expected_mask.astype(np.float32))
+    np.testing.assert_array_equal(mask.sum(axis=1), lengths)
+    assert lengths.min() >= 16 and lengths.max() <= 64 and np.unique(lengths).size > 40
+    assert np.all(np.diff(mask, axis=1) <= 0)  # never a real token after padding
+    # The ids: the pixels' ink counts where real, 0 in the padding.
+    pixels = bunch.data.astype(np.float32)
+    np.testing.assert_array_equal(tokens, np.where(expected_mask, pixels, 0.0))
+    assert set(np.unique(tokens).tolist()) <= set(range(17))
+    assert tokens.max() == 16
+    np.testing.assert_array_equal(raw.targets.argmax(axis=1), bunch.target)
+    assert raw.identifiers == {} and raw.quasi_identifiers == {}
+    again = digit_tokens_raw_table(digit_tokens_schema({}, DIGIT_TOKENS_FEATURES, DIGITS_TARGETS))
+    np.testing.assert_array_equal(again.features, raw.features)
+
+
+def test_conf_data_digit_tokens_declares_tokens_then_masks():
+    data = compose_config(
+        "data=digit_tokens", "model.in_features=128", "model.out_features=10"
+    ).data
+    assert data.source == "digit_tokens" and data.quasi_identifiers == {}
+    assert tuple(data.features) == DIGIT_TOKENS_IDS + DIGIT_TOKENS_MASK == DIGIT_TOKENS_FEATURES
+    assert DIGIT_TOKENS_FEATURES[:2] == ("token_0", "token_1")
+    assert DIGIT_TOKENS_FEATURES[64] == "mask_0"
+    assert tuple(data.targets) == DIGITS_TARGETS
+    assert data.anonymize.join_key is None and data.anonymize.group_by is None
+    raw = load_raw(data, None, Path("/nonexistent"))  # needs no key and no file
+    assert raw.schema.columns == (*DIGIT_TOKENS_FEATURES, *DIGITS_TARGETS)
+    with pytest.raises(
+        ConfigError,
+        match=r"data\.features: expected columns of the "
+        r"digit_tokens table \(token_0 \.\. token_63, mask_0",
+    ):
+        digit_tokens_schema({}, [*DIGIT_TOKENS_FEATURES[:-1], "mask_64"], DIGITS_TARGETS)
+
+
 # --- the model contract ----------------------------------------------------------------
 
 
@@ -163,7 +235,7 @@ def test_the_config_builds_the_cnn_with_its_own_reference_and_registered_model(c
     assert config.registry.registered_model == "vmapcheck-flax_cnn"
 
 
-def test_params_are_named_float32_arrays_with_running_statistics(model, params):
+def test_params_are_named_float32_arrays_with_running_statistics(cnn, params):
     shapes = {name: leaf.shape for name, leaf in leaf_paths(params).items()}
     c = CHANNELS
     assert shapes == {
@@ -184,12 +256,12 @@ def test_params_are_named_float32_arrays_with_running_statistics(model, params):
     }
     assert all(leaf.dtype == jnp.float32 for leaf in jax.tree.leaves(params))
     # init is traceable (the template the params file is loaded against) and deterministic.
-    template = jax.eval_shape(model.init, jax.random.key(0))
+    template = jax.eval_shape(cnn.init, jax.random.key(0))
     assert jax.tree.structure(template) == jax.tree.structure(params)
-    again = leaf_paths(model.init(jax.random.key(0)))
+    again = leaf_paths(cnn.init(jax.random.key(0)))
     for name, leaf in leaf_paths(params).items():
         np.testing.assert_array_equal(np.asarray(leaf), np.asarray(again[name]), err_msg=name)
-    other = leaf_paths(model.init(jax.random.key(1)))
+    other = leaf_paths(cnn.init(jax.random.key(1)))
     assert not np.array_equal(np.asarray(other["bn1.mean"]), np.asarray(params["bn1"]["mean"]))
     # The running statistics are the calibration's, not BatchNorm's fresh 0 and 1: distinct
     # per channel, so normalizing with any other statistics changes the outputs.
@@ -201,52 +273,65 @@ def test_params_are_named_float32_arrays_with_running_statistics(model, params):
     assert np.all(np.asarray(params["bn2"]["var"]) > 0.1)
 
 
-def test_every_form_agrees_on_random_images(model, params):
+def test_the_input_contract_is_one_image_leaf_taking_the_64_pixel_columns(cnn):
+    assert cnn.inputs is not None and cnn.inputs.names == ("image",)
+    (leaf,) = cnn.inputs.leaves
+    assert (leaf.shape, leaf.dtype, leaf.vocab) == ((8, 8, 1), "float", None)
+    assert cnn.inputs.size == cnn.in_features == 64
+    # Row-major: column pixel_<r>_<c> is image[r, c, 0].
+    table = np.arange(2 * 64, dtype=np.float32).reshape(2, 64)
+    images = cnn.inputs.from_table(table, DIGITS_PIXELS)["image"]
+    assert images.shape == (2, 8, 8, 1) and images[1, 2, 3, 0] == 64 + 2 * 8 + 3
+
+
+def test_every_form_agrees_on_random_images(cnn, params):
     x = _images(7)
-    one = np.stack([np.asarray(model.forward_one(params, row)) for row in x])
+    one = np.stack([np.asarray(cnn.forward_one(params, {"image": image})) for image in x["image"]])
     assert one.shape == (7, 10)
     forms = {
-        "vmap": jax.vmap(model.forward_one, in_axes=(None, 0))(params, x),
-        "jit(vmap)": jax.jit(jax.vmap(model.forward_one, in_axes=(None, 0)))(params, x),
-        "forward_batch": model.forward_batch(params, x),
-        "jit(forward_batch)": jax.jit(model.forward_batch)(params, x),
+        "vmap": jax.vmap(cnn.forward_one, in_axes=(None, 0))(params, x),
+        "jit(vmap)": jax.jit(jax.vmap(cnn.forward_one, in_axes=(None, 0)))(params, x),
+        "forward_batch": cnn.forward_batch(params, x),
+        "jit(forward_batch)": jax.jit(cnn.forward_batch)(params, x),
     }
     for name, out in forms.items():
         assert out.shape == (7, 10), name
         _close(out, one, name)
 
 
-def test_activations_walk_the_layers_and_end_at_the_output(model, params):
+def test_activations_walk_the_layers_and_end_at_the_output(cnn, params):
     x = _images(3)
-    one = model.activations_one(params, x[0])
-    batch = model.activations_batch(params, x)
+    first = {"image": x["image"][0]}
+    one = cnn.activations_one(params, first)
+    batch = cnn.activations_batch(params, x)
     assert [name for name, _ in one] == LAYERS == [name for name, _ in batch]
     shapes = [a.shape for _, a in one]
     assert shapes == [(8, 8, CHANNELS)] * 4 + [(4, 4, CHANNELS), (10,)]
     assert [a.shape for _, a in batch] == [(3, *s) for s in shapes]
-    _close(one[-1][1], model.forward_one(params, x[0]))
-    _close(batch[-1][1], model.forward_batch(params, x))
+    _close(one[-1][1], cnn.forward_one(params, first))
+    _close(batch[-1][1], cnn.forward_batch(params, x))
     for (name, a), (_, b) in zip(one, batch, strict=True):
         _close(b[0], a, name)  # row 0 of the batch is the single image, layer by layer
 
 
-def test_batchnorm_normalizes_with_the_running_statistics(model, params):
+def test_batchnorm_normalizes_with_the_running_statistics(cnn, params):
     x = _images(5)
-    layers = dict(model.activations_batch(params, x))
+    layers = dict(cnn.activations_batch(params, x))
     bn = {k: np.asarray(v).reshape(1, 1, 1, -1) for k, v in params["bn1"].items()}
     conv1 = np.asarray(layers["conv1"])
     normalized = (conv1 - bn["mean"]) / np.sqrt(bn["var"] + EPSILON) * bn["scale"] + bn["bias"]
     expected = np.maximum(normalized, 0.0)  # relu
     _close(layers["bn1"], expected)
     # A row's output depends on that row alone: the same image in other batches.
-    alone = model.forward_batch(params, x[:1])
-    with_others = model.forward_batch(params, jnp.concatenate([x[:1], _images(9, seed=1)]))
+    first = {"image": x["image"][:1]}
+    alone = cnn.forward_batch(params, first)
+    with_others = cnn.forward_batch(params, _concat(first, _images(9, seed=1)))
     _close(with_others[:1], alone)
-    _close(model.forward_batch(params, x)[:1], alone)
+    _close(cnn.forward_batch(params, x)[:1], alone)
     # ... and the statistics in the params are what it normalizes with.
     moved = {**params, "bn1": {**params["bn1"], "mean": params["bn1"]["mean"] + 1.0}}
-    shifted = np.asarray(model.forward_batch(moved, x))
-    assert not np.allclose(shifted, np.asarray(model.forward_batch(params, x)), atol=1e-3)
+    shifted = np.asarray(cnn.forward_batch(moved, x))
+    assert not np.allclose(shifted, np.asarray(cnn.forward_batch(params, x)), atol=1e-3)
 
 
 def test_training_leaves_the_running_statistics_as_init_set_them(config, model, params):
@@ -271,12 +356,16 @@ def test_the_planted_fault_keeps_forward_one_and_breaks_only_the_batched_form(pa
     healthy = make_model("none", 64, 10, CHANNELS)
     planted = make_model("batch_statistics", 64, 10, CHANNELS)
     x = _images(6)
-    _close(planted.forward_one(params, x[0]), healthy.forward_one(params, x[0]))
+    first = {"image": x["image"][0]}
+    _close(planted.forward_one(params, first), healthy.forward_one(params, first))
     wrong = np.asarray(planted.forward_batch(params, x))
     assert not np.allclose(wrong, np.asarray(healthy.forward_batch(params, x)), atol=1e-3)
     # The same rows, grouped otherwise, come out otherwise: batch composition.
     halves = np.concatenate(
-        [np.asarray(planted.forward_batch(params, rows)) for rows in (x[:3], x[3:])]
+        [
+            np.asarray(planted.forward_batch(params, {"image": half}))
+            for half in (x["image"][:3], x["image"][3:])
+        ]
     )
     assert not np.allclose(halves, wrong, atol=1e-3)
 

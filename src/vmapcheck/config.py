@@ -231,8 +231,23 @@ class DigitsDataConfig(_BundledTableConfig):
     source: Literal["digits"]
 
 
+class DigitTokensDataConfig(_BundledTableConfig):
+    """The same digits as token sequences (vmapcheck.data.builtin.digit_tokens_raw_table):
+    each image's 64 pixels row-major are ids 0..16, cropped to a length drawn from a
+    fixed-seed generator and padded (id 0, mask 0); 64 id columns, 64 mask columns and the
+    label as ten indicator columns; no identifier or quasi-identifier. Every column of it
+    in exactly one role (checked by ``prepare`` against the table:
+    vmapcheck.data.builtin.digit_tokens_schema)."""
+
+    source: Literal["digit_tokens"]
+
+
 DataConfig = Annotated[
-    SyntheticDataConfig | FileDataConfig | DiabetesDataConfig | DigitsDataConfig,
+    SyntheticDataConfig
+    | FileDataConfig
+    | DiabetesDataConfig
+    | DigitsDataConfig
+    | DigitTokensDataConfig,
     Field(discriminator="source"),
 ]
 

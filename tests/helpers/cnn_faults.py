@@ -4,9 +4,10 @@ factory (``model.factory``), like tests/helpers/faults.py for the built-in MLP.
 ``batch_statistics``: the hand-batched forward runs both BatchNorms in training mode
 (``use_running_average=False``): it normalizes with the mean and variance of its own
 batch (over the images and their pixels) instead of the running statistics in the
-params. ``forward_one`` is the healthy one, so the loop and vmap paths stay right; the
-direct paths give a row an output that depends on its batch-mates. A run configured
-with :func:`factory_overrides` goes through the real stages with it.
+params. Its input is the CNN's image leaf (``{"image": (batch, 8, 8, 1)}``), as the
+healthy model's. ``forward_one`` is the healthy one, so the loop and vmap paths stay
+right; the direct paths give a row an output that depends on its batch-mates. A run
+configured with :func:`factory_overrides` goes through the real stages with it.
 """
 
 from __future__ import annotations
@@ -15,10 +16,9 @@ from collections.abc import Sequence
 from dataclasses import replace
 
 import jax
-import jax.numpy as jnp
 
 from vmapcheck.core.models import Model, Params, Tap, no_tap, recorded
-from vmapcheck.examples.flax_cnn import OUTPUT_LAYER, image_side, module_loader
+from vmapcheck.examples.flax_cnn import IMAGE, OUTPUT_LAYER, module_loader
 from vmapcheck.examples.flax_cnn import make_model as make_cnn
 
 FAULTS = ("none", "batch_statistics")
@@ -39,13 +39,12 @@ def make_model(
         return cnn
     if fault != "batch_statistics":
         raise ValueError(f"unknown fault {fault!r}; planted faults: {', '.join(FAULTS)}")
-    side = image_side(in_features)
     module, _ = module_loader(in_features, out_features, channels)
 
-    def forward_batch(params: Params, batch: jax.Array, tap: Tap = no_tap) -> jax.Array:
-        images = jnp.reshape(batch, (batch.shape[0], side, side, 1))
+    def forward_batch(params: Params, batch: dict[str, jax.Array], tap: Tap = no_tap) -> jax.Array:
+        """batch: {"image": (batch, side, side, 1)} -> (batch, out_features)."""
         # The bug: BatchNorm in training mode, normalizing with the batch's statistics.
-        return module(params)(images, tap, use_running_average=False)
+        return module(params)(batch[IMAGE], tap, use_running_average=False)
 
     return replace(
         cnn, forward_batch=forward_batch, activations_batch=recorded(forward_batch, OUTPUT_LAYER)

@@ -1,6 +1,6 @@
 """Raw tables that need no user file: the synthetic table generated from a key, and the
 diabetes table and the digits images that scikit-learn ships inside its package (nothing
-is downloaded).
+is downloaded), the latter also as padded token sequences (``digit_tokens``).
 
 Each returns a :class:`vmapcheck.data.sources.RawTable` under a
 :class:`vmapcheck.data.sources.Schema`, like a user's CSV or Parquet file.
@@ -383,3 +383,98 @@ def digits_raw_table(schema: Schema) -> RawTable:
         **dict(zip(DIGITS_TARGETS, onehot.T, strict=True)),
     }
     return _bundled_raw_table(DIGITS_SOURCE, values, schema)
+
+
+# ---------------------------------------------------------------------------------------
+# The digits images as token sequences
+
+# One token per pixel: the sequence is the image's 64 pixels row-major.
+DIGIT_TOKENS_LENGTH = DIGITS_SIDE * DIGITS_SIDE
+# The ids are the ink counts 0..16.
+DIGIT_TOKENS_VOCAB = 17
+# Seeds the numpy Generator that draws the crop lengths: fixed, so the table is the same
+# on every machine and in every run (the run's seed does not touch it).
+DIGIT_TOKENS_CROP_SEED = 0
+DIGIT_TOKENS_SOURCE = (
+    f"sklearn.datasets.load_digits() as token sequences (crop lengths from "
+    f"numpy.random.default_rng({DIGIT_TOKENS_CROP_SEED}))"
+)
+# Each sequence keeps a length drawn uniformly from [MIN, MAX] (both included).
+DIGIT_TOKENS_MIN_LENGTH = 16
+DIGIT_TOKENS_MAX_LENGTH = DIGIT_TOKENS_LENGTH
+DIGIT_TOKENS_IDS = tuple(f"token_{i}" for i in range(DIGIT_TOKENS_LENGTH))
+DIGIT_TOKENS_MASK = tuple(f"mask_{i}" for i in range(DIGIT_TOKENS_LENGTH))
+# The model's input order: the 64 ids, then the 64 mask bits (a {"tokens", "mask"} input
+# contract takes them in that order).
+DIGIT_TOKENS_FEATURES = (*DIGIT_TOKENS_IDS, *DIGIT_TOKENS_MASK)
+DIGIT_TOKENS_COLUMNS = (*DIGIT_TOKENS_FEATURES, *DIGITS_TARGETS)
+DIGIT_TOKENS_LISTING = (
+    f"{DIGIT_TOKENS_IDS[0]} .. {DIGIT_TOKENS_IDS[-1]}, {DIGIT_TOKENS_MASK[0]} .. "
+    f"{DIGIT_TOKENS_MASK[-1]}, {DIGITS_TARGETS[0]} .. {DIGITS_TARGETS[-1]}"
+)
+
+
+def digit_tokens_schema(
+    quasi_policy: dict[str, str], features: Sequence[str], targets: Sequence[str]
+) -> Schema:
+    """The digit-token table's columns in their configured roles; every column exactly once.
+
+    Like :func:`digits_schema`: no identifier and no quasi-identifier, and a column of the
+    table that no role names, or a name that is not one of its columns, raises
+    :class:`ConfigError` naming the key.
+    """
+    return _bundled_schema(
+        "digit_tokens",
+        DIGIT_TOKENS_COLUMNS,
+        DIGIT_TOKENS_LISTING,
+        quasi_policy,
+        features,
+        targets,
+    )
+
+
+def digit_tokens_crop(n_rows: int) -> tuple[np.ndarray, np.ndarray]:
+    """``(lengths (n_rows,) int64, mask (n_rows, 64) bool)``: each row's kept length, drawn
+    uniformly from ``[DIGIT_TOKENS_MIN_LENGTH, DIGIT_TOKENS_MAX_LENGTH]`` by
+    ``numpy.random.default_rng(DIGIT_TOKENS_CROP_SEED)`` (one draw per row, in row order),
+    and the mask that is True at the positions ``< length``."""
+    rng = np.random.default_rng(DIGIT_TOKENS_CROP_SEED)
+    lengths = rng.integers(
+        DIGIT_TOKENS_MIN_LENGTH, DIGIT_TOKENS_MAX_LENGTH, size=n_rows, endpoint=True
+    )
+    mask = np.arange(DIGIT_TOKENS_LENGTH)[None, :] < lengths[:, None]
+    return lengths, mask
+
+
+def digit_tokens_raw_table(schema: Schema) -> RawTable:
+    """scikit-learn's handwritten digits as padded token sequences, columns in ``schema``'s
+    roles.
+
+    1,797 rows, one per 8x8 image (:func:`digits_raw_table`'s images, in its order). The
+    transformation, the same on every machine:
+
+    1. The 64 pixels, row-major, are the sequence; each pixel's ink count 0..16 is its
+       token id (vocabulary :data:`DIGIT_TOKENS_VOCAB` = 17).
+    2. Each sequence is cropped to a length drawn uniformly from 16..64
+       (:func:`digit_tokens_crop`: ``numpy.random.default_rng(0)``, one draw per row in row
+       order; the run's seed does not change it): the first ``length`` pixels are kept.
+    3. Padded back to 64: a position at or beyond the length gets id 0 and mask 0; a kept
+       position keeps its pixel's id and has mask 1 (a kept pixel may itself be 0, blank
+       paper: the mask, not the id, says what is padding).
+
+    Columns: ``token_0`` .. ``token_63`` (the ids, as whole numbers), ``mask_0`` ..
+    ``mask_63`` (1.0 real, 0.0 padding) and the label as ten indicator columns
+    ``digit_0`` .. ``digit_9`` (as :func:`digits_raw_table`). ``schema`` comes from
+    :func:`digit_tokens_schema`. No identifier and no quasi-identifier; nothing is
+    downloaded. Raises :class:`SourceError` as :func:`digits_raw_table` does.
+    """
+    digits = digits_raw_table(digits_schema({}, DIGITS_PIXELS, DIGITS_TARGETS))
+    pixels = digits.features.astype(np.float64)  # (1797, 64), whole ink counts 0..16
+    _, mask = digit_tokens_crop(digits.n_rows)
+    tokens = np.where(mask, pixels, 0.0)
+    values = {
+        **dict(zip(DIGIT_TOKENS_IDS, tokens.T, strict=True)),
+        **dict(zip(DIGIT_TOKENS_MASK, mask.astype(np.float64).T, strict=True)),
+        **dict(zip(DIGITS_TARGETS, digits.targets.astype(np.float64).T, strict=True)),
+    }
+    return _bundled_raw_table(DIGIT_TOKENS_SOURCE, values, schema)

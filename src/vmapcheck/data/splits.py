@@ -16,6 +16,8 @@ from vmapcheck.data.anonymize import AnonymizedTable, AnonymizePolicy
 from vmapcheck.data.builtin import (
     diabetes_raw_table,
     diabetes_schema,
+    digit_tokens_raw_table,
+    digit_tokens_schema,
     digits_raw_table,
     digits_schema,
     synthetic_raw_table,
@@ -34,7 +36,9 @@ def load_raw(config: DataConfig, key: jax.Array, root: Path) -> RawTable:
     file, column and row of anything that does not fit. ``diabetes``: the table that
     scikit-learn ships, with its columns in the configured roles (ConfigError naming the
     key for a column it lacks or leaves undeclared); ``digits``: the 8x8 images
-    scikit-learn ships, the same way. Only ``synthetic`` uses ``key``.
+    scikit-learn ships, the same way, and ``digit_tokens`` the same images as padded
+    token sequences (cropped by a fixed-seed generator, not ``key``). Only ``synthetic``
+    uses ``key``.
     """
     if config.source == "synthetic":
         return synthetic_raw_table(
@@ -48,6 +52,7 @@ def load_raw(config: DataConfig, key: jax.Array, root: Path) -> RawTable:
     bundled = {
         "diabetes": (diabetes_schema, diabetes_raw_table),
         "digits": (digits_schema, digits_raw_table),
+        "digit_tokens": (digit_tokens_schema, digit_tokens_raw_table),
     }
     if config.source in bundled:
         schema_of, table_of = bundled[config.source]

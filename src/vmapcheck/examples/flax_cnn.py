@@ -1,11 +1,13 @@
 """A Flax NNX convolutional network with BatchNorm in inference mode, plugged into vmapcheck
 (``conf/model/flax_cnn.yaml``, for the digits images: ``data=digits``).
 
-The model contract stays a flat feature vector: ``forward_one`` takes one image's
-``in_features`` pixels (row-major, 64 for the 8x8 digits) and reshapes them to
-``(side, side, 1)`` inside; ``forward_batch`` reshapes ``(batch, in_features)`` to
-``(batch, side, side, 1)`` and convolves the whole batch at once (the hand-batched form,
-the ``direct`` path). The network::
+The input contract is one image leaf (:class:`vmapcheck.core.contract.InputSpec`):
+``{"image": (side, side, 1) float}``, channels last, taking the table's ``in_features =
+side * side`` pixel columns row-major (64 for the 8x8 digits). ``forward_one(params,
+{"image": (side, side, 1)})`` -> ``(out_features,)``; ``forward_batch(params, {"image":
+(batch, side, side, 1)})`` (batch axis 0) -> ``(batch, out_features)`` convolves the whole
+batch at once (the hand-batched form, the ``direct`` path). Nothing is reshaped from a
+flat vector: the harness builds the image leaf from the table's columns. The network::
 
     conv1 (3x3, 1 -> channels) -> bn1 -> relu -> conv2 (3x3) -> bn2 -> relu
     -> pool (mean over 2x2 blocks: (side/2, side/2, channels)) -> flatten
@@ -46,8 +48,11 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
+from vmapcheck.core.contract import InputSpec, Leaf
 from vmapcheck.core.models import Model, Params, Tap, no_tap, recorded
 
+# The name of the one input leaf: {"image": (side, side, 1)}.
+IMAGE = "image"
 # The layers whose output is tapped, in computation order; the last is the output.
 LAYERS = ("conv1", "bn1", "conv2", "bn2", "pool", "head")
 OUTPUT_LAYER = LAYERS[-1]
@@ -101,8 +106,8 @@ def image_side(in_features: int) -> int:
     if side * side != in_features or side % POOL:
         raise ValueError(
             f"in_features={in_features} is not the square of a multiple of {POOL}: the CNN "
-            f"reshapes one example's vector to a (side, side, 1) image and mean-pools "
-            f"{POOL}x{POOL} blocks of it"
+            f"takes one example as a (side, side, 1) image of in_features pixel columns and "
+            f"mean-pools {POOL}x{POOL} blocks of it"
         )
     return side
 
@@ -161,6 +166,16 @@ def module_loader(
     return module, init
 
 
+def image_leaf(side: int) -> Leaf:
+    """The CNN's one input leaf: ``image``, ``(side, side, 1)`` float."""
+    return Leaf(
+        IMAGE,
+        (side, side, 1),
+        "float",
+        meaning=f"one {side}x{side} grayscale image, channels last: ink counts row-major",
+    )
+
+
 def make_model(
     in_features: int = 64,
     out_features: int = 10,
@@ -168,7 +183,8 @@ def make_model(
     pixel_max: float = 16.0,
     output_names: list[str] | None = None,
 ) -> Model:
-    """The NNX CNN on ``in_features`` pixels (a square image) as a vmapcheck Model.
+    """The NNX CNN on ``in_features`` pixels (a square image) as a vmapcheck Model, its
+    input contract ``{"image": (side, side, 1) float}`` (``side * side = in_features``).
 
     ``channels``: of both convolutions; ``pixel_max``: the pixel range of the calibration
     images that set the running statistics (16 for the digits' ink counts);
@@ -186,15 +202,14 @@ def make_model(
     def init(key: jax.Array) -> Params:
         return init_with(key, pixel_max)
 
-    def forward_one(params: Params, x: jax.Array, tap: Tap = no_tap) -> jax.Array:
-        """x: (in_features,), one image's pixels row-major -> (out_features,)."""
-        return module(params)(jnp.reshape(x, (side, side, 1)), tap)
+    def forward_one(params: Params, example: dict[str, jax.Array], tap: Tap = no_tap) -> jax.Array:
+        """example: {"image": (side, side, 1)} -> (out_features,)."""
+        return module(params)(example[IMAGE], tap)
 
-    def forward_batch(params: Params, batch: jax.Array, tap: Tap = no_tap) -> jax.Array:
-        """batch: (batch, in_features), batch axis 0 -> (batch, out_features): the
-        convolutions run on the whole batch of images at once."""
-        images = jnp.reshape(batch, (batch.shape[0], side, side, 1))
-        return module(params)(images, tap)
+    def forward_batch(params: Params, batch: dict[str, jax.Array], tap: Tap = no_tap) -> jax.Array:
+        """batch: {"image": (batch, side, side, 1)}, batch axis 0 -> (batch, out_features):
+        the convolutions run on the whole batch of images at once."""
+        return module(params)(batch[IMAGE], tap)
 
     return Model(
         name="flax_cnn",
@@ -212,4 +227,5 @@ def make_model(
         ),
         activations_one=recorded(forward_one, OUTPUT_LAYER),
         activations_batch=recorded(forward_batch, OUTPUT_LAYER),
+        inputs=InputSpec((image_leaf(side),)),
     )
