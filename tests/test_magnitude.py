@@ -52,13 +52,15 @@ def test_the_mlp_magnitude_is_relu_bias_and_matmul_on_absolute_values(x64):
     x = np.asarray(jax.random.normal(jax.random.key(1), (5, model.in_features)), np.float32)
     scale, fallbacks = rows_magnitude(model.forward_one, params, x)
     assert fallbacks == [] and scale.shape == (5, model.out_features)
-    # By hand: |W| and |b| at every layer; relu passes its input's magnitude on for a
-    # unit in contention (live, or dead by less than CONTENTION of its terms), else 0.
+    # By hand: the last layer's sum, |h| @ |W| + |b|, on the values h it sums (a matmul
+    # does not carry the terms behind its operands). Within a layer, relu passes its
+    # input's terms on for a unit in contention (live, or dead by less than CONTENTION of
+    # its terms), else 0.
     v, s = x.astype(np.float64), np.abs(x.astype(np.float64))
     layers = params["layers"]
     for i, layer in enumerate(layers):
         w, b = np.asarray(layer["W"], np.float64), np.asarray(layer["b"], np.float64)
-        v, s = v @ w + b, s @ np.abs(w) + np.abs(b)
+        v, s = v @ w + b, np.abs(v) @ np.abs(w) + np.abs(b)
         if i < len(layers) - 1:
             live = (v > 0) | (np.abs(v) <= CONTENTION * s)
             assert not live.all()  # some units are clearly dead: they add nothing

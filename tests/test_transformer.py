@@ -20,14 +20,18 @@ import numpy as np
 import optax
 import pytest
 
+from tests.helpers.inprocess import run_stages, write_params
 from vmapcheck.core.contract import take
 from vmapcheck.core.models import Model
+from vmapcheck.core.paths import PATHS
 from vmapcheck.data.builtin import (
     DIGIT_TOKENS_FEATURES,
     DIGITS_TARGETS,
     digit_tokens_raw_table,
     digit_tokens_schema,
 )
+from vmapcheck.io import read_json
+from vmapcheck.layout import Layout
 from vmapcheck.params_io import leaf_paths
 
 pytest.importorskip("flax", reason="flax is not installed: pip install -e '.[flax]'")
@@ -317,3 +321,45 @@ def test_a_few_adam_steps_lower_the_loss(model, params, table):
     assert np.all(np.isfinite(losses)) and final < 0.8 * losses[0], (losses, final)
     # Still the same function in every form after training.
     _close(jax.jit(model.forward_batch)(p, x)[:8], _loop(model, p, take(x, slice(0, 8))))
+
+
+# --- the planted mistakes, through the real stages --------------------------------------
+
+# The hand-batched paths: the only ones a mistake in forward_batch can reach.
+DIRECT = {p.name for p in PATHS.values() if p.form == "direct"}
+# The mistakes that mix a row with its batch-mates (statistics over the batch axis).
+BATCH_MIXING = {"softmax_over_batch", "layernorm_over_batch"}
+
+
+@pytest.mark.stages
+@pytest.mark.parametrize("fault", [f for f in FAULTS if f != "none"])
+def test_each_planted_mistake_fails_the_check_and_the_diagnosis_names_its_layer(tmp_path, fault):
+    from tests.helpers.transformer_faults import factory_overrides
+
+    root = tmp_path / "p"
+    root.mkdir()
+    write_params(
+        root,
+        "data=digit_tokens",
+        "model=flax_transformer",
+        "data.standard_batch=8",
+        "reference.required=false",  # a planted model has no stored reference
+        "train.steps=0",
+        "backend.num_devices=2",
+        *factory_overrides(fault),
+    )
+    run_stages(root, "prepare", "train", "forward", "check")
+    layout = Layout(root)
+    check = read_json(layout.check_details)
+    assert not check["passed"]
+    pairs = check["cases"]["standard"]["pairs"]
+    assert not pairs["loop_eager-vs-direct_eager"]["passed"]
+    assert pairs["loop_eager-vs-vmap_eager"]["passed"]  # vmap never sees batch-mates
+    mixed = [f for f in check["failures"] if "outputs depend on batch composition" in f]
+    if fault in BATCH_MIXING:
+        assert {f.split("/")[1].split(":")[0] for f in mixed} == DIRECT, mixed
+    else:
+        assert not mixed, mixed
+    diagnosis = read_json(layout.diagnosis)["first_divergence"]
+    assert diagnosis["layer"] == FIRST_WRONG[fault], diagnosis
+    print(fault, diagnosis["layer"], next(f for f in check["failures"] if "standard/" in f))

@@ -13,25 +13,34 @@ is made of.
 value (the very primitive, on the real inputs) and the magnitude of its terms from the
 magnitudes of its inputs. The rules (:data:`HANDLED`):
 
-- sums: ``add``/``sub``/``add_any`` -> ``S_a + S_b``; ``dot_general`` and
-  ``conv_general_dilated`` on ``S_a``, ``S_b``; ``reduce_sum``/``cumsum`` on ``S``;
-- products: ``mul`` -> ``S_a * S_b``; ``square``/``integer_pow`` (n >= 0) -> ``S^n``;
+- sums: ``add``/``sub``/``add_any`` -> ``S_a + S_b``; ``reduce_sum``/``cumsum`` on
+  ``S``; ``dot_general`` and ``conv_general_dilated`` -> ``sum |a_i| |b_i|`` on the
+  operands' own values: the terms of the sum each output is. A matmul does not carry
+  the terms behind its operands: carried through, a cancellation in each layer
+  multiplies into the next (a small transformer's output reached ``S/|y|`` ~ 1e6, a
+  tolerance that would pass any bug), while rounding errors of earlier layers reach the
+  output only through this sum's own terms, which ``rtol`` (many ulps) covers;
+- products: ``mul`` -> ``S_a |b| + |a| S_b - |a||b|`` (first order; ``S_a |b|`` for an
+  exact ``b``, and never the square of a cancellation where both operands carry one,
+  such as a LayerNorm's ``(x - mean)^2``); ``square``/``integer_pow`` (n >= 0) likewise;
   ``reduce_prod``/``cumprod`` on ``S``; ``div`` -> ``S_a/|b| + |a| S_b/b^2`` (the first
   order terms of a quotient; where ``b == 0`` no bound is claimed: ``S = |y|``, an
   infinite or NaN value the comparison never accepts as a scale);
 - structure: reshape, broadcast, transpose, squeeze, expand_dims, slice, concatenate,
   pad, rev, gather, dynamic_slice, dynamic_update_slice, scatter, select_n (on the real
   predicate), split, copy, stop_gradient, ... move the magnitudes as they move values;
-- order: ``max``/``min``/``clamp``/``reduce_max``/``reduce_min``/``cummax``/``cummin``
-  -> the largest finite magnitude of the operands in contention for the result (within
-  ``CONTENTION`` of it): ``relu = max(x, 0)`` keeps ``S_x`` for a live or nearly dead
-  unit, 0 for a clearly dead one; an infinite operand such as the ``-inf`` of a
-  softmax's max contributes only if chosen);
+- order: ``max``/``min``/``clamp``/``reduce_max``/``reduce_min`` -> the largest finite
+  magnitude of the operands in contention for the result (within ``CONTENTION`` of it):
+  ``relu = max(x, 0)`` keeps ``S_x`` for a live or nearly dead unit, 0 for a clearly
+  dead one; a masked attention score (-1e9) or the ``-inf`` of a softmax's max
+  contributes only if chosen;
 - conversions: ``neg``/``abs``/``convert_element_type``/``reduce_precision`` keep ``S``;
 - smooth elementwise functions (exp, log, tanh, logistic, sqrt, rsqrt, sin, erf, pow,
-  ...): first order propagation ``max(|y|, |f'(x)| S_x)`` (an ill-conditioned point,
-  e.g. ``sqrt`` at 0, gives an infinite ``S``, which the comparison replaces by the
-  output's own magnitude: never an unbounded tolerance);
+  ...): their condition at the input, ``max(|y|, |f'(x)| |x|)``, what one rounding of
+  ``x`` moves the result by (``|x| exp(x)`` for exp, 1 for log near 1); like a matmul
+  they start afresh from their input's value (an ill-conditioned point, e.g. ``sqrt``
+  at 0, gives an infinite ``S``, which the comparison replaces by the output's own
+  magnitude: never an unbounded tolerance);
 - discrete results (comparisons, ``sign``, ``floor``, ``argmax``, ``iota``, ...):
   ``|y|``, their own value;
 - calls: ``jit``/``pjit``/``closed_call``/``core_call``/``remat``/``custom_jvp_call``/
@@ -101,9 +110,21 @@ def _sum(vals, mags, outs, params):
     return [_to(mags[0], shape) + _to(mags[1], shape)]
 
 
+def _first_order_product(a, b, sa, sb):
+    """``S_a |b| + |a| S_b - |a||b|``: the first-order terms of a product's error (an
+    error of ``S_a`` in ``a`` moves ``ab`` by ``S_a |b|``) less the product's own terms
+    counted twice. It is ``S_a |b|`` when ``b`` is exact (a weight: ``S_b = |b|``), the
+    same as ``S_a S_b``; where both operands cancel (attention scores ``q . k``, a
+    LayerNorm's ``(x - mean)^2``) ``S_a S_b`` would square the cancellation at every
+    such product, while the error it bounds grows only to first order."""
+    a, b = jnp.abs(a), jnp.abs(b)
+    return sa * b + a * sb - a * b
+
+
 def _product(vals, mags, outs, params):
     shape = outs[0].shape
-    return [_to(mags[0], shape) * _to(mags[1], shape)]
+    a, b = _to(_f64(vals[0]), shape), _to(_f64(vals[1]), shape)
+    return [_first_order_product(a, b, _to(mags[0], shape), _to(mags[1], shape))]
 
 
 def _quotient(vals, mags, outs, params):
@@ -193,40 +214,59 @@ def _scatter(vals, mags, outs, params, prim):
 
 
 def _dot(vals, mags, outs, params, prim):
-    return [prim.bind(mags[0], mags[1], **{**params, "preferred_element_type": F64})]
+    """dot_general/conv: the sum each output element is, ``sum |a_i| |b_i|``, on the
+    operands' own values: the terms of the sum it rounds. The terms behind the operands
+    (earlier layers) are not carried into it: carried through every matmul, a
+    cancellation in each layer multiplies into the next (see the module doc)."""
+    return [
+        prim.bind(_abs64(vals[0]), _abs64(vals[1]), **{**params, "preferred_element_type": F64})
+    ]
 
 
-def _max_over(reduce_like):
-    """reduce_min/cummin: the error of a minimum is at most the largest error."""
-
-    def rule(vals, mags, outs, params, prim):
-        return [reduce_like.bind(_finite(mags[0]), **params)]
-
-    return rule
+def _reduced_order(vals, mags, outs, params):
+    """reduce_max/reduce_min over ``axes``: the result is one of the elements; its error is
+    at most that of the elements in contention for it (within ``CONTENTION`` of it, as
+    :func:`_order`). So a softmax's max over scores where padded keys hold -1e9 keeps the
+    magnitude of the real scores, not the 1e9 of a masked one that no path picks."""
+    axes = tuple(params["axes"])
+    x = _f64(vals[0])
+    y = jnp.expand_dims(_f64(outs[0]), axes)
+    m = _finite(mags[0])
+    with jax.numpy_dtype_promotion("standard"):
+        near = jnp.abs(x - y) <= CONTENTION * (m + _finite(jnp.abs(y)))
+    return [jnp.max(jnp.where(near, m, 0.0), axis=axes)]
 
 
 def _integer_pow(vals, mags, outs, params):
     n = params["y"]
-    if n >= 0:
-        return [mags[0] ** n]
     x = _f64(vals[0])
-    return [abs(n) * _abs64(outs[0]) / jnp.abs(x) * mags[0]]
+    if n == 0:
+        return [jnp.ones_like(mags[0])]
+    if n > 0:
+        # x^n = x * x^(n-1): the product rule applied n-1 times, in closed form.
+        ax = jnp.abs(x)
+        return [n * ax ** (n - 1) * mags[0] - (n - 1) * ax**n]
+    # A negative power is a nonlinear step: its condition |n| |y| (as a smooth function).
+    return [abs(n) * _abs64(outs[0])]
 
 
 def _pow(vals, mags, outs, params):
+    """x**p, a nonlinear step: its condition in x and in p, ``|p y| + |y log|x|| |p|``."""
     shape = outs[0].shape
     x, p = _to(_f64(vals[0]), shape), _to(_f64(vals[1]), shape)
     y = _f64(outs[0])
-    sx, sp = _to(mags[0], shape), _to(mags[1], shape)
-    return [jnp.abs(p * y / x) * sx + jnp.abs(y * jnp.log(jnp.abs(x))) * sp]
+    return [jnp.abs(p * y) + jnp.abs(y * jnp.log(jnp.abs(x)) * p)]
 
 
 def _first_order(derivative: Callable[[jax.Array, jax.Array], jax.Array]) -> MagnitudeRule:
-    """A smooth elementwise f: |f'(x)| S_x (``derivative(x, y)`` in float64)."""
+    """A smooth elementwise f, a nonlinear step: ``|f'(x)| |x|`` (``derivative(x, y)`` in
+    float64), what one rounding of its own input ``x`` moves the result by (its
+    condition), e.g. ``|x| exp(x)`` for exp, 1 for log: the terms behind ``x`` are not
+    carried through (see the module doc)."""
 
     def rule(vals, mags, outs, params):
         x, y = _f64(vals[0]), _f64(outs[0])
-        return [jnp.abs(derivative(x, y)) * mags[0]]
+        return [jnp.abs(derivative(x, y)) * jnp.abs(x)]
 
     return rule
 
@@ -256,8 +296,12 @@ _PLAIN: dict[str, MagnitudeRule] = {
     "convert_element_type": _convert,
     "max": _order,
     "min": _order,
+    "reduce_max": _reduced_order,
+    "reduce_min": _reduced_order,
     "clamp": _order,
-    "square": lambda vals, mags, outs, params: [mags[0] * mags[0]],
+    "square": lambda vals, mags, outs, params: [
+        _first_order_product(_f64(vals[0]), _f64(vals[0]), mags[0], mags[0])
+    ],
     "one_minus_square": lambda vals, mags, outs, params: [1.0 + mags[0] * mags[0]],
     "integer_pow": _integer_pow,
     "pow": _pow,
@@ -329,11 +373,9 @@ _BOUND: dict[str, Callable[..., list]] = {
             "rev",
             "split",
             "reduce_sum",
-            "reduce_max",
             "reduce_prod",
             "cumsum",
             "cumprod",
-            "cummax",
         )
     },
     "dot_general": _dot,
@@ -344,11 +386,9 @@ _BOUND: dict[str, Callable[..., list]] = {
     "dynamic_update_slice": _index_rule(2),
     "scatter": _scatter,
     "scatter-add": _scatter,
-    "reduce_min": _max_over(lax.reduce_max_p),
-    "cummin": _max_over(lax.cummax_p),
 }
-# reduce_max and cummax on magnitudes: the largest finite one.
-_FINITE_FIRST = frozenset({"reduce_max", "cummax"})
+# Magnitudes that must be finite before their rule applies (none at present).
+_FINITE_FIRST: frozenset[str] = frozenset()
 
 # Calls into a sub-jaxpr: primitive name -> the param holding it.
 _CALLS = {
