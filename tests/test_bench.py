@@ -135,3 +135,16 @@ def test_rounds_are_the_verdicts_blocks(repeats):
     assert len(rounds) == min(ROUNDS, repeats) and ROUNDS == BLOCKS
     assert [list(r) for r in rounds] == [list(b.astype(int)) for b in blocks_of(samples)]
     assert sum(len(r) for r in rounds) == repeats
+
+
+def test_a_speedup_comes_with_its_confidence_interval():
+    from vmapcheck.bench.timing import ratio_interval
+
+    rng = np.random.default_rng(1)
+    slower, faster = rng.normal(2.0, 0.1, 100), rng.normal(1.0, 0.05, 100)
+    low, high = ratio_interval(slower, faster, 0.95)
+    assert low < np.median(slower) / np.median(faster) < high and 1.9 < low < high < 2.1
+    # Identical distributions: the interval holds 1.0 (no measurable difference).
+    same_low, same_high = ratio_interval(slower, rng.normal(2.0, 0.1, 100), 0.95)
+    assert same_low < 1.0 < same_high
+    assert ratio_interval(np.ones(5), np.full(5, 2.0), 0.95) == (0.5, 0.5)

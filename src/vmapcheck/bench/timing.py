@@ -358,6 +358,7 @@ def run_bench(
         "latency_ms": latency,
         "figures": per_path,
         "speedup": speedups(latency),
+        "speedup_ci": speedup_intervals(samples, config.confidence_level),
         "peak": peak,
         "skipped": skipped,
         "samples_ms": samples,
@@ -381,6 +382,47 @@ def speedups(latency: dict[str, dict[str, Any]]) -> dict[str, dict[str, float]]:
             if label in latency.get(s.slower, {}) and label in latency.get(s.faster, {})
         }
         out[label] = entry
+    return out
+
+
+def ratio_interval(
+    slower_ms: np.ndarray, faster_ms: np.ndarray, confidence: float, seed: int = 0
+) -> tuple[float, float]:
+    """A bootstrap confidence interval (percentile, 999 resamples) of ``median(slower) /
+    median(faster)``, the two samples resampled independently."""
+    slower_ms, faster_ms = np.asarray(slower_ms, float), np.asarray(faster_ms, float)
+    if np.ptp(slower_ms) == 0 and np.ptp(faster_ms) == 0:  # nothing to resample
+        ratio = float(np.median(slower_ms) / np.median(faster_ms))
+        return ratio, ratio
+    result = stats.bootstrap(
+        (np.asarray(slower_ms), np.asarray(faster_ms)),
+        lambda a, b, axis=-1: np.median(a, axis=axis) / np.median(b, axis=axis),
+        paired=False,
+        vectorized=True,
+        n_resamples=999,
+        confidence_level=confidence,
+        method="percentile",
+        rng=np.random.default_rng(seed),
+    ).confidence_interval
+    return float(result.low), float(result.high)
+
+
+def speedup_intervals(
+    samples_ms: dict[str, dict[str, list[float]]], confidence: float
+) -> dict[str, dict[str, list[float]]]:
+    """``{label: {speedup: [low, high]}}``: the confidence interval of each
+    :data:`~vmapcheck.core.paths.SPEEDUPS` ratio at each batch size both paths ran at.
+    An interval that contains 1.0 is no measurable difference."""
+    out: dict[str, dict[str, list[float]]] = {}
+    labels = dict.fromkeys(label for by_batch in samples_ms.values() for label in by_batch)
+    for label in labels:
+        out[label] = {
+            s.name: list(
+                ratio_interval(samples_ms[s.slower][label], samples_ms[s.faster][label], confidence)
+            )
+            for s in SPEEDUPS
+            if label in samples_ms.get(s.slower, {}) and label in samples_ms.get(s.faster, {})
+        }
     return out
 
 

@@ -77,7 +77,11 @@ def run(config: Config, layout: Layout) -> None:
         print("bench: WARNING: load average above the core count: figures are noisy")
     print(f"bench: matmul peak {result['peak']['gflops']:.1f} GFLOP/s on this machine now")
     for label, ratios in result["speedup"].items():
-        shown = ", ".join(f"{k}={v:.2f}x" for k, v in ratios.items())
+        ci = result["speedup_ci"].get(label, {})
+        shown = ", ".join(
+            f"{k}={v:.2f}x" + (f" [{ci[k][0]:.2f}, {ci[k][1]:.2f}]" if k in ci else "")
+            for k, v in ratios.items()
+        )
         roofs = ", ".join(
             f"{p.name} at {result['figures'][p.name][label]['roofline']:.1%}"
             for p in PATHS.values()
