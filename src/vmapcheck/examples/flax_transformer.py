@@ -90,6 +90,15 @@ class Embeddings(nnx.Module):
         self.tokens = nnx.Embed(vocab, d_model, param_dtype=jnp.float32, rngs=rngs)
         self.positions = nnx.Embed(seq_len, d_model, param_dtype=jnp.float32, rngs=rngs)
 
+    def __call__(self, tokens: jax.Array) -> jax.Array:
+        """Each id's row plus its position's, in the dtype of the params it holds.
+
+        Not ``nnx.Embed.__call__``: that casts to the dtype the module was built with
+        (float32), which would drop the float64 oracle's tables back to float32."""
+        rows = jnp.take(self.tokens.embedding[...], tokens, axis=0)  # (..., T, d)
+        positions = self.positions.embedding[...][: tokens.shape[-1]]  # (T, d)
+        return rows + jnp.broadcast_to(positions, rows.shape)
+
 
 class SelfAttention(nnx.Module):
     """The four projections of multi-head self-attention; the attention itself is written
@@ -125,8 +134,7 @@ class FeedForward(nnx.Module):
 
 def embed_batch(embed: Embeddings, tokens: jax.Array) -> jax.Array:
     """tokens ``(batch, T)`` int32 -> ``(batch, T, d)``: each id's row plus its position's."""
-    positions = embed.positions(jnp.arange(tokens.shape[1]))  # (T, d)
-    return embed.tokens(tokens) + positions[None, :, :]
+    return embed(tokens)  # positions (T, d) broadcast over the batch axis
 
 
 def attention_weights_batch(scores: jax.Array, mask: jax.Array) -> jax.Array:
@@ -136,9 +144,27 @@ def attention_weights_batch(scores: jax.Array, mask: jax.Array) -> jax.Array:
     return jax.nn.softmax(jnp.where(keys, scores, MASKED), axis=-1)
 
 
+def layer_norm(norm: nnx.LayerNorm, h: jax.Array) -> jax.Array:
+    """``norm``'s LayerNorm on ``(..., d)``: statistics over each position's ``d`` features
+    (the last axis), then its scale and bias, in the dtype of ``h`` and the params.
+
+    Written out rather than ``nnx.LayerNorm.__call__``: that promotes to at least float32
+    with ``jnp.promote_types``, which strict dtype promotion refuses for the float64
+    oracle (float64 against float32)."""
+    mean = jnp.mean(h, axis=-1, keepdims=True)
+    var = jnp.mean(jnp.square(h - mean), axis=-1, keepdims=True)
+    scale = jnp.broadcast_to(norm.scale[...], h.shape)
+    bias = jnp.broadcast_to(norm.bias[...], h.shape)
+    eps = jnp.asarray(norm.epsilon, h.dtype)
+    normalized = (h - jnp.broadcast_to(mean, h.shape)) * jax.lax.rsqrt(
+        jnp.broadcast_to(var, h.shape) + eps
+    )
+    return normalized * scale + bias
+
+
 def layer_norm_batch(norm: nnx.LayerNorm, h: jax.Array) -> jax.Array:
     """``norm`` on ``(batch, T, d)``: statistics over each position's ``d`` features."""
-    return norm(h)
+    return layer_norm(norm, h)
 
 
 @dataclass(frozen=True)
@@ -185,7 +211,7 @@ class Encoder(nnx.Module):
         """One sequence: tokens ``(T,)`` int32, mask ``(T,)`` bool -> ``(out_features,)``."""
         (length,) = tokens.shape
         heads = self.attn.heads
-        h = tap("embed", self.embed.tokens(tokens) + self.embed.positions(jnp.arange(length)))
+        h = tap("embed", self.embed(tokens))
         width = h.shape[-1] // heads
 
         def split(x: jax.Array) -> jax.Array:  # (T, d) -> (T, heads, d / heads)
@@ -197,8 +223,8 @@ class Encoder(nnx.Module):
         weights = jax.nn.softmax(masked, axis=-1)  # over the keys
         context = jnp.einsum("hqk,khd->qhd", weights, v)
         attended = tap("attn", self.attn.out(jnp.reshape(context, (length, heads * width))))
-        h = tap("ln1", self.ln1(h + attended))
-        h = tap("ln2", self.ln2(h + tap("ff", self.ff(h))))
+        h = tap("ln1", layer_norm(self.ln1, h + attended))
+        h = tap("ln2", layer_norm(self.ln2, h + tap("ff", self.ff(h))))
         real = mask.astype(h.dtype)  # (T,)
         total = jnp.sum(h * real[:, None], axis=0)  # (d,)
         pooled = tap("pool", total / jnp.maximum(jnp.sum(real), 1.0))
