@@ -8,7 +8,8 @@ from vmapcheck.check.schema import read_check_details
 from vmapcheck.errors import ArtifactError
 from vmapcheck.io import read_json
 from vmapcheck.layout import Layout
-from vmapcheck.report.check_sections import forms_compared
+from vmapcheck.report.check_sections import forms_compared, leaves_text
+from vmapcheck.report.elements import shape_text
 
 
 def summarize(layout: Layout) -> str:
@@ -30,14 +31,27 @@ def summarize(layout: Layout) -> str:
         f"({runtime['device_kind']}), {check['dtype']}, rtol={tol['rtol']:g} atol={tol['atol']:g}, "
         f"jax {runtime['jax_version']} / jaxlib {runtime['jaxlib_version']}"
     )
+    if layout.contract.exists():
+        inputs = read_json(layout.contract)["inputs"]
+        lines.append(
+            "  inputs: "
+            + (
+                leaves_text(inputs["leaves"])
+                if "leaves" in inputs
+                else f"one float vector ({inputs['n_features']},)"
+            )
+            + ", batch axis 0"
+        )
     for name, case in check["cases"].items():
         if case["max_abs"] is None:
             lines.append(f"  FAIL {name:<16} no comparable outputs")
             continue
         oracle = [r["max_rel"] for r in case.get("oracle", {}).values() if r["max_rel"] is not None]
+        ratio = case.get("bound_ratio")
         lines.append(
-            f"  {'ok  ' if case['passed'] else 'FAIL'} {name:<16} worst pair: "
-            f"max_abs={case['max_abs']:.3g} max_rel={case['max_rel']:.3g}"
+            f"  {'ok  ' if case['passed'] else 'FAIL'} {name:<16} [{shape_text(case['shape'])}] "
+            f"worst pair: max_abs={case['max_abs']:.3g} max_rel={case['max_rel']:.3g}"
+            + (f" ({ratio:.2g} of its bound, rule {case.get('rule')})" if ratio is not None else "")
             + (f"; vs float64: max_rel={max(oracle):.3g}" if oracle else "")
         )
     negative = check["negative"]
