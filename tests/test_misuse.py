@@ -62,3 +62,21 @@ def test_the_pipelines_random_work_uses_every_key_once():
         model = build_model(config.model)
         splits = {n: (raw.features[i], raw.targets[i]) for n, i in parts.items()}
         fit(model, model.init(keys["init"]), splits, config.train, keys["batches"])
+
+
+@pytest.mark.parametrize(
+    "in_axes,found", [(0, "int 0"), ((None, 0, 0), "tuple (None, 0, 0)"), ("0", "str '0'")]
+)
+def test_in_axes_that_is_not_a_pair_is_refused(mlp, in_axes, found):
+    # in_axes=0 used to fail inside batched_forward with "'int' object is not subscriptable".
+    model, params = mlp
+    with pytest.raises(InvalidInputError) as info:
+        batched_forward(model, params, in_axes=in_axes)
+    assert str(info.value).startswith("in_axes: expected a pair (params axis, input axis)")
+    assert str(info.value).endswith(f"got {found}") and info.value.reason == "in_axes"
+    with pytest.raises(InvalidInputError, match=r"^in_axes\[0\]: expected None .* got str"):
+        batched_forward(model, params, in_axes=("0", 0))
+    assert batched_forward(model, params, in_axes=[None, 0])(params, jnp.ones((2, 8))).shape == (
+        2,
+        2,
+    )
