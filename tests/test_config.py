@@ -283,3 +283,75 @@ def test_one_experiment_per_model_or_one_for_all():
     assert experiment_name(compose_config("model=mlp")) == "vmapcheck-mlp"
     shared = compose_config("model=toy", "tracking.experiment_per_model=false")
     assert experiment_name(shared) == "vmapcheck"
+
+
+def _composed_error(*overrides: str) -> str:
+    """The ConfigError of params.yaml as ``dvc exp run -S <overrides>`` composes it."""
+    return _error(yaml.safe_load(compose_yaml(ROOT / "conf", list(overrides))))
+
+
+@pytest.mark.parametrize("group", ["tolerance", "cross_run_tolerance"])
+@pytest.mark.parametrize("key,value", [("rtol", "inf"), ("atol", "inf"), ("rtol", "nan")])
+def test_every_tolerance_must_be_finite(group, key, value):
+    # rtol=inf used to pass, then every check failed with "|a-b|=0 > ... = nan".
+    message = _composed_error(f"precision.{group}.{key}={value}")
+    assert f"precision.{group}.{key}: Input should be a finite number, found {value}" in message
+
+
+@pytest.mark.parametrize(
+    "uri,expected",
+    [
+        (
+            "ftp://127.0.0.1/x",
+            "tracking.tracking_uri: expected sqlite:///<path> (tracking=local) or the http:// "
+            "or https:// URL of an MLflow tracking server (tracking=server), not scheme 'ftp', "
+            "found 'ftp://127.0.0.1/x'",
+        ),
+        (
+            "/some/folder",
+            "tracking.tracking_uri: a folder or file is MLflow's file store (in maintenance "
+            "mode, not supported here): use sqlite:///<path>/mlflow.db, e.g. "
+            "sqlite:////some/folder/mlflow.db, found '/some/folder'",
+        ),
+        ("file:///srv/runs", "e.g. sqlite:////srv/runs/mlflow.db, found 'file:///srv/runs'"),
+        ("mlruns", "e.g. sqlite:///mlruns/mlflow.db, found 'mlruns'"),
+        ("postgresql://u@h/db", "not scheme 'postgresql'"),
+        ("sqlite:///", "tracking.tracking_uri: expected sqlite:///<path to a .db file>"),
+    ],
+)
+def test_a_tracking_uri_mlflow_cannot_use_here_is_refused_naming_the_key(uri, expected):
+    assert expected in _composed_error(f"tracking.tracking_uri={uri}")
+
+
+def test_the_stores_mlflow_supports_here_are_accepted():
+    assert compose_config("tracking.tracking_uri=sqlite:////tmp/x/m.db").tracking.name == "local"
+    server = compose_config("tracking=server", "tracking.tracking_uri=https://mlflow.example")
+    assert server.tracking.tracking_uri == "https://mlflow.example"
+    # A server URL still needs tracking=server (the check it had before).
+    assert "use tracking=server" in _composed_error("tracking.tracking_uri=http://h:5000")
+
+
+@pytest.mark.parametrize("data", ["synthetic", "digits"])
+def test_a_split_that_does_not_sum_to_one_names_the_key_of_params_yaml(data):
+    message = _composed_error(f"data={data}", "data.split.train=0.9")
+    # Not data.synthetic.split (pydantic's union tag), and no stray ", found a mapping".
+    assert message.splitlines()[1] == "  data.split: split fractions must sum to 1, found 1.2"
+
+
+def test_a_message_of_our_own_validators_ends_without_the_section_found():
+    message = _composed_error("guard.max_batch=2048")
+    assert message.splitlines()[1].startswith("  guard: guard.max_batch=2048 exceeds")
+    assert "Value error" not in message and "found a mapping" not in message
+
+
+@pytest.mark.parametrize("stage", ["prepare", "train", "forward", "check", "bench", "track"])
+def test_every_stage_refuses_an_unknown_key_at_its_start(stage, tmp_path, capsys):
+    """`-S +foo=1`: whichever stage DVC runs first refuses it before doing any work."""
+    from tests.helpers.inprocess import run_stage
+
+    (tmp_path / "params.yaml").write_text(compose_yaml(ROOT / "conf", ["+foo=1"]))
+    assert run_stage(tmp_path, stage) == 2
+    err = capsys.readouterr().err
+    assert f"{stage}: error: invalid configuration in " in err
+    assert "  foo: unknown key (found value 1)" in err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["params.yaml"]  # nothing written

@@ -24,7 +24,7 @@ from vmapcheck.bench.timing import _CompileCounter
 from vmapcheck.config import GuardConfig, GuardReplayConfig, ModelConfig
 from vmapcheck.core.models import Model, build_model
 from vmapcheck.data.anonymize import find_canaries
-from vmapcheck.errors import ConfigError, InvalidInputError, NonFiniteOutputError
+from vmapcheck.errors import ArtifactError, ConfigError, InvalidInputError, NonFiniteOutputError
 from vmapcheck.io import atomic_write_json
 
 FEATURES = 4
@@ -289,7 +289,10 @@ def test_no_request_value_reaches_metrics_report_or_errors(model, params, rows, 
 def test_a_byte_limit_below_one_full_batch_is_a_config_error(model, params):
     config = guard_config(max_request_bytes=16384)
     Guard(model, params, jnp.float32, config)  # 1024 rows x 4 features x 4 bytes: it fits
-    with pytest.raises(ConfigError, match=r"guard\.max_request_bytes=16384 is below .* 32768"):
+    with (
+        jax.enable_x64(True),  # float64 without x64 is refused on its own
+        pytest.raises(ConfigError, match=r"guard\.max_request_bytes=16384 is below .* 32768"),
+    ):
         Guard(model, params, np.float64, config)  # x 8 bytes does not
 
 
@@ -306,3 +309,63 @@ def test_under_a_tight_byte_limit_the_size_is_refused_first(model, params, rows)
     assert report["mismatched"] == {}
     assert report["outcomes"]["too_many_bytes"] > report["outcomes"]["rank"] > 0
     assert guard.compiles <= 2
+
+
+@pytest.mark.parametrize(
+    "dtype,expected",
+    [
+        (jnp.int32, "expected one of float32, float64, bfloat16 (the run's precision), got int32"),
+        (jnp.bool_, "got bool"),
+        (np.float16, "got float16"),
+        (np.float64, "float64 needs jax_enable_x64"),
+    ],
+)
+def test_a_dtype_no_run_can_have_is_refused_when_the_guard_is_built(model, params, dtype, expected):
+    # int32 used to be served (every output zero); float64 without x64 built with a warning.
+    assert not jax.config.read("jax_enable_x64")
+    with pytest.raises(
+        ConfigError, match=r"^Guard dtype \(the dtype every request must have\)"
+    ) as e:
+        Guard(model, params, dtype, guard_config())
+    assert expected in str(e.value)
+
+
+def test_float64_is_served_when_x64_is_on(model, params, rows):
+    with jax.enable_x64(True):
+        guard = Guard(model, params, np.float64, guard_config())
+        assert guard.predict(rows[:3].astype(np.float64)).dtype == np.float64
+
+
+def test_params_that_are_not_the_models_are_refused_naming_the_leaf(model, params):
+    wrong = jax.tree.map(lambda leaf: leaf, params)
+    wrong["layers"][0]["W"] = jnp.zeros((FEATURES + 1, 16), jnp.float32)
+    with pytest.raises(ArtifactError) as info:
+        Guard(model, wrong, jnp.float32, guard_config())
+    assert str(info.value) == (
+        "Guard params: params do not match the model's contract: leaf layers[0].W: expected "
+        "shape [4, 16] dtype float, found shape [5, 16] dtype float"
+    )
+    with pytest.raises(ArtifactError, match=r"missing leaf layers\[1\]\.b"):
+        Guard(
+            model,
+            {"layers": [params["layers"][0], {"W": params["layers"][1]["W"]}]},
+            jnp.float32,
+            guard_config(),
+        )
+
+
+@pytest.mark.parametrize(
+    "request_of",
+    [
+        lambda rows: np.ma.masked_all(rows.shape, np.float32),  # every value masked
+        lambda rows: np.ma.masked_array(rows, mask=np.zeros(rows.shape, bool)),
+        lambda rows: rows.astype(object),
+    ],
+    ids=["fully_masked", "masked_none", "object"],
+)
+def test_masked_and_object_arrays_are_refused_for_their_type(model, params, rows, request_of):
+    guard = Guard(model, params, jnp.float32, guard_config())
+    with pytest.raises(InvalidInputError, match="expected a plain numeric array, got ") as info:
+        guard.predict(request_of(rows[:4]))
+    assert info.value.reason == "type"
+    assert guard.metrics()["refused"]["type"] == 1 and guard.metrics()["served"] == 0

@@ -10,7 +10,7 @@ from vmapcheck.config import ModelConfig
 from vmapcheck.core.models import build_model
 from vmapcheck.errors import ArtifactError
 from vmapcheck.io import atomic_dir, atomic_write_json, load_npz
-from vmapcheck.params_io import load_model_params, save_params
+from vmapcheck.params_io import load_model_params, read_params_file, save_params
 
 
 def test_atomic_dir_keeps_the_old_output_when_the_writer_fails(tmp_path):
@@ -77,3 +77,23 @@ def test_missing_and_extra_leaves_are_named(saved):
     toy = build_model(ModelConfig(name="toy", in_features=3, hidden=[], out_features=2))
     with pytest.raises(ArtifactError, match=r"unexpected leaf layers\[0\]\.W"):
         load_model_params(toy, folder)
+
+
+@pytest.mark.parametrize("bad,name", [(np.nan, "NaN"), (np.inf, "Inf"), (-np.inf, "Inf")])
+def test_params_that_are_not_finite_are_refused_when_loaded_naming_the_leaf(tmp_path, bad, name):
+    # A NaN used to pass train (params_file) and be caught only by check.
+    model = build_model(ModelConfig(name="mlp", in_features=4, hidden=[6], out_features=2))
+    params = jax.device_get(model.init(jax.random.key(0)))
+    params["layers"][1]["b"] = np.array([0.0, bad], np.float32)
+    manifest = save_params(tmp_path, params, {"model": "mlp"})
+    expected = (
+        f"{tmp_path / 'params.safetensors'}: leaf layers[1].b: expected finite values, found "
+        f"{name} in 1 element(s) (first at index (1,)); params must be finite"
+    )
+    with pytest.raises(ArtifactError) as info:
+        load_model_params(model, tmp_path)
+    assert str(info.value) == expected
+    # The reader train uses for train.params_file (and the registry for its versions).
+    template = jax.eval_shape(model.init, jax.random.key(0))
+    with pytest.raises(ArtifactError, match=r"leaf layers\[1\]\.b: expected finite values"):
+        read_params_file(tmp_path / "params.safetensors", template, manifest["sha256"])

@@ -62,3 +62,59 @@ def test_the_pipelines_random_work_uses_every_key_once():
         model = build_model(config.model)
         splits = {n: (raw.features[i], raw.targets[i]) for n, i in parts.items()}
         fit(model, model.init(keys["init"]), splits, config.train, keys["batches"])
+
+
+@pytest.mark.parametrize(
+    "in_axes,found", [(0, "int 0"), ((None, 0, 0), "tuple (None, 0, 0)"), ("0", "str '0'")]
+)
+def test_in_axes_that_is_not_a_pair_is_refused(mlp, in_axes, found):
+    # in_axes=0 used to fail inside batched_forward with "'int' object is not subscriptable".
+    model, params = mlp
+    with pytest.raises(InvalidInputError) as info:
+        batched_forward(model, params, in_axes=in_axes)
+    assert str(info.value).startswith("in_axes: expected a pair (params axis, input axis)")
+    assert str(info.value).endswith(f"got {found}") and info.value.reason == "in_axes"
+    with pytest.raises(InvalidInputError, match=r"^in_axes\[0\]: expected None .* got str"):
+        batched_forward(model, params, in_axes=("0", 0))
+    assert batched_forward(model, params, in_axes=[None, 0])(params, jnp.ones((2, 8))).shape == (
+        2,
+        2,
+    )
+
+
+def _init_reusing_one_key(key):
+    """A plug-in's init that feeds one key object to two draws (the reuse checker sees it)."""
+    w0 = jax.random.normal(key, (8, 8), dtype=jnp.float32)
+    w1 = jax.random.normal(key, (8, 2), dtype=jnp.float32)
+    return {
+        "layers": [
+            {"W": w0, "b": jnp.zeros((8,), jnp.float32)},
+            {"W": w1, "b": jnp.zeros((2,), jnp.float32)},
+        ]
+    }
+
+
+def test_a_key_reused_by_object_in_init_is_refused_naming_the_leaves(mlp, tmp_path, capsys):
+    from dataclasses import replace
+
+    from tests.helpers.inprocess import write_params
+    from vmapcheck.pipeline.stage import run_stage
+    from vmapcheck.pipeline.train import _init
+
+    model = replace(mlp[0], init=_init_reusing_one_key)
+    with jax.debug_key_reuse(True), pytest.raises(KeyReuseError) as info:
+        _init(model, named_keys(0)["init"], 0)
+    assert info.value.shared_by == (
+        "model 'mlp': init draws params leaf layers[1].W with the key already used for leaf "
+        "layers[0].W"
+    )
+
+    def body(config, layout):
+        with jax.debug_key_reuse(True):
+            _init(model, named_keys(config.seed)["init"], config.seed)
+
+    write_params(tmp_path)
+    assert run_stage("train", body, tmp_path) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("train: error: a PRNG key was used twice (")
+    assert "; model 'mlp': init draws params leaf layers[1].W with the key already used" in err

@@ -77,3 +77,46 @@ def test_jit_path_does_not_retrace_for_the_same_shape(mlp):
     fn(params, x)
     fn(params, x + 1)
     assert len(traces) == 1
+
+
+@pytest.mark.parametrize(
+    "x,found",
+    [
+        ([[1.0, 2.0, 3.0, 4.0, 5.0], [1.0, 2.0]], "a ragged list (nested sequences of different"),
+        (np.ones((2, 5), object), "an array of dtype object (Python objects, not numbers)"),
+        (np.ma.masked_all((2, 5), np.float32), "a numpy masked array (np.ma), whose mask"),
+        (np.ma.masked_array(np.ones((2, 5), np.float32)), "a numpy masked array (np.ma)"),
+    ],
+    ids=["ragged", "object", "fully_masked", "masked"],
+)
+def test_what_is_no_plain_array_is_refused_for_its_type(mlp, x, found):
+    # A ragged list used to raise numpy's own ValueError; a masked array lost its mask.
+    with pytest.raises(InvalidInputError) as info:
+        InputSpec.vector(5).validate_batch(x, jnp.float32)
+    assert info.value.reason == "type"
+    assert str(info.value).startswith(f"expected a batch as a plain numeric array, got {found}")
+    model, params = mlp
+    for path in build_paths(model, jnp.float32).values():
+        with pytest.raises(InvalidInputError, match="plain numeric array"):
+            path(params, x)
+
+
+def test_a_leaf_that_is_no_plain_array_is_named():
+    from vmapcheck.core.contract import Leaf
+
+    spec = InputSpec((Leaf("tokens", (3,), "int32", vocab=5), Leaf("mask", (3,), "bool")))
+    batch = {"tokens": [[1, 2, 3], [1]], "mask": np.ones((2, 3), bool)}
+    with pytest.raises(InvalidInputError, match=r"^leaf 'tokens': expected a plain array, got a"):
+        spec.validate_batch(batch, jnp.float32)
+    batch = {"tokens": np.ones((2, 3), np.int32), "mask": np.ma.masked_all((2, 3), bool)}
+    with pytest.raises(InvalidInputError, match=r"^leaf 'mask': .* masked array") as info:
+        spec.validate_example({k: v[0] for k, v in batch.items()}, jnp.float32)
+    assert info.value.reason == "type"
+
+
+@pytest.mark.parametrize("dtype", [jnp.int32, jnp.bool_, jnp.float64])
+def test_paths_are_built_only_at_a_float_a_run_can_have(mlp, dtype):
+    from vmapcheck.errors import ConfigError
+
+    with pytest.raises(ConfigError, match=r"^dtype \(the run's precision\): "):
+        build_paths(mlp[0], dtype)

@@ -318,3 +318,21 @@ def test_registry_settings_are_validated_naming_the_key(root):
     raw["train"]["params_sha256"] = "0" * 64
     with pytest.raises(ConfigError, match=r"params_file and train\.params_source both"):
         validate_config(raw)
+
+
+@pytest.mark.parametrize("command", [["rollback"], ["registry"]])
+def test_a_store_that_does_not_exist_is_refused_not_created(
+    command, root, tmp_path, monkeypatch, capsys
+):
+    # `make rollback` with a mistyped sqlite URI used to create an empty store there.
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    monkeypatch.delenv("DVC_ROOT", raising=False)
+    missing = tmp_path / "nowhere" / "mlflow.db"
+    overrides = [f"tracking.tracking_uri=sqlite:///{missing}"]
+    (tmp_path / "params.yaml").write_text(compose_yaml(root / "conf", overrides))
+    monkeypatch.chdir(tmp_path)
+    assert cli.main(command) == 2
+    err = capsys.readouterr().err
+    assert f"registry: error: no MLflow store at {missing} (tracking.tracking_uri" in err
+    assert "none is created here" in err
+    assert not missing.parent.exists()

@@ -22,6 +22,7 @@ from vmapcheck.errors import ConfigError, TrackingStoreError
 from vmapcheck.tracking.store import (
     ABANDONED_TAG,
     COMPLETE_TAG,
+    HTTP_ENV,
     PIPELINE_KEY_TAG,
     apply_http_settings,
     artifact_location,
@@ -364,3 +365,47 @@ def test_store_command_creates_the_store_once_and_probes_a_server(tmp_path, monk
     assert f"store: error: the MLflow tracking server {dead} does not answer" in (
         capsys.readouterr().err
     )
+
+
+def test_a_long_error_is_shortened_at_spaces_keeping_its_cause():
+    from vmapcheck.tracking.store import first_line
+
+    line = "word " * 100 + "Connection refused')"
+    short = first_line(ValueError(line + "\nsecond line"))
+    assert len(short) <= 300 and short.endswith(" word Connection refused')")
+    head, tail = short.split(" ... ")
+    assert set(head.split(" ")) == {"word"} and set(tail.split(" ")[:-2]) == {"word"}
+    assert first_line("fits as it is\nnot this") == "fits as it is"
+
+
+def test_a_server_that_died_is_reported_with_mlflows_whole_cause(monkeypatch):
+    """A real MLflow request to a stopped server, inside reaching(): the message used to be
+    cut mid-word ("Failed to est)")."""
+    from mlflow.tracking import MlflowClient
+
+    dead = f"http://127.0.0.1:{free_port()}"
+    settings = tracking(
+        name="server", tracking_uri=dead, artifact_root=None, http_max_retries=0, http_timeout_s=2
+    )
+    for name in HTTP_ENV.values():
+        monkeypatch.delenv(name, raising=False)
+    apply_http_settings(settings)
+    with pytest.raises(TrackingStoreError) as info, reaching(dead, settings):
+        MlflowClient(dead).search_experiments()
+    message = str(info.value)
+    assert f"{dead} does not answer any more" in message
+    failed = message.split("(the request that failed: ", 1)[1]
+    assert "Connection refused" in failed, failed
+    assert "Failed to est)" not in message
+
+
+def test_mlflow_tracking_uri_naming_no_supported_store_is_refused(tmp_path, monkeypatch):
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", "ftp://user:pw@127.0.0.1/x")
+    with pytest.raises(ConfigError) as info:
+        tracking_uri(tracking(), tmp_path)
+    assert str(info.value).startswith("MLFLOW_TRACKING_URI: expected sqlite:///<path>")
+    assert "not scheme 'ftp'" in str(info.value) and "pw" not in str(info.value)
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", str(tmp_path))
+    with pytest.raises(ConfigError, match=r"use sqlite:///<path>/mlflow\.db"):
+        open_store(tracking(), tmp_path)
+    assert sorted(tmp_path.iterdir()) == []  # no store was made

@@ -33,8 +33,10 @@ NonNegativeFloat = Annotated[float, Field(ge=0.0)]
 
 
 class _Strict(BaseModel):
-    # strict: "32" is not silently turned into 32; forbid: typos are errors, not ignored.
-    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+    # strict: "32" is not silently turned into 32; forbid: typos are errors, not ignored;
+    # allow_inf_nan off: every float (tolerances first) is finite, so rtol=inf is refused
+    # here rather than making every comparison fail with a NaN bound.
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True, allow_inf_nan=False)
 
 
 BUILTIN_MODELS = ("toy", "mlp")
@@ -457,6 +459,39 @@ def byte_limit_problem(guard: GuardConfig, per_example: int) -> str | None:
     )
 
 
+# The stores this project logs to: a sqlite file (tracking=local) or a tracking server.
+SQLITE_URI = "sqlite:///"
+HTTP_SCHEMES = ("http://", "https://")
+
+
+def tracking_uri_problem(uri: str) -> str | None:
+    """Why ``uri`` cannot be the MLflow store here, or None when it can; the caller names
+    the key (``tracking.tracking_uri``, ``MLFLOW_TRACKING_URI``) and the value found.
+
+    Accepted: ``sqlite:///<path>`` and ``http(s)://host...``. A bare folder or file and a
+    ``file:`` URI (MLflow's file store, in maintenance mode) get the sqlite URI to use
+    instead; any other scheme is refused (MLflow would fail later, with a traceback).
+    """
+    if uri.startswith(SQLITE_URI):
+        if not uri[len(SQLITE_URI) :].split("?", 1)[0].strip():
+            return "expected sqlite:///<path to a .db file>, with a path"
+        return None
+    if uri.startswith(HTTP_SCHEMES):
+        return None
+    if "://" not in uri or uri.startswith("file:"):
+        path = uri.removeprefix("file://").removeprefix("file:").rstrip("/") or "."
+        suggested = path if path.endswith(".db") else f"{path}/mlflow.db"
+        return (
+            "a folder or file is MLflow's file store (in maintenance mode, not supported "
+            f"here): use sqlite:///<path>/mlflow.db, e.g. sqlite:///{suggested}"
+        )
+    scheme = uri.split("://", 1)[0]
+    return (
+        "expected sqlite:///<path> (tracking=local) or the http:// or https:// URL of an "
+        f"MLflow tracking server (tracking=server), not scheme {scheme!r}"
+    )
+
+
 class TrackingConfig(_Strict):
     """Where runs are logged (``tracking=local``: a sqlite file; ``tracking=server``: an
     MLflow tracking server) and how long to wait for a server (vmapcheck.tracking.store).
@@ -482,6 +517,14 @@ class TrackingConfig(_Strict):
     http_max_retries: Annotated[int, Field(ge=0, le=10)]
     http_backoff_factor: Annotated[int, Field(ge=0, le=120)]
     http_backoff_jitter: Annotated[float, Field(ge=0.0, le=60.0)]
+
+    @field_validator("tracking_uri", mode="after")
+    @classmethod
+    def _a_store_mlflow_supports_here(cls, uri: str) -> str:
+        problem = tracking_uri_problem(uri)
+        if problem:
+            raise ValueError(problem)
+        return uri
 
     @model_validator(mode="after")
     def _uri_fits_the_store(self) -> TrackingConfig:
@@ -566,24 +609,50 @@ class Config(_Strict):
         return self
 
 
-def _key_path(loc: tuple[Any, ...]) -> str:
+# The discriminator of a tagged union (data.source): pydantic puts the tag's value into an
+# error's location (data.synthetic.split), where it is no key of params.yaml.
+_TAG_KEYS = ("source",)
+
+
+def _key_path(loc: tuple[Any, ...], raw: Any = None) -> str:
+    """The params.yaml key an error's ``loc`` points at (``data.split``), without the
+    union tags pydantic inserts (``data.synthetic.split``)."""
     path = ""
+    node = raw
     for part in loc:
+        if (
+            isinstance(node, dict)
+            and isinstance(part, str)
+            and part not in node
+            and any(node.get(tag) == part for tag in _TAG_KEYS)
+        ):
+            continue
         if isinstance(part, int):
             path += f"[{part}]"
         else:
             path += f".{part}" if path else str(part)
+        try:
+            node = node[part]  # type: ignore[index]
+        except (KeyError, IndexError, TypeError):
+            node = None
     return path or "<root>"
 
 
-def _describe(errors: list[dict[str, Any]], source: str) -> str:
+def _describe(errors: list[dict[str, Any]], source: str, raw: Any = None) -> str:
     lines = [f"invalid configuration in {source}:"]
     for err in errors:
-        key = _key_path(err["loc"])
+        key = _key_path(err["loc"], raw)
         if err["type"] == "extra_forbidden":
             lines.append(f"  {key}: unknown key (found value {err['input']!r})")
         elif err["type"] == "missing":
             lines.append(f"  {key}: required key is missing")
+        elif err["type"] == "value_error":
+            # Our own validators' messages say what was expected and found; the input is
+            # then the whole section (a mapping), which adds nothing.
+            message = err["msg"].removeprefix("Value error, ")
+            found = err.get("input")
+            shown = "" if isinstance(found, dict) else f", found {found!r}"
+            lines.append(f"  {key}: {message}{shown}")
         else:
             found = err.get("input")
             shown = repr(found) if not isinstance(found, dict) else "a mapping"
@@ -602,7 +671,7 @@ def validate_config(raw: Any, source: str = "params.yaml") -> Config:
     try:
         return Config.model_validate(raw)
     except ValidationError as exc:
-        raise ConfigError(_describe(exc.errors(), source)) from None
+        raise ConfigError(_describe(exc.errors(), source, raw)) from None
 
 
 def load_config(path: str | Path = "params.yaml") -> Config:

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 from safetensors import SafetensorError
 from safetensors.numpy import load_file, save_file
@@ -70,6 +71,55 @@ def check_contract(found: dict[str, dict[str, Any]], expected: dict[str, dict[st
         raise ArtifactError("params do not match the model's contract: " + "; ".join(problems))
 
 
+def _kind(dtype: Any) -> str:
+    """A dtype as :func:`check_params_like` compares it: every float dtype is "float"."""
+    return "float" if jnp.issubdtype(dtype, jnp.floating) else str(dtype)
+
+
+def check_params_like(params: Any, template: Any, where: str = "params") -> None:
+    """Refuse ``params`` unless they have ``template``'s leaves (``jax.eval_shape(model.init,
+    key)``), each with its shape and dtype, any float dtype standing for any other (params
+    are cast to the run's precision).
+
+    Raises:
+        ArtifactError: ``where``, then each missing, extra or mismatched leaf (as
+            :func:`check_contract`).
+    """
+
+    def contract(tree: Any) -> dict[str, dict[str, Any]]:
+        out = {}
+        for name, leaf in leaf_paths(tree).items():
+            dtype = leaf.dtype if hasattr(leaf, "dtype") else np.asarray(leaf).dtype
+            out[name] = {"shape": list(np.shape(leaf)), "dtype": _kind(dtype)}
+        return out
+
+    try:
+        check_contract(contract(params), contract(template))
+    except ArtifactError as exc:
+        raise ArtifactError(f"{where}: {exc}") from None
+
+
+def check_finite(arrays: dict[str, Any], where: str) -> None:
+    """Refuse a float leaf holding NaN or Inf, naming ``where``, the leaf, the count and the
+    first index (never a value).
+
+    Raises:
+        ArtifactError: the first such leaf, in ``arrays``' order.
+    """
+    for name, leaf in arrays.items():
+        host = np.asarray(leaf)
+        if not jnp.issubdtype(host.dtype, jnp.floating):
+            continue
+        for what, bad in (("NaN", np.isnan(host)), ("Inf", np.isinf(host))):
+            if bad.any():
+                first = tuple(int(i) for i in np.argwhere(bad)[0])
+                raise ArtifactError(
+                    f"{where}: leaf {name}: expected finite values, found {what} in "
+                    f"{int(bad.sum())} element(s) (first at index {first}); params must be "
+                    "finite"
+                )
+
+
 def save_params(folder: Path, params: Any, metadata: dict[str, Any]) -> dict[str, Any]:
     """Write params.safetensors and manifest.json into ``folder``; return the manifest."""
     folder = Path(folder)
@@ -92,10 +142,12 @@ def read_params_file(path: Path, template: Any, expected_sha256: str) -> Any:
 
     Checks, in order: the file exists; its sha256 is ``expected_sha256``; it is a
     safetensors file (a pickle or anything else is refused, never unpickled); every leaf
-    matches ``template`` (``jax.eval_shape(model.init, key)``) by name, shape and dtype.
+    matches ``template`` (``jax.eval_shape(model.init, key)``) by name, shape and dtype;
+    every float leaf is finite.
 
     Raises:
-        ArtifactError: naming the check that failed (and the leaf, for the contract).
+        ArtifactError: naming the check that failed (and the leaf, for the contract and
+            for a NaN or Inf).
     """
     path = Path(path)
     if not path.is_file():
@@ -113,6 +165,7 @@ def read_params_file(path: Path, template: Any, expected_sha256: str) -> Any:
         ) from None
     check_contract(contract_of_arrays(arrays), contract_of(template))
     names = list(leaf_paths(template))
+    check_finite({name: arrays[name] for name in names}, str(path))
     treedef = jax.tree_util.tree_structure(template)
     return jax.tree_util.tree_unflatten(treedef, [arrays[name] for name in names])
 
@@ -122,7 +175,7 @@ def load_params(folder: Path, template: Any) -> tuple[Any, dict[str, Any]]:
 
     Raises:
         ArtifactError: missing file, sha256 mismatch with the manifest, unreadable file,
-            or a contract mismatch (naming the leaf).
+            a contract mismatch or a NaN or Inf (naming the leaf).
     """
     folder = Path(folder)
     manifest = read_json(folder / MANIFEST_FILE)

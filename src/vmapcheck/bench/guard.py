@@ -4,12 +4,13 @@
 with ``(batch, out_features)`` through ``jax.jit(jax.vmap(forward_one, in_axes=(None,
 0)))``, the path vmapcheck verifies. Per request, in this order:
 
-1. **Limits, on metadata only.** The request must be a numpy or JAX array (else reason
-   ``type``); ``prod(shape) * itemsize`` must not exceed ``guard.max_request_bytes``
-   (``too_many_bytes``); the shape must be ``(batch >= 1, in_features)`` (``rank``,
-   ``features``, ``empty``); ``batch`` must not exceed ``guard.max_batch``
-   (``batch_too_large``). Nothing is read, copied, padded or sent to a device before
-   these pass: an oversized request costs nothing but its refusal.
+1. **Limits, on metadata only.** The request must be a plain numpy or JAX array, not a
+   masked or object array (else reason ``type``); ``prod(shape) * itemsize`` must not
+   exceed ``guard.max_request_bytes`` (``too_many_bytes``); the shape must be
+   ``(batch >= 1, in_features)`` (``rank``, ``features``, ``empty``); ``batch`` must
+   not exceed ``guard.max_batch`` (``batch_too_large``). Nothing is read, copied,
+   padded or sent to a device before these pass: an oversized request costs nothing but
+   its refusal.
 2. **Contract**, by :func:`vmapcheck.core.forms.validate_batch`, the rules every forward path
    shares: the dtype of the run (``dtype``), finite values (``non_finite_input``).
 3. **Padding** to the smallest bucket of ``guard.buckets`` that holds the batch, with
@@ -61,11 +62,18 @@ import numpy as np
 
 from vmapcheck.bench.timing import _CompileCounter, latency_stats
 from vmapcheck.config import GuardConfig, byte_limit_problem
-from vmapcheck.core.contract import VECTOR_LEAF, InputSpec, leaf_arrays
+from vmapcheck.core.contract import (
+    VECTOR_LEAF,
+    InputSpec,
+    float_dtype_problem,
+    leaf_arrays,
+    not_an_array,
+)
 from vmapcheck.core.contract import rows as rows_of_tree
 from vmapcheck.core.forms import batched_forward, cast_tree
 from vmapcheck.core.models import Model, Params
 from vmapcheck.errors import ConfigError, InvalidInputError, NonFiniteOutputError
+from vmapcheck.params_io import check_params_like
 
 # Planted in requests when guard.replay.plant_canary is true (finite: valid requests stay
 # valid). float32 holds 123456.7890625, so every decimal form of it starts "123456.7".
@@ -101,7 +109,11 @@ class Guard:
             new size): the comparison of :func:`run_replay`, not for serving.
 
     Raises:
-        ConfigError: ``config.max_request_bytes`` is below one valid full batch.
+        ConfigError: ``dtype`` is no float a run can have (int or bool, float16; float64
+            with ``jax_enable_x64`` off), or ``config.max_request_bytes`` is below one
+            valid full batch.
+        ArtifactError: ``params`` do not have the leaves of ``model.init``'s template
+            (naming the leaf: missing, extra, or of another shape).
     """
 
     def __init__(
@@ -113,7 +125,13 @@ class Guard:
         *,
         bucketed: bool = True,
     ) -> None:
+        problem = float_dtype_problem(dtype)
+        if problem:
+            raise ConfigError(f"Guard dtype (the dtype every request must have): {problem}")
         self._dtype = jnp.dtype(dtype)
+        # Before anything is cast or compiled: a leaf of another shape would otherwise
+        # surface as a broadcasting error inside the forward, naming no leaf.
+        check_params_like(params, jax.eval_shape(model.init, jax.random.key(0)), "Guard params")
         self._contract = model.contract
         self._reasons = invalid_kinds(self._contract)
         self._config = config
@@ -221,11 +239,17 @@ class Guard:
                 reason="type",
             )
         for name, leaf in arrays.items():
+            where = "" if self._contract.flat else f"leaf {name!r}: "
             if not isinstance(leaf, np.ndarray | jax.Array):
-                where = "" if self._contract.flat else f"leaf {name!r}: "
                 raise InvalidInputError(
                     f"{where}expected a numpy or JAX array, got {type(leaf).__name__}",
                     reason="type",
+                )
+            # A masked array or an object array: refused on its type, nothing is read.
+            problem = not_an_array(leaf)
+            if problem:
+                raise InvalidInputError(
+                    f"{where}expected a plain numeric array, got {problem}", reason="type"
                 )
         shapes = {name: tuple(int(n) for n in leaf.shape) for name, leaf in arrays.items()}
         # From metadata: a broadcast view or a lazily-backed array is never materialised.

@@ -98,6 +98,48 @@ def _first(bad: np.ndarray) -> tuple[int, ...]:
     return tuple(int(i) for i in np.argwhere(bad)[0])
 
 
+def not_an_array(x: Any) -> str | None:
+    """What ``x`` is when it cannot be a leaf's array (the contract takes plain numeric
+    arrays), else None: a masked array (its mask would be ignored), a ragged nested list,
+    an array of Python objects. Nothing of ``x``'s values is in the answer."""
+    if isinstance(x, np.ma.MaskedArray):
+        return (
+            "a numpy masked array (np.ma), whose mask every path would ignore: drop or fill "
+            "the masked entries and pass a plain array"
+        )
+    if isinstance(x, np.ndarray | jax.Array):
+        dtype = x.dtype
+    else:
+        try:
+            dtype = np.asarray(x).dtype
+        except (ValueError, TypeError):
+            return f"a ragged {type(x).__name__} (nested sequences of different lengths)"
+    if dtype == np.dtype(object):
+        return "an array of dtype object (Python objects, not numbers)"
+    return None
+
+
+# The floats a run's precision may be (config: precision.dtype).
+FLOAT_DTYPES: tuple[str, ...] = ("float32", "float64", "bfloat16")
+
+
+def float_dtype_problem(dtype: Any) -> str | None:
+    """Why ``dtype`` cannot be the float dtype of a run's float leaves (one of
+    :data:`FLOAT_DTYPES`; float64 only with ``jax_enable_x64`` on), else None."""
+    try:
+        name = jnp.dtype(dtype).name
+    except TypeError:
+        return f"expected one of {', '.join(FLOAT_DTYPES)}, got {dtype!r}"
+    if name not in FLOAT_DTYPES:
+        return f"expected one of {', '.join(FLOAT_DTYPES)} (the run's precision), got {name}"
+    if name == "float64" and not jax.config.read("jax_enable_x64"):
+        return (
+            "float64 needs jax_enable_x64 (precision.enable_x64: true); with it off JAX "
+            "computes in float32"
+        )
+    return None
+
+
 @dataclass(frozen=True)
 class InputSpec:
     """The leaves of one example; ``flat`` when the example is the bare array of its one
@@ -246,6 +288,17 @@ class InputSpec:
     def _where(self, leaf: Leaf) -> str:
         return "" if self.flat else f"leaf {leaf.name!r}: "
 
+    def check_types(self, arrays: Mapping[str, Any], what: str) -> None:
+        """Refuse a leaf that is no plain numeric array (:func:`not_an_array`), naming the
+        leaf; ``reason`` "type"."""
+        for leaf in self.leaves:
+            problem = not_an_array(arrays[leaf.name])
+            if problem:
+                expected = f"{what} as a plain numeric array" if self.flat else "a plain array"
+                raise InvalidInputError(
+                    f"{self._where(leaf)}expected {expected}, got {problem}", reason="type"
+                )
+
     def _check_shape(self, leaf: Leaf, shape: tuple[int, ...], batched: bool) -> None:
         where = self._where(leaf)
         lead = ("batch",) if batched else ()
@@ -304,11 +357,13 @@ class InputSpec:
         This is the one place every batched path validates its input.
 
         Raises:
-            InvalidInputError: naming the leaf and the problem; ``reason`` is "type",
-                "missing_leaf", "extra_leaf", "rank", "features" (flat) or "shape",
-                "batch_sizes", "empty", "dtype", "non_finite_input" or "id_range".
+            InvalidInputError: naming the leaf and the problem; ``reason`` is "type" (also
+                a masked array, a ragged list or an object array), "missing_leaf",
+                "extra_leaf", "rank", "features" (flat) or "shape", "batch_sizes", "empty",
+                "dtype", "non_finite_input" or "id_range".
         """
         arrays = self._by_leaf(batch, "a batch")
+        self.check_types(arrays, "a batch")
         self._check_batch_shapes({name: tuple(np.shape(a)) for name, a in arrays.items()})
         for leaf in self.leaves:
             self._check_values(leaf, arrays[leaf.name], float_dtype)
@@ -316,6 +371,7 @@ class InputSpec:
     def validate_example(self, example: Any, float_dtype: Any) -> None:
         """The same contract for one unbatched example (what ``forward_one`` takes)."""
         arrays = self._by_leaf(example, "one example")
+        self.check_types(arrays, "one example")
         for leaf in self.leaves:
             self._check_shape(leaf, tuple(np.shape(arrays[leaf.name])), batched=False)
         for leaf in self.leaves:

@@ -70,10 +70,25 @@ def batched_forward(model: Model, params: Params, in_axes: tuple[Any, Any] = (No
     carries a leading batch axis on top of the model's own (contract) shape.
 
     Raises:
-        InvalidInputError: params are mapped but a leaf has exactly its unbatched shape;
-            the message names the leaf and the fix.
+        InvalidInputError: ``in_axes`` is not a pair (params axis, input axis), or params
+            are mapped but a leaf has exactly its unbatched shape; the message names the
+            leaf and the fix.
     """
+    if not isinstance(in_axes, tuple | list) or len(in_axes) != 2:
+        found = f"{type(in_axes).__name__} {in_axes!r}"[:120]
+        raise InvalidInputError(
+            "in_axes: expected a pair (params axis, input axis), one entry per argument of "
+            f"forward_one(params, x), e.g. (None, 0) for params shared by every row; got "
+            f"{found}",
+            reason="in_axes",
+        )
     params_axis = in_axes[0]
+    if params_axis is not None and not isinstance(params_axis, int):
+        raise InvalidInputError(
+            f"in_axes[0]: expected None (params shared by every row) or an int axis, got "
+            f"{type(params_axis).__name__}",
+            reason="in_axes",
+        )
     if params_axis is not None:
         template = jax.eval_shape(model.init, jax.random.key(0))
         for (path, leaf), own in zip(
@@ -88,7 +103,7 @@ def batched_forward(model: Model, params: Params, in_axes: tuple[Any, Any] = (No
                     "own shape, so vmap would slice the weights across the batch (or fail "
                     "on a size mismatch). Params shared by every row take in_axes=(None, 0)."
                 )
-    return jax.vmap(model.forward_one, in_axes=in_axes)
+    return jax.vmap(model.forward_one, in_axes=tuple(in_axes))
 
 
 # The one axis of the data-parallel mesh: the batch axis 0 is split along it.

@@ -23,6 +23,7 @@ from jax.sharding import Mesh
 
 from vmapcheck.core import contract, forms
 from vmapcheck.core.models import Model, Params
+from vmapcheck.errors import ConfigError
 
 Forward = Callable[[Params, Any], jax.Array]
 
@@ -337,7 +338,17 @@ def build(
     Paths the model lacks are left out (:func:`not_provided` says why). ``mesh``: the
     devices of distributed paths (None: every device present). With ``validate`` (the
     default) each path refuses an invalid input before dispatch, identically.
+
+    Raises:
+        ConfigError: ``dtype`` is no float a run can have
+            (:func:`vmapcheck.core.contract.float_dtype_problem`), or ``takes`` is neither
+            "batch" nor "vector".
     """
+    problem = contract.float_dtype_problem(dtype)
+    if problem:
+        raise ConfigError(f"dtype (the run's precision): {problem}")
+    if takes not in ("batch", "vector"):
+        raise ConfigError(f"takes: expected 'batch' or 'vector', got {takes!r}")
     if takes == "batch":
         check = lambda x: forms.validate_batch(x, model, dtype)  # noqa: E731
     else:

@@ -31,9 +31,12 @@ def run_stage(name: str, body: StageBody, root: Path | None = None) -> int:
         return 2
     except KeyReuseError as exc:
         first_line = str(exc).splitlines()[0]
+        # The params leaves that share the key, when train could name them.
+        shared_by = getattr(exc, "shared_by", None)
+        where = f"; {shared_by}" if shared_by else ""
         print(
-            f"{name}: error: a PRNG key was used twice ({first_line}); each subkey of "
-            "the key stream (vmapcheck.core.keys) must feed exactly one random operation",
+            f"{name}: error: a PRNG key was used twice ({first_line}){where}; each subkey "
+            "of the key stream (vmapcheck.core.keys) must feed exactly one random operation",
             file=sys.stderr,
         )
         return 2

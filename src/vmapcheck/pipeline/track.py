@@ -36,6 +36,7 @@ from vmapcheck.tracking.registry import register_if_verified
 from vmapcheck.tracking.run_inputs import gather_run_inputs
 from vmapcheck.tracking.store import (
     PIPELINE_KEY_TAG,
+    first_line,
     mark_complete,
     mark_failed,
     open_store,
@@ -175,8 +176,7 @@ def track(config: Config, layout: Layout) -> int:
                 mark_failed(
                     info["tracking_uri"],
                     info["run_id"],
-                    f"track failed before completing it: {type(exc).__name__}: "
-                    + (str(exc).splitlines() or [""])[0][:300],
+                    f"track failed before completing it: {type(exc).__name__}: {first_line(exc)}",
                 )
             raise
     else:

@@ -10,8 +10,13 @@ model's contract beside it.
 """
 
 from dataclasses import replace
+from itertools import combinations
+from typing import Any
 
 import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.errors import KeyReuseError
 
 from vmapcheck.config import Config, config_digest
 from vmapcheck.core.keys import KEY_NAMES, named_keys
@@ -21,7 +26,13 @@ from vmapcheck.core.training import fit
 from vmapcheck.data.regression import SPLITS, load_split
 from vmapcheck.io import atomic_dir, atomic_write_json, read_json
 from vmapcheck.layout import Layout
-from vmapcheck.params_io import check_features, model_contract, read_params_file, save_params
+from vmapcheck.params_io import (
+    check_features,
+    leaf_paths,
+    model_contract,
+    read_params_file,
+    save_params,
+)
 from vmapcheck.tracking.registry import load_registered_params, manifest_source
 from vmapcheck.tracking.store import resolve_tracking_uri
 
@@ -64,7 +75,7 @@ def run(config: Config, layout: Layout) -> None:
         source = manifest_source(registered)
     else:
         params, metrics = fit(
-            model, model.init(keys["init"]), splits, config.train, keys["batches"]
+            model, _init(model, keys["init"], config.seed), splits, config.train, keys["batches"]
         )
         source = {"trained": metrics["trained"], "key_stream": list(KEY_NAMES)}
     params = jax.device_get(params)
@@ -90,3 +101,50 @@ def run(config: Config, layout: Layout) -> None:
         f"{metrics['best_step']}, val loss {metrics['val_loss']:.4g}, test loss "
         f"{metrics['test_loss']:.4g}"
     )
+
+
+# Two params leaves whose first values correlate at least this much were drawn with one
+# key (the same threshold as the diagnosis' key-stream stage).
+SAME_DRAW = 1.0 - 1e-4
+MIN_DRAW = 8
+
+
+def _init(model: Any, key: jax.Array, seed: int) -> Any:
+    """``model.init(key)`` under the key-reuse checker; a key consumed twice is re-raised
+    with ``shared_by`` naming the params leaves that share it (when their draws show it)."""
+    try:
+        return model.init(key)
+    except KeyReuseError as exc:
+        pair = _leaves_sharing_a_key(model, seed)
+        if pair:
+            # Read by run_stage (JAX adds notes of its own to this exception).
+            exc.shared_by = (  # type: ignore[attr-defined]
+                f"model {model.name!r}: init draws params leaf {pair[1]} with the key already "
+                f"used for leaf {pair[0]}"
+            )
+        raise
+
+
+def _leaves_sharing_a_key(model: Any, seed: int) -> tuple[str, str] | None:
+    """The first two params leaves that repeat one random draw: both move with the key
+    and their first values correlate to 1 (one key fed both). None when none does."""
+    with jax.debug_key_reuse(False):
+        params = leaf_paths(model.init(named_keys(seed)["init"]))
+        elsewhere = leaf_paths(model.init(named_keys(seed + 1)["init"]))
+    draws = {}
+    for name, leaf in params.items():
+        host = np.asarray(leaf)
+        if not jnp.issubdtype(host.dtype, jnp.floating) or host.size < MIN_DRAW:
+            continue
+        flat = host.astype(np.float64).ravel()
+        moved = not np.array_equal(host, np.asarray(elsewhere.get(name)))
+        if moved and np.all(np.isfinite(flat)) and flat.std() > 0:
+            draws[name] = flat
+    for earlier, later in combinations(draws, 2):
+        n = min(draws[earlier].size, draws[later].size)
+        a = draws[earlier][:n] - draws[earlier][:n].mean()
+        b = draws[later][:n] - draws[later][:n].mean()
+        denom = np.sqrt((a * a).sum() * (b * b).sum())
+        if denom > 0 and abs((a * b).sum() / denom) >= SAME_DRAW:
+            return earlier, later
+    return None

@@ -61,7 +61,11 @@ from vmapcheck.params_io import (
     contract_of,
     read_params_file,
 )
-from vmapcheck.tracking.store import incomplete_because, resolve_tracking_uri
+from vmapcheck.tracking.store import (
+    incomplete_because,
+    require_existing_store,
+    resolve_tracking_uri,
+)
 
 VERIFIED = "verified"
 # The run artifact folder that holds the params (tracking.log_run logs data/params there).
@@ -532,6 +536,7 @@ def load_registered_params(
     Raises:
         ArtifactError / ConfigError: naming ``uri`` and what failed.
     """
+    require_existing_store(tracking_uri, f"train.params_source={uri}")
     template = jax.eval_shape(model.init, jax.random.key(0))
     with tempfile.TemporaryDirectory() as tmp:
         info, folder = fetch_registered_params(tracking_uri, uri, Path(tmp))
@@ -588,6 +593,7 @@ def _command(layout: Layout, model: str | None, action: Callable[[str, str], Non
     try:
         config = load_config(layout.params_yaml)
         uri = resolve_tracking_uri(config.tracking, layout.root)
+        require_existing_store(uri, "the registry")
         name = model or config.registry.registered_model
         if name is None:
             raise ConfigError("registry.registered_model is null and no --model was given")

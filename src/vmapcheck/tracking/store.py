@@ -88,8 +88,8 @@ from urllib.parse import urlsplit, urlunsplit
 
 import yaml
 
-from vmapcheck.config import Config, TrackingConfig, load_config
-from vmapcheck.errors import ArtifactError, TrackingStoreError, VmapcheckError
+from vmapcheck.config import Config, TrackingConfig, load_config, tracking_uri_problem
+from vmapcheck.errors import ArtifactError, ConfigError, TrackingStoreError, VmapcheckError
 from vmapcheck.io import sha256_file
 from vmapcheck.layout import Layout
 
@@ -143,8 +143,19 @@ def store_root(project_root: Path) -> Path:
 
 def tracking_uri(tracking: TrackingConfig, project_root: Path) -> str:
     """``MLFLOW_TRACKING_URI`` when set and non-empty, else ``tracking.tracking_uri``; a
-    relative ``sqlite:///file.db`` is made absolute against :func:`store_root`."""
-    uri = os.environ.get("MLFLOW_TRACKING_URI", "").strip() or tracking.tracking_uri
+    relative ``sqlite:///file.db`` is made absolute against :func:`store_root`.
+
+    Raises:
+        ConfigError: ``MLFLOW_TRACKING_URI`` names no store MLflow supports here (the
+            configured URI was validated with the config).
+    """
+    uri = os.environ.get("MLFLOW_TRACKING_URI", "").strip()
+    if uri:
+        problem = tracking_uri_problem(uri)
+        if problem:
+            raise ConfigError(f"MLFLOW_TRACKING_URI: {problem}, found {shown(uri)!r}")
+    else:
+        uri = tracking.tracking_uri
     if uri.startswith(SQLITE) and not uri[len(SQLITE) :].startswith("/"):
         return SQLITE + str((store_root(project_root) / uri[len(SQLITE) :]).resolve())
     return uri
@@ -213,6 +224,22 @@ def sqlite_file(uri: str) -> Path | None:
     return Path(uri[len(SQLITE) :].split("?", 1)[0])
 
 
+def require_existing_store(uri: str, action: str) -> None:
+    """Refuse a sqlite store whose file does not exist, for ``action`` (what needed it),
+    rather than letting MLflow create an empty store where a user mistyped its path.
+
+    Raises:
+        TrackingStoreError: naming the file, what it was needed for and how it is made.
+    """
+    path = sqlite_file(uri)
+    if path is not None and not path.is_file():
+        raise TrackingStoreError(
+            f"no MLflow store at {path} (tracking.tracking_uri, or MLFLOW_TRACKING_URI when "
+            f"set): {action} needs an existing one, and none is created here; check the "
+            "path, or make the store with `vmapcheck store init` or a first `dvc repro`"
+        )
+
+
 # --- how long ---------------------------------------------------------------------------
 
 
@@ -269,6 +296,23 @@ def health(uri: str, timeout_s: float) -> str | None:
         return (exc.strerror or type(exc).__name__).lower()
 
 
+def first_line(error: BaseException | str, limit: int = 300) -> str:
+    """The first line of ``error``'s message, at most about ``limit`` characters.
+
+    A longer line keeps its start and its end (where an HTTP client puts the cause, e.g.
+    "Connection refused"), joined by " ... " and cut at spaces, never mid-word.
+    """
+    line = (str(error).splitlines() or [""])[0].strip()
+    if len(line) <= limit:
+        return line
+    half = (limit - 5) // 2
+    head = line[:half]
+    head = head[: head.rfind(" ")] if " " in head else head
+    tail = line[-half:]
+    tail = tail[tail.find(" ") + 1 :] if " " in tail else tail
+    return f"{head.rstrip()} ... {tail.lstrip()}"
+
+
 def _unreachable(uri: str, why: str, seconds: float, when: str = "") -> str:
     return (
         f"the MLflow tracking server {shown(uri)} does not answer{when} (GET /health: {why}; "
@@ -305,7 +349,7 @@ def reaching(uri: str, tracking: TrackingConfig) -> Iterator[None]:
         why = health(uri, tracking.http_timeout_s)
         if why is None:
             raise
-        first = (str(exc).splitlines() or [""])[0][:300]
+        first = first_line(exc)
         raise TrackingStoreError(
             _unreachable(uri, why, time.monotonic() - started, " any more")
             + f" (the request that failed: {type(exc).__name__}: {first})"
@@ -375,7 +419,7 @@ def create_sqlite_store(uri: str, migrate: bool = False) -> None:
     except MlflowException as exc:
         if "out-of-date database schema" not in str(exc):
             raise TrackingStoreError(
-                f"the MLflow store {path} cannot be opened: {str(exc).splitlines()[0][:300]}"
+                f"the MLflow store {path} cannot be opened: {first_line(exc)}"
             ) from None
     if not migrate:
         raise TrackingStoreError(
