@@ -90,3 +90,29 @@ def test_a_plugged_in_model_runs_the_whole_pipeline(project, model, direct):
     assert tags["contract.batched_forward"] == str(direct).lower()
     artifacts = {a.path for a in mlflow_client(project).list_artifacts(track["run_id"])}
     assert "contract.json" in artifacts
+
+
+def test_a_dict_input_model_from_the_docs_runs_end_to_end_and_models_is_a_dependency(project):
+    # docs/own-model.md's two-tower model (models/two_tower.py): one example is
+    # {"body": (2,), "serum": (6,)}, on the bundled diabetes table.
+    fast = [arg for override in ("data.standard_batch=8", *FAST_RUN) for arg in ("-S", override)]
+    run(project, "dvc", "exp", "run", "-n", "two-tower-exp", "-S", "model=two_tower",
+        "-S", "data=diabetes", *fast)  # fmt: skip
+    details = _details(project)
+    assert details["passed"], details["failures"]
+    assert details["reference"]["status"] == "ok" and details["reference"]["passed"]
+    assert details["cases"]["standard"]["shape"] == {"body": [8, 2], "serum": [8, 6]}
+    negative = details["negative"]
+    for name in ("invalid_body_dtype", "invalid_serum_nan", "invalid_missing_leaf"):
+        assert negative[name]["passed"], negative[name]
+    contract = json.loads((project / "data" / "params" / "contract.json").read_text())
+    assert [leaf["leaf"] for leaf in contract["inputs"]["leaves"]] == ["body", "serum"]
+    track = json.loads((project / "reports" / "track.json").read_text())
+    assert mlflow_client(project).get_run(track["run_id"]).data.tags["verdict"] == "passed"
+    # The models/ package is a dependency of every stage that runs a model: editing it
+    # makes them stale, with no edit to dvc.yaml.
+    with (project / "models" / "two_tower.py").open("a") as module:
+        module.write("\n# an edit\n")
+    status = run(project, "dvc", "status").stdout
+    for stage in ("train", "forward", "check", "bench"):
+        assert f"{stage}:" in status, status
