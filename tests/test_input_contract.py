@@ -229,3 +229,16 @@ def test_inputs_that_do_not_take_in_features_are_refused_naming_the_key():
     )
     with pytest.raises(ConfigError, match=r"model\.inputs take 7 table columns"):
         validate_config(raw)
+
+
+def test_a_one_leaf_dict_gets_its_leaf_under_another_name_as_the_missing_leaf(tmp_path):
+    spec = InputSpec((Leaf("image", (2, 2, 1), "float"),))
+    table = RNG.normal(size=(12, 4))
+    cases = regression_cases(table, table, np.zeros((12, 1)), 4, spec)
+    missing = cases["invalid_missing_leaf"]
+    assert set(missing["x"]) == {"image_renamed"}
+    with pytest.raises(InvalidInputError, match="leaf 'image' is missing"):
+        spec.validate_batch(missing["x"], jnp.float32)
+    assert "invalid_batch_sizes" not in cases  # one leaf: nothing to disagree with
+    write_cases(tmp_path, cases)
+    assert set(load_cases(tmp_path)["invalid_missing_leaf"]["x"]) == {"image_renamed"}

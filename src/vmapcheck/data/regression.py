@@ -330,9 +330,11 @@ def _tree_invalid_cases(contract: InputSpec, valid: dict[str, np.ndarray]) -> di
                 [where, f"expected ids in [0, {leaf.vocab})", "first at index (1, 0"],
             )
     last = contract.leaves[-1].name
+    # One leaf: under another name (a dict without it would hold no array to store).
+    without = {k: v for k, v in valid.items() if k != last}
     cases["invalid_missing_leaf"] = _invalid(
-        {k: v for k, v in valid.items() if k != last},
-        f"leaf {last} left out",
+        without if without else {f"{last}_renamed": valid[last]},
+        f"leaf {last} left out" if without else f"leaf {last} under another name",
         [f"leaf {last!r} is missing"],
     )
     cases["invalid_extra_leaf"] = _invalid(
