@@ -9,7 +9,7 @@ from rich.progress import Progress, TimeElapsedColumn
 
 from vmapcheck.bench.guard import replay_figures, replay_summary, run_replay
 from vmapcheck.bench.plots import write_latency_csvs, write_latency_png, write_speedup_csv
-from vmapcheck.bench.timing import metrics_summary, run_bench
+from vmapcheck.bench.timing import metrics_summary, run_bench, speedup_text
 from vmapcheck.config import Config
 from vmapcheck.core.forms import data_mesh
 from vmapcheck.core.models import build_model
@@ -78,10 +78,7 @@ def run(config: Config, layout: Layout) -> None:
     print(f"bench: matmul peak {result['peak']['gflops']:.1f} GFLOP/s on this machine now")
     for label, ratios in result["speedup"].items():
         ci = result["speedup_ci"].get(label, {})
-        shown = ", ".join(
-            f"{k}={v:.2f}x" + (f" [{ci[k][0]:.2f}, {ci[k][1]:.2f}]" if k in ci else "")
-            for k, v in ratios.items()
-        )
+        shown = ", ".join(f"{k} {speedup_text(v, ci.get(k))}" for k, v in ratios.items())
         roofs = ", ".join(
             f"{p.name} at {result['figures'][p.name][label]['roofline']:.1%}"
             for p in PATHS.values()
