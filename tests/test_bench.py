@@ -18,13 +18,12 @@ from vmapcheck.bench.timing import (
     round_slices,
     run_bench,
     sample_passes,
-    speedup_text,
     warm_up,
 )
 from vmapcheck.bench.verdict import BLOCKS, blocks_of
 from vmapcheck.config import BenchConfig, ModelConfig, RegressionConfig
 from vmapcheck.core.models import build_model
-from vmapcheck.core.paths import path_names
+from vmapcheck.core.paths import path_names, speedup_text
 
 
 def test_latency_stats_are_percentiles_not_the_best_run():

@@ -34,7 +34,7 @@ from __future__ import annotations
 import contextlib
 import math
 import time
-from collections.abc import Callable, Hashable, Iterator, Sequence
+from collections.abc import Callable, Hashable, Iterator
 from typing import Any
 
 import jax
@@ -472,17 +472,6 @@ def speedup_intervals(
             if label in samples_ms.get(s.slower, {}) and label in samples_ms.get(s.faster, {})
         }
     return out
-
-
-def speedup_text(ratio: float, interval: Sequence[float] | None = None) -> str:
-    """A same-run ratio as the reports word it: ``1.29x (CI 1.20-1.40)``; ``no measurable
-    difference (CI 0.95-1.10)`` when its confidence interval (:func:`speedup_intervals`)
-    holds 1.0, neither a speed-up nor a slowdown; ``1.29x`` without an interval."""
-    if interval is None or len(interval) != 2:
-        return f"{ratio:.2f}x"
-    low, high = interval
-    ci = f"CI {low:.2f}-{high:.2f}"
-    return f"no measurable difference ({ci})" if low <= 1.0 <= high else f"{ratio:.2f}x ({ci})"
 
 
 def metrics_summary(result: dict[str, Any]) -> dict[str, Any]:

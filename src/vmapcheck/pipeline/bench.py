@@ -9,11 +9,11 @@ from rich.progress import Progress, TimeElapsedColumn
 
 from vmapcheck.bench.guard import replay_figures, replay_summary, run_replay
 from vmapcheck.bench.plots import write_latency_csvs, write_latency_png, write_speedup_csv
-from vmapcheck.bench.timing import metrics_summary, run_bench, speedup_text
+from vmapcheck.bench.timing import metrics_summary, run_bench
 from vmapcheck.config import Config
 from vmapcheck.core.forms import data_mesh
 from vmapcheck.core.models import build_model
-from vmapcheck.core.paths import PATHS, describe_distributed
+from vmapcheck.core.paths import PATHS, describe_distributed, speedup_text
 from vmapcheck.core.runtime import configure_jax
 from vmapcheck.data.regression import STANDARD_CASE, load_cases
 from vmapcheck.io import atomic_dir, atomic_write_json

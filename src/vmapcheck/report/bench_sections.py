@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from vmapcheck.bench.plots import latency_png, speedup_png
-from vmapcheck.bench.timing import speedup_text
+from vmapcheck.core.paths import speedup_text
 from vmapcheck.report.elements import (
     Markup,
     bullets,

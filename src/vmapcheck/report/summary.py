@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import sys
 
-from vmapcheck.bench.timing import speedup_text
 from vmapcheck.check.schema import read_check_details
+from vmapcheck.core.paths import speedup_text
 from vmapcheck.errors import ArtifactError
 from vmapcheck.io import read_json
 from vmapcheck.layout import Layout
