@@ -80,7 +80,9 @@ reference: $(STAMP)
 	@test -n "$(REASON)" || { echo "error: say why the reference changes: make reference REASON='...'" >&2; exit 1; }
 	vmapcheck reference make --reason "$(REASON)"
 
-# Judge reports/bench_details.json against a baseline; exits 1 on a regression.
+# Judge reports/bench_details.json against a baseline; exits 1 on a regression. The default,
+# last-verified, is the newest verified run other than the one that logged these reports
+# (reports/track.json); when there is none, it says so and exits 0.
 BASELINE ?= last-verified
 verdict: $(STAMP)
 	vmapcheck verdict --baseline "$(BASELINE)"

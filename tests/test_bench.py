@@ -1,5 +1,8 @@
 """The benchmark reports distributions after warm-up and says what it skipped."""
 
+import itertools
+import time
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -7,9 +10,11 @@ import pytest
 
 from vmapcheck.bench.timing import (
     ROUNDS,
+    balanced_orders,
     latency_stats,
     metrics_summary,
     no_compiles,
+    pass_orders,
     round_slices,
     run_bench,
     sample_passes,
@@ -18,7 +23,7 @@ from vmapcheck.bench.timing import (
 from vmapcheck.bench.verdict import BLOCKS, blocks_of
 from vmapcheck.config import BenchConfig, ModelConfig, RegressionConfig
 from vmapcheck.core.models import build_model
-from vmapcheck.core.paths import path_names
+from vmapcheck.core.paths import path_names, speedup_text
 
 
 def test_latency_stats_are_percentiles_not_the_best_run():
@@ -44,9 +49,10 @@ def test_interleaved_timing_counts_first_call_and_warmup_apart():
     first, inner = warm_up(calls, warmup=3)
     samples = {name: np.empty(7) for name in calls}
     sample_passes(calls, inner, samples, range(7))
-    # first call, warm-up, one calibration call, then the samples (inner loop of 1 here)
+    # first call, warm-up, one calibration call, then each sample (inner loop of 1 here)
+    # after one discarded call of its own
     assert inner == {"a": 1, "b": 1}
-    assert counts == {"a": 12, "b": 12}
+    assert counts == {"a": 1 + 3 + 1 + 2 * 7, "b": 1 + 3 + 1 + 2 * 7}
     assert set(first) == {"a", "b"} and all(v > 0 for v in first.values())
     assert samples["a"].shape == samples["b"].shape == (7,)
 
@@ -72,8 +78,11 @@ def test_run_bench_covers_every_path_and_caps_the_loop():
         )
         assert result["latency_ms"][path]["b1"]["n"] == 5
     assert "capped at 8 rows" in result["skipped"]["loop_jit"]["b32"]
-    assert set(result["speedup"]["b1"]) == {"vmap_over_loop", "vmap_over_direct"}
-    assert set(result["speedup"]["b32"]) == {"vmap_over_direct"}
+    assert set(result["speedup"]["b1"]) == {"vmap_over_loop", "vmap_over_direct", "vmap_over_map"}
+    assert set(result["speedup"]["b32"]) == {"vmap_over_direct", "vmap_over_map"}
+    assert {k: set(v) for k, v in result["speedup_ci"].items()} == {
+        k: set(v) for k, v in result["speedup"].items()
+    }
     assert result["machine"]["before"]["logical_cores"] >= 1
     summary = metrics_summary(result)
     assert set(summary["latency_ms"]["vmap_jit"]["b32"]) == {
@@ -148,3 +157,82 @@ def test_a_speedup_comes_with_its_confidence_interval():
     same_low, same_high = ratio_interval(slower, rng.normal(2.0, 0.1, 100), 0.95)
     assert same_low < 1.0 < same_high
     assert ratio_interval(np.ones(5), np.full(5, 2.0), 0.95) == (0.5, 0.5)
+
+
+@pytest.mark.parametrize("n", range(1, 9))
+def test_balanced_orders_let_every_path_follow_every_other_equally_often(n):
+    orders = balanced_orders(n)
+    assert len(orders) == (2 * n if n % 2 else n)
+    assert all(sorted(order) == list(range(n)) for order in orders)
+    follows = [(a, b) for order in orders for a, b in itertools.pairwise(order)]
+    pairs = [(a, b) for a in range(n) for b in range(n) if a != b]
+    assert sorted(follows) == sorted(pairs * (2 if n % 2 else 1))
+    for position in range(n):  # and every path goes first, second, ... equally often
+        assert sorted(order[position] for order in orders) == sorted(
+            list(range(n)) * (2 if n % 2 else 1)
+        )
+    # The passes: whole cycles of the design, each shuffled, the same for the same seed.
+    passes = pass_orders(n, 3 * len(orders) + 1)
+    assert len(passes) == 3 * len(orders) + 1 and passes == pass_orders(n, len(passes))
+    for cycle in range(3):
+        done = passes[cycle * len(orders) : (cycle + 1) * len(orders)]
+        assert sorted(done) == sorted(orders)
+
+
+BASE_S, PENALTY_S = 1e-3, 3e-3
+
+
+def _polluting_group(names: tuple[str, ...]) -> dict[str, object]:
+    """Three paths that each take BASE_S; after "loop" runs, whatever call comes next pays
+    PENALTY_S more (as the unrolled loop_jit left the next path ~20-45% slower)."""
+    owed = [0.0]
+
+    def path(pollutes: bool):
+        def call():
+            time.sleep(BASE_S + owed[0])
+            owed[0] = PENALTY_S if pollutes else 0.0
+
+        return call
+
+    return {name: path(name == "loop") for name in names}
+
+
+def _medians(samples: dict[str, np.ndarray]) -> dict[str, float]:
+    return {name: float(np.median(v)) for name, v in samples.items()}
+
+
+@pytest.mark.parametrize("names", list(itertools.permutations(("loop", "a", "b"))))
+def test_a_path_that_slows_the_next_one_leaves_two_identical_paths_equal(names):
+    calls = _polluting_group(names)
+    _, inner = warm_up(calls, warmup=1)
+    samples = {name: np.empty(24) for name in calls}
+    sample_passes(calls, inner, samples, range(24))
+    p50 = _medians(samples)
+    assert 0.8 < p50["a"] / p50["b"] < 1.25, p50
+    # No timed call paid the penalty, each discarded call before it did (in a balanced
+    # order alone, a third of the samples of "a" and "b" would).
+    paid = {name: float(np.mean(samples[name] > BASE_S + 0.8 * PENALTY_S)) for name in "ab"}
+    assert max(paid.values()) < 0.1, paid
+
+
+def test_the_old_fixed_rotation_is_biased_by_the_same_pollution():
+    """What the test above guards against: passes rotating the first path (loop, a, b;
+    a, b, loop; b, loop, a) with no discarded call have "a" always right after "loop"."""
+    calls = _polluting_group(("loop", "a", "b"))
+    warm_up(calls, warmup=1)
+    names = list(calls)
+    samples = {name: np.empty(24) for name in calls}
+    for i in range(24):
+        for name in names[i % 3 :] + names[: i % 3]:
+            start = time.perf_counter()
+            calls[name]()
+            samples[name][i] = time.perf_counter() - start
+    p50 = _medians(samples)
+    assert p50["a"] / p50["b"] > 2.0, p50
+
+
+def test_a_ratio_whose_interval_holds_one_is_no_measurable_difference():
+    assert speedup_text(1.03, [0.95, 1.1]) == "no measurable difference (CI 0.95-1.10)"
+    assert speedup_text(1.29, [1.2, 1.4]) == "1.29x (CI 1.20-1.40)"
+    assert speedup_text(0.8, [0.7, 0.9]) == "0.80x (CI 0.70-0.90)"
+    assert speedup_text(30.0) == "30.00x"

@@ -213,6 +213,10 @@ def make_inputs(failed: bool) -> tuple[CheckDetails, dict, dict, dict]:
             "b1": {"vmap_over_loop": 0.98, "vmap_over_direct": 1.0},
             "b8": {"vmap_over_loop": 1.5, "vmap_over_direct": 1.1},
         },
+        "speedup_ci": {
+            "b1": {"vmap_over_loop": [0.9, 1.05], "vmap_over_direct": [0.97, 1.04]},
+            "b8": {"vmap_over_loop": [1.4, 1.6], "vmap_over_direct": [1.05, 1.15]},
+        },
         "peak": {"size": 512, "p50_ms": 3.3, "gflops": 80.7},
         "skipped": {
             **{p: {} for p in path_names("batch")},
@@ -376,7 +380,8 @@ def test_report_holds_every_section_self_contained(failed):
     assert latency[0][:5] == ["path", "batch", "p50 ms", "p90 ms", "p99 ms"]
     assert len(latency) - 1 == len(path_names("batch")) * 2 - 1  # loop_eager at batch 8 was skipped
     vmap_8 = next(row[:5] for row in latency if row[:2] == ["vmap_jit", "8"])
-    assert vmap_8 == ["vmap_jit", "8", "0.32", "0.384", "0.64"]
+    k = path_names("batch").index("vmap_jit") + 1  # make_inputs: p50 = 0.01 ms * rows * k
+    assert vmap_8 == ["vmap_jit", "8", *(f"{v * 8 * k:.3g}" for v in (0.01, 0.012, 0.02))]
     assert "loop_eager at batch 8: loop path capped" in page.text("skipped")
     assert page.ids["noisy"]["data-noisy"] == "true"
     assert "load average above" in page.text("verdict-notes")
@@ -406,6 +411,18 @@ def test_report_renders_the_check_details_as_read_back(tmp_path):
     assert render_report(
         read_check_details(details), bench, train, contract, generated_at=when
     ) == render_report(check, bench, train, contract, generated_at=when)
+
+
+def test_a_ratio_whose_interval_holds_one_reads_no_measurable_difference():
+    check, bench, train, contract = make_inputs(failed=False)
+    rows = parse(render_report(check, bench, train, contract)).rows["speedup-table"]
+    assert rows[1:] == [
+        ["1", "no measurable difference (CI 0.90-1.05)", "no measurable difference (CI 0.97-1.04)"],
+        ["8", "1.50x (CI 1.40-1.60)", "1.10x (CI 1.05-1.15)"],
+    ]
+    del bench["speedup_ci"]  # a report from before the intervals: the ratios alone
+    rows = parse(render_report(check, bench, train, contract)).rows["speedup-table"]
+    assert rows[1:] == [["1", "0.98x", "1.00x"], ["8", "1.50x", "1.10x"]]
 
 
 def test_optional_sections_say_what_was_not_done():

@@ -1,6 +1,9 @@
 """The regression verdict: a slowdown is reported only when significant AND beyond the factor."""
 
 import json
+import shutil
+import tempfile
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -16,6 +19,7 @@ from vmapcheck.bench.verdict import (
 )
 from vmapcheck.cli import main as cli_main
 from vmapcheck.errors import ArtifactError, ConfigError
+from vmapcheck.layout import Layout
 
 
 def _lognormal(median_ms: float, n: int, seed: int, sigma: float = 0.1) -> np.ndarray:
@@ -190,8 +194,6 @@ def test_last_verified_is_the_newest_passed_run_of_the_same_model(tmp_path, empt
 
 
 def test_the_verdict_command_exits_1_on_a_regression(tmp_path, root, capsys):
-    import shutil
-
     shutil.copy(root / "params.yaml", tmp_path / "params.yaml")
     base, same, slow = (tmp_path / f"{n}.json" for n in ("base", "same", "slow"))
     base.write_text(json.dumps(_details(1.0, 0)))
@@ -275,3 +277,65 @@ def test_a_missing_current_report_is_named_as_such(tmp_path, root, capsys):
     assert cli_main(["verdict", *args]) == 2
     err = capsys.readouterr().err
     assert f"current run '{missing}': no such file" in err and "run the pipeline first" in err
+
+
+def _complete_run(client, experiment: str, details: dict, start_time: int, verdict="passed"):
+    """A complete run (FINISHED, pipeline_complete=true, a verdict tag) of model mlp on cpu
+    in f32, as params.yaml configures, with ``details`` as its bench_details.json."""
+    run = client.create_run(
+        experiment,
+        start_time=start_time,
+        tags={"verdict": verdict, "model": "mlp", "backend": "cpu", "precision": "f32"},
+    )
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "bench_details.json"
+        path.write_text(json.dumps(details))
+        client.log_artifact(run.info.run_id, str(path))
+    client.set_tag(run.info.run_id, "pipeline_complete", "true")
+    client.set_terminated(run.info.run_id)
+    return run.info.run_id
+
+
+def test_make_verdict_judges_the_reports_against_the_verified_run_before_theirs(
+    tmp_path, root, empty_mlflow_store, monkeypatch, capsys
+):
+    """`make verdict` (BASELINE=last-verified) on the reports of a logged run: never that
+    run itself (reports/track.json names it); none other: said, exit 0."""
+    from mlflow.tracking import MlflowClient
+
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    monkeypatch.delenv("DVC_ROOT", raising=False)
+    shutil.copy(root / "params.yaml", tmp_path / "params.yaml")  # sqlite:///mlflow.db
+    uri = empty_mlflow_store(tmp_path / "mlflow.db")
+    client = MlflowClient(tracking_uri=uri)
+    experiment = client.create_experiment(
+        "vmapcheck-mlp", artifact_location=(tmp_path / "mlartifacts").as_uri()
+    )
+    layout = Layout(tmp_path)
+    layout.reports.mkdir()
+    reports = _details(1.0, 0)
+    layout.bench_details.write_text(json.dumps(reports))
+    ours = _complete_run(client, experiment, reports, start_time=2_000)
+    layout.track_report.write_text(json.dumps({"run_id": ours, "tracking_uri": uri}))
+    verdict = ["verdict", "--root", str(tmp_path), "--baseline", "last-verified"]
+
+    # Only the run that logged the reports: nothing to compare them with.
+    out = tmp_path / "verdict.json"
+    assert cli_main([*verdict, "--out", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert "no baseline to judge against" in printed and f"other than run {ours}" in printed
+    assert json.loads(out.read_text())["verdict"] == "no baseline"
+
+    # An earlier verified run (and a newer failed one): that earlier run is the baseline.
+    earlier = _complete_run(client, experiment, _details(1.0, 1), start_time=1_000)
+    _complete_run(client, experiment, _details(5.0, 2), start_time=3_000, verdict="failed")
+    assert cli_main(verdict) == 0
+    printed = capsys.readouterr().out
+    assert "NO REGRESSION" in printed and f"baseline: run {earlier}" in printed
+
+    # The benchmark ran again since track logged `ours` (30% slower now): track.json still
+    # names `ours`, but it did not log these reports, so it is their baseline.
+    layout.bench_details.write_text(json.dumps(_details(1.3, 3)))
+    assert cli_main(verdict) == 1
+    printed = capsys.readouterr().out
+    assert "REGRESSION" in printed and f"baseline: run {ours}" in printed

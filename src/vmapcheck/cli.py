@@ -166,7 +166,8 @@ def build_parser() -> argparse.ArgumentParser:
     verdict.add_argument(
         "--baseline",
         required=True,
-        help=f"a bench_details.json, an MLflow run id, or {LAST_VERIFIED!r}",
+        help=f"a bench_details.json, an MLflow run id, or {LAST_VERIFIED!r} (the newest "
+        "verified run other than the one judged; none: says so, exit 0)",
     )
     verdict.add_argument(
         "--current",

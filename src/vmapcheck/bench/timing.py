@@ -9,10 +9,18 @@ Method, for every path and batch size:
   ``block_until_ready`` (JAX dispatches asynchronously: without it we would time the
   dispatch, not the work). The samples are taken in ``ROUNDS`` rounds over every batch
   size; within a round and batch size, in passes over the jit paths (then the eager
-  paths), each pass starting at a different path. A spell of interference from another
-  tenant of a shared machine thus lands on a round or two of every cell instead of on
-  every sample of one batch size, and the regression verdict tests the rounds' medians
-  (``vmapcheck.bench.verdict``); each cell's samples are stored in time order;
+  paths). A spell of interference from another tenant of a shared machine thus lands on
+  a round or two of every cell instead of on every sample of one batch size, and the
+  regression verdict tests the rounds' medians (``vmapcheck.bench.verdict``); each
+  cell's samples are stored in time order;
+- the order of the paths within a pass follows a balanced Latin square (Williams
+  design, :func:`balanced_orders`): over its passes every path directly follows every
+  other equally often and takes every position equally often (:func:`pass_orders`
+  shuffles the design's passes, seeded, so the joins between passes are balanced on
+  average). And every timed call comes right after one discarded call of the *same*
+  path, which takes whatever the previous path left (caches, allocator, thread pool):
+  timed right after the unrolled ``loop_jit``, ``vmap_jit`` came out measurably slower
+  than alone (docs/benchmark.md);
 - when one call is too short for the timer (under ``MIN_SAMPLE_TICKS`` of its
   resolution) a sample times a calibrated inner loop of calls and divides;
 - no compilation may happen while samples are taken (counted through
@@ -138,18 +146,59 @@ def warm_up(
     return first, inner
 
 
+def balanced_orders(n: int) -> list[list[int]]:
+    """Orders of ``range(n)`` forming a Williams design: over all of them, every index
+    directly follows every other index equally often (once in ``n`` orders for even
+    ``n``; twice in ``2n`` for odd ``n``, the orders and their mirror images) and takes
+    every position equally often."""
+    if n < 1:
+        return []
+    # First order 0, 1, n-1, 2, n-2, ...: its steps (mod n) are all different, so the
+    # shifted orders hold every ordered pair once (when n is even).
+    first, low, high = [0], 1, n - 1
+    while len(first) < n:
+        if len(first) % 2:
+            first.append(low)
+            low += 1
+        else:
+            first.append(high)
+            high -= 1
+    orders = [[(v + shift) % n for v in first] for shift in range(n)]
+    return orders + [order[::-1] for order in orders] if n % 2 else orders
+
+
+def pass_orders(n: int, passes: int, seed: int = 0) -> list[list[int]]:
+    """The order of ``range(n)`` in each of ``passes`` passes: cycles of
+    :func:`balanced_orders`, each cycle's orders shuffled (seeded) so that the joins
+    between passes (a pass's first after the previous pass's last) are balanced too, on
+    average."""
+    design = balanced_orders(n)
+    rng = np.random.default_rng(seed)
+    orders: list[list[int]] = []
+    while len(orders) < passes:
+        orders += [design[k] for k in rng.permutation(len(design))]
+    return orders[:passes]
+
+
 def sample_passes(
     calls: dict[Hashable, Callable[[], Any]],
     inner: dict[Hashable, int],
     samples: dict[Hashable, np.ndarray],
     indices: range,
+    isolate: bool = True,
 ) -> None:
-    """Fill ``samples[name][i]`` (seconds per call) for every ``i`` in ``indices``, one
-    pass over all calls per index, each pass starting at a different call."""
+    """Fill ``samples[name][i]`` (seconds per call) for every ``i`` in ``indices``: one
+    pass over all calls per index, pass ``i`` in order ``i`` of :func:`pass_orders`. With
+    ``isolate``, each timed sample comes right after one discarded call of the same
+    function, which takes what the call before it left behind."""
     names = list(calls)
+    orders = pass_orders(len(names), indices.stop)
     for i in indices:
-        for name in names[i % len(names) :] + names[: i % len(names)]:
+        for k in orders[i]:
+            name = names[k]
             fn, n = calls[name], inner[name]
+            if isolate:
+                jax.block_until_ready(fn())
             start = time.perf_counter()
             for _ in range(n):
                 out = fn()
@@ -306,8 +355,9 @@ def run_bench(
         groups += [group for group in by_mode.values() if group]
     # Timed in ROUNDS rounds over all the groups: a spell of interference from another
     # tenant of a shared machine then lands on a round or two of every cell, not on
-    # every sample of one batch size. Each group's round starts with one discarded pass
-    # (the caches the previous group left).
+    # every sample of one batch size. Within a group the paths take turns in a balanced
+    # order, each timed call right after a discarded call of its own (sample_passes): no
+    # path's leftovers land on the next one's timed call.
     first: dict[tuple[str, str], float] = {}
     inner: dict[tuple[str, str], int] = {}
     for group in groups:
@@ -315,7 +365,6 @@ def run_bench(
         first |= f
         inner |= i
     secs = {cell: np.empty(config.repeats) for group in groups for cell in group}
-    scratch = {cell: np.empty(1) for cell in secs}
     rounds = round_slices(config.repeats)
     with no_compiles(f"{len(figures)} cells"):
         for r, indices in enumerate(rounds):
@@ -324,7 +373,6 @@ def run_bench(
                 0.2 + 0.8 * r / len(rounds),
             )
             for group in groups:
-                sample_passes(group, inner, scratch, range(1))  # discarded
                 sample_passes(group, inner, secs, indices)
     peak = peak_figures(config.peak_matmul_size, secs[CONTROL])
     progress(f"matmul peak {peak['gflops']:.1f} GFLOP/s ({config.peak_matmul_size}^3)", 1.0)

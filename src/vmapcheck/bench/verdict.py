@@ -31,10 +31,12 @@ detection rates on this machine (``benchmarks/validate_verdict.py``).
 
 The baseline is a ``bench_details.json`` file, an MLflow run id, or ``last-verified``:
 the newest complete run in the store that passed its checks with the same model, backend
-and precision. A run is read only when complete (vmapcheck.tracking.store.COMPLETE_FILTER:
-a ``track`` that was killed leaves an incomplete one). ``vmapcheck verdict --baseline ...``
-(``make verdict``) prints the table and exits 1 on a regression (0 for "no regression"
-and "inconclusive").
+and precision, other than the run being judged. A run is read only when complete
+(vmapcheck.tracking.store.COMPLETE_FILTER: a ``track`` that was killed leaves an
+incomplete one). ``vmapcheck verdict --baseline ...`` (``make verdict``) prints the table
+and exits 1 on a regression (0 for "no regression" and "inconclusive"). Judging the
+reports on disk, the run that logged them (:func:`run_of_reports`) is never their
+baseline; when ``last-verified`` finds no other run it says so and exits 0.
 """
 
 from __future__ import annotations
@@ -62,6 +64,10 @@ CONTEXT_KEYS = ("model", "backend", "device_kind", "dtype", "jax_version", "cpu_
 MIN_SAMPLES = 5
 # Blocks of consecutive samples per run and cell: the statistics' unit (module docstring).
 BLOCKS = 10
+
+
+class NoBaselineError(ArtifactError):
+    """``last-verified`` found no complete passed run to judge against."""
 
 
 @dataclass(frozen=True)
@@ -231,9 +237,10 @@ def resolve_baseline(
         run_id = last_verified_run(tracking_uri, experiment or "", tags or {}, exclude)
         if run_id is None:
             wanted = ", ".join(f"{k}={v}" for k, v in sorted((tags or {}).items()))
-            raise ArtifactError(
-                f"{role} {LAST_VERIFIED}: no complete passed run with {wanted or 'any tags'} "
-                f"in experiment {experiment!r} of {tracking_uri}"
+            other = f" other than run {exclude} (the run judged)" if exclude else ""
+            raise NoBaselineError(
+                f"{role} {LAST_VERIFIED}: no complete passed run with {wanted or 'any tags'}"
+                f"{other} in experiment {experiment!r} of {tracking_uri}"
             )
         return bench_from_run(tracking_uri, run_id, role)
     if len(spec) == 32 and all(c in "0123456789abcdef" for c in spec):
@@ -522,6 +529,28 @@ def format_table(result: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def run_of_reports(layout: Layout, tracking_uri: str) -> str | None:
+    """The MLflow run that logged the benchmark now in ``layout.bench_details``: the run
+    ``reports/track.json`` names, when that run's ``bench_details.json`` artifact is this
+    very file. None when there is no track.json, its run is not in this store, or the
+    benchmark ran again since (then that run is a fair baseline)."""
+    from mlflow.exceptions import MlflowException
+
+    if not layout.track_report.is_file():
+        return None
+    track = read_json(layout.track_report)
+    run_id = track.get("run_id") if isinstance(track, dict) else None
+    if not isinstance(run_id, str):
+        return None
+    with tempfile.TemporaryDirectory() as tmp:
+        try:
+            logged = _client(tracking_uri).download_artifacts(run_id, BENCH_ARTIFACT, tmp)
+        except (MlflowException, OSError):
+            return None
+        same = Path(logged).read_bytes() == layout.bench_details.read_bytes()
+    return run_id if same else None
+
+
 def run_verdict(
     layout: Layout,
     baseline: str,
@@ -532,7 +561,8 @@ def run_verdict(
 ) -> int:
     """``vmapcheck verdict``: judge ``current`` (default: ``layout.bench_details``) against
     ``baseline`` and print the table. Exit 1 on a regression, 2 when either cannot be
-    read, else 0. ``factor``/``alpha`` None: the config's ``bench.regression``."""
+    read, else 0 (also when ``last-verified`` finds no run to compare with: it says so).
+    ``factor``/``alpha`` None: the config's ``bench.regression``."""
     from vmapcheck.config import load_config
     from vmapcheck.tracking.store import experiment_name, resolve_tracking_uri
 
@@ -547,7 +577,16 @@ def run_verdict(
         }
         experiment = experiment_name(config)
         judged = resolve_baseline(current, uri, experiment, tags, role="current run")
-        base = resolve_baseline(baseline, uri, experiment, tags, exclude=_run_id(current))
+        exclude = _run_id(current)
+        if exclude is None and Path(current).resolve() == layout.bench_details.resolve():
+            exclude = run_of_reports(layout, uri)
+        try:
+            base = resolve_baseline(baseline, uri, experiment, tags, exclude=exclude)
+        except NoBaselineError as exc:
+            print(f"verdict: no baseline to judge against: {exc}. Nothing compared.")
+            if out:
+                atomic_write_json(out, {"verdict": "no baseline", "why": str(exc)})
+            return 0
         regression = config.bench.regression
         result = compare(
             base,

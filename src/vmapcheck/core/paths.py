@@ -14,7 +14,7 @@ To add a path: write its form in :mod:`vmapcheck.core.forms` and add one entry b
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -253,6 +253,18 @@ SPEEDUPS = (
         "at every batch size, where the unrolled loop is capped)",
     ),
 )
+
+
+def speedup_text(ratio: float, interval: Sequence[float] | None = None) -> str:
+    """A :data:`SPEEDUPS` ratio as the reports word it: ``1.29x (CI 1.20-1.40)``; ``no
+    measurable difference (CI 0.95-1.10)`` when its confidence interval
+    (:func:`vmapcheck.bench.timing.speedup_intervals`) holds 1.0, neither a speed-up nor
+    a slowdown; ``1.29x`` without an interval."""
+    if interval is None or len(interval) != 2:
+        return f"{ratio:.2f}x"
+    low, high = interval
+    ci = f"CI {low:.2f}-{high:.2f}"
+    return f"no measurable difference ({ci})" if low <= 1.0 <= high else f"{ratio:.2f}x ({ci})"
 
 
 def batch_paths() -> list[ForwardPath]:

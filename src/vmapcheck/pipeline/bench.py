@@ -13,7 +13,7 @@ from vmapcheck.bench.timing import metrics_summary, run_bench
 from vmapcheck.config import Config
 from vmapcheck.core.forms import data_mesh
 from vmapcheck.core.models import build_model
-from vmapcheck.core.paths import PATHS, describe_distributed
+from vmapcheck.core.paths import PATHS, describe_distributed, speedup_text
 from vmapcheck.core.runtime import configure_jax
 from vmapcheck.data.regression import STANDARD_CASE, load_cases
 from vmapcheck.io import atomic_dir, atomic_write_json
@@ -78,10 +78,7 @@ def run(config: Config, layout: Layout) -> None:
     print(f"bench: matmul peak {result['peak']['gflops']:.1f} GFLOP/s on this machine now")
     for label, ratios in result["speedup"].items():
         ci = result["speedup_ci"].get(label, {})
-        shown = ", ".join(
-            f"{k}={v:.2f}x" + (f" [{ci[k][0]:.2f}, {ci[k][1]:.2f}]" if k in ci else "")
-            for k, v in ratios.items()
-        )
+        shown = ", ".join(f"{k} {speedup_text(v, ci.get(k))}" for k, v in ratios.items())
         roofs = ", ".join(
             f"{p.name} at {result['figures'][p.name][label]['roofline']:.1%}"
             for p in PATHS.values()

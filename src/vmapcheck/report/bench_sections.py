@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from vmapcheck.bench.plots import latency_png, speedup_png
+from vmapcheck.core.paths import speedup_text
 from vmapcheck.report.elements import (
     Markup,
     bullets,
@@ -91,20 +92,22 @@ def latency(bench: dict[str, Any], title: str) -> Markup:
         for label, reason in reasons.items()
     ]
     speedup = bench.get("speedup", {})
+    intervals = bench.get("speedup_ci", {})
+
+    def ratio(label: str, name: str) -> str:
+        value = speedup[label].get(name)
+        return "-" if value is None else speedup_text(value, intervals.get(label, {}).get(name))
+
     speed_table = table(
         ("batch", "vmap over loop (x faster)", "vmap over direct (cost, 1 = free)"),
         (
             (
-                [
-                    int(label[1:]),
-                    speedup[label].get("vmap_over_loop"),
-                    speedup[label].get("vmap_over_direct"),
-                ],
+                [int(label[1:]), ratio(label, "vmap_over_loop"), ratio(label, "vmap_over_direct")],
                 None,
             )
             for label in by_batch(speedup)
         ),
-        numeric=(0, 1, 2),
+        numeric=(0,),
         table_id="speedup-table",
     )
     peak = bench.get("peak")
@@ -114,7 +117,8 @@ def latency(bench: dict[str, Any], title: str) -> Markup:
             f"Benchmark `{config.get('name', '?')}`: {config.get('warmup', '?')} warm-up "
             f"call(s), then {config.get('repeats', '?')} timed calls per path and batch size, "
             "after compilation (compile time apart). Ratios compare p50s measured in the "
-            "same run."
+            "same run, with a bootstrap confidence interval; where it holds 1.0 there is no "
+            "measurable difference."
             + (
                 f" Matmul peak measured in the same run ({peak['size']}^3): "
                 f"{num(peak['gflops'])} GFLOP/s."

@@ -5,6 +5,7 @@ from __future__ import annotations
 import sys
 
 from vmapcheck.check.schema import read_check_details
+from vmapcheck.core.paths import speedup_text
 from vmapcheck.errors import ArtifactError
 from vmapcheck.io import read_json
 from vmapcheck.layout import Layout
@@ -73,8 +74,12 @@ def summarize(layout: Layout) -> str:
             lines.append(
                 f"  matmul peak measured in the same run: {bench['peak_gflops']:.1f} GFLOP/s"
             )
+        # The ratios' confidence intervals are in bench_details.json (older runs: none).
+        details = read_json(layout.bench_details) if layout.bench_details.exists() else {}
+        intervals = details.get("speedup_ci", {})
         for label, ratios in bench["speedup"].items():
-            shown = ", ".join(f"{k} {v:.2f}x" for k, v in ratios.items())
+            ci = intervals.get(label, {})
+            shown = ", ".join(f"{k} {speedup_text(v, ci.get(k))}" for k, v in ratios.items())
             lines.append(f"  speed at batch {label[1:]} (p50 ratios, same run): {shown}")
     track_path = layout.track_report
     if track_path.exists():
