@@ -62,7 +62,7 @@ def test_each_entry_is_consistent():
         assert path.about
         if path.same_program_as is not None:
             assert path.same_program_as in PATHS
-        if not path.distributed:  # every one-device form comes eager and under jit
+        if not path.distributed and not path.no_eager:  # one-device forms: eager and jit
             other = twin(path)
             assert other is not None and other.form == path.form and other.jit != path.jit
     assert sum(p.plain for p in PATHS.values()) == 1

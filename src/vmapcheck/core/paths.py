@@ -95,6 +95,7 @@ class ForwardPath:
         headline: shown in run comparisons (``vmapcheck compare``).
         plain: the untransformed per-example path (the loop, eager): the one a case's
             loss is computed from, against the stored reference.
+        no_eager: why the form has no eager entry ("" when it has one).
     """
 
     name: str
@@ -113,6 +114,7 @@ class ForwardPath:
     distributed: bool = False
     headline: bool = False
     plain: bool = False
+    no_eager: str = ""
 
     @property
     def mode(self) -> str:
@@ -172,7 +174,6 @@ PATHS: dict[str, ForwardPath] = {
             # One Python-level forward per row, unrolled by jit: capped in the benchmark.
             bench_cap="loop_max_batch",
         ),
-        # Jit only: outside jit, lax.map traces and compiles its body on every call.
         ForwardPath(
             name="map_jit",
             form="map",
@@ -184,6 +185,7 @@ PATHS: dict[str, ForwardPath] = {
             activations=forms.map_activations,
             # A stored reference made before this path existed stands in with the loop's.
             same_program_as="loop_jit",
+            no_eager="outside jit, lax.map traces and compiles its body on every call",
         ),
         *_eager_and_jit(
             "vmap",
