@@ -149,13 +149,13 @@ def test_a_multi_character_delimiter_is_a_config_error(tmp_path):
 @pytest.mark.parametrize(
     ("value", "expected"),
     [
-        ("abc", "expected a number, found 'abc'"),
+        ("abc", "expected a number, found a non-numeric value of 3 characters"),
         ("", "expected a number, found an empty value"),
         ("   ", "expected a number, found an empty value"),
         ("1,5", None),  # quoted below: a decimal comma is not a number
-        ("nan", "expected a finite number, found 'nan'"),
-        ("-inf", "expected a finite number, found '-inf'"),
-        ("1e39", "within float32 range"),
+        ("nan", "expected a finite number, found NaN"),
+        ("-inf", "expected a finite number, found an infinite value"),
+        ("1e39", "within float32 range (about ±3.4e38), found one beyond it"),
     ],
 )
 def test_bad_feature_value_names_column_row_and_line(tmp_path, value, expected):
@@ -164,7 +164,8 @@ def test_bad_feature_value_names_column_row_and_line(tmp_path, value, expected):
     assert f"{tmp_path / 'table.csv'}: column 'f2', row 17 (line 18): " in message
     assert expected is None or expected in message
     if expected is None:
-        assert "expected a number, found '1,5'" in message
+        assert "found a non-numeric value of 3 characters (it looks like a decimal comma" in message
+    assert value.strip() == "" or f"'{value}'" not in message
 
 
 def test_bad_target_value_and_count_of_bad_rows(tmp_path):
@@ -180,7 +181,26 @@ def test_line_numbers_follow_blank_lines_and_multi_line_fields(tmp_path):
         f'{HEADER}\n{GOOD_ROW}\n\n1,"Multi\nLine",{SECRET_DATE},1,2,3\n{SECRET_ID},x,y,oops,2,3\n'
     )
     message = refused(write(tmp_path, text))
-    assert "column 'f1', row 3 (line 6): expected a number, found 'oops'" in message
+    assert "column 'f1', row 3 (line 6): expected a number, found a non-numeric value" in message
+
+
+def test_a_personal_value_in_a_feature_column_is_not_shown(tmp_path):
+    # A misplaced column put an e-mail address where a number belongs (row 2, line 3): the
+    # error names the file, column, row and line, and shows neither the value nor a part.
+    email = "zelda.quux1961@private-mail.example"
+    rows = [GOOD_ROW, f"{SECRET_ID},{SECRET_NAME},{SECRET_DATE},{email},2,3"]
+    message = refused(write(tmp_path, HEADER + "\n" + "\n".join(rows) + "\n"))
+    assert f"{tmp_path / 'table.csv'}: column 'f1', row 2 (line 3): expected a number, " in message
+    assert f"found a non-numeric value of {len(email)} characters" in message
+    for part in (email, "zelda", "quux", "private-mail", "@"):
+        assert part not in message.lower()
+    # The same value stored as text in a Parquet column is not shown either.
+    path = tmp_path / "table.parquet"
+    frame = {"id": [SECRET_ID] * 2, "name": [SECRET_NAME] * 2, "birth_date": [SECRET_DATE] * 2}
+    pd.DataFrame({**frame, "f1": ["1", email], "f2": [1.0] * 2, "y": [0.0] * 2}).to_parquet(path)
+    message = refused(path)
+    assert "column 'f1', row 2: expected a number, found a non-numeric value of" in message
+    assert email not in message and "zelda" not in message.lower()
 
 
 def test_rows_with_the_wrong_number_of_fields(tmp_path):
@@ -241,13 +261,15 @@ def test_parquet_errors(tmp_path):
     pd.DataFrame({**base, "f1": [1.0, None, 2.0], "f2": [1.0] * 3, "y": [0.0] * 3}).to_parquet(path)
     assert "column 'f1', row 2: expected a number, found an empty value" in refused(path)
     pd.DataFrame({**base, "f1": [1.0, 2, np.inf], "f2": [1.0] * 3, "y": [0.0] * 3}).to_parquet(path)
-    assert "column 'f1', row 3: expected a finite number, found 'inf'" in refused(path)
+    assert "column 'f1', row 3: expected a finite number, found an infinite value" in refused(path)
     pd.DataFrame({**base, "f1": [True] * 3, "f2": [1.0] * 3, "y": [0.0] * 3}).to_parquet(path)
     assert "column 'f1': expected a numeric column, found type bool" in refused(path)
     pd.DataFrame({**base, "f1": [1.0] * 3, "y": [0.0] * 3}).to_parquet(path)
     assert "missing column 'f2' (feature)" in refused(path)
     pd.DataFrame({**base, "f1": [1.0] * 3, "f2": ["1", "x", "2"], "y": [0.0] * 3}).to_parquet(path)
-    assert "column 'f2', row 2: expected a number, found 'x'" in refused(path)
+    assert "column 'f2', row 2: expected a number, found a non-numeric value of 1 ch" in refused(
+        path
+    )
     path.write_bytes(b"not parquet at all")
     assert "not a readable Parquet file" in refused(path)
 

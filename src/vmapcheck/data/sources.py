@@ -8,15 +8,17 @@ quasi-identifier column. It holds RAW personal values: it lives in memory inside
 output.
 
 Error messages name the file, the column and, where it applies, the row (1-based data
-row, and for CSV the line of the file where that row starts). They never show a value of
-an identifier or quasi-identifier column: stage errors are printed to logs, and those
-values are personal data. A bad feature or target value is shown, since it is not.
+row, and for CSV the line of the file where that row starts). They never show a value
+from the file: stage errors are printed to logs, identifier and quasi-identifier values
+are personal data, and so may be whatever a misplaced column put in a feature column (an
+e-mail address). A bad feature or target value is described by its kind and length only.
 """
 
 from __future__ import annotations
 
 import csv
 import datetime as dt
+import re
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -39,9 +41,9 @@ ROLE_KEYS = {
 # Delimiters a wrongly-configured file is likely to use, with a name for messages.
 _DELIMITER_NAMES = {",": "comma", ";": "semicolon", "\t": "tab", "|": "pipe"}
 
-# A bad feature/target value is shown, but cut short: a whole line glued into one field
-# by a quoting error should not flood the message.
-_SHOW_CHARS = 40
+# A bad feature/target value is never shown (a misplaced column can hold e-mail addresses):
+# the message describes it by its kind and length only. A decimal comma gets a hint.
+_DECIMAL_COMMA = re.compile(r"[+-]?\d+,\d+")
 
 
 @dataclass(frozen=True)
@@ -290,9 +292,7 @@ def _read_parquet(path: Path, schema: Schema) -> RawTable:
         # safe=False: a huge int64 becomes the nearest float64 (float32 is coarser anyway).
         values = data.cast(pa.float64(), safe=False).to_numpy(zero_copy_only=False)
         unparsable = np.zeros_like(empty)
-        return _checked_float32(
-            column, values, empty, unparsable, lambda i: repr(float(values[i])), where
-        )
+        return _checked_float32(column, values, empty, unparsable, None, where)
 
     def block(columns: Sequence[str]) -> np.ndarray:
         return np.stack([numeric(c) for c in columns], axis=1)
@@ -404,9 +404,7 @@ def _parse_floats(column: str, texts: np.ndarray, where: Callable[[str, int], st
             except ValueError:
                 unparsable[i] = True
     empty = np.char.str_len(np.char.strip(texts)) == 0
-    return _checked_float32(
-        column, values, empty, unparsable & ~empty, lambda i: str(texts[i]), where
-    )
+    return _checked_float32(column, values, empty, unparsable & ~empty, texts, where)
 
 
 def _checked_float32(
@@ -414,13 +412,15 @@ def _checked_float32(
     values: np.ndarray,
     empty: np.ndarray,
     unparsable: np.ndarray,
-    shown: Callable[[int], str],
+    texts: np.ndarray | None,
     where: Callable[[str, int], str],
 ) -> np.ndarray:
     """float64 values -> float32, refusing empty, unparsable, non-finite and out-of-range.
 
     Every forward path refuses non-finite input, so a nan/inf in the source is an error
-    here, where its row can still be named, not later in a batch.
+    here, where its row can still be named, not later in a batch. ``texts`` are the cells
+    ``values`` were parsed from (None for a numeric Parquet column); the message describes
+    a bad cell by its length, never by its value.
     """
     with np.errstate(over="ignore"):  # overflow is reported below, by row
         out = values.astype(np.float32)
@@ -431,17 +431,18 @@ def _checked_float32(
     if not bad.any():
         return out
     i = int(np.argmax(bad))
-    value = shown(i)
-    if len(value) > _SHOW_CHARS:
-        value = value[:_SHOW_CHARS] + "..."
     if empty[i]:
         problem = "expected a number, found an empty value"
     elif unparsable[i]:
-        problem = f"expected a number, found {value!r}"
+        text = str(texts[i]) if texts is not None else ""
+        problem = f"expected a number, found a non-numeric value of {len(text)} characters"
+        if _DECIMAL_COMMA.fullmatch(text.strip()):
+            problem += " (it looks like a decimal comma: write numbers with a decimal point)"
     elif non_finite[i]:
-        problem = f"expected a finite number, found {value!r}"
+        kind = "NaN" if np.isnan(values[i]) else "an infinite value"
+        problem = f"expected a finite number, found {kind}"
     else:
-        problem = f"expected a number within float32 range (about ±3.4e38), found {value!r}"
+        problem = "expected a number within float32 range (about ±3.4e38), found one beyond it"
     more = int(bad.sum()) - 1
     tail = f" ({more} more bad value{'s' if more > 1 else ''} in this column)" if more else ""
     raise SourceError(f"{where(column, i)}: {problem}{tail}")
