@@ -1,7 +1,8 @@
 """The nightly workflow (.github/workflows/scheduled.yml): it fits GitHub's workflow
 schema, and it has the shape docs/scheduled-ci.md promises (nightly + manual, pinned and
 newest JAX, runs `dvc repro`, logs to the MLflow server named by a secret, uploads
-reports even on failure).
+reports even on failure). The CI workflow (ci.yml) fits the schema too and runs lint and
+the unit tests on every push and pull request.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import yaml
 from tests.helpers.config import ROOT
 
 WORKFLOW = ROOT / ".github" / "workflows" / "scheduled.yml"
+CI_WORKFLOW = ROOT / ".github" / "workflows" / "ci.yml"
 # Installed into the venv by the dev extra, next to the interpreter.
 CHECK_JSONSCHEMA = Path(sys.executable).parent / "check-jsonschema"
 
@@ -37,10 +39,11 @@ def _steps(job: dict[str, Any]) -> list[dict[str, Any]]:
     return job["steps"]
 
 
-def test_workflow_validates_against_the_github_workflow_schema() -> None:
+@pytest.mark.parametrize("path", [WORKFLOW, CI_WORKFLOW], ids=lambda p: p.name)
+def test_workflow_validates_against_the_github_workflow_schema(path: Path) -> None:
     # check-jsonschema ships SchemaStore's GitHub workflow schema: no network needed.
     result = subprocess.run(
-        [str(CHECK_JSONSCHEMA), "--builtin-schema", "vendor.github-workflows", str(WORKFLOW)],
+        [str(CHECK_JSONSCHEMA), "--builtin-schema", "vendor.github-workflows", str(path)],
         cwd=ROOT,
         capture_output=True,
         text=True,
@@ -110,3 +113,23 @@ def test_is_bounded_and_read_only(workflow: dict[Any, Any], job: dict[str, Any])
     assert workflow["permissions"] == {"contents": "read"}
     assert workflow["concurrency"]["group"]
     assert 0 < job["timeout-minutes"] <= 120
+
+
+def test_ci_runs_lint_and_unit_tests_on_every_push_and_pull_request() -> None:
+    ci = yaml.safe_load(CI_WORKFLOW.read_text())
+    triggers = ci.get("on", ci.get(True))
+    assert isinstance(triggers, dict), f"no `on:` triggers in {CI_WORKFLOW.name}"
+    assert {"push", "pull_request"} <= set(triggers)
+    # No branch or path filter: every push and every pull request runs it.
+    for event in ("push", "pull_request"):
+        assert not triggers[event], f"{CI_WORKFLOW.name}: on.{event}: expected no filter"
+    assert ci["permissions"] == {"contents": "read"}
+    (ci_job,) = ci["jobs"].values()
+    assert 0 < ci_job["timeout-minutes"] <= 120
+    steps = ci_job["steps"]
+    assert steps[0]["uses"].startswith("actions/checkout@")
+    setup = [s for s in steps if s.get("uses", "").startswith("actions/setup-python@")]
+    assert len(setup) == 1 and str(setup[0]["with"]["python-version"]) == "3.12"
+    assert setup[0]["with"]["cache-dependency-path"] == "requirements.lock"
+    runs = [s.get("run", "").strip() for s in steps]
+    assert runs.index("make setup") < runs.index("make test-fast")
