@@ -21,10 +21,16 @@ import numpy as np
 import pytest
 
 from tests.helpers.chromium import png_size, render
+from tests.helpers.config import compose_config
 from vmapcheck.check.schema import CheckDetails, read_check_details
 from vmapcheck.core.composition import REGROUPINGS
-from vmapcheck.core.paths import path_names
+from vmapcheck.core.models import build_model
+from vmapcheck.core.paths import not_provided, path_names
+from vmapcheck.layout import Layout
+from vmapcheck.report.check_sections import forms_compared
+from vmapcheck.report.elements import prose
 from vmapcheck.report.html import render_report
+from vmapcheck.report.summary import summarize
 
 HOSTILE = '<script>alert("x")</script>'
 
@@ -489,3 +495,69 @@ def test_chromium_helper_sees_a_broken_or_external_image(tmp_path):
     widths = {i["id"]: i["natural_width"] for i in probe["images"]}
     assert widths["outside"] == 0 and widths["plot-latency"] == 0
     assert probe["fetched"] == ["http://example.invalid/x.png"]
+
+
+def test_backtick_spans_are_code_not_literal_backticks():
+    check, bench, train, contract = make_inputs(failed=False)
+    check["reference"] = {
+        "status": "stale",
+        "message": "made from other params: run `make reference REASON='...'`",
+        "required": False,
+        "passed": True,
+    }
+    page_html = render_report(check, bench, train, contract)
+    # The report's own sentences (benchmark name, the vector case) and a stage's message.
+    assert "`" not in page_html
+    assert "Benchmark <code>quick</code>:" in page_html
+    assert "output for <code>single</code>." in page_html
+    assert "run <code>make reference REASON=&#x27;...&#x27;</code>" in page_html
+    page = parse(page_html)
+    assert "code" in page.tags and "script" not in page.tags
+    # A span is escaped before it becomes code: a name with markup stays text.
+    assert prose(f"case `{HOSTILE}` failed") == (
+        "case <code>&lt;script&gt;alert(&quot;x&quot;)&lt;/script&gt;</code> failed"
+    )
+    assert prose("a lone ` stays") == "a lone ` stays"
+
+
+def test_the_headline_names_the_paths_that_ran_and_only_those():
+    check, bench, train, contract = make_inputs(failed=False)
+    check["sharded"] = {"path": "sharded_jit", "devices": 2}
+    # The verdict word and the headline are adjacent divs: their texts join.
+    headline = parse(render_report(check, bench, train, contract)).text("verdict")
+    assert headline.startswith(
+        "PASSEDloop, map, vmap, vmap_of_jit and direct forwards (eager and jit), and "
+        "sharded_jit (data-parallel over 2 device(s), not vmap) on cpu (cpu), float32"
+    )
+    # An Equinox module has no hand-batched forward: the headline does not claim one.
+    pytest.importorskip("equinox", reason="equinox is not installed: pip install -e '.[equinox]'")
+    model = build_model(compose_config("model=equinox_mlp").model)
+    check["not_provided"] = not_provided(model)
+    assert set(check["not_provided"]) == {"direct_eager", "direct_jit"}
+    check["sharded"] = None  # and when no distributed path ran, none is named
+    headline = parse(render_report(check, bench, train, contract)).text("verdict")
+    assert headline.startswith(
+        "PASSEDloop, map, vmap and vmap_of_jit forwards (eager and jit) on cpu (cpu), float32"
+    )
+    assert "direct" not in headline and "sharded" not in headline
+    assert forms_compared(check) in headline
+
+
+def test_the_terminal_summary_says_what_the_headline_says(tmp_path):
+    check, bench, train, contract = make_inputs(failed=False)
+    check["sharded"] = {"path": "sharded_jit", "devices": 2}
+    check["not_provided"] = {
+        p: "model 'equinox_mlp' provides no hand-batched forward (forward_batch)"
+        for p in ("direct_eager", "direct_jit")
+    }
+    layout = Layout(tmp_path)
+    layout.check_details.parent.mkdir(parents=True)
+    layout.check_details.write_text(json.dumps(check), encoding="utf-8")
+    first = summarize(layout).splitlines()[0]
+    assert first == (
+        "verdict: PASSED - loop, map, vmap and vmap_of_jit forwards (eager and jit), and "
+        "sharded_jit (data-parallel over 2 device(s), not vmap) on cpu (cpu), float32, "
+        "rtol=1e-05 atol=1e-06, jax 0.11.2 / jaxlib 0.11.2"
+    )
+    headline = parse(render_report(check, bench, train, contract)).text("verdict")
+    assert forms_compared(check) in first and forms_compared(check) in headline

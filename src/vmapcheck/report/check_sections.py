@@ -22,6 +22,7 @@ from vmapcheck.report.elements import (
     kv_table,
     num,
     para,
+    prose,
     section,
     shape_text,
     table,
@@ -30,15 +31,32 @@ from vmapcheck.report.elements import (
 )
 
 
-def forms_compared() -> str:
-    """What the verdict is about: the forms of the one-device batch paths, in registry
-    order, and their modes: ``loop, vmap, vmap_of_jit and direct forwards (eager and
-    jit)`` (a distributed path is named on its own: it is not vmap)."""
-    paths = [p for p in PATHS.values() if p.takes == "batch" and not p.distributed]
+def forms_compared(check: Mapping[str, Any]) -> str:
+    """What the verdict is about, from the check's details: the forms of the one-device
+    batch paths that ran (a path in ``not_provided`` did not), in registry order, with
+    their modes, then the distributed path when it ran (``sharded``: data parallelism,
+    not vmap, so named on its own): ``loop, map, vmap, vmap_of_jit and direct forwards
+    (eager and jit), and sharded_jit (data-parallel over 2 device(s), not vmap)``."""
+    missing = set(check.get("not_provided") or {})
+    paths = [
+        p
+        for p in PATHS.values()
+        if p.takes == "batch" and not p.distributed and p.name not in missing
+    ]
     forms = list(dict.fromkeys(p.form for p in paths))
-    named = forms[0] if len(forms) == 1 else f"{', '.join(forms[:-1])} and {forms[-1]}"
     modes = " and ".join(dict.fromkeys(p.mode for p in paths))
-    return f"{named} forwards ({modes})"
+    text = f"{and_list(forms)} forwards ({modes})" if forms else "no one-device batch forward"
+    sharded = check.get("sharded")
+    if sharded:
+        text += (
+            f", and {sharded['path']} (data-parallel over {sharded['devices']} device(s), not vmap)"
+        )
+    return text
+
+
+def and_list(items: list[str]) -> str:
+    """``a``, ``a and b``, ``a, b and c``."""
+    return items[0] if len(items) == 1 else f"{', '.join(items[:-1])} and {items[-1]}"
 
 
 def verdict(check: CheckDetails, bench: dict[str, Any]) -> Markup:
@@ -46,7 +64,7 @@ def verdict(check: CheckDetails, bench: dict[str, Any]) -> Markup:
     runtime, tol = check["runtime"], check["tolerance"]
     word = "PASSED" if passed else "FAILED"
     headline = (
-        f"{forms_compared()} on {runtime['backend']} "
+        f"{forms_compared(check)} on {runtime['backend']} "
         f"({runtime['device_kind']}), {check['dtype']}, rtol={num(tol['rtol'])} "
         f"atol={num(tol['atol'])}, jax {runtime['jax_version']} / jaxlib "
         f"{runtime['jaxlib_version']}"
@@ -75,7 +93,7 @@ def verdict(check: CheckDetails, bench: dict[str, Any]) -> Markup:
         notes.append(f"Path {path} not provided by the model: {reason}")
     note_html = (
         '<div id="verdict-notes">'
-        + "".join(f'<div class="note">{esc(n)}</div>' for n in notes)
+        + "".join(f'<div class="note">{prose(n)}</div>' for n in notes)
         + "</div>"
         if notes
         else ""
@@ -313,7 +331,7 @@ def reference(check: CheckDetails) -> Markup:
             kv_table(
                 [
                     ("status", ref.get("status")),
-                    ("message", ref.get("message", "")),
+                    ("message", prose(ref.get("message", ""))),
                     ("required", ref.get("required")),
                 ],
                 "reference-table",
@@ -323,7 +341,7 @@ def reference(check: CheckDetails) -> Markup:
     tol = ref["tolerance_used"]
     meta = kv_table(
         [
-            ("compared", ref["message"]),
+            ("compared", prose(ref["message"])),
             ("made at", ref.get("created_at")),
             ("why", ref.get("reason")),
             ("from MLflow run", ref.get("from_run") or "-"),

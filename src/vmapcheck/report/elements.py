@@ -11,6 +11,7 @@ from __future__ import annotations
 import base64
 import html
 import math
+import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -57,6 +58,21 @@ def esc(value: Any) -> Markup:
     if isinstance(value, Markup):
         return value
     return Markup(html.escape(str(value), quote=True))
+
+
+# A `span` in backticks, as the project's messages quote a command or a name (Markdown's
+# code span): shown as <code>, not as literal backticks.
+_CODE_SPAN = re.compile(r"`([^`\n]+)`")
+
+
+def prose(value: Any) -> Markup:
+    """``value`` as escaped HTML text in which each `span` in backticks is a ``<code>``
+    element (a :class:`Markup` passes through unchanged). For sentences (paragraphs,
+    bullets, notes): the report's own and the stages' messages quote commands and names
+    that way. Table cells show values as they are, with :func:`esc`."""
+    if isinstance(value, Markup):
+        return value
+    return Markup(_CODE_SPAN.sub(r"<code>\1</code>", esc(value)))
 
 
 def num(value: Any, digits: int = 3) -> str:
@@ -128,12 +144,12 @@ def section(title: str, section_id: str, *parts: Any) -> Markup:
 
 
 def para(text: Any) -> Markup:
-    return Markup(f"<p>{esc(text)}</p>")
+    return Markup(f"<p>{prose(text)}</p>")
 
 
 def bullets(items: Iterable[Any], list_id: str | None = None) -> Markup:
     id_attr = f' id="{esc(list_id)}"' if list_id else ""
-    return Markup(f"<ul{id_attr}>" + "".join(f"<li>{esc(i)}</li>" for i in items) + "</ul>")
+    return Markup(f"<ul{id_attr}>" + "".join(f"<li>{prose(i)}</li>" for i in items) + "</ul>")
 
 
 def png_img(data: bytes, alt: str, caption: str, img_id: str) -> Markup:

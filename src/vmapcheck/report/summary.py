@@ -20,14 +20,8 @@ def summarize(layout: Layout) -> str:
     runtime = check["runtime"]
     tol = check["tolerance"]
     verdict = "PASSED" if check["passed"] else "FAILED"
-    sharded = check.get("sharded")
-    data_parallel = (
-        f", and {sharded['path']} (data-parallel over {sharded['devices']} device(s), not vmap)"
-        if sharded
-        else ""
-    )
     lines.append(
-        f"verdict: {verdict} - {forms_compared()}{data_parallel} "
+        f"verdict: {verdict} - {forms_compared(check)} "
         f"on {runtime['backend']} "
         f"({runtime['device_kind']}), {check['dtype']}, rtol={tol['rtol']:g} atol={tol['atol']:g}, "
         f"jax {runtime['jax_version']} / jaxlib {runtime['jaxlib_version']}"
