@@ -36,6 +36,8 @@ from vmapcheck.check.diagnosis import (
     probes_for,
     write_report,
 )
+from vmapcheck.check.diagnosis.numerics import forward_stage, gradients_stage, loss_stage
+from vmapcheck.check.diagnosis.subject import Probe
 from vmapcheck.core.compare import measure, ulp_distance
 from vmapcheck.core.keys import named_keys
 from vmapcheck.core.models import Model, build_model
@@ -341,6 +343,41 @@ def test_a_plug_in_without_activations_is_compared_on_its_outputs(config):
         "output",
         ["direct_eager"],
     )
+
+
+def test_summaries_name_only_the_forms_the_model_has(config, mlp):
+    """A model without forward_batch (as an Equinox module) is not said to agree
+    through a direct path it does not have."""
+    params = mlp.init(named_keys(config.seed)["init"])
+    rng = np.random.default_rng(0)
+    probe = Probe(
+        "4 random rows",
+        rng.normal(size=(4, mlp.in_features)).astype(np.float32),
+        rng.normal(size=(4, mlp.out_features)).astype(np.float32),
+    )
+
+    def summaries(model: Model) -> list[str]:
+        subject = Subject(
+            model=model,
+            params=params,
+            dtype=jnp.float32,
+            tolerance=config.precision.tolerance,
+            cross_run_tolerance=config.precision.cross_run_tolerance,
+            probes=(probe,),
+        )
+        stages = [forward_stage(subject), loss_stage(subject), gradients_stage(subject)]
+        assert [s["status"] for s in stages] == ["ruled_out"] * 3, stages
+        return [s["summary"] for s in stages]
+
+    forward, loss, gradients = summaries(mlp)
+    assert forward.startswith("loop, vmap, vmap_of_jit and direct agree eagerly")
+    assert loss.startswith("loop, vmap and direct losses agree on 4 random rows")
+    assert "agree (loop mean, vmap, direct) on" in gradients
+    forward, loss, gradients = summaries(replace(mlp, forward_batch=None))
+    assert forward.startswith("loop, vmap and vmap_of_jit agree eagerly")
+    assert loss.startswith("loop and vmap losses agree on 4 random rows")
+    assert "agree (loop mean, vmap) on" in gradients
+    assert not any("direct" in text for text in (forward, loss, gradients))
 
 
 # --- the comparison figures -----------------------------------------------------------

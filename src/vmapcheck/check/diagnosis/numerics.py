@@ -26,6 +26,14 @@ from vmapcheck.core.paths import PATHS
 from vmapcheck.core.training import make_loss
 from vmapcheck.params_io import leaf_paths
 
+
+def _and_list(items: list[str]) -> str:
+    """``a``, ``a and b``, ``a, b and c`` (what a summary says was compared)."""
+    if len(items) < 2:
+        return "".join(items)
+    return f"{', '.join(items[:-1])} and {items[-1]}"
+
+
 # --- 4. forward -----------------------------------------------------------------------
 
 
@@ -33,9 +41,11 @@ def forward_stage(subject: Subject) -> dict[str, Any]:
     """Stage 4: eager loop / vmap / direct, minimal input first, layer by layer."""
     evidence: list[dict[str, Any]] = []
     notes = []
+    compared: dict[str, None] = {}  # the forms the model has, in registry order
     steps = set(subject.model.preprocessing)
     for probe in subject.probes:
         runs = _evaluate(subject, probe, jit=False)
+        compared |= dict.fromkeys(runs)
         notes += [r.note for r in runs.values() if r.note]
         finding = _walk(
             "forward", subject, probe, runs, lambda n: n not in steps, evidence, "eager"
@@ -47,7 +57,7 @@ def forward_stage(subject: Subject) -> dict[str, Any]:
         "forward",
         evidence,
         summary=(
-            f"loop, vmap{' and direct' if subject.model.forward_batch else ''} agree eagerly "
+            f"{_and_list(list(compared))} agree eagerly "
             + ("layer by layer" if per_layer else "on the output (no activations exposed)")
             + f" on {', '.join(p.label for p in subject.probes)}"
             + (f"; {'; '.join(notes)}" if notes else "")
@@ -186,17 +196,21 @@ def _compare_trees(
 
 
 def loss_stage(subject: Subject) -> dict[str, Any]:
-    """Stage 5: the loss by the loop, by vmap (the training loss) and through direct."""
+    """Stage 5: the loss by the loop, by vmap (the training loss) and through direct
+    (when the model has forward_batch)."""
     evidence: list[dict[str, Any]] = []
     probes = _targets(subject)
     if not probes:
         return _stage("loss", evidence, skipped="no input with targets")
+    sources: list[str] = []
     for probe in probes:
+        losses = _losses(subject, probe)
+        sources = list(losses)
         finding = _compare_trees(
             "loss",
             subject,
             probe,
-            {k: {"loss": v} for k, v in _losses(subject, probe).items()},
+            {k: {"loss": v} for k, v in losses.items()},
             evidence,
             "loss",
         )
@@ -205,7 +219,7 @@ def loss_stage(subject: Subject) -> dict[str, Any]:
     return _stage(
         "loss",
         evidence,
-        summary=f"loop, vmap and direct losses agree on {', '.join(p.label for p in probes)}",
+        summary=f"{_and_list(sources)} losses agree on {', '.join(p.label for p in probes)}",
     )
 
 
@@ -216,17 +230,18 @@ def gradients_stage(subject: Subject) -> dict[str, Any]:
     probes = _targets(subject)
     if not probes:
         return _stage("gradients", evidence, skipped="no input with targets")
+    sources: list[str] = []
     for probe in probes:
-        finding = _compare_trees(
-            "gradients", subject, probe, _gradients(subject, probe), evidence, "gradient"
-        )
+        gradients = _gradients(subject, probe)
+        sources = ["loop mean" if k == "loop" else k for k in gradients]
+        finding = _compare_trees("gradients", subject, probe, gradients, evidence, "gradient")
         if finding is not None:
             return _stage("gradients", evidence, finding)
     n = len(leaf_paths(subject.params))
     return _stage(
         "gradients",
         evidence,
-        summary=f"gradients of all {n} leaves agree (loop mean, vmap, direct) on "
+        summary=f"gradients of all {n} leaves agree ({', '.join(sources)}) on "
         f"{', '.join(p.label for p in probes)}",
     )
 
