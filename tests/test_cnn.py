@@ -24,7 +24,7 @@ import numpy as np
 import pytest
 
 from tests.helpers.config import ROOT, compose_config
-from tests.helpers.inprocess import run_stage, run_stages, write_params
+from tests.helpers.inprocess import judge_planted, run_stage, write_params
 from tests.helpers.project import FAST_RUN
 from vmapcheck.check.reference import reference_dir
 from vmapcheck.config import Config
@@ -460,19 +460,7 @@ def test_bench_timed_every_path(project):
 def test_batchnorm_with_batch_statistics_in_the_hand_batched_form_is_caught(tmp_path):
     from tests.helpers.cnn_faults import factory_overrides
 
-    root = tmp_path / "p"
-    root.mkdir()
-    write_params(
-        root,
-        *OPTIONS,
-        "data.standard_batch=8",
-        "reference.required=false",  # the planted model has no stored reference
-        "train.steps=0",
-        "backend.num_devices=2",
-        *factory_overrides("batch_statistics"),
-    )
-    run_stages(root, "prepare", "train", "forward", "check")
-    layout = Layout(root)
+    layout = judge_planted(tmp_path / "p", *OPTIONS, *factory_overrides("batch_statistics"))
     check = read_json(layout.check_details)
     assert not check["passed"]
     failing = [f for f in check["failures"] if "outputs depend on batch composition" in f]

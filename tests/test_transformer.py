@@ -20,7 +20,7 @@ import numpy as np
 import optax
 import pytest
 
-from tests.helpers.inprocess import run_stages, write_params
+from tests.helpers.inprocess import judge_planted
 from vmapcheck.core.contract import take
 from vmapcheck.core.models import Model
 from vmapcheck.core.paths import PATHS
@@ -31,7 +31,6 @@ from vmapcheck.data.builtin import (
     digit_tokens_schema,
 )
 from vmapcheck.io import read_json
-from vmapcheck.layout import Layout
 from vmapcheck.params_io import leaf_paths
 
 pytest.importorskip("flax", reason="flax is not installed: pip install -e '.[flax]'")
@@ -336,20 +335,9 @@ BATCH_MIXING = {"softmax_over_batch", "layernorm_over_batch"}
 def test_each_planted_mistake_fails_the_check_and_the_diagnosis_names_its_layer(tmp_path, fault):
     from tests.helpers.transformer_faults import factory_overrides
 
-    root = tmp_path / "p"
-    root.mkdir()
-    write_params(
-        root,
-        "data=digit_tokens",
-        "model=flax_transformer",
-        "data.standard_batch=8",
-        "reference.required=false",  # a planted model has no stored reference
-        "train.steps=0",
-        "backend.num_devices=2",
-        *factory_overrides(fault),
+    layout = judge_planted(
+        tmp_path / "p", "data=digit_tokens", "model=flax_transformer", *factory_overrides(fault)
     )
-    run_stages(root, "prepare", "train", "forward", "check")
-    layout = Layout(root)
     check = read_json(layout.check_details)
     assert not check["passed"]
     pairs = check["cases"]["standard"]["pairs"]

@@ -84,3 +84,20 @@ def run_stages(root: Path, *names: str) -> None:
     for name in names:
         code = run_stage(root, name)
         assert code == 0, f"stage {name} exited {code} (its error is printed above)"
+
+
+def judge_planted(root: Path, *overrides: str) -> Layout:
+    """A planted model (``overrides``: its data, model and factory) through prepare, train,
+    forward and check at ``root``, untrained, without a stored reference (a planted model
+    has none), on this process's 2 CPU devices; its Layout, to read check's reports."""
+    root.mkdir(parents=True, exist_ok=True)
+    write_params(
+        root,
+        *overrides,
+        "data.standard_batch=8",
+        "reference.required=false",
+        "train.steps=0",
+        "backend.num_devices=2",
+    )
+    run_stages(root, "prepare", "train", "forward", "check")
+    return Layout(root)
