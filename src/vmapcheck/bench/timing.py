@@ -385,10 +385,13 @@ def run_bench(
         stats_ = latency_stats(secs[cell], rows, config.confidence_level)
         latency[name][label] = stats_
         samples[name][label] = [float(v * 1e3) for v in secs[cell]]
-        # Eager paths do the same arithmetic as their jit twin: use its flop count.
+        # Eager paths do the same arithmetic as their jit twin: use its flop count; a
+        # path whose loop XLA counts once uses the count of its flops_as path.
         jit_twin = twin(PATHS[name])
         twin_figures = figures.get((jit_twin.name, label), {}) if jit_twin else {}
         flops = figures[cell].get("flops", twin_figures.get("flops", float("nan")))
+        if PATHS[name].flops_as is not None:
+            flops = figures.get((PATHS[name].flops_as, label), {}).get("flops", float("nan"))
         gflops = flops / (stats_["p50"] / 1e3) / 1e9
         per_path[name][label] = {
             **figures[cell],

@@ -96,6 +96,9 @@ class ForwardPath:
         plain: the untransformed per-example path (the loop, eager): the one a case's
             loss is computed from, against the stored reference.
         no_eager: why the form has no eager entry ("" when it has one).
+        flops_as: a path doing the same arithmetic whose flop count stands for this
+            one's, where XLA's cost analysis cannot count it (a loop's body is counted
+            once, whatever its trip count).
     """
 
     name: str
@@ -115,6 +118,7 @@ class ForwardPath:
     headline: bool = False
     plain: bool = False
     no_eager: str = ""
+    flops_as: str | None = None
 
     @property
     def mode(self) -> str:
@@ -186,6 +190,7 @@ PATHS: dict[str, ForwardPath] = {
             # A stored reference made before this path existed stands in with the loop's.
             same_program_as="loop_jit",
             no_eager="outside jit, lax.map traces and compiles its body on every call",
+            flops_as="vmap_jit",
         ),
         *_eager_and_jit(
             "vmap",
