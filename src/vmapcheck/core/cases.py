@@ -16,10 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Literal
 
-import jax
-import numpy as np
-
-from vmapcheck.core.contract import cast_floats
+from vmapcheck.core.contract import cast_floats, rows
 from vmapcheck.core.paths import path_names
 from vmapcheck.errors import ArtifactError
 
@@ -115,8 +112,7 @@ def case_rows(case: dict[str, Any]) -> int:
     """A batch case's rows: axis 0 of its ``x``, else of its manifest entry's ``shape`` (a
     list, or a dict of per-leaf shapes); 0 for a shape of rank 0."""
     if "x" in case:
-        first = jax.tree.leaves(case["x"])[0]
-        return int(np.shape(first)[0]) if np.ndim(first) else 0
+        return rows(case["x"])
     shape = case["shape"]
     if isinstance(shape, dict):
         shape = next(iter(shape.values()))

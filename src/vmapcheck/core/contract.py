@@ -427,11 +427,6 @@ def take(batch: Any, index: Any) -> Any:
     return tree_map(lambda leaf: leaf[index], batch)
 
 
-def to_numpy(batch: Any) -> Any:
-    """Every leaf as a host numpy array."""
-    return tree_map(np.asarray, batch)
-
-
 def cast_floats(batch: Any, dtype: Any) -> Any:
     """Float leaves cast to ``dtype`` (the run's precision); int and bool leaves unchanged."""
 

@@ -387,8 +387,6 @@ _BOUND: dict[str, Callable[..., list]] = {
     "scatter": _scatter,
     "scatter-add": _scatter,
 }
-# Magnitudes that must be finite before their rule applies (none at present).
-_FINITE_FIRST: frozenset[str] = frozenset()
 
 # Calls into a sub-jaxpr: primitive name -> the param holding it.
 _CALLS = {
@@ -461,8 +459,6 @@ def _apply(eqn: JaxprEqn, ins: list[Pair], fallbacks: set[str]) -> list[Pair]:
         elif name in _PLAIN:
             rule_mags = _PLAIN[name](vals, mags, outs, eqn.params)
         else:
-            if name in _FINITE_FIRST:
-                mags = [_finite(m) for m in mags]
             rule_mags = _BOUND[name](vals, mags, outs, eqn.params, eqn.primitive)
     except Exception:  # a rule that cannot apply to these params: |y|, recorded
         fallbacks.add(name)
