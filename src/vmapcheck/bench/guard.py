@@ -63,6 +63,7 @@ import numpy as np
 from vmapcheck.bench.timing import _CompileCounter, latency_stats
 from vmapcheck.config import GuardConfig, byte_limit_problem
 from vmapcheck.core.contract import (
+    EXTRA_LEAF,
     VECTOR_LEAF,
     InputSpec,
     float_dtype_problem,
@@ -452,7 +453,7 @@ def request_stream(
         elif kind == "missing_leaf":
             del arrays[contract.leaves[-1].name]
         elif kind == "extra_leaf":
-            arrays["unexpected"] = np.zeros((rows, 1), np.float32)
+            arrays[EXTRA_LEAF] = np.zeros((rows, 1), np.float32)
         elif kind == "batch_sizes":
             arrays[first.name] = head[:-1] if rows > 1 else np.concatenate([head, head])
         x = arrays[VECTOR_LEAF] if contract.flat else arrays

@@ -36,6 +36,8 @@ LeafDtype = Literal["float", "int32", "bool"]
 LEAF_DTYPES: tuple[str, ...] = ("float", "int32", "bool")
 # The leaf name of a flat-vector model's one leaf (its example is the bare array).
 VECTOR_LEAF = "x"
+# The leaf a planted "extra leaf" mistake adds (regression cases, the guard's stream).
+EXTRA_LEAF = "unexpected"
 
 
 @dataclass(frozen=True)

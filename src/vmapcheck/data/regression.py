@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from vmapcheck.core.contract import InputSpec, Leaf, from_leaf_arrays, leaf_arrays, take
+from vmapcheck.core.contract import EXTRA_LEAF, InputSpec, Leaf, from_leaf_arrays, leaf_arrays, take
 from vmapcheck.errors import ArtifactError
 from vmapcheck.io import atomic_save_npz, atomic_write_json, load_npz, read_json, sha256_file
 
@@ -338,9 +338,9 @@ def _tree_invalid_cases(contract: InputSpec, valid: dict[str, np.ndarray]) -> di
         [f"leaf {last!r} is missing"],
     )
     cases["invalid_extra_leaf"] = _invalid(
-        {**valid, "unexpected": np.ones((4, 1), np.float32)},
+        {**valid, EXTRA_LEAF: np.ones((4, 1), np.float32)},
         "a leaf the contract does not have",
-        ["leaf 'unexpected' is not in the contract"],
+        [f"leaf {EXTRA_LEAF!r} is not in the contract"],
     )
     if len(contract.leaves) > 1:
         first = contract.leaves[0].name
