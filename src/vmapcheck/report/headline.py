@@ -1,0 +1,153 @@
+"""The handful of figures a reviewer reads first, computed in one place.
+
+The same figures are the DVC metrics (`dvc exp show`, `dvc metrics diff`), the MLflow
+run's ``summary/*`` metrics (they sort first in the UI) and the first screen of the HTML
+report. They are computed from the detail reports (``check_details.json``,
+``bench_details.json``), so every surface says the same thing.
+
+Batch labels are zero-padded (:func:`batch_label`) so that ``b0016`` sorts before
+``b0128`` wherever names are sorted as text.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+# Zero-padding width of a batch label: 4 digits hold the shipped profiles (up to 4,096
+# rows); a larger batch simply gets more digits.
+_BATCH_DIGITS = 4
+
+# The speed-ups a reviewer compares, in the order shown.
+HEADLINE_SPEEDUPS = ("vmap_over_loop", "vmap_over_direct", "vmap_over_map")
+
+
+def batch_label(batch_size: int) -> str:
+    """``b0128`` for 128 rows: sorts as text in numeric order."""
+    return f"b{batch_size:0{_BATCH_DIGITS}d}"
+
+
+def batch_from_label(label: str) -> int:
+    """The row count of a label, padded (``b0128``) or not (``b128``)."""
+    return int(label.lstrip("b"))
+
+
+def _finite_max(values: list[float | None]) -> float | None:
+    finite = [v for v in values if v is not None and math.isfinite(v)]
+    return max(finite) if finite else None
+
+
+def worst_pair(check: dict[str, Any]) -> dict[str, Any] | None:
+    """The pair of forwards that disagree most (by max relative error) over every case.
+
+    Returns ``{"case", "pair", "max_abs", "max_rel", "bound_ratio"}`` or None when no case
+    produced comparable outputs."""
+    worst: dict[str, Any] | None = None
+    for case_name, case in check["cases"].items():
+        for pair_name, pair in case.get("pairs", {}).items():
+            rel = pair.get("max_rel")
+            if rel is None:
+                continue
+            if worst is None or rel > worst["max_rel"]:
+                worst = {
+                    "case": case_name,
+                    "pair": pair_name.replace("-vs-", " vs "),
+                    "max_abs": pair.get("max_abs"),
+                    "max_rel": rel,
+                    "bound_ratio": pair.get("bound_ratio"),
+                }
+    return worst
+
+
+def worst_vs_float64(check: dict[str, Any]) -> dict[str, Any] | None:
+    """The forward furthest from the float64 oracle: ``{"case", "path", "max_rel"}``."""
+    worst: dict[str, Any] | None = None
+    for case_name, case in check["cases"].items():
+        for path, result in case.get("oracle", {}).items():
+            rel = result.get("max_rel")
+            if rel is not None and (worst is None or rel > worst["max_rel"]):
+                worst = {"case": case_name, "path": path, "max_rel": rel}
+    return worst
+
+
+def check_headline(check: dict[str, Any]) -> dict[str, Any]:
+    """The agreement figures of ``check_details.json`` a reviewer reads first.
+
+    Keys: ``passed``, ``n_failures``, ``worst`` (:func:`worst_pair`), ``vs_reference``
+    (``{"status", "max_rel", "passed"}``), ``vs_float64`` (:func:`worst_vs_float64`),
+    ``invalid_refused`` and ``invalid_total`` (invalid-input cases refused by every
+    path)."""
+    negative = check.get("negative", {})
+    reference = check.get("reference", {})
+    return {
+        "passed": bool(check["passed"]),
+        "n_failures": len(check.get("failures", [])),
+        "worst": worst_pair(check),
+        "vs_reference": {
+            "status": reference.get("status"),
+            "max_rel": reference.get("max_rel"),
+            "passed": reference.get("passed"),
+        },
+        "vs_float64": worst_vs_float64(check),
+        "invalid_refused": sum(bool(n.get("passed")) for n in negative.values()),
+        "invalid_total": len(negative),
+    }
+
+
+def headline_batch(bench: dict[str, Any]) -> int | None:
+    """The batch size the headline speed-ups are read at: the largest one at which
+    vmap over the per-row loop was measured (the loop is capped by
+    ``bench.loop_max_batch``), else the largest with any speed-up."""
+    speedups = bench.get("speedup", {})
+    with_loop = [batch_from_label(b) for b, r in speedups.items() if "vmap_over_loop" in r]
+    measured = with_loop or [batch_from_label(b) for b in speedups]
+    return max(measured) if measured else None
+
+
+def bench_headline(bench: dict[str, Any]) -> dict[str, Any]:
+    """The speed-ups at :func:`headline_batch`, each with its confidence interval.
+
+    Returns ``{"batch": int | None, "speedups": {name: {"ratio", "ci"}}}``; ``ci`` is
+    ``[low, high]`` or None. Names are those of :data:`HEADLINE_SPEEDUPS` measured."""
+    batch = headline_batch(bench)
+    if batch is None:
+        return {"batch": None, "speedups": {}}
+    # bench_details.json may label batches either way (older runs: unpadded).
+    label = next(b for b in bench["speedup"] if batch_from_label(b) == batch)
+    ratios = bench["speedup"][label]
+    intervals = bench.get("speedup_ci", {}).get(label, {})
+    return {
+        "batch": batch,
+        "speedups": {
+            name: {"ratio": ratios[name], "ci": intervals.get(name)}
+            for name in HEADLINE_SPEEDUPS
+            if name in ratios
+        },
+    }
+
+
+def summary_metrics(check: dict[str, Any], bench: dict[str, Any] | None = None) -> dict[str, float]:
+    """The run's summary metrics, named ``summary/...`` so they sort first in MLflow.
+
+    Only measured figures appear: a figure that does not exist for this run (no
+    reference yet, no float64 oracle, no benchmark) is left out, never logged as 0."""
+    head = check_headline(check)
+    metrics: dict[str, float] = {
+        "summary/passed": float(head["passed"]),
+        "summary/n_failures": float(head["n_failures"]),
+        "summary/invalid_refused": float(head["invalid_refused"]),
+        "summary/invalid_total": float(head["invalid_total"]),
+    }
+    if head["worst"] is not None:
+        metrics["summary/worst_max_rel"] = float(head["worst"]["max_rel"])
+        if head["worst"]["bound_ratio"] is not None:
+            metrics["summary/worst_bound_ratio"] = float(head["worst"]["bound_ratio"])
+    if head["vs_reference"]["max_rel"] is not None:
+        metrics["summary/worst_vs_reference_max_rel"] = float(head["vs_reference"]["max_rel"])
+    if head["vs_float64"] is not None:
+        metrics["summary/worst_vs_f64_max_rel"] = float(head["vs_float64"]["max_rel"])
+    if bench is not None:
+        speed = bench_headline(bench)
+        for name, figure in speed["speedups"].items():
+            metrics[f"summary/{name}@{batch_label(speed['batch'])}"] = float(figure["ratio"])
+    return metrics

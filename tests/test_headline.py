@@ -1,0 +1,72 @@
+"""The reviewer's first figures (vmapcheck.report.headline), on hand-built reports."""
+
+from vmapcheck.report.headline import (
+    batch_label,
+    bench_headline,
+    check_headline,
+    summary_metrics,
+)
+
+
+def _check(reference_max_rel=1e-7):
+    pair = {"max_abs": 1e-7, "max_rel": 2e-6, "bound_ratio": 0.01}
+    worse = {"max_abs": 3e-7, "max_rel": 5e-6, "bound_ratio": 0.2}
+    return {
+        "passed": True,
+        "failures": [],
+        "cases": {
+            "standard": {
+                "pairs": {"loop_eager-vs-vmap_jit": pair},
+                "oracle": {"vmap_jit": {"max_rel": 4e-6}},
+            },
+            "zeros": {
+                "pairs": {"loop_eager-vs-direct_jit": worse, "x-vs-y": {"max_rel": None}},
+                "oracle": {},
+            },
+        },
+        "negative": {"invalid_nan": {"passed": True}, "invalid_rank": {"passed": False}},
+        "reference": {"status": "ok", "max_rel": reference_max_rel, "passed": True},
+    }
+
+
+def _bench():
+    return {
+        "speedup": {
+            "b16": {"vmap_over_loop": 1.5, "vmap_over_direct": 1.0, "vmap_over_map": 1.2},
+            "b128": {"vmap_over_loop": 4.0, "vmap_over_direct": 0.98, "vmap_over_map": 2.0},
+            "b1024": {"vmap_over_direct": 1.01, "vmap_over_map": 3.0},
+        },
+        "speedup_ci": {"b128": {"vmap_over_loop": [3.5, 4.4]}},
+    }
+
+
+def test_batch_labels_sort_as_numbers():
+    labels = [batch_label(b) for b in (1, 128, 16, 4096)]
+    assert sorted(labels) == ["b0001", "b0016", "b0128", "b4096"]
+
+
+def test_worst_pair_names_its_case_and_pair():
+    head = check_headline(_check())
+    assert head["worst"]["case"] == "zeros"
+    assert head["worst"]["pair"] == "loop_eager vs direct_jit"
+    assert head["worst"]["max_rel"] == 5e-6
+    assert head["vs_float64"] == {"case": "standard", "path": "vmap_jit", "max_rel": 4e-6}
+    assert (head["invalid_refused"], head["invalid_total"]) == (1, 2)
+
+
+def test_headline_batch_is_the_largest_with_the_loop_measured():
+    speed = bench_headline(_bench())
+    assert speed["batch"] == 128
+    assert speed["speedups"]["vmap_over_loop"] == {"ratio": 4.0, "ci": [3.5, 4.4]}
+    assert speed["speedups"]["vmap_over_direct"]["ci"] is None
+
+
+def test_summary_metrics_leave_out_what_was_not_measured():
+    metrics = summary_metrics(_check(reference_max_rel=None))
+    assert "summary/worst_vs_reference_max_rel" not in metrics
+    assert not any("@" in name for name in metrics)
+    full = summary_metrics(_check(), _bench())
+    assert full["summary/worst_max_rel"] == 5e-6
+    assert full["summary/vmap_over_loop@b0128"] == 4.0
+    assert full["summary/worst_vs_f64_max_rel"] == 4e-6
+    assert all(name.startswith("summary/") for name in full)
