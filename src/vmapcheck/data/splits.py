@@ -22,6 +22,7 @@ from vmapcheck.data.builtin import (
     digits_schema,
     synthetic_raw_table,
 )
+from vmapcheck.data.git_guard import refuse_if_git_would_carry
 from vmapcheck.data.regression import SPLITS
 from vmapcheck.data.sources import RawTable, Schema, read_table
 from vmapcheck.errors import ArtifactError
@@ -66,7 +67,10 @@ def load_raw(config: DataConfig, key: jax.Array, root: Path) -> RawTable:
         features=tuple(config.features),
         targets=tuple(config.targets),
     )
-    return read_table(root / config.path, schema, config.delimiter)
+    path = root / config.path
+    # Before a row is read: a table git carries (or would carry) is refused.
+    refuse_if_git_would_carry(path, root)
+    return read_table(path, schema, config.delimiter)
 
 
 def anonymize_policy(config: DataConfig) -> AnonymizePolicy:
