@@ -788,6 +788,7 @@ def test_a_model_without_a_direct_path_is_never_said_to_have_one(tmp_path):
     for path in missing:
         said = f"{path} not provided: {reason}"
         assert said in page.text("verdict-notes") and said in page.text("not-provided")
+    assert [row[2] for row in page.rows["speedup-table"][1:]] == ["direct_jit not provided"] * 2
     assert page.text("fs-speedups").endswith(
         "vmap over direct: direct_jit not provided by the model"
     )

@@ -10,10 +10,11 @@ Paths are listed in the order of the registry :data:`vmapcheck.core.paths.PATHS`
 from __future__ import annotations
 
 import base64
+from collections.abc import Mapping
 from typing import Any
 
 from vmapcheck.bench.plots import latency_png, speedup_png
-from vmapcheck.core.paths import speedup_text
+from vmapcheck.core.paths import SPEEDUPS, speedup_text
 from vmapcheck.report.elements import by_batch, in_path_order, kv_table, num, table
 from vmapcheck.report.headline import batch_from_label
 
@@ -40,8 +41,14 @@ def plot(png: bytes, alt: str, caption: str, img_id: str) -> dict[str, str]:
     }
 
 
-def latency(bench: dict[str, Any], title: str) -> dict[str, Any]:
-    """``{"intro", "table", "skipped": [str], "speedups": table, "plots": [plot]}``."""
+def latency(
+    bench: dict[str, Any], title: str, not_provided: Mapping[str, str] | None = None
+) -> dict[str, Any]:
+    """``{"intro", "table", "skipped": [str], "speedups": table, "plots": [plot]}``;
+    ``not_provided``: the paths the model does not have (check_details.json), named in
+    the speed-up table where a ratio needs one."""
+    missing = not_provided or {}
+    entries = {entry.name: entry for entry in SPEEDUPS}
     by_path, figures = bench["latency_ms"], bench.get("figures", {})
     level = bench.get("bench", {}).get("confidence_level")
     ci = f"median {num(level * 100)}% CI" if level else "median CI"
@@ -100,7 +107,11 @@ def latency(bench: dict[str, Any], title: str) -> dict[str, Any]:
 
     def ratio(label: str, name: str) -> str:
         value = speedup[label].get(name)
-        return "-" if value is None else speedup_text(value, intervals.get(label, {}).get(name))
+        if value is not None:
+            return speedup_text(value, intervals.get(label, {}).get(name))
+        entry = entries[name]
+        absent = [p for p in (entry.slower, entry.faster) if p in missing]
+        return f"{', '.join(absent)} not provided" if absent else "-"
 
     speed_table = table(
         ("batch", "vmap over loop (x faster)", "vmap over direct (cost, 1 = free)"),

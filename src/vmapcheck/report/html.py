@@ -219,7 +219,7 @@ def render_report(
         verdict=check_sections.verdict(check, bench),
         figures=first_screen(check, bench, perf),
         agreement=check_sections.agreement(check),
-        latency=bench_sections.latency(bench, title),
+        latency=bench_sections.latency(bench, title, check.get("not_provided")),
         oracle=check_sections.oracle(check),
         reference=check_sections.reference(check),
         composition=check_sections.composition(check),
