@@ -1,9 +1,10 @@
-"""The HTML report: one self-contained page, every value escaped, rendered by a browser.
+"""The HTML report: one self-contained page, every value escaped, reviewer first,
+rendered by a browser.
 
 The inputs are built here in the layout the stages write (check_details.json,
-bench_details.json, train.json, contract.json), small but complete; one case name and
-one feature name carry markup, as a user's names could. The report of a real pipeline
-run is opened in Chromium by tests/test_e2e_pipeline.py.
+bench_details.json, train.json, contract.json, perf_verdict.json), small but complete;
+one case name and one feature name carry markup, as a user's names could. The report of
+a real pipeline run is opened in Chromium by tests/test_e2e_pipeline.py.
 """
 
 from __future__ import annotations
@@ -12,6 +13,8 @@ import base64
 import copy
 import json
 import re
+import tomllib
+from dataclasses import replace
 from datetime import UTC, datetime
 from html.parser import HTMLParser
 from itertools import combinations
@@ -21,14 +24,17 @@ import numpy as np
 import pytest
 
 from tests.helpers.chromium import png_size, render
-from tests.helpers.config import compose_config
+from tests.helpers.config import ROOT, compose_config
+from vmapcheck.check.diagnosis import Probe, Subject, diagnose
 from vmapcheck.check.schema import CheckDetails, read_check_details
 from vmapcheck.core.composition import REGROUPINGS
+from vmapcheck.core.keys import named_keys
 from vmapcheck.core.models import build_model
 from vmapcheck.core.paths import not_provided, path_names
 from vmapcheck.layout import Layout
 from vmapcheck.report.check_sections import forms_compared
-from vmapcheck.report.elements import prose
+from vmapcheck.report.elements import code_spans
+from vmapcheck.report.headline import check_headline
 from vmapcheck.report.html import render_report
 from vmapcheck.report.summary import summarize
 
@@ -243,6 +249,20 @@ def make_inputs(failed: bool) -> tuple[CheckDetails, dict, dict, dict]:
     return check, bench, train, contract
 
 
+def perf_verdict(verdict: str = "no regression") -> dict[str, Any]:
+    """reports/perf_verdict.json as track writes it (vmapcheck.bench.verdict.compare),
+    trimmed to what the report reads."""
+    return {
+        "verdict": verdict,
+        "baseline": {"source": "run 4d67f809c2f14671808e61d678392840", "noisy": False},
+        "current": {"source": "reports/bench_details.json", "noisy": False},
+        "factor": 1.1,
+        "alpha": 0.01,
+        "regressions": ["vmap_jit/b8"] if verdict == "regression" else [],
+        "improvements": ["loop_jit/b1"],
+    }
+
+
 class _Page(HTMLParser):
     """What the page holds: element ids, table rows by table id, images, link targets."""
 
@@ -444,7 +464,7 @@ def test_optional_sections_say_what_was_not_done():
     assert "Not checked (not run)" in page.text("gradients")
     assert "Not computed: none: the run is float64" in page.text("oracle")
     assert "Not judged" in page.text("composition")
-    assert "direct_eager not provided by the model" in page.text("verdict-notes")
+    assert "direct_eager not provided: the model has no hand-batched" in page.text("verdict-notes")
     assert set(_data_pngs(page)) == {"plot-latency"}
     assert "git commit" in dict(tuple(r) for r in page.rows["environment-table"][1:])
 
@@ -498,26 +518,32 @@ def test_chromium_helper_sees_a_broken_or_external_image(tmp_path):
 
 
 def test_backtick_spans_are_code_not_literal_backticks():
-    check, bench, train, contract = make_inputs(failed=False)
+    check, bench, train, contract = make_inputs(failed=True)
     check["reference"] = {
         "status": "stale",
         "message": "made from other params: run `make reference REASON='...'`",
         "required": False,
         "passed": True,
     }
-    page_html = render_report(check, bench, train, contract)
-    # The report's own sentences (benchmark name, the vector case) and a stage's message.
+    # A user's name quoted in a message: its span is escaped before it becomes code.
+    check["failures"].append(f"case `{HOSTILE}` failed")
+    page_html = render_report(check, bench, train, contract, perf=perf_verdict())
+    # The report's own sentences (benchmark name, the vector case), a stage's message in
+    # a note, a table cell and a first-screen card, and a failure in the list.
     assert "`" not in page_html
     assert "Benchmark <code>quick</code>:" in page_html
     assert "output for <code>single</code>." in page_html
-    assert "run <code>make reference REASON=&#x27;...&#x27;</code>" in page_html
+    assert page_html.count("run <code>make reference REASON=&#39;...&#39;</code>") == 3
+    assert "case <code>&lt;script&gt;alert(&#34;x&#34;)&lt;/script&gt;</code> failed" in page_html
     page = parse(page_html)
     assert "code" in page.tags and "script" not in page.tags
-    # A span is escaped before it becomes code: a name with markup stays text.
-    assert prose(f"case `{HOSTILE}` failed") == (
-        "case <code>&lt;script&gt;alert(&quot;x&quot;)&lt;/script&gt;</code> failed"
-    )
-    assert prose("a lone ` stays") == "a lone ` stays"
+    assert code_spans("a lone ` stays") == [("a lone ` stays", False)]
+    assert code_spans("run `make ui`, then `open`") == [
+        ("run ", False),
+        ("make ui", True),
+        (", then ", False),
+        ("open", True),
+    ]
 
 
 def test_the_headline_names_the_paths_that_ran_and_only_those():
@@ -561,3 +587,253 @@ def test_the_terminal_summary_says_what_the_headline_says(tmp_path):
     )
     headline = parse(render_report(check, bench, train, contract)).text("verdict")
     assert forms_compared(check) in first and forms_compared(check) in headline
+
+
+# --- reviewer first ---------------------------------------------------------------------
+
+FIRST_SCREEN = ("fs-worst", "fs-reference", "fs-float64", "fs-invalid", "fs-speedups", "fs-perf")
+
+
+def _texts(page: _Page) -> dict[str, str]:
+    return {card: page.text(card) for card in FIRST_SCREEN}
+
+
+@pytest.mark.parametrize("failed", [False, True], ids=["passed", "failed"])
+def test_the_first_figures_are_the_headline_ones(failed):
+    """Under the verdict: the worst errors with where they are, invalid inputs refused,
+    the speed-ups at the headline batch with their CIs and the benchmark's verdict, the
+    same figures as vmapcheck.report.headline gives the metrics."""
+    check, bench, train, contract = make_inputs(failed)
+    check["reference"] = {
+        "status": "ok",
+        "message": "compared with the verified run of 2026-11-30",
+        "created_at": "2026-11-30T10:00:00+00:00",
+        "reason": "first verified run",
+        "from_run": "abc",
+        "tolerance_used": {"rtol": 1e-4, "atol": 1e-5},
+        "cases": {
+            "standard": {"vmap_jit": _result(3e-7), "loop_jit": _result(1e-7)},
+            HOSTILE: {"vmap_jit": _result(8e-7)},
+        },
+        "losses": {},
+        "max_abs": 8e-7,
+        "max_rel": 4e-7,
+        "passed": True,
+    }
+    check["cases"]["standard"]["oracle"]["map_jit"] = _result(6e-7)
+    verdict = "regression" if failed else "no regression"
+    page = parse(render_report(check, bench, train, contract, perf=perf_verdict(verdict)))
+    text = _texts(page)
+    head = check_headline(check)
+    worst = head["worst"]
+    assert text["fs-worst"].startswith(
+        f"Worst agreement error (between paths) max_rel {worst['max_rel']:.3g}"
+    )
+    assert f"case {worst['case']}, pair {worst['pair']}" in text["fs-worst"]
+    assert (worst["case"], worst["max_rel"]) == ((HOSTILE, 0.185) if failed else ("standard", 6e-8))
+    assert "max_rel 4e-07" in text["fs-reference"]  # the reference's own figure
+    assert f"case {HOSTILE}, path vmap_jit" in text["fs-reference"]
+    assert "max_rel 3e-07 case standard, path map_jit" in text["fs-float64"]
+    n = len(check["negative"])
+    assert text["fs-invalid"].startswith(f"Invalid inputs refused {0 if failed else n}/{n}")
+    assert page.ids["fs-invalid"]["data-status"] == ("fail" if failed else "pass")
+    assert text["fs-speedups"] == (
+        "vmap speed-ups at batch 8 (p50) "
+        "vmap over loop: 1.50x (CI 1.40-1.60) "
+        "vmap over direct: 1.10x (CI 1.05-1.15)"
+    )
+    assert text["fs-perf"].startswith(f"Benchmark vs baseline {verdict}")
+    assert page.ids["fs-perf"]["data-status"] == ("fail" if failed else "pass")
+    if failed:
+        assert "1 regression(s): vmap_jit/b8" in text["fs-perf"]
+    assert "baseline: run 4d67f809c2f14671808e61d678392840" in text["fs-perf"]
+
+
+def test_no_headline_figure_is_made_up():
+    """Figures the run does not have say so: no oracle, no reference, no benchmark
+    ratio, no perf verdict."""
+    check, bench, train, contract = make_inputs(failed=False)
+    for case in check["cases"].values():
+        del case["oracle"]
+    check["oracle"] = "none: the run is float64"
+    bench["speedup"], bench["speedup_ci"] = {}, {}
+    text = _texts(parse(render_report(check, bench, train, contract)))
+    assert text["fs-reference"].startswith("Worst vs stored reference not compared (missing)")
+    assert "no reference for model mlp" in text["fs-reference"]
+    assert text["fs-float64"] == "Worst vs float64 oracle not computed none: the run is float64"
+    assert text["fs-speedups"] == "vmap speed-ups not measured"
+    assert text["fs-perf"] == "Benchmark vs baseline not judged"
+
+
+def test_the_page_reads_verdict_figures_agreement_latency_then_the_rest_environment_last():
+    check, bench, train, contract = make_inputs(failed=True)
+    page_html = render_report(check, bench, train, contract, perf=perf_verdict())
+    order = [
+        "verdict",
+        *FIRST_SCREEN,
+        "failures",
+        "agreement-section",
+        "latency",
+        "plot-latency",
+        "oracle",
+        "reference",
+        "composition",
+        "negative",
+        "gradients",
+        "machine",
+        "train",
+        "limits",
+        "environment",
+    ]
+    positions = [page_html.index(f'id="{i}"') for i in order]
+    assert positions == sorted(positions), order
+    # The environment is the last section: nothing but the footer follows it.
+    assert "<section" not in page_html[page_html.index('id="environment"') :]
+
+
+# Records where each first-screen element lies in the viewport, once the page has loaded.
+_RECTS = """<script>
+window.addEventListener("load", () => {
+  const rects = {};
+  for (const id of %s) {
+    const el = document.getElementById(id);
+    const r = el && el.getBoundingClientRect();
+    rects[id] = r && {top: r.top, bottom: r.bottom, left: r.left, right: r.right,
+                      text: el.innerText};
+  }
+  const out = document.createElement("pre");
+  out.id = "rects-probe";
+  out.style.display = "none";
+  out.textContent = JSON.stringify({rects, viewport: [innerWidth, innerHeight]});
+  document.body.appendChild(out);
+});
+</script>"""
+
+
+@pytest.mark.parametrize("failed", [False, True], ids=["passed", "failed"])
+def test_the_first_screen_holds_the_reviewers_figures_in_chromium(failed, tmp_path):
+    """At 1280x800 the verdict and every first-screen figure lie inside the viewport,
+    as the browser lays them out (a failed run with its failure list included)."""
+    check, bench, train, contract = make_inputs(failed)
+    ids = ["verdict", *FIRST_SCREEN]
+    page_html = render_report(
+        check,
+        bench,
+        train,
+        contract,
+        perf=perf_verdict("regression" if failed else "no regression"),
+    )
+    page = tmp_path / "report.html"
+    page.write_text(
+        page_html.replace("</body>", _RECTS % json.dumps(ids) + "</body>"), encoding="utf-8"
+    )
+    shown = render(page, tmp_path, width=1280, height=800)
+    print(f"first screen: {shown['screenshot']}")
+    start = shown["dom"].index('<pre id="rects-probe"')
+    found = json.loads(
+        __import__("html").unescape(
+            shown["dom"][shown["dom"].index(">", start) + 1 : shown["dom"].index("</pre>", start)]
+        )
+    )
+    # The first viewport: the window's content area (headless Chromium reports less
+    # height than the window's 800 px), the stricter of the two.
+    width, height = found["viewport"]
+    assert width == 1280 and 500 <= height <= 800, found["viewport"]
+    for element in ids:
+        rect = found["rects"][element]
+        assert rect is not None, f"{element} is not on the page"
+        assert 0 <= rect["top"] < rect["bottom"] <= height, (element, rect)
+        assert 0 <= rect["left"] < rect["right"] <= 1280, (element, rect)
+    rects = found["rects"]
+    assert rects["verdict"]["text"].startswith("FAILED" if failed else "PASSED")
+    assert "1.50x (CI 1.40-1.60)" in rects["fs-speedups"]["text"]
+    assert ("regression" if failed else "no regression") in rects["fs-perf"]["text"]
+    from PIL import Image
+
+    with Image.open(shown["screenshot"]) as shot:
+        assert shot.size == (1280, 800)
+
+
+def test_a_model_without_a_direct_path_is_never_said_to_have_one(tmp_path):
+    """A model without a hand-batched forward (as an Equinox module): the report, the
+    summary and the diagnosis name the direct paths as not provided, and no headline
+    claims them."""
+    config = compose_config()
+    mlp = build_model(config.model)
+    model = replace(mlp, forward_batch=None)
+    missing = not_provided(model)
+    assert set(missing) == {"direct_eager", "direct_jit"}
+    check, bench, train, contract = make_inputs(failed=False)
+    check["not_provided"] = missing
+    check["sharded"] = {"path": "sharded_jit", "devices": 2}
+    for case in check["cases"].values():  # the check compared only the paths that ran
+        for key in ("contract", "finite", "oracle", "loss"):
+            case[key] = {p: v for p, v in case[key].items() if p not in missing}
+        case["pairs"] = {
+            pair: r for pair, r in case["pairs"].items() if not any(p in pair for p in missing)
+        }
+    for name in ("vmap_over_direct",):
+        for label in bench["speedup"]:
+            del bench["speedup"][label][name], bench["speedup_ci"][label][name]
+    contract["batched_forward"] = False
+    page_html = render_report(check, bench, train, contract, perf=perf_verdict())
+    page = parse(page_html)
+    headline = page.text("verdict")
+    assert headline.startswith(
+        "PASSEDloop, map, vmap and vmap_of_jit forwards (eager and jit), and sharded_jit "
+        "(data-parallel over 2 device(s), not vmap) on cpu (cpu)"
+    )
+    assert "direct" not in headline
+    reason = "model 'mlp' provides no hand-batched forward (forward_batch)"
+    for path in missing:
+        said = f"{path} not provided: {reason}"
+        assert said in page.text("verdict-notes") and said in page.text("not-provided")
+    assert [row[2] for row in page.rows["speedup-table"][1:]] == ["direct_jit not provided"] * 2
+    assert page.text("fs-speedups").endswith(
+        "vmap over direct: direct_jit not provided by the model"
+    )
+    # The terminal summary: the same headline, then the paths not provided.
+    layout = Layout(tmp_path)
+    layout.check_details.parent.mkdir(parents=True)
+    layout.check_details.write_text(json.dumps(check), encoding="utf-8")
+    lines = summarize(layout).splitlines()
+    assert lines[0].startswith(f"verdict: PASSED - {forms_compared(check)} on cpu")
+    assert "direct" not in lines[0]
+    assert lines[1:3] == [f"  -    {p} not provided: {reason}" for p in missing]
+    # The diagnosis: the direct form is named as not provided, never said to agree.
+    params = model.init(named_keys(config.seed)["init"])
+    rng = np.random.default_rng(0)
+    probe = Probe(
+        "4 random rows",
+        rng.normal(size=(4, model.in_features)).astype(np.float32),
+        rng.normal(size=(4, model.out_features)).astype(np.float32),
+    )
+    report = diagnose(
+        Subject(
+            model=model,
+            params=params,
+            dtype=np.float32,
+            tolerance=config.precision.tolerance,
+            cross_run_tolerance=config.precision.cross_run_tolerance,
+            probes=(probe,),
+        )
+    )
+    assert report["not_provided"] == missing
+    text = report["summary"]
+    for path in missing:
+        assert f"not provided by the model, so not compared: {path} ({reason})" in text
+    said_to_agree = [line for line in text.splitlines() if "agree" in line]
+    assert said_to_agree and not any("direct" in line for line in said_to_agree)
+
+
+def test_the_templates_are_package_data():
+    """An installed (not editable) vmapcheck has its report template: pyproject.toml
+    declares every file of the templates folder as package data."""
+    declared = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["tool"][
+        "setuptools"
+    ]["package-data"]["vmapcheck.report"]
+    folder = ROOT / "src" / "vmapcheck" / "report"
+    files = sorted(p for p in (folder / "templates").iterdir())
+    assert {"report.html", "macros.html", "style.css"} <= {p.name for p in files}
+    matched = {p for pattern in declared for p in folder.glob(pattern)}
+    assert set(files) <= matched, declared

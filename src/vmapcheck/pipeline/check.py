@@ -108,6 +108,9 @@ def run(config: Config, layout: Layout) -> None:
             f"bound_ratio={case['bound_ratio']} (rule {case['rule']}, "
             f"S at worst={case['scale_at_worst']}){fallbacks}"
         )
+    # A path the model does not have is named as such, never counted as agreeing.
+    for path, reason in report["not_provided"].items():
+        print(f"  -    {path:<16} not provided, not compared: {reason}")
     for name, case in report["negative"].items():
         mark = "ok  " if case["passed"] else "FAIL"
         print(f"  {mark} {name:<16} refused: {' ... '.join(case['expect'])}")

@@ -115,6 +115,7 @@ def track(config: Config, layout: Layout) -> int:
         bench,
         train,
         contract,
+        perf=perf,
         git=git,
         run={
             "MLflow experiment": experiment_name(config),

@@ -1,6 +1,7 @@
 """The report's sections on the benchmark (``reports/bench_details.json``) and training
-(``reports/train.json``): latency tables and plots, machine conditions, training, and
-the limits of the whole result.
+(``reports/train.json``), as plain data for the template (``templates/report.html``):
+latency tables and plots, machine conditions, training, and the limits of the whole
+result.
 
 Paths are listed in the order of the registry :data:`vmapcheck.core.paths.PATHS`
 (:func:`~vmapcheck.report.elements.in_path_order`); no section names a path itself.
@@ -8,22 +9,14 @@ Paths are listed in the order of the registry :data:`vmapcheck.core.paths.PATHS`
 
 from __future__ import annotations
 
+import base64
+from collections.abc import Mapping
 from typing import Any
 
 from vmapcheck.bench.plots import latency_png, speedup_png
-from vmapcheck.core.paths import speedup_text
-from vmapcheck.report.elements import (
-    Markup,
-    bullets,
-    by_batch,
-    in_path_order,
-    kv_table,
-    num,
-    para,
-    png_img,
-    section,
-    table,
-)
+from vmapcheck.core.paths import SPEEDUPS, speedup_text
+from vmapcheck.report.elements import by_batch, in_path_order, kv_table, num, table
+from vmapcheck.report.headline import batch_from_label
 
 # The check's own limits; the benchmark's come from bench_details.json ("limits").
 CHECK_LIMITS = (
@@ -37,7 +30,25 @@ CHECK_LIMITS = (
 )
 
 
-def latency(bench: dict[str, Any], title: str) -> Markup:
+def plot(png: bytes, alt: str, caption: str, img_id: str) -> dict[str, str]:
+    """A plot the project drew (matplotlib PNG), embedded as a ``data:`` URI:
+    ``{"id", "alt", "caption", "png_base64"}``."""
+    return {
+        "id": img_id,
+        "alt": alt,
+        "caption": caption,
+        "png_base64": base64.b64encode(png).decode("ascii"),
+    }
+
+
+def latency(
+    bench: dict[str, Any], title: str, not_provided: Mapping[str, str] | None = None
+) -> dict[str, Any]:
+    """``{"intro", "table", "skipped": [str], "speedups": table, "plots": [plot]}``;
+    ``not_provided``: the paths the model does not have (check_details.json), named in
+    the speed-up table where a ratio needs one."""
+    missing = not_provided or {}
+    entries = {entry.name: entry for entry in SPEEDUPS}
     by_path, figures = bench["latency_ms"], bench.get("figures", {})
     level = bench.get("bench", {}).get("confidence_level")
     ci = f"median {num(level * 100)}% CI" if level else "median CI"
@@ -51,7 +62,7 @@ def latency(bench: dict[str, Any], title: str) -> Markup:
                 (
                     [
                         path,
-                        int(label[1:]),
+                        batch_from_label(label),
                         s["p50"],
                         s["p90"],
                         s["p99"],
@@ -87,7 +98,7 @@ def latency(bench: dict[str, Any], title: str) -> Markup:
         row_class="latency",
     )
     skipped = [
-        f"{path} at batch {label[1:]}: {reason}"
+        f"{path} at batch {batch_from_label(label)}: {reason}"
         for path, reasons in in_path_order(bench.get("skipped", {}))
         for label, reason in reasons.items()
     ]
@@ -96,13 +107,21 @@ def latency(bench: dict[str, Any], title: str) -> Markup:
 
     def ratio(label: str, name: str) -> str:
         value = speedup[label].get(name)
-        return "-" if value is None else speedup_text(value, intervals.get(label, {}).get(name))
+        if value is not None:
+            return speedup_text(value, intervals.get(label, {}).get(name))
+        entry = entries[name]
+        absent = [p for p in (entry.slower, entry.faster) if p in missing]
+        return f"{', '.join(absent)} not provided" if absent else "-"
 
     speed_table = table(
         ("batch", "vmap over loop (x faster)", "vmap over direct (cost, 1 = free)"),
         (
             (
-                [int(label[1:]), ratio(label, "vmap_over_loop"), ratio(label, "vmap_over_direct")],
+                [
+                    batch_from_label(label),
+                    ratio(label, "vmap_over_loop"),
+                    ratio(label, "vmap_over_direct"),
+                ],
                 None,
             )
             for label in by_batch(speedup)
@@ -112,8 +131,27 @@ def latency(bench: dict[str, Any], title: str) -> Markup:
     )
     peak = bench.get("peak")
     config = bench.get("bench", {})
-    parts: list[Any] = [
-        para(
+    plots = [
+        plot(
+            latency_png(by_path, title),
+            "p50 latency per call against batch size, per path",
+            "Latency per call against batch size (log-log), p50 with a band to p90.",
+            "plot-latency",
+        )
+    ]
+    if speedup:
+        plots.append(
+            plot(
+                speedup_png(speedup, title),
+                "vmap speed-up over the loop and cost over the hand-batched forward",
+                "p50 ratios against batch size: vmap_over_loop > 1 means vmap is faster "
+                "than the loop; vmap_over_direct near 1 means vmap costs nothing over the "
+                "hand-batched forward.",
+                "plot-speedup",
+            )
+        )
+    return {
+        "intro": (
             f"Benchmark `{config.get('name', '?')}`: {config.get('warmup', '?')} warm-up "
             f"call(s), then {config.get('repeats', '?')} timed calls per path and batch size, "
             "after compilation (compile time apart). Ratios compare p50s measured in the "
@@ -126,67 +164,45 @@ def latency(bench: dict[str, Any], title: str) -> Markup:
                 else ""
             )
         ),
-        latency_table,
-    ]
-    if skipped:
-        parts += [para("Not measured:"), bullets(skipped, "skipped")]
-    parts += [
-        speed_table,
-        png_img(
-            latency_png(by_path, title),
-            "p50 latency per call against batch size, per path",
-            "Latency per call against batch size (log-log), p50 with a band to p90.",
-            "plot-latency",
-        ),
-    ]
-    if speedup:
-        parts.append(
-            png_img(
-                speedup_png(speedup, title),
-                "vmap speed-up over the loop and cost over the hand-batched forward",
-                "p50 ratios against batch size: vmap_over_loop > 1 means vmap is faster "
-                "than the loop; vmap_over_direct near 1 means vmap costs nothing over the "
-                "hand-batched forward.",
-                "plot-speedup",
-            )
-        )
-    return section("Latency", "latency", *parts)
+        "table": latency_table,
+        "skipped": skipped,
+        "speedups": speed_table,
+        "plots": plots,
+    }
 
 
-def machine(bench: dict[str, Any]) -> Markup:
+def machine(bench: dict[str, Any]) -> dict[str, Any]:
+    """``{"recorded", "noisy", "said", "table"}``: load and memory before and after."""
     conditions = bench.get("machine")
     if not conditions:
-        return section("Machine conditions", "machine", para("Not recorded."))
+        return {"recorded": False}
     before, after = conditions["before"], conditions["after"]
     keys = list(before) + [k for k in after if k not in before]
 
     def shown(value: Any) -> Any:
         return num(value, 4) if isinstance(value, float) else value
 
-    rows = (([k, shown(before.get(k, "-")), shown(after.get(k, "-"))], None) for k in keys)
     noisy = bool(conditions["noisy"])
-    said = (
-        "YES: load average above the usable cores; treat the latencies as rough" if noisy else "no"
-    )
-    flag = Markup(
-        f'<p id="noisy" data-noisy="{str(noisy).lower()}"><strong>noisy: {said}</strong></p>'
-    )
-    return section(
-        "Machine conditions during the benchmark",
-        "machine",
-        flag,
-        table(("what", "before", "after"), rows, table_id="machine-table"),
-    )
+    return {
+        "recorded": True,
+        "noisy": noisy,
+        "said": (
+            "YES: load average above the usable cores; treat the latencies as rough"
+            if noisy
+            else "no"
+        ),
+        "table": table(
+            ("what", "before", "after"),
+            (([k, shown(before.get(k, "-")), shown(after.get(k, "-"))], None) for k in keys),
+            table_id="machine-table",
+        ),
+    }
 
 
-def training(train: dict[str, Any]) -> Markup:
+def training(train: dict[str, Any]) -> dict[str, Any]:
     rows = [(k, num(v, 6) if isinstance(v, float) else v) for k, v in train.items()]
-    return section("Training", "train", kv_table(rows, "train-table"))
+    return {"table": kv_table(rows, "train-table")}
 
 
-def limits(bench: dict[str, Any]) -> Markup:
-    return section(
-        "Limits of this result",
-        "limits",
-        bullets([*CHECK_LIMITS, *bench.get("limits", [])], "limits-list"),
-    )
+def limits(bench: dict[str, Any]) -> list[str]:
+    return [*CHECK_LIMITS, *bench.get("limits", [])]

@@ -70,15 +70,29 @@ def worst_vs_float64(check: dict[str, Any]) -> dict[str, Any] | None:
     return worst
 
 
+def worst_vs_reference(check: dict[str, Any]) -> dict[str, Any] | None:
+    """The forward furthest from the stored reference: ``{"case", "path", "max_rel"}``;
+    None when the reference was not compared (missing, stale) or gave no figure."""
+    worst: dict[str, Any] | None = None
+    for case_name, by_path in check.get("reference", {}).get("cases", {}).items():
+        for path, result in by_path.items():
+            rel = result.get("max_rel")
+            if rel is not None and (worst is None or rel > worst["max_rel"]):
+                worst = {"case": case_name, "path": path, "max_rel": rel}
+    return worst
+
+
 def check_headline(check: dict[str, Any]) -> dict[str, Any]:
     """The agreement figures of ``check_details.json`` a reviewer reads first.
 
     Keys: ``passed``, ``n_failures``, ``worst`` (:func:`worst_pair`), ``vs_reference``
-    (``{"status", "max_rel", "passed"}``), ``vs_float64`` (:func:`worst_vs_float64`),
+    (``{"status", "max_rel", "passed", "case", "path"}``; case and path from
+    :func:`worst_vs_reference`, None when not compared), ``vs_float64`` (:func:`worst_vs_float64`),
     ``invalid_refused`` and ``invalid_total`` (invalid-input cases refused by every
     path)."""
     negative = check.get("negative", {})
     reference = check.get("reference", {})
+    where = worst_vs_reference(check) or {}
     return {
         "passed": bool(check["passed"]),
         "n_failures": len(check.get("failures", [])),
@@ -87,6 +101,8 @@ def check_headline(check: dict[str, Any]) -> dict[str, Any]:
             "status": reference.get("status"),
             "max_rel": reference.get("max_rel"),
             "passed": reference.get("passed"),
+            "case": where.get("case"),
+            "path": where.get("path"),
         },
         "vs_float64": worst_vs_float64(check),
         "invalid_refused": sum(bool(n.get("passed")) for n in negative.values()),

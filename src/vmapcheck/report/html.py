@@ -1,22 +1,25 @@
-"""One self-contained HTML page for a pipeline run: verdict, environment, agreement,
-batch composition, negative cases, gradients, latency tables and plots, machine
-conditions and the limits.
+"""One self-contained HTML page for a pipeline run, reviewer first.
 
-The page needs nothing but itself: the CSS is inline and the plots are PNG data URIs
-(matplotlib, via :mod:`vmapcheck.bench.plots`), so it opens from the MLflow artifact store, a
-mail attachment or a CI artifact alike. Every value taken from a report goes through
-:func:`html.escape` (case, path, leaf and feature names can come from the user); only
-fragments built by the report's modules are marked
-:class:`~vmapcheck.report.elements.Markup` and inserted as they are.
+The first screen holds the verdict and the figures a reviewer reads first (the worst
+agreement error, the worst against the stored reference and against float64, each with
+its case and pair or path; the invalid inputs refused; the vmap speed-ups at the
+headline batch with their confidence intervals; the benchmark's verdict against its
+baseline), computed by :mod:`vmapcheck.report.headline` as the DVC metrics and the MLflow
+``summary/*`` metrics are. Then agreement, latency and plots, the other checks, the
+machine, training, the limits; the environment last.
+
+The page is a Jinja2 template (``templates/report.html``, package data) with
+autoescaping on: every value is escaped (case, path, leaf and feature names can come
+from the user). Python prepares plain data (:mod:`vmapcheck.report.check_sections`,
+:mod:`vmapcheck.report.bench_sections`); the template only lays it out. The page needs
+nothing but itself: the CSS is inline and the plots are PNG data URIs drawn by
+:mod:`vmapcheck.bench.plots`, so it opens from the MLflow artifact store, a mail
+attachment or a CI artifact alike.
 
 Inputs are the stage reports as written: ``check`` = ``reports/check_details.json``
 (:class:`~vmapcheck.check.schema.CheckDetails`), ``bench`` =
 ``reports/bench_details.json``, ``train`` = ``reports/train.json``, ``contract`` =
-``data/params/contract.json``.
-
-The page is put together here from :mod:`vmapcheck.report.elements` (escaping, tables,
-CSS), :mod:`vmapcheck.report.check_sections` (what the check found) and
-:mod:`vmapcheck.report.bench_sections` (benchmark, machine, training, limits).
+``data/params/contract.json``, ``perf`` = ``reports/perf_verdict.json``.
 """
 
 from __future__ import annotations
@@ -24,9 +27,165 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
+from jinja2 import Environment, PackageLoader, StrictUndefined, select_autoescape
+
 from vmapcheck.check.schema import CheckDetails
+from vmapcheck.core.paths import SPEEDUPS, speedup_text
 from vmapcheck.report import bench_sections, check_sections
-from vmapcheck.report.elements import CSS, esc
+from vmapcheck.report.elements import code_spans, num
+from vmapcheck.report.headline import HEADLINE_SPEEDUPS, bench_headline, check_headline
+
+_ENV = Environment(
+    loader=PackageLoader("vmapcheck.report", "templates"),
+    # Every template and every string escaped, whatever its name.
+    autoescape=select_autoescape(default=True, default_for_string=True),
+    undefined=StrictUndefined,  # a name the data lacks is an error, not an empty cell
+    trim_blocks=True,
+    lstrip_blocks=True,
+    keep_trailing_newline=True,
+)
+_ENV.filters["code_spans"] = code_spans
+
+# How many regressions the benchmark card names (all are in perf_verdict.json).
+_SHOWN_REGRESSIONS = 4
+
+
+def _card(
+    card_id: str, title: str, value: str, lines: list[str], status: str = ""
+) -> dict[str, Any]:
+    """A first-screen figure; ``status``: ``pass``, ``fail`` or ``""`` (neutral)."""
+    return {"id": card_id, "title": title, "value": value, "lines": lines, "status": status}
+
+
+def _agreement_cards(check: CheckDetails) -> list[dict[str, Any]]:
+    head = check_headline(check)
+    worst = head["worst"]
+    if worst is None:
+        cards = [_card("fs-worst", "Worst agreement error", "none", ["no comparable outputs"])]
+    else:
+        ratio = worst["bound_ratio"]
+        # Coloured by the check of every pair (the worst by max_rel need not be the one
+        # that failed: the bound is relative to the terms summed).
+        agree = all(r["passed"] for c in check["cases"].values() for r in c["pairs"].values())
+        cards = [
+            _card(
+                "fs-worst",
+                "Worst agreement error (between paths)",
+                f"max_rel {num(worst['max_rel'])}",
+                [
+                    f"case {worst['case']}, pair {worst['pair']}",
+                    f"max_abs {num(worst['max_abs'])}"
+                    + ("" if ratio is None else f", {num(ratio, 2)} of its bound"),
+                ],
+                "pass" if agree else "fail",
+            )
+        ]
+    ref = head["vs_reference"]
+    if ref["status"] == "ok":
+        cards.append(
+            _card(
+                "fs-reference",
+                "Worst vs stored reference",
+                f"max_rel {num(ref['max_rel'])}",
+                [f"case {ref['case']}, path {ref['path']}"] if ref["case"] is not None else [],
+                "pass" if ref["passed"] else "fail",
+            )
+        )
+    else:
+        message = check["reference"].get("message", "")
+        cards.append(
+            _card(
+                "fs-reference",
+                "Worst vs stored reference",
+                f"not compared ({ref['status']})",
+                [message] if message else [],
+                "" if ref["passed"] else "fail",
+            )
+        )
+    f64 = head["vs_float64"]
+    if f64 is None:
+        cards.append(
+            _card(
+                "fs-float64",
+                "Worst vs float64 oracle",
+                "not computed",
+                [str(check.get("oracle", "absent"))],
+            )
+        )
+    else:
+        passed = all(
+            r["passed"] for c in check["cases"].values() for r in c.get("oracle", {}).values()
+        )
+        cards.append(
+            _card(
+                "fs-float64",
+                "Worst vs float64 oracle",
+                f"max_rel {num(f64['max_rel'])}",
+                [f"case {f64['case']}, path {f64['path']}"],
+                "pass" if passed else "fail",
+            )
+        )
+    refused, total = head["invalid_refused"], head["invalid_total"]
+    cards.append(
+        _card(
+            "fs-invalid",
+            "Invalid inputs refused",
+            f"{refused}/{total}",
+            ["refused by every path, the problem named"],
+            "pass" if refused == total else "fail",
+        )
+    )
+    return cards
+
+
+def _speedup_card(check: CheckDetails, bench: dict[str, Any]) -> dict[str, Any]:
+    speed = bench_headline(bench)
+    if speed["batch"] is None:
+        return _card("fs-speedups", "vmap speed-ups", "not measured", [])
+    missing = check.get("not_provided") or {}
+    lines = []
+    for entry in SPEEDUPS:
+        if entry.name not in HEADLINE_SPEEDUPS:
+            continue
+        label = entry.name.replace("_", " ")
+        figure = speed["speedups"].get(entry.name)
+        if figure is not None:
+            lines.append(f"{label}: {speedup_text(figure['ratio'], figure['ci'])}")
+            continue
+        absent = [p for p in (entry.slower, entry.faster) if p in missing]
+        if absent:  # say why it is not there: the model has no such path
+            lines.append(f"{label}: {', '.join(absent)} not provided by the model")
+    return _card("fs-speedups", f"vmap speed-ups at batch {speed['batch']} (p50)", "", lines)
+
+
+def _perf_card(perf: dict[str, Any] | None) -> dict[str, Any]:
+    if perf is None:
+        return _card("fs-perf", "Benchmark vs baseline", "not judged", [])
+    lines = []
+    if perf.get("why"):
+        lines.append(str(perf["why"]))
+    regressions = perf.get("regressions") or []
+    if regressions:
+        shown = ", ".join(regressions[:_SHOWN_REGRESSIONS])
+        more = len(regressions) - _SHOWN_REGRESSIONS
+        more_text = f" and {more} more" if more > 0 else ""
+        lines.append(f"{len(regressions)} regression(s): {shown}{more_text}")
+    if perf.get("improvements"):
+        lines.append(f"{len(perf['improvements'])} improvement(s)")
+    source = (perf.get("baseline") or {}).get("source")
+    if source:
+        lines.append(f"baseline: {source}")
+    status = {"no regression": "pass", "regression": "fail"}.get(perf["verdict"], "")
+    return _card("fs-perf", "Benchmark vs baseline", perf["verdict"], lines, status)
+
+
+def first_screen(
+    check: CheckDetails, bench: dict[str, Any], perf: dict[str, Any] | None
+) -> list[dict[str, Any]]:
+    """The figures under the verdict, in reading order: ``[{"id", "title", "value",
+    "lines", "status"}]`` (ids ``fs-worst``, ``fs-reference``, ``fs-float64``,
+    ``fs-invalid``, ``fs-speedups``, ``fs-perf``)."""
+    return [*_agreement_cards(check), _speedup_card(check, bench), _perf_card(perf)]
 
 
 def render_report(
@@ -35,14 +194,17 @@ def render_report(
     train: dict[str, Any],
     contract: dict[str, Any] | None = None,
     *,
+    perf: dict[str, Any] | None = None,
     git: dict[str, str] | None = None,
     run: dict[str, Any] | None = None,
     generated_at: datetime | None = None,
 ) -> str:
     """The whole report as one HTML document (str, UTF-8 text).
 
-    ``git``: {"git_commit", "git_dirty"} (:func:`vmapcheck.tracking.provenance.git_state`);
-    ``run``: extra rows shown first in the environment table (e.g. model, MLflow run name).
+    ``perf``: the benchmark's verdict against its baseline (reports/perf_verdict.json;
+    None: not judged); ``git``: {"git_commit", "git_dirty"}
+    (:func:`vmapcheck.tracking.provenance.git_state`); ``run``: extra rows shown first in
+    the environment table (e.g. model, MLflow run name).
     """
     git = git or {"git_commit": "unknown", "git_dirty": "unknown"}
     run = run or {}
@@ -52,32 +214,20 @@ def render_report(
         f"{model} on {runtime['backend']} ({runtime['device_kind']}), {check['dtype']}, "
         f"jax {runtime['jax_version']}"
     )
-    when = (generated_at or datetime.now(UTC)).isoformat(timespec="seconds")
-    verdict = "PASSED" if check["passed"] else "FAILED"
-    body = "\n".join(
-        [
-            f"<h1>vmapcheck: {esc(title)}</h1>",
-            check_sections.verdict(check, bench),
-            check_sections.environment(check, bench, contract, git, run),
-            check_sections.agreement(check),
-            check_sections.oracle(check),
-            check_sections.reference(check),
-            check_sections.composition(check),
-            check_sections.negative(check),
-            check_sections.gradients(check),
-            bench_sections.latency(bench, title),
-            bench_sections.machine(bench),
-            bench_sections.training(train),
-            bench_sections.limits(bench),
-            f"<footer>Generated {esc(when)} by vmapcheck from reports/check_details.json, "
-            "reports/bench_details.json, reports/train.json and data/params/contract.json."
-            "</footer>",
-        ]
-    )
-    return (
-        "<!DOCTYPE html>\n"
-        '<html lang="en"><head><meta charset="utf-8">'
-        '<meta name="viewport" content="width=device-width, initial-scale=1">'
-        f"<title>vmapcheck {verdict}: {esc(title)}</title>"
-        f"<style>{CSS}</style></head>\n<body><main>\n{body}\n</main></body></html>\n"
+    return _ENV.get_template("report.html").render(
+        title=title,
+        verdict=check_sections.verdict(check, bench),
+        figures=first_screen(check, bench, perf),
+        agreement=check_sections.agreement(check),
+        latency=bench_sections.latency(bench, title, check.get("not_provided")),
+        oracle=check_sections.oracle(check),
+        reference=check_sections.reference(check),
+        composition=check_sections.composition(check),
+        negative=check_sections.negative(check),
+        gradients=check_sections.gradients(check),
+        machine=bench_sections.machine(bench),
+        training=bench_sections.training(train),
+        limits=bench_sections.limits(bench),
+        environment=check_sections.environment(check, bench, contract, git, run),
+        generated_at=(generated_at or datetime.now(UTC)).isoformat(timespec="seconds"),
     )

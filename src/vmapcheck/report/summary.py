@@ -9,7 +9,7 @@ from vmapcheck.core.paths import speedup_text
 from vmapcheck.errors import ArtifactError
 from vmapcheck.io import read_json
 from vmapcheck.layout import Layout
-from vmapcheck.report.check_sections import forms_compared, leaves_text
+from vmapcheck.report.check_sections import forms_compared, leaves_text, not_provided_lines
 from vmapcheck.report.elements import shape_text
 
 
@@ -26,6 +26,7 @@ def summarize(layout: Layout) -> str:
         f"({runtime['device_kind']}), {check['dtype']}, rtol={tol['rtol']:g} atol={tol['atol']:g}, "
         f"jax {runtime['jax_version']} / jaxlib {runtime['jaxlib_version']}"
     )
+    lines += [f"  -    {line}" for line in not_provided_lines(check)]
     if layout.contract.exists():
         inputs = read_json(layout.contract)["inputs"]
         lines.append(

@@ -14,9 +14,11 @@ either ruled out, with the evidence that rules it out, or the first to diverge:
 3. ``shapes`` — params tree structure and every leaf's shape and dtype against the
    model's contract; every layer's activation shape and dtype in every path, evaluated
    abstractly (``jax.eval_shape``); the recorded output contract and refusals.
-4. ``forward`` — without jit: loop, vmap and direct, on a minimal input (one row) first,
-   then the failing case; layer by layer, the first layer where two paths disagree or a
-   non-finite value appears.
+4. ``forward`` — without jit: the forms the model provides (loop, vmap, vmap_of_jit, and
+   direct when it has a hand-batched forward), on a minimal input (one row) first, then
+   the failing case; layer by layer, the first layer where two paths disagree or a
+   non-finite value appears. A path the model does not provide is named as such in the
+   report (``not_provided``), never said to agree.
 5. ``loss``, 6. ``gradients`` (every leaf), 7. ``update`` (one optax step, every leaf):
    eager, the per-example loop against the batched forms, on inputs with targets.
 8. ``jit`` — the transformations added back one at a time: each path under ``jax.jit``

@@ -42,6 +42,7 @@ from vmapcheck.config import BackendConfig, Config, load_config
 from vmapcheck.core.cases import kind_of
 from vmapcheck.core.contract import InputSpec, rows, take, tree_map
 from vmapcheck.core.models import build_model
+from vmapcheck.core.paths import not_provided
 from vmapcheck.core.runtime import configure_jax
 from vmapcheck.core.training import make_optimizer
 from vmapcheck.data.regression import STANDARD_CASE, x_from_arrays
@@ -121,6 +122,8 @@ def diagnose(
             "exactly; non-finite values are located, never masked",
         },
         "activations": activations,
+        # Paths the model cannot have (no hand-batched forward, ...): named, not compared.
+        "not_provided": not_provided(model),
         "inputs": [
             {"label": p.label, "rows": rows(p.x), "targets": p.y is not None}
             for p in subject.probes
@@ -217,6 +220,8 @@ def render_text(report: dict[str, Any]) -> str:
         lines.append(f"not reached: {', '.join(report['not_reached'])}")
     if report.get("activations"):
         lines.append(report["activations"])
+    for path, reason in (report.get("not_provided") or {}).items():
+        lines.append(f"not provided by the model, so not compared: {path} ({reason})")
     if report.get("tolerance"):
         lines.append(f"tolerances: {report['tolerance']['note']}")
     return "\n".join(lines) + "\n"
