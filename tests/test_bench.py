@@ -1,5 +1,6 @@
 """The benchmark reports distributions after warm-up and says what it skipped."""
 
+import io
 import itertools
 import time
 
@@ -8,6 +9,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from vmapcheck.bench.progress import PlainLines, Progress
 from vmapcheck.bench.timing import (
     ROUNDS,
     balanced_orders,
@@ -46,9 +48,13 @@ def test_interleaved_timing_counts_first_call_and_warmup_apart():
         return call
 
     calls = {"a": make("a"), "b": make("b")}
-    first, inner = warm_up(calls, warmup=3)
+    per_call = {}
+    first, inner = warm_up(calls, warmup=3, per_call=per_call)
     samples = {name: np.empty(7) for name in calls}
-    sample_passes(calls, inner, samples, range(7))
+    taken = []
+    sample_passes(calls, inner, samples, range(7), on_sample=taken.append)
+    assert sorted(taken) == ["a"] * 7 + ["b"] * 7  # one progress report per sample
+    assert set(per_call) == {"a", "b"} and all(v > 0 for v in per_call.values())
     # first call, warm-up, one calibration call, then each sample (inner loop of 1 here)
     # after one discarded call of its own
     assert inner == {"a": 1, "b": 1}
@@ -71,7 +77,18 @@ def test_run_bench_covers_every_path_and_caps_the_loop():
         peak_matmul_size=128,
         regression=RegressionConfig(factor=1.1, alpha=0.01, baseline=None),
     )
-    result = run_bench(model, params, rows, config, jnp.float32)
+    log = io.StringIO()
+    result = run_bench(
+        model, params, rows, config, jnp.float32, progress=Progress(PlainLines("bench", log))
+    )
+    # Progress in a log: every phase starts and ends with a line; the timing's count is
+    # every cell's samples and the control's.
+    lines = log.getvalue().splitlines()
+    cells = sum(len(by_batch) for by_batch in result["latency_ms"].values())
+    assert lines[0] == "bench: compiling: 2 batch sizes"
+    timing = f"bench: timing {cells} cells and the control in 5 rounds"
+    assert any(line.startswith(f"{timing}: {(cells + 1) * 5:,} samples, about ") for line in lines)
+    assert f"{timing}: done, {(cells + 1) * 5:,} samples in" in log.getvalue()
     for path in path_names("batch"):
         assert set(result["latency_ms"][path]) == (
             {"b1"} if path.startswith("loop") else {"b1", "b32"}
