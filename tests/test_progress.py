@@ -136,3 +136,29 @@ def test_clock_text_and_sample_cost():
     # An inner loop of 8 calls after one discarded call.
     assert sample_cost(0.002, 8) == pytest.approx(0.018)
     assert sample_cost(0.002, 8, isolate=False) == pytest.approx(0.016)
+
+
+def test_rich_bars_on_a_terminal_show_the_count_and_the_eta():
+    from rich.console import Console
+    from rich.progress import Progress as Bars
+    from rich.progress import TextColumn
+
+    from vmapcheck.bench.progress import RichBars
+
+    out = io.StringIO()
+    console = Console(file=out, force_terminal=True, width=120)
+    clock = FakeClock()
+    columns = (TextColumn("{task.description}"), TextColumn("{task.fields[count]}"))
+    columns += (TextColumn("{task.fields[eta]}"),)
+    with Bars(*columns, console=console, auto_refresh=False) as bars:
+        progress = Progress(RichBars("bench", bars), clock=clock)
+        with progress.phase("guard replay", 100, unit="requests", eta=Eta(100)) as phase:
+            for _ in range(40):
+                clock.now += 0.5
+                phase.advance()
+            bars.refresh()
+            shown = out.getvalue()
+            assert "bench: guard replay" in shown and "40/100 requests" in shown
+            assert "ETA 0:30" in shown  # 60 left at 2 a second
+        progress.note("matmul peak 1.0 GFLOP/s (512^3)")
+    assert "bench: matmul peak 1.0 GFLOP/s (512^3)" in out.getvalue()

@@ -227,7 +227,8 @@ class RichBars:
         )
 
     def note(self, message: str) -> None:
-        self.bars.console.print(f"{self.prefix}: {message}")
+        # As written: a message's brackets are no rich markup, its numbers no highlight.
+        self.bars.console.print(f"{self.prefix}: {message}", markup=False, highlight=False)
 
 
 @contextlib.contextmanager
@@ -242,12 +243,12 @@ def open_progress(prefix: str, every_s: float = 10.0) -> Iterator[Progress]:
         yield Progress(PlainLines(prefix, every_s=every_s))
         return
     columns = (
-        TextColumn("{task.description}"),
+        TextColumn("{task.description}", markup=False),
         BarColumn(),
         TaskProgressColumn(),
-        TextColumn("{task.fields[count]}"),
+        TextColumn("{task.fields[count]}", markup=False),
         TimeElapsedColumn(),
-        TextColumn("{task.fields[eta]}"),
+        TextColumn("{task.fields[eta]}", markup=False),
     )
     with Bars(*columns, console=console) as bars:
         yield Progress(RichBars(prefix, bars))
