@@ -553,9 +553,43 @@ def _complete_run(client, experiment: str, details: dict, start_time: int, verdi
         path = Path(tmp) / "bench_details.json"
         path.write_text(json.dumps(details))
         client.log_artifact(run.info.run_id, str(path))
+    if "bench" in details:  # as track logs the config: bench.name among the params
+        client.log_param(run.info.run_id, "bench.name", details["bench"]["name"])
     client.set_tag(run.info.run_id, "pipeline_complete", "true")
     client.set_terminated(run.info.run_id)
     return run.info.run_id
+
+
+def test_last_verified_is_a_run_of_the_judged_runs_bench_profile(
+    tmp_path, root, empty_mlflow_store, monkeypatch, capsys
+):
+    """A newer verified run of another profile would only be "not comparable": make
+    verdict's last-verified takes the newest run of the same profile, or says none is."""
+    from mlflow.tracking import MlflowClient
+
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    monkeypatch.delenv("DVC_ROOT", raising=False)
+    shutil.copy(root / "params.yaml", tmp_path / "params.yaml")  # sqlite:///mlflow.db
+    uri = empty_mlflow_store(tmp_path / "mlflow.db")
+    client = MlflowClient(tracking_uri=uri)
+    experiment = client.create_experiment(
+        "vmapcheck-mlp", artifact_location=(tmp_path / "mlartifacts").as_uri()
+    )
+    quick, full = _details(1.0, 0), _details(1.0, 1)
+    quick["bench"] = {"name": "quick", "batch_sizes": [1, 16, 128], "warmup": 3, "repeats": 50}
+    full["bench"] = {"name": "full", "batch_sizes": [1, 16, 256], "warmup": 5, "repeats": 100}
+    current = tmp_path / "current.json"
+    current.write_text(json.dumps(quick | {"samples_ms": _details(1.0, 2)["samples_ms"]}))
+    verdict = ["verdict", "--root", str(tmp_path), "--baseline", "last-verified"]
+    newest_full = _complete_run(client, experiment, full, start_time=2_000)
+    assert cli_main([*verdict, "--current", str(current)]) == 0
+    printed = capsys.readouterr().out
+    assert "no baseline to judge against" in printed and "bench.name=quick" in printed
+    assert newest_full not in printed
+    older_quick = _complete_run(client, experiment, quick, start_time=1_000)
+    assert cli_main([*verdict, "--current", str(current)]) == 0
+    printed = capsys.readouterr().out
+    assert "NO REGRESSION" in printed and f"baseline: run {older_quick}" in printed
 
 
 def test_make_verdict_judges_the_reports_against_the_verified_run_before_theirs(

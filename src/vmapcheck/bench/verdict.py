@@ -267,10 +267,15 @@ def bench_from_run(tracking_uri: str, run_id: str, role: str = "baseline") -> Be
 
 
 def last_verified_run(
-    tracking_uri: str, experiment: str, tags: dict[str, str], exclude: str | None = None
+    tracking_uri: str,
+    experiment: str,
+    tags: dict[str, str],
+    exclude: str | None = None,
+    params: dict[str, str] | None = None,
 ) -> str | None:
     """Id of the newest complete run of ``experiment`` (vmapcheck.tracking.store.
-    COMPLETE_FILTER) with tag verdict=passed and ``tags`` equal."""
+    COMPLETE_FILTER) with tag verdict=passed, ``tags`` and ``params`` equal (e.g.
+    ``{"bench.name": "full"}``: a run of another bench profile is not comparable)."""
     client = _client(tracking_uri)
     found = client.get_experiment_by_name(experiment)
     if found is None:
@@ -278,6 +283,7 @@ def last_verified_run(
     conditions = ["tags.verdict = 'passed'"] + [
         f"tags.{key} = '{value}'" for key, value in sorted(tags.items())
     ]
+    conditions += [f"params.`{key}` = '{value}'" for key, value in sorted((params or {}).items())]
     runs = client.search_runs(
         [found.experiment_id],
         filter_string=complete_filter(*conditions),
@@ -297,9 +303,11 @@ def resolve_baseline(
     tags: dict[str, str] | None = None,
     exclude: str | None = None,
     role: str = "baseline",
+    params: dict[str, str] | None = None,
 ) -> BenchRecord:
     """The baseline named by ``spec``: a file, an MLflow run id, or ``last-verified``
-    (``role``: what the messages call it, "baseline" or "current run").
+    (``role``: what the messages call it, "baseline" or "current run"; ``tags`` and
+    ``params``: what ``last-verified``'s run must have equal, :func:`last_verified_run`).
 
     Raises:
         ConfigError: ``spec`` names none of these (the message says what was tried).
@@ -315,9 +323,10 @@ def resolve_baseline(
     if tracking_uri is None:
         raise ConfigError(f"{role} {spec!r}: no such file, and no MLflow store to look in")
     if spec == LAST_VERIFIED:
-        run_id = last_verified_run(tracking_uri, experiment or "", tags or {}, exclude)
+        run_id = last_verified_run(tracking_uri, experiment or "", tags or {}, exclude, params)
         if run_id is None:
-            wanted = ", ".join(f"{k}={v}" for k, v in sorted((tags or {}).items()))
+            equal = (tags or {}) | (params or {})
+            wanted = ", ".join(f"{k}={v}" for k, v in sorted(equal.items()))
             other = f" other than run {exclude} (the run judged)" if exclude else ""
             raise NoBaselineError(
                 f"{role} {LAST_VERIFIED}: no complete passed run with {wanted or 'any tags'}"
@@ -812,8 +821,12 @@ def run_verdict(
         exclude = _run_id(current)
         if exclude is None and Path(current).resolve() == layout.bench_details.resolve():
             exclude = run_of_reports(layout, uri)
+        # last-verified: a run of the judged run's bench profile (another is not comparable).
+        profile = {"bench.name": judged.context["bench"]} if judged.context.get("bench") else {}
         try:
-            base = resolve_baseline(baseline, uri, experiment, tags, exclude=exclude)
+            base = resolve_baseline(
+                baseline, uri, experiment, tags, exclude=exclude, params=profile
+            )
         except NoBaselineError as exc:
             print(f"verdict: no baseline to judge against: {exc}. Nothing compared.")
             if out:
