@@ -247,7 +247,11 @@ def test_a_slowdown_of_the_machine_itself_makes_the_verdict_inconclusive():
     assert "INCONCLUSIVE (the machine itself was slower" in format_table(loaded)
     noisy = compare(base, BenchRecord("cur", SLOWER, {}, noisy=True, **_control(2.0, 4)), 1.1, 0.01)
     assert noisy["verdict"] == "inconclusive"
-    assert noisy["reasons"] == ["current run noisy (load above the core count)"]
+    assert noisy["reasons"] == ["the current run was noisy (load above the core count)"]
+    both = BenchRecord("base", SAME, {}, noisy=True, **_control(2.0, 3))
+    assert compare(both, BenchRecord("cur", SLOWER, {}, noisy=True), 1.1, 0.01)["reasons"] == [
+        "the baseline and the current run were noisy (load above the core count)"
+    ]
 
 
 def test_a_faster_machine_withholds_nothing():

@@ -591,7 +591,7 @@ def compare(
         "alpha": alpha,
         "confidence_level": confidence,
         "differences": differences,
-        "required_same": sorted({k.name for k in CONTEXT if k.required} | set(require_same)),
+        "required_same": [k.name for k in CONTEXT if k.required or k.name in set(require_same)],
     }
     if not_comparable:
         return {
@@ -653,10 +653,9 @@ def compare(
     noisy = baseline.noisy or current.noisy
     reasons = []
     if noisy:
-        side = " and ".join(
-            name for name, r in (("baseline", baseline), ("current run", current)) if r.noisy
-        )
-        reasons.append(f"{side} noisy (load above the core count)")
+        sides = [name for name, r in (("baseline", baseline), ("current run", current)) if r.noisy]
+        were = "the baseline and the current run were" if len(sides) == 2 else f"the {sides[0]} was"
+        reasons.append(f"{were} noisy (load above the core count)")
     if control["slower"]:
         reasons.append(
             f"the machine itself was slower: the control matmul took {control['ratio']:.2f}x "
@@ -742,7 +741,7 @@ def format_table(result: dict[str, Any]) -> str:
             lines.append(f"note: {key} not recorded in the {side} (an older bench_details.json)")
         else:
             lines.append(f"note: {key} differs (compared): baseline {base!r}, current {cur!r}")
-    if result["noisy"]:
+    if result["noisy"] and result["verdict"] != "inconclusive":  # else the title says it
         lines.append("note: a run was marked noisy (load above the core count): read with care")
     lines.append(control_line(result["control"]))
     for name in ("only_in_baseline", "only_in_current"):
