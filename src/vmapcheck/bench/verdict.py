@@ -29,7 +29,7 @@ what keeps those from being reported. An **improvement** is the mirror image
 (``ratio < 1 / factor``). docs/benchmark.md gives this detector's measured false-alarm and
 detection rates on this machine (``benchmarks/validate_verdict.py``).
 
-Before any cell is compared, the two runs' context is (:data:`CONTEXT`): runs that differ
+Before any cell is compared, the two runs' context is (:data:`CONTEXT`). Runs that differ
 in a key that changes what a latency means (bench profile and its timing settings, CPU
 model and cores, backend, device, dtype, matmul precision; JAX and jaxlib versions or the
 model too when the caller asks with ``require_same``) are **not comparable**: nothing is
@@ -44,10 +44,11 @@ a regression (``inconclusive``); a faster machine never does.
 
 The baseline is a ``bench_details.json`` file, an MLflow run id, or ``last-verified``:
 the newest complete run in the store that passed its checks with the same model, backend
-and precision, other than the run being judged. A run is read only when complete
-(vmapcheck.tracking.store.COMPLETE_FILTER: a ``track`` that was killed leaves an
-incomplete one). ``vmapcheck verdict --baseline ...`` (``make verdict``) prints the table
-and exits 1 on a regression (0 for "no regression" and "inconclusive"). Judging the
+and precision (and, from ``vmapcheck verdict``, bench profile), other than the run being
+judged. A run is read only when complete (vmapcheck.tracking.store.COMPLETE_FILTER: a
+``track`` that was killed leaves an incomplete one). ``vmapcheck verdict --baseline ...``
+(``make verdict``) prints the table and exits 1 on a regression (0 for "no regression",
+"inconclusive" and "not comparable"). Judging the
 reports on disk, the run that logged them (:func:`run_of_reports`) is never their
 baseline; when ``last-verified`` finds no other run it says so and exits 0.
 """
