@@ -1,5 +1,6 @@
 """The benchmark reports distributions after warm-up and says what it skipped."""
 
+import io
 import itertools
 import time
 
@@ -8,6 +9,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from vmapcheck.bench.progress import PlainLines, Progress
 from vmapcheck.bench.timing import (
     ROUNDS,
     balanced_orders,
@@ -46,9 +48,13 @@ def test_interleaved_timing_counts_first_call_and_warmup_apart():
         return call
 
     calls = {"a": make("a"), "b": make("b")}
-    first, inner = warm_up(calls, warmup=3)
+    per_call = {}
+    first, inner = warm_up(calls, warmup=3, per_call=per_call)
     samples = {name: np.empty(7) for name in calls}
-    sample_passes(calls, inner, samples, range(7))
+    taken = []
+    sample_passes(calls, inner, samples, range(7), on_sample=taken.append)
+    assert sorted(taken) == ["a"] * 7 + ["b"] * 7  # one progress report per sample
+    assert set(per_call) == {"a", "b"} and all(v > 0 for v in per_call.values())
     # first call, warm-up, one calibration call, then each sample (inner loop of 1 here)
     # after one discarded call of its own
     assert inner == {"a": 1, "b": 1}
@@ -71,7 +77,18 @@ def test_run_bench_covers_every_path_and_caps_the_loop():
         peak_matmul_size=128,
         regression=RegressionConfig(factor=1.1, alpha=0.01, baseline=None),
     )
-    result = run_bench(model, params, rows, config, jnp.float32)
+    log = io.StringIO()
+    result = run_bench(
+        model, params, rows, config, jnp.float32, progress=Progress(PlainLines("bench", log))
+    )
+    # Progress in a log: every phase starts and ends with a line; the timing's count is
+    # every cell's samples and the control's.
+    lines = log.getvalue().splitlines()
+    cells = sum(len(by_batch) for by_batch in result["latency_ms"].values())
+    assert lines[0] == "bench: compiling: 2 batch sizes"
+    timing = f"bench: timing {cells} cells and the control in 5 rounds"
+    assert any(line.startswith(f"{timing}: {(cells + 1) * 5:,} samples, about ") for line in lines)
+    assert f"{timing}: done, {(cells + 1) * 5:,} samples in" in log.getvalue()
     for path in path_names("batch"):
         assert set(result["latency_ms"][path]) == (
             {"b1"} if path.startswith("loop") else {"b1", "b32"}
@@ -185,14 +202,36 @@ def test_balanced_orders_let_every_path_follow_every_other_equally_often(n):
 BASE_S, PENALTY_S = 1e-3, 3e-3
 
 
-def _polluting_group(names: tuple[str, ...]) -> dict[str, object]:
+class _PlayedTime:
+    """Stands in for the ``time`` module of vmapcheck.bench.timing: ``perf_counter`` is
+    a clock that moves only when a simulated call says how long it took, so a test of
+    the timing's order is exact on a loaded machine (time.sleep overshoots there)."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+        self.get_clock_info = time.get_clock_info
+
+    def perf_counter(self) -> float:
+        return self.now
+
+
+@pytest.fixture
+def played(monkeypatch) -> _PlayedTime:
+    import vmapcheck.bench.timing as timing
+
+    clock = _PlayedTime()
+    monkeypatch.setattr(timing, "time", clock)
+    return clock
+
+
+def _polluting_group(names: tuple[str, ...], clock: _PlayedTime) -> dict[str, object]:
     """Three paths that each take BASE_S; after "loop" runs, whatever call comes next pays
     PENALTY_S more (as the unrolled loop_jit left the next path ~20-45% slower)."""
     owed = [0.0]
 
     def path(pollutes: bool):
         def call():
-            time.sleep(BASE_S + owed[0])
+            clock.now += BASE_S + owed[0]
             owed[0] = PENALTY_S if pollutes else 0.0
 
         return call
@@ -205,31 +244,31 @@ def _medians(samples: dict[str, np.ndarray]) -> dict[str, float]:
 
 
 @pytest.mark.parametrize("names", list(itertools.permutations(("loop", "a", "b"))))
-def test_a_path_that_slows_the_next_one_leaves_two_identical_paths_equal(names):
-    calls = _polluting_group(names)
+def test_a_path_that_slows_the_next_one_leaves_two_identical_paths_equal(names, played):
+    calls = _polluting_group(names, played)
     _, inner = warm_up(calls, warmup=1)
     samples = {name: np.empty(24) for name in calls}
     sample_passes(calls, inner, samples, range(24))
     p50 = _medians(samples)
-    assert 0.8 < p50["a"] / p50["b"] < 1.25, p50
+    assert p50["a"] == pytest.approx(p50["b"]), p50
     # No timed call paid the penalty, each discarded call before it did (in a balanced
     # order alone, a third of the samples of "a" and "b" would).
     paid = {name: float(np.mean(samples[name] > BASE_S + 0.8 * PENALTY_S)) for name in "ab"}
-    assert max(paid.values()) < 0.1, paid
+    assert max(paid.values()) == 0.0, paid
 
 
-def test_the_old_fixed_rotation_is_biased_by_the_same_pollution():
+def test_the_old_fixed_rotation_is_biased_by_the_same_pollution(played):
     """What the test above guards against: passes rotating the first path (loop, a, b;
     a, b, loop; b, loop, a) with no discarded call have "a" always right after "loop"."""
-    calls = _polluting_group(("loop", "a", "b"))
+    calls = _polluting_group(("loop", "a", "b"), played)
     warm_up(calls, warmup=1)
     names = list(calls)
     samples = {name: np.empty(24) for name in calls}
     for i in range(24):
         for name in names[i % 3 :] + names[: i % 3]:
-            start = time.perf_counter()
+            start = played.perf_counter()
             calls[name]()
-            samples[name][i] = time.perf_counter() - start
+            samples[name][i] = played.perf_counter() - start
     p50 = _medians(samples)
     assert p50["a"] / p50["b"] > 2.0, p50
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import json
 import tracemalloc
 
@@ -20,6 +21,7 @@ from vmapcheck.bench.guard import (
     request_stream,
     run_replay,
 )
+from vmapcheck.bench.progress import PlainLines, Progress
 from vmapcheck.bench.timing import _CompileCounter
 from vmapcheck.config import GuardConfig, GuardReplayConfig, ModelConfig
 from vmapcheck.core.models import Model, build_model
@@ -258,8 +260,14 @@ def test_no_request_value_reaches_metrics_report_or_errors(model, params, rows, 
         replay={"n_requests": 400, "invalid_share": 0.3, "unbucketed_requests": 20}
         | {"plant_canary": True},
     )
-    report = run_replay(model, params, rows, jnp.float32, config)
+    log = io.StringIO()
+    progress = Progress(PlainLines("bench", log))
+    report = run_replay(model, params, rows, jnp.float32, config, progress=progress)
     assert report["mismatched"] == {} and report["compiles_within_bound"] is True
+    # Its progress: both replays, every request counted; no request value in it either.
+    assert "bench: guard replay (4 buckets): done, 400 requests in" in log.getvalue()
+    assert "bench: guard replay without buckets: done, 20 requests in" in log.getvalue()
+    assert CANARY_TEXT not in log.getvalue()
     assert report["unbucketed"]["requests"] == 20
     assert report["unbucketed"]["compiles"] == report["unbucketed"]["distinct_batch_sizes"] > 4
     assert set(report["latency_ms"]) == {

@@ -10,8 +10,14 @@ import pytest
 from scipy import stats
 
 from vmapcheck.bench.verdict import (
+    CONTEXT,
+    CONTEXT_KEYS,
+    NOT_COMPARABLE,
+    OPTIONAL_KEYS,
     BenchRecord,
     compare,
+    format_table,
+    judge_control,
     read_bench_file,
     record_from_details,
     resolve_baseline,
@@ -206,28 +212,110 @@ def test_the_verdict_command_exits_1_on_a_regression(tmp_path, root, capsys):
     assert cli_main([*args, "--current", str(slow), "--out", str(out)]) == 1
     printed = capsys.readouterr().out
     assert "REGRESSION" in printed and "direct_jit" in printed
-    assert "model differs: baseline 'mlp', current 'mlp_slow'" in printed
+    # A model change is what the verdict judges: compared, and the difference noted.
+    assert "model differs (compared): baseline 'mlp', current 'mlp_slow'" in printed
     assert json.loads(out.read_text())["regressions"] == ["direct_jit/b16"]
+
+
+def _control(median_ms: float, seed: int, size: int = 512) -> dict:
+    """The control fields of a BenchRecord: ``size``^3 float32 matmul samples (ms)."""
+    return {
+        "control_ms": _lognormal(median_ms, 50, seed, sigma=0.03),
+        "control_size": size,
+        "control_dtype": "float32",
+    }
+
+
+SLOWER = {"vmap_jit": {"b16": _lognormal(1.5, 60, 1)}}
+SAME = {"vmap_jit": {"b16": _lognormal(1.0, 60, 0)}}
 
 
 def test_a_slowdown_of_the_machine_itself_makes_the_verdict_inconclusive():
     """The matmul control was 2x slower in the current run: the code is not to blame."""
-    samples = {"vmap_jit": {"b16": _lognormal(1.0, 60, 0)}}
-    slower = {"vmap_jit": {"b16": _lognormal(1.5, 60, 1)}}
-    base = BenchRecord("base", samples, {}, peak_gflops=100.0)
-    steady = compare(base, BenchRecord("cur", slower, {}, peak_gflops=98.0), 1.1, 0.01)
-    assert steady["verdict"] == "regression" and not steady["machine_unstable"]
-    loaded = compare(base, BenchRecord("cur", slower, {}, peak_gflops=50.0), 1.1, 0.01)
-    assert loaded["verdict"] == "inconclusive" and loaded["machine_slowdown"] == 2.0
+    base = BenchRecord("base", SAME, {}, **_control(2.0, 3))
+    steady = compare(base, BenchRecord("cur", SLOWER, {}, **_control(2.02, 4)), 1.1, 0.01)
+    assert steady["verdict"] == "regression" and not steady["machine_slower"]
+    assert "not a slowdown of the machine" in format_table(steady)
+    loaded = compare(base, BenchRecord("cur", SLOWER, {}, **_control(4.0, 4)), 1.1, 0.01)
+    assert loaded["verdict"] == "inconclusive" and loaded["machine_slower"]
+    assert 1.9 < loaded["machine_slowdown"] < 2.1 and loaded["control"]["p_slower"] < 0.01
     assert loaded["regressions"] == ["vmap_jit/b16"]  # still listed, never hidden
-    noisy = compare(base, BenchRecord("cur", slower, {}, noisy=True, peak_gflops=99.0), 1.1, 0.01)
+    assert loaded["reasons"] == [
+        "the machine itself was slower: the control matmul took "
+        f"{loaded['machine_slowdown']:.2f}x the baseline's time, beyond the factor"
+    ]
+    assert "INCONCLUSIVE (the machine itself was slower" in format_table(loaded)
+    noisy = compare(base, BenchRecord("cur", SLOWER, {}, noisy=True, **_control(2.0, 4)), 1.1, 0.01)
     assert noisy["verdict"] == "inconclusive"
+    assert noisy["reasons"] == ["the current run was noisy (load above the core count)"]
+    both = BenchRecord("base", SAME, {}, noisy=True, **_control(2.0, 3))
+    assert compare(both, BenchRecord("cur", SLOWER, {}, noisy=True), 1.1, 0.01)["reasons"] == [
+        "the baseline and the current run were noisy (load above the core count)"
+    ]
+
+
+def test_a_faster_machine_withholds_nothing():
+    """issue 14: a control at 0.62x (a faster machine) turned a regression into
+    "inconclusive". A faster machine cannot explain a slower cell: the verdict stands."""
+    base = BenchRecord("base", SAME, {}, **_control(2.0, 3))
+    faster = compare(base, BenchRecord("cur", SLOWER, {}, **_control(1.24, 4)), 1.1, 0.01)
+    assert faster["control"]["compared"] and faster["machine_slowdown"] < 0.7
+    assert faster["verdict"] == "regression" and faster["reasons"] == []
+    assert "a faster machine withholds nothing" in format_table(faster)
+
+
+def test_a_control_beyond_the_factor_but_not_significant_withholds_nothing():
+    """The machine is judged by the cells' own rule: a control whose median moved past
+    the factor in a few rounds only (a spell, not a slower machine) is no slowdown."""
+    base_ms = _lognormal(2.0, 50, 3, sigma=0.15)
+    cur_ms = _lognormal(2.0, 50, 4, sigma=0.15)
+    cur_ms[15:40] *= 1.8  # rounds 4-8 of 10 slowed
+    base = BenchRecord("base", SAME, {}, control_ms=base_ms, control_size=512, control_dtype="f")
+    cur = BenchRecord("cur", SLOWER, {}, control_ms=cur_ms, control_size=512, control_dtype="f")
+    control = judge_control(base, cur, 1.1, 0.01)
+    assert control["ratio"] > 1.1 and control["p_slower"] > 0.01 and not control["slower"]
+    assert compare(base, cur, 1.1, 0.01)["verdict"] == "regression"
+
+
+@pytest.mark.parametrize(
+    ("base_size", "cur_size", "base_dtype", "cur_dtype", "why"),
+    [
+        (512, 1024, "float32", "float32", "matmul sizes differ (512^3 vs 1024^3)"),
+        (512, 512, "float32", "float64", "matmul dtypes differ (float32 vs float64)"),
+        (None, 512, "float32", "float32", "matmul size is not recorded in the baseline"),
+    ],
+)
+def test_a_control_of_another_size_or_dtype_is_not_compared(
+    base_size, cur_size, base_dtype, cur_dtype, why
+):
+    """issue 13: a 512^3 matmul (bench=quick) was compared with a 1024^3 one (bench=full):
+    "the same matmul took 6.57x". Only like is compared with like, or nothing, saying why."""
+    base = BenchRecord(
+        "base", SAME, {}, **{**_control(2.0, 3, base_size), "control_dtype": base_dtype}
+    )
+    cur = BenchRecord(
+        "cur", SLOWER, {}, **{**_control(16.0, 4, cur_size), "control_dtype": cur_dtype}
+    )
+    result = compare(base, cur, 1.1, 0.01)
+    assert not result["control"]["compared"] and why in result["control"]["why"]
+    assert result["machine_slowdown"] is None and not result["machine_slower"]
+    # The cells still are judged: a regression the control cannot vouch for is reported.
+    assert result["verdict"] == "regression"
+    assert f"control: not compared: {result['control']['why']}" in format_table(result)
+
+
+def test_the_same_size_control_is_compared():
+    base = BenchRecord("base", SAME, {}, **_control(2.0, 3, size=1024))
+    cur = BenchRecord("cur", SAME, {}, **_control(2.1, 4, size=1024))
+    control = compare(base, cur, 1.1, 0.01)["control"]
+    assert control["compared"] and control["size"] == [1024, 1024]
+    assert 1.0 < control["ratio"] < 1.1 and control["ci_low"] < control["ratio"]
 
 
 def test_the_control_timed_in_every_round_outranks_the_single_peak_figure():
     samples = {"vmap_jit": {"b16": _lognormal(1.0, 60, 0)}}
     slower = {"vmap_jit": {"b16": _lognormal(1.5, 60, 1)}}
-    details = {"samples_ms": samples, "peak": {"gflops": 100.0}}
+    details = {"samples_ms": samples, "peak": {"gflops": 100.0, "size": 512}, "dtype": "float32"}
     details["peak"]["samples_ms"] = _lognormal(2.0, 50, 3).tolist()
     base = record_from_details(
         {
@@ -237,14 +325,192 @@ def test_the_control_timed_in_every_round_outranks_the_single_peak_figure():
         "base",
     )
     assert base.control_ms is not None and base.control_ms.size == 50
+    assert (base.control_size, base.control_dtype) == (512, "float32")
     # Its peak figure says the machine halved its speed; its samples (the control timed
     # with the cells) say it did not: the samples decide.
-    cur = BenchRecord("cur", slower, {}, peak_gflops=50.0, control_ms=_lognormal(2.0, 50, 4))
+    cur = BenchRecord("cur", slower, {}, peak_gflops=50.0, **_control(2.0, 4))
     result = compare(base, cur, 1.1, 0.01)
     assert result["verdict"] == "regression" and 0.9 < result["machine_slowdown"] < 1.1
     bad = {**details, "peak": {"gflops": 1.0, "samples_ms": [1.0, -2.0]}}
     with pytest.raises(ArtifactError, match=r"peak\.samples_ms"):
         record_from_details({**bad, "samples_ms": {"vmap_jit": {"b16": [1.0] * 10}}}, "f.json")
+
+
+def test_runs_from_before_the_rounds_compare_their_throughput_figures():
+    """One GFLOP/s figure a run, no samples: the ratio alone (no test is possible), and
+    only a slower machine withholds."""
+    base = BenchRecord("base", SAME, {}, peak_gflops=100.0, control_size=512, control_dtype="f")
+    slow = BenchRecord("cur", SLOWER, {}, peak_gflops=50.0, control_size=512, control_dtype="f")
+    fast = BenchRecord("cur", SLOWER, {}, peak_gflops=200.0, control_size=512, control_dtype="f")
+    assert compare(base, slow, 1.1, 0.01)["verdict"] == "inconclusive"
+    assert compare(base, slow, 1.1, 0.01)["machine_slowdown"] == 2.0
+    assert compare(base, fast, 1.1, 0.01)["verdict"] == "regression"
+
+
+def _full_context(**changes) -> dict:
+    """A run's context as record_from_details reads it (quick profile, this machine)."""
+    context = {
+        "bench": "quick",
+        "batch_sizes": [1, 16, 128],
+        "warmup": 3,
+        "repeats": 50,
+        "cpu_model": "Intel(R) Xeon(R) Processor",
+        "usable_cores": 2,
+        "backend": "cpu",
+        "device_kind": "cpu",
+        "device_count": 2,
+        "matmul_precision": "highest",
+        "jax_version": "0.11.2",
+        "jaxlib_version": "0.11.2",
+        "dtype": "float32",
+        "model": "mlp",
+    }
+    assert set(changes) <= set(context)
+    return context | changes
+
+
+# Every required context key, the other value, and how the verdict names the difference.
+REQUIRED = [
+    ("bench", "full", "bench profiles differ (quick vs full)"),
+    ("batch_sizes", [1, 16, 256], "batch sizes differ ([1, 16, 128] vs [1, 16, 256])"),
+    ("warmup", 5, "warm-up calls differ (3 vs 5)"),
+    ("repeats", 100, "samples per cell differ (50 vs 100)"),
+    ("cpu_model", "AMD EPYC 7B13", "machines (CPU model) differ (Intel(R) Xeon(R) Processor vs "),
+    ("usable_cores", 4, "usable cores differ (2 vs 4)"),
+    ("backend", "gpu", "backends differ (cpu vs gpu)"),
+    ("device_kind", "NVIDIA H200", "device kinds differ (cpu vs NVIDIA H200)"),
+    ("device_count", 1, "device counts differ (2 vs 1)"),
+    ("dtype", "float64", "dtypes differ (float32 vs float64)"),
+    ("matmul_precision", "tensorfloat32", "matmul precisions differ (highest vs tensorfloat32)"),
+]
+
+
+def test_every_required_context_key_is_covered():
+    assert [key for key, _, _ in REQUIRED] == [k.name for k in CONTEXT if k.required]
+    assert set(OPTIONAL_KEYS) == {"jax_version", "jaxlib_version", "model"}
+    # The CLI offers exactly the optional keys.
+    from vmapcheck.cli import build_parser
+
+    action = next(
+        a
+        for a in build_parser()._subparsers._group_actions[0].choices["verdict"]._actions
+        if a.dest == "require_same"
+    )
+    assert tuple(action.choices) == OPTIONAL_KEYS
+
+
+@pytest.mark.parametrize(("key", "value", "named"), REQUIRED, ids=[k for k, _, _ in REQUIRED])
+def test_a_run_that_differs_in_a_required_key_is_not_comparable(key, value, named):
+    base = BenchRecord("base.json", SAME, _full_context(), **_control(2.0, 3))
+    cur = BenchRecord("cur.json", SLOWER, _full_context(**{key: value}), **_control(2.0, 4))
+    result = compare(base, cur, 1.1, 0.01)
+    assert result["verdict"] == NOT_COMPARABLE and not result["comparable"]
+    assert len(result["reasons"]) == 1 and result["reasons"][0].startswith(named)
+    # Nothing compared: no cell, no regression, no control.
+    assert "cells" not in result and result["regressions"] == []
+    assert result["machine_slowdown"] is None
+    assert result["differences"] == {key: [_full_context()[key], value]}
+    text = format_table(result)
+    assert text.startswith(f"benchmark verdict: NOT COMPARABLE: {named}")
+    assert "nothing compared" in text
+
+
+def test_quick_against_full_names_every_difference():
+    full = _full_context(bench="full", batch_sizes=[1, 16, 256, 1024, 4096], warmup=5, repeats=100)
+    base = BenchRecord("base", SAME, _full_context(), **_control(2.0, 3, size=512))
+    cur = BenchRecord("cur", SLOWER, full, **_control(16.0, 4, size=1024))
+    result = compare(base, cur, 1.1, 0.01)
+    assert result["reasons"] == [
+        "bench profiles differ (quick vs full)",
+        "batch sizes differ ([1, 16, 128] vs [1, 16, 256, 1024, 4096])",
+        "warm-up calls differ (3 vs 5)",
+        "samples per cell differ (50 vs 100)",
+    ]
+    assert format_table(result).startswith(
+        "benchmark verdict: NOT COMPARABLE: bench profiles differ (quick vs full); batch sizes"
+    )
+
+
+@pytest.mark.parametrize(
+    ("key", "value"), [("jax_version", "0.12.0"), ("jaxlib_version", "0.12.0"), ("model", "m2")]
+)
+def test_an_optional_key_is_compared_unless_asked_for(key, value):
+    base = BenchRecord("base", SAME, _full_context(), **_control(2.0, 3))
+    cur = BenchRecord("cur", SLOWER, _full_context(**{key: value}), **_control(2.0, 4))
+    compared = compare(base, cur, 1.1, 0.01)
+    assert compared["verdict"] == "regression" and compared["differences"] == {
+        key: [_full_context()[key], value]
+    }
+    asked = compare(base, cur, 1.1, 0.01, require_same=[key])
+    assert asked["verdict"] == NOT_COMPARABLE and key in asked["required_same"]
+    assert asked["reasons"][0].endswith(f"differ ({_full_context()[key]} vs {value})")
+
+
+def test_a_key_asked_for_must_be_recorded_and_known():
+    base = BenchRecord("base", SAME, {**_full_context(), "jax_version": None})
+    cur = BenchRecord("cur", SAME, _full_context())
+    # Not recorded in an older file: noted, compared ...
+    assert compare(base, cur, 1.1, 0.01)["verdict"] == "no regression"
+    # ... unless the caller asked for it.
+    asked = compare(base, cur, 1.1, 0.01, require_same=["jax_version"])
+    assert asked["reasons"] == ["JAX versions not recorded in the baseline"]
+    with pytest.raises(ConfigError, match=r"unknown context key\(s\) jax;"):
+        compare(base, cur, 1.1, 0.01, require_same=["jax"])
+
+
+def test_context_is_read_from_a_real_bench_details_layout():
+    details = _details(1.0, 0)
+    details["bench"] = {"name": "full", "batch_sizes": [1, 16], "warmup": 5, "repeats": 100}
+    details["runtime"] |= {"device_count": 1, "matmul_precision": "highest"}
+    details["runtime"]["jaxlib_version"] = "0.11.2"
+    details["machine"]["before"]["usable_cores"] = 2
+    details["peak"] = {"size": 1024, "gflops": 90.0}
+    record = record_from_details(details, "x")
+    assert record.context == {
+        "bench": "full",
+        "batch_sizes": [1, 16],
+        "warmup": 5,
+        "repeats": 100,
+        "cpu_model": "test cpu",
+        "usable_cores": 2,
+        "backend": "cpu",
+        "device_kind": "cpu",
+        "device_count": 1,
+        "matmul_precision": "highest",
+        "jax_version": "0.11.2",
+        "jaxlib_version": "0.11.2",
+        "dtype": "float32",
+        "model": "mlp",
+    }
+    assert set(record.context) == set(CONTEXT_KEYS)
+    assert (record.control_size, record.control_dtype) == (1024, "float32")
+
+
+def test_make_verdict_against_another_profile_says_not_comparable_and_exits_0(
+    tmp_path, root, capsys
+):
+    shutil.copy(root / "params.yaml", tmp_path / "params.yaml")
+    quick, full = _details(1.0, 0), _details(1.5, 1)
+    quick["bench"] = {"name": "quick", "batch_sizes": [1, 16, 128], "warmup": 3, "repeats": 50}
+    full["bench"] = {"name": "full", "batch_sizes": [1, 16, 256], "warmup": 5, "repeats": 100}
+    base, cur = tmp_path / "quick.json", tmp_path / "full.json"
+    base.write_text(json.dumps(quick))
+    cur.write_text(json.dumps(full))
+    out = tmp_path / "verdict.json"
+    args = ["verdict", "--root", str(tmp_path), "--baseline", str(base), "--current", str(cur)]
+    assert cli_main([*args, "--out", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert "NOT COMPARABLE: bench profiles differ (quick vs full)" in printed
+    written = json.loads(out.read_text())
+    assert written["verdict"] == "not comparable" and written["why"].startswith(
+        "not comparable: bench profiles differ (quick vs full)"
+    )
+    # A same-version comparison asked for, on runs of two JAX versions: named too.
+    full["bench"] = quick["bench"]
+    full["runtime"]["jax_version"] = "0.12.0"
+    cur.write_text(json.dumps(full))
+    assert cli_main([*args, "--require-same", "jax_version"]) == 0
+    assert "NOT COMPARABLE: JAX versions differ (0.11.2 vs 0.12.0)" in capsys.readouterr().out
 
 
 def test_round_index_finds_the_round_that_slowed_every_cell():
@@ -291,9 +557,43 @@ def _complete_run(client, experiment: str, details: dict, start_time: int, verdi
         path = Path(tmp) / "bench_details.json"
         path.write_text(json.dumps(details))
         client.log_artifact(run.info.run_id, str(path))
+    if "bench" in details:  # as track logs the config: bench.name among the params
+        client.log_param(run.info.run_id, "bench.name", details["bench"]["name"])
     client.set_tag(run.info.run_id, "pipeline_complete", "true")
     client.set_terminated(run.info.run_id)
     return run.info.run_id
+
+
+def test_last_verified_is_a_run_of_the_judged_runs_bench_profile(
+    tmp_path, root, empty_mlflow_store, monkeypatch, capsys
+):
+    """A newer verified run of another profile would only be "not comparable": make
+    verdict's last-verified takes the newest run of the same profile, or says none is."""
+    from mlflow.tracking import MlflowClient
+
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    monkeypatch.delenv("DVC_ROOT", raising=False)
+    shutil.copy(root / "params.yaml", tmp_path / "params.yaml")  # sqlite:///mlflow.db
+    uri = empty_mlflow_store(tmp_path / "mlflow.db")
+    client = MlflowClient(tracking_uri=uri)
+    experiment = client.create_experiment(
+        "vmapcheck-mlp", artifact_location=(tmp_path / "mlartifacts").as_uri()
+    )
+    quick, full = _details(1.0, 0), _details(1.0, 1)
+    quick["bench"] = {"name": "quick", "batch_sizes": [1, 16, 128], "warmup": 3, "repeats": 50}
+    full["bench"] = {"name": "full", "batch_sizes": [1, 16, 256], "warmup": 5, "repeats": 100}
+    current = tmp_path / "current.json"
+    current.write_text(json.dumps(quick | {"samples_ms": _details(1.0, 2)["samples_ms"]}))
+    verdict = ["verdict", "--root", str(tmp_path), "--baseline", "last-verified"]
+    newest_full = _complete_run(client, experiment, full, start_time=2_000)
+    assert cli_main([*verdict, "--current", str(current)]) == 0
+    printed = capsys.readouterr().out
+    assert "no baseline to judge against" in printed and "bench.name=quick" in printed
+    assert newest_full not in printed
+    older_quick = _complete_run(client, experiment, quick, start_time=1_000)
+    assert cli_main([*verdict, "--current", str(current)]) == 0
+    printed = capsys.readouterr().out
+    assert "NO REGRESSION" in printed and f"baseline: run {older_quick}" in printed
 
 
 def test_make_verdict_judges_the_reports_against_the_verified_run_before_theirs(

@@ -50,7 +50,15 @@ def _reference(args: argparse.Namespace, layout: Layout) -> int:
 def _verdict(args: argparse.Namespace, layout: Layout) -> int:
     from vmapcheck.bench.verdict import run_verdict
 
-    return run_verdict(layout, args.baseline, args.current, args.factor, args.alpha, args.out)
+    return run_verdict(
+        layout,
+        args.baseline,
+        args.current,
+        args.factor,
+        args.alpha,
+        args.out,
+        require_same=args.require_same or (),
+    )
 
 
 def _compare(args: argparse.Namespace, layout: Layout) -> int:
@@ -177,6 +185,13 @@ def build_parser() -> argparse.ArgumentParser:
     verdict.add_argument("--factor", type=float, help="default: bench.regression.factor")
     verdict.add_argument("--alpha", type=float, help="default: bench.regression.alpha")
     verdict.add_argument("--out", type=Path, help="also write the verdict as JSON here")
+    verdict.add_argument(
+        "--require-same",
+        action="append",
+        choices=("jax_version", "jaxlib_version", "model"),  # bench.verdict.OPTIONAL_KEYS
+        help="also refuse to compare runs that differ in this (repeatable; e.g. "
+        "jax_version and jaxlib_version for a same-version comparison)",
+    )
     _root_flag(verdict)
 
     compare = sub["compare"]

@@ -60,6 +60,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from vmapcheck.bench.progress import Eta, Phase, Progress, silent
 from vmapcheck.bench.timing import _CompileCounter, latency_stats
 from vmapcheck.config import GuardConfig, byte_limit_problem
 from vmapcheck.core.contract import (
@@ -466,10 +467,11 @@ def request_stream(
 
 
 def _replay(
-    guard: Guard, stream: Iterable[Request]
+    guard: Guard, stream: Iterable[Request], step: Phase | None = None
 ) -> tuple[dict[str, Any], np.ndarray, np.ndarray, np.ndarray]:
     """Send ``stream`` through ``guard``: (summary, per-request seconds, rows served and
-    whether it compiled), seconds NaN and rows 0 where a request was not served."""
+    whether it compiled), seconds NaN and rows 0 where a request was not served.
+    ``step``: a progress phase advanced by one per request."""
     compiles_before = guard.compiles
     seconds: list[float] = []
     rows: list[int] = []
@@ -494,6 +496,8 @@ def _replay(
         outcomes[outcome] += 1
         if outcome != request.expected:
             mismatched[f"{request.expected}->{outcome}"] += 1
+        if step is not None:
+            step.advance()
     samples = np.asarray(seconds, dtype=np.float64)
     served_rows = np.asarray(rows, dtype=np.int64)
     summary = {
@@ -534,19 +538,31 @@ def run_replay(
     template_rows: np.ndarray,
     dtype: Any,
     config: GuardConfig,
+    progress: Progress | None = None,
 ) -> dict[str, Any]:
     """Replay ``config.replay``'s stream through a bucketed guard, then its first
     ``replay.unbucketed_requests`` through an un-bucketed one; the report, JSON-able.
+    ``progress``: where the two replays show their progress (None: not shown); the ETA
+    is the requests left at the rate measured over the replay so far (the stream's batch
+    sizes are drawn at random, so the requests done are a fair sample of those left).
 
     The un-bucketed guard differs only in running each request at its exact batch size
     (every new size compiles, inside that request's latency). Both are compared on the
     same prefix of the stream (``latency_ms.bucketed_prefix`` vs ``unbucketed_prefix``);
     ``latency_ms.bucketed`` covers the whole stream.
     """
+    progress = progress or silent()
     n_plain = config.replay.unbucketed_requests
+    n_requests = config.replay.n_requests
     guard = Guard(model, params, dtype, config)
     stream = request_stream(template_rows, dtype, config, model.contract)
-    bucketed, seconds, rows, _ = _replay(guard, stream)
+    with progress.phase(
+        f"guard replay ({len(config.buckets)} buckets)",
+        n_requests,
+        unit="requests",
+        eta=Eta(n_requests),
+    ) as step:
+        bucketed, seconds, rows, _ = _replay(guard, stream, step)
     metrics = bucketed["metrics"]
     report: dict[str, Any] = {
         "requests": bucketed["requests"],
@@ -568,7 +584,12 @@ def run_replay(
         stream = itertools.islice(
             request_stream(template_rows, dtype, config, model.contract), n_plain
         )
-        unbucketed, plain_s, plain_rows, plain_compiled = _replay(plain, stream)
+        # Each new batch size compiles here, more often early in the stream than late:
+        # this ETA starts high and comes down.
+        with progress.phase(
+            "guard replay without buckets", n_plain, unit="requests", eta=Eta(n_plain)
+        ) as step:
+            unbucketed, plain_s, plain_rows, plain_compiled = _replay(plain, stream, step)
         report["latency_ms"]["bucketed_prefix"] = _latency(seconds[:n_plain], rows[:n_plain])
         report["latency_ms"]["unbucketed_prefix"] = unbucketed["latency_ms"]
         # Requests at an already-seen size: the cost of padding without that of compiling.

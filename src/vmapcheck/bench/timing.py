@@ -43,6 +43,7 @@ from jax.sharding import Mesh
 from scipy import stats
 
 from vmapcheck.bench.machine import conditions
+from vmapcheck.bench.progress import Eta, Progress, silent
 from vmapcheck.config import BenchConfig
 from vmapcheck.core import contract
 from vmapcheck.core.forms import cast_tree, validate_batch
@@ -128,21 +129,28 @@ def inner_loop_size(one_call_s: float) -> int:
 
 
 def warm_up(
-    calls: dict[Hashable, Callable[[], Any]], warmup: int
+    calls: dict[Hashable, Callable[[], Any]],
+    warmup: int,
+    per_call: dict[Hashable, float] | None = None,
 ) -> tuple[dict[Hashable, float], dict[Hashable, int]]:
     """Each call's first run timed apart, ``warmup`` runs discarded, then one timed run
-    to size the inner loop. Returns (first-call seconds, inner-loop size) by name."""
+    to size the inner loop. Returns (first-call seconds, inner-loop size) by name; fills
+    ``per_call`` (when given) with each call's median seconds over its discarded runs and
+    that timed one: the cost the progress's ETA plans with (vmapcheck.bench.progress)."""
     first: dict[Hashable, float] = {}
     inner: dict[Hashable, int] = {}
     for name, fn in calls.items():
         start = time.perf_counter()
         jax.block_until_ready(fn())
         first[name] = time.perf_counter() - start
-        for _ in range(warmup):
+        seconds = []
+        for _ in range(warmup + 1):
+            start = time.perf_counter()
             jax.block_until_ready(fn())
-        start = time.perf_counter()
-        jax.block_until_ready(fn())
-        inner[name] = inner_loop_size(time.perf_counter() - start)
+            seconds.append(time.perf_counter() - start)
+        inner[name] = inner_loop_size(seconds[-1])
+        if per_call is not None:
+            per_call[name] = float(np.median(seconds))
     return first, inner
 
 
@@ -186,11 +194,13 @@ def sample_passes(
     samples: dict[Hashable, np.ndarray],
     indices: range,
     isolate: bool = True,
+    on_sample: Callable[[Hashable], None] | None = None,
 ) -> None:
     """Fill ``samples[name][i]`` (seconds per call) for every ``i`` in ``indices``: one
     pass over all calls per index, pass ``i`` in order ``i`` of :func:`pass_orders`. With
     ``isolate``, each timed sample comes right after one discarded call of the same
-    function, which takes what the call before it left behind."""
+    function, which takes what the call before it left behind. ``on_sample(name)`` runs
+    after each sample is taken (progress), outside the timed span."""
     names = list(calls)
     orders = pass_orders(len(names), indices.stop)
     for i in indices:
@@ -204,6 +214,8 @@ def sample_passes(
                 out = fn()
             jax.block_until_ready(out)
             samples[name][i] = (time.perf_counter() - start) / n
+            if on_sample is not None:
+                on_sample(name)
 
 
 @contextlib.contextmanager
@@ -219,6 +231,12 @@ def no_compiles(what: str) -> Iterator[None]:
             f"{recompiles} compilation(s) happened while timing {what} after warm-up: "
             "a call at an already-seen shape must compile nothing"
         )
+
+
+def sample_cost(per_call_s: float, inner: int, isolate: bool = True) -> float:
+    """Planned seconds of one sample of :func:`sample_passes`: its inner loop of
+    ``inner`` calls, and the discarded call before it when ``isolate``."""
+    return per_call_s * (inner + (1 if isolate else 0))
 
 
 def round_slices(repeats: int, rounds: int = ROUNDS) -> list[range]:
@@ -286,16 +304,19 @@ def run_bench(
     template_rows: np.ndarray,
     config: BenchConfig,
     dtype: Any,
-    progress: Callable[[str, float], None] = lambda _msg, _done: None,
+    progress: Progress | None = None,
     mesh: Mesh | None = None,
 ) -> dict[str, Any]:
     """Time every path at every batch size; returns figures, skips and conditions.
 
-    ``progress(message, done)`` is called as work starts and ends, ``done`` in [0, 1].
+    ``progress``: where the phases are shown (compiling, warming up, timing; None: not
+    shown). The timing's ETA plans with each cell's per-call cost measured in warm-up
+    (:func:`sample_cost`), so it does not jump from a cheap cell to a dear one.
     ``mesh``: the devices of the data-parallel ``sharded_jit`` path (None: all present).
     It is timed on its padded batch already split over the mesh, as every other path's
     batch is already on its device; its flops count every device's share.
     """
+    progress = progress or silent()
     paths = batch_paths()
     absent = not_provided(model)
     built = {p.name: p.compile(model, mesh) for p in paths if p.name not in absent}
@@ -315,44 +336,47 @@ def run_bench(
     # timed with the caches the big one left): one group per batch size and mode.
     groups: list[dict[tuple[str, str], Callable[[], Any]]] = [control]
     figures: dict[tuple[str, str], dict[str, float]] = {}
-    for step, rows in enumerate(config.batch_sizes):
-        progress(f"compiling batch {rows}", 0.2 * step / len(config.batch_sizes))
-        x = bench_input(template_rows, rows, dtype)
-        validate_batch(x, model, dtype)
-        label = f"b{rows}"
-        by_mode: dict[str, dict[tuple[str, str], Callable[[], Any]]] = {"jit": {}, "eager": {}}
-        for path in paths:
-            name = path.name
-            cell = (name, label)
-            calls = by_mode[path.mode]
-            if name in absent:
-                skipped[name][label] = f"not provided: {absent[name]}"
-                continue
-            cap = getattr(config, path.bench_cap) if path.bench_cap else None
-            if cap is not None and rows > cap:
-                skipped[name][label] = (
-                    f"{name} capped at {cap} rows (bench.{path.bench_cap}): "
-                    "one Python-level forward per row, unrolled by jit"
-                )
-                continue
-            compiled = built[name]
-            # On its device(s) already (a distributed path: split over the mesh), as
-            # every path's batch is before it is timed.
-            args = compiled.place(run_params, x)
-            if path.jit:
-                start = time.perf_counter()
-                lowered = compiled.fn.lower(*args).compile()
-                cost = _cost(lowered)
-                figures[cell] = {
-                    "compile_ms": (time.perf_counter() - start) * 1e3,
-                    **(_spread_cost(cost, compiled, rows) if path.distributed else cost),
-                }
-            else:
-                figures[cell] = {}
-            # Timed through the (jitted) function, as users call it: its C++ dispatch
-            # path is faster than calling the AOT-compiled object from Python.
-            calls[cell] = lambda f=compiled.fn, a=args: f(*a)
-        groups += [group for group in by_mode.values() if group]
+    # Compile times are not known before (an unrolled loop's grows with its rows): a
+    # count, no ETA.
+    with progress.phase("compiling", len(config.batch_sizes), unit="batch sizes") as step:
+        for rows in config.batch_sizes:
+            x = bench_input(template_rows, rows, dtype)
+            validate_batch(x, model, dtype)
+            label = f"b{rows}"
+            by_mode: dict[str, dict[tuple[str, str], Callable[[], Any]]] = {"jit": {}, "eager": {}}
+            for path in paths:
+                name = path.name
+                cell = (name, label)
+                calls = by_mode[path.mode]
+                if name in absent:
+                    skipped[name][label] = f"not provided: {absent[name]}"
+                    continue
+                cap = getattr(config, path.bench_cap) if path.bench_cap else None
+                if cap is not None and rows > cap:
+                    skipped[name][label] = (
+                        f"{name} capped at {cap} rows (bench.{path.bench_cap}): "
+                        "one Python-level forward per row, unrolled by jit"
+                    )
+                    continue
+                compiled = built[name]
+                # On its device(s) already (a distributed path: split over the mesh), as
+                # every path's batch is before it is timed.
+                args = compiled.place(run_params, x)
+                if path.jit:
+                    start = time.perf_counter()
+                    lowered = compiled.fn.lower(*args).compile()
+                    cost = _cost(lowered)
+                    figures[cell] = {
+                        "compile_ms": (time.perf_counter() - start) * 1e3,
+                        **(_spread_cost(cost, compiled, rows) if path.distributed else cost),
+                    }
+                else:
+                    figures[cell] = {}
+                # Timed through the (jitted) function, as users call it: its C++ dispatch
+                # path is faster than calling the AOT-compiled object from Python.
+                calls[cell] = lambda f=compiled.fn, a=args: f(*a)
+            groups += [group for group in by_mode.values() if group]
+            step.advance()
     # Timed in ROUNDS rounds over all the groups: a spell of interference from another
     # tenant of a shared machine then lands on a round or two of every cell, not on
     # every sample of one batch size. Within a group the paths take turns in a balanced
@@ -360,22 +384,36 @@ def run_bench(
     # path's leftovers land on the next one's timed call.
     first: dict[tuple[str, str], float] = {}
     inner: dict[tuple[str, str], int] = {}
-    for group in groups:
-        f, i = warm_up(group, config.warmup)
-        first |= f
-        inner |= i
+    per_call: dict[tuple[str, str], float] = {}
+    cells = sum(len(group) for group in groups)
+    with progress.phase("warming up", cells, unit="cells") as warming:
+        for group in groups:
+            f, i = warm_up(group, config.warmup, per_call)
+            first |= f
+            inner |= i
+            warming.advance(len(group), len(group))
     secs = {cell: np.empty(config.repeats) for group in groups for cell in group}
     rounds = round_slices(config.repeats)
-    with no_compiles(f"{len(figures)} cells"):
-        for r, indices in enumerate(rounds):
-            progress(
-                f"timing {len(figures)} cells: round {r + 1}/{len(rounds)}",
-                0.2 + 0.8 * r / len(rounds),
-            )
+    # The ETA's units: planned seconds (each sample's calls at the cell's measured cost).
+    sample_s = {cell: sample_cost(per_call[cell], inner[cell]) for cell in secs}
+    planned = config.repeats * sum(sample_s.values())
+    with (
+        no_compiles(f"{len(figures)} cells"),
+        progress.phase(
+            f"timing {len(figures)} cells and the control in {len(rounds)} rounds",
+            planned,
+            cells * config.repeats,
+            unit="samples",
+            eta=Eta(planned, prior_rate=1.0),
+        ) as timing,
+    ):
+        for indices in rounds:
             for group in groups:
-                sample_passes(group, inner, secs, indices)
+                sample_passes(
+                    group, inner, secs, indices, on_sample=lambda c: timing.advance(sample_s[c])
+                )
     peak = peak_figures(config.peak_matmul_size, secs[CONTROL])
-    progress(f"matmul peak {peak['gflops']:.1f} GFLOP/s ({config.peak_matmul_size}^3)", 1.0)
+    progress.note(f"matmul peak {peak['gflops']:.1f} GFLOP/s ({config.peak_matmul_size}^3)")
     per_path: dict[str, dict[str, Any]] = {p.name: {} for p in paths}
     latency: dict[str, dict[str, Any]] = {p.name: {} for p in paths}
     samples: dict[str, dict[str, list[float]]] = {p.name: {} for p in paths}
@@ -401,7 +439,6 @@ def run_bench(
             "gflops": gflops,
             "roofline": gflops / peak["gflops"],
         }
-    progress("done", 1.0)
     after = conditions()
     busy = max(before["load_avg_1m"], after["load_avg_1m"]) > (before["usable_cores"] or 1)
     return {

@@ -29,12 +29,26 @@ what keeps those from being reported. An **improvement** is the mirror image
 (``ratio < 1 / factor``). docs/benchmark.md gives this detector's measured false-alarm and
 detection rates on this machine (``benchmarks/validate_verdict.py``).
 
+Before any cell is compared, the two runs' context is (:data:`CONTEXT`). Runs that differ
+in a key that changes what a latency means (bench profile and its timing settings, CPU
+model and cores, backend, device, dtype, matmul precision; JAX and jaxlib versions or the
+model too when the caller asks with ``require_same``) are **not comparable**: nothing is
+compared and every such key is named ("not comparable: bench profiles differ (quick vs
+full)"). A model or JAX change is otherwise what the verdict is for: it is compared and
+noted.
+
+The control (:func:`judge_control`) is the same matmul, of the same size and dtype, timed
+in every round of both runs; a control of another size or dtype is not compared (the
+verdict says why). Only a significant slowdown of the machine beyond the factor withholds
+a regression (``inconclusive``); a faster machine never does.
+
 The baseline is a ``bench_details.json`` file, an MLflow run id, or ``last-verified``:
 the newest complete run in the store that passed its checks with the same model, backend
-and precision, other than the run being judged. A run is read only when complete
-(vmapcheck.tracking.store.COMPLETE_FILTER: a ``track`` that was killed leaves an
-incomplete one). ``vmapcheck verdict --baseline ...`` (``make verdict``) prints the table
-and exits 1 on a regression (0 for "no regression" and "inconclusive"). Judging the
+and precision (and, from ``vmapcheck verdict``, bench profile), other than the run being
+judged. A run is read only when complete (vmapcheck.tracking.store.COMPLETE_FILTER: a
+``track`` that was killed leaves an incomplete one). ``vmapcheck verdict --baseline ...``
+(``make verdict``) prints the table and exits 1 on a regression (0 for "no regression",
+"inconclusive" and "not comparable"). Judging the
 reports on disk, the run that logged them (:func:`run_of_reports`) is never their
 baseline; when ``last-verified`` finds no other run it says so and exits 0.
 """
@@ -45,6 +59,7 @@ import io
 import math
 import sys
 import tempfile
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -59,8 +74,47 @@ from vmapcheck.tracking.store import complete_filter, incomplete_because
 
 LAST_VERIFIED = "last-verified"
 BENCH_ARTIFACT = "bench_details.json"
-# The context that makes two benchmarks comparable, or explains why they differ.
-CONTEXT_KEYS = ("model", "backend", "device_kind", "dtype", "jax_version", "cpu_model")
+NOT_COMPARABLE = "not comparable"
+
+
+@dataclass(frozen=True)
+class ContextKey:
+    """One fact about a run that decides whether its latencies compare with another's.
+
+    ``name``: the key in :attr:`BenchRecord.context` and in the result's ``differences``;
+    ``plural``: how a difference is named ("bench profiles" -> "bench profiles differ
+    (quick vs full)"); ``required``: runs that differ here are not comparable (else they
+    are compared and the difference noted, unless the caller asks for it with
+    ``require_same``).
+    """
+
+    name: str
+    plural: str
+    required: bool
+
+
+# The context of a benchmark, in the order differences are named (module docstring).
+CONTEXT = (
+    ContextKey("bench", "bench profiles", True),
+    # The profile's timing settings: an override (-S bench.repeats=...) keeps the name.
+    ContextKey("batch_sizes", "batch sizes", True),
+    ContextKey("warmup", "warm-up calls", True),
+    ContextKey("repeats", "samples per cell", True),
+    ContextKey("cpu_model", "machines (CPU model)", True),
+    ContextKey("usable_cores", "usable cores", True),
+    ContextKey("backend", "backends", True),
+    ContextKey("device_kind", "device kinds", True),
+    ContextKey("device_count", "device counts", True),
+    ContextKey("dtype", "dtypes", True),
+    ContextKey("matmul_precision", "matmul precisions", True),
+    # What a verdict usually judges (a JAX upgrade, a model change): compared, noted.
+    ContextKey("jax_version", "JAX versions", False),
+    ContextKey("jaxlib_version", "jaxlib versions", False),
+    ContextKey("model", "models", False),
+)
+CONTEXT_KEYS = tuple(key.name for key in CONTEXT)
+# The keys a caller may add to the required ones (``compare(require_same=...)``).
+OPTIONAL_KEYS = tuple(key.name for key in CONTEXT if not key.required)
 MIN_SAMPLES = 5
 # Blocks of consecutive samples per run and cell: the statistics' unit (module docstring).
 BLOCKS = 10
@@ -82,6 +136,9 @@ class BenchRecord:
     peak_gflops: float | None = None
     # ... and its per-call samples (ms), timed in every round with the cells (newer runs).
     control_ms: np.ndarray | None = None
+    # The control's shape: a (size x size) @ (size x size) matmul at dtype ``control_dtype``.
+    control_size: int | None = None
+    control_dtype: str | None = None
 
 
 def record_from_details(details: Any, source: str) -> BenchRecord:
@@ -116,13 +173,27 @@ def record_from_details(details: Any, source: str) -> BenchRecord:
     machine = details.get("machine") or {}
     before = machine.get("before") or {}
     runtime = details.get("runtime") or {}
+    bench = details.get("bench") or {}
     context = {
-        "model": details.get("model"),
-        "backend": runtime.get("backend", before.get("backend")),
-        "device_kind": runtime.get("device_kind", before.get("device_kind")),
-        "dtype": details.get("dtype"),
-        "jax_version": runtime.get("jax_version", before.get("jax_version")),
+        "bench": bench.get("name"),
+        "batch_sizes": bench.get("batch_sizes", details.get("batch_sizes")),
+        "warmup": bench.get("warmup"),
+        "repeats": bench.get("repeats"),
         "cpu_model": before.get("cpu_model"),
+        "usable_cores": before.get("usable_cores"),
+        **{
+            key: runtime.get(key, before.get(key))
+            for key in (
+                "backend",
+                "device_kind",
+                "device_count",
+                "matmul_precision",
+                "jax_version",
+                "jaxlib_version",
+            )
+        },
+        "dtype": details.get("dtype"),
+        "model": details.get("model"),
     }
     peak_info = details.get("peak") or {}
     peak = peak_info.get("gflops")
@@ -138,7 +209,18 @@ def record_from_details(details: Any, source: str) -> BenchRecord:
             raise ArtifactError(
                 f"{source}: peak.samples_ms: expected a list of finite positive latencies (ms)"
             )
-    return BenchRecord(source, samples, context, bool(machine.get("noisy", False)), peak, control)
+    size = peak_info.get("size")
+    return BenchRecord(
+        source,
+        samples,
+        context,
+        bool(machine.get("noisy", False)),
+        peak,
+        control,
+        control_size=int(size) if isinstance(size, int) and size > 0 else None,
+        # The control is timed at the run's dtype (vmapcheck.bench.timing.matmul_call).
+        control_dtype=details.get("dtype"),
+    )
 
 
 def read_bench_file(path: Path) -> BenchRecord:
@@ -186,10 +268,15 @@ def bench_from_run(tracking_uri: str, run_id: str, role: str = "baseline") -> Be
 
 
 def last_verified_run(
-    tracking_uri: str, experiment: str, tags: dict[str, str], exclude: str | None = None
+    tracking_uri: str,
+    experiment: str,
+    tags: dict[str, str],
+    exclude: str | None = None,
+    params: dict[str, str] | None = None,
 ) -> str | None:
     """Id of the newest complete run of ``experiment`` (vmapcheck.tracking.store.
-    COMPLETE_FILTER) with tag verdict=passed and ``tags`` equal."""
+    COMPLETE_FILTER) with tag verdict=passed, ``tags`` and ``params`` equal (e.g.
+    ``{"bench.name": "full"}``: a run of another bench profile is not comparable)."""
     client = _client(tracking_uri)
     found = client.get_experiment_by_name(experiment)
     if found is None:
@@ -197,6 +284,7 @@ def last_verified_run(
     conditions = ["tags.verdict = 'passed'"] + [
         f"tags.{key} = '{value}'" for key, value in sorted(tags.items())
     ]
+    conditions += [f"params.`{key}` = '{value}'" for key, value in sorted((params or {}).items())]
     runs = client.search_runs(
         [found.experiment_id],
         filter_string=complete_filter(*conditions),
@@ -216,9 +304,11 @@ def resolve_baseline(
     tags: dict[str, str] | None = None,
     exclude: str | None = None,
     role: str = "baseline",
+    params: dict[str, str] | None = None,
 ) -> BenchRecord:
     """The baseline named by ``spec``: a file, an MLflow run id, or ``last-verified``
-    (``role``: what the messages call it, "baseline" or "current run").
+    (``role``: what the messages call it, "baseline" or "current run"; ``tags`` and
+    ``params``: what ``last-verified``'s run must have equal, :func:`last_verified_run`).
 
     Raises:
         ConfigError: ``spec`` names none of these (the message says what was tried).
@@ -234,9 +324,10 @@ def resolve_baseline(
     if tracking_uri is None:
         raise ConfigError(f"{role} {spec!r}: no such file, and no MLflow store to look in")
     if spec == LAST_VERIFIED:
-        run_id = last_verified_run(tracking_uri, experiment or "", tags or {}, exclude)
+        run_id = last_verified_run(tracking_uri, experiment or "", tags or {}, exclude, params)
         if run_id is None:
-            wanted = ", ".join(f"{k}={v}" for k, v in sorted((tags or {}).items()))
+            equal = (tags or {}) | (params or {})
+            wanted = ", ".join(f"{k}={v}" for k, v in sorted(equal.items()))
             other = f" other than run {exclude} (the run judged)" if exclude else ""
             raise NoBaselineError(
                 f"{role} {LAST_VERIFIED}: no complete passed run with {wanted or 'any tags'}"
@@ -356,6 +447,109 @@ def compare_cell(
     }
 
 
+def _shown(value: Any) -> str:
+    return value if isinstance(value, str) else str(value)
+
+
+def comparability(
+    baseline: BenchRecord, current: BenchRecord, require_same: Iterable[str] = ()
+) -> tuple[list[str], dict[str, list[Any]]]:
+    """Why the two runs cannot be compared (empty: they can), and every context key in
+    which they differ (``{key: [baseline, current]}``, :data:`CONTEXT`'s order).
+
+    A required key (or one in ``require_same``) that differs makes them not comparable:
+    "bench profiles differ (quick vs full)". A required key not recorded on one side (a
+    bench_details.json older than the key) is only noted; one the caller asked for with
+    ``require_same`` must be recorded on both sides.
+
+    Raises:
+        ConfigError: ``require_same`` names a key that is not in :data:`CONTEXT`.
+    """
+    asked = set(require_same)
+    unknown = sorted(asked - set(CONTEXT_KEYS))
+    if unknown:
+        raise ConfigError(
+            f"require_same: unknown context key(s) {', '.join(unknown)}; expected some of "
+            f"{', '.join(CONTEXT_KEYS)}"
+        )
+    reasons: list[str] = []
+    differences: dict[str, list[Any]] = {}
+    for key in CONTEXT:
+        base, cur = baseline.context.get(key.name), current.context.get(key.name)
+        if base == cur:
+            continue
+        differences[key.name] = [base, cur]
+        if base is None or cur is None:
+            if key.name in asked:
+                side = "baseline" if base is None else "current run"
+                reasons.append(f"{key.plural} not recorded in the {side}")
+        elif key.required or key.name in asked:
+            reasons.append(f"{key.plural} differ ({_shown(base)} vs {_shown(cur)})")
+    return reasons, differences
+
+
+def judge_control(
+    baseline: BenchRecord,
+    current: BenchRecord,
+    factor: float,
+    alpha: float,
+    confidence: float = 0.95,
+    blocks: int = BLOCKS,
+) -> dict[str, Any]:
+    """Did the machine itself get slower between the runs? From the control: the same
+    matmul timed in every round of both runs, compared only like with like.
+
+    Returns ``{"compared", "why", "size", "dtype", "ratio", "ci_low", "ci_high",
+    "p_slower", "slower"}``. ``compared`` is False, and ``why`` says why, when the two
+    controls differ in size or dtype (a 512^3 and a 1024^3 matmul do not time the same
+    machine alike) or one run has none. ``ratio``: median(current) / median(baseline),
+    above 1 when the current machine was slower, with its block-bootstrap CI and one-sided
+    p (:func:`compare_cell`); runs from before the control was timed in rounds have one
+    throughput figure each, their ratio only. ``slower``: the ratio is beyond ``factor``
+    AND significant (``p_slower < alpha``), asv's rule applied to the machine; a faster
+    machine is never ``slower``.
+    """
+    sizes = [baseline.control_size, current.control_size]
+    dtypes = [baseline.control_dtype, current.control_dtype]
+    out: dict[str, Any] = {
+        "compared": False,
+        "why": None,
+        "size": sizes,
+        "dtype": dtypes,
+        "ratio": None,
+        "ci_low": None,
+        "ci_high": None,
+        "p_slower": None,
+        "slower": False,
+    }
+    timed = [r.control_ms is not None or r.peak_gflops is not None for r in (baseline, current)]
+    if not all(timed):
+        side = "baseline" if not timed[0] else "current run"
+        out["why"] = f"no control matmul in the {side}"
+    elif None in sizes:
+        side = "baseline" if sizes[0] is None else "current run"
+        out["why"] = f"the control's matmul size is not recorded in the {side}"
+    elif sizes[0] != sizes[1]:
+        out["why"] = f"matmul sizes differ ({sizes[0]}^3 vs {sizes[1]}^3)"
+    elif dtypes[0] != dtypes[1]:
+        out["why"] = f"matmul dtypes differ ({dtypes[0]} vs {dtypes[1]})"
+    if out["why"] is not None:
+        return out
+    out["compared"] = True
+    base_ms, cur_ms = baseline.control_ms, current.control_ms
+    if base_ms is not None and cur_ms is not None and min(base_ms.size, cur_ms.size) >= 2:
+        cell = compare_cell(base_ms, cur_ms, confidence, blocks=blocks)
+        out |= {k: cell[k] for k in ("ratio", "ci_low", "ci_high", "p_slower")}
+        out["slower"] = cell["ratio"] > factor and cell["p_slower"] < alpha
+    elif baseline.peak_gflops and current.peak_gflops:
+        # One throughput figure a run (runs from before the rounds): no test is possible.
+        out["ratio"] = baseline.peak_gflops / current.peak_gflops
+        out["slower"] = out["ratio"] > factor
+    else:
+        out |= {"compared": False, "why": "a run has control samples, the other one figure"}
+    return out
+
+
 def compare(
     baseline: BenchRecord,
     current: BenchRecord,
@@ -364,26 +558,53 @@ def compare(
     confidence: float = 0.95,
     blocks: int = BLOCKS,
     normalize_rounds: bool = False,
+    require_same: Iterable[str] = (),
 ) -> dict[str, Any]:
     """Judge every path and batch size the two runs share; see the module docstring.
 
     ``blocks``: blocks per cell (a number above the sample count tests single samples,
     the per-sample test this tool used before; benchmarks/validate_verdict.py compares).
+    ``require_same``: optional context keys (:data:`OPTIONAL_KEYS`, e.g. the JAX and
+    jaxlib versions) the caller wants equal too.
 
-    A run with regressions is judged ``inconclusive`` instead when either run was noisy
-    (load above the core count) or the machine itself changed speed by more than
-    ``factor`` between them (``machine_slowdown``: the ratio of the matmul throughput both
-    runs measured, > 1 when the current run's machine was slower).
+    Runs that differ in a required context key (:func:`comparability`) are ``not
+    comparable``: no cell is compared, ``reasons`` names every such key. A run with
+    regressions is judged ``inconclusive`` instead when either run was noisy (load above
+    the core count) or the machine itself got slower beyond the factor
+    (:func:`judge_control`; ``machine_slowdown``: the control's ratio, > 1 when the
+    current run's machine was slower); ``reasons`` says which.
 
-    Returns {"verdict": "regression" | "no regression" | "inconclusive", "regressions":
-    ["path/b<batch>"],
-    "improvements": [...], "cells": {path: {label: {...}}}, "only_in_baseline",
-    "only_in_current", "differences": {key: [baseline, current]}, "noisy", ...}.
+    Returns {"verdict": "regression" | "no regression" | "inconclusive" | "not
+    comparable", "reasons": [...], "comparable", "regressions": ["path/b<batch>"],
+    "improvements": [...], "cells": {path: {label: {...}}} (absent when not comparable),
+    "only_in_baseline", "only_in_current", "differences": {key: [baseline, current]},
+    "noisy", "control", "machine_slowdown", "machine_slower", ...}.
     """
     if not factor > 1.0:
         raise ConfigError(f"bench.regression.factor: expected > 1, found {factor}")
     if not 0.0 < alpha < 1.0:
         raise ConfigError(f"bench.regression.alpha: expected 0 < alpha < 1, found {alpha}")
+    not_comparable, differences = comparability(baseline, current, require_same)
+    head: dict[str, Any] = {
+        "baseline": {"source": baseline.source, **baseline.context, "noisy": baseline.noisy},
+        "current": {"source": current.source, **current.context, "noisy": current.noisy},
+        "factor": factor,
+        "alpha": alpha,
+        "confidence_level": confidence,
+        "differences": differences,
+        "required_same": [k.name for k in CONTEXT if k.required or k.name in set(require_same)],
+    }
+    if not_comparable:
+        return {
+            "verdict": NOT_COMPARABLE,
+            "comparable": False,
+            "reasons": not_comparable,
+            "why": f"{NOT_COMPARABLE}: {'; '.join(not_comparable)}",
+            **head,
+            "regressions": [],
+            "improvements": [],
+            "machine_slowdown": None,
+        }
     cells: dict[str, dict[str, dict[str, Any]]] = {}
     keys: list[tuple[str, str]] = []
     base_rounds = round_index(baseline, blocks) if normalize_rounds else None
@@ -426,47 +647,45 @@ def compare(
             improvements.append(f"{path}/{label}")
         else:
             cell["status"] = "no change"
-    # The control: the same matmul timed in both runs. When the machine itself got slower
-    # by more than the factor, a slowdown of the code cannot be told from it.
-    if baseline.control_ms is not None and current.control_ms is not None:
-        control = float(np.median(current.control_ms) / np.median(baseline.control_ms))
-    elif baseline.peak_gflops and current.peak_gflops:  # runs from before the rounds
-        control = baseline.peak_gflops / current.peak_gflops
-    else:
-        control = None
+    # The control. Only a machine that got slower can explain a slowdown of the cells;
+    # a faster one cannot hide one (a regression found on a faster machine is, if
+    # anything, understated), so it withholds nothing.
+    control = judge_control(baseline, current, factor, alpha, confidence, blocks)
     noisy = baseline.noisy or current.noisy
-    unstable = control is not None and not 1.0 / factor <= control <= factor
+    reasons = []
+    if noisy:
+        sides = [name for name, r in (("baseline", baseline), ("current run", current)) if r.noisy]
+        were = "the baseline and the current run were" if len(sides) == 2 else f"the {sides[0]} was"
+        reasons.append(f"{were} noisy (load above the core count)")
+    if control["slower"]:
+        reasons.append(
+            f"the machine itself was slower: the control matmul took {control['ratio']:.2f}x "
+            "the baseline's time, beyond the factor"
+        )
     if not regressions:
         verdict = "no regression"
-    elif noisy or unstable:
+    elif reasons:
         verdict = "inconclusive"
     else:
         verdict = "regression"
-    differences = {
-        key: [baseline.context.get(key), current.context.get(key)]
-        for key in CONTEXT_KEYS
-        if baseline.context.get(key) != current.context.get(key)
-    }
     return {
         "verdict": verdict,
-        "baseline": {"source": baseline.source, **baseline.context, "noisy": baseline.noisy},
-        "current": {"source": current.source, **current.context, "noisy": current.noisy},
-        "factor": factor,
-        "alpha": alpha,
-        "confidence_level": confidence,
+        "comparable": True,
+        "reasons": reasons if verdict == "inconclusive" else [],
+        **head,
         "regressions": regressions,
         "improvements": improvements,
         "cells": cells,
         "only_in_baseline": only_base,
         "only_in_current": only_cur,
-        "differences": differences,
         "noisy": noisy,
-        "machine_slowdown": control,
+        "control": control,
+        "machine_slowdown": control["ratio"] if control["compared"] else None,
+        "machine_slower": control["slower"],
         "round_index": {
             "baseline": None if base_rounds is None else base_rounds.tolist(),
             "current": None if cur_rounds is None else cur_rounds.tolist(),
         },
-        "machine_unstable": unstable,
     }
 
 
@@ -476,11 +695,23 @@ def _batch_order(label: str) -> tuple[int, str]:
 
 
 def format_table(result: dict[str, Any]) -> str:
-    """The comparison as text: one line per path and batch size, regressions marked."""
+    """The comparison as text: the verdict and why, one line per path and batch size
+    (regressions marked), then the notes (context differences, the control)."""
     from rich.console import Console
     from rich.table import Table
 
-    table = Table(title=f"benchmark verdict: {result['verdict'].upper()}")
+    title = f"benchmark verdict: {result['verdict'].upper()}"
+    if "cells" not in result:  # not comparable: nothing was compared
+        lines = [f"{title}: {'; '.join(result['reasons'])}"]
+        lines.append(
+            f"nothing compared; baseline: {result['baseline']['source']}, current: "
+            f"{result['current']['source']}. Runs compare only when these are equal: "
+            f"{', '.join(result['required_same'])} (docs/benchmark.md)"
+        )
+        return "\n".join(lines)
+    if result.get("reasons"):
+        title += f" ({'; '.join(result['reasons'])})"
+    table = Table(title=title)
     for column in ("path", "batch", "base p50 ms", "cur p50 ms", "ratio", "ratio CI", "p slower"):
         table.add_column(column, justify="left" if column in ("path", "batch") else "right")
     table.add_column("status")
@@ -510,23 +741,30 @@ def format_table(result: dict[str, Any]) -> str:
             side = "baseline" if base is None else "current run"
             lines.append(f"note: {key} not recorded in the {side} (an older bench_details.json)")
         else:
-            lines.append(f"note: {key} differs: baseline {base!r}, current {cur!r}")
-    if result["noisy"]:
+            lines.append(f"note: {key} differs (compared): baseline {base!r}, current {cur!r}")
+    if result["noisy"] and result["verdict"] != "inconclusive":  # else the title says it
         lines.append("note: a run was marked noisy (load above the core count): read with care")
-    if result["machine_slowdown"] is not None:
-        lines.append(
-            "control: the same matmul took "
-            f"{result['machine_slowdown']:.2f}x the baseline's time in the current run"
-            + (
-                " (beyond the factor: slowdowns here are not attributable to the code)"
-                if result["machine_unstable"]
-                else ""
-            )
-        )
+    lines.append(control_line(result["control"]))
     for name in ("only_in_baseline", "only_in_current"):
         if result[name]:
             lines.append(f"note: {name.replace('_', ' ')}: {', '.join(result[name])}")
     return "\n".join(lines)
+
+
+def control_line(control: dict[str, Any]) -> str:
+    """One line on the control (:func:`judge_control`): its ratio and what it decided."""
+    if not control["compared"]:
+        return f"control: not compared: {control['why']}"
+    size = control["size"][0]
+    text = f"control: the same {size}^3 {control['dtype'][0]} matmul took {control['ratio']:.2f}x"
+    if control["ci_low"] is not None:
+        text += f" [{control['ci_low']:.2f}, {control['ci_high']:.2f}]"
+    text += " the baseline's time"
+    if control["slower"]:
+        return text + " (the machine was slower beyond the factor: regressions withheld)"
+    if control["ratio"] < 1.0:
+        return text + " (a faster machine withholds nothing)"
+    return text + " (not a slowdown of the machine beyond the factor)"
 
 
 def run_of_reports(layout: Layout, tracking_uri: str) -> str | None:
@@ -558,11 +796,14 @@ def run_verdict(
     factor: float | None = None,
     alpha: float | None = None,
     out: Path | None = None,
+    require_same: Iterable[str] = (),
 ) -> int:
     """``vmapcheck verdict``: judge ``current`` (default: ``layout.bench_details``) against
     ``baseline`` and print the table. Exit 1 on a regression, 2 when either cannot be
-    read, else 0 (also when ``last-verified`` finds no run to compare with: it says so).
-    ``factor``/``alpha`` None: the config's ``bench.regression``."""
+    read, else 0 (also when ``last-verified`` finds no run to compare with, and when the
+    runs are not comparable: it says so and why). ``factor``/``alpha`` None: the config's
+    ``bench.regression``; ``require_same``: optional context keys that must be equal too
+    (:func:`compare`)."""
     from vmapcheck.config import load_config
     from vmapcheck.tracking.store import experiment_name, resolve_tracking_uri
 
@@ -580,8 +821,12 @@ def run_verdict(
         exclude = _run_id(current)
         if exclude is None and Path(current).resolve() == layout.bench_details.resolve():
             exclude = run_of_reports(layout, uri)
+        # last-verified: a run of the judged run's bench profile (another is not comparable).
+        profile = {"bench.name": judged.context["bench"]} if judged.context.get("bench") else {}
         try:
-            base = resolve_baseline(baseline, uri, experiment, tags, exclude=exclude)
+            base = resolve_baseline(
+                baseline, uri, experiment, tags, exclude=exclude, params=profile
+            )
         except NoBaselineError as exc:
             print(f"verdict: no baseline to judge against: {exc}. Nothing compared.")
             if out:
@@ -594,6 +839,7 @@ def run_verdict(
             factor if factor is not None else regression.factor,
             alpha if alpha is not None else regression.alpha,
             config.bench.confidence_level,
+            require_same=require_same,
         )
     except VmapcheckError as exc:
         print(f"verdict: error: {exc}", file=sys.stderr)

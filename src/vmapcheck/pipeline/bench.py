@@ -1,14 +1,10 @@
 """Stage `bench`: latency distributions of every path and batch size after warm-up."""
 
-import contextlib
-from collections.abc import Callable, Iterator
-
 import jax.numpy as jnp
-from rich.console import Console
-from rich.progress import Progress, TimeElapsedColumn
 
 from vmapcheck.bench.guard import replay_figures, replay_summary, run_replay
 from vmapcheck.bench.plots import write_latency_csvs, write_latency_png, write_speedup_csv
+from vmapcheck.bench.progress import open_progress
 from vmapcheck.bench.timing import metrics_summary, run_bench
 from vmapcheck.config import Config
 from vmapcheck.core.forms import data_mesh
@@ -21,21 +17,6 @@ from vmapcheck.layout import Layout
 from vmapcheck.params_io import load_model_params
 
 
-@contextlib.contextmanager
-def bench_progress() -> Iterator[Callable[[str, float], None]]:
-    """A progress bar on a terminal; one plain line per step in logs (dvc repro in CI)."""
-    console = Console(stderr=True)
-    if not console.is_terminal:
-        yield lambda message, _done: print(f"bench: {message}", flush=True)
-        return
-    columns = (*Progress.get_default_columns(), TimeElapsedColumn())
-    with Progress(*columns, console=console) as bar:
-        task = bar.add_task("bench", total=1.0)
-        yield lambda message, done: bar.update(
-            task, completed=done, description=f"bench: {message}"
-        )
-
-
 def run(config: Config, layout: Layout) -> None:
     runtime = configure_jax(config.backend, config.precision)
     model = build_model(config.model)
@@ -43,13 +24,13 @@ def run(config: Config, layout: Layout) -> None:
     rows = load_cases(layout.cases)[STANDARD_CASE]["x"]
     dtype = jnp.dtype(config.precision.dtype)
     mesh = data_mesh(config.backend.num_devices)
-    with bench_progress() as progress:
+    # Progress bars on a terminal, plain lines in a log (dvc repro piped, CI).
+    with open_progress("bench") as progress:
         result = run_bench(model, params, rows, config.bench, dtype, progress=progress, mesh=mesh)
+        # Serving: a stream of requests of random sizes (and invalid ones) through the guard.
+        replay = run_replay(model, params, rows, dtype, config.guard, progress=progress)
     # Devices and mesh shape of the data-parallel path.
     sharded = describe_distributed(model, mesh)
-    # Serving: a stream of requests of random sizes (and invalid ones) through the guard.
-    print(f"bench: replaying {config.guard.replay.n_requests} requests through the guard")
-    replay = run_replay(model, params, rows, dtype, config.guard)
     result["replay"] = {**replay, "figures": replay_figures(replay)}
     atomic_write_json(layout.bench_report, metrics_summary(result))
     atomic_write_json(
