@@ -39,7 +39,10 @@ def _params(entries: list) -> set[str]:
     """The params.yaml keys of a dvc.yaml params list."""
     keys: set[str] = set()
     for entry in entries:
-        keys.update(entry if isinstance(entry, str) else next(iter(entry.values())))
+        if isinstance(entry, str):
+            keys.add(entry)
+        else:  # {params file: [key, ...]}
+            keys.update(next(iter(entry.values())))
     return keys
 
 
