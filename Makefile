@@ -96,13 +96,15 @@ compare: export VMAPCHECK_COMPARE_FILTER = $(FILTER)
 compare: $(STAMP)
 	vmapcheck compare -n "$(N)" --filter "$$VMAPCHECK_COMPARE_FILTER"
 
-# DVC experiments side by side in the columns a user compares (docs/pipeline.md): a plain
-# `dvc exp show` lists every params.yaml key and every dependency, and DVC has no setting
-# to hide columns by default. EXP_KEEP is a regex over column names (metrics by their key,
-# params by their dotted path).
-EXP_KEEP ?= Experiment|passed|worst_max_rel|worst_vs_f64_max_rel|vmap_over_loop@b[0-9]+|model\.name|backend\.name|precision\.name|bench\.name|precision\.tolerance\.rtol
+# DVC experiments side by side (docs/pipeline.md): the headline metrics always, and the
+# key params that differ between the rows shown. A plain `dvc exp show` lists every
+# params.yaml key and every dependency, and DVC has no setting that hides columns by
+# default. Both are regexes over column names (metrics by key, params by dotted path).
+EXP_METRICS ?= passed|worst_max_rel|vmap_over_loop@b[0-9]+
+EXP_PARAMS ?= model\.name|backend\.name|precision\.name|bench\.name|precision\.tolerance\.rtol
 exp: $(STAMP)
-	dvc exp show --no-pager --drop '.*' --keep '^($(EXP_KEEP))$$'
+	dvc exp show --only-changed --keep '^(Experiment|$(EXP_METRICS))$$' \
+		--drop '^(?!(Experiment|$(EXP_METRICS)|$(EXP_PARAMS))$$)'
 
 # The MLflow Model Registry: passing runs register their params and move alias
 # `verified`; only `make rollback` moves it back. MODEL defaults to registry.registered_model.
