@@ -16,7 +16,7 @@ export DVC_NO_ANALYTICS := 1
 export PYTHONUNBUFFERED := 1
 
 .PHONY: help setup demo test test-fast lint format ui clean params lock reference verdict browser \
-	compare registry rollback diagnose
+	compare registry rollback diagnose exp
 
 help:
 	@echo "make demo   set up .venv, run the pipeline (dvc repro) and print the verdict"
@@ -25,6 +25,7 @@ help:
 	@echo "make ui     MLflow UI over the local store on http://127.0.0.1:$(UI_PORT)"
 	@echo "make verdict BASELINE=last-verified|<run id>|<bench_details.json>  benchmark regression verdict"
 	@echo "make compare [N=10] [FILTER=\"tags.model = 'mlp'\"]  logged runs side by side"
+	@echo "make exp    DVC experiments side by side, the columns compared (dvc exp show)"
 	@echo "make registry  versions of the registered model, which is @verified, their tags"
 	@echo "make rollback  move alias verified back to the previous verified version [MODEL=name]"
 	@echo "make diagnose  localize a divergence in the current outputs (first stage, layer, leaf)"
@@ -94,6 +95,17 @@ FILTER ?=
 compare: export VMAPCHECK_COMPARE_FILTER = $(FILTER)
 compare: $(STAMP)
 	vmapcheck compare -n "$(N)" --filter "$$VMAPCHECK_COMPARE_FILTER"
+
+# DVC experiments side by side (docs/pipeline.md): the headline metrics always, and the
+# key params that differ between the rows shown. A plain `dvc exp show` lists every
+# params.yaml key and every dependency, and DVC has no setting that hides columns by
+# default. Both are regexes over column names (metrics by key, params by dotted path).
+EXP_METRICS ?= passed|worst_max_rel|vmap_over_loop@b[0-9]+
+EXP_PARAMS ?= model\.name|backend\.name|precision\.name|bench\.name|precision\.tolerance\.rtol
+exp: $(STAMP)
+	dvc exp show --only-changed --keep '^(Experiment|$(EXP_METRICS))$$' \
+		--drop '^(?!(Experiment|$(EXP_METRICS)|$(EXP_PARAMS))$$)'
+
 # The MLflow Model Registry: passing runs register their params and move alias
 # `verified`; only `make rollback` moves it back. MODEL defaults to registry.registered_model.
 registry: $(STAMP)
@@ -124,7 +136,9 @@ lock:
 ui: $(STAMP)
 	vmapcheck ui --port $(UI_PORT)
 
+# Under reports/, only what git ignores (DVC's outputs): the metrics kept in git stay.
 clean:
-	rm -rf data/prepared data/cases data/params data/forward reports mlflow.db mlartifacts \
+	rm -rf data/prepared data/cases data/params data/forward mlflow.db mlartifacts \
 		.dvc/cache .dvc/tmp $(VENV) .pytest_cache .ruff_cache
+	git clean -fdXq reports 2>/dev/null || rm -rf reports
 	find . -name __pycache__ -type d -prune -exec rm -rf {} +

@@ -24,7 +24,7 @@ import pytest
 from tests.helpers.config import compose_config
 from tests.helpers.faults import factory_overrides, make_model
 from tests.helpers.inprocess import run_stages, write_params
-from vmapcheck.check.checks import metrics_summary, run_checks
+from vmapcheck.check.checks import run_checks
 from vmapcheck.core.composition import REGROUPINGS, applies, composition_key, permutation
 from vmapcheck.core.forward import build_all, run_composition, run_forward
 from vmapcheck.core.magnitude import case_magnitudes
@@ -112,8 +112,6 @@ def test_a_healthy_model_passes_on_every_path_and_regrouping():
     assert case["rows"] == 5 and case["permuted"] == {"order": [4, 3, 2, 1, 0]}
     assert case["split"] == {"halves": [[0, 2], [2, 5]]}
     assert case["paths"] == [p.name for p in batch_paths()] and case["raised"] == {}
-    summary = metrics_summary(report)["composition"]["standard"]
-    assert summary["passed"] and summary["n_failed"] == 0 and summary["max_abs"] is not None
 
 
 def test_a_path_whose_rows_depend_on_their_position_fails_naming_permuted():
@@ -183,7 +181,8 @@ def test_batch_statistics_in_the_hand_batched_forward(tmp_path: Path):
     assert composition_key("standard", "sharded_jit", "split") in stored
     record = read_json(layout.record)["composition"]
     assert record["cases"]["standard"]["permuted"]["order"] == list(range(8))[::-1]
-    assert read_json(layout.check_report)["composition"]["standard"]["n_failed"] == len(DIRECT)
+    # The DVC metrics say the check failed; the composition figures are in the details.
+    assert read_json(layout.check_report)["passed"] is False
     print(next(f for f in failing if f.startswith("standard/")))
 
 

@@ -228,13 +228,22 @@ def test_second_repro_runs_no_stage(project, first_run):
 
 
 def test_metrics_and_plots_show(project, tmp_path):
+    """DVC metrics hold the headline only; the plots are log-log, nothing unmeasured."""
     shown = run(project, "dvc", "metrics", "show").stdout
-    for name in ("agreement.standard.max_abs", "latency_ms.vmap_jit.b8.p50", "speedup.b1"):
+    # The loop is timed up to bench.loop_max_batch=8: the headline batch (TINY).
+    for name in ("worst_max_rel", "invalid_refused", "vmap_over_loop@b0008", "val_loss"):
         assert name in shown
+    for detail in ("latency_ms", "agreement", "peak_gflops"):  # in *_details.json only
+        assert detail not in shown
     out = tmp_path / "plots"
     run(project, "dvc", "plots", "show", "-o", str(out))
     html = (out / "index.html").read_text()
     assert "latency_p50_ms_vs_batch_size" in html and "vmap_jit.csv" in html
+    assert '"type": "log"' in html and '"scheme": "tableau10"' in html
+    # No unmeasured cell: the loop has no row (nor a ratio over it) past 8 rows.
+    assert '"ratio": ""' not in html and '"p50_ms": ""' not in html
+    loop = (project / "reports" / "plots" / "loop_jit.csv").read_text().split()
+    assert [row.split(",")[0] for row in loop] == ["batch_size", "1", "8"]
 
 
 def test_changing_only_a_tolerance_reruns_check_and_track(project):

@@ -1,5 +1,6 @@
-"""Latency plots: one CSV per path for `dvc plots`, a PNG for the MLflow run, PNG bytes
-for the HTML report (latency and speed-up against batch size)."""
+"""Latency plots: one CSV per path and one per speed-up for `dvc plots` (drawn on log-log
+axes by the template .dvc/plots/loglog.json), a PNG for the MLflow run, PNG bytes for the
+HTML report (latency and speed-up against batch size)."""
 
 from __future__ import annotations
 
@@ -8,35 +9,51 @@ import io
 from pathlib import Path
 from typing import Any
 
-from vmapcheck.core.paths import PATHS
+from vmapcheck.core.paths import PATHS, SPEEDUPS
 from vmapcheck.io import atomic_path, atomic_write_text
+from vmapcheck.report.headline import batch_from_label
+
+
+def _rows_by_batch(by_label: dict[str, Any]) -> list[tuple[int, Any]]:
+    """``{"b128": v, ...}`` as ``[(128, v), ...]`` in batch order (labels padded or not)."""
+    return sorted((batch_from_label(label), value) for label, value in by_label.items())
 
 
 def write_latency_csvs(folder: Path, latency: dict[str, dict[str, Any]]) -> list[Path]:
-    """``<folder>/<path>.csv`` with batch_size, p50_ms, p90_ms, p99_ms (one line per path)."""
+    """``<folder>/<path>.csv`` with batch_size, p50_ms, p90_ms, p99_ms: one row per batch
+    size the path was timed at. A batch size it was not timed at (the per-row loop is
+    capped by ``bench.loop_max_batch``) has no row, so no plot draws it."""
     written = []
     for path, by_batch in latency.items():
         buffer = io.StringIO()
         writer = csv.writer(buffer, lineterminator="\n")
         writer.writerow(["batch_size", "p50_ms", "p90_ms", "p99_ms"])
-        for label, stats in sorted(by_batch.items(), key=lambda kv: int(kv[0][1:])):
-            writer.writerow([int(label[1:]), stats["p50"], stats["p90"], stats["p99"]])
+        for batch, stats in _rows_by_batch(by_batch):
+            writer.writerow([batch, stats["p50"], stats["p90"], stats["p99"]])
         target = Path(folder) / f"{path}.csv"
         atomic_write_text(target, buffer.getvalue())
         written.append(target)
     return written
 
 
-def write_speedup_csv(target: Path, speedup: dict[str, dict[str, float]]) -> None:
-    """batch_size, vmap_over_loop, vmap_over_direct (p50 ratios; empty where not measured)."""
-    buffer = io.StringIO()
-    writer = csv.writer(buffer, lineterminator="\n")
-    writer.writerow(["batch_size", "vmap_over_loop", "vmap_over_direct"])
-    for label, ratios in sorted(speedup.items(), key=lambda kv: int(kv[0][1:])):
-        writer.writerow(
-            [int(label[1:]), ratios.get("vmap_over_loop", ""), ratios.get("vmap_over_direct", "")]
-        )
-    atomic_write_text(Path(target), buffer.getvalue())
+def write_speedup_csvs(folder: Path, speedup: dict[str, dict[str, float]]) -> list[Path]:
+    """``<folder>/<name>.csv`` with batch_size, ratio for every
+    :data:`vmapcheck.core.paths.SPEEDUPS` entry (p50 ratios of the same run): one row per
+    batch size both paths ran at. Where one did not run there is no row (never an empty
+    cell, which a plot would draw as 0); a ratio measured nowhere is a header alone."""
+    Path(folder).mkdir(parents=True, exist_ok=True)
+    written = []
+    for name in (s.name for s in SPEEDUPS):
+        buffer = io.StringIO()
+        writer = csv.writer(buffer, lineterminator="\n")
+        writer.writerow(["batch_size", "ratio"])
+        for batch, ratios in _rows_by_batch(speedup):
+            if name in ratios:
+                writer.writerow([batch, ratios[name]])
+        target = Path(folder) / f"{name}.csv"
+        atomic_write_text(target, buffer.getvalue())
+        written.append(target)
+    return written
 
 
 def _pyplot():

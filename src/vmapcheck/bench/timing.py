@@ -512,27 +512,3 @@ def speedup_intervals(
             if label in samples_ms.get(s.slower, {}) and label in samples_ms.get(s.faster, {})
         }
     return out
-
-
-def metrics_summary(result: dict[str, Any]) -> dict[str, Any]:
-    """The figures DVC shows as metrics (reports/bench.json).
-
-    Percentiles, the median's confidence interval, compile time and the share of the
-    matmul peak; the full distribution (mean, std, min, max, samples) stays in
-    bench_details.json.
-    """
-    out: dict[str, Any] = {"latency_ms": {}, "compile_ms": {}, "roofline": {}}
-    for path, by_batch in result["latency_ms"].items():
-        out["latency_ms"][path] = {
-            label: {k: s[k] for k in ("p50", "p90", "p99", "median_ci_low", "median_ci_high")}
-            for label, s in by_batch.items()
-        }
-        figures = result["figures"][path]
-        out["roofline"][path] = {label: f["roofline"] for label, f in figures.items()}
-        if PATHS[path].jit:
-            out["compile_ms"][path] = {label: f["compile_ms"] for label, f in figures.items()}
-    out["speedup"] = result["speedup"]
-    out["peak_gflops"] = result["peak"]["gflops"]
-    if "replay" in result:  # the guard's replay (stages/bench.py adds it)
-        out["replay"] = result["replay"]["figures"]
-    return out

@@ -1,11 +1,13 @@
 """Stage `bench`: latency distributions of every path and batch size after warm-up."""
 
+from typing import Any
+
 import jax.numpy as jnp
 
 from vmapcheck.bench.guard import replay_figures, replay_summary, run_replay
-from vmapcheck.bench.plots import write_latency_csvs, write_latency_png, write_speedup_csv
+from vmapcheck.bench.plots import write_latency_csvs, write_latency_png, write_speedup_csvs
 from vmapcheck.bench.progress import open_progress
-from vmapcheck.bench.timing import metrics_summary, run_bench
+from vmapcheck.bench.timing import run_bench
 from vmapcheck.config import Config
 from vmapcheck.core.forms import data_mesh
 from vmapcheck.core.models import build_model
@@ -15,6 +17,23 @@ from vmapcheck.data.regression import STANDARD_CASE, load_cases
 from vmapcheck.io import atomic_dir, atomic_write_json
 from vmapcheck.layout import Layout
 from vmapcheck.params_io import load_model_params
+from vmapcheck.report.headline import batch_label, bench_headline
+
+
+def dvc_metrics(result: dict[str, Any]) -> dict[str, float]:
+    """``reports/bench.json``, the DVC metrics of the benchmark: vmap's p50 speed-ups at
+    the headline batch (:func:`vmapcheck.report.headline.bench_headline`), named as the
+    MLflow run's ``summary/*`` speed-ups without the prefix, e.g. ``vmap_over_loop@b0128``
+    (the batch in the name: a ratio at another batch size is another column, never
+    compared with this one). Only measured ratios appear. The latencies, their confidence
+    intervals, compile times and the matmul peak are in ``reports/bench_details.json``
+    and in MLflow.
+    """
+    speed = bench_headline(result)
+    return {
+        f"{name}@{batch_label(speed['batch'])}": figure["ratio"]
+        for name, figure in speed["speedups"].items()
+    }
 
 
 def run(config: Config, layout: Layout) -> None:
@@ -32,7 +51,7 @@ def run(config: Config, layout: Layout) -> None:
     # Devices and mesh shape of the data-parallel path.
     sharded = describe_distributed(model, mesh)
     result["replay"] = {**replay, "figures": replay_figures(replay)}
-    atomic_write_json(layout.bench_report, metrics_summary(result))
+    atomic_write_json(layout.bench_report, dvc_metrics(result))
     atomic_write_json(
         layout.bench_details,
         {
@@ -47,7 +66,7 @@ def run(config: Config, layout: Layout) -> None:
     )
     with atomic_dir(layout.plots) as folder:
         write_latency_csvs(folder, result["latency_ms"])
-        write_speedup_csv(folder / "speedup.csv", result["speedup"])
+        write_speedup_csvs(folder / "speedup", result["speedup"])
         write_latency_png(
             folder / "latency.png",
             result["latency_ms"],

@@ -7,9 +7,11 @@ check is diagnosed here (reports/diagnosis.json and .txt: the first stage, layer
 that diverge); a passed one writes a diagnosis that says "not needed".
 """
 
+from typing import Any
+
 import jax.numpy as jnp
 
-from vmapcheck.check.checks import metrics_summary, run_checks
+from vmapcheck.check.checks import run_checks
 from vmapcheck.check.diagnosis import for_check, key_stream_stage, write_report
 from vmapcheck.check.reference import load_reference, reference_dir
 from vmapcheck.check.schema import read_record
@@ -24,6 +26,7 @@ from vmapcheck.errors import ArtifactError
 from vmapcheck.io import atomic_write_json, load_npz, read_json, sha256_file
 from vmapcheck.layout import Layout
 from vmapcheck.params_io import load_model_params
+from vmapcheck.report.headline import check_headline
 
 
 def _uses_terms(config: Config) -> bool:
@@ -55,6 +58,32 @@ def _reference(config: Config, layout: Layout, record: dict, model, run_dtype) -
         "current": load_npz(layout.reference_outputs),
         "magnitudes": magnitudes,
     }
+
+
+def dvc_metrics(report: dict[str, Any]) -> dict[str, Any]:
+    """``reports/check.json``, the DVC metrics of the check: only what a user compares
+    across experiments (``dvc exp show``, ``dvc metrics diff``).
+
+    The figures of :func:`vmapcheck.report.headline.check_headline`, named as the MLflow
+    run's ``summary/*`` metrics without the prefix: ``passed``, ``n_failures``,
+    ``worst_max_rel`` (and its ``worst_bound_ratio``), ``worst_vs_reference_max_rel``,
+    ``worst_vs_f64_max_rel``, ``invalid_refused`` of ``invalid_total``. A figure this run
+    does not have (no reference, no float64 oracle) is left out, never written as 0. Every
+    other figure is in ``reports/check_details.json`` and in MLflow.
+    """
+    head = check_headline(report)
+    metrics: dict[str, Any] = {"passed": head["passed"], "n_failures": head["n_failures"]}
+    if head["worst"] is not None:
+        metrics["worst_max_rel"] = head["worst"]["max_rel"]
+        if head["worst"]["bound_ratio"] is not None:
+            metrics["worst_bound_ratio"] = head["worst"]["bound_ratio"]
+    if head["vs_reference"]["max_rel"] is not None:
+        metrics["worst_vs_reference_max_rel"] = head["vs_reference"]["max_rel"]
+    if head["vs_float64"] is not None:
+        metrics["worst_vs_f64_max_rel"] = head["vs_float64"]["max_rel"]
+    metrics["invalid_refused"] = head["invalid_refused"]
+    metrics["invalid_total"] = head["invalid_total"]
+    return metrics
 
 
 def run(config: Config, layout: Layout) -> None:
@@ -91,7 +120,7 @@ def run(config: Config, layout: Layout) -> None:
     report["config_digest"] = config_digest(config)
     report["forward_outputs_sha256"] = sha256_file(layout.outputs)
     atomic_write_json(layout.check_details, report)
-    atomic_write_json(layout.check_report, metrics_summary(report))
+    atomic_write_json(layout.check_report, dvc_metrics(report))
     diagnosis = for_check(layout, config, report, key_stream)
     write_report(diagnosis, layout.diagnosis)
     tol, cross = report["tolerance"], report["cross_run_tolerance"]

@@ -11,6 +11,7 @@ from vmapcheck.io import read_json
 from vmapcheck.layout import Layout
 from vmapcheck.report.check_sections import forms_compared, leaves_text, not_provided_lines
 from vmapcheck.report.elements import shape_text
+from vmapcheck.report.headline import batch_from_label
 
 
 def summarize(layout: Layout) -> str:
@@ -62,20 +63,20 @@ def summarize(layout: Layout) -> str:
     )
     for failure in check["failures"][:10]:
         lines.append(f"  failure: {failure}")
-    bench_path = layout.bench_report
-    if bench_path.exists():
-        bench = read_json(bench_path)
-        if "peak_gflops" in bench:
+    # The benchmark's figures: bench_details.json (bench.json holds the headline only).
+    if layout.bench_details.exists():
+        bench = read_json(layout.bench_details)
+        if "peak" in bench:
             lines.append(
-                f"  matmul peak measured in the same run: {bench['peak_gflops']:.1f} GFLOP/s"
+                f"  matmul peak measured in the same run: {bench['peak']['gflops']:.1f} GFLOP/s"
             )
-        # The ratios' confidence intervals are in bench_details.json (older runs: none).
-        details = read_json(layout.bench_details) if layout.bench_details.exists() else {}
-        intervals = details.get("speedup_ci", {})
+        intervals = bench.get("speedup_ci", {})
         for label, ratios in bench["speedup"].items():
             ci = intervals.get(label, {})
             shown = ", ".join(f"{k} {speedup_text(v, ci.get(k))}" for k, v in ratios.items())
-            lines.append(f"  speed at batch {label[1:]} (p50 ratios, same run): {shown}")
+            lines.append(
+                f"  speed at batch {batch_from_label(label)} (p50 ratios, same run): {shown}"
+            )
     track_path = layout.track_report
     if track_path.exists():
         track = read_json(track_path)
