@@ -497,7 +497,12 @@ def pipeline_key(project_root: Path, stage: str = "track") -> str:
     digest = hashlib.sha256(f"vmapcheck pipeline key 1\0{stage}\0".encode())
     for dep in sorted(set(deps)):
         path = project_root / dep
-        files = sorted(p for p in path.rglob("*") if p.is_file()) if path.is_dir() else [path]
+        # Bytecode caches are not the state (.dvcignore leaves them out of DVC's hashes too).
+        files = (
+            sorted(p for p in path.rglob("*") if p.is_file() and "__pycache__" not in p.parts)
+            if path.is_dir()
+            else [path]
+        )
         for file in files:
             digest.update(file.relative_to(project_root).as_posix().encode() + b"\0")
             digest.update((sha256_file(file) if file.is_file() else "missing").encode() + b"\0")
