@@ -55,7 +55,10 @@ def load(store: Store, uri: str) -> Any:
 
     path = list(sys.path)
     try:
-        with serving._tracking_uri(store.uri):
+        with pytest.MonkeyPatch.context() as patch:
+            # What a user sets: a models:/ URI is resolved in this registry.
+            patch.setenv("MLFLOW_TRACKING_URI", store.uri)
+            patch.setenv("MLFLOW_REGISTRY_URI", store.uri)
             return mlflow.pyfunc.load_model(uri)
     finally:
         sys.path[:] = path

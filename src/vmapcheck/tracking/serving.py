@@ -13,7 +13,7 @@ logged model whose source run is that run); the registry registers it
 - ``code/``: the ``vmapcheck`` package and, for a model built by a factory outside it
   (the root ``models/`` package, a plug-in), that factory's top-level package, so the model
   loads wherever MLflow runs, whatever the working directory;
-- ``code/served_model.py`` (MLflow's "models from code": nothing is pickled): builds a
+- ``served_model.py`` (MLflow's "models from code": nothing is pickled): builds a
   :class:`VerifiedModel` holding the sha256 of each artifact file, recorded when the model
   was logged;
 - a signature built from the contract (:func:`signature_of`): one tensor per input leaf
@@ -32,19 +32,17 @@ guard's message, which names shapes, counts and positions, never a value.
 
 from __future__ import annotations
 
-import contextlib
 import importlib
 import importlib.metadata
 import importlib.util
 import json
-import os
 import re
 import shutil
 import sys
 import tempfile
 import threading
 import warnings
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -236,24 +234,6 @@ def pip_requirements(model: ModelConfig) -> list[str]:
     return found
 
 
-@contextlib.contextmanager
-def _tracking_uri(uri: str) -> Iterator[None]:
-    """MLflow's global tracking URI set to ``uri`` for the block (``Model.log`` resolves the
-    store from it), then put back as it was: the global (None when unset) and the
-    ``MLFLOW_TRACKING_URI`` variable, which ``mlflow.set_tracking_uri`` also writes."""
-    import mlflow
-    from mlflow.tracking._tracking_service import utils
-
-    before, variable = utils._tracking_uri, os.environ.get("MLFLOW_TRACKING_URI")
-    mlflow.set_tracking_uri(uri)
-    try:
-        yield
-    finally:
-        mlflow.set_tracking_uri(before)
-        if variable is not None:
-            os.environ["MLFLOW_TRACKING_URI"] = variable
-
-
 # The model's code file (MLflow "models from code"): it builds the VerifiedModel with the
 # digests recorded at logging time, so nothing of the model is pickled.
 MODEL_CODE = '''"""vmapcheck's verified model, written when it was logged
@@ -272,7 +252,12 @@ def log_verified_model(
     tracking_uri: str, run_id: str, params_folder: Path, config: Config
 ) -> dict[str, str]:
     """Log the pyfunc of the params in ``params_folder`` (already verified: the run's
-    ``params/`` artifact) into run ``run_id``, in that run's experiment.
+    ``params/`` artifact) into run ``run_id``: a logged model of that run's experiment,
+    with the run as its source and among the run's outputs.
+
+    The steps of ``mlflow.pyfunc.log_model``, with the store named explicitly (it would
+    read the global tracking URI and the active experiment) and without copying every
+    metric of the run onto the model (about a thousand queries for a vmapcheck run).
 
     Returns:
         {"model_id", "model_uri" (``models:/<model_id>``), "artifact_location" (the logged
@@ -282,6 +267,7 @@ def log_verified_model(
         ArtifactError: a params file is missing, or the factory's code cannot be found.
         MlflowException: the store refused.
     """
+    from mlflow.entities import LoggedModelOutput, LoggedModelStatus
     from mlflow.models import Model
     from mlflow.tracking import MlflowClient
 
@@ -303,30 +289,42 @@ def log_verified_model(
         model_code.write_text(MODEL_CODE.format(digests=digests))
         code = Path(tmp) / "code"
         code.mkdir()
-        # Created here, in the run's experiment: Model.log alone would put it in the
-        # active (default) experiment, whose artifacts go to ./mlruns.
+        code_paths = package_code(config.model, code)
         logged = client.create_logged_model(
             experiment_id=client.get_run(run_id).info.experiment_id,
             name=MODEL_NAME,
             source_run_id=run_id,
         )
-        with _tracking_uri(tracking_uri), warnings.catch_warnings():
-            # No input example: rows of the data may be personal; the signature gives
-            # every shape and dtype.
-            warnings.filterwarnings("ignore", message=r".*input example was not provided")
-            Model.log(
-                artifact_path=None,
-                name=MODEL_NAME,
-                flavor=mlflow.pyfunc,
-                run_id=run_id,
-                model_id=logged.model_id,
-                python_model=str(model_code),
-                artifacts={PARAMS_ARTIFACT: str(params_folder), SETTINGS_ARTIFACT: str(settings)},
-                code_paths=package_code(config.model, code),
-                signature=signature_of(contract, config.precision.dtype),
-                pip_requirements=pip_requirements(config.model),
-                metadata={"vmapcheck": {"model": config.model.name, "verified_by_run": run_id}},
-            )
+        try:
+            local = Path(tmp) / "model"
+            with warnings.catch_warnings():
+                # No input example: rows of the data may be personal; the signature gives
+                # every shape and dtype.
+                warnings.filterwarnings("ignore", message=r".*input example was not provided")
+                mlflow.pyfunc.save_model(
+                    str(local),
+                    mlflow_model=Model(
+                        artifact_path=logged.artifact_location,
+                        run_id=run_id,
+                        model_uuid=logged.model_id,
+                        model_id=logged.model_id,
+                        metadata={"vmapcheck": {"model": config.model.name, "run_id": run_id}},
+                    ),
+                    python_model=str(model_code),
+                    artifacts={
+                        PARAMS_ARTIFACT: str(params_folder),
+                        SETTINGS_ARTIFACT: str(settings),
+                    },
+                    code_paths=code_paths,
+                    signature=signature_of(contract, config.precision.dtype),
+                    pip_requirements=pip_requirements(config.model),
+                )
+            client.log_model_artifacts(logged.model_id, str(local))
+            client.finalize_logged_model(logged.model_id, LoggedModelStatus.READY)
+        except BaseException:
+            client.finalize_logged_model(logged.model_id, LoggedModelStatus.FAILED)
+            raise
+        client.log_outputs(run_id, [LoggedModelOutput(logged.model_id, step=0)])
     return {
         "model_id": logged.model_id,
         "model_uri": f"models:/{logged.model_id}",
