@@ -180,6 +180,29 @@ def test_a_model_whose_example_is_a_dict_of_leaves_takes_a_dict_of_tensors(
     assert caught.value.get_http_status_code() == 400
 
 
+def test_a_bfloat16_run_takes_and_returns_float32_on_the_wire(tmp_path_factory, empty_mlflow_store):
+    import jax.numpy as jnp
+
+    from vmapcheck.core.forms import cast_tree
+
+    store, _ = registered(tmp_path_factory, empty_mlflow_store, "precision=bf16", *SMALL_GUARD)
+    model = load(store, f"models:/{NAME}@verified")
+    signature = model.metadata.signature
+    float32 = np.dtype(np.float32)
+    assert [spec.type for spec in signature.inputs.inputs + signature.outputs.inputs] == [
+        float32,
+        float32,
+    ]
+    x = rows(4)
+    out = model.predict(x)
+    assert out.dtype == float32
+    # Cast to bfloat16 on arrival: the model's forward in bfloat16, within its tolerance.
+    params = cast_tree(store.params(1), jnp.bfloat16)
+    expected = np.asarray(store.model.forward_batch(params, x.astype(jnp.bfloat16)), np.float32)
+    agreement = compare(out, expected, store.config.precision.tolerance)
+    assert agreement["passed"], agreement["reason"]
+
+
 def test_the_packaged_code_loads_where_no_vmapcheck_is_installed(mlp, tmp_path):
     import mlflow.artifacts
 

@@ -21,13 +21,14 @@ logged model whose source run is that run); the registry registers it
 
 On load (:meth:`VerifiedModel.load_context`) every artifact file is checked against its
 sha256, then the params against the model and its contract, before a
-:class:`~vmapcheck.bench.guard.Guard` is built. ``predict`` sends each request through that
-guard: limits and contract first (feature count, dtype, NaN or Inf, batch size, bytes), then
+:class:`~vmapcheck.bench.guard.Guard` is built. MLflow checks each request against the
+signature (shapes, dtypes) before ``predict`` runs; ``predict`` sends it through the
+guard: limits and contract (batch size, bytes, dtype, NaN or Inf, ids in range), then
 padding to a bucket and one compiled vmapped forward per bucket.
 
-A refused request raises :class:`RequestRefused`, an ``MlflowException`` with error code
-``INVALID_PARAMETER_VALUE``: MLflow's scoring server answers it with HTTP 400 and the
-guard's message, which names shapes, counts and positions, never a value.
+A request the guard refuses raises :class:`RequestRefused`, an ``MlflowException`` with
+error code ``INVALID_PARAMETER_VALUE``: MLflow's scoring server answers it with HTTP 400
+and the guard's message, which names shapes, counts and positions, never a value.
 """
 
 from __future__ import annotations
