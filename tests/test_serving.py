@@ -26,6 +26,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from tests.helpers.inprocess import JAX_SETTINGS
 from tests.helpers.registry import Store
 from vmapcheck import cli
 from vmapcheck.core.compare import compare
@@ -49,11 +50,14 @@ def forward(store: Store, seed: int, x: Any) -> np.ndarray:
 
 
 def load(store: Store, uri: str) -> Any:
-    """``mlflow.pyfunc.load_model(uri)`` against ``store``; ``sys.path`` left as it was
-    (loading prepends the model's code/ folder)."""
+    """``mlflow.pyfunc.load_model(uri)`` against ``store``; ``sys.path`` and JAX's settings
+    left as they were (loading prepends the model's code/ folder and pins JAX to the run's
+    backend and precision, as a serving process wants)."""
+    import jax
     import mlflow.pyfunc
 
     path = list(sys.path)
+    settings = {name: jax.config.values[name] for name in JAX_SETTINGS}
     try:
         with pytest.MonkeyPatch.context() as patch:
             # What a user sets: a models:/ URI is resolved in this registry.
@@ -62,6 +66,8 @@ def load(store: Store, uri: str) -> Any:
             return mlflow.pyfunc.load_model(uri)
     finally:
         sys.path[:] = path
+        for name, value in settings.items():
+            jax.config.update(name, value)
 
 
 def registered(tmp_path_factory, empty_mlflow_store, *overrides: str) -> tuple[Store, dict]:

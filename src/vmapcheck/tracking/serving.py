@@ -202,10 +202,12 @@ def package_code(model: ModelConfig, dest: Path) -> list[str]:
     for source in sources:
         target = Path(dest) / source.name
         if source.is_dir():
-            shutil.copytree(source, target, ignore=skip)
+            # A namespace package may have several folders: they merge into one.
+            shutil.copytree(source, target, ignore=skip, dirs_exist_ok=True)
         else:
             shutil.copy2(source, target)
-        paths.append(str(target))
+        if str(target) not in paths:
+            paths.append(str(target))
     return paths
 
 
