@@ -16,74 +16,17 @@ import yaml
 from safetensors.numpy import load_file, save_file
 
 from tests.helpers.config import compose_config
+from tests.helpers.registry import RUNTIME, Store
 from vmapcheck import cli
 from vmapcheck.compose import compose_yaml
 from vmapcheck.config import validate_config
 from vmapcheck.core.models import build_model
 from vmapcheck.errors import ArtifactError, ConfigError
-from vmapcheck.io import atomic_write_json, read_json, sha256_file
-from vmapcheck.params_io import model_contract, save_params
+from vmapcheck.io import read_json, sha256_file
 from vmapcheck.tracking import registry
 
 NAME = "vmapcheck-mlp"
 FEATURES = [f"x{i}" for i in range(8)]
-RUNTIME = {"backend": "cpu", "jax_version": "0.11.2", "jaxlib_version": "0.11.2"}
-
-
-class Store:
-    """A real MLflow sqlite store with file artifacts under a temp folder."""
-
-    def __init__(self, tmp_path):
-        from mlflow.tracking import MlflowClient
-
-        self.root = tmp_path
-        self.uri = f"sqlite:///{tmp_path}/mlflow.db"
-        self.client = MlflowClient(tracking_uri=self.uri, registry_uri=self.uri)
-        self.experiment = self.client.create_experiment(
-            "vmapcheck", artifact_location=(tmp_path / "mlartifacts").as_uri()
-        )
-        self.config = compose_config()
-        self.model = build_model(self.config.model)
-        self.count = 0
-
-    def params_folder(self, seed: int, source: dict | None = None):
-        """data/params as train writes it, for params drawn from ``seed``."""
-        self.count += 1
-        folder = self.root / f"params{self.count}"
-        folder.mkdir()
-        params = jax.device_get(self.model.init(jax.random.key(seed)))
-        save_params(folder, params, {"model": self.model.name, "source": source or {}})
-        atomic_write_json(folder / "contract.json", model_contract(self.model, params, FEATURES))
-        return folder
-
-    def logged_run(self, folder, verdict: str = "passed") -> dict:
-        """A run that logged ``folder`` as its params/ artifact, as tracking.log_run does;
-        returns log_run's result."""
-        run = self.client.create_run(self.experiment, tags={"verdict": verdict})
-        run_id = run.info.run_id
-        self.client.log_artifacts(run_id, str(folder), artifact_path="params")
-        self.client.set_tag(run_id, "pipeline_complete", "true")  # a complete run
-        self.client.set_terminated(run_id)
-        return {
-            "run_id": run_id,
-            "tracking_uri": self.uri,
-            "verdict": verdict,
-            "git_commit": "c0ffee" * 6 + "abcd",
-            "git_dirty": "false",
-        }
-
-    def run_and_register(self, seed: int, verdict: str = "passed") -> dict:
-        folder = self.params_folder(seed)
-        info = self.logged_run(folder, verdict)
-        result = registry.register_if_verified(self.config, info, RUNTIME, folder)
-        return result | {"run_id": info["run_id"], "folder": folder}
-
-    def verified(self) -> str:
-        return str(self.client.get_model_version_by_alias(NAME, registry.VERIFIED).version)
-
-    def artifact(self, run_id: str, name: str):
-        """The run's copy of a params file in the artifact store."""
-        return self.root / "mlartifacts" / run_id / "artifacts" / "params" / name
 
 
 @pytest.fixture
@@ -115,7 +58,16 @@ def test_passing_runs_register_versions_and_move_verified_a_failing_run_does_not
     assert tags["params_sha256"] == sha256_file(second["folder"] / "params.safetensors")
     assert tags["contract_sha256"] == sha256_file(second["folder"] / "contract.json")
     assert versions[1].run_id == second["run_id"]
-    assert versions[1].source.endswith(f"/{second['run_id']}/artifacts/params")
+    # The version is the MLflow model logged into the verified run, its params files
+    # under params_path, byte for byte the run's.
+    logged = store.client.get_logged_model(second["model_id"])
+    assert logged.source_run_id == second["run_id"]
+    assert versions[1].source == second["source"] == logged.artifact_location.rstrip("/")
+    assert tags["params_path"] == "artifacts/params"
+    for name in ("params.safetensors", "manifest.json", "contract.json"):
+        copy = store.version_file(second, f"artifacts/params/{name}")
+        assert sha256_file(copy) == sha256_file(second["folder"] / name)
+    assert (store.version_file(second, "MLmodel")).is_file()
 
 
 def test_rollback_moves_verified_to_the_previous_verified_version(store):
@@ -215,7 +167,7 @@ def test_loading_by_alias_or_version_verifies_the_params(store):
 
 def test_a_tampered_registered_version_is_refused_naming_the_uri(store):
     first = store.run_and_register(seed=1)
-    stored = store.artifact(first["run_id"], "params.safetensors")
+    stored = store.version_file(first, "artifacts/params/params.safetensors")
     raw = bytearray(stored.read_bytes())
     raw[len(raw) // 2] ^= 0x01
     stored.write_bytes(bytes(raw))
@@ -229,7 +181,7 @@ def test_a_tampered_registered_version_is_refused_naming_the_uri(store):
     arrays = load_file(str(stored))
     arrays = {k: v + 1.0 for k, v in arrays.items()}
     save_file(arrays, str(stored))
-    manifest_path = store.artifact(first["run_id"], "manifest.json")
+    manifest_path = store.version_file(first, "artifacts/params/manifest.json")
     manifest = read_json(manifest_path)
     manifest["sha256"] = sha256_file(stored)
     manifest_path.write_text(json.dumps(manifest))
@@ -336,3 +288,18 @@ def test_a_store_that_does_not_exist_is_refused_not_created(
     assert f"registry: error: no MLflow store at {missing} (tracking.tracking_uri" in err
     assert "none is created here" in err
     assert not missing.parent.exists()
+
+
+def test_a_version_registered_as_a_bare_params_folder_still_loads(store):
+    # Before versions were servable models they pointed at the run's params/ folder, with
+    # the same digests and no params_path tag: train still loads them.
+    first = store.run_and_register(seed=1)
+    tags = dict(store.client.get_model_version(NAME, "1").tags)
+    del tags["params_path"]
+    folder = store.client.get_run(first["run_id"]).info.artifact_uri + "/params"
+    store.client.create_model_version(NAME, folder, run_id=first["run_id"], tags=tags)
+    uri = f"models:/{NAME}/2"
+    params, _, _, info = registry.load_registered_params(store.model, uri, store.uri)
+    assert info.version == "2"
+    for a, b in zip(jax.tree.leaves(store.params(1)), jax.tree.leaves(params), strict=True):
+        np.testing.assert_array_equal(a, b)

@@ -1,10 +1,11 @@
 """Verified params in the MLflow Model Registry: register, alias ``verified``, rollback, load.
 
 - ``track`` calls :func:`register_if_verified` after logging a run. Only when the run's
-  check passed (every check) is the params artifact the run logged (its ``params/``
-  folder: params.safetensors, manifest.json, contract.json) registered as a new version
-  of the registered model ``registry.registered_model``, and alias ``verified`` moved to
-  it. Earlier versions stay. A failing run touches nothing in the registry.
+  check passed (every check) are the params the run logged (its ``params/`` folder:
+  params.safetensors, manifest.json, contract.json) logged as a servable MLflow model and
+  registered as a new version of the registered model ``registry.registered_model``, and
+  alias ``verified`` moved to it. Earlier versions stay. A failing run touches nothing
+  in the registry.
 - Each version's tags say what verified it (run id, git commit, jax version, model,
   backend, precision, when) and hold the sha256 of each of its three files, recorded in
   the registry's own store when the run verified them.
@@ -20,13 +21,17 @@
   ``train`` uses it (``train.params_source``), so every later stage reads those params
   from ``data/params`` as usual.
 
-Versions point at the run's artifact folder itself (``create_model_version`` with the
-run's absolute artifact URI as source), not at an MLflow 3 "logged model": the params
-are a plain safetensors folder, not an MLflow flavor (no MLmodel file, nothing for
-``mlflow.pyfunc`` to load), and a logged model would store a second copy of the bytes
-the run verified. The URI is resolved here with an explicit client: MLflow 3.17's
-``models:/`` artifact repository resolves names against the global registry URI, not
-the ``tracking_uri`` passed to ``download_artifacts``.
+A version is a real MLflow model: :func:`vmapcheck.tracking.serving.log_verified_model`
+logs a pyfunc into the verified run (the params files as artifacts under
+``artifacts/params/``, the serving settings, the code, a signature built from the
+contract), and the version's source is that logged model's artifact folder. So
+``mlflow.pyfunc.load_model("models:/<name>@verified")`` predicts through the guard and
+``mlflow models serve -m models:/<name>@verified`` serves it (docs/registry.md). The tag
+``params_path`` says where the params files lie within the source (versions registered
+before it pointed at the run's ``params/`` folder itself, and have none). URIs are
+resolved here with an explicit client: MLflow 3.17's ``models:/`` artifact repository
+resolves names against the global registry URI, not the ``tracking_uri`` passed to
+``download_artifacts``.
 
 Usage: ``vmapcheck registry [--model NAME]`` (``make registry``) and ``vmapcheck rollback
 [--model NAME]`` (``make rollback``).
@@ -82,6 +87,8 @@ DIGEST_TAGS = {
 TAG_VERIFIED = "verified"
 TAG_RUN = "verified_by_run"
 TAG_ROLLED_BACK = "rolled_back_at"
+# Where the params files lie within a version's source (absent: at its root).
+TAG_PARAMS_PATH = "params_path"
 # Waiting for a version to be READY (local and server stores create it READY at once).
 AWAIT_READY_S = 60
 
@@ -201,29 +208,42 @@ def register_verified(
     name: str,
     run_id: str,
     params_dir: Path,
+    config: Config,
     tags: dict[str, str] | None = None,
 ) -> dict[str, Any]:
-    """Register run ``run_id``'s params artifact as a new version of ``name`` and move
-    alias ``verified`` to it. Call only for a run whose check passed.
+    """Log run ``run_id``'s params as a servable MLflow model, register it as a new
+    version of ``name`` and move alias ``verified`` to it. Call only for a run whose check
+    passed.
 
     The digests recorded on the version are those of ``params_dir`` (the folder the run
-    logged as ``params/``); the run's copy in the artifact store is downloaded and checked
-    against them first, so the version points at exactly the bytes that were verified.
+    logged as ``params/``). The run's copy in the artifact store is downloaded and checked
+    against them; that copy is what the model is logged from
+    (:func:`vmapcheck.tracking.serving.log_verified_model`, with ``config``'s model,
+    backend, precision and guard), and the logged model's copy is checked again before it is
+    registered. So the version serves exactly the bytes that were verified.
 
     Returns:
         {"registered_model", "version", "uri", "alias", "previous" (version or None),
-        "source", "params_sha256"}.
+        "source", "model_id", "params_sha256"}.
     """
     from mlflow.exceptions import MlflowException
     from mlflow.protos.databricks_pb2 import RESOURCE_ALREADY_EXISTS, ErrorCode
 
+    from vmapcheck.tracking.serving import PARAMS_PATH, log_verified_model
+
     client = _client(tracking_uri)
     digests = folder_digests(params_dir)
     try:
-        source = client.get_run(run_id).info.artifact_uri.rstrip("/") + "/" + PARAMS_ARTIFACT
-        where = f"run {run_id} artifact {PARAMS_ARTIFACT}/"
+        run_params = client.get_run(run_id).info.artifact_uri.rstrip("/") + "/" + PARAMS_ARTIFACT
         with tempfile.TemporaryDirectory() as tmp:
-            verify_folder(_download(tracking_uri, source, Path(tmp), where), digests, where)
+            where = f"run {run_id} artifact {PARAMS_ARTIFACT}/"
+            verified = _download(tracking_uri, run_params, Path(tmp) / "run", where)
+            verify_folder(verified, digests, where)
+            logged = log_verified_model(tracking_uri, run_id, verified, config)
+            source = logged["artifact_location"]
+            where = f"logged model {logged['model_id']} {PARAMS_PATH}/"
+            copy = _download(tracking_uri, f"{source}/{PARAMS_PATH}", Path(tmp) / "model", where)
+            verify_folder(copy, digests, where)
         try:
             client.create_registered_model(
                 name, description="Params whose run passed every vmapcheck check (alias verified)."
@@ -236,10 +256,17 @@ def register_verified(
             name,
             source,
             run_id=run_id,
-            tags={TAG_VERIFIED: "true", TAG_RUN: run_id, "verified_at": _now(), **digests}
+            tags={
+                TAG_VERIFIED: "true",
+                TAG_RUN: run_id,
+                "verified_at": _now(),
+                TAG_PARAMS_PATH: PARAMS_PATH,
+                **digests,
+            }
             | (tags or {}),
             description=f"Verified by run {run_id}: every check passed.",
             await_creation_for=AWAIT_READY_S,
+            model_id=logged["model_id"],
         )
         number = str(version.version)  # an int from a sqlite store, a str over REST
         client.set_registered_model_alias(name, VERIFIED, number)
@@ -255,6 +282,7 @@ def register_verified(
         "alias": VERIFIED,
         "previous": str(previous.version) if previous is not None else None,
         "source": source,
+        "model_id": logged["model_id"],
         "params_sha256": digests["params_sha256"],
     }
 
@@ -264,7 +292,8 @@ def register_if_verified(
 ) -> dict[str, Any]:
     """``track``'s hook: register the run's params when its check passed.
 
-    ``info`` is :func:`vmapcheck.tracking.log.log_run`'s result, ``runtime`` the check's
+    ``info`` is :func:`vmapcheck.tracking.log.log_run`'s result (the run still RUNNING:
+    ``track`` completes it afterwards), ``runtime`` the check's
     (``check_details.json``: jax and jaxlib versions, backend). Params that came from this
     registered model (``train.params_source``) are not registered again: the version they
     came from gets ``reverified_by_run``/``reverified_at`` tags and the alias stays
@@ -299,7 +328,7 @@ def register_if_verified(
         "jaxlib_version": runtime.get("jaxlib_version", "unknown"),
     }
     return {"status": "registered"} | register_verified(
-        info["tracking_uri"], name, info["run_id"], params_dir, tags
+        info["tracking_uri"], name, info["run_id"], params_dir, config, tags
     )
 
 
@@ -507,6 +536,9 @@ def fetch_registered_params(
         source = _client(tracking_uri).get_model_version_download_uri(version.name, version.version)
     except MlflowException as exc:
         raise ArtifactError(f"{where}: no download location ({exc.message})") from None
+    # A servable version holds its params under params_path; an older one is the folder.
+    inner = version.tags.get(TAG_PARAMS_PATH, "").strip("/")
+    source = f"{source.rstrip('/')}/{inner}" if inner else source
     local = _download(tracking_uri, source, Path(dest), where)
     verify_folder(local, version.tags, where)
     info = RegisteredParams(
