@@ -6,7 +6,7 @@ per-stage timeline. Then ``mlflow ui`` serves that store on 127.0.0.1 (a free po
 headless Chromium opens the URLs vmapcheck prints: the experiment's runs table (``make
 ui``) and the run's page (``make demo``'s summary). The test checks that MLflow shows
 its classic ML view (runs, metrics), not the GenAI one (traces, evaluations), with the
-``summary/*`` metrics on screen, and keeps the screenshots: their paths are printed
+``_summary/*`` metrics on screen, and keeps the screenshots: their paths are printed
 (``pytest -s``) and they stay under pytest's temporary folder.
 """
 
@@ -172,11 +172,11 @@ def test_the_run_carries_its_summary_description_source_and_timeline(project):
     track = read_json(project.track_report)
     run_ = _client(project).get_run(track["run_id"])
     tags, metrics = run_.data.tags, run_.data.metrics
-    assert metrics["summary/passed"] == 1.0
+    assert metrics["_summary/passed"] == 1.0
     worst = max(v for k, v in metrics.items() if k.startswith("agree/") and k.endswith("max_rel"))
-    assert metrics["summary/worst_max_rel"] == worst
-    assert metrics["summary/invalid_refused"] == metrics["summary/invalid_total"] > 0
-    assert "summary/vmap_over_loop_at_b0008" in metrics
+    assert metrics["_summary/worst_max_rel"] == worst
+    assert metrics["_summary/invalid_refused"] == metrics["_summary/invalid_total"] > 0
+    assert "_summary/vmap_over_loop_at_b0008" in metrics
     # Zero-padded batch labels in every metric name that has one.
     assert "latency_ms/vmap_jit/b0008/p50" in metrics and "speedup/b0008/vmap_over_loop" in metrics
     assert not [k for k in metrics if "/b8/" in k or k.endswith("/b8")]
@@ -197,8 +197,8 @@ def test_the_run_carries_its_summary_description_source_and_timeline(project):
     assert view["name"] == "vmapcheck summary"
     columns = json.loads(view["state"])["selectedColumns"]
     assert columns[:2] == [
-        "metrics.`summary/worst_max_rel`",
-        "metrics.`summary/worst_vs_reference_max_rel`",
+        "metrics.`_summary/worst_max_rel`",
+        "metrics.`_summary/worst_vs_reference_max_rel`",
     ]
 
 
@@ -215,7 +215,7 @@ def test_the_printed_urls_open_the_ml_view_with_the_summary_metrics(
         assert not shown, f"MLflow's GenAI view is shown: {shown}"
     # The runs table's columns: the saved view vmapcheck stores on the experiment.
     assert "vmapcheck summary" in runs_list  # its name, on the Views menu
-    for name in ("summary/worst_max_rel", "summary/vmap_over_loop_at_b0008"):
+    for name in ("_summary/worst_max_rel", "_summary/vmap_over_loop_at_b0008"):
         assert name in runs_list and name in run_page
     assert track["run_name"] in run_page and "Created by" in run_page
     assert "dvc.yaml" in run_page and "PASSED" in run_page  # source, description

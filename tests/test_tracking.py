@@ -79,12 +79,12 @@ def _check_and_bench():
 def test_summary_metrics_come_first_and_batch_labels_are_zero_padded():
     check, bench = _check_and_bench()
     metrics = collect_metrics(check, bench, {})
-    assert next(iter(metrics)).startswith("summary/")
-    assert metrics["summary/worst_max_rel"] == 5e-6
-    assert metrics["summary/worst_vs_reference_max_rel"] == 1e-7
-    assert metrics["summary/worst_vs_f64_max_rel"] == 3e-6
-    assert metrics["summary/invalid_refused"] == 1.0
-    assert metrics["summary/vmap_over_loop_at_b0128"] == 9.5  # MLflow refuses "@"
+    assert next(iter(metrics)).startswith("_summary/")
+    assert metrics["_summary/worst_max_rel"] == 5e-6
+    assert metrics["_summary/worst_vs_reference_max_rel"] == 1e-7
+    assert metrics["_summary/worst_vs_f64_max_rel"] == 3e-6
+    assert metrics["_summary/invalid_refused"] == 1.0
+    assert metrics["_summary/vmap_over_loop_at_b0128"] == 9.5  # MLflow refuses "@"
     assert metrics["latency_ms/vmap_jit/b0128/p50"] == 0.1
     assert metrics["throughput_rows_per_s/vmap_jit/b0001"] == 1000.0
     assert metrics["compile_ms/vmap_jit/b0128"] == 12.0
@@ -139,13 +139,24 @@ def test_run_names_carry_the_bench_profile_and_the_dvc_experiment(tmp_path):
 
 
 def test_every_stage_records_its_wall_time_and_track_ends_its_own(tmp_path):
+    from tests.helpers.config import ROOT
+    from vmapcheck.compose import compose_yaml
     from vmapcheck.layout import Layout
     from vmapcheck.pipeline.stage import read_stage_times, run_stage, write_stage_time
     from vmapcheck.tracking.log import timeline, timeline_metrics
 
     layout = Layout(tmp_path)
-    # No params.yaml: the stage fails with a clear error (exit 2), and is still timed.
+    # No params.yaml: refused before any work, so nothing is timed.
     assert run_stage("check", lambda config, layout: 0, tmp_path) == 2
+    assert read_stage_times(layout) == {}
+    layout.params_yaml.write_text(compose_yaml(ROOT / "conf"))
+
+    def fails(config, layout):
+        assert layout.stage_time("check").is_file()  # its start is on disk while it runs
+        raise ArtifactError("planted")
+
+    # A stage that fails with a clear error (exit 2) is still timed.
+    assert run_stage("check", fails, tmp_path) == 2
     record = read_stage_times(layout)["check"]
     assert record["exit_code"] == 2 and record["end"] >= record["start"]
     assert record["wall_s"] == round(record["end"] - record["start"], 3)

@@ -84,7 +84,7 @@ ADDED_SINCE = (
     r"vmapcheck\.track_",
     # MLflow at a glance (issue 13): the summary figures, the per-stage timeline, the
     # verdict as the run's description, who ran it and from where, the bench profile.
-    r"^summary/",
+    r"^_summary/",
     r"^timeline/",
     r"^mlflow\.(note\.content|user|source\.name|source\.type)$",
     r"^bench$",
@@ -167,13 +167,13 @@ def _assert_the_run_reads_at_a_glance(project, run_):
     from vmapcheck.tracking.log import NOTE_TAG
 
     tags, metrics = run_.data.tags, run_.data.metrics
-    assert metrics["summary/passed"] == 1.0
-    assert metrics["summary/worst_max_rel"] == max(
+    assert metrics["_summary/passed"] == 1.0
+    assert metrics["_summary/worst_max_rel"] == max(
         v for k, v in metrics.items() if k.startswith("agree/") and k.endswith("/max_rel")
     )
-    assert metrics["summary/worst_vs_reference_max_rel"] >= 0
-    assert metrics["summary/invalid_refused"] == metrics["summary/invalid_total"] > 0
-    assert any(re.fullmatch(r"summary/vmap_over_loop_at_b\d{4}", k) for k in metrics)
+    assert metrics["_summary/worst_vs_reference_max_rel"] >= 0
+    assert metrics["_summary/invalid_refused"] == metrics["_summary/invalid_total"] > 0
+    assert any(re.fullmatch(r"_summary/vmap_over_loop_at_b\d{4}", k) for k in metrics)
     assert tags[NOTE_TAG].startswith("**PASSED**")
     assert tags["mlflow.user"] and tags["mlflow.source.type"] == "LOCAL"
     assert tags["mlflow.source.name"].endswith("dvc.yaml")

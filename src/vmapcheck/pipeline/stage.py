@@ -64,27 +64,25 @@ def run_stage(name: str, body: StageBody, root: Path | None = None) -> int:
     prints ``<stage>: error: <message>`` and returns 2; anything else is a bug and
     keeps its traceback.
 
-    The stage's wall time goes to ``reports/stages/<name>.json`` (:func:`write_stage_time`),
-    written when it starts (no end yet: ``track`` reads its own start there) and again
-    when it ends, whatever the outcome.
+    Once the config is valid, the stage's wall time goes to ``reports/stages/<name>.json``
+    (:func:`write_stage_time`): written when the body starts (no end yet: ``track`` reads
+    its own start there) and again when it ends, whatever the outcome (``exit_code`` None:
+    it raised). A refused config writes nothing: the stage did no work.
     """
     layout = Layout(Path.cwd() if root is None else root)
     start = time.time()
-    write_stage_time(layout, name, start, None, None)
+    timed = False
     code: int | None = None
     try:
-        code = _run_body(name, body, layout)
+        config = load_config(layout.params_yaml)
+        write_stage_time(layout, name, start, None, None)
+        timed = True
+        code = body(config, layout) or 0
         return code
-    finally:
-        write_stage_time(layout, name, start, time.time(), code)
-
-
-def _run_body(name: str, body: StageBody, layout: Layout) -> int:
-    try:
-        return body(load_config(layout.params_yaml), layout) or 0
     except VmapcheckError as exc:
         print(f"{name}: error: {exc}", file=sys.stderr)
-        return 2
+        code = 2
+        return code
     except KeyReuseError as exc:
         first_line = str(exc).splitlines()[0]
         # The params leaves that share the key, when train could name them.
@@ -95,4 +93,8 @@ def _run_body(name: str, body: StageBody, layout: Layout) -> int:
             "of the key stream (vmapcheck.core.keys) must feed exactly one random operation",
             file=sys.stderr,
         )
-        return 2
+        code = 2
+        return code
+    finally:
+        if timed:
+            write_stage_time(layout, name, start, time.time(), code)

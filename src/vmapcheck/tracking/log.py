@@ -1,7 +1,7 @@
 """Log one pipeline run to MLflow: config as params, figures as metrics, versions as tags.
 
 Metric names follow one sortable scheme (documented in docs/tracking.md):
-``summary/worst_max_rel`` (the reviewer's figures, sorted first),
+``_summary/worst_max_rel`` (the reviewer's figures, sorted first),
 ``agree/<case>/<pathA>-vs-<pathB>/max_abs``, ``latency_ms/<path>/b0128/p50``,
 ``speedup/b0128/vmap_over_loop``, ``composition/<case>/<path>/passed``,
 ``check/passed``, ``train/val_loss``, ``timeline/<stage>_s``. Batch labels in metric
@@ -63,16 +63,16 @@ VIEW_TAG_PREFIX = "mlflow.sharedViewState."
 # (by name prefix; the speed-ups' names end with their headline batch).
 VIEW_TAGS = ("verdict", "perf_verdict", "bench")
 VIEW_ORDER = (
-    "summary/worst_max_rel",
-    "summary/worst_vs_reference_max_rel",
-    "summary/worst_vs_f64_max_rel",
-    "summary/vmap_over_loop_at_",
-    "summary/vmap_over_direct_at_",
-    "summary/vmap_over_map_at_",
-    "summary/invalid_refused",
-    "summary/invalid_total",
-    "summary/passed",
-    "summary/",
+    "_summary/worst_max_rel",
+    "_summary/worst_vs_reference_max_rel",
+    "_summary/worst_vs_f64_max_rel",
+    "_summary/vmap_over_loop_at_",
+    "_summary/vmap_over_direct_at_",
+    "_summary/vmap_over_map_at_",
+    "_summary/invalid_refused",
+    "_summary/invalid_total",
+    "_summary/passed",
+    "_summary/",
 )
 
 
@@ -91,10 +91,13 @@ def padded_label(label: str) -> str:
 
 
 def summary_metric_name(name: str) -> str:
-    """A :func:`vmapcheck.report.headline.summary_metrics` name as MLflow accepts it:
-    ``summary/vmap_over_loop@b0128`` -> ``summary/vmap_over_loop_at_b0128`` (MLflow
-    refuses ``@`` in a metric name)."""
-    return metric_name(name.replace("@", "_at_"))
+    """A :func:`vmapcheck.report.headline.summary_metrics` name as MLflow logs it:
+    ``summary/vmap_over_loop@b0128`` -> ``_summary/vmap_over_loop_at_b0128``.
+
+    The leading ``_`` makes the summary sort before every other metric (``agree/...``)
+    where MLflow sorts names as text, e.g. its compare-runs page; MLflow refuses ``@``
+    in a metric name."""
+    return metric_name("_" + name.replace("@", "_at_"))
 
 
 def metric_name(name: str) -> str:
@@ -296,7 +299,7 @@ def experiment_description(config: Config) -> str:
         f"vmapcheck runs of {scope}: one run per pipeline state (`dvc repro`, "
         "`dvc exp run`), checking that the per-example loop, jax.vmap and the hand-batched "
         "forward agree, and timing each. Tag `verdict` says whether every check passed; "
-        "the `summary/*` metrics are the worst agreement errors, the invalid inputs "
+        "the `_summary/*` metrics are the worst agreement errors, the invalid inputs "
         "refused and the vmap speed-ups; `timeline/*` the wall time of each stage. "
         "Metric names: docs/tracking.md. Runs side by side in a terminal: `make compare`."
     )
@@ -320,7 +323,7 @@ def describe_experiment(
         created = int(envelope["createdAt"])
     except (KeyError, ValueError, TypeError):  # absent, or not a view this code wrote
         old, created = [], now
-    known = {c[len("metrics.`") : -1] for c in old if c.startswith("metrics.`summary/")}
+    known = {c[len("metrics.`") : -1] for c in old if c.startswith("metrics.`_summary/")}
     names = sorted(known | set(summary_names), key=_view_rank)
     metrics = [f"metrics.`{n}`" for n in names]
     columns = [*metrics, *(f"tags.`{tag}`" for tag in VIEW_TAGS), "attributes.`Source`"]
@@ -390,7 +393,7 @@ def log_run(
     verdict = "passed" if check["passed"] else "failed"
     collected = collect_metrics(check, bench, train)
     describe_experiment(
-        client, experiment_id, config, [k for k in collected if k.startswith("summary/")]
+        client, experiment_id, config, [k for k in collected if k.startswith("_summary/")]
     )
     tags = {
         "verdict": verdict,

@@ -6,7 +6,7 @@ experiment of this project (``tracking.experiment`` and ``<experiment>-<model>``
 see ``tracking.experiment_per_model``), or one (``--experiment``), or all (``--all``).
 
 Columns, the summary first: run name, verdict, the worst ``max_rel`` between paths,
-against the stored reference and against float64 (the run's ``summary/*`` metrics; for
+against the stored reference and against float64 (the run's ``_summary/*`` metrics; for
 runs logged before those, the largest ``agree/*/*/max_rel``, ``reference/*/*/max_rel``,
 ``oracle/*/*/max_rel``), vmap over the loop and over the direct form at the largest batch
 size that every listed run measured (``speedup/b0128/vmap_over_loop``), benchmark
@@ -49,9 +49,9 @@ DEFAULT_N = 10
 MAX_N = 1000
 # Column: (the run's summary metric, the family it is the worst of in older runs).
 WORST = {
-    "agree max_rel": ("summary/worst_max_rel", "agree"),
-    "ref max_rel": ("summary/worst_vs_reference_max_rel", "reference"),
-    "f64 max_rel": ("summary/worst_vs_f64_max_rel", "oracle"),
+    "agree max_rel": ("_summary/worst_max_rel", "agree"),
+    "ref max_rel": ("_summary/worst_vs_reference_max_rel", "reference"),
+    "f64 max_rel": ("_summary/worst_vs_f64_max_rel", "oracle"),
 }
 SPEEDUPS = {"vmap/loop": "vmap_over_loop", "vmap/direct": "vmap_over_direct"}
 LATENCY = re.compile(r"^latency_ms/vmap_jit/b(\d+)/p50$")
@@ -311,9 +311,9 @@ def format_compare(selection: Selection, width: int | None = None) -> str:
     )
     notes = [
         f"store: {selection.tracking_uri}",
-        "max_rel: the worst between paths (summary/worst_max_rel), against the stored "
-        "reference (summary/worst_vs_reference_max_rel) and against float64 "
-        "(summary/worst_vs_f64_max_rel)",
+        "max_rel: the worst between paths (_summary/worst_max_rel), against the stored "
+        "reference (_summary/worst_vs_reference_max_rel) and against float64 "
+        "(_summary/worst_vs_f64_max_rel)",
         f"vmap/loop, vmap/direct (speedup/b<batch>/...) and latency p50 {where}; "
         "commit*: uncommitted changes",
     ]
