@@ -43,8 +43,8 @@ from vmapcheck.tracking.provenance import git_state
 from vmapcheck.tracking.store import experiment_name, resolve_artifact_root, resolve_tracking_uri
 
 MAX_BATCH = 1000  # MLflow's per-request limit for metrics (params: 100)
-# MLflow's limit on a tag value (mlflow.utils.validation.MAX_TAG_VAL_LENGTH is larger for
-# run tags on some stores; this one holds everywhere).
+# The description's length: well under MLflow's limit on a run tag's value
+# (mlflow.utils.validation.MAX_TAG_VAL_LENGTH, 8000 in MLflow 3.17); it is read on screen.
 MAX_NOTE_CHARS = 5000
 NOTE_TAG = "mlflow.note.content"
 # Opens the experiment in MLflow's classic ML view ("Runs", "Models"), not the GenAI one
