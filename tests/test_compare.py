@@ -44,7 +44,9 @@ def _tags(model, verdict="passed", precision="f32", jaxlib="0.11.2", dirty="fals
     }
 
 
-def _metrics(agree, batches=(1, 8, 128), reference=None):
+def _metrics(agree, batches=(1, 8, 128), reference=None, padded=False):
+    """A run's metrics; ``padded``: as logged now (``b0008``, ``_summary/*``), else as
+    runs logged before (``b8``, no summary)."""
     metrics = {
         "agree/standard/loop_eager-vs-vmap_jit/max_rel": agree / 2,
         "agree/boundary/vmap_jit-vs-direct_jit/max_rel": agree,
@@ -55,9 +57,16 @@ def _metrics(agree, batches=(1, 8, 128), reference=None):
     if reference is not None:
         metrics["reference/standard/vmap_jit/max_rel"] = reference
     for b in batches:
-        metrics[f"latency_ms/vmap_jit/b{b}/p50"] = 0.01 * b
-        metrics[f"latency_ms/direct_jit/b{b}/p50"] = 0.009 * b
-        metrics[f"speedup/b{b}/vmap_over_loop"] = float(b)
+        label = f"b{b:04d}" if padded else f"b{b}"
+        metrics[f"latency_ms/vmap_jit/{label}/p50"] = 0.01 * b
+        metrics[f"latency_ms/direct_jit/{label}/p50"] = 0.009 * b
+        metrics[f"speedup/{label}/vmap_over_loop"] = float(b)
+        metrics[f"speedup/{label}/vmap_over_direct"] = b / 10
+    if padded:  # the summary a run carries now (vmapcheck.report.headline)
+        metrics["_summary/worst_max_rel"] = agree
+        metrics["_summary/worst_vs_f64_max_rel"] = 2e-7
+        if reference is not None:
+            metrics["_summary/worst_vs_reference_max_rel"] = reference
     return metrics
 
 
@@ -74,7 +83,12 @@ def store(tmp_path_factory, empty_mlflow_store):
     runs = {
         "old-shared": _log(client, ids["vmapcheck"], "old-shared", 0, _tags("mlp"), _metrics(1e-7)),
         "mlp-f32": _log(
-            client, ids["vmapcheck-mlp"], "mlp-f32", 1, _tags("mlp"), _metrics(3e-7, reference=5e-6)
+            client,
+            ids["vmapcheck-mlp"],
+            "mlp-f32",
+            1,
+            _tags("mlp"),
+            _metrics(3e-7, reference=5e-6, padded=True),
         ),
         "toy-f64": _log(
             client,
@@ -85,7 +99,12 @@ def store(tmp_path_factory, empty_mlflow_store):
             _metrics(1e-15, batches=(1, 8, 64)),
         ),
         "mlp-bad": _log(
-            client, ids["vmapcheck-mlp"], "mlp-bad", 3, _tags("mlp", "failed"), _metrics(0.5)
+            client,
+            ids["vmapcheck-mlp"],
+            "mlp-bad",
+            3,
+            _tags("mlp", "failed"),
+            _metrics(0.5, padded=True),
         ),
         "elsewhere": _log(client, ids["other"], "elsewhere", 4, _tags("mlp"), _metrics(1.0)),
         "lookalike": _log(client, ids["vmapcheckers"], "lookalike", 5, _tags("mlp"), _metrics(1.0)),
@@ -112,11 +131,8 @@ def test_a_filter_string_picks_the_runs(store):
     uri, _ = store
     picked = select_runs(uri, n=10, filter_string="tags.model = 'mlp'", prefix="vmapcheck")
     assert _names(picked) == ["mlp-bad", "mlp-f32", "old-shared"]
-    passed = "tags.verdict = 'passed' and metrics.`latency_ms/vmap_jit/b128/p50` > 0"
-    assert _names(select_runs(uri, filter_string=passed, prefix="vmapcheck")) == [
-        "mlp-f32",
-        "old-shared",
-    ]
+    passed = "tags.verdict = 'passed' and metrics.`latency_ms/vmap_jit/b0128/p50` > 0"
+    assert _names(select_runs(uri, filter_string=passed, prefix="vmapcheck")) == ["mlp-f32"]
 
 
 def test_the_columns_side_by_side(store):
@@ -132,8 +148,20 @@ def test_the_columns_side_by_side(store):
     assert toy["precision"] == "f64" and toy["backend/device"] == "cpu/cpu"
     assert toy["commit"] == "abcdef0*" and mlp["commit"] == "abcdef0"
     assert mlp["vmap_jit p50 ms"] == "0.08" and mlp["direct_jit p50 ms"] == "0.072"
-    assert mlp["vmap/loop"] == "8"
+    assert mlp["vmap/loop"] == "8" and mlp["vmap/direct"] == "0.8"
+    # An older run (unpadded labels, no summary metrics) reads the same way.
+    assert toy["vmap/loop"] == "8" and toy["vmap_jit p50 ms"] == "0.08"
     assert mlp["perf"] == "no baseline"
+    # The summary first: after the run and its verdict.
+    assert list(mlp)[:7] == [
+        "run",
+        "verdict",
+        "agree max_rel",
+        "ref max_rel",
+        "f64 max_rel",
+        "vmap/loop",
+        "vmap/direct",
+    ]
     rows, batch = compare_rows(select_runs(uri, n=1, experiment="vmapcheck-mlp").runs)
     assert batch == 128 and rows[0]["vmap_jit p50 ms"] == "1.28"
 
@@ -142,10 +170,26 @@ def test_the_table_text(store):
     uri, _ = store
     text = format_compare(select_runs(uri, n=3, prefix="vmapcheck"), width=220)
     assert "3 run(s), newest first, from vmapcheck, vmapcheck-mlp, vmapcheck-toy" in text
-    for heading in ("verdict", "agree max_rel", "vmap_jit p50 ms", "vmap/loop", "commit"):
+    # Two-line headings: "agree" over "max_rel", "vmap/" over "loop".
+    for heading in ("verdict", "agree", "max_rel", "vmap_jit", "p50", "loop", "commit"):
         assert heading in text
     assert "mlp-bad" in text and "old-shared" not in text
     assert "at batch 8 (the largest every listed run measured)" in text
+
+
+@pytest.mark.parametrize("width", [60, 80, 120])
+def test_the_table_fits_the_width(store, width):
+    uri, _ = store
+    selection = select_runs(uri, n=10, prefix="vmapcheck")
+    text = format_compare(selection, width=width)
+    assert max(len(line) for line in text.splitlines()) <= width, text
+    assert "…" not in text  # nothing cut short
+    assert "mlp-bad" in text and "toy-f64" in text
+    assert "agree" in text and "max_rel" in text and "vmap/" in text
+    if width < 120:
+        assert "left out to fit" in text.replace("\n", " ")
+    wide = format_compare(selection, width=400)
+    assert "left out" not in wide and "started" in wide
 
 
 def test_nothing_to_compare_is_said_plainly(tmp_path, store):

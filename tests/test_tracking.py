@@ -1,8 +1,13 @@
-"""MLflow metric names: one sortable scheme, always valid for MLflow."""
+"""MLflow metric names: one sortable scheme, always valid for MLflow, the summary first;
+what the UI shows of a run (its name, its description) and the per-stage timeline."""
 
 import re
 
-from vmapcheck.tracking.log import collect_metrics, metric_name
+import pytest
+
+from vmapcheck.errors import ArtifactError
+from vmapcheck.tracking.log import collect_metrics, metric_name, run_name, verdict_note
+from vmapcheck.tracking.run_inputs import dvc_exp_name
 
 VALID = re.compile(r"^[\w.\- :/]+$")  # what MLflow accepts in a metric name
 
@@ -37,3 +42,131 @@ def test_collected_metrics_are_all_valid_names():
     assert "gradients/layers.0.W/max_rel" in metrics
     assert metrics["gradients/nan_probe_detected"] == 1.0
     assert all(VALID.match(name) for name in metrics)
+
+
+def _check_and_bench():
+    """A passed check with two cases and a benchmark at b1/b128, as the stages write them."""
+    check = {
+        "passed": True,
+        "failures": [],
+        "dtype": "float32",
+        "tolerance": {"rtol": 1e-5, "atol": 1e-6},
+        "runtime": {"backend": "cpu", "device_kind": "cpu", "jax_version": "0.11.2"},
+        "cases": {
+            "standard": {
+                "passed": True,
+                "pairs": {"loop_eager-vs-vmap_jit": {"max_abs": 1e-7, "max_rel": 2e-6}},
+                "oracle": {"vmap_jit": {"max_abs": 1e-7, "max_rel": 3e-6}},
+            },
+            "zeros": {
+                "passed": True,
+                "pairs": {"loop_eager-vs-direct_jit": {"max_abs": 2e-7, "max_rel": 5e-6}},
+            },
+        },
+        "negative": {"invalid_nan": {"passed": True, "paths": {"vmap_jit": {"refused": True}}}},
+        "reference": {"status": "ok", "passed": True, "max_rel": 1e-7},
+    }
+    stats = {"p50": 0.1, "p90": 0.2, "rows_per_s": 1000.0}
+    bench = {
+        "latency_ms": {"vmap_jit": {"b1": stats, "b128": stats}},
+        "figures": {"vmap_jit": {"b128": {"compile_ms": 12.0}}},
+        "speedup": {"b1": {"vmap_over_loop": 1.1}, "b128": {"vmap_over_loop": 9.5}},
+        "speedup_ci": {"b128": {"vmap_over_loop": [8.0, 11.0]}},
+    }
+    return check, bench
+
+
+def test_summary_metrics_come_first_and_batch_labels_are_zero_padded():
+    check, bench = _check_and_bench()
+    metrics = collect_metrics(check, bench, {})
+    assert next(iter(metrics)).startswith("_summary/")
+    assert metrics["_summary/worst_max_rel"] == 5e-6
+    assert metrics["_summary/worst_vs_reference_max_rel"] == 1e-7
+    assert metrics["_summary/worst_vs_f64_max_rel"] == 3e-6
+    assert metrics["_summary/invalid_refused"] == 1.0
+    assert metrics["_summary/vmap_over_loop_at_b0128"] == 9.5  # MLflow refuses "@"
+    assert metrics["latency_ms/vmap_jit/b0128/p50"] == 0.1
+    assert metrics["throughput_rows_per_s/vmap_jit/b0001"] == 1000.0
+    assert metrics["compile_ms/vmap_jit/b0128"] == 12.0
+    assert metrics["speedup/b0001/vmap_over_loop"] == 1.1
+    assert not [k for k in metrics if re.search(r"/b(1|128)(/|$)", k)]
+    assert all(VALID.match(name) for name in metrics)
+    # As text, the batch labels sort in numeric order.
+    speedups = [k for k in metrics if k.startswith("speedup/")]
+    assert sorted(speedups) == ["speedup/b0001/vmap_over_loop", "speedup/b0128/vmap_over_loop"]
+
+
+def test_the_verdict_note_reads_like_the_reports_first_screen():
+    check, bench = _check_and_bench()
+    note = verdict_note(check, bench, {"verdict": "no baseline"})
+    assert note.startswith("**PASSED**")
+    assert "worst agreement: max_rel 5e-06 (loop_eager vs direct_jit, case zeros)" in note
+    assert "vs stored reference: max_rel 1e-07" in note
+    assert "vs float64: max_rel 3e-06 (vmap_jit, case standard)" in note
+    assert "invalid inputs refused by every path: 1/1" in note
+    assert "at 128 rows: vmap over loop 9.50x (CI 8.00-11.00)" in note
+    assert "benchmark vs baseline: no baseline" in note
+    failed = {**check, "passed": False, "failures": [f"failure {i}" for i in range(7)]}
+    note = verdict_note(failed, bench)
+    assert note.startswith("**FAILED**") and "- failure: failure 4" in note
+    assert "failure 5" not in note and "2 more failure(s)" in note
+
+
+def test_run_names_carry_the_bench_profile_and_the_dvc_experiment(tmp_path):
+    import datetime
+
+    from tests.helpers.config import ROOT
+    from vmapcheck.compose import compose_yaml
+    from vmapcheck.config import load_config
+
+    (tmp_path / "params.yaml").write_text(compose_yaml(ROOT / "conf", ["bench=quick"]))
+    config = load_config(tmp_path / "params.yaml")
+    runtime = {"jax_version": "0.11.2"}
+    git = {"git_commit": "d79d813" + "0" * 33}
+    when = datetime.datetime(2026, 12, 1, 21, 45, 1, tzinfo=datetime.UTC)
+    assert run_name(config, runtime, git, None, when) == (
+        f"{config.model.name}-{config.backend.name}-{config.precision.name}-quick"
+        "-jax0.11.2-d79d813-1201T214501"
+    )
+    assert run_name(config, runtime, git, "exp-3f2a1", when).endswith(
+        "-d79d813-exp-3f2a1-1201T214501"
+    )
+    later = when + datetime.timedelta(seconds=1)
+    assert run_name(config, runtime, git, None, later) != run_name(config, runtime, git, None, when)
+    assert "-nogit-" in run_name(config, runtime, {"git_commit": "unknown"}, None, when)
+    assert dvc_exp_name({"DVC_EXP_NAME": " exp-3f2a1 "}) == "exp-3f2a1"
+    assert dvc_exp_name({}) is None
+
+
+def test_every_stage_records_its_wall_time_and_track_ends_its_own(tmp_path):
+    from tests.helpers.config import ROOT
+    from vmapcheck.compose import compose_yaml
+    from vmapcheck.layout import Layout
+    from vmapcheck.pipeline.stage import read_stage_times, run_stage, write_stage_time
+    from vmapcheck.tracking.log import timeline, timeline_metrics
+
+    layout = Layout(tmp_path)
+    # No params.yaml: refused before any work, so nothing is timed.
+    assert run_stage("check", lambda config, layout: 0, tmp_path) == 2
+    assert read_stage_times(layout) == {}
+    layout.params_yaml.write_text(compose_yaml(ROOT / "conf"))
+
+    def fails(config, layout):
+        assert layout.stage_time("check").is_file()  # its start is on disk while it runs
+        raise ArtifactError("planted")
+
+    # A stage that fails with a clear error (exit 2) is still timed.
+    assert run_stage("check", fails, tmp_path) == 2
+    record = read_stage_times(layout)["check"]
+    assert record["exit_code"] == 2 and record["end"] >= record["start"]
+    assert record["wall_s"] == round(record["end"] - record["start"], 3)
+    write_stage_time(layout, "prepare", record["start"] - 10, record["start"] - 4, 0)
+    write_stage_time(layout, "track", record["end"] + 1, None, None)  # still running
+    stages = read_stage_times(layout)
+    assert list(stages) == ["prepare", "check", "track"]  # oldest start first
+    ended = timeline(stages, now=record["end"] + 3)
+    assert ended["track"]["wall_s"] == 2.0 and ended["prepare"]["wall_s"] == 6.0
+    assert timeline_metrics(ended)["timeline/track_s"] == 2.0
+    layout.stage_time("train").write_text('{"stage": "train"}')
+    with pytest.raises(ArtifactError, match=r"train\.json: expected a stage time record"):
+        read_stage_times(layout)

@@ -205,7 +205,11 @@ def build_parser() -> argparse.ArgumentParser:
     scope.add_argument("--experiment", help="only this experiment (exact name)")
     scope.add_argument("--all", action="store_true", help="every experiment in the store")
     _root_flag(compare)
-    compare.add_argument("--width", type=int, help="fit the table into this many columns")
+    compare.add_argument(
+        "--width",
+        type=int,
+        help="fit the table into this many columns (default: the terminal's width)",
+    )
 
     for name in ("registry", "rollback"):
         sub[name].add_argument(

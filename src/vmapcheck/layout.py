@@ -169,3 +169,13 @@ class Layout:
     @property
     def perf_verdict(self) -> Path:
         return self.reports / "perf_verdict.json"
+
+    @property
+    def stage_times(self) -> Path:
+        """One ``<stage>.json`` per stage: when it last ran and for how long (the
+        run's timeline in MLflow)."""
+        return self.reports / "stages"
+
+    def stage_time(self, stage: str) -> Path:
+        """``reports/stages/<stage>.json``, an out of that stage in dvc.yaml."""
+        return self.stage_times / f"{stage}.json"

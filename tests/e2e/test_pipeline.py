@@ -82,7 +82,18 @@ ADDED_SINCE = (
     "model.inputs",
     # The process tags of a run (who may settle it if it is left RUNNING).
     r"vmapcheck\.track_",
+    # MLflow at a glance (issue 13): the summary figures, the per-stage timeline, the
+    # verdict as the run's description, who ran it and from where, the bench profile.
+    r"^_summary/",
+    r"^timeline/",
+    r"^mlflow\.(note\.content|user|source\.name|source\.type)$",
+    r"^bench$",
 )
+
+
+def _padded(name: str) -> str:
+    """A metric name recorded before batch labels were zero-padded, as logged now."""
+    return re.sub(r"/b(\d+)(?=/|$)", lambda m: f"/b{int(m.group(1)):04d}", name)
 
 
 def _assert_same_names_as_before_the_move(params, metrics, tags) -> None:
@@ -91,6 +102,8 @@ def _assert_same_names_as_before_the_move(params, metrics, tags) -> None:
     before = json.loads((ROOT / "tests" / "data" / "mlflow_names.json").read_text())
     for kind, now in (("params", params), ("metrics", metrics), ("tags", tags)):
         old, new = set(before[kind]), set(now)
+        if kind == "metrics":
+            old = {_padded(name) for name in old}
         assert not old - new, f"{kind} no longer logged: {sorted(old - new)}"
         unexplained = [n for n in new - old if not any(re.search(a, n) for a in ADDED_SINCE)]
         assert not unexplained, f"new {kind}: {unexplained}"
@@ -118,16 +131,16 @@ def test_repro_runs_every_stage_and_logs_a_complete_mlflow_run(project, first_ru
     # CPU devices (backend=cpu's default), against the stored reference's vmap_jit.
     assert "agree/standard/vmap_jit-vs-sharded_jit/max_abs" in metrics
     assert "reference/standard/sharded_jit/max_rel" in metrics
-    assert metrics["latency_ms/sharded_jit/b8/p50"] > 0
-    assert metrics["compile_ms/sharded_jit/b8"] > 0
+    assert metrics["latency_ms/sharded_jit/b0008/p50"] > 0
+    assert metrics["compile_ms/sharded_jit/b0008"] > 0
     assert tags["sharded.devices"] == "2" and tags["sharded.mesh_shape"] == "data=2"
     assert metrics["negative/invalid_vector/refused_paths"] == 2.0
     assert metrics["reference/passed"] == 1.0
     assert "reference/standard/vmap_jit/max_rel" in metrics
     assert "oracle/boundary/direct_jit/max_rel" in metrics
     assert tags["reference.status"] == "ok" and tags["reference.jax_version"] == jax.__version__
-    assert metrics["latency_ms/vmap_jit/b8/p50"] > 0
-    assert metrics["latency_ms/loop_eager/b1/p99"] >= metrics["latency_ms/loop_eager/b1/p50"]
+    assert metrics["latency_ms/vmap_jit/b0008/p50"] > 0
+    assert metrics["latency_ms/loop_eager/b0001/p99"] >= metrics["latency_ms/loop_eager/b0001/p50"]
     assert tags["jax_version"] == jax.__version__ and tags["jaxlib_version"] == jax.__version__
     assert tags["python_version"] == sys.version.split()[0]
     assert tags["backend"] == "cpu" and tags["device_kind"] == "cpu"
@@ -148,6 +161,41 @@ def test_repro_runs_every_stage_and_logs_a_complete_mlflow_run(project, first_ru
     assert f"MLflow run: {track['run_id']}" in summary
 
 
+def _assert_the_run_reads_at_a_glance(project, run_):
+    """Summary metrics, description, user and source, a run spanning every stage, the
+    per-stage timeline, and an experiment that says what it holds (issue 13 item 1)."""
+    from vmapcheck.tracking.log import NOTE_TAG
+
+    tags, metrics = run_.data.tags, run_.data.metrics
+    assert metrics["_summary/passed"] == 1.0
+    assert metrics["_summary/worst_max_rel"] == max(
+        v for k, v in metrics.items() if k.startswith("agree/") and k.endswith("/max_rel")
+    )
+    assert metrics["_summary/worst_vs_reference_max_rel"] >= 0
+    assert metrics["_summary/invalid_refused"] == metrics["_summary/invalid_total"] > 0
+    assert any(re.fullmatch(r"_summary/vmap_over_loop_at_b\d{4}", k) for k in metrics)
+    assert tags[NOTE_TAG].startswith("**PASSED**")
+    assert tags["mlflow.user"] and tags["mlflow.source.type"] == "LOCAL"
+    assert tags["mlflow.source.name"].endswith("dvc.yaml")
+    assert tags["mlflow.source.git.commit"] == tags["git_commit"]
+    stages = {
+        p.stem: json.loads(p.read_text()) for p in (project / "reports" / "stages").glob("*.json")
+    }
+    assert set(stages) == {"prepare", "train", "forward", "check", "bench", "track"}
+    assert all(r["exit_code"] == 0 and r["wall_s"] > 0 for r in stages.values())
+    # The run starts when the first stage did, and ends after the last one started.
+    assert run_.info.start_time == int(1000 * stages["prepare"]["start"])
+    assert run_.info.end_time >= int(1000 * stages["track"]["start"])
+    for stage in stages:
+        assert metrics[f"timeline/{stage}_s"] > 0
+    client = mlflow_client(project)
+    artifacts = {a.path for a in client.list_artifacts(run_.info.run_id)}
+    assert "timeline.json" in artifacts
+    experiment = client.get_experiment(run_.info.experiment_id)
+    assert "model `mlp`" in experiment.tags[NOTE_TAG]
+    assert experiment.tags["mlflow.experimentKind"] == "custom_model_development"
+
+
 def _assert_the_run_is_organized_and_complete(project, track, run_):
     """Experiment per model, provenance tags, datasets and the artifacts that make the run
     reviewable without this machine (issue 6, items 1 and 2)."""
@@ -161,7 +209,13 @@ def _assert_the_run_is_organized_and_complete(project, track, run_):
     tags, run_id = run_.data.tags, run_.info.run_id
     assert client.get_experiment(run_.info.experiment_id).name == "vmapcheck-mlp"
     assert track["experiment"] == "vmapcheck-mlp"
-    assert run_.info.run_name == f"mlp-cpu-f32-jax{tags['jax_version']}-{tags['git_commit'][:7]}"
+    # Unique, and names the bench profile (no DVC experiment under a plain dvc repro).
+    assert re.fullmatch(
+        rf"mlp-cpu-f32-{tags['bench']}-jax{re.escape(tags['jax_version'])}-"
+        rf"{tags['git_commit'][:7]}-\d{{4}}T\d{{6}}",
+        run_.info.run_name,
+    ), run_.info.run_name
+    _assert_the_run_reads_at_a_glance(project, run_)
     assert tags["git_dirty"] in ("true", "false")
     assert "dvc_exp_name" not in tags  # a plain dvc repro, not dvc exp run
     assert tags["environment.matches_lock"] == "true"  # .venv is installed from the lock
@@ -256,7 +310,7 @@ def test_changing_only_a_tolerance_reruns_check_and_track(project):
     track = json.loads((project / "reports" / "track.json").read_text())
     assert track["perf_verdict"] == "no regression"
     run_ = mlflow_client(project).get_run(track["run_id"])
-    assert run_.data.metrics["perf/vmap_jit/b8/ratio"] == 1.0
+    assert run_.data.metrics["perf/vmap_jit/b0008/ratio"] == 1.0
     assert run_.data.tags["perf_verdict"] == "no regression"
     assert run_.data.tags["perf_baseline"].startswith("run ")
     verdict = run(

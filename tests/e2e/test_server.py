@@ -189,7 +189,7 @@ def test_the_pipeline_logs_a_complete_run_to_a_tracking_server(project, server):
     assert params["tracking.name"] == "server" and params["tracking.tracking_uri"] == server.uri
     assert params["tracking.http_timeout_s"] == "10" and params["tracking.http_max_retries"] == "2"
     assert params["model.name"] == "mlp" and params["bench.batch_sizes"] == "[1, 8]"
-    assert metrics["check/passed"] == 1.0 and metrics["latency_ms/vmap_jit/b8/p50"] > 0
+    assert metrics["check/passed"] == 1.0 and metrics["latency_ms/vmap_jit/b0008/p50"] > 0
     assert "agree/standard/loop_eager-vs-vmap_jit/max_abs" in metrics
     assert tags["verdict"] == "passed" and tags["perf_verdict"] == "no baseline"
     assert re.fullmatch(r"[0-9a-f]{64}", tags["pipeline_key"])
@@ -205,7 +205,8 @@ def test_the_pipeline_logs_a_complete_run_to_a_tracking_server(project, server):
     assert not (project / "mlartifacts").exists() and not (project / "mlflow.db").exists()
     summary = run(project, sys.executable, "-m", "vmapcheck", "summary").stdout
     page = f"#/experiments/{track['experiment_id']}/runs/{track['run_id']}"
-    assert f"open it: {server.uri}/{page}" in summary  # the server's own UI
+    # The server's own UI, in MLflow's ML view (vmapcheck.tracking.ui).
+    assert f"open it: {server.uri}/{page}?workflowType=machine_learning" in summary
 
 
 def test_a_stopped_server_fails_track_fast_and_a_later_repro_logs_one_run(project, server):

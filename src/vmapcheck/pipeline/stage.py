@@ -3,16 +3,57 @@
 from __future__ import annotations
 
 import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from jax.errors import KeyReuseError
 
 from vmapcheck.config import Config, load_config
-from vmapcheck.errors import VmapcheckError
+from vmapcheck.errors import ArtifactError, VmapcheckError
+from vmapcheck.io import atomic_write_json, read_json
 from vmapcheck.layout import Layout
 
 StageBody = Callable[[Config, Layout], int | None]
+
+
+def write_stage_time(
+    layout: Layout, name: str, start: float, end: float | None, exit_code: int | None
+) -> None:
+    """``reports/stages/<name>.json``: ``{"stage", "start", "end", "wall_s",
+    "exit_code"}``, times in seconds since the epoch; ``end``/``wall_s``/``exit_code``
+    None while the stage runs."""
+    atomic_write_json(
+        layout.stage_time(name),
+        {
+            "stage": name,
+            "start": start,
+            "end": end,
+            "wall_s": None if end is None else round(end - start, 3),
+            "exit_code": exit_code,
+        },
+    )
+
+
+def read_stage_times(layout: Layout) -> dict[str, dict[str, Any]]:
+    """Every ``reports/stages/<stage>.json`` there is, by stage name, oldest start first.
+    A stage whose record is missing (outputs from before stages were timed) is left out.
+
+    Raises:
+        ArtifactError: a record is not JSON or lacks its ``start``.
+    """
+    records = {}
+    folder = layout.stage_times
+    for path in sorted(folder.glob("*.json")) if folder.is_dir() else []:
+        record = read_json(path)
+        if not isinstance(record, dict) or not isinstance(record.get("start"), int | float):
+            raise ArtifactError(
+                f"{path}: expected a stage time record with a numeric 'start' "
+                "(written by vmapcheck.pipeline.stage.run_stage)"
+            )
+        records[path.stem] = record
+    return dict(sorted(records.items(), key=lambda item: item[1]["start"]))
 
 
 def run_stage(name: str, body: StageBody, root: Path | None = None) -> int:
@@ -22,13 +63,26 @@ def run_stage(name: str, body: StageBody, root: Path | None = None) -> int:
     stage's cmd). The body returns an exit code (None = 0). A :class:`VmapcheckError`
     prints ``<stage>: error: <message>`` and returns 2; anything else is a bug and
     keeps its traceback.
+
+    Once the config is valid, the stage's wall time goes to ``reports/stages/<name>.json``
+    (:func:`write_stage_time`): written when the body starts (no end yet: ``track`` reads
+    its own start there) and again when it ends, whatever the outcome (``exit_code`` None:
+    it raised). A refused config writes nothing: the stage did no work.
     """
     layout = Layout(Path.cwd() if root is None else root)
+    start = time.time()
+    timed = False
+    code: int | None = None
     try:
-        return body(load_config(layout.params_yaml), layout) or 0
+        config = load_config(layout.params_yaml)
+        write_stage_time(layout, name, start, None, None)
+        timed = True
+        code = body(config, layout) or 0
+        return code
     except VmapcheckError as exc:
         print(f"{name}: error: {exc}", file=sys.stderr)
-        return 2
+        code = 2
+        return code
     except KeyReuseError as exc:
         first_line = str(exc).splitlines()[0]
         # The params leaves that share the key, when train could name them.
@@ -39,4 +93,8 @@ def run_stage(name: str, body: StageBody, root: Path | None = None) -> int:
             "of the key stream (vmapcheck.core.keys) must feed exactly one random operation",
             file=sys.stderr,
         )
-        return 2
+        code = 2
+        return code
+    finally:
+        if timed:
+            write_stage_time(layout, name, start, time.time(), code)

@@ -13,6 +13,7 @@ taken as the baseline (only complete runs are).
 
 import contextlib
 import tempfile
+import time
 from pathlib import Path
 from typing import Any
 
@@ -22,18 +23,21 @@ from vmapcheck.config import Config
 from vmapcheck.errors import VmapcheckError
 from vmapcheck.io import atomic_write_json, atomic_write_text, read_json
 from vmapcheck.layout import Layout
+from vmapcheck.pipeline.stage import read_stage_times
 from vmapcheck.report.html import render_report
 from vmapcheck.tracking.log import (
     experiment_name,
     log_diagnosis,
     log_perf_verdict,
     log_run,
+    log_timeline,
     resolve_tracking_uri,
     run_name,
+    verdict_note,
 )
 from vmapcheck.tracking.provenance import git_state
 from vmapcheck.tracking.registry import register_if_verified
-from vmapcheck.tracking.run_inputs import gather_run_inputs
+from vmapcheck.tracking.run_inputs import dvc_exp_name, gather_run_inputs
 from vmapcheck.tracking.store import (
     PIPELINE_KEY_TAG,
     first_line,
@@ -68,7 +72,15 @@ def judge_performance(
     current = record_from_details(bench, str(layout.bench_details))
     try:
         # This run is not logged yet: "last-verified" is the newest earlier one.
-        baseline = resolve_baseline(spec, uri, experiment_name(config), tags, exclude)
+        # The same bench profile: a quick run is never judged against a full one.
+        baseline = resolve_baseline(
+            spec,
+            uri,
+            experiment_name(config),
+            tags,
+            exclude,
+            params={"bench.name": config.bench.name},
+        )
     except VmapcheckError as exc:
         print(f"track: no benchmark baseline ({exc})")
         return {"verdict": "no baseline", "why": str(exc)}
@@ -109,6 +121,12 @@ def track(config: Config, layout: Layout) -> int:
     git = git_state(layout.root)
     perf = judge_performance(config, layout, bench, exclude=earlier["run_id"] if earlier else None)
     atomic_write_json(layout.perf_verdict, perf)
+    # One name for the report and the run: it carries the DVC experiment's name, if any.
+    name = run_name(config, check["runtime"], git, dvc_exp_name())
+    # The run spans this pipeline state: from the first stage's start (this one's when
+    # no other stage was timed) to the end of this one.
+    stages = read_stage_times(layout)
+    start_ms = int(1000 * min((r["start"] for r in stages.values()), default=time.time()))
     # Written before logging: a failed check is reported (and logged) like a passed one.
     report = render_report(
         check,
@@ -119,7 +137,7 @@ def track(config: Config, layout: Layout) -> int:
         git=git,
         run={
             "MLflow experiment": experiment_name(config),
-            "MLflow run name": run_name(config, check["runtime"], git),
+            "MLflow run name": name,
             "config (model, precision, backend, bench)": (
                 f"{config.model.name}, {config.precision.name}, {config.backend.name}, "
                 f"{config.bench.name}"
@@ -161,6 +179,9 @@ def track(config: Config, layout: Layout) -> int:
                 extra_tags={**inputs.tags, PIPELINE_KEY_TAG: key},
                 datasets=inputs.datasets,
                 finish=False,  # RUNNING until mark_complete below
+                name=name,
+                start_time=start_ms,
+                note=verdict_note(check, bench, perf),
             )
         try:
             log_perf_verdict(info["tracking_uri"], info["run_id"], perf)
@@ -169,6 +190,8 @@ def track(config: Config, layout: Layout) -> int:
             # Registry: a passing run's params become a new version, alias `verified` moves.
             info["registry"] = register_if_verified(config, info, check["runtime"], layout.params)
             print(f"track: registry: {_registry_line(info['registry'])}")
+            # This stage's own record has no end yet: it ends now, as the run does.
+            log_timeline(info["tracking_uri"], info["run_id"], stages, time.time())
             # The run's last writes (pipeline_complete, then FINISHED): an attempt that dies
             # before them is marked FAILED by the next track, and this state logged afresh.
             mark_complete(info["tracking_uri"], info["run_id"])

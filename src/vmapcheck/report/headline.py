@@ -1,8 +1,9 @@
 """The handful of figures a reviewer reads first, computed in one place.
 
 The same figures are the DVC metrics (`dvc exp show`, `dvc metrics diff`), the MLflow
-run's ``summary/*`` metrics (they sort first in the UI) and the first screen of the HTML
-report. They are computed from the detail reports (``check_details.json``,
+run's summary metrics (logged as ``_summary/*`` with ``@`` spelled ``_at_``, since MLflow
+sorts names as text and refuses ``@``: vmapcheck.tracking.log) and the first screen of the
+HTML report. They are computed from the detail reports (``check_details.json``,
 ``bench_details.json``), so every surface says the same thing.
 
 Batch labels are zero-padded (:func:`batch_label`) so that ``b0016`` sorts before

@@ -12,6 +12,7 @@ from vmapcheck.layout import Layout
 from vmapcheck.report.check_sections import forms_compared, leaves_text, not_provided_lines
 from vmapcheck.report.elements import shape_text
 from vmapcheck.report.headline import batch_from_label
+from vmapcheck.tracking.ui import run_url
 
 
 def summarize(layout: Layout) -> str:
@@ -84,12 +85,14 @@ def summarize(layout: Layout) -> str:
             f"MLflow run: {track['run_id']} ({track['run_name']}) in experiment "
             f"'{track['experiment']}' at {track['tracking_uri']}"
         )
-        page = f"#/experiments/{track['experiment_id']}/runs/{track['run_id']}"
         uri = str(track["tracking_uri"])
-        if uri.startswith(("http://", "https://")):  # a tracking server has its own UI
-            lines.append(f"open it: {uri.rstrip('/')}/{page}")
-        else:
-            lines.append(f"open it: make ui, then http://127.0.0.1:5000/{page}")
+        # A tracking server has its own UI; the local store's is `make ui` (MLflow's ML
+        # view, not its GenAI one: vmapcheck.tracking.ui).
+        served = uri.startswith(("http://", "https://"))
+        page = run_url(
+            uri if served else "http://127.0.0.1:5000", track["experiment_id"], track["run_id"]
+        )
+        lines.append(f"open it: {page}" if served else f"open it: make ui, then {page}")
         lines.append("compare it with earlier runs (every model): make compare")
         registered = track.get("registry")  # vmapcheck.tracking.registry.register_if_verified
         if registered and registered["status"] == "registered":

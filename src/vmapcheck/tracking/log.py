@@ -1,13 +1,24 @@
 """Log one pipeline run to MLflow: config as params, figures as metrics, versions as tags.
 
 Metric names follow one sortable scheme (documented in docs/tracking.md):
-``agree/<case>/<pathA>-vs-<pathB>/max_abs``, ``latency_ms/<path>/b<batch>/p50``,
-``speedup/b<batch>/vmap_over_loop``, ``composition/<case>/<path>/passed``,
-``check/passed``, ``train/val_loss``.
+``_summary/worst_max_rel`` (the reviewer's figures, sorted first),
+``agree/<case>/<pathA>-vs-<pathB>/max_abs``, ``latency_ms/<path>/b0128/p50``,
+``speedup/b0128/vmap_over_loop``, ``composition/<case>/<path>/passed``,
+``check/passed``, ``train/val_loss``, ``timeline/<stage>_s``. Batch labels in metric
+names are zero-padded (:func:`vmapcheck.report.headline.batch_label`) so that they sort
+in numeric order; the reports on disk keep their own labels.
+
+A run also carries what the MLflow UI shows about it: a name that says which
+configuration and bench profile it is (unique), the verdict as its description
+(``mlflow.note.content``), who ran it and from where (``mlflow.user``,
+``mlflow.source.*``), and a start time taken from the first stage of its pipeline state.
 """
 
 from __future__ import annotations
 
+import datetime
+import getpass
+import json
 import re
 import time
 from pathlib import Path
@@ -18,11 +29,75 @@ import numpy as np
 from vmapcheck.check.schema import CheckDetails
 from vmapcheck.config import Config, flatten
 from vmapcheck.core.composition import REGROUPINGS
+from vmapcheck.core.paths import speedup_text
+from vmapcheck.report.check_sections import forms_compared
+from vmapcheck.report.headline import (
+    batch_from_label,
+    batch_label,
+    bench_headline,
+    check_headline,
+    summary_metrics,
+)
 from vmapcheck.tracking import store
 from vmapcheck.tracking.provenance import git_state
 from vmapcheck.tracking.store import experiment_name, resolve_artifact_root, resolve_tracking_uri
 
 MAX_BATCH = 1000  # MLflow's per-request limit for metrics (params: 100)
+# The description's length: well under MLflow's limit on a run tag's value
+# (mlflow.utils.validation.MAX_TAG_VAL_LENGTH, 8000 in MLflow 3.17); it is read on screen.
+MAX_NOTE_CHARS = 5000
+NOTE_TAG = "mlflow.note.content"
+# Opens the experiment in MLflow's classic ML view ("Runs", "Models"), not the GenAI one
+# ("Traces", "Evaluations"): the value the UI itself writes when one switches
+# (mlflow/server/js: ExperimentKind.CUSTOM_MODEL_DEVELOPMENT).
+EXPERIMENT_KIND_TAG = "mlflow.experimentKind"
+EXPERIMENT_KIND = "custom_model_development"
+# A saved runs-table view (its columns), listed under the runs table's "Views" menu and
+# loaded when the URL holds ``viewStateShareKey=<key>``: MLflow 3.17 keeps it in the
+# experiment tag ``mlflow.sharedViewState.<key>`` as an envelope {name, createdAt,
+# updatedAt, state}, ``state`` the view as a JSON string (mlflow/server/js, saved views).
+VIEW_KEY = "vmapcheck-summary"
+VIEW_NAME = "vmapcheck summary"
+VIEW_TAG_PREFIX = "mlflow.sharedViewState."
+# The tags shown as columns of that view, and the order of its summary metric columns
+# (by name prefix; the speed-ups' names end with their headline batch).
+VIEW_TAGS = ("verdict", "perf_verdict", "bench")
+VIEW_ORDER = (
+    "_summary/worst_max_rel",
+    "_summary/worst_vs_reference_max_rel",
+    "_summary/worst_vs_f64_max_rel",
+    "_summary/vmap_over_loop_at_",
+    "_summary/vmap_over_direct_at_",
+    "_summary/vmap_over_map_at_",
+    "_summary/invalid_refused",
+    "_summary/invalid_total",
+    "_summary/passed",
+    "_summary/",
+)
+
+
+def _view_width(name: str) -> int:
+    """A metric column wide enough to show its whole name (pixels; MLflow's own ~110)."""
+    return max(110, 7 * len(name) + 16)
+
+
+def _view_rank(name: str) -> tuple[int, str]:
+    return next(i for i, p in enumerate(VIEW_ORDER) if name.startswith(p)), name
+
+
+def padded_label(label: str) -> str:
+    """A report's batch label as metric names carry it: ``b128`` -> ``b0128``."""
+    return batch_label(batch_from_label(label))
+
+
+def summary_metric_name(name: str) -> str:
+    """A :func:`vmapcheck.report.headline.summary_metrics` name as MLflow logs it:
+    ``summary/vmap_over_loop@b0128`` -> ``_summary/vmap_over_loop_at_b0128``.
+
+    The leading ``_`` makes the summary sort before every other metric (``agree/...``)
+    where MLflow sorts names as text, e.g. its compare-runs page; MLflow refuses ``@``
+    in a metric name."""
+    return metric_name("_" + name.replace("@", "_at_"))
 
 
 def metric_name(name: str) -> str:
@@ -35,7 +110,11 @@ def collect_metrics(
     check: CheckDetails, bench: dict[str, Any], train: dict[str, Any]
 ) -> dict[str, float]:
     """Flatten the stage reports into MLflow metric names (numbers only)."""
+    # The reviewer's figures (vmapcheck.report.headline), named to sort first.
     metrics: dict[str, float] = {
+        summary_metric_name(k): v for k, v in summary_metrics(dict(check), bench).items()
+    }
+    metrics |= {
         "check/passed": float(check["passed"]),
         "check/n_failures": float(len(check["failures"])),
     }
@@ -84,6 +163,7 @@ def collect_metrics(
         )
     for path, by_batch in bench["latency_ms"].items():
         for label, stats in by_batch.items():
+            label = padded_label(label)
             for stat, value in stats.items():
                 if stat == "rows_per_s":
                     metrics[f"throughput_rows_per_s/{path}/{label}"] = float(value)
@@ -91,6 +171,7 @@ def collect_metrics(
                     metrics[f"latency_ms/{path}/{label}/{stat}"] = float(value)
     for path, by_batch in bench.get("figures", {}).items():
         for label, figures in by_batch.items():
+            label = padded_label(label)
             for stat in (
                 "first_call_ms",
                 "compile_ms",
@@ -109,19 +190,159 @@ def collect_metrics(
         metrics[f"replay/{name}"] = float(value)
     for label, ratios in bench["speedup"].items():
         for name, value in ratios.items():
-            metrics[f"speedup/{label}/{name}"] = float(value)
+            metrics[f"speedup/{padded_label(label)}/{name}"] = float(value)
     for name in ("train_loss", "val_loss", "test_loss", "best_step"):
         if name in train:
             metrics[f"train/{name}"] = float(train[name])
     return {metric_name(k): v for k, v in metrics.items()}
 
 
-def run_name(config: Config, runtime: dict[str, Any], git: dict[str, str]) -> str:
+def run_name(
+    config: Config,
+    runtime: dict[str, Any],
+    git: dict[str, str],
+    exp_name: str | None = None,
+    when: datetime.datetime | None = None,
+) -> str:
+    """``<model>-<backend>-<precision>-<bench>-jax<version>-<commit>[-<dvc exp>]-<time>``,
+    e.g. ``mlp-cpu-f32-quick-jax0.11.2-d79d813-exp-3f2a1-1201T214501``.
+
+    The bench profile tells apart runs of the same code and config timed differently; the
+    DVC experiment name (``exp_name``, under ``dvc exp run``) ties the run to its
+    ``dvc exp show`` row; the UTC time ``when`` (default now, to the second) keeps two
+    runs of one state (e.g. a failed attempt and its rerun) apart."""
     commit = git["git_commit"][:7] if git["git_commit"] != "unknown" else "nogit"
+    stamp = (when or datetime.datetime.now(datetime.UTC)).strftime("%m%dT%H%M%S")
+    exp = f"-{exp_name}" if exp_name else ""
     return (
-        f"{config.model.name}-{config.backend.name}-{config.precision.name}"
-        f"-jax{runtime['jax_version']}-{commit}"
+        f"{config.model.name}-{config.backend.name}-{config.precision.name}-{config.bench.name}"
+        f"-jax{runtime['jax_version']}-{commit}{exp}-{stamp}"
     )
+
+
+def verdict_note(
+    check: CheckDetails, bench: dict[str, Any], perf: dict[str, Any] | None = None
+) -> str:
+    """The run's description (tag ``mlflow.note.content``, Markdown): the verdict and the
+    figures a reviewer reads first (vmapcheck.report.headline), the same as the HTML
+    report's first screen."""
+    head = check_headline(dict(check))
+    runtime, tol = check["runtime"], check["tolerance"]
+    lines = [
+        f"**{'PASSED' if head['passed'] else 'FAILED'}**: {forms_compared(check)} on "
+        f"{runtime['backend']} ({runtime['device_kind']}), {check['dtype']}, "
+        f"rtol={tol['rtol']:g} atol={tol['atol']:g}, jax {runtime['jax_version']}",
+        "",
+    ]
+    worst = head["worst"]
+    if worst is not None:
+        lines.append(
+            f"- worst agreement: max_rel {worst['max_rel']:.3g} ({worst['pair']}, "
+            f"case {worst['case']})"
+        )
+    reference = head["vs_reference"]
+    lines.append(
+        f"- vs stored reference: max_rel {reference['max_rel']:.3g}"
+        if reference["max_rel"] is not None
+        else f"- vs stored reference: {reference['status']}"
+    )
+    f64 = head["vs_float64"]
+    if f64 is not None:
+        lines.append(
+            f"- vs float64: max_rel {f64['max_rel']:.3g} ({f64['path']}, case {f64['case']})"
+        )
+    lines.append(
+        f"- invalid inputs refused by every path: {head['invalid_refused']}/{head['invalid_total']}"
+    )
+    speed = bench_headline(bench)
+    if speed["batch"] is not None:
+        shown = ", ".join(
+            f"{name.replace('_', ' ')} {speedup_text(f['ratio'], f['ci'])}"
+            for name, f in speed["speedups"].items()
+        )
+        lines.append(f"- at {speed['batch']} rows: {shown}")
+    if perf is not None:
+        lines.append(f"- benchmark vs baseline: {perf['verdict']}")
+    failures = check["failures"]
+    for failure in failures[:5]:
+        lines.append(f"- failure: {failure}")
+    if len(failures) > 5:
+        lines.append(f"- ... {len(failures) - 5} more failure(s) in check.json")
+    lines += ["", "Every figure: the metrics below; the full report: artifact `report.html`."]
+    text = "\n".join(lines)
+    return text if len(text) <= MAX_NOTE_CHARS else text[: MAX_NOTE_CHARS - 3] + "..."
+
+
+def source_tags(root: Path) -> dict[str, str]:
+    """Who made the run and from what, as the MLflow UI shows them (Created by, Source):
+    ``MlflowClient.create_run`` sets none of these itself."""
+    try:
+        user = getpass.getuser()
+    except (KeyError, OSError):  # no login name (e.g. a container's unnamed uid)
+        user = "unknown"
+    return {
+        "mlflow.user": user,
+        # The pipeline is the source: the UI shows the file's name, the path on hover.
+        "mlflow.source.name": str(root / "dvc.yaml"),
+        "mlflow.source.type": "LOCAL",
+    }
+
+
+def experiment_description(config: Config) -> str:
+    """What an experiment holds (its ``mlflow.note.content``)."""
+    scope = (
+        f"model `{config.model.name}`"
+        if config.tracking.experiment_per_model
+        else "every model (tracking.experiment_per_model is false)"
+    )
+    return (
+        f"vmapcheck runs of {scope}: one run per pipeline state (`dvc repro`, "
+        "`dvc exp run`), checking that the per-example loop, jax.vmap and the hand-batched "
+        "forward agree, and timing each. Tag `verdict` says whether every check passed; "
+        "the `_summary/*` metrics are the worst agreement errors, the invalid inputs "
+        "refused and the vmap speed-ups; `timeline/*` the wall time of each stage. "
+        "Metric names: docs/tracking.md. Runs side by side in a terminal: `make compare`."
+    )
+
+
+def describe_experiment(
+    client: Any, experiment_id: str, config: Config, summary_names: list[str]
+) -> None:
+    """Set the experiment's description, its ML (not GenAI) kind, and the runs-table view
+    (:data:`VIEW_KEY`) whose columns are the verdict tags and the summary metrics.
+
+    The view's metric columns are the union of those already in it and
+    ``summary_names`` (the speed-up names carry the headline batch, which differs
+    between bench profiles)."""
+    experiment = client.get_experiment(experiment_id)
+    view_tag = f"{VIEW_TAG_PREFIX}{VIEW_KEY}"
+    now = int(time.time() * 1000)
+    try:
+        envelope = json.loads(experiment.tags[view_tag])
+        old = json.loads(envelope["state"])["selectedColumns"]
+        created = int(envelope["createdAt"])
+    except (KeyError, ValueError, TypeError):  # absent, or not a view this code wrote
+        old, created = [], now
+    known = {c[len("metrics.`") : -1] for c in old if c.startswith("metrics.`_summary/")}
+    names = sorted(known | set(summary_names), key=_view_rank)
+    metrics = [f"metrics.`{n}`" for n in names]
+    columns = [*metrics, *(f"tags.`{tag}`" for tag in VIEW_TAGS), "attributes.`Source`"]
+    tags = {NOTE_TAG: experiment_description(config), EXPERIMENT_KIND_TAG: EXPERIMENT_KIND}
+    if columns != old:
+        state = json.dumps(
+            {
+                "selectedColumns": columns,
+                # Widths apply to the columns named in columnOrder (mlflow/server/js).
+                "columnOrder": metrics,
+                "columnWidths": {c: _view_width(n) for c, n in zip(metrics, names, strict=True)},
+            }
+        )
+        tags[view_tag] = json.dumps(
+            {"name": VIEW_NAME, "createdAt": created, "updatedAt": now, "state": state}
+        )
+    for key, value in tags.items():
+        if experiment.tags.get(key) != value:
+            client.set_experiment_tag(experiment_id, key, value)
 
 
 def log_run(
@@ -135,8 +356,15 @@ def log_run(
     extra_tags: dict[str, str] | None = None,
     datasets: list[Any] | None = None,
     finish: bool = True,
+    name: str | None = None,
+    start_time: int | None = None,
+    note: str | None = None,
 ) -> dict[str, Any]:
     """Create one MLflow run holding everything; return its ids and where to find it.
+
+    ``name``: the run's name (None: :func:`run_name` now); ``start_time``: its start in
+    ms since the epoch (None: now; ``track`` passes the first stage's start, so the run
+    spans the pipeline); ``note``: its description (None: :func:`verdict_note`).
 
     The run is created with tags naming this process (vmapcheck.tracking.store.owner_tags),
     so a later ``track`` can tell a run left RUNNING by a killed process from one still
@@ -163,9 +391,16 @@ def log_run(
     runtime = check["runtime"]
     git = git_state(root)
     verdict = "passed" if check["passed"] else "failed"
+    collected = collect_metrics(check, bench, train)
+    describe_experiment(
+        client, experiment_id, config, [k for k in collected if k.startswith("_summary/")]
+    )
     tags = {
         "verdict": verdict,
+        NOTE_TAG: note if note is not None else verdict_note(check, bench),
+        **source_tags(root),
         "model": config.model.name,
+        "bench": config.bench.name,
         "backend": runtime["backend"],
         "platform": runtime["platform"],
         "device_kind": runtime["device_kind"],
@@ -206,14 +441,16 @@ def log_run(
         **(extra_tags or {}),
         **store.owner_tags(),
     }
-    run = client.create_run(experiment_id, run_name=run_name(config, runtime, git), tags=tags)
+    if name is None:
+        name = run_name(config, runtime, git, (extra_tags or {}).get("dvc_exp_name"))
+    run = client.create_run(experiment_id, start_time=start_time, run_name=name, tags=tags)
     run_id = run.info.run_id
     try:
         params = [Param(k, str(v)) for k, v in flatten(config).items()]
         for i in range(0, len(params), 100):
             client.log_batch(run_id, params=params[i : i + 100])
         now = int(time.time() * 1000)
-        metrics = [Metric(k, v, now, 0) for k, v in collect_metrics(check, bench, train).items()]
+        metrics = [Metric(k, v, now, 0) for k, v in collected.items()]
         for i in range(0, len(metrics), MAX_BATCH):
             client.log_batch(run_id, metrics=metrics[i : i + MAX_BATCH])
         if datasets:
@@ -250,7 +487,7 @@ def perf_metrics(result: dict[str, Any]) -> dict[str, float]:
     for path, by_batch in result["cells"].items():
         for label, cell in by_batch.items():
             for stat in ("ratio", "ci_low", "ci_high", "p_slower_adjusted"):
-                metrics[f"perf/{path}/{label}/{stat}"] = float(cell[stat])
+                metrics[f"perf/{path}/{padded_label(label)}/{stat}"] = float(cell[stat])
     return {metric_name(k): v for k, v in metrics.items()}
 
 
@@ -289,3 +526,42 @@ def log_diagnosis(tracking_uri: str, run_id: str, diagnosis: dict[str, Any]) -> 
     MlflowClient(tracking_uri=tracking_uri).log_batch(
         run_id, tags=[RunTag(k, v[:5000]) for k, v in tags.items()]
     )
+
+
+def timeline(stages: dict[str, dict[str, Any]], now: float) -> dict[str, dict[str, Any]]:
+    """The stage time records (vmapcheck.pipeline.stage.read_stage_times), the one still
+    running (``track`` itself: no ``end``) ended at ``now`` (seconds since the epoch)."""
+    out = {}
+    for stage, record in stages.items():
+        if record.get("end") is None:
+            record = {**record, "end": now, "wall_s": round(now - record["start"], 3)}
+        out[stage] = record
+    return out
+
+
+def timeline_metrics(stages: dict[str, dict[str, Any]]) -> dict[str, float]:
+    """``timeline/<stage>_s``: each stage's wall time in seconds (as last run: a stage
+    that DVC restored from its cache keeps the time of the run that made its outputs)."""
+    return {
+        metric_name(f"timeline/{stage}_s"): float(record["wall_s"])
+        for stage, record in stages.items()
+        if record.get("wall_s") is not None
+    }
+
+
+def log_timeline(
+    tracking_uri: str, run_id: str, stages: dict[str, dict[str, Any]], now: float
+) -> None:
+    """Attach the pipeline's per-stage wall time to run ``run_id``: metrics
+    ``timeline/<stage>_s`` and the artifact ``timeline.json`` (every stage's start, end,
+    wall time and exit code, the records of ``reports/stages/``)."""
+    from mlflow.entities import Metric
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(tracking_uri=tracking_uri)
+    records = timeline(stages, now)
+    stamp = int(now * 1000)
+    metrics = [Metric(k, v, stamp, 0) for k, v in timeline_metrics(records).items()]
+    if metrics:
+        client.log_batch(run_id, metrics=metrics)
+    client.log_dict(run_id, {"stages": records}, "timeline.json")

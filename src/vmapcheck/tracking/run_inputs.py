@@ -155,6 +155,13 @@ def split_datasets(prepared_dir: Path, relative_to: Path) -> list[Any]:
     return out
 
 
+def dvc_exp_name(env: Mapping[str, str] | None = None) -> str | None:
+    """The name of the DVC experiment this stage runs in (``DVC_EXP_NAME``, set by
+    ``dvc exp run``), None under a plain ``dvc repro``."""
+    value = (os.environ if env is None else env).get("DVC_EXP_NAME", "").strip()
+    return value[:MAX_TAG_CHARS] or None
+
+
 def provenance_tags(layout: Layout, env: Mapping[str, str] | None = None) -> dict[str, str]:
     """``dvc_lock_sha256`` (``missing`` before any stage was locked) and, under
     ``dvc exp run``, the experiment's name and baseline commit."""

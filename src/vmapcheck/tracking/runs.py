@@ -5,13 +5,19 @@ picks (``--filter "tags.model = 'mlp' and tags.precision = 'f64'"``), from every
 experiment of this project (``tracking.experiment`` and ``<experiment>-<model>``,
 see ``tracking.experiment_per_model``), or one (``--experiment``), or all (``--all``).
 
-Columns: run name, start time, verdict, benchmark verdict, jax (/jaxlib when it differs),
-backend/device, precision, git commit (``*``: dirty), the worst ``max_rel`` of three
-families of agreement metrics (``agree/*/*/max_rel``: between paths;
-``reference/*/*/max_rel``: against the stored reference; ``oracle/*/*/max_rel``: against
-float64), then the p50 latency of ``vmap_jit`` and ``direct_jit`` and ``vmap_over_loop``
-at the largest batch size that every listed run measured (``latency_ms/<path>/b<batch>/p50``,
-``speedup/b<batch>/vmap_over_loop``). ``-`` marks a figure a run does not have.
+Columns, the summary first: run name, verdict, the worst ``max_rel`` between paths,
+against the stored reference and against float64 (the run's ``_summary/*`` metrics; for
+runs logged before those, the largest ``agree/*/*/max_rel``, ``reference/*/*/max_rel``,
+``oracle/*/*/max_rel``), vmap over the loop and over the direct form at the largest batch
+size that every listed run measured (``speedup/b0128/vmap_over_loop``), benchmark
+verdict, the p50 latency of the headline paths there (``latency_ms/<path>/b0128/p50``),
+then bench profile, jax (/jaxlib when it differs), backend/device, precision, git commit
+(``*``: dirty) and start time. ``-`` marks a figure a run does not have. Batch labels are
+read zero-padded (``b0128``) or not (``b128``, runs logged before padding).
+
+The table fits the width it is given (the terminal's, for ``vmapcheck compare``): the
+columns at the end of that list are left out first, and the note under the table names
+them; long run names wrap.
 
 The verdict column holds a complete run's verdict (vmapcheck.tracking.store.is_complete);
 any other run shows its status: ``failed`` for one a killed ``track`` left unfinished
@@ -23,7 +29,9 @@ from __future__ import annotations
 import datetime
 import io
 import re
+import shutil
 import sys
+import textwrap
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -31,6 +39,7 @@ from typing import Any
 from vmapcheck.core.paths import PATHS
 from vmapcheck.errors import VmapcheckError
 from vmapcheck.layout import Layout
+from vmapcheck.report.headline import batch_label
 from vmapcheck.tracking.store import is_complete
 
 # The paths whose p50 latency each row shows.
@@ -38,8 +47,30 @@ HEADLINE = tuple(p.name for p in PATHS.values() if p.headline)
 
 DEFAULT_N = 10
 MAX_N = 1000
-WORST = {"agree max_rel": "agree", "ref max_rel": "reference", "f64 max_rel": "oracle"}
+# Column: (the run's summary metric, the family it is the worst of in older runs).
+WORST = {
+    "agree max_rel": ("_summary/worst_max_rel", "agree"),
+    "ref max_rel": ("_summary/worst_vs_reference_max_rel", "reference"),
+    "f64 max_rel": ("_summary/worst_vs_f64_max_rel", "oracle"),
+}
+SPEEDUPS = {"vmap/loop": "vmap_over_loop", "vmap/direct": "vmap_over_direct"}
 LATENCY = re.compile(r"^latency_ms/vmap_jit/b(\d+)/p50$")
+# A run name wraps to no narrower than this many characters.
+RUN_MIN = 24
+# Left out first when the table is wider than the terminal (last first); the others stay.
+DROP_ORDER = (
+    "started",
+    "backend/device",
+    "commit",
+    "jax",
+    "precision",
+    "bench",
+    *(f"{path} p50 ms" for path in reversed(HEADLINE)),
+    "perf",
+    "vmap/direct",
+    "f64 max_rel",
+    "ref max_rel",
+)
 
 
 class CompareError(VmapcheckError):
@@ -182,9 +213,20 @@ def shown_verdict(run: Any) -> str:
     return "incomplete" if status == "FINISHED" else status.lower()
 
 
+def at_batch(metrics: dict[str, float], template: str, batch: int | None) -> float | None:
+    """``template`` (with ``{}`` for the batch label) at ``batch``: the zero-padded name
+    (``b0128``), else the unpadded one older runs logged (``b128``)."""
+    if batch is None:
+        return None
+    for label in (batch_label(batch), f"b{batch}"):
+        if (value := metrics.get(template.format(label))) is not None:
+            return value
+    return None
+
+
 def compare_rows(runs: list[Any]) -> tuple[list[dict[str, str]], int | None]:
-    """One dict of display strings per run (keys are the table's columns), and the batch
-    size the latency columns are taken at."""
+    """One dict of display strings per run (keys are the table's columns, in order), and
+    the batch size the speed-up and latency columns are taken at."""
     batch = common_batch(runs)
     rows = []
     for run in runs:
@@ -192,63 +234,97 @@ def compare_rows(runs: list[Any]) -> tuple[list[dict[str, str]], int | None]:
         jax, jaxlib = tags.get("jax_version", "-"), tags.get("jaxlib_version", "-")
         commit = tags.get("git_commit", "-")
         started = datetime.datetime.fromtimestamp(run.info.start_time / 1000)
-        row = {
-            "run": run.info.run_name or run.info.run_id,
-            "started": started.strftime("%Y-%m-%d %H:%M"),
-            "verdict": shown_verdict(run),
-            "perf": tags.get("perf_verdict", "-"),
+        row = {"run": run.info.run_name or run.info.run_id, "verdict": shown_verdict(run)}
+        for column, (summary, family) in WORST.items():
+            value = metrics.get(summary)
+            row[column] = _fmt(value if value is not None else worst(metrics, family))
+        for column, name in SPEEDUPS.items():
+            row[column] = _fmt(at_batch(metrics, f"speedup/{{}}/{name}", batch), ".3g")
+        row["perf"] = tags.get("perf_verdict", "-")
+        for path in HEADLINE:
+            value = at_batch(metrics, f"latency_ms/{path}/{{}}/p50", batch)
+            row[f"{path} p50 ms"] = _fmt(value, ".4g")
+        row |= {
+            "bench": tags.get("bench", "-"),
             "jax": jax if jaxlib in (jax, "-") else f"{jax}/{jaxlib}",
-            "backend/device": f"{tags.get('backend', '-')}/{tags.get('device_kind', '-')}",
             "precision": tags.get("precision", "-"),
+            "backend/device": f"{tags.get('backend', '-')}/{tags.get('device_kind', '-')}",
             "commit": (commit[:7] if commit not in ("unknown", "-") else commit)
             + ("*" if tags.get("git_dirty") == "true" else ""),
+            "started": started.strftime("%Y-%m-%d %H:%M"),
         }
-        for column, family in WORST.items():
-            row[column] = _fmt(worst(metrics, family))
-        label = f"b{batch}" if batch is not None else None
-        for path in HEADLINE:
-            row[f"{path} p50 ms"] = _fmt(metrics.get(f"latency_ms/{path}/{label}/p50"), ".4g")
-        row["vmap/loop"] = _fmt(metrics.get(f"speedup/{label}/vmap_over_loop"), ".3g")
         rows.append(row)
     return rows, batch
+
+
+def _render(rows: list[dict[str, str]], columns: list[str], title: str, width: int) -> str:
+    from rich.console import Console
+    from rich.table import Table
+
+    numeric = {*WORST, *SPEEDUPS, *(f"{path} p50 ms" for path in HEADLINE)}
+    table = Table(title=title, title_justify="left")
+    for column in columns:
+        table.add_column(
+            # Two-line headers ("agree\nmax_rel"): a column as wide as its figures.
+            column.replace(" ", "\n").replace("/", "/\n") if column != "run" else column,
+            justify="right" if column in numeric else "left",
+            overflow="fold",  # a long run name wraps, never cut to "…"
+            no_wrap=column != "run",
+        )
+    for row in rows:
+        style = "" if row["verdict"] in ("passed", "running") else "bold red"
+        table.add_row(*(row[c] for c in columns), style=style)
+    buffer = io.StringIO()
+    Console(file=buffer, width=width, force_terminal=False).print(table)
+    return buffer.getvalue().rstrip()
+
+
+def _widest(text: str) -> int:
+    return max((len(line) for line in text.splitlines()), default=0)
 
 
 def format_compare(selection: Selection, width: int | None = None) -> str:
     """The selection as a text table (rich), with what the columns mean underneath.
 
-    ``width`` None: the table's natural width, nothing wrapped or cut (pipe it to
-    ``less -S`` on a narrow terminal); a number: rich fits the table into it."""
-    from rich.console import Console
-    from rich.table import Table
-
+    ``width`` None: the table's natural width, nothing left out or wrapped; a number:
+    no line is longer. Columns are left out in :data:`DROP_ORDER` until the table fits
+    (the note says which), then the run names wrap."""
     rows, batch = compare_rows(selection.runs)
-    table = Table(
-        title=f"{len(rows)} run(s), newest first, from {', '.join(selection.experiments)}"
-    )
-    numeric = {*WORST, *(f"{path} p50 ms" for path in HEADLINE), "vmap/loop"}
-    for column in rows[0]:
-        table.add_column(
-            column, justify="right" if column in numeric else "left", no_wrap=width is None
-        )
-    for row in rows:
-        style = "" if row["verdict"] in ("passed", "running") else "bold red"
-        table.add_row(*row.values(), style=style)
-    buffer = io.StringIO()
-    Console(file=buffer, width=width or 100_000, force_terminal=False).print(table)
+    title = f"{len(rows)} run(s), newest first, from {', '.join(selection.experiments)}"
+    columns = list(rows[0])
+    left_out: list[str] = []
+    if width is not None:
+        # The width each set of columns needs, its run names folded to RUN_MIN characters
+        # (the one column that wraps); rich would squeeze any table into ``width``,
+        # cropping cells, so this is measured at a width that crops nothing.
+        folded = [row | {"run": row["run"][:RUN_MIN]} for row in rows]
+        for column in DROP_ORDER:
+            if _widest(_render(folded, columns, "", 100_000)) <= width:
+                break
+            columns.remove(column)
+            left_out.append(column)
+    table = _render(rows, columns, title, width or 100_000)
     where = (
         f"at batch {batch} (the largest every listed run measured)"
         if batch is not None
         else "not shown: the listed runs share no batch size"
     )
     notes = [
-        buffer.getvalue().rstrip(),
         f"store: {selection.tracking_uri}",
-        "max_rel: the worst over every case and pair (agree/*/*/max_rel), against the stored "
-        "reference (reference/*/*/max_rel) and against float64 (oracle/*/*/max_rel)",
-        f"latency p50 and vmap/loop (speedup/b<batch>/vmap_over_loop) {where}; "
+        "max_rel: the worst between paths (_summary/worst_max_rel), against the stored "
+        "reference (_summary/worst_vs_reference_max_rel) and against float64 "
+        "(_summary/worst_vs_f64_max_rel)",
+        f"vmap/loop, vmap/direct (speedup/b<batch>/...) and latency p50 {where}; "
         "commit*: uncommitted changes",
     ]
-    return "\n".join(notes)
+    if left_out:
+        notes.append(
+            f"left out to fit {width} columns: {', '.join(left_out)} "
+            "(--width N, or a wider terminal, shows them)"
+        )
+    if width is not None:
+        notes = [textwrap.fill(note, width, subsequent_indent="  ") for note in notes]
+    return "\n".join([table, *notes])
 
 
 def run_compare(
@@ -260,8 +336,9 @@ def run_compare(
     width: int | None = None,
 ) -> int:
     """``vmapcheck compare``: print the table of :func:`select_runs`'s pick (this project's
-    experiments, ``experiment`` alone, or every one with ``all_experiments``); exit 2 with
-    a message when there is nothing to compare."""
+    experiments, ``experiment`` alone, or every one with ``all_experiments``), fitted to
+    ``width`` columns (None: the terminal's width, 80 when it has none); exit 2 with a
+    message when there is nothing to compare."""
     from vmapcheck.config import load_config
     from vmapcheck.tracking.store import resolve_tracking_uri
 
@@ -277,5 +354,5 @@ def run_compare(
     except VmapcheckError as exc:
         print(f"compare: {exc}", file=sys.stderr)
         return 2
-    print(format_compare(selection, width))
+    print(format_compare(selection, width or shutil.get_terminal_size().columns))
     return 0

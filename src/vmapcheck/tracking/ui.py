@@ -1,11 +1,21 @@
-"""``vmapcheck ui`` (``make ui``): the MLflow UI over the configured store, on 127.0.0.1 only."""
+"""``vmapcheck ui`` (``make ui``): the MLflow UI over the configured store, on 127.0.0.1 only.
+
+The URLs it and the summary print open MLflow's classic ML view (runs, metrics, models),
+not the GenAI one (traces, evaluations) that MLflow 3 opens by default: the UI reads
+``workflowType=machine_learning`` from the URL (mlflow/server/js, WorkflowType). The
+experiment's page also loads the runs-table view ``viewStateShareKey=vmapcheck-summary``
+(columns: the verdict tags and the ``summary/*`` metrics), which ``track`` stores on the
+experiment (vmapcheck.tracking.log.describe_experiment).
+"""
 
 from __future__ import annotations
 
 import os
+from urllib.parse import urlencode
 
 from vmapcheck.config import load_config
 from vmapcheck.layout import Layout
+from vmapcheck.tracking.log import VIEW_KEY
 from vmapcheck.tracking.store import (
     experiment_name,
     is_http,
@@ -13,6 +23,20 @@ from vmapcheck.tracking.store import (
     resolve_tracking_uri,
     shown,
 )
+
+ML_VIEW = {"workflowType": "machine_learning"}
+
+
+def experiment_url(base: str, experiment_id: str) -> str:
+    """The experiment's runs table in the ML view, with the summary columns."""
+    query = urlencode({**ML_VIEW, "viewStateShareKey": VIEW_KEY})
+    # The runs tab's own route: the experiment's bare route redirects and drops the query.
+    return f"{base.rstrip('/')}/#/experiments/{experiment_id}/runs?{query}"
+
+
+def run_url(base: str, experiment_id: str, run_id: str) -> str:
+    """One run's page in the ML view."""
+    return f"{base.rstrip('/')}/#/experiments/{experiment_id}/runs/{run_id}?{urlencode(ML_VIEW)}"
 
 
 def run_ui(layout: Layout, port: int = 5000) -> int:
@@ -25,12 +49,17 @@ def run_ui(layout: Layout, port: int = 5000) -> int:
         # A tracking server has its own UI.
         print(f"the store is a tracking server: open {shown(uri)} in a browser")
         return 0
-    print(f"MLflow UI for {uri} on http://127.0.0.1:{port} (Ctrl-C stops it)")
+    base = f"http://127.0.0.1:{port}"
+    print(f"MLflow UI for {uri} on {base} (Ctrl-C stops it)")
     scope = "this model's runs" if config.tracking.experiment_per_model else "the runs"
-    print(
-        f"{scope}: experiment '{experiment_name(config)}'; "
-        "every model side by side: make compare (docs/tracking.md)"
+    experiment_id = _experiment_id(uri, experiment_name(config))
+    where = (
+        experiment_url(base, experiment_id)
+        if experiment_id is not None
+        else f"{base}/#/experiments?{urlencode(ML_VIEW)} (nothing logged there yet)"
     )
+    print(f"{scope}, experiment '{experiment_name(config)}': {where}")
+    print("every model side by side: make compare (docs/tracking.md)")
     os.execvp(
         "mlflow",
         [
@@ -46,3 +75,13 @@ def run_ui(layout: Layout, port: int = 5000) -> int:
             str(port),
         ],
     )
+
+
+def _experiment_id(uri: str, name: str) -> str | None:
+    """The id of experiment ``name`` in the local store, None when it has none (yet)."""
+    from mlflow.tracking import MlflowClient
+
+    if not os.path.exists(uri.removeprefix("sqlite:///")):
+        return None  # asking would create an empty store
+    found = MlflowClient(tracking_uri=uri).get_experiment_by_name(name)
+    return None if found is None else found.experiment_id
