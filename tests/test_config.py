@@ -355,3 +355,36 @@ def test_every_stage_refuses_an_unknown_key_at_its_start(stage, tmp_path, capsys
     assert f"{stage}: error: invalid configuration in " in err
     assert "  foo: unknown key (found value 1)" in err
     assert sorted(p.name for p in tmp_path.iterdir()) == ["params.yaml"]  # nothing written
+
+
+@pytest.mark.parametrize(
+    "overrides,expected",
+    [
+        (
+            ["data.source=xyz"],
+            "  data.source: expected one of 'synthetic', 'csv', 'diabetes', 'digits', "
+            "'digit_tokens', found 'xyz'",
+        ),
+        (["~data.source"], "  data.source: required key is missing"),
+    ],
+)
+def test_the_kind_of_table_is_named_by_its_key_not_the_section(overrides, expected):
+    # pydantic reports a tagged union's tag on the whole section, whose input is a mapping.
+    message = _composed_error(*overrides)
+    assert message.splitlines()[1:] == [expected]
+    assert "found a mapping" not in message
+
+
+def test_a_long_value_found_is_cut_and_a_mapping_named_by_its_kind():
+    raw = _raw()
+    raw["bench"]["batch_sizes"] = list(range(-1, 5000))
+    raw["extra_section"] = {"a": {"b": 1}}
+    message = _error(raw)
+    assert "  extra_section: unknown key (found a mapping)" in message
+    [line] = [x for x in message.splitlines() if x.startswith("  bench.batch_sizes[0]")]
+    assert line.endswith("found -1")
+    assert len(max(message.splitlines(), key=len)) < 200
+
+
+def test_a_top_level_that_is_no_mapping_names_its_type():
+    assert _error([1, 2]) == "params.yaml: expected a mapping at the top level, found list"
