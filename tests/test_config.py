@@ -388,3 +388,11 @@ def test_a_long_value_found_is_cut_and_a_mapping_named_by_its_kind():
 
 def test_a_top_level_that_is_no_mapping_names_its_type():
     assert _error([1, 2]) == "params.yaml: expected a mapping at the top level, found list"
+
+
+def test_any_edit_of_params_yaml_reruns_a_stage_that_validates_it_all():
+    """An edit no stage declares (`-S +foo=1`) still reruns the stage that depends on
+    params.yaml as a whole, which refuses it at its start (the test above); the e2e
+    test_an_unknown_key_alone_is_refused_by_the_one_stage_dvc_reruns runs it in DVC."""
+    stages = yaml.safe_load((ROOT / "dvc.yaml").read_text())["stages"]
+    assert [name for name, s in stages.items() if "params.yaml" in s["deps"]] == ["track"]
