@@ -118,3 +118,26 @@ def test_a_key_reused_by_object_in_init_is_refused_naming_the_leaves(mlp, tmp_pa
     err = capsys.readouterr().err
     assert err.startswith("train: error: a PRNG key was used twice (")
     assert "; model 'mlp': init draws params leaf layers[1].W with the key already used" in err
+
+
+@pytest.mark.parametrize(
+    "input_axis,found", [(2, "int 2"), (-3, "int -3"), (None, "NoneType None"), ("0", "str '0'")]
+)
+def test_an_input_axis_that_no_batch_has_is_refused_when_batched_forward_is_built(
+    mlp, input_axis, found
+):
+    # It used to be handed to jax.vmap, which failed only at the call (or at once with its
+    # own ValueError), naming no argument.
+    model, params = mlp
+    with pytest.raises(InvalidInputError) as info:
+        batched_forward(model, params, in_axes=(None, input_axis))
+    assert str(info.value) == (
+        "in_axes[1]: expected the batch axis of the input, an int in [-2, 1] (0: the batch "
+        f"on axis 0), got {found}"
+    )
+    x = jnp.arange(16.0, dtype=jnp.float32).reshape(2, 8)
+    np.testing.assert_allclose(
+        batched_forward(model, params, in_axes=(None, 1))(params, x.T),
+        batched_forward(model, params)(params, x),
+        rtol=1e-6,
+    )

@@ -880,3 +880,125 @@ def test_the_suite_is_bounded_and_replays_from_a_committed_database():
     db = PROFILE.database
     assert isinstance(db, DirectoryBasedExampleDatabase)
     assert Path(db.path) == ROOT / "tests" / "hypothesis-db"
+
+
+# Override strings as `dvc exp run -S` / `vmapcheck params` take them: a known or unknown
+# key (with or without +), a group option that exists or not, values of every YAML kind.
+_OVERRIDE_KEYS = st.sampled_from(
+    [*_LEAF_PATHS, "model", "precision", "data", "bench", "nope", "model.nope", "data.split"]
+)
+_OVERRIDE_VALUES = st.sampled_from(
+    [
+        "1",
+        "-1",
+        "0",
+        "1e-5",
+        "inf",
+        "nan",
+        "null",
+        "true",
+        "x y",
+        "[1,2]",
+        "[]",
+        "{a: 1}",
+        "toy",
+        "f64",
+        "csv",
+        "quick",
+        "${seed}",
+        "'3'",
+        "[1, [2]]",
+        "",
+    ]
+)
+
+
+@settings(PROFILE, max_examples=30)
+@seed(SEED)
+@given(
+    overrides=st.lists(
+        st.tuples(st.sampled_from(["", "+", "~", "++"]), _OVERRIDE_KEYS, _OVERRIDE_VALUES),
+        min_size=1,
+        max_size=3,
+    )
+)
+def test_random_overrides_compose_and_validate_or_are_refused_naming_them(overrides):
+    texts = [f"{p}{k}" if p == "~" else f"{p}{k}={v}" for p, k, v in overrides]
+    try:
+        raw = yaml.safe_load(compose_yaml(ROOT / "conf", texts))
+        validate_config(raw)
+    except ConfigError as exc:
+        event("refused")
+        assert str(exc).startswith(("overrides [", "invalid configuration in")), str(exc)
+        return
+    event("valid")
+
+
+def _dtype_name(dtype: Any) -> str | None:
+    try:
+        return jnp.dtype(dtype).name
+    except TypeError:
+        return None
+
+
+@bounded
+@given(
+    dtype=st.sampled_from(
+        [
+            jnp.float32,
+            "float32",
+            jnp.bfloat16,
+            jnp.float64,
+            jnp.float16,
+            jnp.int32,
+            jnp.bool_,
+            np.complex64,
+            None,
+            "nope",
+            object,
+        ]
+    )
+)
+def test_a_guard_serves_only_a_float_dtype_a_run_can_have(flat_model, dtype):
+    model, params = flat_model
+    # float64 only with jax_enable_x64, off here (conftest.py).
+    servable = _dtype_name(dtype) in ("float32", "bfloat16") and dtype is not None
+    try:
+        guard = Guard(model, params, dtype, _guard_config())
+    except ConfigError as exc:
+        event("refused")
+        assert "Guard dtype" in str(exc) and not servable, str(exc)
+        return
+    event(f"built {jnp.dtype(dtype).name}")
+    assert servable, dtype
+    out = guard.predict(np.ones((3, FEATURES), jnp.dtype(dtype)))
+    assert out.shape == (3, 3) and np.isfinite(np.asarray(out, np.float32)).all()
+
+
+@bounded
+@given(
+    in_axes=st.one_of(
+        st.sampled_from([(None, 0), [None, 0], (0, 0), (None, 1), (1, 0), 0, None, "0", (None,)]),
+        st.tuples(
+            st.none() | st.booleans() | st.integers(-3, 3) | st.text(max_size=2),
+            st.none() | st.booleans() | st.integers(-3, 3) | st.text(max_size=2),
+        ),
+    )
+)
+def test_batched_forward_takes_a_pair_of_axes_or_refuses_it(flat_model, in_axes):
+    from vmapcheck.core.forms import batched_forward
+
+    model, params = flat_model
+    x = np.arange(2 * FEATURES, dtype=np.float32).reshape(2, FEATURES) / 8
+    try:
+        forward = batched_forward(model, params, in_axes=in_axes)
+    except InvalidInputError as exc:
+        event(f"refused: {exc.reason}")
+        assert exc.reason in ("in_axes", "invalid"), exc.reason
+        return
+    event("served")
+    # Params shared (they have no batch copies); the batch on the axis asked for.
+    assert in_axes[0] is None and in_axes[1] in (-2, -1, 0, 1), in_axes
+    out = forward(params, np.moveaxis(x, 0, in_axes[1]))
+    expected = np.stack([np.asarray(model.forward_one(params, row)) for row in x])
+    np.testing.assert_allclose(out, expected, rtol=TOLERANCE.rtol, atol=TOLERANCE.atol)
