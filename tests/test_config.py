@@ -396,3 +396,19 @@ def test_any_edit_of_params_yaml_reruns_a_stage_that_validates_it_all():
     test_an_unknown_key_alone_is_refused_by_the_one_stage_dvc_reruns runs it in DVC."""
     stages = yaml.safe_load((ROOT / "dvc.yaml").read_text())["stages"]
     assert [name for name, s in stages.items() if "params.yaml" in s["deps"]] == ["track"]
+
+
+@pytest.mark.parametrize(
+    "override,expected",
+    [
+        ("model.nonexistent=1", "Could not override 'model.nonexistent'"),
+        ("model=nope", "Could not find 'model/nope'"),
+        ("model.in_features=[1", "no viable alternative at input"),
+    ],
+)
+def test_an_override_hydra_cannot_apply_is_a_config_error_naming_it(override, expected):
+    # `vmapcheck params <override>` used to end in Hydra's traceback.
+    with pytest.raises(ConfigError) as info:
+        compose_yaml(ROOT / "conf", [override])
+    assert str(info.value).startswith(f"overrides [{override!r}]: ")
+    assert expected in str(info.value)
