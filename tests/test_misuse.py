@@ -141,3 +141,19 @@ def test_an_input_axis_that_no_batch_has_is_refused_when_batched_forward_is_buil
         batched_forward(model, params)(params, x),
         rtol=1e-6,
     )
+
+
+def test_a_leaf_given_as_a_python_list_is_refused_for_its_type():
+    # A list of bools passed the bool leaf's dtype check, then vmap mapped it as a pytree
+    # of Python scalars and failed inside JAX (found by tests/test_properties.py).
+    from vmapcheck.core.contract import InputSpec, Leaf
+
+    spec = InputSpec((Leaf("ids", (2,), "int32", vocab=3), Leaf("mask", (2,), "bool")))
+    batch = {"ids": np.zeros((1, 2), np.int32), "mask": [[True, False]]}
+    with pytest.raises(InvalidInputError) as info:
+        spec.validate_batch(batch, jnp.float32)
+    assert info.value.reason == "type"
+    assert str(info.value) == (
+        "leaf 'mask': expected a plain array, got a list, not an array: pass np.asarray(...) "
+        "with the contract's dtype"
+    )

@@ -346,8 +346,8 @@ def valid_batch(x: Any, spec: InputSpec) -> bool:
 
 
 @st.composite
-def flat_requests(draw) -> Any:
-    rows = draw(st.integers(0, 4))
+def flat_requests(draw, max_rows: int = 4) -> Any:
+    rows = draw(st.integers(0, max_rows))
     return draw(wrapped(draw(arrays_near((rows, FEATURES)))))
 
 
@@ -460,18 +460,34 @@ def test_the_contract_accepts_exactly_the_valid_batches(flat_model, dict_model, 
             assert valid_batch(batch, spec), "an invalid batch accepted"
 
 
+@pytest.fixture(scope="module")
+def vector_paths(flat_model, dict_model):
+    return [
+        (model, params, paths.build_vector_paths(model, DTYPE), Oracle(model, params))
+        for model, params in (flat_model, dict_model)
+    ]
+
+
+@st.composite
+def examples(draw, spec: InputSpec) -> Any:
+    """One unbatched example of ``spec``: valid half of the time, else any leaf of any
+    kind (arrays_near, wrapped)."""
+    leaves = {}
+    for leaf in spec.leaves:
+        if draw(st.booleans()):
+            leaves[leaf.name] = draw(_valid_leaf_values(leaf, 1))[0]
+        else:
+            dtype = np.float32 if leaf.dtype == "float" else np.dtype(leaf.dtype)
+            leaves[leaf.name] = draw(wrapped(draw(arrays_near(leaf.shape, dtype))))
+    return leaves[spec.names[0]] if spec.flat else leaves
+
+
 @bounded
 @given(data=st.data())
-def test_one_example_is_validated_like_one_row(flat_model, dict_model, data):
-    (flat, _), (tree, _) = flat_model, dict_model
-    vector = data.draw(wrapped(data.draw(arrays_near((FEATURES,)))))
-    example = {
-        leaf.name: data.draw(
-            arrays_near(leaf.shape, np.float32 if leaf.dtype == "float" else leaf.dtype)
-        )
-        for leaf in DICT_SPEC.leaves
-    }
-    for spec, x in ((flat.contract, vector), (tree.contract, example)):
+def test_one_example_is_served_by_forward_one_or_refused(vector_paths, data):
+    for model, params, built, oracle in vector_paths:
+        spec = model.contract
+        x = data.draw(examples(spec))
         valid = (
             valid_leaf(x, spec.leaves[0], None)
             if spec.flat
@@ -484,16 +500,27 @@ def test_one_example_is_validated_like_one_row(flat_model, dict_model, data):
             assert not valid, f"a valid example refused: {exc}"
         else:
             assert valid, "an invalid example accepted"
+        for name, forward in built.items():
+            try:
+                out = forward(params, x)
+            except Exception as exc:
+                _refusal(exc)
+                assert not valid, f"{name} refused a valid example: {exc}"
+                continue
+            assert valid, f"{name} served an invalid example"
+            batch = jax.tree.map(lambda leaf: np.asarray(leaf)[None], x)
+            assert_served_correctly(np.asarray(out)[None], batch, oracle, name)
+            event("served")
 
 
 # --- the guard ------------------------------------------------------------------------------
 
 
-def _guard_config() -> GuardConfig:
+def _guard_config(max_request_bytes: int = 1 << 16) -> GuardConfig:
     return GuardConfig(
         buckets=[1, 4, 8],
         max_batch=8,
-        max_request_bytes=1 << 16,
+        max_request_bytes=max_request_bytes,
         precompile=False,
         latency_edges_ms=[1.0, 10.0],
         latency_window=100,
@@ -505,14 +532,22 @@ def _guard_config() -> GuardConfig:
 
 @pytest.fixture(scope="module")
 def guards(flat_model, dict_model):
+    def tight(model: Model) -> GuardConfig:
+        # The byte limit at one full float32 batch: a wider dtype's full batch is over it.
+        per_example = sum(
+            leaf.size * leaf.array_dtype(DTYPE).itemsize for leaf in model.contract.leaves
+        )
+        return _guard_config(max_request_bytes=8 * per_example)
+
     return {
-        name: (Guard(*pair, DTYPE, _guard_config()), Oracle(*pair), pair[0].contract)
+        name: (Guard(*pair, DTYPE, tight(pair[0])), Oracle(*pair), pair[0].contract)
         for name, pair in (("flat", flat_model), ("dict", dict_model))
     }
 
 
 def _check_guard(guard: Guard, oracle: Oracle, spec: InputSpec, x: Any) -> None:
-    valid = valid_batch(x, spec)
+    # The guard's limits on top of the contract: at most max_batch rows (8).
+    valid = valid_batch(x, spec) and _rows(x) <= 8
     try:
         out = guard.predict(x)
     except NonFiniteOutputError as exc:
@@ -532,7 +567,7 @@ def _check_guard(guard: Guard, oracle: Oracle, spec: InputSpec, x: Any) -> None:
 
 
 @bounded
-@given(x=flat_requests())
+@given(x=flat_requests(max_rows=12))
 def test_the_guard_serves_a_valid_flat_request_like_the_loop_or_refuses_it(guards, x):
     _check_guard(*guards["flat"], x)
 
@@ -593,103 +628,132 @@ def test_a_guard_is_built_only_over_params_of_the_model(dict_model, data):
 SCHEMA = Schema(identifiers=("id",), quasi_identifiers={}, features=("f1", "f2"), targets=("t",))
 
 
+# How each mutation must end: read exactly ("valid"), refused, or either (a cut file may
+# end at a line boundary).
+_CSV_MUTATIONS = {
+    "none": "valid",
+    "swap": "valid",  # whole columns, header included: read by name
+    "blank_lines": "valid",
+    "crlf": "valid",
+    "quoted": "valid",
+    "delete": "refused",
+    "duplicate": "refused",
+    "extra_column": "refused",
+    "non_numeric": "refused",
+    "marker_in_feature": "refused",
+    "non_utf8": "refused",
+    "empty": "refused",
+    "header_only": "refused",
+    "semicolons": "refused",
+    "short_row": "refused",
+    "truncate": "either",
+}
+
+
 @st.composite
-def csv_files(draw) -> tuple[bytes, np.ndarray | None, int | None]:
-    """(file bytes, the features it holds when valid (else None), the 1-based line of a
-    planted non-UTF-8 byte or None)."""
+def csv_files(draw) -> tuple[bytes, str, np.ndarray, int | None]:
+    """(file bytes, the outcome it must have, the features a valid file holds, the
+    1-based line of a planted non-UTF-8 byte or None)."""
     n = draw(st.integers(1, 6))
     values = draw(hnp.arrays(np.float32, (n, 3), elements=st.floats(-1e6, 1e6, width=32)))
     header = ["id", "f1", "f2", "t"]
     rows = [[f"p{i}", *(repr(float(v)) for v in row)] for i, row in enumerate(values)]
     order = list(range(4))
-    how = draw(
-        st.sampled_from(
-            [
-                "none",
-                "swap",
-                "delete",
-                "duplicate",
-                "non_numeric",
-                "non_utf8",
-                "empty",
-                "header_only",
-                "truncate",
-                "blank_lines",
-                "extra_column",
-                "semicolons",
-                "marker_in_feature",
-            ]
-        )
-    )
+    how = draw(st.sampled_from(sorted(_CSV_MUTATIONS)))
     bad_line = None
-    features: np.ndarray | None = values[:, :2]
-    if how == "swap":  # whole columns, header included: read by name, still valid
+    if how == "swap":
         i, j = draw(st.permutations(range(4)))[:2]
         order[i], order[j] = order[j], order[i]
     lines = [[header[k] for k in order]] + [[r[k] for k in order] for r in rows]
     if how == "delete":
         k = draw(st.integers(0, 3))
         lines = [[c for j, c in enumerate(line) if j != k] for line in lines]
-        features = None
     elif how == "duplicate":
         k = draw(st.integers(0, 3))
         lines = [[*line, line[k]] for line in lines]
-        features = None
     elif how == "extra_column":
         lines = [[*line, "email" if i == 0 else MARKER_CELL] for i, line in enumerate(lines)]
-        features = None
     elif how in ("non_numeric", "marker_in_feature"):
         r = draw(st.integers(1, n))
         k = lines[0].index(draw(st.sampled_from(["f1", "f2", "t"])))
-        lines[r][k] = (
-            MARKER_CELL if how == "marker_in_feature" else draw(st.sampled_from(["", "1,5", "x"]))
-        )
-        features = None
+        bad = ["", " ", "1,5", "x", "nan", "inf", "-inf", "1e39", "0x10", "--1"]
+        lines[r][k] = MARKER_CELL if how == "marker_in_feature" else draw(st.sampled_from(bad))
+    elif how == "quoted":
+        lines = [[f'"{c}"' for c in line] for line in lines]
+    elif how == "short_row":
+        r = draw(st.integers(1, n))
+        lines[r] = lines[r][:-1]
     text = "\n".join(",".join(line) for line in lines) + "\n"
     if how == "semicolons":
         text = text.replace(",", ";")
-        features = None
-    if how == "blank_lines":
+    elif how == "blank_lines":
         text = text.replace("\n", "\n\n", draw(st.integers(1, n)))
+    elif how == "crlf":
+        text = text.replace("\n", "\r\n")
     data = text.encode()
     if how == "non_utf8":
         line_index = draw(st.integers(0, n))
         split = data.split(b"\n")
-        split[line_index] += b"\xff\xfe"
+        split[line_index] += draw(st.sampled_from([b"\xff", b"\xc3", b"\xe2\x82"]))
         data = b"\n".join(split)
-        bad_line, features = line_index + 1, None
+        bad_line = line_index + 1
     elif how == "empty":
-        data, features = b"", None
+        data = b""
     elif how == "header_only":
-        data, features = ",".join(lines[0]).encode() + b"\n", None
+        data = ",".join(lines[0]).encode() + b"\n"
     elif how == "truncate":
-        cut = draw(st.integers(0, len(data)))
-        if cut < len(data):
-            data = data[:cut]
-            features = None  # judged loosely: a cut at a line end may still be valid
-    return data, features, bad_line
+        data = data[: draw(st.integers(0, len(data) - 1))]
+    return data, _CSV_MUTATIONS[how], values[:, :2], bad_line
 
 
 @bounded
 @given(case=csv_files())
 def test_a_mutated_csv_is_read_exactly_or_refused_naming_the_file(tmp_path_factory, case):
-    data, features, bad_line = case
+    data, outcome, features, bad_line = case
     path = tmp_path_factory.mktemp("csv") / "table.csv"
     path.write_bytes(data)
     try:
         table = read_table(path, SCHEMA)
     except SourceError as exc:
         message = str(exc)
-        assert features is None, f"a valid file refused: {message}"
-        assert message.startswith(str(path)), message
+        event("refused")
+        assert outcome != "valid", f"a valid file refused: {message}"
+        assert message.startswith(f"{path}: "), message
         assert_no_marker(message)
         if bad_line is not None:
             assert f"line {bad_line}:" in message, message
         return
-    if features is not None:
+    event("read")
+    assert outcome != "refused", "a file that breaks the schema was read"
+    if outcome == "valid":
         np.testing.assert_array_equal(table.features, features)
     assert table.features.dtype == np.float32 and np.isfinite(table.features).all()
-    assert bad_line is None, "a file that is not UTF-8 was read"
+
+
+@bounded
+@given(
+    table=hnp.arrays(
+        np.float64,
+        st.tuples(st.integers(0, 3), st.sampled_from([DICT_SPEC.size, DICT_SPEC.size + 1])),
+        elements=st.sampled_from([0.0, 1.0, 2.0, 4.0]) | _ANY_FLOATS | st.just(float(MARKER_ID)),
+    )
+)
+def test_table_rows_become_leaves_or_are_refused_naming_the_leaf(table):
+    """InputSpec.from_table: the rows prepare's cases are built from."""
+    names = [f"c{j}" for j in range(table.shape[1])]
+    try:
+        batch = DICT_SPEC.from_table(table, names)
+    except ArtifactError as exc:
+        event("refused")
+        assert_no_marker(str(exc))
+        assert table.shape[1] != DICT_SPEC.size or "leaf '" in str(exc), str(exc)
+        return
+    event("built")
+    assert table.shape[1] == DICT_SPEC.size
+    if table.shape[0]:
+        DICT_SPEC.validate_batch(
+            {**batch, "x": np.nan_to_num(batch["x"], posinf=0, neginf=0)}, DTYPE
+        )
 
 
 # --- the config -----------------------------------------------------------------------------

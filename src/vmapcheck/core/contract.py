@@ -102,8 +102,9 @@ def _first(bad: np.ndarray) -> tuple[int, ...]:
 
 def not_an_array(x: Any) -> str | None:
     """What ``x`` is when it cannot be a leaf's array (the contract takes plain numeric
-    arrays), else None: a masked array (its mask would be ignored), a ragged nested list,
-    an array of Python objects. Nothing of ``x``'s values is in the answer."""
+    numpy or JAX arrays), else None: a masked array (its mask would be ignored), a ragged
+    nested list, an array of Python objects, any other non-array (a list, a scalar).
+    Nothing of ``x``'s values is in the answer."""
     if isinstance(x, np.ma.MaskedArray):
         return (
             "a numpy masked array (np.ma), whose mask every path would ignore: drop or fill "
@@ -118,6 +119,10 @@ def not_an_array(x: Any) -> str | None:
             return f"a ragged {type(x).__name__} (nested sequences of different lengths)"
     if dtype == np.dtype(object):
         return "an array of dtype object (Python objects, not numbers)"
+    if not isinstance(x, np.ndarray | jax.Array):
+        # A list of bools (or, under x64, of floats) would pass the dtype check, then be
+        # mapped by vmap as a pytree of Python scalars, failing inside JAX.
+        return f"a {type(x).__name__}, not an array: pass np.asarray(...) with the contract's dtype"
     return None
 
 
