@@ -365,9 +365,11 @@ def dict_requests(draw) -> Any:
     """A valid batch of DICT_SPEC (each leaf plain, on a device, or a view) half of the
     time; else one mistake: a leaf of any kind (arrays_near, wrapped), a leaf missing or
     extra, rows that differ, no rows, no dict at all."""
-    # Few batch sizes: each compiles every jit path once.
-    rows = draw(st.integers(1, 3))
-    how = draw(st.sampled_from(["numpy", "device0", "device1", "strided", "fortran"]))
+    # Few batch sizes and placements: each pair compiles every path once (~1 s a path on
+    # two loaded cores). JAX's default device is device 0: an array put there explicitly
+    # is left to wrapped() below and to the flat model's requests.
+    rows = draw(st.integers(1, 2))
+    how = draw(st.sampled_from(["numpy", "device1", "strided", "fortran"]))
     batch: dict[Any, Any] = {}
     for leaf in DICT_SPEC.leaves:
         array = draw(_valid_leaf_values(leaf, rows))
