@@ -157,3 +157,25 @@ def test_a_leaf_given_as_a_python_list_is_refused_for_its_type():
         "leaf 'mask': expected a plain array, got a list, not an array: pass np.asarray(...) "
         "with the contract's dtype"
     )
+
+
+def test_leaves_committed_to_different_devices_are_refused_naming_them():
+    # JAX refused to compute with them together ("incompatible devices"), naming no leaf
+    # (found by tests/test_properties.py).
+    from vmapcheck.core.contract import InputSpec, Leaf
+
+    first, second = jax.devices()[:2]
+    spec = InputSpec((Leaf("x", (2,), "float"), Leaf("mask", (2,), "bool")))
+    batch = {
+        "x": jax.device_put(np.zeros((1, 2), np.float32), first),
+        "mask": jax.device_put(np.ones((1, 2), bool), second),
+    }
+    with pytest.raises(InvalidInputError) as info:
+        spec.validate_batch(batch, jnp.float32)
+    assert info.value.reason == "devices"
+    assert (
+        str(info.value)
+        == f"expected every leaf on the same device(s), got x: {first}, mask: {second}"
+    )
+    # A numpy leaf (uncommitted) goes wherever the committed ones are.
+    spec.validate_batch({**batch, "x": np.zeros((1, 2), np.float32)}, jnp.float32)
