@@ -355,3 +355,60 @@ def test_every_stage_refuses_an_unknown_key_at_its_start(stage, tmp_path, capsys
     assert f"{stage}: error: invalid configuration in " in err
     assert "  foo: unknown key (found value 1)" in err
     assert sorted(p.name for p in tmp_path.iterdir()) == ["params.yaml"]  # nothing written
+
+
+@pytest.mark.parametrize(
+    "overrides,expected",
+    [
+        (
+            ["data.source=xyz"],
+            "  data.source: expected one of 'synthetic', 'csv', 'diabetes', 'digits', "
+            "'digit_tokens', found 'xyz'",
+        ),
+        (["~data.source"], "  data.source: required key is missing"),
+    ],
+)
+def test_the_kind_of_table_is_named_by_its_key_not_the_section(overrides, expected):
+    # pydantic reports a tagged union's tag on the whole section, whose input is a mapping.
+    message = _composed_error(*overrides)
+    assert message.splitlines()[1:] == [expected]
+    assert "found a mapping" not in message
+
+
+def test_a_long_value_found_is_cut_and_a_mapping_named_by_its_kind():
+    raw = _raw()
+    raw["bench"]["batch_sizes"] = list(range(-1, 5000))
+    raw["extra_section"] = {"a": {"b": 1}}
+    message = _error(raw)
+    assert "  extra_section: unknown key (found a mapping)" in message
+    [line] = [x for x in message.splitlines() if x.startswith("  bench.batch_sizes[0]")]
+    assert line.endswith("found -1")
+    assert len(max(message.splitlines(), key=len)) < 200
+
+
+def test_a_top_level_that_is_no_mapping_names_its_type():
+    assert _error([1, 2]) == "params.yaml: expected a mapping at the top level, found list"
+
+
+def test_any_edit_of_params_yaml_reruns_a_stage_that_validates_it_all():
+    """An edit no stage declares (`-S +foo=1`) still reruns the stage that depends on
+    params.yaml as a whole, which refuses it at its start (the test above); the e2e
+    test_an_unknown_key_alone_is_refused_by_the_one_stage_dvc_reruns runs it in DVC."""
+    stages = yaml.safe_load((ROOT / "dvc.yaml").read_text())["stages"]
+    assert [name for name, s in stages.items() if "params.yaml" in s["deps"]] == ["track"]
+
+
+@pytest.mark.parametrize(
+    "override,expected",
+    [
+        ("model.nonexistent=1", "Could not override 'model.nonexistent'"),
+        ("model=nope", "Could not find 'model/nope'"),
+        ("model.in_features=[1", "no viable alternative at input"),
+    ],
+)
+def test_an_override_hydra_cannot_apply_is_a_config_error_naming_it(override, expected):
+    # `vmapcheck params <override>` used to end in Hydra's traceback.
+    with pytest.raises(ConfigError) as info:
+        compose_yaml(ROOT / "conf", [override])
+    assert str(info.value).startswith(f"overrides [{override!r}]: ")
+    assert expected in str(info.value)

@@ -118,3 +118,64 @@ def test_a_key_reused_by_object_in_init_is_refused_naming_the_leaves(mlp, tmp_pa
     err = capsys.readouterr().err
     assert err.startswith("train: error: a PRNG key was used twice (")
     assert "; model 'mlp': init draws params leaf layers[1].W with the key already used" in err
+
+
+@pytest.mark.parametrize(
+    "input_axis,found", [(2, "int 2"), (-3, "int -3"), (None, "NoneType None"), ("0", "str '0'")]
+)
+def test_an_input_axis_that_no_batch_has_is_refused_when_batched_forward_is_built(
+    mlp, input_axis, found
+):
+    # It used to be handed to jax.vmap, which failed only at the call (or at once with its
+    # own ValueError), naming no argument.
+    model, params = mlp
+    with pytest.raises(InvalidInputError) as info:
+        batched_forward(model, params, in_axes=(None, input_axis))
+    assert str(info.value) == (
+        "in_axes[1]: expected the batch axis of the input, an int in [-2, 1] (0: the batch "
+        f"on axis 0), got {found}"
+    )
+    x = jnp.arange(16.0, dtype=jnp.float32).reshape(2, 8)
+    np.testing.assert_allclose(
+        batched_forward(model, params, in_axes=(None, 1))(params, x.T),
+        batched_forward(model, params)(params, x),
+        rtol=1e-6,
+    )
+
+
+def test_a_leaf_given_as_a_python_list_is_refused_for_its_type():
+    # A list of bools passed the bool leaf's dtype check, then vmap mapped it as a pytree
+    # of Python scalars and failed inside JAX (found by tests/test_properties.py).
+    from vmapcheck.core.contract import InputSpec, Leaf
+
+    spec = InputSpec((Leaf("ids", (2,), "int32", vocab=3), Leaf("mask", (2,), "bool")))
+    batch = {"ids": np.zeros((1, 2), np.int32), "mask": [[True, False]]}
+    with pytest.raises(InvalidInputError) as info:
+        spec.validate_batch(batch, jnp.float32)
+    assert info.value.reason == "type"
+    assert str(info.value) == (
+        "leaf 'mask': expected a plain array, got a list, not an array: pass np.asarray(...) "
+        "with the contract's dtype"
+    )
+
+
+def test_leaves_committed_to_different_devices_are_refused_naming_them():
+    # JAX refused to compute with them together ("incompatible devices"), naming no leaf
+    # (found by tests/test_properties.py).
+    from vmapcheck.core.contract import InputSpec, Leaf
+
+    first, second = jax.devices()[:2]
+    spec = InputSpec((Leaf("x", (2,), "float"), Leaf("mask", (2,), "bool")))
+    batch = {
+        "x": jax.device_put(np.zeros((1, 2), np.float32), first),
+        "mask": jax.device_put(np.ones((1, 2), bool), second),
+    }
+    with pytest.raises(InvalidInputError) as info:
+        spec.validate_batch(batch, jnp.float32)
+    assert info.value.reason == "devices"
+    assert (
+        str(info.value)
+        == f"expected every leaf on the same device(s), got x: {first}, mask: {second}"
+    )
+    # A numpy leaf (uncommitted) goes wherever the committed ones are.
+    spec.validate_batch({**batch, "x": np.zeros((1, 2), np.float32)}, jnp.float32)

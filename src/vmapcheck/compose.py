@@ -8,17 +8,29 @@ from __future__ import annotations
 from pathlib import Path
 
 from hydra import compose, initialize_config_dir
+from hydra.errors import HydraException
 from omegaconf import OmegaConf
+from omegaconf.errors import OmegaConfBaseException
 
+from vmapcheck.errors import ConfigError
 from vmapcheck.io import atomic_write_text
 from vmapcheck.layout import Layout
 
 
 def compose_yaml(conf_dir: Path, overrides: list[str] | None = None) -> str:
-    """Return the YAML text DVC's Hydra integration would write for these overrides."""
-    with initialize_config_dir(str(conf_dir.resolve()), version_base=None):
-        cfg = compose(config_name="config", overrides=list(overrides or []))
-    OmegaConf.resolve(cfg)
+    """Return the YAML text DVC's Hydra integration would write for these overrides.
+
+    Raises:
+        ConfigError: an override Hydra cannot apply (a key that does not exist without
+            ``+``, an option no file of the group has, a malformed override), with
+            Hydra's own message, which names the override.
+    """
+    try:
+        with initialize_config_dir(str(conf_dir.resolve()), version_base=None):
+            cfg = compose(config_name="config", overrides=list(overrides or []))
+        OmegaConf.resolve(cfg)
+    except (HydraException, OmegaConfBaseException) as exc:
+        raise ConfigError(f"overrides {list(overrides or [])}: {exc}") from None
     return OmegaConf.to_yaml(cfg)
 
 

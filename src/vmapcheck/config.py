@@ -638,25 +638,55 @@ def _key_path(loc: tuple[Any, ...], raw: Any = None) -> str:
     return path or "<root>"
 
 
+# A value found in params.yaml is shown at most this long (an unknown key may hold a list
+# of thousands); a mapping is named by its kind only.
+_SHOWN_CHARS = 80
+
+
+def _shown(value: Any) -> str:
+    """A value found in the config as an error shows it: its repr, cut; ``a mapping``."""
+    if isinstance(value, dict):
+        return "a mapping"
+    text = repr(value)
+    return text if len(text) <= _SHOWN_CHARS else text[: _SHOWN_CHARS - 3] + "..."
+
+
+def _tag_key(key: str, err: dict[str, Any]) -> str:
+    """The key of a tagged union's tag (``data.source``) for an error pydantic reports
+    on the whole section (``data``)."""
+    tag = str(err.get("ctx", {}).get("discriminator", "")).strip("'\"")
+    return f"{key}.{tag}" if tag and key != "<root>" else tag or key
+
+
 def _describe(errors: list[dict[str, Any]], source: str, raw: Any = None) -> str:
     lines = [f"invalid configuration in {source}:"]
     for err in errors:
         key = _key_path(err["loc"], raw)
         if err["type"] == "extra_forbidden":
-            lines.append(f"  {key}: unknown key (found value {err['input']!r})")
+            found = err["input"]
+            what = _shown(found) if isinstance(found, dict) else f"value {_shown(found)}"
+            lines.append(f"  {key}: unknown key (found {what})")
         elif err["type"] == "missing":
             lines.append(f"  {key}: required key is missing")
+        elif err["type"] == "union_tag_invalid":
+            # Reported on the section (its input: the whole mapping); the tag is the key.
+            ctx = err.get("ctx", {})
+            lines.append(
+                f"  {_tag_key(key, err)}: expected one of {ctx.get('expected_tags')}, "
+                f"found {ctx.get('tag')!r}"
+            )
+        elif err["type"] == "union_tag_not_found":
+            lines.append(f"  {_tag_key(key, err)}: required key is missing")
         elif err["type"] == "value_error":
             # Our own validators' messages say what was expected and found; the input is
             # then the whole section (a mapping), which adds nothing.
             message = err["msg"].removeprefix("Value error, ")
             found = err.get("input")
-            shown = "" if isinstance(found, dict) else f", found {found!r}"
+            shown = "" if isinstance(found, dict) else f", found {_shown(found)}"
             lines.append(f"  {key}: {message}{shown}")
         else:
             found = err.get("input")
-            shown = repr(found) if not isinstance(found, dict) else "a mapping"
-            lines.append(f"  {key}: {err['msg']}, found {shown}")
+            lines.append(f"  {key}: {err['msg']}, found {_shown(found)}")
     return "\n".join(lines)
 
 
@@ -667,7 +697,9 @@ def validate_config(raw: Any, source: str = "params.yaml") -> Config:
         ConfigError: naming every offending key with what was expected and found.
     """
     if not isinstance(raw, dict):
-        raise ConfigError(f"{source}: expected a mapping at the top level, found {type(raw)}")
+        raise ConfigError(
+            f"{source}: expected a mapping at the top level, found {type(raw).__name__}"
+        )
     try:
         return Config.model_validate(raw)
     except ValidationError as exc:

@@ -95,6 +95,8 @@ def read_json(path: Path) -> Any:
         raise ArtifactError(f"{path}: not found; has the stage that writes it run?") from None
     except json.JSONDecodeError as exc:
         raise ArtifactError(f"{path}: not valid JSON ({exc})") from None
+    except UnicodeDecodeError as exc:
+        raise ArtifactError(f"{path}: not UTF-8 text (byte {exc.start}): not JSON") from None
 
 
 def load_npz(path: Path) -> dict[str, np.ndarray]:

@@ -179,11 +179,35 @@ def load_params(folder: Path, template: Any) -> tuple[Any, dict[str, Any]]:
     """
     folder = Path(folder)
     manifest = read_json(folder / MANIFEST_FILE)
+    _check_manifest(manifest, folder / MANIFEST_FILE)
     check_contract(manifest.get("contract", {}), contract_of(template))
     params = read_params_file(
         folder / manifest.get("file", PARAMS_FILE), template, manifest.get("sha256", "")
     )
     return params, manifest
+
+
+def _check_manifest(manifest: Any, where: Path) -> None:
+    """Refuse a manifest that is not what :func:`save_params` writes: a mapping whose
+    ``file`` names a file beside it, ``sha256`` is text and ``contract`` maps each leaf
+    to its shape and dtype (the values are then compared, not trusted)."""
+    if not isinstance(manifest, dict):
+        raise ArtifactError(f"{where}: expected a JSON object, found {type(manifest).__name__}")
+    file = manifest.get("file", PARAMS_FILE)
+    if not isinstance(file, str) or not file or Path(file).name != file:
+        raise ArtifactError(
+            f"{where}: key 'file': expected the name of a file in {where.parent}, found "
+            f"{type(file).__name__} {str(file)[:80]!r}"
+        )
+    if not isinstance(manifest.get("sha256", ""), str):
+        raise ArtifactError(f"{where}: key 'sha256': expected hex text")
+    contract = manifest.get("contract", {})
+    if not isinstance(contract, dict) or not all(
+        isinstance(leaf, dict) for leaf in contract.values()
+    ):
+        raise ArtifactError(
+            f"{where}: key 'contract': expected a mapping of leaf names to shape and dtype"
+        )
 
 
 def model_contract(model: Any, params: Any, features: list[str]) -> dict[str, Any]:

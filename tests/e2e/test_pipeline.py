@@ -281,6 +281,20 @@ def test_second_repro_runs_no_stage(project, first_run):
     assert "Data and pipelines are up to date" in result.stdout
 
 
+def test_an_unknown_key_alone_is_refused_by_the_one_stage_dvc_reruns(project, first_run):
+    # `-S +foo=1` changes no stage's declared params: only track (a dep on params.yaml as a
+    # whole) reruns, and refuses the key before any work (every stage validates it all).
+    compose(project, "+foo=1")
+    try:
+        result = run(project, "dvc", "repro", check=False)
+    finally:
+        compose(project)
+    output = result.stdout + result.stderr
+    assert result.returncode != 0 and stages_run(result) == {"track"}, output
+    assert "track: error: invalid configuration in" in output
+    assert "  foo: unknown key (found value 1)" in output
+
+
 def test_metrics_and_plots_show(project, tmp_path):
     """DVC metrics hold the headline only; the plots are log-log, nothing unmeasured."""
     shown = run(project, "dvc", "metrics", "show").stdout

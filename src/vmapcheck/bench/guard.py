@@ -75,7 +75,7 @@ from vmapcheck.core.contract import rows as rows_of_tree
 from vmapcheck.core.forms import batched_forward, cast_tree
 from vmapcheck.core.models import Model, Params
 from vmapcheck.errors import ConfigError, InvalidInputError, NonFiniteOutputError
-from vmapcheck.params_io import check_params_like
+from vmapcheck.params_io import check_finite, check_params_like, leaf_paths
 
 # Planted in requests when guard.replay.plant_canary is true (finite: valid requests stay
 # valid). float32 holds 123456.7890625, so every decimal form of it starts "123456.7".
@@ -115,7 +115,8 @@ class Guard:
             with ``jax_enable_x64`` off), or ``config.max_request_bytes`` is below one
             valid full batch.
         ArtifactError: ``params`` do not have the leaves of ``model.init``'s template
-            (naming the leaf: missing, extra, or of another shape).
+            (naming the leaf: missing, extra, or of another shape), or a float leaf holds
+            NaN or Inf.
     """
 
     def __init__(
@@ -134,6 +135,8 @@ class Guard:
         # Before anything is cast or compiled: a leaf of another shape would otherwise
         # surface as a broadcasting error inside the forward, naming no leaf.
         check_params_like(params, jax.eval_shape(model.init, jax.random.key(0)), "Guard params")
+        # A NaN or Inf leaf would make every answer non-finite: refused here, by leaf.
+        check_finite(leaf_paths(params), "Guard params")
         self._contract = model.contract
         self._reasons = invalid_kinds(self._contract)
         self._config = config

@@ -102,8 +102,9 @@ def _first(bad: np.ndarray) -> tuple[int, ...]:
 
 def not_an_array(x: Any) -> str | None:
     """What ``x`` is when it cannot be a leaf's array (the contract takes plain numeric
-    arrays), else None: a masked array (its mask would be ignored), a ragged nested list,
-    an array of Python objects. Nothing of ``x``'s values is in the answer."""
+    numpy or JAX arrays), else None: a masked array (its mask would be ignored), a ragged
+    nested list, an array of Python objects, any other non-array (a list, a scalar).
+    Nothing of ``x``'s values is in the answer."""
     if isinstance(x, np.ma.MaskedArray):
         return (
             "a numpy masked array (np.ma), whose mask every path would ignore: drop or fill "
@@ -118,6 +119,10 @@ def not_an_array(x: Any) -> str | None:
             return f"a ragged {type(x).__name__} (nested sequences of different lengths)"
     if dtype == np.dtype(object):
         return "an array of dtype object (Python objects, not numbers)"
+    if not isinstance(x, np.ndarray | jax.Array):
+        # A list of bools (or, under x64, of floats) would pass the dtype check, then be
+        # mapped by vmap as a pytree of Python scalars, failing inside JAX.
+        return f"a {type(x).__name__}, not an array: pass np.asarray(...) with the contract's dtype"
     return None
 
 
@@ -292,7 +297,8 @@ class InputSpec:
 
     def check_types(self, arrays: Mapping[str, Any], what: str) -> None:
         """Refuse a leaf that is no plain numeric array (:func:`not_an_array`), naming the
-        leaf; ``reason`` "type"."""
+        leaf, ``reason`` "type"; and leaves committed to different devices, ``reason``
+        "devices" (JAX would refuse to compute with them together, naming no leaf)."""
         for leaf in self.leaves:
             problem = not_an_array(arrays[leaf.name])
             if problem:
@@ -300,6 +306,19 @@ class InputSpec:
                 raise InvalidInputError(
                     f"{self._where(leaf)}expected {expected}, got {problem}", reason="type"
                 )
+        # Only committed arrays (put on a device explicitly) are pinned there; numpy and
+        # uncommitted JAX arrays follow them.
+        placed = {
+            name: tuple(sorted(str(d) for d in a.devices()))
+            for name, a in arrays.items()
+            if isinstance(a, jax.Array) and getattr(a, "committed", False)
+        }
+        if len(set(placed.values())) > 1:
+            raise InvalidInputError(
+                "expected every leaf on the same device(s), got "
+                + ", ".join(f"{name}: {', '.join(ds)}" for name, ds in placed.items()),
+                reason="devices",
+            )
 
     def _check_shape(self, leaf: Leaf, shape: tuple[int, ...], batched: bool) -> None:
         where = self._where(leaf)
@@ -360,7 +379,8 @@ class InputSpec:
 
         Raises:
             InvalidInputError: naming the leaf and the problem; ``reason`` is "type" (also
-                a masked array, a ragged list or an object array), "missing_leaf",
+                a masked array, a ragged list or an object array), "devices" (leaves
+                committed to different devices), "missing_leaf",
                 "extra_leaf", "rank", "features" (flat) or "shape", "batch_sizes", "empty",
                 "dtype", "non_finite_input" or "id_range".
         """

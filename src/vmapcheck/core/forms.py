@@ -70,9 +70,9 @@ def batched_forward(model: Model, params: Params, in_axes: tuple[Any, Any] = (No
     carries a leading batch axis on top of the model's own (contract) shape.
 
     Raises:
-        InvalidInputError: ``in_axes`` is not a pair (params axis, input axis), or params
-            are mapped but a leaf has exactly its unbatched shape; the message names the
-            leaf and the fix.
+        InvalidInputError: ``in_axes`` is not a pair (params axis, input axis), the input
+            axis is no int axis of every input leaf batched, or params are mapped but a
+            leaf has exactly its unbatched shape; the message names the leaf and the fix.
     """
     if not isinstance(in_axes, tuple | list) or len(in_axes) != 2:
         found = f"{type(in_axes).__name__} {in_axes!r}"[:120]
@@ -82,8 +82,24 @@ def batched_forward(model: Model, params: Params, in_axes: tuple[Any, Any] = (No
             f"{found}",
             reason="in_axes",
         )
-    params_axis = in_axes[0]
-    if params_axis is not None and not isinstance(params_axis, int):
+    params_axis, input_axis = in_axes
+    # Every leaf of a batch has its example's rank plus the batch axis: the input axis
+    # must be an axis of each (vmap would otherwise fail at the call, naming no argument).
+    ranks = [len(leaf.shape) + 1 for leaf in model.contract.leaves]
+    if (
+        isinstance(input_axis, bool)
+        or not isinstance(input_axis, int)
+        or not all(-r <= input_axis < r for r in ranks)
+    ):
+        found = f"{type(input_axis).__name__} {input_axis!r}"[:120]
+        raise InvalidInputError(
+            f"in_axes[1]: expected the batch axis of the input, an int in "
+            f"[-{min(ranks)}, {min(ranks) - 1}] (0: the batch on axis 0), got {found}",
+            reason="in_axes",
+        )
+    if params_axis is not None and (
+        isinstance(params_axis, bool) or not isinstance(params_axis, int)
+    ):
         raise InvalidInputError(
             f"in_axes[0]: expected None (params shared by every row) or an int axis, got "
             f"{type(params_axis).__name__}",

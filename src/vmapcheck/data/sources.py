@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import csv
 import datetime as dt
+import io
 import re
 from collections import Counter
 from collections.abc import Callable, Sequence
@@ -210,19 +211,22 @@ def _read_csv(path: Path, schema: Schema, delimiter: str) -> RawTable:
     records: list[list[str]] = []
     lines: list[int] = []  # the line where each record starts (a quoted field may span lines)
     end = 0
+    raw = path.read_bytes()
     try:
-        with open(path, newline="", encoding="utf-8-sig") as fh:
-            reader = csv.reader(fh, delimiter=delimiter, strict=True)
-            for record in reader:
-                start, end = end + 1, reader.line_num
-                if not record or (len(record) == 1 and not record[0].strip()):
-                    continue  # a blank line separates nothing: skip it, as spreadsheets do
-                records.append(record)
-                lines.append(start)
-    except UnicodeDecodeError:
-        raise SourceError(
-            f"{path}: line {end + 1}: not UTF-8 text; save the file as UTF-8"
-        ) from None
+        # Decoded whole, not through a reader: a decoder reading ahead by blocks fails at
+        # the block that holds the bad byte, lines before it; the byte's offset is exact.
+        text = raw.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        line = raw.count(b"\n", 0, exc.start) + 1
+        raise SourceError(f"{path}: line {line}: not UTF-8 text; save the file as UTF-8") from None
+    try:
+        reader = csv.reader(io.StringIO(text, newline=""), delimiter=delimiter, strict=True)
+        for record in reader:
+            start, end = end + 1, reader.line_num
+            if not record or (len(record) == 1 and not record[0].strip()):
+                continue  # a blank line separates nothing: skip it, as spreadsheets do
+            records.append(record)
+            lines.append(start)
     except csv.Error as exc:
         # csv's messages describe the quoting problem, never the field's content.
         raise SourceError(f"{path}: line {end + 1}: malformed CSV ({exc})") from None
