@@ -240,6 +240,8 @@ def main() -> int:
                 shown = entry.get("error") or (
                     f"{entry['verdict']} {entry['regressions']} load "
                     f"{entry['load']['load_avg_1m_min']:.1f}-{entry['load']['load_avg_1m_max']:.1f}"
+                    "; ratios "
+                    + " ".join(f"{c} {v['ratio']:.2f}" for c, v in entry["cells"].items())
                 )
                 print(f"{i + 1}/{args.comparisons} {kind}: {shown} ({time.time() - started:.0f} s)")
     finally:

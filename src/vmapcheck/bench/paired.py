@@ -252,8 +252,10 @@ def side_spec(role: str, project: Path, python: str | None = None) -> SideSpec:
     Raises:
         ConfigError: ``project`` has no params.yaml, or ``python`` is not a file.
     """
+    from vmapcheck.layout import Layout
+
     project = Path(project).resolve()
-    if not (project / "params.yaml").is_file():
+    if not Layout(project).params_yaml.is_file():
         raise ConfigError(
             f"{role} project {project}: no params.yaml (expected a vmapcheck project folder "
             "after `dvc repro train`: params.yaml, data/params, data/cases)"
