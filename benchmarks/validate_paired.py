@@ -175,6 +175,9 @@ def main() -> int:
     parser.add_argument("--samples", type=int, default=10, help="samples per cell and round")
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--paths", default="vmap_jit,direct_jit")
+    parser.add_argument(
+        "--order", choices=("interleaved", "blocks"), default="interleaved", help="within a round"
+    )
     parser.add_argument("--batch-sizes", default="256,1024,4096")
     parser.add_argument("--factor", type=float, help="default: conf/bench/quick.yaml's")
     parser.add_argument("--alpha", type=float, help="default: conf/bench/quick.yaml's")
@@ -232,6 +235,7 @@ def main() -> int:
                         args.rounds,
                         args.samples,
                         args.warmup,
+                        order=args.order,
                     )
                     entry = summary(kind, result)
                 except VmapcheckError as exc:
@@ -253,6 +257,7 @@ def main() -> int:
         "alpha": alpha,
         "rounds_per_side": args.rounds,
         "samples_per_round": args.samples,
+        "order_within_round": args.order,
         "paths": paths,
         "batch_sizes": sizes,
         "background_load_processes": args.load,

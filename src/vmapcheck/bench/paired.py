@@ -364,6 +364,7 @@ def run_paired(
     confidence: float = 0.95,
     require_same: Iterable[str] = (),
     log=None,
+    order: str = "interleaved",
 ) -> dict[str, Any]:
     """Start both workers, time ``rounds`` rounds each in ABBA order, judge the pairs.
 
@@ -396,6 +397,8 @@ def run_paired(
         str(samples),
         "--warmup",
         str(warmup),
+        "--order",
+        order,
     ]
     started = time.time()
     with tempfile.TemporaryDirectory(prefix="vmapcheck-paired-") as tmp:
@@ -408,6 +411,7 @@ def run_paired(
             for spec in (baseline, current):
                 spec.context = ready[spec.role]["context"]
             head = _head(baseline, current, paths, batch_sizes, rounds, samples, warmup)
+            head["design"]["within_round"] = order
             records = [BenchRecord(s.role, {}, s.context) for s in (baseline, current)]
             not_comparable, differences = comparability(*records, require_same)
             head["differences"] = differences

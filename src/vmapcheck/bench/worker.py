@@ -17,7 +17,10 @@ then speaks JSON lines:
 A round is what the bench stage's rounds are (vmapcheck.bench.timing): per batch size,
 the jit cells then the eager cells take turns in a balanced Latin-square order
 (``sample_passes``, the design's passes continued from round to round), every timed
-call right after a discarded call of the same cell, nothing compiled while timing.
+call right after a discarded call of the same cell, nothing compiled while timing. With
+``--order blocks``, each cell's samples are taken back to back instead (still each after
+a discarded call), the cells in a balanced order that changes from round to round: a
+cell then follows another cell's calls once per round, not before every sample.
 Anything the libraries print goes to stderr: stdout carries the protocol only.
 """
 
@@ -34,6 +37,9 @@ from typing import Any, TextIO
 
 # Each cell is keyed "path/b<rows>", as in the verdict's regressions list.
 Cell = str
+# How a round orders its samples: the bench stage's passes over the cells (interleaved at
+# the level of single calls), or each cell's samples back to back (blocks).
+INTERLEAVED, BLOCKS = "interleaved", "blocks"
 
 
 def cell_name(path: str, rows: int) -> Cell:
@@ -66,7 +72,13 @@ class Side:
     """
 
     def __init__(
-        self, project: Path, paths: list[str], batch_sizes: list[int], samples: int, warmup: int
+        self,
+        project: Path,
+        paths: list[str],
+        batch_sizes: list[int],
+        samples: int,
+        warmup: int,
+        order: str = INTERLEAVED,
     ) -> None:
         import jax
         import jax.numpy as jnp
@@ -132,6 +144,7 @@ class Side:
             _, inner = warm_up(group, warmup)
             self.inner |= inner
         self.samples = samples
+        self.order = order
         machine = conditions()
         self.context = {
             "model": config.model.name,
@@ -156,14 +169,23 @@ class Side:
         """Round ``index``: ``samples`` per cell (ms per call, in time order)."""
         import numpy as np
 
-        from vmapcheck.bench.timing import no_compiles, sample_passes
+        from vmapcheck.bench.timing import balanced_orders, no_compiles, sample_passes
 
         start, stop = index * self.samples, (index + 1) * self.samples
         secs = {c: np.empty(stop) for c in self.cells}
         with no_compiles(f"{len(self.cells)} cells of a paired round"):
             for group in self.groups:
-                # Indices continue from round to round: the Latin square's passes too.
-                sample_passes(group, self.inner, secs, range(start, stop))
+                if self.order == INTERLEAVED:
+                    # Indices continue from round to round: the Latin square's passes too.
+                    sample_passes(group, self.inner, secs, range(start, stop))
+                    continue
+                # Blocks: each cell's samples back to back, the cells in a balanced order
+                # that changes from round to round.
+                names = list(group)
+                design = balanced_orders(len(names))
+                for k in design[index % len(design)]:
+                    one = {names[k]: group[names[k]]}
+                    sample_passes(one, self.inner, secs, range(start, stop))
         return {str(c): [float(v * 1e3) for v in secs[c][start:stop]] for c in self.cells}
 
 
@@ -194,6 +216,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--batch-sizes", required=True, help="comma-separated rows")
     parser.add_argument("--samples", type=int, required=True, help="samples per cell and round")
     parser.add_argument("--warmup", type=int, required=True, help="discarded calls per cell")
+    parser.add_argument("--order", choices=(INTERLEAVED, BLOCKS), default=INTERLEAVED)
     args = parser.parse_args(argv)
     # The protocol's own copy of stdout; everything else printed goes to stderr.
     protocol = os.fdopen(os.dup(1), "w", buffering=1)
@@ -208,6 +231,7 @@ def main(argv: list[str] | None = None) -> int:
             parse_sizes(args.batch_sizes),
             args.samples,
             args.warmup,
+            args.order,
         )
         if not side.cells:
             raise ValueError(f"no cell to time: every one was skipped ({side.skipped})")
