@@ -176,7 +176,7 @@ def main() -> int:
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--paths", default="vmap_jit,direct_jit")
     parser.add_argument(
-        "--order", choices=("interleaved", "blocks"), default="interleaved", help="within a round"
+        "--order", choices=("interleaved", "blocks"), default="blocks", help="within a round"
     )
     parser.add_argument("--batch-sizes", default="256,1024,4096")
     parser.add_argument("--factor", type=float, help="default: conf/bench/quick.yaml's")

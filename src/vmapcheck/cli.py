@@ -79,6 +79,7 @@ def _verdict_paired(args: argparse.Namespace, layout: Layout) -> int:
         args.baseline_python,
         args.current_python,
         require_same=args.require_same or (),
+        order=args.order,
     )
 
 
@@ -251,6 +252,13 @@ def build_parser() -> argparse.ArgumentParser:
         action="append",
         choices=("jax_version", "jaxlib_version", "model"),  # bench.verdict.OPTIONAL_KEYS
         help="refuse to compare sides that differ in this (repeatable)",
+    )
+    paired.add_argument(
+        "--order",
+        choices=("blocks", "interleaved"),  # vmapcheck.bench.worker.BLOCKS, INTERLEAVED
+        default="blocks",
+        help="within a round: each cell's samples back to back (blocks), or the bench "
+        "stage's passes over the cells (interleaved)",
     )
     _root_flag(paired)
 

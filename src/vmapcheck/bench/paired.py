@@ -11,8 +11,10 @@ vmapcheck.bench.worker`` on each project folder: its own params.yaml, data/param
 data/cases, and, where the folder has one, its own ``src`` and ``.venv``: other model code
 or another JAX version). Both compile and warm up; then the driver asks for rounds in the
 order A B B A A B B A ... (A: baseline, B: current). A round times every cell (a path at a
-batch size) ``samples`` times, in the bench stage's balanced order with isolation calls
-(vmapcheck.bench.timing.sample_passes).
+batch size) ``samples`` times, each timed call after a discarded call of the same cell;
+``order="blocks"`` (the default) takes a cell's samples back to back, the cells in a
+balanced order that changes from round to round, ``"interleaved"`` the bench stage's
+passes (vmapcheck.bench.timing.sample_passes; docs/benchmark.md compares the two).
 
 Statistics (:func:`judge_paired`), per cell:
 
@@ -364,7 +366,7 @@ def run_paired(
     confidence: float = 0.95,
     require_same: Iterable[str] = (),
     log=None,
-    order: str = "interleaved",
+    order: str = "blocks",
 ) -> dict[str, Any]:
     """Start both workers, time ``rounds`` rounds each in ABBA order, judge the pairs.
 
@@ -435,19 +437,19 @@ def run_paired(
             for w in workers.values():
                 w.send({"cmd": "round", "index": 0})
                 w.receive(ROUND_TIMEOUT_S)
-            order = schedule(rounds)
+            sides = schedule(rounds)
             taken: list[dict[str, list[float]]] = []
             loads = [_load()]
-            for i, role in enumerate(order):
+            for i, role in enumerate(sides):
                 workers[role].send({"cmd": "round", "index": 1 + i // 2})
                 taken.append(workers[role].receive(ROUND_TIMEOUT_S)["samples_ms"])
                 loads.append(_load())
-                if (i + 1) % 10 == 0 or i + 1 == len(order):
-                    say(f"paired verdict: {i + 1}/{len(order)} rounds, load {loads[-1]:.1f}")
+                if (i + 1) % 10 == 0 or i + 1 == len(sides):
+                    say(f"paired verdict: {i + 1}/{len(sides)} rounds, load {loads[-1]:.1f}")
         finally:
             for w in workers.values():
                 w.close()
-    result = judge_paired(order, taken, factor, alpha, confidence)
+    result = judge_paired(sides, taken, factor, alpha, confidence)
     only = sorted(set(ready[BASELINE]["cells"]) ^ set(ready[CURRENT]["cells"]))
     return {
         **result,
@@ -528,7 +530,8 @@ def format_paired(result: dict[str, Any]) -> str:
     lines = [
         buffer.getvalue().rstrip(),
         f"design: {design['name']}; {design['rounds_per_side']} rounds a side of "
-        f"{design['samples_per_round']} samples per cell, {result['pairs']} pairs",
+        f"{design['samples_per_round']} samples per cell ({design.get('within_round')} "
+        f"within a round), {result['pairs']} pairs",
         f"regression = ratio > {result['factor']} and one-sided Wilcoxon p on the pairs "
         f"(BH-adjusted) < {result['alpha']}",
         f"load during the rounds: {load['load_avg_1m_min']:.1f}-{load['load_avg_1m_max']:.1f} "
@@ -556,6 +559,7 @@ def run_verdict_paired(
     baseline_python: str | None = None,
     current_python: str | None = None,
     require_same: Iterable[str] = (),
+    order: str = "blocks",
 ) -> int:
     """``vmapcheck verdict-paired``: time both projects ABBA and judge; print the table,
     write the report (default ``reports/perf_verdict_paired.json`` of the current
@@ -587,6 +591,7 @@ def run_verdict_paired(
             config.bench.confidence_level,
             require_same,
             log=lambda line: print(line, file=sys.stderr, flush=True),
+            order=order,
         )
     except VmapcheckError as exc:
         print(f"verdict-paired: error: {exc}", file=sys.stderr)
