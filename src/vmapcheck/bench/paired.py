@@ -34,6 +34,11 @@ machine, and the load measured during the run is reported. Sides that differ in 
 required context key (vmapcheck.bench.verdict.CONTEXT: machine, backend, dtype...) are
 ``not comparable``; a JAX or model difference is noted (``require_same`` to refuse it).
 
+What pairing cannot cancel: a difference between the two processes that lasts the
+whole comparison (measured under load 10-16: in 3 of 23 A/A comparisons one process was
+1.2-1.5x slower at 4,096 rows in every pair). One process per side cannot tell that from
+slower code; docs/benchmark.md has the measured rates.
+
 Too few pairs cannot reach significance after the adjustment: with ``n`` pairs the
 smallest one-sided Wilcoxon p is ``2**-n``, and one significant cell among ``m`` needs
 ``m * 2**-n < alpha``. :func:`min_pairs` is that bound plus a margin of two (one pair
