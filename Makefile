@@ -16,7 +16,6 @@ export DVC_NO_ANALYTICS := 1
 export PYTHONUNBUFFERED := 1
 
 .PHONY: help setup demo test test-fast lint format ui clean params lock reference verdict browser \
-	verdict-paired \
 	compare registry rollback diagnose
 
 help:
@@ -92,6 +91,7 @@ verdict: $(STAMP)
 # Time a baseline project folder (BASELINE_PROJECT: e.g. `git worktree add ../baseline <rev>`,
 # then `dvc repro train` there) and this one in alternating ABBA rounds, and judge the
 # paired ratios (docs/benchmark.md, "Paired verdict"); exits 1 on a regression.
+.PHONY: verdict-paired
 verdict-paired: $(STAMP)
 	@test -n "$(BASELINE_PROJECT)" || { echo "error: name the baseline's project folder: make verdict-paired BASELINE_PROJECT=../baseline" >&2; exit 1; }
 	vmapcheck verdict-paired --baseline-project "$(BASELINE_PROJECT)"
