@@ -24,6 +24,7 @@ help:
 	@echo "make test-fast  lint and the unit tests only (no end-to-end pipeline runs)"
 	@echo "make ui     MLflow UI over the local store on http://127.0.0.1:$(UI_PORT)"
 	@echo "make verdict BASELINE=last-verified|<run id>|<bench_details.json>  benchmark regression verdict"
+	@echo "make verdict-paired BASELINE_PROJECT=<dir>  time it and this project ABBA, judge the pairs"
 	@echo "make compare [N=10] [FILTER=\"tags.model = 'mlp'\"]  logged runs side by side"
 	@echo "make exp    DVC experiments side by side, the columns compared (dvc exp show)"
 	@echo "make registry  versions of the registered model, which is @verified, their tags"
@@ -87,6 +88,14 @@ reference: $(STAMP)
 BASELINE ?= last-verified
 verdict: $(STAMP)
 	vmapcheck verdict --baseline "$(BASELINE)"
+
+# Time a baseline project folder (BASELINE_PROJECT: e.g. `git worktree add ../baseline <rev>`,
+# then `dvc repro train` there) and this one in alternating ABBA rounds, and judge the
+# paired ratios (docs/benchmark.md, "Paired verdict"); exits 1 on a regression.
+.PHONY: verdict-paired
+verdict-paired: $(STAMP)
+	@test -n "$(BASELINE_PROJECT)" || { echo "error: name the baseline's project folder: make verdict-paired BASELINE_PROJECT=../baseline" >&2; exit 1; }
+	vmapcheck verdict-paired --baseline-project "$(BASELINE_PROJECT)"
 
 # The last N runs of every model's experiment, or those an MLflow filter string picks.
 N ?= 10

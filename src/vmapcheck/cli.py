@@ -25,6 +25,8 @@ from vmapcheck.layout import Layout
 LAST_VERIFIED = "last-verified"  # vmapcheck.bench.verdict.LAST_VERIFIED
 COMPARE_DEFAULT_N = 10  # vmapcheck.tracking.runs.DEFAULT_N
 DIAGNOSIS_ON_DEMAND = "diagnosis-on-demand.json"  # under reports/
+PAIRED_ROUNDS = 20  # vmapcheck.bench.paired.DEFAULT_ROUNDS
+PAIRED_SAMPLES = 10  # vmapcheck.bench.paired.DEFAULT_SAMPLES
 
 Command = Callable[[argparse.Namespace, Layout], int]
 
@@ -58,6 +60,26 @@ def _verdict(args: argparse.Namespace, layout: Layout) -> int:
         args.alpha,
         args.out,
         require_same=args.require_same or (),
+    )
+
+
+def _verdict_paired(args: argparse.Namespace, layout: Layout) -> int:
+    from vmapcheck.bench.paired import run_verdict_paired
+
+    return run_verdict_paired(
+        args.current_project or layout.root,
+        args.baseline_project,
+        args.paths.split(",") if args.paths else None,
+        [int(b) for b in args.batch_sizes.split(",")] if args.batch_sizes else None,
+        args.rounds,
+        args.samples,
+        args.factor,
+        args.alpha,
+        args.out,
+        args.baseline_python,
+        args.current_python,
+        require_same=args.require_same or (),
+        order=args.order,
     )
 
 
@@ -117,6 +139,8 @@ COMMANDS = {
     "diagnose": "localize a divergence in the current outputs (exit 1: found one)",
     "reference": "store the last verified run as the model's reference, or show it",
     "verdict": "is the benchmark slower than a baseline? (exit 1: a regression)",
+    "verdict-paired": "time a baseline project and this one in alternating rounds, judge "
+    "the pairs (exit 1: a regression)",
     "compare": "logged runs side by side",
     "registry": "versions of the registered model, which is @verified, their tags",
     "rollback": "move alias verified back to the previous verified version",
@@ -144,6 +168,7 @@ def build_parser() -> argparse.ArgumentParser:
         "diagnose": _diagnose,
         "reference": _reference,
         "verdict": _verdict,
+        "verdict-paired": _verdict_paired,
         "compare": _compare,
         "registry": _registry,
         "rollback": _rollback,
@@ -193,6 +218,49 @@ def build_parser() -> argparse.ArgumentParser:
         "jax_version and jaxlib_version for a same-version comparison)",
     )
     _root_flag(verdict)
+
+    paired = sub["verdict-paired"]
+    paired.add_argument(
+        "--baseline-project",
+        type=Path,
+        required=True,
+        help="the baseline's project folder after `dvc repro train` (e.g. a git worktree "
+        "of another revision); its own src/ and .venv are used when present",
+    )
+    paired.add_argument(
+        "--current-project", type=Path, help="the current side (default: this project)"
+    )
+    paired.add_argument(
+        "--paths", help="comma-separated paths to time (default: the single-device jit paths)"
+    )
+    paired.add_argument("--batch-sizes", help="comma-separated rows (default: bench.batch_sizes)")
+    paired.add_argument(
+        "--rounds", type=int, default=PAIRED_ROUNDS, help="rounds per side (pairs = rounds)"
+    )
+    paired.add_argument(
+        "--samples", type=int, default=PAIRED_SAMPLES, help="samples per cell and round"
+    )
+    paired.add_argument("--factor", type=float, help="default: bench.regression.factor")
+    paired.add_argument("--alpha", type=float, help="default: bench.regression.alpha")
+    paired.add_argument(
+        "--out", type=Path, help="the JSON report (default: reports/perf_verdict_paired.json)"
+    )
+    paired.add_argument("--baseline-python", help="the baseline worker's interpreter")
+    paired.add_argument("--current-python", help="the current worker's interpreter")
+    paired.add_argument(
+        "--require-same",
+        action="append",
+        choices=("jax_version", "jaxlib_version", "model"),  # bench.verdict.OPTIONAL_KEYS
+        help="refuse to compare sides that differ in this (repeatable)",
+    )
+    paired.add_argument(
+        "--order",
+        choices=("blocks", "interleaved"),  # vmapcheck.bench.worker.BLOCKS, INTERLEAVED
+        default="blocks",
+        help="within a round: each cell's samples back to back (blocks), or the bench "
+        "stage's passes over the cells (interleaved)",
+    )
+    _root_flag(paired)
 
     compare = sub["compare"]
     compare.add_argument(

@@ -745,6 +745,11 @@ def format_table(result: dict[str, Any]) -> str:
     if result["noisy"] and result["verdict"] != "inconclusive":  # else the title says it
         lines.append("note: a run was marked noisy (load above the core count): read with care")
     lines.append(control_line(result["control"]))
+    if result["verdict"] == "inconclusive":
+        lines.append(
+            "hint: `make verdict-paired BASELINE_PROJECT=<dir>` times the baseline and this "
+            "project in alternating rounds, under the same load (docs/benchmark.md)"
+        )
     for name in ("only_in_baseline", "only_in_current"):
         if result[name]:
             lines.append(f"note: {name.replace('_', ' ')}: {', '.join(result[name])}")

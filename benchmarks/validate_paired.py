@@ -1,0 +1,278 @@
+"""Measure the paired verdict's false-alarm and detection rates on this machine, under load.
+
+Builds two project folders in a work dir: A (``model=mlp``) and B (``model=mlp_slow``,
+the same params and cases: its ``direct`` paths compute 25% more rows, outputs
+identical; ``vmap``/``loop`` are untouched), each through the real ``prepare`` and
+``train`` stages (``train.steps=0``: the timing does not depend on trained weights).
+Optionally starts a bounded background load itself (``--load N`` busy processes, each
+ending by itself after ``--load-seconds``, all killed when the script ends). Then
+alternates, ``--comparisons`` times each:
+
+- A/A: :func:`vmapcheck.bench.paired.run_paired` with A as both sides (two processes of
+  the same code): any ``regression`` is a false alarm;
+- A/B: A as baseline, B as current: a ``regression`` on a ``direct`` cell is a detection,
+  one on a ``vmap`` cell a false alarm.
+
+Each comparison records the 1-minute load average measured during its rounds. A
+comparison that fails (a worker error) is counted with its reason; the paired verdict has
+no ``inconclusive`` of its own (sides that are not comparable are named instead).
+
+Usage (from the project root)::
+
+    python benchmarks/validate_paired.py --comparisons 50 --load 2 \\
+        --out benchmarks/paired_validation_load.json
+    python benchmarks/validate_paired.py --comparisons 50 \\
+        --out benchmarks/paired_validation_quiet.json
+
+``--minutes`` stops starting new comparisons after that long and tabulates what was done.
+The figures in docs/benchmark.md come from this script.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "src"))
+
+PLANTED = ("direct_eager", "direct_jit")  # the paths mlp_slow slows down
+SMALL_PROJECT = ["train.steps=0", "data.n_rows=240", "data.standard_batch=8"]
+# A busy process that ends by itself after argv[1] seconds, so that no load outlives
+# the script even when the script is killed before its finally.
+BUSY = "import sys, time\nend = time.time() + float(sys.argv[1])\nwhile time.time() < end: pass\n"
+
+
+def make_project(
+    folder: Path, model: str, data_from: Path | None = None, overrides: tuple[str, ...] = ()
+) -> Path:
+    """A project folder for ``model``: params.yaml composed from conf/ (with Hydra
+    ``overrides``), data/ from the prepare and train stages (or copied from
+    ``data_from``, whose params fit the model). A folder already built with the same
+    params.yaml is reused as it is."""
+    from vmapcheck.compose import compose_yaml
+
+    folder.mkdir(parents=True, exist_ok=True)
+    params = compose_yaml(ROOT / "conf", [f"model={model}", *SMALL_PROJECT, *overrides])
+    built = (folder / "params.yaml").is_file() and (folder / "data" / "params").is_dir()
+    if built and (folder / "params.yaml").read_text() == params and data_from is None:
+        return folder
+    (folder / "params.yaml").write_text(params)
+    if data_from is not None:
+        shutil.copytree(data_from / "data", folder / "data", dirs_exist_ok=True)
+        return folder
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
+    for stage in ("prepare", "train"):
+        subprocess.run(
+            [sys.executable, str(ROOT / "stages" / f"{stage}.py")], cwd=folder, env=env, check=True
+        )
+    return folder
+
+
+def start_load(n: int, seconds: float) -> list[subprocess.Popen]:
+    return [
+        subprocess.Popen([sys.executable, "-c", BUSY, str(seconds)], stdout=subprocess.DEVNULL)
+        for _ in range(n)
+    ]
+
+
+def summary(kind: str, result: dict[str, Any]) -> dict[str, Any]:
+    """What the tables need from one comparison."""
+    return {
+        "kind": kind,
+        "verdict": result["verdict"],
+        "regressions": result["regressions"],
+        "improvements": result["improvements"],
+        "load": result.get("load"),
+        "cells": {
+            c: {k: v[k] for k in ("ratio", "ci_low", "ci_high", "p_slower_adjusted", "status")}
+            for c, v in result.get("cells", {}).items()
+        },
+        "wall_s": result.get("wall_s"),
+    }
+
+
+def tables(done: list[dict[str, Any]]) -> dict[str, Any]:
+    """A/A false-alarm rate, A/B detection per cell, failures and the load measured."""
+    aa = [d for d in done if d["kind"] == "A/A" and "error" not in d]
+    ab = [d for d in done if d["kind"] == "A/B" and "error" not in d]
+    cells = sorted({c for d in aa + ab for c in d["cells"]})
+    planted = [c for c in cells if c.split("/")[0] in PLANTED]
+    untouched = [c for c in cells if c not in planted]
+    loads = [d["load"]["load_avg_1m_mean"] for d in aa + ab]
+
+    def load_range(ds: list[dict[str, Any]]) -> list[float] | None:
+        if not ds:
+            return None
+        return [
+            min(d["load"]["load_avg_1m_min"] for d in ds),
+            max(d["load"]["load_avg_1m_max"] for d in ds),
+        ]
+
+    def median_ratio(ds: list[dict[str, Any]], cell: str) -> float | None:
+        values = sorted(d["cells"][cell]["ratio"] for d in ds if cell in d["cells"])
+        return values[len(values) // 2] if values else None
+
+    return {
+        "aa": {
+            "comparisons": len(aa),
+            "verdict_regression": sum(d["verdict"] == "regression" for d in aa),
+            "cells_flagged": sum(len(d["regressions"]) for d in aa),
+            "cells": sum(len(d["cells"]) for d in aa),
+            "load_1m": load_range(aa),
+            "median_ratio": {c: median_ratio(aa, c) for c in cells},
+        },
+        "ab": {
+            "comparisons": len(ab),
+            "verdict_regression": sum(d["verdict"] == "regression" for d in ab),
+            "detected_by_cell": {c: sum(c in d["regressions"] for d in ab) for c in planted},
+            "untouched_flagged_by_cell": {
+                c: sum(c in d["regressions"] for d in ab) for c in untouched
+            },
+            "load_1m": load_range(ab),
+            "median_ratio": {c: median_ratio(ab, c) for c in cells},
+        },
+        "failed": [{"kind": d["kind"], "error": d["error"]} for d in done if "error" in d],
+        "inconclusive": 0,  # the paired verdict has none (module docstring)
+        "mean_load_1m": {"min": min(loads), "max": max(loads)} if loads else None,
+    }
+
+
+def markdown(report: dict[str, Any]) -> str:
+    t = report["tables"]
+    aa, ab = t["aa"], t["ab"]
+    lines = [
+        f"A/A: verdict regression {aa['verdict_regression']} of {aa['comparisons']} "
+        f"({aa['cells_flagged']} of {aa['cells']} cells), load {aa['load_1m']}",
+        f"A/B: verdict regression {ab['verdict_regression']} of {ab['comparisons']}, "
+        f"load {ab['load_1m']}",
+        "",
+        "| cell | A/B regression | median ratio A/B | median ratio A/A |",
+        "|---|---|---|---|",
+    ]
+    for cell, ratio in ab["median_ratio"].items():
+        found = ab["detected_by_cell"].get(cell, ab["untouched_flagged_by_cell"].get(cell))
+        role = "planted +25%" if cell in ab["detected_by_cell"] else "untouched"
+        lines.append(
+            f"| {cell} ({role}) | {found} of {ab['comparisons']} | "
+            f"{ratio:.3f} | {aa['median_ratio'].get(cell) or float('nan'):.3f} |"
+        )
+    lines.append(f"failed comparisons: {len(t['failed'])}; inconclusive: {t['inconclusive']}")
+    return "\n".join(lines)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--comparisons", type=int, default=10, help="of each kind (A/A, A/B)")
+    parser.add_argument("--rounds", type=int, default=20, help="rounds per side")
+    parser.add_argument("--samples", type=int, default=10, help="samples per cell and round")
+    parser.add_argument("--warmup", type=int, default=3)
+    parser.add_argument("--paths", default="vmap_jit,direct_jit")
+    parser.add_argument(
+        "--order", choices=("interleaved", "blocks"), default="blocks", help="within a round"
+    )
+    parser.add_argument("--batch-sizes", default="256,1024,4096")
+    parser.add_argument("--factor", type=float, help="default: conf/bench/quick.yaml's")
+    parser.add_argument("--alpha", type=float, help="default: conf/bench/quick.yaml's")
+    parser.add_argument("--load", type=int, default=0, help="busy processes to start (0: none)")
+    parser.add_argument(
+        "--load-seconds", type=float, default=3600, help="each busy process ends after this"
+    )
+    parser.add_argument("--minutes", type=float, help="start no comparison after this long")
+    parser.add_argument(
+        "--override",
+        action="append",
+        default=[],
+        help="a Hydra override for both projects, e.g. model.hidden=[256,256] (a wider "
+        "network, where the planted rows cost their share of the time at 256 rows)",
+    )
+    parser.add_argument("--work-dir", type=Path, default=Path("/tmp/vmapcheck-validate-paired"))
+    parser.add_argument("--out", type=Path, default=ROOT / "benchmarks/paired_validation.json")
+    args = parser.parse_args()
+
+    import yaml
+
+    from vmapcheck.bench.paired import BASELINE, CURRENT, run_paired, side_spec
+    from vmapcheck.compose import compose_yaml
+    from vmapcheck.errors import VmapcheckError
+    from vmapcheck.io import atomic_write_json
+
+    regression = yaml.safe_load(compose_yaml(ROOT / "conf", []))["bench"]["regression"]
+    factor = args.factor or regression["factor"]
+    alpha = args.alpha or regression["alpha"]
+    paths = args.paths.split(",")
+    sizes = [int(b) for b in args.batch_sizes.split(",")]
+    a_dir, b_dir = args.work_dir / "a", args.work_dir / "b"
+    overrides = tuple(args.override)
+    make_project(a_dir, "mlp", overrides=overrides)
+    make_project(b_dir, "mlp_slow", data_from=a_dir, overrides=overrides)
+    a, b = side_spec(BASELINE, a_dir), side_spec(CURRENT, b_dir)
+    a_cur = side_spec(CURRENT, a_dir)
+    started = time.time()
+    done: list[dict[str, Any]] = []
+    load = start_load(args.load, args.load_seconds)
+    try:
+        for i in range(args.comparisons):
+            if args.minutes and time.time() - started > 60 * args.minutes:
+                print(f"stopping after {len(done)} comparisons: --minutes {args.minutes} reached")
+                break
+            for kind, current in (("A/A", a_cur), ("A/B", b)):
+                try:
+                    result = run_paired(
+                        a,
+                        current,
+                        paths,
+                        sizes,
+                        factor,
+                        alpha,
+                        args.rounds,
+                        args.samples,
+                        args.warmup,
+                        order=args.order,
+                    )
+                    entry = summary(kind, result)
+                except VmapcheckError as exc:
+                    entry = {"kind": kind, "error": str(exc)}
+                done.append(entry)
+                shown = entry.get("error") or (
+                    f"{entry['verdict']} {entry['regressions']} load "
+                    f"{entry['load']['load_avg_1m_min']:.1f}-{entry['load']['load_avg_1m_max']:.1f}"
+                    "; ratios "
+                    + " ".join(f"{c} {v['ratio']:.2f}" for c, v in entry["cells"].items())
+                )
+                print(f"{i + 1}/{args.comparisons} {kind}: {shown} ({time.time() - started:.0f} s)")
+    finally:
+        for proc in load:
+            proc.kill()
+            proc.wait()
+    report = {
+        "factor": factor,
+        "alpha": alpha,
+        "rounds_per_side": args.rounds,
+        "samples_per_round": args.samples,
+        "order_within_round": args.order,
+        "paths": paths,
+        "batch_sizes": sizes,
+        "background_load_processes": args.load,
+        "overrides": list(overrides),
+        "usable_cores": len(os.sched_getaffinity(0)),
+        "date_utc": time.strftime("%Y-%m-%d %H:%M", time.gmtime()),
+        "wall_s": time.time() - started,
+        "tables": tables(done),
+        "comparisons": done,
+    }
+    atomic_write_json(args.out, report)
+    print(markdown(report))
+    print(json.dumps(report["tables"]["failed"]))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,608 @@
+"""Paired regression verdict: baseline and current timed in alternating rounds, ABBA.
+
+The stored-run verdict (vmapcheck.bench.verdict) compares two runs taken at different
+times: on a shared machine the load changes between them, and that difference swamps a
+real slowdown (at load 6-11 a +41% model change came out INCONCLUSIVE). Here the two sides
+are timed in the same stretch of time, round by round, so each pair of adjacent rounds
+shares the machine's conditions.
+
+Design (:func:`run_paired`): two processes, one per side (``python -m
+vmapcheck.bench.worker`` on each project folder: its own params.yaml, data/params,
+data/cases, and, where the folder has one, its own ``src`` and ``.venv``: other model code
+or another JAX version). Both compile and warm up; then the driver asks for rounds in the
+order A B B A A B B A ... (A: baseline, B: current). A round times every cell (a path at a
+batch size) ``samples`` times, each timed call after a discarded call of the same cell;
+``order="blocks"`` (the default) takes a cell's samples back to back, the cells in a
+balanced order that changes from round to round, ``"interleaved"`` the bench stage's
+passes (vmapcheck.bench.timing.sample_passes; docs/benchmark.md compares the two).
+
+Statistics (:func:`judge_paired`), per cell:
+
+- the rounds pair up in order, (A, B), (B, A), (A, B), ...: each pair is two adjacent
+  rounds, and which side goes first alternates, so a pair's shared load cancels in its
+  ratio and an order effect cancels over the pairs;
+- per pair: ``log(median(B round) / median(A round))``;
+- ``ratio``: exp of the median of those logs (above 1: the current side is slower), with
+  a bootstrap confidence interval over the pairs (percentile);
+- ``p_slower``/``p_faster``: one-sided Wilcoxon signed-rank tests of the logs against 0,
+  adjusted over the cells with Benjamini-Hochberg, as the stored-run verdict does.
+
+A cell is a **regression** when it is significant (adjusted ``p_slower < alpha``) AND its
+ratio is beyond ``factor`` (asv's rule, ``bench.regression``); an **improvement** is the
+mirror image. No control or load rule withholds the verdict: both sides saw the same
+machine, and the load measured during the run is reported. Sides that differ in a
+required context key (vmapcheck.bench.verdict.CONTEXT: machine, backend, dtype...) are
+``not comparable``; a JAX or model difference is noted (``require_same`` to refuse it).
+
+What pairing cannot cancel: a difference between the two processes that lasts the
+whole comparison (measured under load 10-16: in 3 of 23 A/A comparisons one process was
+1.2-1.5x slower at 4,096 rows in every pair). One process per side cannot tell that from
+slower code; docs/benchmark.md has the measured rates.
+
+Too few pairs cannot reach significance after the adjustment: with ``n`` pairs the
+smallest one-sided Wilcoxon p is ``2**-n``, and one significant cell among ``m`` needs
+``m * 2**-n < alpha``. :func:`min_pairs` is that bound plus a margin of two (one pair
+against the others still passes); fewer is refused (:class:`InsufficientRoundsError`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import math
+import os
+import queue
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from scipy import stats
+
+from vmapcheck.bench.verdict import CONTEXT, NOT_COMPARABLE, BenchRecord, comparability
+from vmapcheck.errors import ConfigError, VmapcheckError
+from vmapcheck.io import atomic_write_json
+
+BASELINE, CURRENT = "baseline", "current"
+DEFAULT_ROUNDS = 20
+DEFAULT_SAMPLES = 10
+# Seconds a worker may take to start (import, compile, warm up), and to time one round.
+START_TIMEOUT_S = 600.0
+ROUND_TIMEOUT_S = 300.0
+PAIRED_REPORT = "perf_verdict_paired.json"
+
+
+class InsufficientRoundsError(ConfigError):
+    """Too few pairs of rounds for the test to reach ``alpha`` (see :func:`min_pairs`)."""
+
+
+class WorkerError(VmapcheckError):
+    """A side's worker process failed, stopped or answered out of protocol."""
+
+
+def min_pairs(cells: int, alpha: float) -> int:
+    """Pairs of rounds needed so that one significant cell among ``cells`` can reach
+    ``alpha`` after Benjamini-Hochberg (``cells * 2**-n < alpha``), plus two."""
+    return math.ceil(math.log2(max(cells, 1) / alpha)) + 2
+
+
+def schedule(rounds: int) -> list[str]:
+    """The sides' order for ``rounds`` rounds each: A B B A A B B A ... (A: baseline)."""
+    return [
+        s
+        for i in range(rounds)
+        for s in ((BASELINE, CURRENT) if i % 2 == 0 else (CURRENT, BASELINE))
+    ]
+
+
+def pair_medians(
+    order: Sequence[str], rounds: Sequence[dict[str, Sequence[float]]], cell: str
+) -> tuple[np.ndarray, np.ndarray]:
+    """Per pair of adjacent rounds (``order[2i]``, ``order[2i+1]``: one of each side),
+    the baseline's and the current round's median of ``cell``: two arrays (pairs,)."""
+    base, cur = [], []
+    for i in range(0, len(order) - 1, 2):
+        first, second = order[i], order[i + 1]
+        if {first, second} != {BASELINE, CURRENT}:
+            raise ValueError(f"rounds {i} and {i + 1} are not one of each side: {first}, {second}")
+        by_side = {first: rounds[i][cell], second: rounds[i + 1][cell]}
+        base.append(float(np.median(by_side[BASELINE])))
+        cur.append(float(np.median(by_side[CURRENT])))
+    return np.array(base), np.array(cur)
+
+
+def paired_cell(
+    base_ms: np.ndarray, cur_ms: np.ndarray, confidence: float = 0.95, seed: int = 0
+) -> dict[str, Any]:
+    """One cell judged from its pairs of round medians (ms; shape (pairs,) each, pair
+    ``i`` taken in adjacent rounds): ratio, bootstrap CI, one-sided Wilcoxon p-values."""
+    logs = np.log(np.asarray(cur_ms, float) / np.asarray(base_ms, float))
+    center = float(np.median(logs))
+    if np.ptp(logs) > 0:
+        ci = stats.bootstrap(
+            (logs,),
+            np.median,
+            confidence_level=confidence,
+            n_resamples=2000,
+            method="percentile",
+            rng=np.random.default_rng(seed),
+        ).confidence_interval
+        low, high = float(ci.low), float(ci.high)
+    else:
+        low = high = center
+    if np.any(logs != 0):
+        p_slower = float(stats.wilcoxon(logs, alternative="greater").pvalue)
+        p_faster = float(stats.wilcoxon(logs, alternative="less").pvalue)
+    else:  # identical in every pair: no evidence either way
+        p_slower = p_faster = 1.0
+    return {
+        "ratio": math.exp(center),
+        "ci_low": math.exp(low),
+        "ci_high": math.exp(high),
+        "p_slower": p_slower,
+        "p_faster": p_faster,
+        "pairs": int(logs.size),
+        "pairs_slower": int((logs > 0).sum()),
+        "baseline_p50_ms": float(np.median(base_ms)),
+        "current_p50_ms": float(np.median(cur_ms)),
+        "pair_ratios": [float(v) for v in np.exp(logs)],
+    }
+
+
+def judge_paired(
+    order: Sequence[str],
+    rounds: Sequence[dict[str, Sequence[float]]],
+    factor: float,
+    alpha: float,
+    confidence: float = 0.95,
+) -> dict[str, Any]:
+    """Judge every cell of paired rounds (module docstring).
+
+    ``order``: the side of each round (:func:`schedule`); ``rounds``: per round, the
+    samples (ms) of every cell, keyed ``path/b<rows>``.
+
+    Returns {"verdict": "regression" | "no regression", "regressions", "improvements",
+    "cells": {cell: {...}}, "pairs", "factor", "alpha", ...}.
+
+    Raises:
+        ConfigError: ``factor`` or ``alpha`` out of range, or rounds that do not match.
+        InsufficientRoundsError: fewer pairs than :func:`min_pairs`.
+    """
+    if not factor > 1.0:
+        raise ConfigError(f"bench.regression.factor: expected > 1, found {factor}")
+    if not 0.0 < alpha < 1.0:
+        raise ConfigError(f"bench.regression.alpha: expected 0 < alpha < 1, found {alpha}")
+    if len(order) != len(rounds):
+        raise ConfigError(f"paired rounds: {len(order)} sides named for {len(rounds)} rounds")
+    cells = sorted(
+        set.intersection(*(set(r) for r in rounds)) if rounds else set(), key=_cell_order
+    )
+    pairs = len(rounds) // 2
+    needed = min_pairs(len(cells), alpha)
+    if pairs < needed:
+        raise InsufficientRoundsError(
+            f"paired verdict: {pairs} pair(s) of rounds for {len(cells)} cell(s); at least "
+            f"{needed} are needed (with n pairs the smallest one-sided Wilcoxon p is 2^-n, "
+            f"and after Benjamini-Hochberg over {len(cells)} cell(s) it must stay below "
+            f"alpha={alpha}, with a margin of two pairs): ask for --rounds {needed} or more"
+        )
+    judged = {c: paired_cell(*pair_medians(order, rounds, c), confidence) for c in cells}
+    for direction in ("p_slower", "p_faster"):
+        adjusted = stats.false_discovery_control([judged[c][direction] for c in cells], method="bh")
+        for c, q in zip(cells, adjusted, strict=True):
+            judged[c][f"{direction}_adjusted"] = float(q)
+    regressions, improvements = [], []
+    for c in cells:
+        cell = judged[c]
+        if cell["ratio"] > factor and cell["p_slower_adjusted"] < alpha:
+            cell["status"] = "regression"
+            regressions.append(c)
+        elif cell["ratio"] < 1.0 / factor and cell["p_faster_adjusted"] < alpha:
+            cell["status"] = "improvement"
+            improvements.append(c)
+        else:
+            cell["status"] = "no change"
+    return {
+        "verdict": "regression" if regressions else "no regression",
+        "regressions": regressions,
+        "improvements": improvements,
+        "cells": judged,
+        "pairs": pairs,
+        "min_pairs": needed,
+        "factor": factor,
+        "alpha": alpha,
+        "confidence_level": confidence,
+    }
+
+
+def _cell_order(cell: str) -> tuple[str, int]:
+    path, _, label = cell.rpartition("/")
+    return (path, int(label[1:]) if label[1:].isdigit() else 0)
+
+
+# --- the driver: two worker processes ------------------------------------------------
+
+
+@dataclass
+class SideSpec:
+    """One side: its project folder, and the interpreter and code its worker runs."""
+
+    role: str
+    project: Path
+    python: str
+    pythonpath: str | None
+    own_code: bool
+    context: dict[str, Any] = field(default_factory=dict)
+
+    def describe(self) -> dict[str, Any]:
+        return {
+            "project": str(self.project),
+            "python": self.python,
+            "pythonpath": self.pythonpath,
+            "code": "the project's own src/" if self.own_code else "the driver's vmapcheck",
+        }
+
+
+def side_spec(role: str, project: Path, python: str | None = None) -> SideSpec:
+    """How to start ``project``'s worker: ``python`` (default: the project's
+    ``.venv/bin/python`` when present, else this interpreter) with the project's own
+    ``src/`` first on the path when it holds a vmapcheck with a worker (another revision's
+    code), else this process's vmapcheck (plug-in models still come from the project).
+
+    Raises:
+        ConfigError: ``project`` has no params.yaml, or ``python`` is not a file.
+    """
+    from vmapcheck.layout import Layout
+
+    project = Path(project).resolve()
+    if not Layout(project).params_yaml.is_file():
+        raise ConfigError(
+            f"{role} project {project}: no params.yaml (expected a vmapcheck project folder "
+            "after `dvc repro train`: params.yaml, data/params, data/cases)"
+        )
+    venv = project / ".venv" / "bin" / "python"
+    chosen = python or (str(venv) if venv.is_file() else sys.executable)
+    if not Path(chosen).is_file():
+        raise ConfigError(f"{role} python {chosen!r}: no such file")
+    own = (project / "src" / "vmapcheck" / "bench" / "worker.py").is_file()
+    here = str(Path(__file__).resolve().parents[2])  # the src/ this driver runs from
+    return SideSpec(role, project, chosen, str(project / "src") if own else here, own)
+
+
+class Worker:
+    """A running worker process and a thread reading its JSON lines."""
+
+    def __init__(self, spec: SideSpec, args: list[str], log: Path) -> None:
+        self.spec = spec
+        env = {**os.environ, "PYTHONPATH": spec.pythonpath or ""}
+        self.log = log
+        self._log_file = log.open("w")
+        self.proc = subprocess.Popen(
+            [spec.python, "-m", "vmapcheck.bench.worker", "--project", str(spec.project), *args],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=self._log_file,
+            text=True,
+            cwd=spec.project,
+            env=env,
+        )
+        self._lines: queue.Queue[str | None] = queue.Queue()
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            self._lines.put(line)
+        self._lines.put(None)
+
+    def receive(self, timeout: float) -> dict[str, Any]:
+        """The next message; raises WorkerError on an error message, exit or timeout."""
+        try:
+            line = self._lines.get(timeout=timeout)
+        except queue.Empty:
+            raise WorkerError(
+                f"{self.spec.role} worker ({self.spec.project}): no answer in {timeout:.0f} s"
+            ) from None
+        if line is None:
+            raise WorkerError(
+                f"{self.spec.role} worker ({self.spec.project}) exited "
+                f"({self.proc.wait()}): {self._tail()}"
+            )
+        message = json.loads(line)
+        if message.get("event") == "error":
+            raise WorkerError(
+                f"{self.spec.role} worker ({self.spec.project}): {message['message']}"
+            )
+        return message
+
+    def send(self, message: dict[str, Any]) -> None:
+        assert self.proc.stdin is not None
+        try:
+            self.proc.stdin.write(json.dumps(message) + "\n")
+            self.proc.stdin.flush()
+        except BrokenPipeError:
+            raise WorkerError(f"{self.spec.role} worker exited: {self._tail()}") from None
+
+    def _tail(self) -> str:
+        self._log_file.flush()
+        lines = self.log.read_text(errors="replace").strip().splitlines()
+        return " | ".join(lines[-5:]) or "nothing on its stderr"
+
+    def close(self) -> None:
+        """Ask the worker to quit; stop it if it does not within 10 s."""
+        if self.proc.poll() is None:
+            with contextlib.suppress(WorkerError):
+                self.send({"cmd": "quit"})
+            try:
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self._reader.join(timeout=10)  # it ends at the end of the worker's output
+        for stream in (self.proc.stdin, self.proc.stdout):
+            if stream is not None:
+                with contextlib.suppress(OSError):  # a pipe the worker already broke
+                    stream.close()
+        self._log_file.close()
+
+
+def _load() -> float:
+    return os.getloadavg()[0]
+
+
+def run_paired(
+    baseline: SideSpec,
+    current: SideSpec,
+    paths: Sequence[str],
+    batch_sizes: Sequence[int],
+    factor: float,
+    alpha: float,
+    rounds: int = DEFAULT_ROUNDS,
+    samples: int = DEFAULT_SAMPLES,
+    warmup: int = 3,
+    confidence: float = 0.95,
+    require_same: Iterable[str] = (),
+    log=None,
+    order: str = "blocks",
+) -> dict[str, Any]:
+    """Start both workers, time ``rounds`` rounds each in ABBA order, judge the pairs.
+
+    ``log``: a callable taking one line of progress (None: silent). Returns the report:
+    :func:`judge_paired`'s result plus ``design``, ``load`` (1-minute load average
+    during the rounds, and the cores), ``baseline``/``current`` (project, interpreter,
+    code, context), ``differences`` and ``skipped``. Sides that differ in a required
+    context key come back ``not comparable`` without being timed.
+
+    Raises:
+        InsufficientRoundsError: ``rounds`` too few for the cells (checked before timing).
+        WorkerError: a worker failed (its message and stderr's tail).
+    """
+    say = log or (lambda _line: None)
+    from vmapcheck.core.paths import PATHS
+
+    unknown = [p for p in paths if p not in PATHS or PATHS[p].takes != "batch"]
+    if unknown or not paths:
+        known = ", ".join(n for n, p in PATHS.items() if p.takes == "batch")
+        raise ConfigError(f"paths: unknown batch path(s) {', '.join(unknown)}; known: {known}")
+    if not batch_sizes or any(b < 1 for b in batch_sizes):
+        raise ConfigError(f"batch sizes: expected positive row counts, found {list(batch_sizes)}")
+    cores = len(os.sched_getaffinity(0))
+    args = [
+        "--paths",
+        ",".join(paths),
+        "--batch-sizes",
+        ",".join(str(b) for b in batch_sizes),
+        "--samples",
+        str(samples),
+        "--warmup",
+        str(warmup),
+        "--order",
+        order,
+    ]
+    started = time.time()
+    with tempfile.TemporaryDirectory(prefix="vmapcheck-paired-") as tmp:
+        workers: dict[str, Worker] = {}
+        try:
+            for spec in (baseline, current):
+                workers[spec.role] = Worker(spec, args, Path(tmp) / f"{spec.role}.log")
+            say("paired verdict: starting both workers (compile and warm-up)")
+            ready = {role: w.receive(START_TIMEOUT_S) for role, w in workers.items()}
+            for spec in (baseline, current):
+                spec.context = ready[spec.role]["context"]
+            head = _head(baseline, current, paths, batch_sizes, rounds, samples, warmup)
+            head["design"]["within_round"] = order
+            records = [BenchRecord(s.role, {}, s.context) for s in (baseline, current)]
+            not_comparable, differences = comparability(*records, require_same)
+            head["differences"] = differences
+            head["skipped"] = ready[BASELINE]["skipped"] | ready[CURRENT]["skipped"]
+            if not_comparable:
+                return {
+                    "verdict": NOT_COMPARABLE,
+                    "reasons": not_comparable,
+                    "why": f"{NOT_COMPARABLE}: {'; '.join(not_comparable)}",
+                    "regressions": [],
+                    "improvements": [],
+                    **head,
+                }
+            shared = sorted(set(ready[BASELINE]["cells"]) & set(ready[CURRENT]["cells"]))
+            needed = min_pairs(len(shared), alpha)
+            if rounds < needed:  # refuse before spending the time
+                judge_paired(
+                    schedule(rounds), [{c: [1.0] for c in shared}] * (2 * rounds), factor, alpha
+                )
+            # One discarded round a side: the first after warm-up pays for its idle wait.
+            for w in workers.values():
+                w.send({"cmd": "round", "index": 0})
+                w.receive(ROUND_TIMEOUT_S)
+            sides = schedule(rounds)
+            taken: list[dict[str, list[float]]] = []
+            loads = [_load()]
+            for i, role in enumerate(sides):
+                workers[role].send({"cmd": "round", "index": 1 + i // 2})
+                taken.append(workers[role].receive(ROUND_TIMEOUT_S)["samples_ms"])
+                loads.append(_load())
+                if (i + 1) % 10 == 0 or i + 1 == len(sides):
+                    say(f"paired verdict: {i + 1}/{len(sides)} rounds, load {loads[-1]:.1f}")
+        finally:
+            for w in workers.values():
+                w.close()
+    result = judge_paired(sides, taken, factor, alpha, confidence)
+    only = sorted(set(ready[BASELINE]["cells"]) ^ set(ready[CURRENT]["cells"]))
+    return {
+        **result,
+        **head,
+        "only_one_side": only,
+        "load": {
+            "load_avg_1m_min": min(loads),
+            "load_avg_1m_max": max(loads),
+            "load_avg_1m_mean": float(np.mean(loads)),
+            "usable_cores": cores,
+        },
+        "wall_s": time.time() - started,
+    }
+
+
+def _head(
+    baseline: SideSpec,
+    current: SideSpec,
+    paths: Sequence[str],
+    batch_sizes: Sequence[int],
+    rounds: int,
+    samples: int,
+    warmup: int,
+) -> dict[str, Any]:
+    """What the report says of the design and the two sides."""
+    return {
+        "design": {
+            "name": "paired, two processes, ABBA rounds",
+            "processes": 2,
+            "order": "A B B A A B B A ... (A: baseline, B: current), after a discarded round each",
+            "rounds_per_side": rounds,
+            "samples_per_round": samples,
+            "warmup": warmup,
+            "paths": list(paths),
+            "batch_sizes": list(batch_sizes),
+            "unit": "a pair of adjacent rounds, one of each side",
+            "statistic": "exp(median of log(current round median / baseline round median))",
+            "test": "one-sided Wilcoxon signed-rank on the pairs' log ratios, "
+            "Benjamini-Hochberg over the cells",
+            "rule": "regression: adjusted p_slower < alpha AND ratio > factor",
+        },
+        "baseline": {**baseline.describe(), **baseline.context},
+        "current": {**current.describe(), **current.context},
+        "required_same": [k.name for k in CONTEXT if k.required],
+    }
+
+
+def format_paired(result: dict[str, Any]) -> str:
+    """The paired verdict as text: the verdict, one line per cell, the design and load."""
+    from rich.console import Console
+    from rich.table import Table
+
+    title = f"paired benchmark verdict: {result['verdict'].upper()}"
+    if "cells" not in result:
+        return f"{title}: {'; '.join(result['reasons'])}; nothing timed"
+    table = Table(title=title)
+    for column in ("path", "batch", "base p50 ms", "cur p50 ms", "ratio", "ratio CI", "p slower"):
+        table.add_column(column, justify="left" if column in ("path", "batch") else "right")
+    table.add_column("slower pairs", justify="right")
+    table.add_column("status")
+    for name, cell in result["cells"].items():
+        path, _, label = name.rpartition("/")
+        table.add_row(
+            path,
+            label,
+            f"{cell['baseline_p50_ms']:.4g}",
+            f"{cell['current_p50_ms']:.4g}",
+            f"{cell['ratio']:.3f}",
+            f"[{cell['ci_low']:.3f}, {cell['ci_high']:.3f}]",
+            f"{cell['p_slower_adjusted']:.2g}",
+            f"{cell['pairs_slower']}/{cell['pairs']}",
+            cell["status"],
+            style={"regression": "bold red", "improvement": "green"}.get(cell["status"], ""),
+        )
+    buffer = io.StringIO()
+    Console(file=buffer, width=130, force_terminal=False).print(table)
+    design, load = result["design"], result["load"]
+    lines = [
+        buffer.getvalue().rstrip(),
+        f"design: {design['name']}; {design['rounds_per_side']} rounds a side of "
+        f"{design['samples_per_round']} samples per cell ({design.get('within_round')} "
+        f"within a round), {result['pairs']} pairs",
+        f"regression = ratio > {result['factor']} and one-sided Wilcoxon p on the pairs "
+        f"(BH-adjusted) < {result['alpha']}",
+        f"load during the rounds: {load['load_avg_1m_min']:.1f}-{load['load_avg_1m_max']:.1f} "
+        f"(1-min average) on {load['usable_cores']} cores; both sides saw it alike",
+        f"baseline: {result['baseline']['project']} ({result['baseline']['code']}); "
+        f"current: {result['current']['project']} ({result['current']['code']})",
+    ]
+    for key, (base, cur) in result["differences"].items():
+        lines.append(f"note: {key} differs (compared): baseline {base!r}, current {cur!r}")
+    for cell, why in result.get("skipped", {}).items():
+        lines.append(f"note: {cell} not timed: {why}")
+    return "\n".join(lines)
+
+
+def run_verdict_paired(
+    current_project: Path,
+    baseline_project: Path,
+    paths: Sequence[str] | None = None,
+    batch_sizes: Sequence[int] | None = None,
+    rounds: int = DEFAULT_ROUNDS,
+    samples: int = DEFAULT_SAMPLES,
+    factor: float | None = None,
+    alpha: float | None = None,
+    out: Path | None = None,
+    baseline_python: str | None = None,
+    current_python: str | None = None,
+    require_same: Iterable[str] = (),
+    order: str = "blocks",
+) -> int:
+    """``vmapcheck verdict-paired``: time both projects ABBA and judge; print the table,
+    write the report (default ``reports/perf_verdict_paired.json`` of the current
+    project). Exit 1 on a regression, 2 on an error, else 0. Defaults (paths: the jit
+    paths on one device; batch sizes, warm-up, factor, alpha: the current project's
+    ``bench`` config)."""
+    from vmapcheck.config import load_config
+    from vmapcheck.core.paths import batch_paths
+    from vmapcheck.layout import Layout
+
+    try:
+        layout = Layout(Path(current_project).resolve())
+        config = load_config(layout.params_yaml)
+        base = side_spec(BASELINE, baseline_project, baseline_python)
+        cur = side_spec(CURRENT, layout.root, current_python)
+        chosen = list(paths or [p.name for p in batch_paths() if p.jit and not p.distributed])
+        sizes = list(batch_sizes or config.bench.batch_sizes)
+        regression = config.bench.regression
+        result = run_paired(
+            base,
+            cur,
+            chosen,
+            sizes,
+            factor if factor is not None else regression.factor,
+            alpha if alpha is not None else regression.alpha,
+            rounds,
+            samples,
+            config.bench.warmup,
+            config.bench.confidence_level,
+            require_same,
+            log=lambda line: print(line, file=sys.stderr, flush=True),
+            order=order,
+        )
+    except VmapcheckError as exc:
+        print(f"verdict-paired: error: {exc}", file=sys.stderr)
+        return 2
+    print(format_paired(result))
+    target = out if out is not None else layout.report(PAIRED_REPORT)
+    atomic_write_json(target, result)
+    print(f"report: {target}")
+    return 1 if result["verdict"] == "regression" else 0

@@ -1,0 +1,252 @@
+"""One side of a paired benchmark (vmapcheck.bench.paired): a process that times one
+project's cells, a round at a time, on the driver's command.
+
+``python -m vmapcheck.bench.worker --project DIR --paths vmap_jit,direct_jit
+--batch-sizes 256,1024 --samples 5 --warmup 3`` loads the project at ``DIR`` as the
+``bench`` stage does (its ``params.yaml``, ``data/params``, ``data/cases``; plug-in models
+under ``DIR`` importable), compiles and warms up every cell (a path at a batch size),
+then speaks JSON lines:
+
+- to stdout, once ready: ``{"event": "ready", "context": {...}, "cells": ["path/b256",
+  ...], "skipped": {"path/b4096": "why"}}``;
+- from stdin: ``{"cmd": "round", "index": i}``; answer: ``{"event": "round", "index": i,
+  "samples_ms": {"path/b256": [ms, ...]}}`` (``--samples`` per cell, in time order);
+- from stdin: ``{"cmd": "quit"}`` (or end of input): the process exits 0;
+- on a failure: ``{"event": "error", "message": "..."}``, exit 2.
+
+A round is what the bench stage's rounds are (vmapcheck.bench.timing): per batch size,
+the jit cells then the eager cells take turns in a balanced Latin-square order
+(``sample_passes``, the design's passes continued from round to round), every timed
+call right after a discarded call of the same cell, nothing compiled while timing. With
+``--order blocks``, each cell's samples are taken back to back instead (still each after
+a discarded call), the cells in a balanced order that changes from round to round: a
+cell then follows another cell's calls once per round, not before every sample.
+Anything the libraries print goes to stderr: stdout carries the protocol only.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from collections.abc import Callable, Hashable
+from pathlib import Path
+from typing import Any, TextIO
+
+# Each cell is keyed "path/b<rows>", as in the verdict's regressions list.
+Cell = str
+# How a round orders its samples: the bench stage's passes over the cells (interleaved at
+# the level of single calls), or each cell's samples back to back (blocks).
+INTERLEAVED, BLOCKS = "interleaved", "blocks"
+
+
+def cell_name(path: str, rows: int) -> Cell:
+    return f"{path}/b{rows}"
+
+
+def parse_names(text: str, flag: str) -> list[str]:
+    names = [n.strip() for n in text.split(",") if n.strip()]
+    if not names:
+        raise ValueError(f"{flag}: expected a comma-separated list, found {text!r}")
+    return names
+
+
+def parse_sizes(text: str, flag: str = "--batch-sizes") -> list[int]:
+    try:
+        sizes = [int(n) for n in parse_names(text, flag)]
+    except ValueError:
+        raise ValueError(f"{flag}: expected positive integers, found {text!r}") from None
+    if any(s < 1 for s in sizes):
+        raise ValueError(f"{flag}: expected positive integers, found {text!r}")
+    return sizes
+
+
+class Side:
+    """The compiled, warmed-up cells of one project, ready to time round by round.
+
+    ``groups``: per batch size, the jit cells then the eager cells (as the bench stage
+    groups them: a tiny jit call right after an eager one's dispatches, or a batch-1 call
+    after a batch-4096 one, would be timed with what they left behind).
+    """
+
+    def __init__(
+        self,
+        project: Path,
+        paths: list[str],
+        batch_sizes: list[int],
+        samples: int,
+        warmup: int,
+        order: str = INTERLEAVED,
+    ) -> None:
+        import jax
+        import jax.numpy as jnp
+
+        from vmapcheck.bench.machine import conditions
+        from vmapcheck.bench.timing import bench_input, warm_up
+        from vmapcheck.config import load_config
+        from vmapcheck.core.forms import cast_tree, data_mesh, validate_batch
+        from vmapcheck.core.models import build_model
+        from vmapcheck.core.paths import PATHS, not_provided
+        from vmapcheck.core.runtime import configure_jax
+        from vmapcheck.data.regression import STANDARD_CASE, load_cases
+        from vmapcheck.errors import ConfigError
+        from vmapcheck.layout import Layout
+        from vmapcheck.params_io import load_model_params
+
+        unknown = [p for p in paths if p not in PATHS or PATHS[p].takes != "batch"]
+        if unknown:
+            known = ", ".join(n for n, p in PATHS.items() if p.takes == "batch")
+            raise ConfigError(
+                f"--paths: unknown batch path(s) {', '.join(unknown)}; known: {known}"
+            )
+        layout = Layout(project)
+        config = load_config(layout.params_yaml)
+        # A plug-in model named by module path (models/<name>.py) lives in the project.
+        sys.path.insert(0, str(layout.root))
+        runtime = configure_jax(config.backend, config.precision)
+        model = build_model(config.model)
+        params, _ = load_model_params(model, layout.params)
+        template = load_cases(layout.cases)[STANDARD_CASE]["x"]
+        dtype = jnp.dtype(config.precision.dtype)
+        mesh = (
+            data_mesh(config.backend.num_devices)
+            if any(PATHS[p].distributed for p in paths)
+            else None
+        )
+        absent = not_provided(model)
+        run_params = jax.device_put(cast_tree(params, dtype))
+        self.skipped: dict[Cell, str] = {}
+        self.groups: list[dict[Hashable, Callable[[], Any]]] = []
+        built = {p: PATHS[p].compile(model, mesh) for p in paths if p not in absent}
+        for rows in batch_sizes:
+            x = bench_input(template, rows, dtype)
+            validate_batch(x, model, dtype)
+            by_mode: dict[str, dict[Hashable, Callable[[], Any]]] = {"jit": {}, "eager": {}}
+            for name in paths:
+                path = PATHS[name]
+                cell = cell_name(name, rows)
+                if name in absent:
+                    self.skipped[cell] = f"not provided: {absent[name]}"
+                    continue
+                cap = getattr(config.bench, path.bench_cap) if path.bench_cap else None
+                if cap is not None and rows > cap:
+                    self.skipped[cell] = f"{name} capped at {cap} rows (bench.{path.bench_cap})"
+                    continue
+                compiled = built[name]
+                args = compiled.place(run_params, x)
+                # Through the jitted function, as the bench stage times it.
+                by_mode[path.mode][cell] = lambda f=compiled.fn, a=args: f(*a)
+            self.groups += [g for g in by_mode.values() if g]
+        self.inner: dict[Hashable, int] = {}
+        for group in self.groups:
+            _, inner = warm_up(group, warmup)
+            self.inner |= inner
+        self.samples = samples
+        self.order = order
+        machine = conditions()
+        self.context = {
+            "model": config.model.name,
+            "dtype": dtype.name,
+            "cpu_model": machine["cpu_model"],
+            "usable_cores": machine["usable_cores"],
+            **{
+                k: runtime.as_dict().get(k, machine.get(k))
+                for k in (
+                    "backend",
+                    "device_kind",
+                    "device_count",
+                    "matmul_precision",
+                    "jax_version",
+                    "jaxlib_version",
+                )
+            },
+        }
+        self.cells = [c for g in self.groups for c in g]
+
+    def round(self, index: int) -> dict[Cell, list[float]]:
+        """Round ``index``: ``samples`` per cell (ms per call, in time order)."""
+        import numpy as np
+
+        from vmapcheck.bench.timing import balanced_orders, no_compiles, sample_passes
+
+        start, stop = index * self.samples, (index + 1) * self.samples
+        secs = {c: np.empty(stop) for c in self.cells}
+        with no_compiles(f"{len(self.cells)} cells of a paired round"):
+            for group in self.groups:
+                if self.order == INTERLEAVED:
+                    # Indices continue from round to round: the Latin square's passes too.
+                    sample_passes(group, self.inner, secs, range(start, stop))
+                    continue
+                # Blocks: each cell's samples back to back, the cells in a balanced order
+                # that changes from round to round.
+                names = list(group)
+                design = balanced_orders(len(names))
+                for k in design[index % len(design)]:
+                    one = {names[k]: group[names[k]]}
+                    sample_passes(one, self.inner, secs, range(start, stop))
+        return {str(c): [float(v * 1e3) for v in secs[c][start:stop]] for c in self.cells}
+
+
+def serve(side: Side, commands: TextIO, replies: TextIO) -> None:
+    """Answer the driver's commands until ``quit`` or the end of its input."""
+    for line in commands:
+        if not line.strip():
+            continue
+        message = json.loads(line)
+        if message.get("cmd") == "quit":
+            return
+        if message.get("cmd") != "round" or not isinstance(message.get("index"), int):
+            raise ValueError(f"expected a round or quit command, found {line.strip()[:80]!r}")
+        began = time.time()
+        samples = side.round(message["index"])
+        reply = {"event": "round", "index": message["index"], "samples_ms": samples}
+        reply["seconds"] = time.time() - began
+        replies.write(json.dumps(reply) + "\n")
+        replies.flush()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m vmapcheck.bench.worker", description=__doc__.splitlines()[0]
+    )
+    parser.add_argument("--project", type=Path, required=True)
+    parser.add_argument("--paths", required=True, help="comma-separated path names")
+    parser.add_argument("--batch-sizes", required=True, help="comma-separated rows")
+    parser.add_argument("--samples", type=int, required=True, help="samples per cell and round")
+    parser.add_argument("--warmup", type=int, required=True, help="discarded calls per cell")
+    parser.add_argument("--order", choices=(INTERLEAVED, BLOCKS), default=INTERLEAVED)
+    args = parser.parse_args(argv)
+    # The protocol's own copy of stdout; everything else printed goes to stderr.
+    protocol = os.fdopen(os.dup(1), "w", buffering=1)
+    os.dup2(2, 1)
+    sys.stdout = sys.stderr
+    try:
+        if args.samples < 1 or args.warmup < 0:
+            raise ValueError("--samples: expected >= 1 and --warmup >= 0")
+        side = Side(
+            args.project.resolve(),
+            parse_names(args.paths, "--paths"),
+            parse_sizes(args.batch_sizes),
+            args.samples,
+            args.warmup,
+            args.order,
+        )
+        if not side.cells:
+            raise ValueError(f"no cell to time: every one was skipped ({side.skipped})")
+        ready = {"event": "ready", "context": side.context, "cells": side.cells}
+        protocol.write(json.dumps(ready | {"skipped": side.skipped}) + "\n")
+        protocol.flush()
+        serve(side, sys.stdin, protocol)
+    except Exception as exc:  # reported to the driver, which names the side
+        protocol.write(
+            json.dumps({"event": "error", "message": f"{type(exc).__name__}: {exc}"}) + "\n"
+        )
+        protocol.flush()
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

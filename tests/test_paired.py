@@ -1,0 +1,177 @@
+"""The paired verdict (vmapcheck.bench.paired): its statistics on synthetic rounds, and
+its driver with two real worker processes on a tiny project."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from vmapcheck.bench.paired import (
+    BASELINE,
+    CURRENT,
+    InsufficientRoundsError,
+    format_paired,
+    judge_paired,
+    min_pairs,
+    run_paired,
+    schedule,
+    side_spec,
+)
+from vmapcheck.errors import ConfigError
+
+CELLS = ("direct_jit/b256", "direct_jit/b1024", "vmap_jit/b256", "vmap_jit/b1024")
+BASE_MS = {
+    "direct_jit/b256": 0.08,
+    "direct_jit/b1024": 0.3,
+    "vmap_jit/b256": 0.09,
+    "vmap_jit/b1024": 0.32,
+}
+
+
+def synthetic_rounds(
+    rounds: int,
+    seed: int,
+    slowdown: dict[str, float] | None = None,
+    swing: float = 2.0,
+    samples: int = 5,
+    jitter: float = 0.05,
+) -> tuple[list[str], list[dict[str, list[float]]]]:
+    """Rounds in ABBA order on a machine whose load drifts: each pair of adjacent rounds
+    shares one factor drawn log-uniformly in [1, ``swing``] (the machine's state then),
+    every sample has its own ``jitter`` (lognormal sigma); the current side's cells are
+    ``slowdown[cell]`` times slower."""
+    rng = np.random.default_rng(seed)
+    order = schedule(rounds)
+    taken = []
+    for i, side in enumerate(order):
+        if i % 2 == 0:
+            load = float(np.exp(rng.uniform(0, np.log(swing))))
+        factor = (slowdown or {}).get
+        taken.append(
+            {
+                cell: list(
+                    BASE_MS[cell]
+                    * load
+                    * (factor(cell, 1.0) if side == CURRENT else 1.0)
+                    * np.exp(rng.normal(0, jitter, samples))
+                )
+                for cell in CELLS
+            }
+        )
+    return order, taken
+
+
+def test_schedule_is_abba_and_every_pair_is_one_of_each_side():
+    order = schedule(6)
+    assert order[:8] == [BASELINE, CURRENT, CURRENT, BASELINE, BASELINE, CURRENT, CURRENT, BASELINE]
+    pairs = [tuple(order[i : i + 2]) for i in range(0, len(order), 2)]
+    assert all(set(p) == {BASELINE, CURRENT} for p in pairs)
+    # Which side goes first alternates: an order effect cancels over the pairs.
+    assert sum(p[0] == BASELINE for p in pairs) == sum(p[0] == CURRENT for p in pairs)
+
+
+def test_aa_with_a_shared_per_round_load_finds_no_regression():
+    """Twenty seeds of A/A rounds under 2x load swings: no regression, no improvement,
+    every ratio within 5% of 1, and the 95% intervals hold 1 about as often as they should."""
+    covered = []
+    for seed in range(20):
+        order, taken = synthetic_rounds(20, seed)
+        result = judge_paired(order, taken, factor=1.1, alpha=0.01)
+        assert result["verdict"] == "no regression", (seed, result["regressions"])
+        assert result["improvements"] == []
+        for cell in result["cells"].values():
+            covered.append(cell["ci_low"] <= 1.0 <= cell["ci_high"])
+            assert 0.95 < cell["ratio"] < 1.05
+    assert np.mean(covered) >= 0.85
+
+
+def test_a_planted_slowdown_is_found_despite_2x_load_swings():
+    """+25% on the direct cells only, the machine's speed swinging 2x from round to
+    round (far more than the slowdown): the direct cells regress, the vmap cells do not."""
+    planted = {"direct_jit/b256": 1.25, "direct_jit/b1024": 1.25}
+    for seed in range(10):
+        order, taken = synthetic_rounds(20, seed, slowdown=planted)
+        result = judge_paired(order, taken, factor=1.1, alpha=0.01)
+        assert result["verdict"] == "regression"
+        assert sorted(result["regressions"]) == sorted(planted)
+        for cell in planted:
+            judged = result["cells"][cell]
+            assert judged["ci_low"] < 1.25 < judged["ci_high"]
+            assert judged["p_slower_adjusted"] < 0.01
+    text = format_paired(
+        result
+        | {
+            "design": {"name": "paired", "rounds_per_side": 20, "samples_per_round": 5},
+            "load": {"load_avg_1m_min": 1.0, "load_avg_1m_max": 2.0, "usable_cores": 2},
+            "baseline": {"project": "a", "code": "x"},
+            "current": {"project": "b", "code": "x"},
+            "differences": {},
+        }
+    )
+    assert "REGRESSION" in text and "direct_jit" in text
+
+
+def test_a_slowdown_below_the_factor_is_not_a_regression():
+    """asv's rule: +5% is significant with these pairs but within the factor 1.1."""
+    order, taken = synthetic_rounds(20, 0, slowdown={"vmap_jit/b256": 1.05}, jitter=0.01)
+    result = judge_paired(order, taken, factor=1.1, alpha=0.01)
+    cell = result["cells"]["vmap_jit/b256"]
+    assert cell["p_slower_adjusted"] < 0.01 and 1.03 < cell["ratio"] < 1.07
+    assert result["verdict"] == "no regression"
+
+
+def test_too_few_rounds_are_refused_with_the_number_needed():
+    needed = min_pairs(len(CELLS), 0.01)
+    assert needed == 11  # ceil(log2(4 / 0.01)) = 9, plus the margin of two
+    order, taken = synthetic_rounds(needed - 1, 0)
+    with pytest.raises(
+        InsufficientRoundsError, match=r"10 pair\(s\) of rounds for 4 cell\(s\); at least 11"
+    ):
+        judge_paired(order, taken, 1.1, 0.01)
+    order, taken = synthetic_rounds(needed, 0)
+    assert judge_paired(order, taken, 1.1, 0.01)["pairs"] == needed
+
+
+def test_bad_factor_alpha_and_project_are_named(tmp_path):
+    order, taken = synthetic_rounds(12, 0)
+    with pytest.raises(ConfigError, match=r"bench\.regression\.factor: expected > 1, found 0\.9"):
+        judge_paired(order, taken, 0.9, 0.01)
+    with pytest.raises(ConfigError, match=r"bench\.regression\.alpha"):
+        judge_paired(order, taken, 1.1, 1.5)
+    with pytest.raises(ConfigError, match=f"baseline project {tmp_path}: no params.yaml"):
+        side_spec(BASELINE, tmp_path)
+    (tmp_path / "params.yaml").write_text("{}")
+    spec = side_spec(BASELINE, tmp_path)
+    with pytest.raises(ConfigError, match=r"unknown batch path\(s\) nope; known: .*vmap_jit"):
+        run_paired(spec, spec, ["nope"], [16], 1.1, 0.01)
+
+
+@pytest.mark.stages
+def test_two_real_workers_time_one_project_abba(tmp_path):
+    """The driver with two worker processes on one tiny project (A/A): every pair timed,
+    the design and the load recorded."""
+    from tests.helpers.inprocess import run_stages, write_params
+
+    write_params(tmp_path, "data.n_rows=240", "data.standard_batch=8", "train.steps=0")
+    run_stages(tmp_path, "prepare", "train")
+    spec = side_spec(BASELINE, tmp_path)
+    rounds = min_pairs(2, 0.01)
+    result = run_paired(
+        spec,
+        side_spec(CURRENT, tmp_path),
+        ["vmap_jit", "direct_jit"],
+        [16],
+        factor=1.1,
+        alpha=0.01,
+        rounds=rounds,
+        samples=3,
+        warmup=1,
+    )
+    assert result["verdict"] in ("no regression", "regression")
+    assert sorted(result["cells"]) == ["direct_jit/b16", "vmap_jit/b16"]
+    assert all(c["pairs"] == rounds for c in result["cells"].values())
+    assert result["design"]["processes"] == 2 and result["pairs"] == rounds
+    assert result["baseline"]["jax_version"] == result["current"]["jax_version"]
+    assert result["differences"] == {}
+    assert result["load"]["load_avg_1m_max"] >= result["load"]["load_avg_1m_min"] >= 0
+    assert "paired benchmark verdict" in format_paired(result)
