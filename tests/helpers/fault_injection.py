@@ -373,6 +373,7 @@ class ClientFaults:
     delay_s: float = 0.0
     calls: list[str] = field(default_factory=list)
     hit: bool = False
+    killed_at: float | None = None  # time.monotonic() when the server was killed
 
     def install(self, patch: Any) -> None:
         from mlflow.tracking import MlflowClient
@@ -391,9 +392,9 @@ class ClientFaults:
             ):
                 self.hit = True
                 if self.when == "before":
-                    self.server.kill()
+                    self._kill()
                 else:
-                    killer = threading.Timer(self.delay_s, self.server.kill)
+                    killer = threading.Timer(self.delay_s, self._kill)
                     killer.start()
                     try:
                         return real(client, *args, **kwargs)
@@ -402,6 +403,11 @@ class ClientFaults:
             return real(client, *args, **kwargs)
 
         return call
+
+    def _kill(self) -> None:
+        assert self.server is not None
+        self.server.kill()
+        self.killed_at = time.monotonic()
 
 
 # --- permissions and space ----------------------------------------------------------------
