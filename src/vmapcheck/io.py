@@ -8,6 +8,7 @@ stored as ``.npz`` read with ``allow_pickle=False`` or as safetensors, never pic
 from __future__ import annotations
 
 import contextlib
+import errno
 import hashlib
 import json
 import os
@@ -28,20 +29,45 @@ def _umask() -> int:
     return mask
 
 
+# The write failures that are the machine's, not the program's: no permission, a
+# read-only file system, no space or quota left, a file size limit.
+_CANNOT_WRITE = {errno.EACCES, errno.EPERM, errno.EROFS, errno.ENOSPC, errno.EDQUOT, errno.EFBIG}
+
+
+@contextlib.contextmanager
+def _writing(path: Path, what: str) -> Iterator[None]:
+    """Turn a failure to write ``path`` (see ``_CANNOT_WRITE``) into an ArtifactError
+    naming the file, its folder and the cause; ``what`` says what stays as it was."""
+    try:
+        yield
+    except OSError as exc:
+        if exc.errno not in _CANNOT_WRITE:
+            raise
+        cause = exc.strerror or errno.errorcode.get(exc.errno or 0, "")
+        raise ArtifactError(f"{path}: cannot write it in {path.parent} ({cause}); {what}") from None
+
+
 @contextlib.contextmanager
 def atomic_path(path: Path) -> Iterator[Path]:
-    """Yield a temp file beside ``path``; on success it replaces ``path`` in one rename."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    os.close(fd)
-    # mkstemp makes the file private (0600); outputs get the usual permissions.
-    os.chmod(tmp, 0o666 & ~_umask())
-    tmp_path = Path(tmp)
-    try:
-        yield tmp_path
-        os.replace(tmp_path, path)
-    finally:
-        tmp_path.unlink(missing_ok=True)
+    """Yield a temp file beside ``path``; on success it replaces ``path`` in one rename.
+
+    Raises:
+        ArtifactError: the folder cannot be written (permissions, no space left, ...),
+            naming the file; ``path`` is left as it was.
+    """
+    path = Path(path)
+    with _writing(path, "the file is as it was before"):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+        os.close(fd)
+        tmp_path = Path(tmp)
+        try:
+            # mkstemp makes the file private (0600); outputs get the usual permissions.
+            os.chmod(tmp, 0o666 & ~_umask())
+            yield tmp_path
+            os.replace(tmp_path, path)
+        finally:
+            tmp_path.unlink(missing_ok=True)
 
 
 def atomic_write_text(path: Path, text: str) -> None:
@@ -60,23 +86,29 @@ def atomic_save_npz(path: Path, arrays: Mapping[str, np.ndarray]) -> None:
 
 @contextlib.contextmanager
 def atomic_dir(path: Path) -> Iterator[Path]:
-    """Build a folder output in a sibling temp folder; swap it in only on success."""
+    """Build a folder output in a sibling temp folder; swap it in only on success.
+
+    Raises:
+        ArtifactError: the folder cannot be written (permissions, no space left, ...),
+            naming it; ``path`` is left as it was.
+    """
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", dir=path.parent))
-    os.chmod(tmp, 0o777 & ~_umask())
-    try:
-        yield tmp
-        old = None
-        if path.exists():
-            old = path.with_name(f".{path.name}.old-{os.getpid()}")
-            os.replace(path, old)
-        os.replace(tmp, path)
-        if old is not None:
-            shutil.rmtree(old)
-    finally:
-        if tmp.exists():
-            shutil.rmtree(tmp)
+    with _writing(path, "the folder is as it was before"):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", dir=path.parent))
+        try:
+            os.chmod(tmp, 0o777 & ~_umask())
+            yield tmp
+            old = None
+            if path.exists():
+                old = path.with_name(f".{path.name}.old-{os.getpid()}")
+                os.replace(path, old)
+            os.replace(tmp, path)
+            if old is not None:
+                shutil.rmtree(old)
+        finally:
+            if tmp.exists():
+                shutil.rmtree(tmp)
 
 
 def sha256_file(path: Path) -> str:

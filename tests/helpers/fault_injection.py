@@ -1,0 +1,472 @@
+"""Faults for tests/test_faults.py: SIGKILL a stage, kill the tracking server before or
+during an MLflow call, take away write permission, fill a small disk. And the checks made
+after each: no output half-written, no run left RUNNING, no state logged twice, the
+registry alias only on a version whose run is complete.
+
+Everything here is real: DVC and the stages run as processes, the MLflow server is
+``mlflow server``, a small disk is a tmpfs mount, an unwritable folder is refused by the
+kernel. (tests/helpers/faults.py is something else: models with a planted numerical fault.)
+"""
+
+from __future__ import annotations
+
+import contextlib
+import csv
+import io
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import psutil
+import yaml
+
+from tests.helpers.project import _env
+
+# --- processes ---------------------------------------------------------------------------
+
+
+def stage_processes(root_pid: int, stage: str) -> list[psutil.Process]:
+    """The processes under ``root_pid`` that run stage ``stage`` (``python -m stages.<stage>``,
+    dvc.yaml's cmd)."""
+    try:
+        children = psutil.Process(root_pid).children(recursive=True)
+    except psutil.NoSuchProcess:
+        return []
+    found = []
+    for child in children:
+        with contextlib.suppress(psutil.Error):
+            if f"stages.{stage}" in child.cmdline():
+                found.append(child)
+    return found
+
+
+@dataclass
+class Watched:
+    """A command run in its own process group, and when each stage's process was seen."""
+
+    returncode: int
+    output: str
+    seen_s: dict[str, tuple[float, float]] = field(default_factory=dict)  # first, last
+    killed_stage: bool = False  # the SIGKILL landed while the stage's process ran
+    killed_after_s: float | None = None  # seconds after the stage's process appeared
+
+    def durations(self) -> dict[str, float]:
+        return {name: last - first for name, (first, last) in self.seen_s.items()}
+
+
+def run_watched(
+    project: Path,
+    *args: str,
+    stages: tuple[str, ...],
+    kill: Callable[[str, float], bool] | None = None,
+    timeout_s: float = 600,
+) -> Watched:
+    """Run ``args`` in ``project`` in a new process group, polling every 50 ms for the
+    processes of ``stages``. ``kill(stage, seconds since its process appeared)``: True
+    SIGKILLs the whole group (DVC and the stage) at once, as an OOM killer or a power cut
+    of the job would."""
+    with open(project / ".fault-run.log", "w+") as log:
+        proc = subprocess.Popen(
+            list(args),
+            cwd=project,
+            env=_env(project),
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        watched = Watched(returncode=0, output="")
+        started = time.monotonic()
+        try:
+            while proc.poll() is None:
+                now = time.monotonic() - started
+                if now > timeout_s:
+                    raise AssertionError(f"{args} still running after {timeout_s} s")
+                for stage in stages:
+                    if stage_processes(proc.pid, stage):
+                        first, _ = watched.seen_s.get(stage, (now, now))
+                        watched.seen_s[stage] = (first, now)
+                        if kill is not None and kill(stage, now - first):
+                            os.killpg(proc.pid, signal.SIGKILL)
+                            watched.killed_stage = True
+                            watched.killed_after_s = now - first
+                time.sleep(0.05)
+        finally:
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+            # Nothing of the group may outlive it (a stage's own children included).
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+        log.seek(0)
+        watched.output = log.read()
+        watched.returncode = proc.returncode
+    return watched
+
+
+# --- outputs -----------------------------------------------------------------------------
+
+
+def dvc_outputs(project: Path) -> dict[str, list[Path]]:
+    """Each stage's outputs (outs and metrics) as dvc.yaml declares them."""
+    stages = yaml.safe_load((project / "dvc.yaml").read_text())["stages"]
+    found = {}
+    for name, stage in stages.items():
+        entries = [*stage.get("outs", []), *stage.get("metrics", [])]
+        found[name] = [project / (e if isinstance(e, str) else next(iter(e))) for e in entries]
+    return found
+
+
+def _files(path: Path) -> list[Path]:
+    if path.is_dir():
+        return sorted(p for p in path.rglob("*") if p.is_file())
+    return [path] if path.is_file() else []
+
+
+def file_problem(path: Path) -> str | None:
+    """Why ``path`` is not a whole file of its kind (None: it reads back whole)."""
+    data = path.read_bytes()
+    suffix = path.suffix
+    try:
+        if suffix == ".json":
+            json.loads(data)
+        elif suffix == ".npz":
+            with np.load(io.BytesIO(data), allow_pickle=False) as arrays:
+                for key in arrays.files:
+                    arrays[key]
+        elif suffix == ".safetensors":
+            from safetensors.numpy import load
+
+            load(data)
+        elif suffix == ".csv":
+            rows = list(csv.reader(io.StringIO(data.decode("utf-8"))))
+            if not rows or len({len(r) for r in rows}) != 1:
+                return "rows of different lengths (cut short?)"
+        elif suffix == ".png":
+            if not data.endswith(b"IEND\xaeB`\x82"):
+                return "no PNG end chunk (cut short)"
+        elif suffix == ".html":
+            if not data.rstrip().endswith(b"</html>"):
+                return "no closing </html> (cut short)"
+        else:
+            data.decode("utf-8")
+    except Exception as exc:  # any failure to read it back is the finding
+        return f"{type(exc).__name__}: {str(exc)[:120]}"
+    if not data:
+        return "empty"
+    return None
+
+
+def output_problems(project: Path) -> list[str]:
+    """Every output file (of any stage) that does not read back whole, and any temp file
+    of an interrupted write inside an output folder (DVC would cache it with the folder)."""
+    problems = []
+    for outs in dvc_outputs(project).values():
+        for out in outs:
+            for file in _files(out):
+                if file.name.startswith(".") and file.suffix == ".tmp":
+                    problems.append(f"{file.relative_to(project)}: a temp file in an output")
+                    continue
+                why = file_problem(file)
+                if why:
+                    problems.append(f"{file.relative_to(project)}: {why}")
+    return problems
+
+
+def leftovers(project: Path) -> list[str]:
+    """Temp files and folders of interrupted atomic writes (vmapcheck.io) beside outputs."""
+    found = []
+    for folder in ("data", "reports"):
+        for path in (project / folder).rglob(".*"):
+            if path.suffix == ".tmp" or (path.is_dir() and path.name.count(".") >= 2):
+                found.append(str(path.relative_to(project)))
+    return sorted(found)
+
+
+# --- the store -----------------------------------------------------------------------------
+
+
+def store_problems(uri: str) -> list[str]:
+    """What the store must never hold after a recovery: a RUNNING run, two complete runs
+    of one pipeline state, or the alias ``verified`` on a version whose run is not
+    complete."""
+    from mlflow.tracking import MlflowClient
+
+    from vmapcheck.tracking.registry import VERIFIED, untrusted_because
+    from vmapcheck.tracking.store import PIPELINE_KEY_TAG, is_complete
+
+    client = MlflowClient(tracking_uri=uri, registry_uri=uri)
+    experiments = [e.experiment_id for e in client.search_experiments()]
+    runs = client.search_runs(experiments, max_results=1000) if experiments else []
+    problems = [
+        f"run {r.info.run_id} ({r.info.run_name}) is RUNNING"
+        for r in runs
+        if r.info.status == "RUNNING"
+    ]
+    complete: dict[str, list[str]] = {}
+    for r in runs:
+        if is_complete(r):
+            complete.setdefault(r.data.tags.get(PIPELINE_KEY_TAG, "?"), []).append(r.info.run_id)
+    problems += [
+        f"pipeline state {key[:12]}... has {len(ids)} complete runs: {ids}"
+        for key, ids in complete.items()
+        if len(ids) > 1
+    ]
+    for model in client.search_registered_models():
+        with contextlib.suppress(Exception):
+            version = client.get_model_version_by_alias(model.name, VERIFIED)
+            why = untrusted_because(client, version)
+            if why is not None:
+                problems.append(
+                    f"models:/{model.name}@{VERIFIED} -> version {version.version}: {why}"
+                )
+    return problems
+
+
+def store_summary(uri: str) -> str:
+    """One line for the fault table: runs by status, complete runs, where the alias is."""
+    from mlflow.tracking import MlflowClient
+
+    from vmapcheck.tracking.registry import VERIFIED, untrusted_because
+    from vmapcheck.tracking.store import is_complete
+
+    client = MlflowClient(tracking_uri=uri, registry_uri=uri)
+    experiments = [e.experiment_id for e in client.search_experiments()]
+    runs = client.search_runs(experiments, max_results=1000) if experiments else []
+    by_status: dict[str, int] = {}
+    for r in runs:
+        by_status[r.info.status] = by_status.get(r.info.status, 0) + 1
+    statuses = ", ".join(f"{n} {s}" for s, n in sorted(by_status.items()))
+    alias = "no alias"
+    for model in client.search_registered_models():
+        with contextlib.suppress(Exception):
+            version = client.get_model_version_by_alias(model.name, VERIFIED)
+            trust = untrusted_because(client, version) or "its run complete"
+            alias = f"@{VERIFIED} -> v{version.version} ({trust})"
+    return f"{len(runs)} runs ({statuses}; {sum(map(is_complete, runs))} complete); {alias}"
+
+
+# --- a tracking server ------------------------------------------------------------------
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Server:
+    """``mlflow server`` on 127.0.0.1 in its own process group (sqlite store, artifacts
+    uploaded through it); :meth:`kill` SIGKILLs it (a crash, not a shutdown) and
+    :meth:`start` brings it back on the same port and store."""
+
+    def __init__(self, workdir: Path) -> None:
+        self.workdir, self.port = workdir, free_port()
+        self.uri = f"http://127.0.0.1:{self.port}"
+        self.proc: subprocess.Popen | None = None
+        self.log = workdir / "server.log"
+
+    def start(self, wait_s: float = 240) -> float:
+        """Start it; the seconds until it answered."""
+        command = [
+            str(Path(sys.executable).parent / "mlflow"),
+            "server",
+            "--backend-store-uri",
+            f"sqlite:///{self.workdir / 'server.db'}",
+            "--serve-artifacts",
+            "--artifacts-destination",
+            str(self.workdir / "artifacts"),
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(self.port),
+            "--workers",
+            "1",
+        ]
+        env = {k: v for k, v in os.environ.items() if not k.startswith("MLFLOW_")}
+        started = time.monotonic()
+        with open(self.log, "a") as log:
+            self.proc = subprocess.Popen(
+                command,
+                cwd=self.workdir,
+                env=env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+        while time.monotonic() - started < wait_s:
+            if self.proc.poll() is not None:
+                raise AssertionError(f"mlflow server exited:\n{self.log.read_text()[-3000:]}")
+            with (
+                contextlib.suppress(OSError),
+                urllib.request.urlopen(f"{self.uri}/health", timeout=2) as response,
+            ):
+                if response.status == 200:
+                    return time.monotonic() - started
+            time.sleep(0.2)
+        self.kill()
+        raise AssertionError(f"mlflow server not up in {wait_s} s:\n{self.log.read_text()[-3000:]}")
+
+    def kill(self) -> None:
+        """SIGKILL the server and its workers; return once the port refuses connections."""
+        if self.proc is None:
+            return
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        self.proc.wait(timeout=30)
+        for _ in range(100):
+            try:
+                socket.create_connection(("127.0.0.1", self.port), timeout=0.2).close()
+            except OSError:
+                return
+            time.sleep(0.1)
+        raise AssertionError(f"{self.uri} still accepts connections after SIGKILL")
+
+
+# The MLflow client calls of track, by what they do (issue 15: health, experiment, create
+# run, log batch, artifacts, registry, alias); the health probe is plain HTTP (no client).
+CLIENT_METHODS = (
+    "search_experiments",
+    "search_runs",
+    "get_run",
+    "get_experiment",
+    "get_experiment_by_name",
+    "create_experiment",
+    "create_run",
+    "log_batch",
+    "log_inputs",
+    "log_artifact",
+    "log_artifacts",
+    "set_tag",
+    "set_terminated",
+    "create_registered_model",
+    "get_model_version_by_alias",
+    "create_model_version",
+    "set_registered_model_alias",
+    "set_model_version_tag",
+)
+
+
+@dataclass
+class ClientFaults:
+    """Wraps :data:`CLIENT_METHODS` of the real ``MlflowClient`` (install with
+    :meth:`install` under a monkeypatch): each call is recorded, and the ``occurrence``-th
+    call of ``method`` kills ``server`` first (``when="before"``) or while the real call
+    is on its way (``when="during"``: a thread kills it ``delay_s`` after the call starts).
+    The real call is always made: the client and the server stay real."""
+
+    server: Server | None = None
+    method: str | None = None
+    occurrence: int = 1
+    when: str = "before"
+    delay_s: float = 0.0
+    calls: list[str] = field(default_factory=list)
+    hit: bool = False
+    killed_at: float | None = None  # time.monotonic() when the server was killed
+
+    def install(self, patch: Any) -> None:
+        from mlflow.tracking import MlflowClient
+
+        for name in CLIENT_METHODS:
+            patch.setattr(MlflowClient, name, self._wrap(name, getattr(MlflowClient, name)))
+
+    def _wrap(self, name: str, real: Callable[..., Any]) -> Callable[..., Any]:
+        def call(client: Any, *args: Any, **kwargs: Any) -> Any:
+            self.calls.append(name)
+            if (
+                self.server is not None
+                and not self.hit
+                and name == self.method
+                and self.calls.count(name) == self.occurrence
+            ):
+                self.hit = True
+                if self.when == "before":
+                    self._kill()
+                else:
+                    killer = threading.Timer(self.delay_s, self._kill)
+                    killer.start()
+                    try:
+                        return real(client, *args, **kwargs)
+                    finally:
+                        killer.join()
+            return real(client, *args, **kwargs)
+
+        return call
+
+    def _kill(self) -> None:
+        assert self.server is not None
+        self.server.kill()
+        self.killed_at = time.monotonic()
+
+
+# --- permissions and space ----------------------------------------------------------------
+
+
+def unprivileged_prefix() -> tuple[list[str], str | None]:
+    """A command prefix under which file permissions hold, and why there is none.
+
+    Not root: none needed. Root ignores permissions through CAP_DAC_OVERRIDE (and
+    CAP_DAC_READ_SEARCH); ``setpriv`` drops them from the bounding set, so the command it
+    starts is refused like any user."""
+    if os.geteuid() != 0:
+        return [], None
+    setpriv = shutil.which("setpriv")
+    if setpriv is None:
+        return [], "running as root, which ignores file permissions, and no setpriv to drop that"
+    prefix = [setpriv, "--bounding-set=-dac_override,-dac_read_search", "--"]
+    probe = subprocess.run([*prefix, "true"], capture_output=True)
+    if probe.returncode != 0:
+        return (
+            [],
+            f"running as root and setpriv cannot drop CAP_DAC_OVERRIDE here: {probe.stderr!r}",
+        )
+    return prefix, None
+
+
+@contextlib.contextmanager
+def small_disk(folder: Path, size: str) -> Iterator[Path]:
+    """``folder`` as a tmpfs of ``size`` (e.g. "256k"), its contents copied in; on exit the
+    contents are copied back and the tmpfs unmounted. Skips (pytest.skip) with the reason
+    when the mount is refused (it needs root, or CAP_SYS_ADMIN in a container)."""
+    import pytest
+
+    saved = folder.with_name(folder.name + ".before-tmpfs")
+    shutil.copytree(folder, saved)
+    mounted = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(folder)],
+        capture_output=True,
+        text=True,
+    )
+    if mounted.returncode != 0:
+        shutil.rmtree(saved)
+        pytest.skip(f"cannot mount a small tmpfs on {folder}: {mounted.stderr.strip()}")
+    try:
+        shutil.copytree(saved, folder, dirs_exist_ok=True)
+        yield folder
+    finally:
+        kept = folder.with_name(folder.name + ".on-tmpfs")
+        shutil.copytree(folder, kept)
+        subprocess.run(["umount", str(folder)], check=True)
+        shutil.rmtree(folder)
+        kept.rename(folder)
+        shutil.rmtree(saved)
+
+
+def fill(folder: Path, leave_bytes: int) -> Path:
+    """Fill the file system of ``folder`` up to ``leave_bytes`` free; the filler file."""
+    filler = folder / ".filler"
+    free = shutil.disk_usage(folder).free - leave_bytes
+    with open(filler, "wb") as fh:
+        fh.write(b"\0" * max(free, 0))
+    return filler
