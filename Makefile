@@ -15,13 +15,14 @@ export PATH := $(BIN):$(PATH)
 export DVC_NO_ANALYTICS := 1
 export PYTHONUNBUFFERED := 1
 
-.PHONY: help setup demo test test-fast lint format ui clean params lock reference verdict browser \
+.PHONY: help setup demo test test-faults test-fast lint format ui clean params lock reference verdict browser \
 	compare registry rollback diagnose exp
 
 help:
 	@echo "make demo   set up .venv, run the pipeline (dvc repro) and print the verdict"
 	@echo "make test   set up .venv and headless Chromium, lint, run unit and end-to-end tests"
 	@echo "make test-fast  lint and the unit tests only (no end-to-end pipeline runs)"
+	@echo "make test-faults  the long fault-injection matrix (SIGKILL each stage, server stopped per MLflow call)"
 	@echo "make ui     MLflow UI over the local store on http://127.0.0.1:$(UI_PORT)"
 	@echo "make verdict BASELINE=last-verified|<run id>|<bench_details.json>  benchmark regression verdict"
 	@echo "make verdict-paired BASELINE_PROJECT=<dir>  time it and this project ABBA, judge the pairs"
@@ -55,9 +56,15 @@ demo: $(STAMP)
 # of the files with the most tests first, which left the single-test e2e files for last.
 PYTEST_WORKERS := -n 2 --dist loadfile --no-loadscope-reorder
 
-# Everything (what CI runs): lint, unit and end-to-end tests.
+# Everything CI runs: lint, unit and end-to-end tests, the short part of the fault matrix.
 test: $(STAMP) lint browser
-	python -m pytest $(PYTEST_WORKERS)
+	python -m pytest -m "not faults" $(PYTEST_WORKERS)
+
+# The long part of the fault-injection matrix (tests/test_faults.py: SIGKILL of every
+# stage, the tracking server stopped around every MLflow call of track), ~30-60 min on
+# two cores: run by the nightly workflow, and before a change to io, store or track.
+test-faults: $(STAMP)
+	python -m pytest -s -m faults tests/test_faults.py
 
 # The unit tests only: no DVC pipeline (e2e) and no stage bodies run in-process
 # (stages): the loop while working. The HTML report's unit tests open it in Chromium.

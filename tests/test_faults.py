@@ -123,6 +123,7 @@ def assert_recovered(project: Path, result: subprocess.CompletedProcess) -> None
 
 
 @pytest.mark.e2e
+@pytest.mark.faults
 @pytest.mark.parametrize("stage", STAGES)
 def test_a_stage_sigkilled_at_a_random_point_recovers_with_dvc_repro(project, stage):
     root = project.root
@@ -419,6 +420,7 @@ CASES = [("before", m, n) for m, n in CALL_POINTS] + [
 
 
 @pytest.mark.e2e
+@pytest.mark.faults
 @pytest.mark.parametrize(("when", "method", "occurrence"), CASES)
 def test_the_server_stopped_around_an_mlflow_call_fails_track_fast_and_a_rerun_recovers(
     served, capsys, when, method, occurrence

@@ -36,7 +36,7 @@ from vmapcheck.tracking.log import (
     verdict_note,
 )
 from vmapcheck.tracking.provenance import git_state
-from vmapcheck.tracking.registry import register_if_verified
+from vmapcheck.tracking.registry import move_verified_alias, register_if_verified
 from vmapcheck.tracking.run_inputs import dvc_exp_name, gather_run_inputs
 from vmapcheck.tracking.store import (
     PIPELINE_KEY_TAG,
@@ -187,9 +187,11 @@ def track(config: Config, layout: Layout) -> int:
             log_perf_verdict(info["tracking_uri"], info["run_id"], perf)
             log_diagnosis(info["tracking_uri"], info["run_id"], read_json(layout.diagnosis))
             info["perf_verdict"] = perf["verdict"]
-            # Registry: a passing run's params become a new version, alias `verified` moves.
-            info["registry"] = register_if_verified(config, info, check["runtime"], layout.params)
-            print(f"track: registry: {_registry_line(info['registry'])}")
+            # Registry: a passing run's params become a new version; alias `verified` moves
+            # to it only once the run is complete (below).
+            info["registry"] = register_if_verified(
+                config, info, check["runtime"], layout.params, move_alias=False
+            )
             # This stage's own record has no end yet: it ends now, as the run does.
             log_timeline(info["tracking_uri"], info["run_id"], stages, time.time())
             # The run's last writes (pipeline_complete, then FINISHED): an attempt that dies
@@ -203,6 +205,9 @@ def track(config: Config, layout: Layout) -> int:
                     f"track failed before completing it: {type(exc).__name__}: {first_line(exc)}",
                 )
             raise
+        if info["registry"].get("status") == "registered":
+            move_verified_alias(info["tracking_uri"], info["registry"])
+        print(f"track: registry: {_registry_line(info['registry'])}")
     else:
         info = earlier | {"forward_outputs_sha256": check.get("forward_outputs_sha256")}
     atomic_write_json(layout.track_report, info)

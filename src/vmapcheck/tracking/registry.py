@@ -210,10 +210,12 @@ def register_verified(
     params_dir: Path,
     config: Config,
     tags: dict[str, str] | None = None,
+    move_alias: bool = True,
 ) -> dict[str, Any]:
     """Log run ``run_id``'s params as a servable MLflow model, register it as a new
     version of ``name`` and move alias ``verified`` to it. Call only for a run whose check
-    passed.
+    passed. ``move_alias=False`` leaves the alias to :func:`move_verified_alias`, called
+    once the run is complete (``track``: the alias never points at a half-logged run).
 
     The digests recorded on the version are those of ``params_dir`` (the folder the run
     logged as ``params/``). The run's copy in the artifact store is downloaded and checked
@@ -269,7 +271,8 @@ def register_verified(
             model_id=logged["model_id"],
         )
         number = str(version.version)  # an int from a sqlite store, a str over REST
-        client.set_registered_model_alias(name, VERIFIED, number)
+        if move_alias:
+            client.set_registered_model_alias(name, VERIFIED, number)
     except MlflowException as exc:
         raise ArtifactError(
             f"registering run {run_id}'s params as a version of {name!r} in {tracking_uri} "
@@ -287,8 +290,32 @@ def register_verified(
     }
 
 
+def move_verified_alias(tracking_uri: str, registered: dict[str, Any]) -> None:
+    """Move alias ``verified`` to the version :func:`register_verified` made with
+    ``move_alias=False`` (``registered``: its result). ``track`` calls it after the run is
+    complete, so a track that dies earlier leaves the alias where it was.
+
+    Raises:
+        ArtifactError: the store refused the move (the alias stays where it was).
+    """
+    from mlflow.exceptions import MlflowException
+
+    name, number = registered["registered_model"], registered["version"]
+    try:
+        _client(tracking_uri).set_registered_model_alias(name, VERIFIED, number)
+    except MlflowException as exc:
+        raise ArtifactError(
+            f"moving alias {VERIFIED} of {name!r} to version {number} in {tracking_uri} "
+            f"failed: {exc.message} (the alias stays where it was; rerun to move it)"
+        ) from None
+
+
 def register_if_verified(
-    config: Config, info: dict[str, Any], runtime: dict[str, Any], params_dir: Path
+    config: Config,
+    info: dict[str, Any],
+    runtime: dict[str, Any],
+    params_dir: Path,
+    move_alias: bool = True,
 ) -> dict[str, Any]:
     """``track``'s hook: register the run's params when its check passed.
 
@@ -328,7 +355,7 @@ def register_if_verified(
         "jaxlib_version": runtime.get("jaxlib_version", "unknown"),
     }
     return {"status": "registered"} | register_verified(
-        info["tracking_uri"], name, info["run_id"], params_dir, config, tags
+        info["tracking_uri"], name, info["run_id"], params_dir, config, tags, move_alias
     )
 
 
