@@ -13,10 +13,8 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
-import time
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -28,6 +26,7 @@ import pytest
 
 from tests.helpers.inprocess import JAX_SETTINGS
 from tests.helpers.registry import Store
+from tests.helpers.servers import free_port, start_in_group, wait_until_ok
 from vmapcheck import cli
 from vmapcheck.core.compare import compare
 from vmapcheck.errors import ArtifactError
@@ -250,12 +249,6 @@ def test_the_packaged_code_loads_where_no_vmapcheck_is_installed(mlp, tmp_path):
 # --- end to end: `mlflow models serve` on loopback --------------------------------------
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 class ModelServer:
     """``mlflow models serve -m <uri> --env-manager local`` on 127.0.0.1, in its own
     process group, started from ``workdir`` (no project there) with only
@@ -287,26 +280,9 @@ class ModelServer:
         env["MLFLOW_TRACKING_URI"] = self.tracking_uri
         # As in an activated .venv: the server starts `uvicorn` from PATH.
         env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
-        with open(self.log, "a") as log:
-            self.proc = subprocess.Popen(
-                command,
-                cwd=self.workdir,
-                env=env,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,  # its own group: stop() ends the uvicorn worker too
-            )
-        deadline = time.monotonic() + wait_s
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise AssertionError(f"mlflow models serve exited:\n{self.log.read_text()[-4000:]}")
-            try:
-                with urllib.request.urlopen(f"{self.url}/ping", timeout=2) as response:
-                    if response.status == 200:
-                        return
-            except OSError:
-                time.sleep(0.5)
-        raise AssertionError(f"no answer on {self.url}/ping:\n{self.log.read_text()[-4000:]}")
+        # Its own group: stop() ends the uvicorn worker too.
+        self.proc = start_in_group(command, self.workdir, env, self.log)
+        wait_until_ok(self.proc, f"{self.url}/ping", wait_s, self.log)
 
     def invoke(self, body: str) -> tuple[int, dict]:
         """POST ``body`` (JSON) to /invocations: (HTTP status, the JSON answer)."""

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import http.server
 import os
-import socket
 import subprocess
 import sys
 import threading
@@ -16,6 +15,7 @@ import pytest
 import yaml
 
 from tests.helpers.config import ROOT, compose_config
+from tests.helpers.servers import free_port
 from vmapcheck.compose import compose_yaml
 from vmapcheck.config import TrackingConfig, validate_config
 from vmapcheck.errors import ConfigError, TrackingStoreError
@@ -47,12 +47,6 @@ from vmapcheck.tracking.store import (
 def tracking(**changes) -> TrackingConfig:
     base = compose_config().tracking.model_dump()
     return TrackingConfig.model_validate(base | changes)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 # --- where ------------------------------------------------------------------------------

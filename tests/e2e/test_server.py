@@ -14,7 +14,6 @@ import json
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -27,6 +26,7 @@ from typing import Any
 import pytest
 
 from tests.helpers.project import FAST_RUN, commit_all, compose_params, copy_project, run
+from tests.helpers.servers import free_port, start_in_group, wait_until_ok
 
 pytestmark = pytest.mark.e2e
 
@@ -35,12 +35,6 @@ TINY = ["data.n_rows=200", "data.standard_batch=8", *FAST_RUN]
 
 def stages_run(result: subprocess.CompletedProcess) -> set[str]:
     return set(re.findall(r"Running stage '(\w+)'", result.stdout + result.stderr))
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class MlflowServer:
@@ -70,28 +64,13 @@ class MlflowServer:
             "1",
         ]
         env = {k: v for k, v in os.environ.items() if not k.startswith("MLFLOW_")}
-        with open(self.log, "a") as log:
-            self.proc = subprocess.Popen(
-                command,
-                cwd=self.workdir,
-                env=env,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,  # its own group: stop() ends the workers too
-            )
-        deadline = time.monotonic() + wait_s
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise AssertionError(f"mlflow server exited:\n{self.log.read_text()[-3000:]}")
-            try:
-                with urllib.request.urlopen(f"{self.uri}/health", timeout=2) as response:
-                    if response.status == 200:
-                        return
-            except OSError:
-                pass
-            time.sleep(0.5)
-        self.stop()
-        raise AssertionError(f"mlflow server not up in {wait_s} s:\n{self.log.read_text()[-3000:]}")
+        # Its own group: stop() ends the workers too.
+        self.proc = start_in_group(command, self.workdir, env, self.log)
+        try:
+            wait_until_ok(self.proc, f"{self.uri}/health", wait_s, self.log)
+        except AssertionError:
+            self.stop()
+            raise
 
     def stop(self) -> None:
         if self.proc is None or self.proc.poll() is not None:

@@ -22,7 +22,6 @@ import subprocess
 import sys
 import threading
 import time
-import urllib.request
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -33,6 +32,7 @@ import psutil
 import yaml
 
 from tests.helpers.project import _env
+from tests.helpers.servers import free_port, start_in_group, wait_until_ok
 
 # --- processes ---------------------------------------------------------------------------
 
@@ -260,12 +260,6 @@ def store_summary(uri: str) -> str:
 # --- a tracking server ------------------------------------------------------------------
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 class Server:
     """``mlflow server`` on 127.0.0.1 in its own process group (sqlite store, artifacts
     uploaded through it); :meth:`kill` SIGKILLs it (a crash, not a shutdown) and
@@ -295,28 +289,12 @@ class Server:
             "1",
         ]
         env = {k: v for k, v in os.environ.items() if not k.startswith("MLFLOW_")}
-        started = time.monotonic()
-        with open(self.log, "a") as log:
-            self.proc = subprocess.Popen(
-                command,
-                cwd=self.workdir,
-                env=env,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-            )
-        while time.monotonic() - started < wait_s:
-            if self.proc.poll() is not None:
-                raise AssertionError(f"mlflow server exited:\n{self.log.read_text()[-3000:]}")
-            with (
-                contextlib.suppress(OSError),
-                urllib.request.urlopen(f"{self.uri}/health", timeout=2) as response,
-            ):
-                if response.status == 200:
-                    return time.monotonic() - started
-            time.sleep(0.2)
-        self.kill()
-        raise AssertionError(f"mlflow server not up in {wait_s} s:\n{self.log.read_text()[-3000:]}")
+        self.proc = start_in_group(command, self.workdir, env, self.log)
+        try:
+            return wait_until_ok(self.proc, f"{self.uri}/health", wait_s, self.log)
+        except AssertionError:
+            self.kill()
+            raise
 
     def kill(self) -> None:
         """SIGKILL the server and its workers; return once the port refuses connections."""
