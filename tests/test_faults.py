@@ -72,6 +72,9 @@ def shown_in_compare(project: Path, run_id: str) -> str:
         "-m",
         "vmapcheck",
         "compare",
+        # Wide enough for every column (the start time is matched below).
+        "--width",
+        "300",
         "--filter",
         f"attributes.run_id = '{run_id}'",
     ).stdout

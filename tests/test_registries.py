@@ -144,7 +144,8 @@ def test_the_layout_names_what_dvc_yaml_declares():
     import yaml
 
     declared = set()
-    for stage in yaml.safe_load((ROOT / "dvc.yaml").read_text())["stages"].values():
+    stages = yaml.safe_load((ROOT / "dvc.yaml").read_text())["stages"]
+    for stage in stages.values():
         for out in [*stage.get("outs", []), *stage.get("metrics", [])]:
             declared.add(out if isinstance(out, str) else next(iter(out)))
     layout = Layout(ROOT)
@@ -153,6 +154,8 @@ def test_the_layout_names_what_dvc_yaml_declares():
         for attr in dir(Layout)
         if isinstance(getattr(Layout, attr), property)
     }
+    # The per-stage wall-time records, one per stage: Layout.stage_time(stage).
+    named |= {str(layout.stage_time(stage).relative_to(ROOT)) for stage in stages}
     assert declared <= named, sorted(declared - named)
 
 
