@@ -80,9 +80,10 @@ def shown_in_compare(project: Path, run_id: str) -> str:
     ).stdout
     lines = [ln for ln in listed.splitlines() if re.search(r"\d{4}-\d\d-\d\d \d\d:\d\d", ln)]
     assert len(lines) == 1, listed
-    verdict = re.search(r"\d\d:\d\d\s*[│|]?\s*(\w+)", lines[0])
-    assert verdict, listed
-    return verdict.group(1)
+    # The row's cells: the run's name, then its verdict (make compare's first columns).
+    cells = [cell.strip() for cell in lines[0].split("│")]
+    assert len(cells) > 3, listed
+    return cells[2]
 
 
 def local_uri(project: Path) -> str:
