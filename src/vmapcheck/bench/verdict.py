@@ -115,6 +115,16 @@ CONTEXT = (
 CONTEXT_KEYS = tuple(key.name for key in CONTEXT)
 # The keys a caller may add to the required ones (``compare(require_same=...)``).
 OPTIONAL_KEYS = tuple(key.name for key in CONTEXT if not key.required)
+# The context keys read from the JAX runtime (bench_details.json's ``runtime``; a live
+# worker's configured runtime): one list for both readers.
+RUNTIME_CONTEXT_KEYS = (
+    "backend",
+    "device_kind",
+    "device_count",
+    "matmul_precision",
+    "jax_version",
+    "jaxlib_version",
+)
 MIN_SAMPLES = 5
 # Blocks of consecutive samples per run and cell: the statistics' unit (module docstring).
 BLOCKS = 10
@@ -181,17 +191,7 @@ def record_from_details(details: Any, source: str) -> BenchRecord:
         "repeats": bench.get("repeats"),
         "cpu_model": before.get("cpu_model"),
         "usable_cores": before.get("usable_cores"),
-        **{
-            key: runtime.get(key, before.get(key))
-            for key in (
-                "backend",
-                "device_kind",
-                "device_count",
-                "matmul_precision",
-                "jax_version",
-                "jaxlib_version",
-            )
-        },
+        **{key: runtime.get(key, before.get(key)) for key in RUNTIME_CONTEXT_KEYS},
         "dtype": details.get("dtype"),
         "model": details.get("model"),
     }

@@ -85,6 +85,7 @@ class Side:
 
         from vmapcheck.bench.machine import conditions
         from vmapcheck.bench.timing import bench_input, warm_up
+        from vmapcheck.bench.verdict import RUNTIME_CONTEXT_KEYS
         from vmapcheck.config import load_config
         from vmapcheck.core.forms import cast_tree, data_mesh, validate_batch
         from vmapcheck.core.models import build_model
@@ -151,17 +152,7 @@ class Side:
             "dtype": dtype.name,
             "cpu_model": machine["cpu_model"],
             "usable_cores": machine["usable_cores"],
-            **{
-                k: runtime.as_dict().get(k, machine.get(k))
-                for k in (
-                    "backend",
-                    "device_kind",
-                    "device_count",
-                    "matmul_precision",
-                    "jax_version",
-                    "jaxlib_version",
-                )
-            },
+            **{k: runtime.as_dict().get(k, machine.get(k)) for k in RUNTIME_CONTEXT_KEYS},
         }
         self.cells = [c for g in self.groups for c in g]
 
