@@ -92,7 +92,17 @@ def summary(kind: str, result: dict[str, Any]) -> dict[str, Any]:
         "improvements": result["improvements"],
         "load": result.get("load"),
         "cells": {
-            c: {k: v[k] for k in ("ratio", "ci_low", "ci_high", "p_slower_adjusted", "status")}
+            c: {
+                k: v[k]
+                for k in (
+                    "ratio",
+                    "ci_low",
+                    "ci_high",
+                    "p_slower_adjusted",
+                    "process_ratios",
+                    "status",
+                )
+            }
             for c, v in result.get("cells", {}).items()
         },
         "wall_s": result.get("wall_s"),
@@ -179,6 +189,7 @@ def main() -> int:
         "--order", choices=("interleaved", "blocks"), default="blocks", help="within a round"
     )
     parser.add_argument("--batch-sizes", default="256,1024,4096")
+    parser.add_argument("--processes", type=int, default=3, help="worker processes a side")
     parser.add_argument("--factor", type=float, help="default: conf/bench/quick.yaml's")
     parser.add_argument("--alpha", type=float, help="default: conf/bench/quick.yaml's")
     parser.add_argument("--load", type=int, default=0, help="busy processes to start (0: none)")
@@ -236,6 +247,7 @@ def main() -> int:
                         args.samples,
                         args.warmup,
                         order=args.order,
+                        processes=args.processes,
                     )
                     entry = summary(kind, result)
                 except VmapcheckError as exc:
@@ -258,6 +270,7 @@ def main() -> int:
         "rounds_per_side": args.rounds,
         "samples_per_round": args.samples,
         "order_within_round": args.order,
+        "processes_per_side": args.processes,
         "paths": paths,
         "batch_sizes": sizes,
         "background_load_processes": args.load,

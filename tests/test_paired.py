@@ -13,6 +13,7 @@ from vmapcheck.bench.paired import (
     format_paired,
     judge_paired,
     min_pairs,
+    process_of_pair,
     run_paired,
     schedule,
     side_spec,
@@ -35,11 +36,15 @@ def synthetic_rounds(
     swing: float = 2.0,
     samples: int = 5,
     jitter: float = 0.05,
+    processes: int = 1,
+    slow_process: tuple[int, float] | None = None,
 ) -> tuple[list[str], list[dict[str, list[float]]]]:
     """Rounds in ABBA order on a machine whose load drifts: each pair of adjacent rounds
     shares one factor drawn log-uniformly in [1, ``swing``] (the machine's state then),
     every sample has its own ``jitter`` (lognormal sigma); the current side's cells are
-    ``slowdown[cell]`` times slower."""
+    ``slowdown[cell]`` times slower. ``slow_process=(k, f)``: the current side's process
+    ``k`` (of ``processes``, taking turns pair by pair) is ``f`` times slower in every
+    cell for the whole comparison, whatever the code."""
     rng = np.random.default_rng(seed)
     order = schedule(rounds)
     taken = []
@@ -47,12 +52,14 @@ def synthetic_rounds(
         if i % 2 == 0:
             load = float(np.exp(rng.uniform(0, np.log(swing))))
         factor = (slowdown or {}).get
+        process = process_of_pair(i // 2, processes)
+        slow = slow_process[1] if slow_process and slow_process[0] == process else 1.0
         taken.append(
             {
                 cell: list(
                     BASE_MS[cell]
                     * load
-                    * (factor(cell, 1.0) if side == CURRENT else 1.0)
+                    * (factor(cell, 1.0) * slow if side == CURRENT else 1.0)
                     * np.exp(rng.normal(0, jitter, samples))
                 )
                 for cell in CELLS
@@ -111,6 +118,41 @@ def test_a_planted_slowdown_is_found_despite_2x_load_swings():
     assert "REGRESSION" in text and "direct_jit" in text
 
 
+def test_one_slow_process_is_outvoted_by_the_other_two():
+    """A/A where one of the current side's three processes is 1.45x slower all along (as
+    measured under load 10-16): judged as one process pair, the pairs would call it a
+    regression; with three process pairs the ratio stays near 1 and the majority rule
+    holds, while the per-process ratios show the odd one out."""
+    for seed in range(10):
+        order, taken = synthetic_rounds(21, seed, processes=3, slow_process=(1, 1.45))
+        result = judge_paired(order, taken, factor=1.1, alpha=0.01, processes=3)
+        assert result["verdict"] == "no regression", (seed, result["regressions"])
+        for cell in result["cells"].values():
+            slow_one = cell["process_ratios"][1]
+            assert 1.3 < slow_one < 1.6 and cell["processes_slower"] == 1
+            assert cell["ci_high"] > 1.1  # the odd process widens the interval
+    # The same failure with one process a side cannot be told from slower code.
+    order, taken = synthetic_rounds(20, 0, processes=1, slow_process=(0, 1.45))
+    assert judge_paired(order, taken, factor=1.1, alpha=0.01)["verdict"] == "regression"
+
+
+def test_a_planted_slowdown_is_found_by_every_process_pair():
+    planted = {"direct_jit/b256": 1.25, "direct_jit/b1024": 1.25}
+    for seed in range(10):
+        order, taken = synthetic_rounds(21, seed, slowdown=planted, processes=3)
+        result = judge_paired(order, taken, factor=1.1, alpha=0.01, processes=3)
+        assert sorted(result["regressions"]) == sorted(planted)
+        assert all(result["cells"][c]["processes_slower"] == 3 for c in planted)
+
+
+def test_processes_out_of_range_are_refused():
+    order, taken = synthetic_rounds(12, 0)
+    with pytest.raises(ConfigError, match=r"processes: expected 1 to 12 .*found 13"):
+        judge_paired(order, taken, 1.1, 0.01, processes=13)
+    with pytest.raises(ConfigError, match=r"processes: expected 1 to 12 .*found 0"):
+        judge_paired(order, taken, 1.1, 0.01, processes=0)
+
+
 def test_a_slowdown_below_the_factor_is_not_a_regression():
     """asv's rule: +5% is significant with these pairs but within the factor 1.1."""
     order, taken = synthetic_rounds(20, 0, slowdown={"vmap_jit/b256": 1.05}, jitter=0.01)
@@ -148,8 +190,8 @@ def test_bad_factor_alpha_and_project_are_named(tmp_path):
 
 @pytest.mark.stages
 def test_two_real_workers_time_one_project_abba(tmp_path):
-    """The driver with two worker processes on one tiny project (A/A): every pair timed,
-    the design and the load recorded."""
+    """The driver with two worker processes a side on one tiny project (A/A): every pair
+    timed, by both process pairs in turn; the design and the load recorded."""
     from tests.helpers.inprocess import run_stages, write_params
 
     write_params(tmp_path, "data.n_rows=240", "data.standard_batch=8", "train.steps=0")
@@ -166,11 +208,13 @@ def test_two_real_workers_time_one_project_abba(tmp_path):
         rounds=rounds,
         samples=3,
         warmup=1,
+        processes=2,
     )
     assert result["verdict"] in ("no regression", "regression")
     assert sorted(result["cells"]) == ["direct_jit/b16", "vmap_jit/b16"]
     assert all(c["pairs"] == rounds for c in result["cells"].values())
-    assert result["design"]["processes"] == 2 and result["pairs"] == rounds
+    assert all(len(c["process_ratios"]) == 2 for c in result["cells"].values())
+    assert result["design"]["processes"] == 4 and result["pairs"] == rounds
     assert result["baseline"]["jax_version"] == result["current"]["jax_version"]
     assert result["differences"] == {}
     assert result["load"]["load_avg_1m_max"] >= result["load"]["load_avg_1m_min"] >= 0

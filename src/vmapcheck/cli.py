@@ -27,6 +27,7 @@ COMPARE_DEFAULT_N = 10  # vmapcheck.tracking.runs.DEFAULT_N
 DIAGNOSIS_ON_DEMAND = "diagnosis-on-demand.json"  # under reports/
 PAIRED_ROUNDS = 20  # vmapcheck.bench.paired.DEFAULT_ROUNDS
 PAIRED_SAMPLES = 10  # vmapcheck.bench.paired.DEFAULT_SAMPLES
+PAIRED_PROCESSES = 3  # vmapcheck.bench.paired.DEFAULT_PROCESSES
 
 Command = Callable[[argparse.Namespace, Layout], int]
 
@@ -80,6 +81,7 @@ def _verdict_paired(args: argparse.Namespace, layout: Layout) -> int:
         args.current_python,
         require_same=args.require_same or (),
         order=args.order,
+        processes=args.processes,
     )
 
 
@@ -239,6 +241,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     paired.add_argument(
         "--samples", type=int, default=PAIRED_SAMPLES, help="samples per cell and round"
+    )
+    paired.add_argument(
+        "--processes",
+        type=int,
+        default=PAIRED_PROCESSES,
+        help="worker processes a side, taking turns pair by pair (a majority must agree)",
     )
     paired.add_argument("--factor", type=float, help="default: bench.regression.factor")
     paired.add_argument("--alpha", type=float, help="default: bench.regression.alpha")

@@ -6,15 +6,24 @@ real slowdown (at load 6-11 a +41% model change came out INCONCLUSIVE). Here the
 are timed in the same stretch of time, round by round, so each pair of adjacent rounds
 shares the machine's conditions.
 
-Design (:func:`run_paired`): two processes, one per side (``python -m
+Design (:func:`run_paired`): worker processes, ``processes`` per side (``python -m
 vmapcheck.bench.worker`` on each project folder: its own params.yaml, data/params,
 data/cases, and, where the folder has one, its own ``src`` and ``.venv``: other model code
-or another JAX version). Both compile and warm up; then the driver asks for rounds in the
-order A B B A A B B A ... (A: baseline, B: current). A round times every cell (a path at a
-batch size) ``samples`` times, each timed call after a discarded call of the same cell;
+or another JAX version). All compile and warm up; then the driver asks for rounds in the
+order A B B A A B B A ... (A: baseline, B: current). Pair ``i`` (two adjacent rounds, one
+of each side) is timed by process pair ``i mod processes``: the process pairs take turns,
+so each one spans the whole comparison. A round times every cell (a path at a batch size)
+``samples`` times, each timed call after a discarded call of the same cell;
 ``order="blocks"`` (the default) takes a cell's samples back to back, the cells in a
 balanced order that changes from round to round, ``"interleaved"`` the bench stage's
 passes (vmapcheck.bench.timing.sample_passes; docs/benchmark.md compares the two).
+
+Why several processes a side: pairing cancels load that changes between rounds, but not
+a difference between two processes that lasts the whole comparison. Measured under load
+10-16 with one process a side: in 3 of 23 A/A comparisons one process was 1.2-1.5x slower
+at 4,096 rows in every pair (its memory placement or its threads' cores, not its code).
+One process a side cannot tell that from slower code; with three, one such process moves
+a third of the pairs, and the rule below asks a majority of the process pairs to agree.
 
 Statistics (:func:`judge_paired`), per cell:
 
@@ -23,21 +32,19 @@ Statistics (:func:`judge_paired`), per cell:
   ratio and an order effect cancels over the pairs;
 - per pair: ``log(median(B round) / median(A round))``;
 - ``ratio``: exp of the median of those logs (above 1: the current side is slower), with
-  a bootstrap confidence interval over the pairs (percentile);
+  a bootstrap confidence interval (percentile) that resamples process pairs, then pairs
+  within each: a process pair unlike the others widens it;
+- ``process_ratios``: the same ratio within each process pair;
 - ``p_slower``/``p_faster``: one-sided Wilcoxon signed-rank tests of the logs against 0,
   adjusted over the cells with Benjamini-Hochberg, as the stored-run verdict does.
 
-A cell is a **regression** when it is significant (adjusted ``p_slower < alpha``) AND its
-ratio is beyond ``factor`` (asv's rule, ``bench.regression``); an **improvement** is the
-mirror image. No control or load rule withholds the verdict: both sides saw the same
-machine, and the load measured during the run is reported. Sides that differ in a
-required context key (vmapcheck.bench.verdict.CONTEXT: machine, backend, dtype...) are
-``not comparable``; a JAX or model difference is noted (``require_same`` to refuse it).
-
-What pairing cannot cancel: a difference between the two processes that lasts the
-whole comparison (measured under load 10-16: in 3 of 23 A/A comparisons one process was
-1.2-1.5x slower at 4,096 rows in every pair). One process per side cannot tell that from
-slower code; docs/benchmark.md has the measured rates.
+A cell is a **regression** when it is significant (adjusted ``p_slower < alpha``), its
+ratio is beyond ``factor`` (asv's rule, ``bench.regression``), AND the ratio within a
+majority of the process pairs is beyond ``factor`` too; an **improvement** is the mirror
+image. No control or load rule withholds the verdict: both sides saw the same machine,
+and the load measured during the run is reported. Sides that differ in a required
+context key (vmapcheck.bench.verdict.CONTEXT: machine, backend, dtype...) are ``not
+comparable``; a JAX or model difference is noted (``require_same`` to refuse it).
 
 Too few pairs cannot reach significance after the adjustment: with ``n`` pairs the
 smallest one-sided Wilcoxon p is ``2**-n``, and one significant cell among ``m`` needs
@@ -73,6 +80,9 @@ from vmapcheck.io import atomic_write_json
 BASELINE, CURRENT = "baseline", "current"
 DEFAULT_ROUNDS = 20
 DEFAULT_SAMPLES = 10
+# Worker processes a side (module docstring): three, so that one process unlike the others
+# is outvoted by two.
+DEFAULT_PROCESSES = 3
 # Seconds a worker may take to start (import, compile, warm up), and to time one round.
 START_TIMEOUT_S = 600.0
 ROUND_TIMEOUT_S = 300.0
@@ -102,6 +112,11 @@ def schedule(rounds: int) -> list[str]:
     ]
 
 
+def process_of_pair(pair: int, processes: int) -> int:
+    """The process pair that times pair ``pair``: they take turns."""
+    return pair % processes
+
+
 def pair_medians(
     order: Sequence[str], rounds: Sequence[dict[str, Sequence[float]]], cell: str
 ) -> tuple[np.ndarray, np.ndarray]:
@@ -118,23 +133,39 @@ def pair_medians(
     return np.array(base), np.array(cur)
 
 
+def _cluster_bootstrap_median(
+    logs: np.ndarray, groups: np.ndarray, confidence: float, seed: int, resamples: int = 2000
+) -> tuple[float, float]:
+    """Percentile interval of the median of ``logs`` (pairs,), resampling the groups
+    (process pairs) with replacement, then the pairs within each chosen group."""
+    rng = np.random.default_rng(seed)
+    members = [logs[groups == g] for g in np.unique(groups)]
+    medians = np.empty(resamples)
+    for r in range(resamples):
+        chosen = rng.integers(len(members), size=len(members))
+        drawn = [rng.choice(members[g], size=members[g].size) for g in chosen]
+        medians[r] = np.median(np.concatenate(drawn))
+    tail = (1.0 - confidence) / 2.0
+    return float(np.quantile(medians, tail)), float(np.quantile(medians, 1.0 - tail))
+
+
 def paired_cell(
-    base_ms: np.ndarray, cur_ms: np.ndarray, confidence: float = 0.95, seed: int = 0
+    base_ms: np.ndarray,
+    cur_ms: np.ndarray,
+    confidence: float = 0.95,
+    seed: int = 0,
+    processes: Sequence[int] | None = None,
 ) -> dict[str, Any]:
     """One cell judged from its pairs of round medians (ms; shape (pairs,) each, pair
-    ``i`` taken in adjacent rounds): ratio, bootstrap CI, one-sided Wilcoxon p-values."""
+    ``i`` taken in adjacent rounds by process pair ``processes[i]``, default all 0): ratio,
+    bootstrap CI, one-sided Wilcoxon p-values, and the ratio within each process pair."""
     logs = np.log(np.asarray(cur_ms, float) / np.asarray(base_ms, float))
+    groups = np.zeros(logs.size, int) if processes is None else np.asarray(processes, int)
+    if groups.shape != logs.shape:
+        raise ValueError(f"processes: expected one per pair ({logs.size}), found {groups.size}")
     center = float(np.median(logs))
     if np.ptp(logs) > 0:
-        ci = stats.bootstrap(
-            (logs,),
-            np.median,
-            confidence_level=confidence,
-            n_resamples=2000,
-            method="percentile",
-            rng=np.random.default_rng(seed),
-        ).confidence_interval
-        low, high = float(ci.low), float(ci.high)
+        low, high = _cluster_bootstrap_median(logs, groups, confidence, seed)
     else:
         low = high = center
     if np.any(logs != 0):
@@ -153,6 +184,9 @@ def paired_cell(
         "baseline_p50_ms": float(np.median(base_ms)),
         "current_p50_ms": float(np.median(cur_ms)),
         "pair_ratios": [float(v) for v in np.exp(logs)],
+        "process_ratios": [
+            math.exp(float(np.median(logs[groups == g]))) for g in np.unique(groups)
+        ],
     }
 
 
@@ -162,11 +196,13 @@ def judge_paired(
     factor: float,
     alpha: float,
     confidence: float = 0.95,
+    processes: int = 1,
 ) -> dict[str, Any]:
     """Judge every cell of paired rounds (module docstring).
 
     ``order``: the side of each round (:func:`schedule`); ``rounds``: per round, the
-    samples (ms) of every cell, keyed ``path/b<rows>``.
+    samples (ms) of every cell, keyed ``path/b<rows>``; ``processes``: process pairs, pair
+    ``i`` timed by :func:`process_of_pair`.
 
     Returns {"verdict": "regression" | "no regression", "regressions", "improvements",
     "cells": {cell: {...}}, "pairs", "factor", "alpha", ...}.
@@ -193,18 +229,37 @@ def judge_paired(
             f"and after Benjamini-Hochberg over {len(cells)} cell(s) it must stay below "
             f"alpha={alpha}, with a margin of two pairs): ask for --rounds {needed} or more"
         )
-    judged = {c: paired_cell(*pair_medians(order, rounds, c), confidence) for c in cells}
+    if not 1 <= processes <= max(pairs, 1):
+        raise ConfigError(
+            f"processes: expected 1 to {pairs} (one per pair at most), found {processes}"
+        )
+    by_pair = [process_of_pair(i, processes) for i in range(pairs)]
+    judged = {
+        c: paired_cell(*pair_medians(order, rounds, c), confidence, processes=by_pair)
+        for c in cells
+    }
     for direction in ("p_slower", "p_faster"):
         adjusted = stats.false_discovery_control([judged[c][direction] for c in cells], method="bh")
         for c, q in zip(cells, adjusted, strict=True):
             judged[c][f"{direction}_adjusted"] = float(q)
     regressions, improvements = [], []
+    majority = processes // 2 + 1
     for c in cells:
         cell = judged[c]
-        if cell["ratio"] > factor and cell["p_slower_adjusted"] < alpha:
+        cell["processes_slower"] = sum(r > factor for r in cell["process_ratios"])
+        cell["processes_faster"] = sum(r < 1.0 / factor for r in cell["process_ratios"])
+        if (
+            cell["ratio"] > factor
+            and cell["p_slower_adjusted"] < alpha
+            and cell["processes_slower"] >= majority
+        ):
             cell["status"] = "regression"
             regressions.append(c)
-        elif cell["ratio"] < 1.0 / factor and cell["p_faster_adjusted"] < alpha:
+        elif (
+            cell["ratio"] < 1.0 / factor
+            and cell["p_faster_adjusted"] < alpha
+            and cell["processes_faster"] >= majority
+        ):
             cell["status"] = "improvement"
             improvements.append(c)
         else:
@@ -216,6 +271,7 @@ def judge_paired(
         "cells": judged,
         "pairs": pairs,
         "min_pairs": needed,
+        "processes": processes,
         "factor": factor,
         "alpha": alpha,
         "confidence_level": confidence,
@@ -372,8 +428,10 @@ def run_paired(
     require_same: Iterable[str] = (),
     log=None,
     order: str = "blocks",
+    processes: int = DEFAULT_PROCESSES,
 ) -> dict[str, Any]:
-    """Start both workers, time ``rounds`` rounds each in ABBA order, judge the pairs.
+    """Start ``processes`` workers a side, time ``rounds`` rounds a side in ABBA order
+    (the process pairs taking turns, pair by pair), judge the pairs.
 
     ``log``: a callable taking one line of progress (None: silent). Returns the report:
     :func:`judge_paired`'s result plus ``design``, ``load`` (1-minute load average
@@ -394,6 +452,10 @@ def run_paired(
         raise ConfigError(f"paths: unknown batch path(s) {', '.join(unknown)}; known: {known}")
     if not batch_sizes or any(b < 1 for b in batch_sizes):
         raise ConfigError(f"batch sizes: expected positive row counts, found {list(batch_sizes)}")
+    if not 1 <= processes <= rounds:
+        raise ConfigError(
+            f"processes: expected 1 to {rounds} (the rounds a side), found {processes}"
+        )
     cores = len(os.sched_getaffinity(0))
     args = [
         "--paths",
@@ -409,16 +471,21 @@ def run_paired(
     ]
     started = time.time()
     with tempfile.TemporaryDirectory(prefix="vmapcheck-paired-") as tmp:
-        workers: dict[str, Worker] = {}
+        # workers[role][k]: process k of a side; process pair k is (baseline k, current k).
+        workers: dict[str, list[Worker]] = {BASELINE: [], CURRENT: []}
         try:
-            for spec in (baseline, current):
-                workers[spec.role] = Worker(spec, args, Path(tmp) / f"{spec.role}.log")
-            say("paired verdict: starting both workers (compile and warm-up)")
-            ready = {role: w.receive(START_TIMEOUT_S) for role, w in workers.items()}
+            for k in range(processes):
+                for spec in (baseline, current):
+                    log_file = Path(tmp) / f"{spec.role}-{k}.log"
+                    workers[spec.role].append(Worker(spec, args, log_file))
+            say(f"paired verdict: starting {processes} worker(s) a side (compile and warm-up)")
+            answers = {r: [w.receive(START_TIMEOUT_S) for w in ws] for r, ws in workers.items()}
+            ready = {role: replies[0] for role, replies in answers.items()}
             for spec in (baseline, current):
                 spec.context = ready[spec.role]["context"]
-            head = _head(baseline, current, paths, batch_sizes, rounds, samples, warmup)
-            head["design"]["within_round"] = order
+            design = {"rounds_per_side": rounds, "samples_per_round": samples, "warmup": warmup}
+            design |= {"within_round": order, "processes_per_side": processes}
+            head = _head(baseline, current, paths, batch_sizes, design)
             records = [BenchRecord(s.role, {}, s.context) for s in (baseline, current)]
             not_comparable, differences = comparability(*records, require_same)
             head["differences"] = differences
@@ -438,23 +505,26 @@ def run_paired(
                 judge_paired(
                     schedule(rounds), [{c: [1.0] for c in shared}] * (2 * rounds), factor, alpha
                 )
-            # One discarded round a side: the first after warm-up pays for its idle wait.
-            for w in workers.values():
+            # One discarded round per worker: the first after warm-up pays for its idle wait.
+            for w in workers[BASELINE] + workers[CURRENT]:
                 w.send({"cmd": "round", "index": 0})
                 w.receive(ROUND_TIMEOUT_S)
             sides = schedule(rounds)
             taken: list[dict[str, list[float]]] = []
             loads = [_load()]
             for i, role in enumerate(sides):
-                workers[role].send({"cmd": "round", "index": 1 + i // 2})
-                taken.append(workers[role].receive(ROUND_TIMEOUT_S)["samples_ms"])
+                pair = i // 2
+                worker = workers[role][process_of_pair(pair, processes)]
+                # Each worker's own round index: its samples' slots, and its balanced order.
+                worker.send({"cmd": "round", "index": 1 + pair // processes})
+                taken.append(worker.receive(ROUND_TIMEOUT_S)["samples_ms"])
                 loads.append(_load())
                 if (i + 1) % 10 == 0 or i + 1 == len(sides):
                     say(f"paired verdict: {i + 1}/{len(sides)} rounds, load {loads[-1]:.1f}")
         finally:
-            for w in workers.values():
+            for w in workers[BASELINE] + workers[CURRENT]:
                 w.close()
-    result = judge_paired(sides, taken, factor, alpha, confidence)
+    result = judge_paired(sides, taken, factor, alpha, confidence, processes)
     only = sorted(set(ready[BASELINE]["cells"]) ^ set(ready[CURRENT]["cells"]))
     return {
         **result,
@@ -475,26 +545,27 @@ def _head(
     current: SideSpec,
     paths: Sequence[str],
     batch_sizes: Sequence[int],
-    rounds: int,
-    samples: int,
-    warmup: int,
+    design: dict[str, Any],
 ) -> dict[str, Any]:
-    """What the report says of the design and the two sides."""
+    """What the report says of the design (``design``: rounds_per_side,
+    samples_per_round, warmup, within_round, processes_per_side) and the two sides."""
+    per_side = design["processes_per_side"]
     return {
         "design": {
-            "name": "paired, two processes, ABBA rounds",
-            "processes": 2,
-            "order": "A B B A A B B A ... (A: baseline, B: current), after a discarded round each",
-            "rounds_per_side": rounds,
-            "samples_per_round": samples,
-            "warmup": warmup,
+            "name": f"paired, {per_side} process(es) a side, ABBA rounds, the process pairs "
+            "taking turns",
+            "processes": 2 * per_side,
+            **design,
+            "order": "A B B A A B B A ... (A: baseline, B: current), pair i timed by process "
+            "pair i mod processes_per_side, after a discarded round per process",
             "paths": list(paths),
             "batch_sizes": list(batch_sizes),
             "unit": "a pair of adjacent rounds, one of each side",
             "statistic": "exp(median of log(current round median / baseline round median))",
             "test": "one-sided Wilcoxon signed-rank on the pairs' log ratios, "
             "Benjamini-Hochberg over the cells",
-            "rule": "regression: adjusted p_slower < alpha AND ratio > factor",
+            "rule": "regression: adjusted p_slower < alpha AND ratio > factor AND the ratio "
+            "beyond factor in a majority of the process pairs",
         },
         "baseline": {**baseline.describe(), **baseline.context},
         "current": {**current.describe(), **current.context},
@@ -514,6 +585,7 @@ def format_paired(result: dict[str, Any]) -> str:
     for column in ("path", "batch", "base p50 ms", "cur p50 ms", "ratio", "ratio CI", "p slower"):
         table.add_column(column, justify="left" if column in ("path", "batch") else "right")
     table.add_column("slower pairs", justify="right")
+    table.add_column("per process", justify="right")
     table.add_column("status")
     for name, cell in result["cells"].items():
         path, _, label = name.rpartition("/")
@@ -526,11 +598,12 @@ def format_paired(result: dict[str, Any]) -> str:
             f"[{cell['ci_low']:.3f}, {cell['ci_high']:.3f}]",
             f"{cell['p_slower_adjusted']:.2g}",
             f"{cell['pairs_slower']}/{cell['pairs']}",
+            " ".join(f"{r:.2f}" for r in cell.get("process_ratios", [])),
             cell["status"],
             style={"regression": "bold red", "improvement": "green"}.get(cell["status"], ""),
         )
     buffer = io.StringIO()
-    Console(file=buffer, width=130, force_terminal=False).print(table)
+    Console(file=buffer, width=150, force_terminal=False).print(table)
     design, load = result["design"], result["load"]
     lines = [
         buffer.getvalue().rstrip(),
@@ -538,7 +611,8 @@ def format_paired(result: dict[str, Any]) -> str:
         f"{design['samples_per_round']} samples per cell ({design.get('within_round')} "
         f"within a round), {result['pairs']} pairs",
         f"regression = ratio > {result['factor']} and one-sided Wilcoxon p on the pairs "
-        f"(BH-adjusted) < {result['alpha']}",
+        f"(BH-adjusted) < {result['alpha']} and the ratio beyond {result['factor']} in a "
+        f"majority of the {result.get('processes', 1)} process pairs ('per process')",
         f"load during the rounds: {load['load_avg_1m_min']:.1f}-{load['load_avg_1m_max']:.1f} "
         f"(1-min average) on {load['usable_cores']} cores; both sides saw it alike",
         f"baseline: {result['baseline']['project']} ({result['baseline']['code']}); "
@@ -565,6 +639,7 @@ def run_verdict_paired(
     current_python: str | None = None,
     require_same: Iterable[str] = (),
     order: str = "blocks",
+    processes: int = DEFAULT_PROCESSES,
 ) -> int:
     """``vmapcheck verdict-paired``: time both projects ABBA and judge; print the table,
     write the report (default ``reports/perf_verdict_paired.json`` of the current
@@ -597,6 +672,7 @@ def run_verdict_paired(
             require_same,
             log=lambda line: print(line, file=sys.stderr, flush=True),
             order=order,
+            processes=processes,
         )
     except VmapcheckError as exc:
         print(f"verdict-paired: error: {exc}", file=sys.stderr)
