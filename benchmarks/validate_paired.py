@@ -189,7 +189,14 @@ def main() -> int:
         "--order", choices=("interleaved", "blocks"), default="blocks", help="within a round"
     )
     parser.add_argument("--batch-sizes", default="256,1024,4096")
-    parser.add_argument("--processes", type=int, default=3, help="worker processes a side")
+    parser.add_argument("--processes", type=int, default=3, help="process pairs")
+    parser.add_argument(
+        "--no-share",
+        dest="share",
+        action="store_false",
+        help="one process a side (default: both sides in each process, as verdict-paired "
+        "does for same-code sides)",
+    )
     parser.add_argument("--factor", type=float, help="default: conf/bench/quick.yaml's")
     parser.add_argument("--alpha", type=float, help="default: conf/bench/quick.yaml's")
     parser.add_argument("--load", type=int, default=0, help="busy processes to start (0: none)")
@@ -248,6 +255,7 @@ def main() -> int:
                         args.warmup,
                         order=args.order,
                         processes=args.processes,
+                        share=args.share,
                     )
                     entry = summary(kind, result)
                 except VmapcheckError as exc:
@@ -270,7 +278,8 @@ def main() -> int:
         "rounds_per_side": args.rounds,
         "samples_per_round": args.samples,
         "order_within_round": args.order,
-        "processes_per_side": args.processes,
+        "process_pairs": args.processes,
+        "one_process_for_both": args.share,
         "paths": paths,
         "batch_sizes": sizes,
         "background_load_processes": args.load,

@@ -190,8 +190,8 @@ def test_bad_factor_alpha_and_project_are_named(tmp_path):
 
 @pytest.mark.stages
 def test_two_real_workers_time_one_project_abba(tmp_path):
-    """The driver with two worker processes a side on one tiny project (A/A): every pair
-    timed, by both process pairs in turn; the design and the load recorded."""
+    """The driver with two worker processes, each holding both sides, on one tiny project
+    (A/A): every pair timed, by both processes in turn; the design and the load recorded."""
     from tests.helpers.inprocess import run_stages, write_params
 
     write_params(tmp_path, "data.n_rows=240", "data.standard_batch=8", "train.steps=0")
@@ -214,8 +214,31 @@ def test_two_real_workers_time_one_project_abba(tmp_path):
     assert sorted(result["cells"]) == ["direct_jit/b16", "vmap_jit/b16"]
     assert all(c["pairs"] == rounds for c in result["cells"].values())
     assert all(len(c["process_ratios"]) == 2 for c in result["cells"].values())
-    assert result["design"]["processes"] == 4 and result["pairs"] == rounds
+    # Same code, interpreter and config: both sides share each of the two processes.
+    assert result["design"]["one_process_for_both"] and result["design"]["why_apart"] is None
+    assert result["design"]["processes"] == 2 and result["pairs"] == rounds
     assert result["baseline"]["jax_version"] == result["current"]["jax_version"]
     assert result["differences"] == {}
     assert result["load"]["load_avg_1m_max"] >= result["load"]["load_avg_1m_min"] >= 0
     assert "paired benchmark verdict" in format_paired(result)
+
+
+def test_sides_share_a_process_only_with_the_same_code_and_settings(tmp_path):
+    from dataclasses import replace
+
+    from tests.helpers.inprocess import write_params
+    from vmapcheck.bench.paired import why_not_one_process
+
+    a, b, c = (tmp_path / n for n in "abc")
+    for folder in (a, b, c):
+        folder.mkdir()
+    write_params(a, "model=mlp")
+    write_params(b, "model=mlp_slow")  # a model of vmapcheck's own: one process holds both
+    write_params(c, "model=mlp", "precision=f64")
+    base = side_spec(BASELINE, a)
+    assert why_not_one_process(base, side_spec(CURRENT, b)) is None
+    assert why_not_one_process(base, side_spec(CURRENT, c)) == (
+        "precision differs (set once per process)"
+    )
+    other_code = replace(side_spec(CURRENT, b), pythonpath=str(tmp_path / "src"))
+    assert why_not_one_process(base, other_code) == "the sides run different interpreters or code"

@@ -82,6 +82,7 @@ def _verdict_paired(args: argparse.Namespace, layout: Layout) -> int:
         require_same=args.require_same or (),
         order=args.order,
         processes=args.processes,
+        share=args.share,
     )
 
 
@@ -246,7 +247,14 @@ def build_parser() -> argparse.ArgumentParser:
         "--processes",
         type=int,
         default=PAIRED_PROCESSES,
-        help="worker processes a side, taking turns pair by pair (a majority must agree)",
+        help="process pairs, taking turns pair by pair (a majority must agree)",
+    )
+    paired.add_argument(
+        "--no-share",
+        dest="share",
+        action="store_false",
+        help="one process a side even where both sides could share one (same code, "
+        "interpreter, backend and precision)",
     )
     paired.add_argument("--factor", type=float, help="default: bench.regression.factor")
     paired.add_argument("--alpha", type=float, help="default: bench.regression.alpha")

@@ -66,7 +66,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -410,6 +410,46 @@ class Worker:
         self._log_file.close()
 
 
+@dataclass
+class Channel:
+    """One side's rounds in one worker process: ``side`` is the project's position in a
+    worker that holds both (None: the worker holds this side only)."""
+
+    worker: Worker
+    side: int | None = None
+
+    def round(self, index: int, cells: Sequence[str] | None = None) -> dict[str, list[float]]:
+        message: dict[str, Any] = {"cmd": "round", "index": index}
+        if cells is not None:
+            message["cells"] = list(cells)
+        if self.side is not None:
+            message["side"] = self.side
+        self.worker.send(message)
+        return self.worker.receive(ROUND_TIMEOUT_S)["samples_ms"]
+
+
+def why_not_one_process(baseline: SideSpec, current: SideSpec) -> str | None:
+    """Why the two sides cannot share a worker process, or None when they can: the same
+    interpreter and code, the same backend and precision (set once per process), and no
+    plug-in model module outside vmapcheck that the two folders could each hold under
+    one name."""
+    from vmapcheck.config import load_config
+    from vmapcheck.layout import Layout
+
+    if (baseline.python, baseline.pythonpath) != (current.python, current.pythonpath):
+        return "the sides run different interpreters or code"
+    configs = [load_config(Layout(s.project).params_yaml) for s in (baseline, current)]
+    for key in ("backend", "precision"):
+        if getattr(configs[0], key) != getattr(configs[1], key):
+            return f"{key} differs (set once per process)"
+    if baseline.project != current.project:
+        for spec, config in zip((baseline, current), configs, strict=True):
+            target = (config.model.factory or {}).get("_target_", "vmapcheck.")
+            if not target.startswith("vmapcheck."):
+                return f"{spec.role}'s model comes from its own module ({target})"
+    return None
+
+
 def _load() -> float:
     return os.getloadavg()[0]
 
@@ -429,9 +469,12 @@ def run_paired(
     log=None,
     order: str = "blocks",
     processes: int = DEFAULT_PROCESSES,
+    share: bool = True,
 ) -> dict[str, Any]:
-    """Start ``processes`` workers a side, time ``rounds`` rounds a side in ABBA order
-    (the process pairs taking turns, pair by pair), judge the pairs.
+    """Start ``processes`` worker processes (each holding both sides where they can
+    share one, :func:`why_not_one_process`, and ``share``; else ``processes`` a side),
+    time ``rounds`` rounds a side in ABBA order (the process pairs taking turns, pair by
+    pair), judge the pairs.
 
     ``log``: a callable taking one line of progress (None: silent). Returns the report:
     :func:`judge_paired`'s result plus ``design``, ``load`` (1-minute load average
@@ -471,20 +514,34 @@ def run_paired(
     ]
     started = time.time()
     with tempfile.TemporaryDirectory(prefix="vmapcheck-paired-") as tmp:
-        # workers[role][k]: process k of a side; process pair k is (baseline k, current k).
-        workers: dict[str, list[Worker]] = {BASELINE: [], CURRENT: []}
+        # channels[role][k]: side ``role`` in process pair k (one process holding both
+        # sides, or one process a side).
+        apart = why_not_one_process(baseline, current) if share else "asked for (--no-share)"
+        workers: list[Worker] = []
+        channels: dict[str, list[Channel]] = {BASELINE: [], CURRENT: []}
         try:
             for k in range(processes):
+                if apart is None:
+                    # The baseline's spec starts it; the current project is its side 1.
+                    both = replace(baseline, role=f"{BASELINE} and {CURRENT}")
+                    extra = [*args, "--project", str(current.project)]
+                    worker = Worker(both, extra, Path(tmp) / f"both-{k}.log")
+                    workers.append(worker)
+                    channels[BASELINE].append(Channel(worker, 0))
+                    channels[CURRENT].append(Channel(worker, 1))
+                    continue
                 for spec in (baseline, current):
-                    log_file = Path(tmp) / f"{spec.role}-{k}.log"
-                    workers[spec.role].append(Worker(spec, args, log_file))
-            say(f"paired verdict: starting {processes} worker(s) a side (compile and warm-up)")
-            answers = {r: [w.receive(START_TIMEOUT_S) for w in ws] for r, ws in workers.items()}
-            ready = {role: replies[0] for role, replies in answers.items()}
+                    worker = Worker(spec, args, Path(tmp) / f"{spec.role}-{k}.log")
+                    workers.append(worker)
+                    channels[spec.role].append(Channel(worker))
+            shape = "both sides in each" if apart is None else "one a side"
+            say(f"paired verdict: starting {len(workers)} worker process(es), {shape}")
+            ready = _ready(workers, apart is None)
             for spec in (baseline, current):
                 spec.context = ready[spec.role]["context"]
             design = {"rounds_per_side": rounds, "samples_per_round": samples, "warmup": warmup}
-            design |= {"within_round": order, "processes_per_side": processes}
+            design |= {"within_round": order, "process_pairs": processes}
+            design |= {"one_process_for_both": apart is None, "why_apart": apart}
             head = _head(baseline, current, paths, batch_sizes, design)
             records = [BenchRecord(s.role, {}, s.context) for s in (baseline, current)]
             not_comparable, differences = comparability(*records, require_same)
@@ -505,24 +562,18 @@ def run_paired(
                 judge_paired(
                     schedule(rounds), [{c: [1.0] for c in shared}] * (2 * rounds), factor, alpha
                 )
-            # One discarded round per worker: the first after warm-up pays for its idle wait.
-            for w in workers[BASELINE] + workers[CURRENT]:
-                w.send({"cmd": "round", "index": 0})
-                w.receive(ROUND_TIMEOUT_S)
+            # One discarded round per side and process: the first after warm-up pays for
+            # its idle wait.
+            for channel in channels[BASELINE] + channels[CURRENT]:
+                channel.round(0)
             sides = schedule(rounds)
-            taken: list[dict[str, list[float]]] = []
             loads = [_load()]
-            for i, role in enumerate(sides):
-                pair = i // 2
-                worker = workers[role][process_of_pair(pair, processes)]
-                # Each worker's own round index: its samples' slots, and its balanced order.
-                worker.send({"cmd": "round", "index": 1 + pair // processes})
-                taken.append(worker.receive(ROUND_TIMEOUT_S)["samples_ms"])
-                loads.append(_load())
-                if (i + 1) % 10 == 0 or i + 1 == len(sides):
-                    say(f"paired verdict: {i + 1}/{len(sides)} rounds, load {loads[-1]:.1f}")
+            if order == "blocks":
+                taken = _time_blocks(channels, shared, rounds, processes, loads, say)
+            else:
+                taken = _time_rounds(channels, sides, processes, loads, say)
         finally:
-            for w in workers[BASELINE] + workers[CURRENT]:
+            for w in workers:
                 w.close()
     result = judge_paired(sides, taken, factor, alpha, confidence, processes)
     only = sorted(set(ready[BASELINE]["cells"]) ^ set(ready[CURRENT]["cells"]))
@@ -540,6 +591,67 @@ def run_paired(
     }
 
 
+def _ready(workers: list[Worker], both: bool) -> dict[str, dict[str, Any]]:
+    """Wait for every worker's ``ready``; per side, what the first process said of it
+    (context, cells, skipped): every process loads the same project the same way."""
+    answers = [w.receive(START_TIMEOUT_S) for w in workers]
+    if both:
+        return {BASELINE: answers[0]["sides"][0], CURRENT: answers[0]["sides"][1]}
+    return {BASELINE: answers[0], CURRENT: answers[1]}
+
+
+def _time_blocks(
+    channels: dict[str, list[Channel]],
+    cells: Sequence[str],
+    rounds: int,
+    processes: int,
+    loads: list[float],
+    say,
+) -> list[dict[str, list[float]]]:
+    """Blocks: pair ``r`` of a cell is that cell's block of samples on one side right
+    after the same cell's block on the other, by process pair ``r mod processes``; the
+    cells go in a balanced order that changes with ``r``. So the two blocks of a pair are
+    tens of milliseconds apart, not a whole round. Returns the rounds of
+    :func:`schedule` (round ``2r`` the first side of pair ``r``), for :func:`judge_paired`."""
+    from vmapcheck.bench.timing import balanced_orders
+
+    design = balanced_orders(len(cells))
+    taken: list[dict[str, list[float]]] = []
+    for r, first_side in enumerate(schedule(rounds)[::2]):
+        sides = (first_side, CURRENT if first_side == BASELINE else BASELINE)
+        halves: dict[str, dict[str, list[float]]] = {side: {} for side in sides}
+        for k in design[r % len(design)]:
+            for side in sides:
+                channel = channels[side][process_of_pair(r, processes)]
+                halves[side] |= channel.round(1 + r // processes, [cells[k]])
+        taken += [halves[sides[0]], halves[sides[1]]]
+        loads.append(_load())
+        if (r + 1) % 5 == 0 or r + 1 == rounds:
+            say(f"paired verdict: {r + 1}/{rounds} pairs of blocks, load {loads[-1]:.1f}")
+    return taken
+
+
+def _time_rounds(
+    channels: dict[str, list[Channel]],
+    sides: Sequence[str],
+    processes: int,
+    loads: list[float],
+    say,
+) -> list[dict[str, list[float]]]:
+    """Interleaved: whole rounds, every cell in the worker's own passes, in the order of
+    ``sides`` (:func:`schedule`), pair ``i`` by process pair ``i mod processes``."""
+    taken: list[dict[str, list[float]]] = []
+    for i, role in enumerate(sides):
+        pair = i // 2
+        channel = channels[role][process_of_pair(pair, processes)]
+        # Each side's own round index: its samples' slots, and its balanced order.
+        taken.append(channel.round(1 + pair // processes))
+        loads.append(_load())
+        if (i + 1) % 10 == 0 or i + 1 == len(sides):
+            say(f"paired verdict: {i + 1}/{len(sides)} rounds, load {loads[-1]:.1f}")
+    return taken
+
+
 def _head(
     baseline: SideSpec,
     current: SideSpec,
@@ -548,19 +660,26 @@ def _head(
     design: dict[str, Any],
 ) -> dict[str, Any]:
     """What the report says of the design (``design``: rounds_per_side,
-    samples_per_round, warmup, within_round, processes_per_side) and the two sides."""
-    per_side = design["processes_per_side"]
+    samples_per_round, warmup, within_round, process_pairs, one_process_for_both,
+    why_apart) and the two sides."""
+    pairs = design["process_pairs"]
+    shape = (
+        f"{pairs} processes, each holding both sides"
+        if design["one_process_for_both"]
+        else f"{pairs} processes a side ({design['why_apart']})"
+    )
     return {
         "design": {
-            "name": f"paired, {per_side} process(es) a side, ABBA rounds, the process pairs "
-            "taking turns",
-            "processes": 2 * per_side,
+            "name": f"paired, {shape}, ABBA, the process pairs taking turns",
+            "processes": pairs if design["one_process_for_both"] else 2 * pairs,
             **design,
             "order": "A B B A A B B A ... (A: baseline, B: current), pair i timed by process "
-            "pair i mod processes_per_side, after a discarded round per process",
+            "pair i mod process_pairs, after a discarded round per side and process",
             "paths": list(paths),
             "batch_sizes": list(batch_sizes),
-            "unit": "a pair of adjacent rounds, one of each side",
+            "unit": "a pair of adjacent blocks of a cell's samples, one of each side"
+            if design["within_round"] == "blocks"
+            else "a pair of adjacent rounds, one of each side",
             "statistic": "exp(median of log(current round median / baseline round median))",
             "test": "one-sided Wilcoxon signed-rank on the pairs' log ratios, "
             "Benjamini-Hochberg over the cells",
@@ -640,6 +759,7 @@ def run_verdict_paired(
     require_same: Iterable[str] = (),
     order: str = "blocks",
     processes: int = DEFAULT_PROCESSES,
+    share: bool = True,
 ) -> int:
     """``vmapcheck verdict-paired``: time both projects ABBA and judge; print the table,
     write the report (default ``reports/perf_verdict_paired.json`` of the current
@@ -673,6 +793,7 @@ def run_verdict_paired(
             log=lambda line: print(line, file=sys.stderr, flush=True),
             order=order,
             processes=processes,
+            share=share,
         )
     except VmapcheckError as exc:
         print(f"verdict-paired: error: {exc}", file=sys.stderr)

@@ -11,6 +11,11 @@ then speaks JSON lines:
   ...], "skipped": {"path/b4096": "why"}}``;
 - from stdin: ``{"cmd": "round", "index": i}``; answer: ``{"event": "round", "index": i,
   "samples_ms": {"path/b256": [ms, ...]}}`` (``--samples`` per cell, in time order);
+  ``{"cmd": "round", "index": i, "cells": ["path/b256"]}`` times only those cells, each
+  one's samples back to back, in that order (the driver's blocks);
+- several ``--project`` flags: the projects share this process, ``ready`` lists them
+  (``{"event": "ready", "sides": [{"context", "cells", "skipped"}, ...]}``) and a round
+  command names one by its position (``"side": 1``);
 - from stdin: ``{"cmd": "quit"}`` (or end of input): the process exits 0;
 - on a failure: ``{"event": "error", "message": "..."}``, exit 2.
 
@@ -155,43 +160,71 @@ class Side:
             **{k: runtime.as_dict().get(k, machine.get(k)) for k in RUNTIME_CONTEXT_KEYS},
         }
         self.cells = [c for g in self.groups for c in g]
+        self.calls = {c: call for g in self.groups for c, call in g.items()}
 
-    def round(self, index: int) -> dict[Cell, list[float]]:
-        """Round ``index``: ``samples`` per cell (ms per call, in time order)."""
+    def round(self, index: int, cells: list[Cell] | None = None) -> dict[Cell, list[float]]:
+        """Round ``index``: ``samples`` per cell (ms per call, in time order).
+
+        ``cells``: time only these, each one's samples back to back, in the order given
+        (the driver's blocks: a cell's block on one side right before or after the same
+        cell's block on the other side). Default: every cell, in this worker's order.
+        """
         import numpy as np
 
-        from vmapcheck.bench.timing import balanced_orders, no_compiles, sample_passes
+        from vmapcheck.bench.timing import no_compiles, sample_passes
 
         start, stop = index * self.samples, (index + 1) * self.samples
-        secs = {c: np.empty(stop) for c in self.cells}
-        with no_compiles(f"{len(self.cells)} cells of a paired round"):
-            for group in self.groups:
-                if self.order == INTERLEAVED:
-                    # Indices continue from round to round: the Latin square's passes too.
-                    sample_passes(group, self.inner, secs, range(start, stop))
-                    continue
-                # Blocks: each cell's samples back to back, the cells in a balanced order
-                # that changes from round to round.
-                names = list(group)
-                design = balanced_orders(len(names))
-                for k in design[index % len(design)]:
-                    one = {names[k]: group[names[k]]}
-                    sample_passes(one, self.inner, secs, range(start, stop))
-        return {str(c): [float(v * 1e3) for v in secs[c][start:stop]] for c in self.cells}
+        if cells is not None:
+            unknown = [c for c in cells if c not in self.calls]
+            if unknown:
+                raise ValueError(f"round {index}: unknown cell(s) {unknown}; known: {self.cells}")
+        timed = self.cells if cells is None else cells
+        secs = {c: np.empty(stop) for c in timed}
+        with no_compiles(f"{len(timed)} cells of a paired round"):
+            for block in self._blocks(index, cells):
+                # Indices continue from round to round: the Latin square's passes too.
+                sample_passes(block, self.inner, secs, range(start, stop))
+        return {str(c): [float(v * 1e3) for v in secs[c][start:stop]] for c in timed}
+
+    def _blocks(self, index: int, cells: list[Cell] | None) -> list[dict[Hashable, Any]]:
+        """The groups of calls a round times, one ``sample_passes`` each, in order:
+        the named cells one by one; else, interleaved, each batch size's jit then eager
+        group whole; else (blocks) each cell alone, in a balanced order that changes from
+        round to round within its group."""
+        from vmapcheck.bench.timing import balanced_orders
+
+        if cells is not None:
+            return [{cell: self.calls[cell]} for cell in cells]
+        if self.order == INTERLEAVED:
+            return list(self.groups)
+        blocks = []
+        for group in self.groups:
+            names = list(group)
+            design = balanced_orders(len(names))
+            blocks += [{names[k]: group[names[k]]} for k in design[index % len(design)]]
+        return blocks
 
 
-def serve(side: Side, commands: TextIO, replies: TextIO) -> None:
-    """Answer the driver's commands until ``quit`` or the end of its input."""
+def serve(sides: list[Side], commands: TextIO, replies: TextIO) -> None:
+    """Answer the driver's commands until ``quit`` or the end of its input. A round
+    command's ``side`` (default 0) picks which of this process's projects it times."""
     for line in commands:
         if not line.strip():
             continue
         message = json.loads(line)
         if message.get("cmd") == "quit":
             return
-        if message.get("cmd") != "round" or not isinstance(message.get("index"), int):
+        cells = message.get("cells")
+        side = message.get("side", 0)
+        if (
+            message.get("cmd") != "round"
+            or not isinstance(message.get("index"), int)
+            or not (cells is None or (isinstance(cells, list) and cells))
+            or side not in range(len(sides))
+        ):
             raise ValueError(f"expected a round or quit command, found {line.strip()[:80]!r}")
         began = time.time()
-        samples = side.round(message["index"])
+        samples = sides[side].round(message["index"], cells)
         reply = {"event": "round", "index": message["index"], "samples_ms": samples}
         reply["seconds"] = time.time() - began
         replies.write(json.dumps(reply) + "\n")
@@ -202,7 +235,13 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m vmapcheck.bench.worker", description=__doc__.splitlines()[0]
     )
-    parser.add_argument("--project", type=Path, required=True)
+    parser.add_argument(
+        "--project",
+        type=Path,
+        action="append",
+        required=True,
+        help="a project folder; repeat it to time several in this one process (side 0, 1...)",
+    )
     parser.add_argument("--paths", required=True, help="comma-separated path names")
     parser.add_argument("--batch-sizes", required=True, help="comma-separated rows")
     parser.add_argument("--samples", type=int, required=True, help="samples per cell and round")
@@ -216,20 +255,28 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.samples < 1 or args.warmup < 0:
             raise ValueError("--samples: expected >= 1 and --warmup >= 0")
-        side = Side(
-            args.project.resolve(),
-            parse_names(args.paths, "--paths"),
-            parse_sizes(args.batch_sizes),
-            args.samples,
-            args.warmup,
-            args.order,
-        )
-        if not side.cells:
-            raise ValueError(f"no cell to time: every one was skipped ({side.skipped})")
-        ready = {"event": "ready", "context": side.context, "cells": side.cells}
-        protocol.write(json.dumps(ready | {"skipped": side.skipped}) + "\n")
+        sides = [
+            Side(
+                project.resolve(),
+                parse_names(args.paths, "--paths"),
+                parse_sizes(args.batch_sizes),
+                args.samples,
+                args.warmup,
+                args.order,
+            )
+            for project in args.project
+        ]
+        for project, side in zip(args.project, sides, strict=True):
+            if not side.cells:
+                raise ValueError(
+                    f"{project}: no cell to time: every one was skipped ({side.skipped})"
+                )
+        described = [{"context": s.context, "cells": s.cells, "skipped": s.skipped} for s in sides]
+        # One project: its description at the top level, as the driver of one side reads it.
+        ready = {"event": "ready", **described[0]} if len(sides) == 1 else {"sides": described}
+        protocol.write(json.dumps({"event": "ready", **ready}) + "\n")
         protocol.flush()
-        serve(side, sys.stdin, protocol)
+        serve(sides, sys.stdin, protocol)
     except Exception as exc:  # reported to the driver, which names the side
         protocol.write(
             json.dumps({"event": "error", "message": f"{type(exc).__name__}: {exc}"}) + "\n"
