@@ -83,6 +83,9 @@ DEFAULT_SAMPLES = 10
 # Worker processes a side (module docstring): three, so that one process unlike the others
 # is outvoted by two.
 DEFAULT_PROCESSES = 3
+# A cell's block of samples lasts at least this long (vmapcheck.bench.worker.Side): a time
+# slice given to another tenant (milliseconds) then hits a minority of a block's samples.
+MIN_BLOCK_MS = 25.0
 # Seconds a worker may take to start (import, compile, warm up), and to time one round.
 START_TIMEOUT_S = 600.0
 ROUND_TIMEOUT_S = 300.0
@@ -511,6 +514,8 @@ def run_paired(
         str(warmup),
         "--order",
         order,
+        "--min-block-ms",
+        str(MIN_BLOCK_MS),
     ]
     started = time.time()
     with tempfile.TemporaryDirectory(prefix="vmapcheck-paired-") as tmp:
@@ -542,6 +547,9 @@ def run_paired(
             design = {"rounds_per_side": rounds, "samples_per_round": samples, "warmup": warmup}
             design |= {"within_round": order, "process_pairs": processes}
             design |= {"one_process_for_both": apart is None, "why_apart": apart}
+            if order == "blocks":
+                design["min_block_ms"] = MIN_BLOCK_MS
+                design["block_samples"] = ready[CURRENT].get("block_samples")
             head = _head(baseline, current, paths, batch_sizes, design)
             records = [BenchRecord(s.role, {}, s.context) for s in (baseline, current)]
             not_comparable, differences = comparability(*records, require_same)

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import sys
 import time
@@ -84,6 +85,7 @@ class Side:
         samples: int,
         warmup: int,
         order: str = INTERLEAVED,
+        min_block_ms: float = 0.0,
     ) -> None:
         import jax
         import jax.numpy as jnp
@@ -146,10 +148,26 @@ class Side:
                 by_mode[path.mode][cell] = lambda f=compiled.fn, a=args: f(*a)
             self.groups += [g for g in by_mode.values() if g]
         self.inner: dict[Hashable, int] = {}
+        per_call: dict[Hashable, float] = {}
         for group in self.groups:
-            _, inner = warm_up(group, warmup)
+            _, inner = warm_up(group, warmup, per_call)
             self.inner |= inner
         self.samples = samples
+        # A cell timed alone (a block) takes enough samples to last ``min_block_ms``, at
+        # most 20x ``samples``: another tenant's time slice (milliseconds) then lands on a
+        # minority of a block's samples, which its median ignores, not on all of a
+        # 10-sample block of a 0.1 ms call. A sample costs its inner loop plus the
+        # discarded call before it.
+        self.block_samples = {
+            cell: min(
+                20 * samples,
+                max(
+                    samples,
+                    math.ceil(min_block_ms / 1e3 / ((self.inner[cell] + 1) * per_call[cell])),
+                ),
+            )
+            for cell in per_call
+        }
         self.order = order
         machine = conditions()
         self.context = {
@@ -163,7 +181,8 @@ class Side:
         self.calls = {c: call for g in self.groups for c, call in g.items()}
 
     def round(self, index: int, cells: list[Cell] | None = None) -> dict[Cell, list[float]]:
-        """Round ``index``: ``samples`` per cell (ms per call, in time order).
+        """Round ``index``: per cell, its samples (ms per call, in time order):
+        ``samples`` each when timed in a group, its ``block_samples`` when timed alone.
 
         ``cells``: time only these, each one's samples back to back, in the order given
         (the driver's blocks: a cell's block on one side right before or after the same
@@ -173,18 +192,21 @@ class Side:
 
         from vmapcheck.bench.timing import no_compiles, sample_passes
 
-        start, stop = index * self.samples, (index + 1) * self.samples
         if cells is not None:
             unknown = [c for c in cells if c not in self.calls]
             if unknown:
                 raise ValueError(f"round {index}: unknown cell(s) {unknown}; known: {self.cells}")
-        timed = self.cells if cells is None else cells
-        secs = {c: np.empty(stop) for c in timed}
-        with no_compiles(f"{len(timed)} cells of a paired round"):
+        timed: dict[Cell, list[float]] = {}
+        with no_compiles(f"{len(cells or self.cells)} cells of a paired round"):
             for block in self._blocks(index, cells):
+                # A cell alone takes its block's samples; a group, ``samples`` each.
+                n = self.block_samples[next(iter(block))] if len(block) == 1 else self.samples
+                start, stop = index * n, (index + 1) * n
+                secs = {c: np.empty(stop) for c in block}
                 # Indices continue from round to round: the Latin square's passes too.
                 sample_passes(block, self.inner, secs, range(start, stop))
-        return {str(c): [float(v * 1e3) for v in secs[c][start:stop]] for c in timed}
+                timed |= {str(c): [float(v * 1e3) for v in secs[c][start:stop]] for c in block}
+        return timed
 
     def _blocks(self, index: int, cells: list[Cell] | None) -> list[dict[Hashable, Any]]:
         """The groups of calls a round times, one ``sample_passes`` each, in order:
@@ -247,14 +269,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--samples", type=int, required=True, help="samples per cell and round")
     parser.add_argument("--warmup", type=int, required=True, help="discarded calls per cell")
     parser.add_argument("--order", choices=(INTERLEAVED, BLOCKS), default=INTERLEAVED)
+    parser.add_argument(
+        "--min-block-ms", type=float, default=0.0, help="a cell timed alone lasts at least this"
+    )
     args = parser.parse_args(argv)
     # The protocol's own copy of stdout; everything else printed goes to stderr.
     protocol = os.fdopen(os.dup(1), "w", buffering=1)
     os.dup2(2, 1)
     sys.stdout = sys.stderr
     try:
-        if args.samples < 1 or args.warmup < 0:
-            raise ValueError("--samples: expected >= 1 and --warmup >= 0")
+        if args.samples < 1 or args.warmup < 0 or args.min_block_ms < 0:
+            raise ValueError("expected --samples >= 1, --warmup >= 0 and --min-block-ms >= 0")
         sides = [
             Side(
                 project.resolve(),
@@ -263,6 +288,7 @@ def main(argv: list[str] | None = None) -> int:
                 args.samples,
                 args.warmup,
                 args.order,
+                args.min_block_ms,
             )
             for project in args.project
         ]
