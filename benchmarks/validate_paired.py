@@ -8,8 +8,9 @@ Optionally starts a bounded background load itself (``--load N`` busy processes,
 ending by itself after ``--load-seconds``, all killed when the script ends). Then
 alternates, ``--comparisons`` times each:
 
-- A/A: :func:`vmapcheck.bench.paired.run_paired` with A as both sides (two processes of
-  the same code): any ``regression`` is a false alarm;
+- A/A: :func:`vmapcheck.bench.paired.run_paired` with A as both sides (the same folder
+  loaded twice, as verdict-paired does: in each process, or with ``--no-share`` in two):
+  any ``regression`` is a false alarm;
 - A/B: A as baseline, B as current: a ``regression`` on a ``direct`` cell is a detection,
   one on a ``vmap`` cell a false alarm.
 
@@ -17,12 +18,13 @@ Each comparison records the 1-minute load average measured during its rounds. A
 comparison that fails (a worker error) is counted with its reason; the paired verdict has
 no ``inconclusive`` of its own (sides that are not comparable are named instead).
 
-Usage (from the project root)::
+Usage (from the project root). ``model.hidden=[128,128]``: at the default width (32) the
+network is dispatch-bound at 256 rows, and 25% more rows cost only 5-10% of the time::
 
     python benchmarks/validate_paired.py --comparisons 50 --load 2 \\
-        --out benchmarks/paired_validation_load.json
+        --override 'model.hidden=[128,128]' --out benchmarks/paired_validation_load.json
     python benchmarks/validate_paired.py --comparisons 50 \\
-        --out benchmarks/paired_validation_quiet.json
+        --override 'model.hidden=[128,128]' --out benchmarks/paired_validation_quiet.json
 
 ``--minutes`` stops starting new comparisons after that long and tabulates what was done.
 The figures in docs/benchmark.md come from this script.
@@ -39,6 +41,8 @@ import sys
 import time
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
@@ -109,7 +113,7 @@ def summary(kind: str, result: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def tables(done: list[dict[str, Any]]) -> dict[str, Any]:
+def tables(done: list[dict[str, Any]], factor: float) -> dict[str, Any]:
     """A/A false-alarm rate, A/B detection per cell, failures and the load measured."""
     aa = [d for d in done if d["kind"] == "A/A" and "error" not in d]
     ab = [d for d in done if d["kind"] == "A/B" and "error" not in d]
@@ -130,8 +134,21 @@ def tables(done: list[dict[str, Any]]) -> dict[str, Any]:
         values = sorted(d["cells"][cell]["ratio"] for d in ds if cell in d["cells"])
         return values[len(values) // 2] if values else None
 
+    def min_detectable(cell: str, factor: float) -> float | None:
+        """The slowdown found in about 90% of comparisons, estimated from the A/A ones:
+        its measured ratio must pass the factor when the noise pulls it down (10th
+        percentile of the A/A ratios), and be significant when the noise is wide (90th
+        percentile of ratio / lower 95% bound: a slowdown beyond it keeps the bound above
+        1). An estimate; the A/B rows measure the real thing for +25% work."""
+        ratios = np.array([d["cells"][cell]["ratio"] for d in aa if cell in d["cells"]])
+        lows = np.array([d["cells"][cell]["ci_low"] for d in aa if cell in d["cells"]])
+        if ratios.size < 5:
+            return None
+        return float(max(factor / np.quantile(ratios, 0.1), np.quantile(ratios / lows, 0.9)))
+
     return {
         "aa": {
+            "min_detectable_90": {c: min_detectable(c, factor) for c in cells},
             "comparisons": len(aa),
             "verdict_regression": sum(d["verdict"] == "regression" for d in aa),
             "cells_flagged": sum(len(d["regressions"]) for d in aa),
@@ -164,15 +181,17 @@ def markdown(report: dict[str, Any]) -> str:
         f"A/B: verdict regression {ab['verdict_regression']} of {ab['comparisons']}, "
         f"load {ab['load_1m']}",
         "",
-        "| cell | A/B regression | median ratio A/B | median ratio A/A |",
-        "|---|---|---|---|",
+        "| cell | A/B regression | median ratio A/B | median ratio A/A | min. detectable (A/A) |",
+        "|---|---|---|---|---|",
     ]
     for cell, ratio in ab["median_ratio"].items():
         found = ab["detected_by_cell"].get(cell, ab["untouched_flagged_by_cell"].get(cell))
         role = "planted +25%" if cell in ab["detected_by_cell"] else "untouched"
+        detectable = aa["min_detectable_90"].get(cell)
         lines.append(
             f"| {cell} ({role}) | {found} of {ab['comparisons']} | "
-            f"{ratio:.3f} | {aa['median_ratio'].get(cell) or float('nan'):.3f} |"
+            f"{ratio:.3f} | {aa['median_ratio'].get(cell) or float('nan'):.3f} | "
+            f"{detectable or float('nan'):.2f}x |"
         )
     lines.append(f"failed comparisons: {len(t['failed'])}; inconclusive: {t['inconclusive']}")
     return "\n".join(lines)
@@ -211,16 +230,29 @@ def main() -> int:
         help="a Hydra override for both projects, e.g. model.hidden=[256,256] (a wider "
         "network, where the planted rows cost their share of the time at 256 rows)",
     )
+    parser.add_argument(
+        "--retabulate",
+        type=Path,
+        help="recompute the tables of this earlier --out file (nothing is timed) and rewrite it",
+    )
     parser.add_argument("--work-dir", type=Path, default=Path("/tmp/vmapcheck-validate-paired"))
     parser.add_argument("--out", type=Path, default=ROOT / "benchmarks/paired_validation.json")
     args = parser.parse_args()
 
     import yaml
 
+    from vmapcheck.io import atomic_write_json
+
+    if args.retabulate:
+        report = json.loads(args.retabulate.read_text())
+        report["tables"] = tables(report["comparisons"], report["factor"])
+        atomic_write_json(args.retabulate, report)
+        print(markdown(report))
+        return 0
+
     from vmapcheck.bench.paired import BASELINE, CURRENT, run_paired, side_spec
     from vmapcheck.compose import compose_yaml
     from vmapcheck.errors import VmapcheckError
-    from vmapcheck.io import atomic_write_json
 
     regression = yaml.safe_load(compose_yaml(ROOT / "conf", []))["bench"]["regression"]
     factor = args.factor or regression["factor"]
@@ -287,7 +319,7 @@ def main() -> int:
         "usable_cores": len(os.sched_getaffinity(0)),
         "date_utc": time.strftime("%Y-%m-%d %H:%M", time.gmtime()),
         "wall_s": time.time() - started,
-        "tables": tables(done),
+        "tables": tables(done, factor),
         "comparisons": done,
     }
     atomic_write_json(args.out, report)

@@ -143,11 +143,19 @@ def _cluster_bootstrap_median(
     (process pairs) with replacement, then the pairs within each chosen group."""
     rng = np.random.default_rng(seed)
     members = [logs[groups == g] for g in np.unique(groups)]
-    medians = np.empty(resamples)
-    for r in range(resamples):
-        chosen = rng.integers(len(members), size=len(members))
-        drawn = [rng.choice(members[g], size=members[g].size) for g in chosen]
-        medians[r] = np.median(np.concatenate(drawn))
+    widest = max(m.size for m in members)
+    chosen = rng.integers(len(members), size=(resamples, len(members)))
+    # Slot j of every resample: the pairs drawn from its chosen group, NaN-padded to the
+    # widest group, so that all resamples' medians come from one nanmedian.
+    slots = []
+    for j in range(len(members)):
+        slot = np.full((resamples, widest), np.nan)
+        for g, member in enumerate(members):
+            rows = chosen[:, j] == g
+            drawn = rng.integers(member.size, size=(int(rows.sum()), member.size))
+            slot[rows, : member.size] = member[drawn]
+        slots.append(slot)
+    medians = np.nanmedian(np.concatenate(slots, axis=1), axis=1)
     tail = (1.0 - confidence) / 2.0
     return float(np.quantile(medians, tail)), float(np.quantile(medians, 1.0 - tail))
 
@@ -734,9 +742,7 @@ def format_paired(result: dict[str, Any]) -> str:
     design, load = result["design"], result["load"]
     lines = [
         buffer.getvalue().rstrip(),
-        f"design: {design['name']}; {design['rounds_per_side']} rounds a side of "
-        f"{design['samples_per_round']} samples per cell ({design.get('within_round')} "
-        f"within a round), {result['pairs']} pairs",
+        f"design: {design['name']}; {_pairs_text(result)}",
         f"regression = ratio > {result['factor']} and one-sided Wilcoxon p on the pairs "
         f"(BH-adjusted) < {result['alpha']} and the ratio beyond {result['factor']} in a "
         f"majority of the {result.get('processes', 1)} process pairs ('per process')",
@@ -750,6 +756,24 @@ def format_paired(result: dict[str, Any]) -> str:
     for cell, why in result.get("skipped", {}).items():
         lines.append(f"note: {cell} not timed: {why}")
     return "\n".join(lines)
+
+
+def _pairs_text(result: dict[str, Any]) -> str:
+    """How the pairs were taken, in words."""
+    design = result["design"]
+    if design.get("within_round") == "blocks":
+        counts = sorted(set((design.get("block_samples") or {}).values())) or [
+            design["samples_per_round"]
+        ]
+        samples = f"{counts[0]}" if len(counts) == 1 else f"{counts[0]}-{counts[-1]}"
+        return (
+            f"{result['pairs']} pairs of blocks per cell, {samples} samples a block "
+            f"(at least {design['samples_per_round']}, lasting {design.get('min_block_ms')} ms)"
+        )
+    return (
+        f"{design['rounds_per_side']} rounds a side of {design['samples_per_round']} samples "
+        f"per cell (interleaved within a round), {result['pairs']} pairs"
+    )
 
 
 def run_verdict_paired(
