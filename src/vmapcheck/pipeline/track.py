@@ -36,7 +36,11 @@ from vmapcheck.tracking.log import (
     verdict_note,
 )
 from vmapcheck.tracking.provenance import git_state
-from vmapcheck.tracking.registry import move_verified_alias, register_if_verified
+from vmapcheck.tracking.registry import (
+    move_verified_alias,
+    register_if_verified,
+    settle_pending_alias,
+)
 from vmapcheck.tracking.run_inputs import dvc_exp_name, gather_run_inputs
 from vmapcheck.tracking.store import (
     PIPELINE_KEY_TAG,
@@ -113,7 +117,13 @@ def track(config: Config, layout: Layout) -> int:
     # Before the baseline is looked for: a half-logged run of an earlier attempt, and any
     # run left RUNNING by a track that is gone, is marked FAILED; a complete run of this
     # state is kept and nothing is logged twice (vmapcheck.tracking.store).
-    earlier = settle_earlier_attempts(resolve_tracking_uri(config.tracking, layout.root), key)
+    uri = resolve_tracking_uri(config.tracking, layout.root)
+    earlier = settle_earlier_attempts(uri, key)
+    # A track that died after completing its run but before moving alias `verified` (this
+    # state's, when `earlier` is it, or another's): the move is made now.
+    if config.registry.registered_model is not None:
+        for line in settle_pending_alias(uri, config.registry.registered_model):
+            print(f"track: registry: {line}")
     check = read_check_details(layout.check_details)
     bench = read_json(layout.bench_details)
     train = read_json(layout.train_report)
