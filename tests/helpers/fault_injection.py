@@ -276,6 +276,10 @@ CLIENT_METHODS = (
     "create_model_version",
     "set_registered_model_alias",
     "set_model_version_tag",
+    # A pending alias move (registry.settle_pending_alias, move_verified_alias).
+    "get_registered_model",
+    "search_model_versions",
+    "delete_model_version_tag",
 )
 
 
