@@ -51,6 +51,7 @@ from vmapcheck.tracking.store import (
     pipeline_key,
     reaching,
     settle_earlier_attempts,
+    store_root,
     writer_lock,
 )
 
@@ -101,6 +102,21 @@ def _registry_line(result: dict[str, Any]) -> str:
         moved = f" (from version {result['previous']})" if result["previous"] else ""
         return f"params registered as {result['uri']}; alias {result['alias']} moved to it{moved}"
     return f"{result['status']}: {result['why']}"
+
+
+def report_line(layout: Layout) -> str:
+    """Where the HTML report is. In a queued experiment (``dvc queue start``) the stage
+    runs in a temporary copy under the repository's .dvc/tmp, removed when the experiment
+    ends: the line says how to get the report instead of naming a path about to go."""
+    original = store_root(layout.root)
+    if original == layout.root.resolve():
+        return f"track: HTML report: {layout.html_report} (also an artifact of the run)"
+    name = dvc_exp_name() or "<experiment>"
+    return (
+        f"track: HTML report: an artifact of the run (report.html); this queued "
+        f"experiment's temporary copy goes when it ends: `dvc exp apply {name}` in "
+        f"{original} puts it at {original / layout.html_report.relative_to(layout.root)}"
+    )
 
 
 def run(config: Config, layout: Layout) -> int:
@@ -223,7 +239,7 @@ def track(config: Config, layout: Layout) -> int:
     atomic_write_json(layout.track_report, info)
     logged = "logged" if earlier is None else "the same inputs were logged before (not again):"
     print(f"track: {logged} run {info['run_id']} ({info['run_name']}) to {info['tracking_uri']}")
-    print(f"track: HTML report: {layout.html_report} (also an artifact of the run)")
+    print(report_line(layout))
     if info["verdict"] != "passed":
         print("track: the check FAILED (logged above); exiting non-zero", flush=True)
         return 1
