@@ -30,7 +30,6 @@ import pytest
 
 from tests.helpers.fault_injection import (
     ClientFaults,
-    Server,
     fill,
     leftovers,
     output_problems,
@@ -42,6 +41,7 @@ from tests.helpers.fault_injection import (
 )
 from tests.helpers.inprocess import stage_process, write_params
 from tests.helpers.project import FAST_RUN, commit_all, committed_project, run
+from tests.helpers.servers import MlflowServer
 
 SEED = 15  # the kill points below are drawn from it: a failure replays
 STAGES = ("prepare", "train", "forward", "check", "bench", "track")
@@ -380,7 +380,7 @@ def served(project, tmp_path_factory):
         symlinks=True,
         ignore=shutil.ignore_patterns("mlflow.db*", "mlartifacts"),
     )
-    server = Server(base)
+    server = MlflowServer(base)
     server.start()
     write_params(root, *TINY, "tracking=server", f"tracking.tracking_uri={server.uri}")
     yield root, server

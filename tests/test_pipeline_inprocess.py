@@ -158,3 +158,30 @@ def test_the_stages_left_the_process_as_they_found_it(project):
     assert jax.config.jax_default_matmul_precision is None
     assert jax.device_count() == 2
     assert (mlflow.get_tracking_uri(), os.environ.get("MLFLOW_TRACKING_URI")) == project.before
+
+
+def test_a_rerun_of_track_moves_the_alias_a_dead_track_left_pending(project, capsys):
+    from mlflow.tracking import MlflowClient
+
+    from vmapcheck.tracking.registry import TAG_ALIAS_PENDING, VERIFIED
+
+    layout = project.layout
+    info = read_json(layout.track_report)
+    assert info["registry"]["status"] == "registered"
+    name, version = info["registry"]["registered_model"], info["registry"]["version"]
+    uri = info["tracking_uri"]
+    client = MlflowClient(tracking_uri=uri, registry_uri=uri)
+    # The store a track SIGKILLed after completing its run, before moving the alias,
+    # leaves: the version tagged pending, no alias on it.
+    client.delete_registered_model_alias(name, VERIFIED)
+    client.set_model_version_tag(name, version, TAG_ALIAS_PENDING, "2026-12-02T00:00:00Z")
+    capsys.readouterr()
+    assert run_stage(layout.root, "track") == 0  # the same pipeline state
+    out = capsys.readouterr().out
+    assert (
+        f"track: registry: alias verified of '{name}' moved to version {version}: its run "
+        f"{info['run_id']} completed" in out
+    )
+    assert "the same inputs were logged before (not again)" in out
+    assert str(client.get_model_version_by_alias(name, VERIFIED).version) == str(version)
+    assert TAG_ALIAS_PENDING not in client.get_model_version(name, version).tags

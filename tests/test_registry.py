@@ -303,3 +303,71 @@ def test_a_version_registered_as_a_bare_params_folder_still_loads(store):
     assert info.version == "2"
     for a, b in zip(jax.tree.leaves(store.params(1)), jax.tree.leaves(params), strict=True):
         np.testing.assert_array_equal(a, b)
+
+
+def stranded(store, seed: int) -> dict:
+    """What a track SIGKILLed between completing its run and moving the alias leaves: a
+    version registered with the move left for later (tagged pending), its run complete."""
+    folder = store.params_folder(seed)
+    info = store.logged_run(folder)
+    result = registry.register_if_verified(store.config, info, RUNTIME, folder, move_alias=False)
+    store.complete(info["run_id"])
+    return result | {"run_id": info["run_id"]}
+
+
+def pending(store, version: str) -> bool:
+    return registry.TAG_ALIAS_PENDING in store.client.get_model_version(NAME, version).tags
+
+
+def test_an_alias_move_a_dead_track_left_undone_is_made_by_the_next_one(store):
+    store.run_and_register(seed=1)
+    second = stranded(store, seed=2)
+    assert store.verified() == "1" and pending(store, "2")
+    assert "version 2 (alias verified move pending" in registry.show(store.uri, NAME)
+
+    assert registry.settle_pending_alias(store.uri, NAME) == [
+        f"alias verified of '{NAME}' moved to version 2 (from version 1): its run "
+        f"{second['run_id']} completed, but the track that registered it ended before "
+        "moving the alias"
+    ]
+    assert store.verified() == "2" and not pending(store, "2")
+    assert registry.settle_pending_alias(store.uri, NAME) == []  # made once
+
+    # A track that lives to move the alias leaves nothing pending.
+    third = stranded(store, seed=3)
+    registry.move_verified_alias(store.uri, third)
+    assert store.verified() == "3" and not pending(store, "3")
+    # A pending version older than the alias's is only cleared: the alias stays.
+    fourth = stranded(store, seed=4)
+    fifth = stranded(store, seed=5)
+    registry.move_verified_alias(store.uri, fifth)
+    assert registry.settle_pending_alias(store.uri, NAME) == []
+    assert store.verified() == "5" and not pending(store, fourth["version"])
+
+
+def test_a_pending_alias_move_to_a_version_whose_run_is_not_complete_is_not_made(store):
+    from vmapcheck.tracking.store import mark_failed
+
+    store.run_and_register(seed=1)
+    folder = store.params_folder(seed=2)
+    info = store.logged_run(folder)
+    registry.register_if_verified(store.config, info, RUNTIME, folder, move_alias=False)
+    # The track died before completing the run; the next track marked it FAILED.
+    mark_failed(store.uri, info["run_id"], "left RUNNING by a track that did not finish")
+    (line,) = registry.settle_pending_alias(store.uri, NAME)
+    assert line.startswith(
+        f"alias verified not moved to version 2 of '{NAME}' (its alias move is pending): "
+        f"its run {info['run_id']} is not a complete run: its status is FAILED"
+    )
+    assert store.verified() == "1" and pending(store, "2")
+
+
+def test_rollback_drops_a_pending_alias_move_so_the_next_track_keeps_it(store):
+    store.run_and_register(seed=1)
+    store.run_and_register(seed=2)
+    stranded(store, seed=3)
+    moved = registry.rollback(store.uri, NAME)
+    assert (moved["from"], moved["to"]) == ("2", "1")
+    assert moved["message"].endswith("; the pending alias move to version(s) 3 dropped")
+    assert registry.settle_pending_alias(store.uri, NAME) == []
+    assert store.verified() == "1" and not pending(store, "3")

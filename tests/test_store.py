@@ -339,6 +339,42 @@ def test_open_store_creates_a_missing_sqlite_store(tmp_path, monkeypatch):
     assert (tmp_path / "mlflow.db").stat().st_size > 0
 
 
+def test_a_store_first_made_by_a_queued_experiment_keeps_nothing_in_its_temp_copy(
+    tmp_path, monkeypatch
+):
+    """A queued run without `store init`: the Default experiment's artifact location used
+    to be ./mlruns of the temp copy, deleted when the experiment ended; and track printed
+    the copy's report path."""
+    from mlflow.tracking import MlflowClient
+
+    from vmapcheck.layout import Layout
+    from vmapcheck.pipeline.track import report_line
+
+    repo = tmp_path / "repo"
+    copy = repo / ".dvc" / "tmp" / "exps" / "tmpabc123"
+    copy.mkdir(parents=True)
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    monkeypatch.setenv("DVC_ROOT", str(repo))
+    monkeypatch.setenv("DVC_EXP_NAME", "picky-yobs")
+    monkeypatch.chdir(copy)  # where dvc queue runs the stage
+    uri = open_store(tracking(), copy)
+    assert uri == f"sqlite:///{repo.resolve()}/mlflow.db"
+    default = MlflowClient(tracking_uri=uri).get_experiment("0")
+    assert default.artifact_location == (repo.resolve() / "mlartifacts" / "0").as_uri()
+    assert not (copy / "mlruns").exists()
+    line = report_line(Layout(copy))
+    assert str(copy) not in line
+    assert line == (
+        "track: HTML report: an artifact of the run (report.html); this queued experiment's "
+        f"temporary copy goes when it ends: `dvc exp apply picky-yobs` in {repo.resolve()} "
+        f"puts it at {repo.resolve() / 'reports' / 'report.html'}"
+    )
+    # A plain `dvc repro` in the repository names its own report.
+    assert report_line(Layout(repo)) == (
+        f"track: HTML report: {Layout(repo).html_report} (also an artifact of the run)"
+    )
+
+
 def test_store_command_creates_the_store_once_and_probes_a_server(tmp_path, monkeypatch, capsys):
     from mlflow.tracking import MlflowClient
 

@@ -11,9 +11,7 @@ an interrupted attempt left a half-made run behind. Nothing is mocked.
 from __future__ import annotations
 
 import json
-import os
 import re
-import signal
 import subprocess
 import sys
 import time
@@ -26,7 +24,7 @@ from typing import Any
 import pytest
 
 from tests.helpers.project import FAST_RUN, commit_all, compose_params, copy_project, run
-from tests.helpers.servers import free_port, start_in_group, wait_until_ok
+from tests.helpers.servers import MlflowServer
 
 pytestmark = pytest.mark.e2e
 
@@ -37,58 +35,8 @@ def stages_run(result: subprocess.CompletedProcess) -> set[str]:
     return set(re.findall(r"Running stage '(\w+)'", result.stdout + result.stderr))
 
 
-class MlflowServer:
-    """`mlflow server` in its own process group, restartable on the same port and store."""
-
-    def __init__(self, workdir: Path, port: int) -> None:
-        self.workdir, self.port = workdir, port
-        self.uri = f"http://127.0.0.1:{port}"
-        self.proc: subprocess.Popen | None = None
-        self.log = workdir / "server.log"
-
-    def start(self, wait_s: float = 240) -> None:
-        command = [
-            str(Path(sys.executable).parent / "mlflow"),
-            "server",
-            "--backend-store-uri",
-            f"sqlite:///{self.workdir / 'server.db'}",
-            # Artifacts are uploaded through the server (mlflow-artifacts:/) into this folder.
-            "--serve-artifacts",
-            "--artifacts-destination",
-            str(self.workdir / "server-artifacts"),
-            "--host",
-            "127.0.0.1",
-            "--port",
-            str(self.port),
-            "--workers",
-            "1",
-        ]
-        env = {k: v for k, v in os.environ.items() if not k.startswith("MLFLOW_")}
-        # Its own group: stop() ends the workers too.
-        self.proc = start_in_group(command, self.workdir, env, self.log)
-        try:
-            wait_until_ok(self.proc, f"{self.uri}/health", wait_s, self.log)
-        except AssertionError:
-            self.stop()
-            raise
-
-    def stop(self) -> None:
-        if self.proc is None or self.proc.poll() is not None:
-            return
-        os.killpg(self.proc.pid, signal.SIGTERM)
-        try:
-            self.proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-            self.proc.wait(timeout=30)
-        # The port is closed once nothing answers.
-        for _ in range(60):
-            try:
-                urllib.request.urlopen(f"{self.uri}/health", timeout=1).close()
-            except OSError:
-                return
-            time.sleep(0.5)
-        raise AssertionError(f"{self.uri} still answers after the server was stopped")
+class ServerWithApi(MlflowServer):
+    """The test's tracking server (tests.helpers.servers), read through its REST API."""
 
     # -- the REST API, with plain HTTP --
 
@@ -135,7 +83,7 @@ def as_dict(entries: list[dict[str, str]]) -> dict[str, Any]:
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
-    live = MlflowServer(tmp_path_factory.mktemp("mlflow-server"), free_port())
+    live = ServerWithApi(tmp_path_factory.mktemp("mlflow-server"))
     live.start()
     yield live
     live.stop()
@@ -149,7 +97,7 @@ def project(tmp_path_factory, server) -> Path:
     return dest
 
 
-def compose(project: Path, server: MlflowServer, *overrides: str) -> None:
+def compose(project: Path, server: ServerWithApi, *overrides: str) -> None:
     compose_params(
         project, *TINY, "tracking=server", f"tracking.tracking_uri={server.uri}", *overrides
     )
@@ -180,7 +128,7 @@ def test_the_pipeline_logs_a_complete_run_to_a_tracking_server(project, server):
     # Uploaded through the server into its own artifact folder, not into the project.
     logged = server.artifact(run_, "report.html")
     assert logged == (project / "reports" / "report.html").read_bytes()
-    assert list((server.workdir / "server-artifacts").rglob("report.html"))
+    assert list(server.artifacts.rglob("report.html"))
     assert not (project / "mlartifacts").exists() and not (project / "mlflow.db").exists()
     summary = run(project, sys.executable, "-m", "vmapcheck", "summary").stdout
     page = f"#/experiments/{track['experiment_id']}/runs/{track['run_id']}"

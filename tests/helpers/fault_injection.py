@@ -17,9 +17,7 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
-import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -32,7 +30,7 @@ import psutil
 import yaml
 
 from tests.helpers.project import _env
-from tests.helpers.servers import free_port, start_in_group, wait_until_ok
+from tests.helpers.servers import MlflowServer
 
 # --- processes ---------------------------------------------------------------------------
 
@@ -257,61 +255,6 @@ def store_summary(uri: str) -> str:
     return f"{len(runs)} runs ({statuses}; {sum(map(is_complete, runs))} complete); {alias}"
 
 
-# --- a tracking server ------------------------------------------------------------------
-
-
-class Server:
-    """``mlflow server`` on 127.0.0.1 in its own process group (sqlite store, artifacts
-    uploaded through it); :meth:`kill` SIGKILLs it (a crash, not a shutdown) and
-    :meth:`start` brings it back on the same port and store."""
-
-    def __init__(self, workdir: Path) -> None:
-        self.workdir, self.port = workdir, free_port()
-        self.uri = f"http://127.0.0.1:{self.port}"
-        self.proc: subprocess.Popen | None = None
-        self.log = workdir / "server.log"
-
-    def start(self, wait_s: float = 240) -> float:
-        """Start it; the seconds until it answered."""
-        command = [
-            str(Path(sys.executable).parent / "mlflow"),
-            "server",
-            "--backend-store-uri",
-            f"sqlite:///{self.workdir / 'server.db'}",
-            "--serve-artifacts",
-            "--artifacts-destination",
-            str(self.workdir / "artifacts"),
-            "--host",
-            "127.0.0.1",
-            "--port",
-            str(self.port),
-            "--workers",
-            "1",
-        ]
-        env = {k: v for k, v in os.environ.items() if not k.startswith("MLFLOW_")}
-        self.proc = start_in_group(command, self.workdir, env, self.log)
-        try:
-            return wait_until_ok(self.proc, f"{self.uri}/health", wait_s, self.log)
-        except AssertionError:
-            self.kill()
-            raise
-
-    def kill(self) -> None:
-        """SIGKILL the server and its workers; return once the port refuses connections."""
-        if self.proc is None:
-            return
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(self.proc.pid, signal.SIGKILL)
-        self.proc.wait(timeout=30)
-        for _ in range(100):
-            try:
-                socket.create_connection(("127.0.0.1", self.port), timeout=0.2).close()
-            except OSError:
-                return
-            time.sleep(0.1)
-        raise AssertionError(f"{self.uri} still accepts connections after SIGKILL")
-
-
 # The MLflow client calls of track, by what they do (issue 15: health, experiment, create
 # run, log batch, artifacts, registry, alias); the health probe is plain HTTP (no client).
 CLIENT_METHODS = (
@@ -333,6 +276,10 @@ CLIENT_METHODS = (
     "create_model_version",
     "set_registered_model_alias",
     "set_model_version_tag",
+    # A pending alias move (registry.settle_pending_alias, move_verified_alias).
+    "get_registered_model",
+    "search_model_versions",
+    "delete_model_version_tag",
 )
 
 
@@ -344,7 +291,7 @@ class ClientFaults:
     is on its way (``when="during"``: a thread kills it ``delay_s`` after the call starts).
     The real call is always made: the client and the server stay real."""
 
-    server: Server | None = None
+    server: MlflowServer | None = None
     method: str | None = None
     occurrence: int = 1
     when: str = "before"

@@ -4,8 +4,11 @@ a free port, in a process group of their own so that stopping one ends its worke
 from __future__ import annotations
 
 import contextlib
+import os
+import signal
 import socket
 import subprocess
+import sys
 import time
 import urllib.request
 from pathlib import Path
@@ -50,3 +53,80 @@ def wait_until_ok(proc: subprocess.Popen, url: str, wait_s: float, log: Path) ->
                 return time.monotonic() - started
         time.sleep(0.2)
     raise AssertionError(f"no answer on {url} in {wait_s} s:\n{log.read_text()[-4000:]}")
+
+
+def mlflow_server_command(store: Path, artifacts: Path, port: int) -> list[str]:
+    """The ``mlflow server`` command line the tests run: sqlite store ``store``, artifacts
+    uploaded through the server (``mlflow-artifacts:/``) into ``artifacts``, on
+    127.0.0.1:``port`` with one worker."""
+    return [
+        str(Path(sys.executable).parent / "mlflow"),
+        "server",
+        "--backend-store-uri",
+        f"sqlite:///{store}",
+        "--serve-artifacts",
+        "--artifacts-destination",
+        str(artifacts),
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--workers",
+        "1",
+    ]
+
+
+class MlflowServer:
+    """``mlflow server`` (:func:`mlflow_server_command`) over ``workdir``/server.db with
+    artifacts in ``workdir``/artifacts, in its own process group, log ``workdir``/server.log.
+    Restartable on the same port and store: :meth:`stop` shuts it down, :meth:`kill`
+    SIGKILLs it (a crash, not a shutdown)."""
+
+    def __init__(self, workdir: Path, port: int | None = None) -> None:
+        self.workdir = Path(workdir)
+        self.port = port if port is not None else free_port()
+        self.uri = f"http://127.0.0.1:{self.port}"
+        self.store = self.workdir / "server.db"
+        self.artifacts = self.workdir / "artifacts"
+        self.log = self.workdir / "server.log"
+        self.proc: subprocess.Popen | None = None
+
+    def start(self, wait_s: float = 240) -> float:
+        """Start it and wait until /health answers; the seconds that took."""
+        command = mlflow_server_command(self.store, self.artifacts, self.port)
+        # The server's settings are its command line, not this process's MLFLOW_* variables.
+        env = {k: v for k, v in os.environ.items() if not k.startswith("MLFLOW_")}
+        self.proc = start_in_group(command, self.workdir, env, self.log)
+        try:
+            return wait_until_ok(self.proc, f"{self.uri}/health", wait_s, self.log)
+        except AssertionError:
+            self.kill()
+            raise
+
+    def stop(self) -> None:
+        """SIGTERM its group (SIGKILL after 30 s); return once the port refuses connections."""
+        self._end(signal.SIGTERM)
+
+    def kill(self) -> None:
+        """SIGKILL its group; return once the port refuses connections."""
+        self._end(signal.SIGKILL)
+
+    def _end(self, sig: int) -> None:
+        if self.proc is None:
+            return
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.proc.pid, sig)
+        try:
+            self.proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait(timeout=30)
+        # Workers may outlive the parent for a moment: wait for the port to close.
+        for _ in range(150):
+            try:
+                socket.create_connection(("127.0.0.1", self.port), timeout=0.2).close()
+            except OSError:
+                return
+            time.sleep(0.2)
+        raise AssertionError(f"{self.uri} still accepts connections after the server ended")

@@ -36,7 +36,11 @@ from vmapcheck.tracking.log import (
     verdict_note,
 )
 from vmapcheck.tracking.provenance import git_state
-from vmapcheck.tracking.registry import move_verified_alias, register_if_verified
+from vmapcheck.tracking.registry import (
+    move_verified_alias,
+    register_if_verified,
+    settle_pending_alias,
+)
 from vmapcheck.tracking.run_inputs import dvc_exp_name, gather_run_inputs
 from vmapcheck.tracking.store import (
     PIPELINE_KEY_TAG,
@@ -47,6 +51,7 @@ from vmapcheck.tracking.store import (
     pipeline_key,
     reaching,
     settle_earlier_attempts,
+    store_root,
     writer_lock,
 )
 
@@ -99,6 +104,21 @@ def _registry_line(result: dict[str, Any]) -> str:
     return f"{result['status']}: {result['why']}"
 
 
+def report_line(layout: Layout) -> str:
+    """Where the HTML report is. In a queued experiment (``dvc queue start``) the stage
+    runs in a temporary copy under the repository's .dvc/tmp, removed when the experiment
+    ends: the line says how to get the report instead of naming a path about to go."""
+    original = store_root(layout.root)
+    if original == layout.root.resolve():
+        return f"track: HTML report: {layout.html_report} (also an artifact of the run)"
+    name = dvc_exp_name() or "<experiment>"
+    return (
+        f"track: HTML report: an artifact of the run (report.html); this queued "
+        f"experiment's temporary copy goes when it ends: `dvc exp apply {name}` in "
+        f"{original} puts it at {original / layout.html_report.relative_to(layout.root)}"
+    )
+
+
 def run(config: Config, layout: Layout) -> int:
     # Before any work: a stopped server fails here, naming its URI. The lock makes parallel
     # experiments (dvc queue start -j N) take turns on a sqlite store.
@@ -113,7 +133,13 @@ def track(config: Config, layout: Layout) -> int:
     # Before the baseline is looked for: a half-logged run of an earlier attempt, and any
     # run left RUNNING by a track that is gone, is marked FAILED; a complete run of this
     # state is kept and nothing is logged twice (vmapcheck.tracking.store).
-    earlier = settle_earlier_attempts(resolve_tracking_uri(config.tracking, layout.root), key)
+    uri = resolve_tracking_uri(config.tracking, layout.root)
+    earlier = settle_earlier_attempts(uri, key)
+    # A track that died after completing its run but before moving alias `verified` (this
+    # state's, when `earlier` is it, or another's): the move is made now.
+    if config.registry.registered_model is not None:
+        for line in settle_pending_alias(uri, config.registry.registered_model):
+            print(f"track: registry: {line}")
     check = read_check_details(layout.check_details)
     bench = read_json(layout.bench_details)
     train = read_json(layout.train_report)
@@ -213,7 +239,7 @@ def track(config: Config, layout: Layout) -> int:
     atomic_write_json(layout.track_report, info)
     logged = "logged" if earlier is None else "the same inputs were logged before (not again):"
     print(f"track: {logged} run {info['run_id']} ({info['run_name']}) to {info['tracking_uri']}")
-    print(f"track: HTML report: {layout.html_report} (also an artifact of the run)")
+    print(report_line(layout))
     if info["verdict"] != "passed":
         print("track: the check FAILED (logged above); exiting non-zero", flush=True)
         return 1

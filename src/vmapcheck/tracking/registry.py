@@ -87,6 +87,10 @@ DIGEST_TAGS = {
 TAG_VERIFIED = "verified"
 TAG_RUN = "verified_by_run"
 TAG_ROLLED_BACK = "rolled_back_at"
+# On a version registered with the alias move left for later (``track``: after the run is
+# complete); removed once the alias moved. Still there on a version whose run completed:
+# the track died in between, and :func:`settle_pending_alias` makes the move.
+TAG_ALIAS_PENDING = "verified_alias_pending"
 # Where the params files lie within a version's source (absent: at its root).
 TAG_PARAMS_PATH = "params_path"
 # Waiting for a version to be READY (local and server stores create it READY at once).
@@ -265,7 +269,8 @@ def register_verified(
                 TAG_PARAMS_PATH: PARAMS_PATH,
                 **digests,
             }
-            | (tags or {}),
+            | (tags or {})
+            | ({} if move_alias else {TAG_ALIAS_PENDING: _now()}),
             description=f"Verified by run {run_id}: every check passed.",
             await_creation_for=AWAIT_READY_S,
             model_id=logged["model_id"],
@@ -292,8 +297,11 @@ def register_verified(
 
 def move_verified_alias(tracking_uri: str, registered: dict[str, Any]) -> None:
     """Move alias ``verified`` to the version :func:`register_verified` made with
-    ``move_alias=False`` (``registered``: its result). ``track`` calls it after the run is
-    complete, so a track that dies earlier leaves the alias where it was.
+    ``move_alias=False`` (``registered``: its result), then drop the version's
+    ``verified_alias_pending`` tag. ``track`` calls it after the run is complete, so a
+    track that dies earlier leaves the alias where it was; one that dies after the run is
+    complete but before the move leaves the tag, and the next ``track`` moves the alias
+    (:func:`settle_pending_alias`).
 
     Raises:
         ArtifactError: the store refused the move (the alias stays where it was).
@@ -301,13 +309,86 @@ def move_verified_alias(tracking_uri: str, registered: dict[str, Any]) -> None:
     from mlflow.exceptions import MlflowException
 
     name, number = registered["registered_model"], registered["version"]
+    client = _client(tracking_uri)
     try:
-        _client(tracking_uri).set_registered_model_alias(name, VERIFIED, number)
+        client.set_registered_model_alias(name, VERIFIED, number)
+        client.delete_model_version_tag(name, number, TAG_ALIAS_PENDING)
     except MlflowException as exc:
         raise ArtifactError(
             f"moving alias {VERIFIED} of {name!r} to version {number} in {tracking_uri} "
-            f"failed: {exc.message} (the alias stays where it was; rerun to move it)"
+            f"failed: {exc.message} (the next track retries the move)"
         ) from None
+
+
+def _pending_versions(client: Any, name: str) -> list[Any]:
+    """The versions of ``name`` tagged ``verified_alias_pending``, newest first (none when
+    ``name`` is not registered)."""
+    from mlflow.exceptions import MlflowException
+
+    try:
+        client.get_registered_model(name)
+    except MlflowException:
+        return []
+    found, token = [], None
+    while True:
+        page = client.search_model_versions(f"name = '{name}'", page_token=token)
+        found.extend(v for v in page if TAG_ALIAS_PENDING in v.tags)
+        token = page.token
+        if not token:
+            break
+    return sorted(found, key=lambda v: int(v.version), reverse=True)
+
+
+def settle_pending_alias(tracking_uri: str, name: str) -> list[str]:
+    """Finish an alias move that a dead ``track`` left undone; one line per version
+    settled (none: nothing was pending).
+
+    A version still tagged ``verified_alias_pending`` was registered by a run whose check
+    passed, and the track died before moving ``verified`` to it. If that run is complete
+    and the version is newer than the one the alias holds (or none holds it), the alias
+    moves to it; a version the alias already holds, or one older than it, only loses the
+    tag. A version whose run is not complete keeps the tag and the alias stays: the run
+    may still be completing (a live track), and one that was marked FAILED never is.
+
+    Raises:
+        ArtifactError: the store refused a read or a write (the alias stays where it was).
+    """
+    from mlflow.exceptions import MlflowException
+
+    client = _client(tracking_uri)
+    lines = []
+    try:
+        pending = _pending_versions(client, name)
+        if not pending:
+            return []
+        current = _alias_version(client, name, VERIFIED)
+        held = int(current.version) if current is not None else 0
+        for version in pending:  # newest first
+            number = str(version.version)
+            run = version.run_id or version.tags.get(TAG_RUN, "?")
+            untrusted = untrusted_because(client, version)
+            if untrusted is not None:
+                lines.append(
+                    f"alias {VERIFIED} not moved to version {number} of {name!r} (its alias "
+                    f"move is pending): {untrusted}"
+                )
+                continue
+            if int(number) > held:
+                client.set_registered_model_alias(name, VERIFIED, number)
+                lines.append(
+                    f"alias {VERIFIED} of {name!r} moved to version {number}"
+                    + (f" (from version {held})" if held else "")
+                    + f": its run {run} completed, but the track that registered it "
+                    "ended before moving the alias"
+                )
+                held = int(number)
+            client.delete_model_version_tag(name, number, TAG_ALIAS_PENDING)
+    except MlflowException as exc:
+        raise ArtifactError(
+            f"finishing the pending move of alias {VERIFIED} of {name!r} in {tracking_uri} "
+            f"failed: {exc.message} (the alias stays where it was; the next track retries)"
+        ) from None
+    return lines
 
 
 def register_if_verified(
@@ -440,7 +521,9 @@ def rollback(tracking_uri: str, name: str) -> dict[str, Any]:
     """Move alias ``verified`` of ``name`` back to the previous verified version.
 
     The version it leaves gets tags ``rolled_back_at`` and ``rolled_back_to``, so a later
-    rollback goes further back rather than returning to it.
+    rollback goes further back rather than returning to it. An alias move a dead ``track``
+    left pending (:func:`settle_pending_alias`) is dropped, so the next track does not
+    undo the rollback.
 
     Raises:
         ArtifactError: no such model, no version holds the alias, or none earlier was verified.
@@ -462,6 +545,16 @@ def rollback(tracking_uri: str, name: str) -> dict[str, Any]:
     client.set_registered_model_alias(name, VERIFIED, target.version)
     client.set_model_version_tag(name, current.version, TAG_ROLLED_BACK, _now())
     client.set_model_version_tag(name, current.version, "rolled_back_to", target.version)
+    # A move a dead track left pending would undo this rollback at the next track: it is
+    # dropped (the version keeps its other tags and can be rolled back to).
+    dropped = [
+        str(v.version)
+        for v in versions
+        if TAG_ALIAS_PENDING in v.tags and untrusted_because(client, v) is None
+    ]
+    for number in dropped:
+        client.delete_model_version_tag(name, number, TAG_ALIAS_PENDING)
+    note = f"; the pending alias move to version(s) {', '.join(dropped)} dropped" if dropped else ""
     return {
         "registered_model": name,
         "alias": VERIFIED,
@@ -469,7 +562,7 @@ def rollback(tracking_uri: str, name: str) -> dict[str, Any]:
         "to": str(target.version),
         "message": (
             f"rollback: models:/{name}@{VERIFIED} moved from {_describe(current)} "
-            f"to {_describe(target)}"
+            f"to {_describe(target)}{note}"
         ),
     }
 
@@ -487,6 +580,10 @@ def show(tracking_uri: str, name: str) -> str:
         names = sorted(held.get(str(v.version), []))
         aliases = f" @{', @'.join(names)}" if names else ""
         state = " (rolled back from)" if TAG_ROLLED_BACK in v.tags else ""
+        if TAG_ALIAS_PENDING in v.tags:
+            state += (
+                f" (alias {VERIFIED} move pending: the next track makes it if its run is complete)"
+            )
         lines.append(f"  version {v.version}{aliases}{state}  source {v.source}")
         untrusted = untrusted_because(client, v)
         if untrusted:

@@ -401,11 +401,15 @@ def writer_lock(uri: str, wait_s: float = LOCK_WAIT_S) -> Iterator[None]:
             fcntl.flock(handle, fcntl.LOCK_UN)
 
 
-def create_sqlite_store(uri: str, migrate: bool = False) -> None:
+def create_sqlite_store(uri: str, migrate: bool = False, artifact_root: str | None = None) -> None:
     """Create the sqlite store's schema if missing (call under :func:`writer_lock`).
 
-    A store made by an older MLflow is migrated only when ``migrate`` (after copying the
-    file to ``<db>.bak-<UTC time>``); otherwise it is an error saying how to migrate.
+    A new store's ``Default`` experiment keeps its artifacts under ``artifact_root`` (a
+    ``file://`` URI, :func:`artifact_location`) rather than MLflow's ``./mlruns`` of the
+    working directory, which in a queued experiment is a temporary copy deleted when the
+    experiment ends. A store made by an older MLflow is migrated only when ``migrate``
+    (after copying the file to ``<db>.bak-<UTC time>``); otherwise it is an error saying
+    how to migrate.
     """
     from mlflow.exceptions import MlflowException
     from mlflow.tracking import MlflowClient
@@ -413,6 +417,11 @@ def create_sqlite_store(uri: str, migrate: bool = False) -> None:
     path = sqlite_file(uri)
     assert path is not None, uri
     path.parent.mkdir(parents=True, exist_ok=True)
+    if artifact_root is not None and not path.exists():
+        from mlflow.store.tracking.sqlalchemy_store import SqlAlchemyStore
+
+        # Making the store object creates the schema and the Default experiment.
+        SqlAlchemyStore(uri, artifact_root)
     try:
         MlflowClient(tracking_uri=uri).search_experiments(max_results=1)
         return
@@ -452,7 +461,7 @@ def open_store(tracking: TrackingConfig, project_root: Path) -> str:
         probe(uri, tracking)
     elif sqlite_file(uri) is not None:
         with writer_lock(uri):
-            create_sqlite_store(uri)
+            create_sqlite_store(uri, artifact_root=artifact_location(tracking, project_root))
     return uri
 
 
@@ -746,7 +755,7 @@ def run_store(layout: Layout, verb: str) -> int:
         if verb == "init":
             with writer_lock(uri):
                 if sqlite_file(uri) is not None:
-                    create_sqlite_store(uri, migrate=True)
+                    create_sqlite_store(uri, migrate=True, artifact_root=location)
                 # With experiment_per_model, the other models' experiments are made by
                 # track (under the lock on sqlite, race-safe on a server).
                 experiment = experiment_name(config)
