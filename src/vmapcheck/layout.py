@@ -171,6 +171,13 @@ class Layout:
         return self.reports / "perf_verdict.json"
 
     @property
+    def compile_cache(self) -> Path:
+        """JAX's persistent compilation cache of the stages that compile (not ``bench``:
+        vmapcheck.core.runtime.enable_compile_cache). Not a DVC output: it only saves
+        compile time, never changes a result."""
+        return self.root / ".jax_cache"
+
+    @property
     def stage_times(self) -> Path:
         """One ``<stage>.json`` per stage: when it last ran and for how long (the
         run's timeline in MLflow)."""
