@@ -155,8 +155,19 @@ class Layout:
 
     @property
     def plots(self) -> Path:
-        """Plot data for ``dvc plots`` (one CSV per path) and latency.png."""
+        """Plot data for ``dvc plots`` (one CSV per path), latency.png and speedup.png."""
         return self.reports / "plots"
+
+    @property
+    def latency_png(self) -> Path:
+        """The bench stage's latency plot (also embedded in the HTML report)."""
+        return self.plots / "latency.png"
+
+    @property
+    def speedup_png(self) -> Path:
+        """The bench stage's speed-up plot (also embedded in the HTML report); absent
+        when no speed-up was measured."""
+        return self.plots / "speedup.png"
 
     @property
     def track_report(self) -> Path:
