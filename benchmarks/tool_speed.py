@@ -18,6 +18,10 @@ Usage (from the project root)::
 
     python benchmarks/tool_speed.py            # both scenarios, a table on stdout
     python benchmarks/tool_speed.py --json out.json --keep /tmp/speed-copy
+    python benchmarks/tool_speed.py --source ../other-checkout   # time another version
+
+``--source``: the checkout to copy (default: the one holding this script), so that two
+versions can be timed one after the other on the same machine and load.
 """
 
 from __future__ import annotations
@@ -38,17 +42,18 @@ ROOT = Path(__file__).resolve().parents[1]
 TIME = "/usr/bin/time"
 
 
-def copy_project(dest: Path) -> None:
-    """The tracked and untracked-but-not-ignored files of ROOT, as a new git repository."""
+def copy_project(source: Path, dest: Path) -> None:
+    """The tracked and untracked-but-not-ignored files of ``source`` (a git checkout of
+    the project), as a new git repository at ``dest``."""
     listed = subprocess.run(
         ["git", "ls-files", "-co", "--exclude-standard", "-z"],
-        cwd=ROOT,
+        cwd=source,
         capture_output=True,
         text=True,
         check=True,
     ).stdout
     for name in filter(None, listed.split("\0")):
-        src = ROOT / name
+        src = source / name
         if src.is_file():
             (dest / name).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(src, dest / name)
@@ -143,13 +148,16 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--json", type=Path, help="also write the figures to this file")
     parser.add_argument("--keep", type=Path, help="build the copy here and keep it")
+    parser.add_argument(
+        "--source", type=Path, default=ROOT, help="the checkout to copy (default: this one)"
+    )
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="vmapcheck-speed-"))
     project = args.keep or work / "project"
     if project.exists():
         raise SystemExit(f"{project}: exists; give a new folder to --keep")
     try:
-        copy_project(project)
+        copy_project(args.source.resolve(), project)
         log = work / "stage_times.log"
         shim = write_shim(work / "shim", log)
         load = os.getloadavg()[0]
