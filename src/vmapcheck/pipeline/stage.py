@@ -67,7 +67,8 @@ def run_stage(
     prints ``<stage>: error: <message>`` and returns 2; anything else is a bug and
     keeps its traceback. ``compile_cache``: JAX keeps and reuses its compiled programs in
     the project's ``.jax_cache/`` (:func:`vmapcheck.core.runtime.enable_compile_cache`);
-    stages/<name>.py turn it on for the stages that compile and time no compile.
+    stages/<name>.py turn it on for prepare, train, forward and check (not ``bench``,
+    which times its compiles).
 
     Once the config is valid, the stage's wall time goes to ``reports/stages/<name>.json``
     (:func:`write_stage_time`): written when the body starts (no end yet: ``track`` reads
