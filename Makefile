@@ -155,6 +155,6 @@ ui: $(STAMP)
 # Under reports/, only what git ignores (DVC's outputs): the metrics kept in git stay.
 clean:
 	rm -rf data/prepared data/cases data/params data/forward mlflow.db mlartifacts \
-		.dvc/cache .dvc/tmp $(VENV) .pytest_cache .ruff_cache
+		.dvc/cache .dvc/tmp .jax_cache $(VENV) .pytest_cache .ruff_cache
 	git clean -fdXq reports 2>/dev/null || rm -rf reports
 	find . -name __pycache__ -type d -prune -exec rm -rf {} +

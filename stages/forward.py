@@ -4,4 +4,4 @@ from vmapcheck.pipeline import forward
 from vmapcheck.pipeline.stage import run_stage
 
 if __name__ == "__main__":
-    raise SystemExit(run_stage("forward", forward.run))
+    raise SystemExit(run_stage("forward", forward.run, compile_cache=True))

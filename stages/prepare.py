@@ -4,4 +4,4 @@ from vmapcheck.pipeline import prepare
 from vmapcheck.pipeline.stage import run_stage
 
 if __name__ == "__main__":
-    raise SystemExit(run_stage("prepare", prepare.run))
+    raise SystemExit(run_stage("prepare", prepare.run, compile_cache=True))

@@ -4,4 +4,4 @@ from vmapcheck.pipeline import train
 from vmapcheck.pipeline.stage import run_stage
 
 if __name__ == "__main__":
-    raise SystemExit(run_stage("train", train.run))
+    raise SystemExit(run_stage("train", train.run, compile_cache=True))

@@ -25,6 +25,7 @@ import pytest
 
 from tests.helpers.chromium import png_size, render
 from tests.helpers.config import ROOT, compose_config
+from vmapcheck.bench.plots import latency_png
 from vmapcheck.check.diagnosis import Probe, Subject, diagnose
 from vmapcheck.check.schema import CheckDetails, read_check_details
 from vmapcheck.core.composition import REGROUPINGS
@@ -437,6 +438,20 @@ def test_report_renders_the_check_details_as_read_back(tmp_path):
     assert render_report(
         read_check_details(details), bench, train, contract, generated_at=when
     ) == render_report(check, bench, train, contract, generated_at=when)
+
+
+def test_plots_the_bench_stage_drew_are_embedded_as_they_are():
+    """track hands over the bench stage's PNGs (reports/plots/): the page embeds those
+    bytes, not a second drawing; a figure not handed over is drawn from bench."""
+    check, bench, train, contract = make_inputs(failed=False)
+    latency = latency_png(bench["latency_ms"], "drawn by bench")
+    page = parse(
+        render_report(check, bench, train, contract, drawn_plots={"plot-latency": latency})
+    )
+    pngs = _data_pngs(page)
+    assert pngs["plot-latency"] == latency
+    assert set(pngs) == {"plot-latency", "plot-speedup"}
+    assert png_size(pngs["plot-speedup"])[0] > 300
 
 
 def test_a_ratio_whose_interval_holds_one_reads_no_measurable_difference():

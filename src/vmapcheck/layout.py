@@ -155,8 +155,19 @@ class Layout:
 
     @property
     def plots(self) -> Path:
-        """Plot data for ``dvc plots`` (one CSV per path) and latency.png."""
+        """Plot data for ``dvc plots`` (one CSV per path), latency.png and speedup.png."""
         return self.reports / "plots"
+
+    @property
+    def latency_png(self) -> Path:
+        """The bench stage's latency plot (also embedded in the HTML report)."""
+        return self.plots / "latency.png"
+
+    @property
+    def speedup_png(self) -> Path:
+        """The bench stage's speed-up plot (also embedded in the HTML report); absent
+        when no speed-up was measured."""
+        return self.plots / "speedup.png"
 
     @property
     def track_report(self) -> Path:
@@ -169,6 +180,13 @@ class Layout:
     @property
     def perf_verdict(self) -> Path:
         return self.reports / "perf_verdict.json"
+
+    @property
+    def compile_cache(self) -> Path:
+        """JAX's persistent compilation cache of the stages that compile (not ``bench``:
+        vmapcheck.core.runtime.enable_compile_cache). Not a DVC output: it only saves
+        compile time, never changes a result."""
+        return self.root / ".jax_cache"
 
     @property
     def stage_times(self) -> Path:

@@ -148,3 +148,10 @@ def write_latency_png(target: Path, latency: dict[str, dict[str, Any]], title: s
     data = latency_png(latency, title)
     with atomic_path(Path(target)) as tmp:
         tmp.write_bytes(data)
+
+
+def write_speedup_png(target: Path, speedup: dict[str, dict[str, float]], title: str) -> None:
+    """:func:`speedup_figure` written atomically as a PNG file."""
+    data = speedup_png(speedup, title)
+    with atomic_path(Path(target)) as tmp:
+        tmp.write_bytes(data)

@@ -13,6 +13,7 @@ import os
 import platform
 import sys
 from dataclasses import asdict, dataclass
+from pathlib import Path
 from typing import Any
 
 from vmapcheck.config import BackendConfig, PrecisionConfig, ToleranceConfig
@@ -133,6 +134,25 @@ def enable_key_reuse_checks() -> None:
     import jax
 
     jax.config.update("jax_debug_key_reuse", True)
+
+
+def enable_compile_cache(folder: Path) -> None:
+    """Keep every XLA executable this process compiles in ``folder`` (JAX's persistent
+    compilation cache), and load it from there when a later process compiles the same
+    program for the same backend, devices, flags and JAX/jaxlib versions.
+
+    A stage rerun for another reason (a tolerance: ``check`` again) then loads its
+    executables instead of compiling them again: the same machine code, so the same
+    numbers. Every compile is kept, not only those over JAX's 1 s default: a stage's
+    many small eager and jit compiles are what a rerun repeats. A folder already set
+    (``JAX_COMPILATION_CACHE_DIR``) is kept. Never for ``bench``: it times compiles
+    (``compile_ms``) and counts them (the guard's replay); a cache hit is no compile.
+    """
+    import jax
+
+    if jax.config.jax_compilation_cache_dir is None:
+        jax.config.update("jax_compilation_cache_dir", str(folder))
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
 
 
 def _configure_cpu(name: str, dtype: str) -> RuntimeInfo:

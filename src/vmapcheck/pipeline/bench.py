@@ -5,7 +5,12 @@ from typing import Any
 import jax.numpy as jnp
 
 from vmapcheck.bench.guard import replay_figures, replay_summary, run_replay
-from vmapcheck.bench.plots import write_latency_csvs, write_latency_png, write_speedup_csvs
+from vmapcheck.bench.plots import (
+    write_latency_csvs,
+    write_latency_png,
+    write_speedup_csvs,
+    write_speedup_png,
+)
 from vmapcheck.bench.progress import open_progress
 from vmapcheck.bench.timing import run_bench
 from vmapcheck.config import Config
@@ -67,12 +72,14 @@ def run(config: Config, layout: Layout) -> None:
     with atomic_dir(layout.plots) as folder:
         write_latency_csvs(folder, result["latency_ms"])
         write_speedup_csvs(folder / "speedup", result["speedup"])
-        write_latency_png(
-            folder / "latency.png",
-            result["latency_ms"],
+        title = (
             f"{config.model.name} on {runtime.backend} ({runtime.device_kind}), {dtype.name}, "
-            f"jax {runtime.jax_version}",
+            f"jax {runtime.jax_version}"
         )
+        # Drawn here once: track embeds these files in the HTML report.
+        write_latency_png(folder / layout.latency_png.name, result["latency_ms"], title)
+        if result["speedup"]:
+            write_speedup_png(folder / layout.speedup_png.name, result["speedup"], title)
     if result["machine"]["noisy"]:
         print("bench: WARNING: load average above the core count: figures are noisy")
     print(f"bench: matmul peak {result['peak']['gflops']:.1f} GFLOP/s on this machine now")

@@ -26,8 +26,10 @@ from vmapcheck.layout import Layout
 from vmapcheck.params_io import check_features, load_model_params
 
 
-def _run_reference(config: Config, layout: Layout, model, dtype, mesh):
-    """(outputs on the reference bundle, {"status", "message"})."""
+def _run_reference(config: Config, layout: Layout, model, dtype, mesh, built):
+    """(outputs on the reference bundle, {"status", "message"}); ``built``: the paths
+    the cases ran on (vmapcheck.core.forward.build_all), reused so that a jit path is
+    not compiled again for a shape the cases already had."""
     folder = reference_dir(config, layout)
     where = folder.relative_to(layout.root)
     try:
@@ -47,7 +49,7 @@ def _run_reference(config: Config, layout: Layout, model, dtype, mesh):
             "status": "incompatible",
             "message": f"{where} does not fit model {config.model.name} as configured: {exc}",
         }
-    outputs, _ = run_forward(model, params, reference["cases"], dtype, mesh)
+    outputs, _ = run_forward(model, params, reference["cases"], dtype, mesh, built=built)
     return outputs, {"status": "ok", "message": f"evaluated {where}"}
 
 
@@ -65,7 +67,7 @@ def run(config: Config, layout: Layout) -> None:
     regrouped, composition = run_composition(
         model, params, cases, dtype, outputs, mesh, built=built
     )
-    reference_outputs, reference_status = _run_reference(config, layout, model, dtype, mesh)
+    reference_outputs, reference_status = _run_reference(config, layout, model, dtype, mesh, built)
     standard = cases[STANDARD_CASE]
     grad_arrays, grad_record = gradient_probe(
         model,

@@ -11,6 +11,7 @@ from typing import Any
 from jax.errors import KeyReuseError
 
 from vmapcheck.config import Config, load_config
+from vmapcheck.core.runtime import enable_compile_cache
 from vmapcheck.errors import ArtifactError, VmapcheckError
 from vmapcheck.io import atomic_write_json, read_json
 from vmapcheck.layout import Layout
@@ -56,13 +57,18 @@ def read_stage_times(layout: Layout) -> dict[str, dict[str, Any]]:
     return dict(sorted(records.items(), key=lambda item: item[1]["start"]))
 
 
-def run_stage(name: str, body: StageBody, root: Path | None = None) -> int:
+def run_stage(
+    name: str, body: StageBody, root: Path | None = None, compile_cache: bool = False
+) -> int:
     """Validate params.yaml, run ``body(config, Layout(root))``; return its exit code.
 
     ``root``: the project root (None: the working directory, where DVC runs each
     stage's cmd). The body returns an exit code (None = 0). A :class:`VmapcheckError`
     prints ``<stage>: error: <message>`` and returns 2; anything else is a bug and
-    keeps its traceback.
+    keeps its traceback. ``compile_cache``: JAX keeps and reuses its compiled programs in
+    the project's ``.jax_cache/`` (:func:`vmapcheck.core.runtime.enable_compile_cache`);
+    stages/<name>.py turn it on for prepare, train, forward and check (not ``bench``,
+    which times its compiles).
 
     Once the config is valid, the stage's wall time goes to ``reports/stages/<name>.json``
     (:func:`write_stage_time`): written when the body starts (no end yet: ``track`` reads
@@ -77,6 +83,8 @@ def run_stage(name: str, body: StageBody, root: Path | None = None) -> int:
         config = load_config(layout.params_yaml)
         write_stage_time(layout, name, start, None, None)
         timed = True
+        if compile_cache:
+            enable_compile_cache(layout.compile_cache)
         code = body(config, layout) or 0
         return code
     except VmapcheckError as exc:

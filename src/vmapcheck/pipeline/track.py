@@ -170,6 +170,15 @@ def track(config: Config, layout: Layout) -> int:
             ),
             "benchmark vs baseline": perf["verdict"],
         },
+        # The bench stage drew them from the same bench_details.json: not drawn again.
+        drawn_plots={
+            plot_id: path.read_bytes()
+            for plot_id, path in (
+                ("plot-latency", layout.latency_png),
+                ("plot-speedup", layout.speedup_png),
+            )
+            if path.is_file()
+        },
     )
     atomic_write_text(layout.html_report, report)
     artifacts = [

@@ -42,11 +42,17 @@ def plot(png: bytes, alt: str, caption: str, img_id: str) -> dict[str, str]:
 
 
 def latency(
-    bench: dict[str, Any], title: str, not_provided: Mapping[str, str] | None = None
+    bench: dict[str, Any],
+    title: str,
+    not_provided: Mapping[str, str] | None = None,
+    drawn: Mapping[str, bytes] | None = None,
 ) -> dict[str, Any]:
     """``{"intro", "table", "skipped": [str], "speedups": table, "plots": [plot]}``;
     ``not_provided``: the paths the model does not have (check_details.json), named in
-    the speed-up table where a ratio needs one."""
+    the speed-up table where a ratio needs one; ``drawn``: PNGs of the same figures
+    already drawn from ``bench`` (plot id -> bytes: the bench stage's reports/plots/),
+    embedded instead of drawing them again (matplotlib costs the track stage ~1.5 s)."""
+    drawn = drawn or {}
     missing = not_provided or {}
     entries = {entry.name: entry for entry in SPEEDUPS}
     by_path, figures = bench["latency_ms"], bench.get("figures", {})
@@ -133,7 +139,7 @@ def latency(
     config = bench.get("bench", {})
     plots = [
         plot(
-            latency_png(by_path, title),
+            drawn.get("plot-latency") or latency_png(by_path, title),
             "p50 latency per call against batch size, per path",
             "Latency per call against batch size (log-log), p50 with a band to p90.",
             "plot-latency",
@@ -142,7 +148,7 @@ def latency(
     if speedup:
         plots.append(
             plot(
-                speedup_png(speedup, title),
+                drawn.get("plot-speedup") or speedup_png(speedup, title),
                 "vmap speed-up over the loop and cost over the hand-batched forward",
                 "p50 ratios against batch size: vmap_over_loop > 1 means vmap is faster "
                 "than the loop; vmap_over_direct near 1 means vmap costs nothing over the "

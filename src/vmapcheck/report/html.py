@@ -24,6 +24,7 @@ Inputs are the stage reports as written: ``check`` = ``reports/check_details.jso
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
 
@@ -198,13 +199,16 @@ def render_report(
     git: dict[str, str] | None = None,
     run: dict[str, Any] | None = None,
     generated_at: datetime | None = None,
+    drawn_plots: Mapping[str, bytes] | None = None,
 ) -> str:
     """The whole report as one HTML document (str, UTF-8 text).
 
     ``perf``: the benchmark's verdict against its baseline (reports/perf_verdict.json;
     None: not judged); ``git``: {"git_commit", "git_dirty"}
     (:func:`vmapcheck.tracking.provenance.git_state`); ``run``: extra rows shown first in
-    the environment table (e.g. model, MLflow run name).
+    the environment table (e.g. model, MLflow run name); ``drawn_plots``: the bench
+    stage's PNGs of the same figures, by plot id (``plot-latency``, ``plot-speedup``),
+    embedded as they are (None: drawn here from ``bench``).
     """
     git = git or {"git_commit": "unknown", "git_dirty": "unknown"}
     run = run or {}
@@ -219,7 +223,7 @@ def render_report(
         verdict=check_sections.verdict(check, bench),
         figures=first_screen(check, bench, perf),
         agreement=check_sections.agreement(check),
-        latency=bench_sections.latency(bench, title, check.get("not_provided")),
+        latency=bench_sections.latency(bench, title, check.get("not_provided"), drawn_plots),
         oracle=check_sections.oracle(check),
         reference=check_sections.reference(check),
         composition=check_sections.composition(check),

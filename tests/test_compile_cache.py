@@ -1,0 +1,57 @@
+"""JAX's persistent compilation cache of the stages (vmapcheck.core.runtime.enable_compile_cache):
+a second process loads what the first compiled, with the same result. Each side runs in
+a subprocess of its own: the cache is a process-wide JAX setting, and the benchmark's
+tests in this process count compiles."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+from vmapcheck.layout import Layout
+
+# Compiles one jit function with the cache on; prints its output, and how many compiles
+# hit and missed the cache (JAX's own monitoring events).
+PROGRAM = """
+import json, sys
+from pathlib import Path
+import jax, jax.numpy as jnp
+from jax import monitoring
+from vmapcheck.core.runtime import enable_compile_cache
+
+events = {"hits": 0, "misses": 0}
+EVENT = "/jax/compilation_cache/cache_"
+
+
+def count(name, **kwargs):
+    if name in (EVENT + "hits", EVENT + "misses"):
+        events[name.removeprefix(EVENT)] += 1
+
+
+monitoring.register_event_listener(count)
+enable_compile_cache(Path(sys.argv[1]))
+out = jax.jit(lambda x: jnp.tanh(x @ x.T).sum(axis=0))(jnp.arange(12.0).reshape(3, 4))
+print(json.dumps({**events, "out": out.tolist()}))
+"""
+
+
+def _run(folder) -> dict:
+    done = subprocess.run(
+        [sys.executable, "-c", PROGRAM, str(folder)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def test_a_second_process_loads_what_the_first_compiled(tmp_path):
+    folder = Layout(tmp_path).compile_cache
+    first = _run(folder)
+    assert first["misses"] >= 1 and first["hits"] == 0, first
+    assert any(folder.iterdir()), f"{folder}: expected cache entries, found none"
+    second = _run(folder)
+    assert second["hits"] >= 1 and second["misses"] == 0, second
+    assert second["out"] == first["out"]
