@@ -104,6 +104,8 @@ def summary(kind: str, result: dict[str, Any]) -> dict[str, Any]:
                     "ci_high",
                     "p_slower_adjusted",
                     "process_ratios",
+                    "pair_ratios",
+                    "p_slower",
                     "status",
                 )
             }
@@ -113,7 +115,34 @@ def summary(kind: str, result: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def tables(done: list[dict[str, Any]], factor: float) -> dict[str, Any]:
+def _detected(
+    comparison: dict[str, Any],
+    cell: str,
+    slowdown: float,
+    factor: float,
+    alpha: float,
+    processes: int,
+) -> bool:
+    """Whether ``cell`` of an A/A ``comparison``, its pairs made ``slowdown`` times
+    slower, is a regression by verdict-paired's rule (vmapcheck.bench.paired)."""
+    from scipy import stats
+
+    from vmapcheck.bench.paired import process_of_pair
+
+    logs = np.log(np.asarray(comparison["cells"][cell]["pair_ratios"])) + np.log(slowdown)
+    ratio = float(np.exp(np.median(logs)))
+    raw = {c: v["p_slower"] for c, v in comparison["cells"].items()}
+    raw[cell] = float(stats.wilcoxon(logs, alternative="greater").pvalue)
+    names = sorted(raw)
+    adjusted = dict(zip(names, stats.false_discovery_control([raw[c] for c in names]), strict=True))
+    by_process = np.array([process_of_pair(i, processes) for i in range(logs.size)])
+    agree = sum(np.exp(np.median(logs[by_process == k])) > factor for k in range(processes))
+    return ratio > factor and adjusted[cell] < alpha and agree >= processes // 2 + 1
+
+
+def tables(
+    done: list[dict[str, Any]], factor: float, alpha: float, processes: int
+) -> dict[str, Any]:
     """A/A false-alarm rate, A/B detection per cell, failures and the load measured."""
     aa = [d for d in done if d["kind"] == "A/A" and "error" not in d]
     ab = [d for d in done if d["kind"] == "A/B" and "error" not in d]
@@ -134,21 +163,25 @@ def tables(done: list[dict[str, Any]], factor: float) -> dict[str, Any]:
         values = sorted(d["cells"][cell]["ratio"] for d in ds if cell in d["cells"])
         return values[len(values) // 2] if values else None
 
-    def min_detectable(cell: str, factor: float) -> float | None:
-        """The slowdown found in about 90% of comparisons, estimated from the A/A ones:
-        its measured ratio must pass the factor when the noise pulls it down (10th
-        percentile of the A/A ratios), and be significant when the noise is wide (90th
-        percentile of ratio / lower 95% bound: a slowdown beyond it keeps the bound above
-        1). An estimate; the A/B rows measure the real thing for +25% work."""
-        ratios = np.array([d["cells"][cell]["ratio"] for d in aa if cell in d["cells"]])
-        lows = np.array([d["cells"][cell]["ci_low"] for d in aa if cell in d["cells"]])
-        if ratios.size < 5:
+    def min_detectable(cell: str) -> float | None:
+        """The smallest slowdown (a step of 0.01) found as a regression in at least 90%
+        of the A/A comparisons when planted into their own pairs: every pair of ``cell``
+        made that much slower, then judged by verdict-paired's rule (ratio beyond the
+        factor, BH-adjusted one-sided Wilcoxon p below alpha with the other cells' p as
+        they were, a majority of the process pairs beyond the factor). It measures the
+        noise of this machine and load; None without the pairs' ratios."""
+        runs = [d for d in aa if "pair_ratios" in d["cells"].get(cell, {})]
+        if len(runs) < 10:
             return None
-        return float(max(factor / np.quantile(ratios, 0.1), np.quantile(ratios / lows, 0.9)))
+        for slowdown in np.arange(factor, 3.0, 0.01):
+            found = sum(_detected(d, cell, float(slowdown), factor, alpha, processes) for d in runs)
+            if found >= 0.9 * len(runs):
+                return round(float(slowdown), 2)
+        return None
 
     return {
         "aa": {
-            "min_detectable_90": {c: min_detectable(c, factor) for c in cells},
+            "min_detectable_90": {c: min_detectable(c) for c in cells},
             "comparisons": len(aa),
             "verdict_regression": sum(d["verdict"] == "regression" for d in aa),
             "cells_flagged": sum(len(d["regressions"]) for d in aa),
@@ -191,7 +224,7 @@ def markdown(report: dict[str, Any]) -> str:
         lines.append(
             f"| {cell} ({role}) | {found} of {ab['comparisons']} | "
             f"{ratio:.3f} | {aa['median_ratio'].get(cell) or float('nan'):.3f} | "
-            f"{detectable or float('nan'):.2f}x |"
+            f"{f'{detectable:.2f}x' if detectable else 'n/a'} |"
         )
     lines.append(f"failed comparisons: {len(t['failed'])}; inconclusive: {t['inconclusive']}")
     return "\n".join(lines)
@@ -245,7 +278,9 @@ def main() -> int:
 
     if args.retabulate:
         report = json.loads(args.retabulate.read_text())
-        report["tables"] = tables(report["comparisons"], report["factor"])
+        report["tables"] = tables(
+            report["comparisons"], report["factor"], report["alpha"], report["process_pairs"]
+        )
         atomic_write_json(args.retabulate, report)
         print(markdown(report))
         return 0
@@ -319,7 +354,7 @@ def main() -> int:
         "usable_cores": len(os.sched_getaffinity(0)),
         "date_utc": time.strftime("%Y-%m-%d %H:%M", time.gmtime()),
         "wall_s": time.time() - started,
-        "tables": tables(done, factor),
+        "tables": tables(done, factor, alpha, args.processes),
         "comparisons": done,
     }
     atomic_write_json(args.out, report)

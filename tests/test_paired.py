@@ -217,6 +217,10 @@ def test_two_real_workers_time_one_project_abba(tmp_path):
     # Same code, interpreter and config: both sides share each of the two processes.
     assert result["design"]["one_process_for_both"] and result["design"]["why_apart"] is None
     assert result["design"]["processes"] == 2 and result["pairs"] == rounds
+    # A call of a few microseconds takes more samples a block, so the block lasts
+    # MIN_BLOCK_MS; never fewer than asked for, at most 20x.
+    assert all(3 <= n <= 60 for n in result["design"]["block_samples"].values())
+    assert max(result["design"]["block_samples"].values()) > 3
     assert result["baseline"]["jax_version"] == result["current"]["jax_version"]
     assert result["differences"] == {}
     assert result["load"]["load_avg_1m_max"] >= result["load"]["load_avg_1m_min"] >= 0

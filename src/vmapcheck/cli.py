@@ -142,7 +142,7 @@ COMMANDS = {
     "diagnose": "localize a divergence in the current outputs (exit 1: found one)",
     "reference": "store the last verified run as the model's reference, or show it",
     "verdict": "is the benchmark slower than a baseline? (exit 1: a regression)",
-    "verdict-paired": "time a baseline project and this one in alternating rounds, judge "
+    "verdict-paired": "time a baseline project and this one in alternating pairs, judge "
     "the pairs (exit 1: a regression)",
     "compare": "logged runs side by side",
     "registry": "versions of the registered model, which is @verified, their tags",

@@ -1,25 +1,31 @@
-"""Paired regression verdict: baseline and current timed in alternating rounds, ABBA.
+"""Paired regression verdict: baseline and current timed in alternating pairs, ABBA.
 
 The stored-run verdict (vmapcheck.bench.verdict) compares two runs taken at different
 times: on a shared machine the load changes between them, and that difference swamps a
 real slowdown (at load 6-11 a +41% model change came out INCONCLUSIVE). Here the two sides
-are timed in the same stretch of time, round by round, so each pair of adjacent rounds
-shares the machine's conditions.
+are timed in the same stretch of time, pair by pair, so the two halves of each pair share
+the machine's conditions.
 
-Design (:func:`run_paired`): worker processes, ``processes`` per side (``python -m
-vmapcheck.bench.worker`` on each project folder: its own params.yaml, data/params,
-data/cases, and, where the folder has one, its own ``src`` and ``.venv``: other model code
-or another JAX version). All compile and warm up; then the driver asks for rounds in the
-order A B B A A B B A ... (A: baseline, B: current). Pair ``i`` (two adjacent rounds, one
-of each side) is timed by process pair ``i mod processes``: the process pairs take turns,
-so each one spans the whole comparison. A round times every cell (a path at a batch size)
-``samples`` times, each timed call after a discarded call of the same cell;
-``order="blocks"`` (the default) takes a cell's samples back to back, the cells in a
-balanced order that changes from round to round, ``"interleaved"`` the bench stage's
-passes (vmapcheck.bench.timing.sample_passes; docs/benchmark.md compares the two).
+Design (:func:`run_paired`): ``processes`` worker processes (``python -m
+vmapcheck.bench.worker``), each loading a project folder as the bench stage does: its
+params.yaml, data/params, data/cases, and, where the folder has one, its own ``src`` and
+``.venv`` (other model code or another JAX version).
 
-Why several processes a side: pairing cancels load that changes between rounds, but not
-a difference between two processes that lasts the whole comparison. Measured under load
+- Where the two sides can share a process (:func:`why_not_one_process`: the same
+  interpreter, code, backend and precision), each process holds both projects, and
+  whatever makes one process slower than another slows both sides alike. Otherwise
+  ``processes`` a side.
+- ``order="blocks"`` (the default): pair ``r`` times each cell (a path at a batch size),
+  in a balanced order that changes with ``r``, on one side and right away on the other:
+  two blocks of its samples, A first or B first alternately. A block lasts at least
+  :data:`MIN_BLOCK_MS` (more samples for a short call), every timed call right after a
+  discarded call of the same cell. ``"interleaved"``: whole rounds of every cell, A B B A,
+  in the bench stage's passes (vmapcheck.bench.timing.sample_passes).
+- Pair ``r`` is timed by process (pair) ``r mod processes``: they take turns, so each one
+  spans the whole comparison.
+
+Why several processes: pairing cancels load that changes between the halves of a pair,
+but not a difference between two processes that lasts the whole comparison. Measured under load
 10-16 with one process a side: in 3 of 23 A/A comparisons one process was 1.2-1.5x slower
 at 4,096 rows in every pair (its memory placement or its threads' cores, not its code).
 One process a side cannot tell that from slower code; with three, one such process moves
@@ -27,10 +33,8 @@ a third of the pairs, and the rule below asks a majority of the process pairs to
 
 Statistics (:func:`judge_paired`), per cell:
 
-- the rounds pair up in order, (A, B), (B, A), (A, B), ...: each pair is two adjacent
-  rounds, and which side goes first alternates, so a pair's shared load cancels in its
-  ratio and an order effect cancels over the pairs;
-- per pair: ``log(median(B round) / median(A round))``;
+- per pair: ``log(median(B half) / median(A half))``: the load both halves saw cancels,
+  and as which side goes first alternates, an order effect cancels over the pairs;
 - ``ratio``: exp of the median of those logs (above 1: the current side is slower), with
   a bootstrap confidence interval (percentile) that resamples process pairs, then pairs
   within each: a process pair unlike the others widens it;

@@ -297,7 +297,15 @@ def main(argv: list[str] | None = None) -> int:
                 raise ValueError(
                     f"{project}: no cell to time: every one was skipped ({side.skipped})"
                 )
-        described = [{"context": s.context, "cells": s.cells, "skipped": s.skipped} for s in sides]
+        described = [
+            {
+                "context": s.context,
+                "cells": s.cells,
+                "skipped": s.skipped,
+                "block_samples": {str(c): n for c, n in s.block_samples.items()},
+            }
+            for s in sides
+        ]
         # One project: its description at the top level, as the driver of one side reads it.
         ready = {"event": "ready", **described[0]} if len(sides) == 1 else {"sides": described}
         protocol.write(json.dumps({"event": "ready", **ready}) + "\n")
