@@ -39,26 +39,18 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))  # tests.helpers
 TIME = "/usr/bin/time"
 
 
 def copy_project(source: Path, dest: Path) -> None:
     """The tracked and untracked-but-not-ignored files of ``source`` (a git checkout of
-    the project), as a new git repository at ``dest``."""
-    listed = subprocess.run(
-        ["git", "ls-files", "-co", "--exclude-standard", "-z"],
-        cwd=source,
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout
-    for name in filter(None, listed.split("\0")):
-        src = source / name
-        if src.is_file():
-            (dest / name).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(src, dest / name)
+    the project), committed as a new git repository at ``dest``."""
+    from tests.helpers import project
+
+    project.copy_project(dest, source)
     env = _env(dest, None)
-    for args in (["git", "init", "-q"], ["git", "add", "-A"], ["git", "commit", "-qm", "copy"]):
+    for args in (["git", "add", "-A"], ["git", "commit", "-qm", "copy"]):
         subprocess.run(args, cwd=dest, env=env, check=True, capture_output=True)
 
 

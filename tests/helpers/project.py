@@ -65,18 +65,19 @@ def compose_params(project: Path, *overrides: str) -> None:
     run(project, sys.executable, "-m", "vmapcheck", "params", *overrides)
 
 
-def copy_project(dest: Path) -> Path:
-    """Copy the tracked and untracked-but-not-ignored files (no outputs, no store) to a
-    new git repository at ``dest``, as a fresh clone of the working tree would be."""
+def copy_project(dest: Path, source: Path = ROOT) -> Path:
+    """Copy the tracked and untracked-but-not-ignored files of ``source`` (a git checkout
+    of the project; no outputs, no store) to a new git repository at ``dest``, as a fresh
+    clone of its working tree would be."""
     listed = subprocess.run(
         ["git", "ls-files", "-co", "--exclude-standard", "-z"],
-        cwd=ROOT,
+        cwd=source,
         capture_output=True,
         text=True,
         check=True,
     ).stdout
     for name in filter(None, listed.split("\0")):
-        src = ROOT / name
+        src = source / name
         if src.is_file():
             (dest / name).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(src, dest / name)
