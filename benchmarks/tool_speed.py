@@ -55,18 +55,11 @@ def copy_project(source: Path, dest: Path) -> None:
 
 
 def _env(project: Path, shim: Path | None) -> dict[str, str]:
-    env = dict(os.environ)
-    path = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
-    env.update(
-        PYTHONPATH=str(project / "src"),
-        PATH=path if shim is None else f"{shim}{os.pathsep}{path}",
-        DVC_NO_ANALYTICS="1",
-        GIT_AUTHOR_NAME="speed",
-        GIT_AUTHOR_EMAIL="speed@vmapcheck.invalid",
-        GIT_COMMITTER_NAME="speed",
-        GIT_COMMITTER_EMAIL="speed@vmapcheck.invalid",
-    )
-    env.pop("JAX_PLATFORMS", None)  # the pipeline selects the backend itself
+    from tests.helpers import project as helpers
+
+    env = helpers.project_env(project)
+    if shim is not None:  # the timing shim's `python` before the real one
+        env["PATH"] = f"{shim}{os.pathsep}{env['PATH']}"
     return env
 
 

@@ -29,7 +29,7 @@ import numpy as np
 import psutil
 import yaml
 
-from tests.helpers.project import _env
+from tests.helpers.project import project_env
 from tests.helpers.servers import MlflowServer
 
 # --- processes ---------------------------------------------------------------------------
@@ -79,7 +79,7 @@ def run_watched(
         proc = subprocess.Popen(
             list(args),
             cwd=project,
-            env=_env(project),
+            env=project_env(project),
             stdout=log,
             stderr=subprocess.STDOUT,
             start_new_session=True,

@@ -13,7 +13,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def _env(project: Path) -> dict[str, str]:
+def project_env(project: Path) -> dict[str, str]:
+    """The environment a command in ``project`` runs with: its own src/, this
+    interpreter first on PATH, no analytics, a git identity."""
     env = dict(os.environ)
     env.update(
         # The copy's own library, not the editable install of the original checkout.
@@ -36,7 +38,7 @@ def run(
     result = subprocess.run(
         list(args),
         cwd=project,
-        env=_env(project) | (env or {}),
+        env=project_env(project) | (env or {}),
         capture_output=True,
         text=True,
         timeout=600,
