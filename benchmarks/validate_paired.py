@@ -127,7 +127,7 @@ def _detected(
     slower, is a regression by verdict-paired's rule (vmapcheck.bench.paired)."""
     from scipy import stats
 
-    from vmapcheck.bench.paired import process_of_pair
+    from vmapcheck.bench.paired import is_regression, process_of_pair
 
     logs = np.log(np.asarray(comparison["cells"][cell]["pair_ratios"])) + np.log(slowdown)
     ratio = float(np.exp(np.median(logs)))
@@ -136,8 +136,8 @@ def _detected(
     names = sorted(raw)
     adjusted = dict(zip(names, stats.false_discovery_control([raw[c] for c in names]), strict=True))
     by_process = np.array([process_of_pair(i, processes) for i in range(logs.size)])
-    agree = sum(np.exp(np.median(logs[by_process == k])) > factor for k in range(processes))
-    return ratio > factor and adjusted[cell] < alpha and agree >= processes // 2 + 1
+    within = [float(np.exp(np.median(logs[by_process == k]))) for k in range(processes)]
+    return is_regression(ratio, adjusted[cell], within, factor, alpha)
 
 
 def tables(

@@ -205,6 +205,20 @@ def paired_cell(
     }
 
 
+def majority_of(processes: int) -> int:
+    """How many process pairs must agree: more than half."""
+    return processes // 2 + 1
+
+
+def is_regression(
+    ratio: float, p_adjusted: float, process_ratios: Sequence[float], factor: float, alpha: float
+) -> bool:
+    """The rule (module docstring): beyond ``factor``, significant after the adjustment,
+    and beyond ``factor`` within a majority of the process pairs too."""
+    agree = sum(r > factor for r in process_ratios)
+    return ratio > factor and p_adjusted < alpha and agree >= majority_of(len(process_ratios))
+
+
 def judge_paired(
     order: Sequence[str],
     rounds: Sequence[dict[str, Sequence[float]]],
@@ -258,15 +272,13 @@ def judge_paired(
         for c, q in zip(cells, adjusted, strict=True):
             judged[c][f"{direction}_adjusted"] = float(q)
     regressions, improvements = [], []
-    majority = processes // 2 + 1
+    majority = majority_of(processes)
     for c in cells:
         cell = judged[c]
         cell["processes_slower"] = sum(r > factor for r in cell["process_ratios"])
         cell["processes_faster"] = sum(r < 1.0 / factor for r in cell["process_ratios"])
-        if (
-            cell["ratio"] > factor
-            and cell["p_slower_adjusted"] < alpha
-            and cell["processes_slower"] >= majority
+        if is_regression(
+            cell["ratio"], cell["p_slower_adjusted"], cell["process_ratios"], factor, alpha
         ):
             cell["status"] = "regression"
             regressions.append(c)
