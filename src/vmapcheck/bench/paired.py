@@ -78,6 +78,7 @@ import numpy as np
 from scipy import stats
 
 from vmapcheck.bench.verdict import CONTEXT, NOT_COMPARABLE, BenchRecord, comparability
+from vmapcheck.bench.worker import BLOCKS
 from vmapcheck.errors import ConfigError, VmapcheckError
 from vmapcheck.io import atomic_write_json
 
@@ -494,7 +495,7 @@ def run_paired(
     confidence: float = 0.95,
     require_same: Iterable[str] = (),
     log=None,
-    order: str = "blocks",
+    order: str = BLOCKS,
     processes: int = DEFAULT_PROCESSES,
     share: bool = True,
 ) -> dict[str, Any]:
@@ -571,7 +572,7 @@ def run_paired(
             design = {"rounds_per_side": rounds, "samples_per_round": samples, "warmup": warmup}
             design |= {"within_round": order, "process_pairs": processes}
             design |= {"one_process_for_both": apart is None, "why_apart": apart}
-            if order == "blocks":
+            if order == BLOCKS:
                 design["min_block_ms"] = MIN_BLOCK_MS
                 design["block_samples"] = ready[CURRENT].get("block_samples")
             head = _head(baseline, current, paths, batch_sizes, design)
@@ -600,7 +601,7 @@ def run_paired(
                 channel.round(0)
             sides = schedule(rounds)
             loads = [_load()]
-            if order == "blocks":
+            if order == BLOCKS:
                 taken = _time_blocks(channels, shared, rounds, processes, loads, say)
             else:
                 taken = _time_rounds(channels, sides, processes, loads, say)
@@ -710,7 +711,7 @@ def _head(
             "paths": list(paths),
             "batch_sizes": list(batch_sizes),
             "unit": "a pair of adjacent blocks of a cell's samples, one of each side"
-            if design["within_round"] == "blocks"
+            if design["within_round"] == BLOCKS
             else "a pair of adjacent rounds, one of each side",
             "statistic": "exp(median of log(current round median / baseline round median))",
             "test": "one-sided Wilcoxon signed-rank on the pairs' log ratios, "
@@ -777,7 +778,7 @@ def format_paired(result: dict[str, Any]) -> str:
 def _pairs_text(result: dict[str, Any]) -> str:
     """How the pairs were taken, in words."""
     design = result["design"]
-    if design.get("within_round") == "blocks":
+    if design.get("within_round") == BLOCKS:
         counts = sorted(set((design.get("block_samples") or {}).values())) or [
             design["samples_per_round"]
         ]
@@ -805,7 +806,7 @@ def run_verdict_paired(
     baseline_python: str | None = None,
     current_python: str | None = None,
     require_same: Iterable[str] = (),
-    order: str = "blocks",
+    order: str = BLOCKS,
     processes: int = DEFAULT_PROCESSES,
     share: bool = True,
 ) -> int:
