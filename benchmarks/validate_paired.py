@@ -231,10 +231,16 @@ def markdown(report: dict[str, Any]) -> str:
 
 
 def main() -> int:
+    from vmapcheck.bench.paired import DEFAULT_ROUNDS, DEFAULT_SAMPLES
+
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--comparisons", type=int, default=10, help="of each kind (A/A, A/B)")
-    parser.add_argument("--rounds", type=int, default=20, help="rounds per side")
-    parser.add_argument("--samples", type=int, default=10, help="samples per cell and round")
+    parser.add_argument(
+        "--rounds", type=int, default=DEFAULT_ROUNDS, help="rounds per side (verdict-paired's)"
+    )
+    parser.add_argument(
+        "--samples", type=int, default=DEFAULT_SAMPLES, help="samples per cell and round"
+    )
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--paths", default="vmap_jit,direct_jit")
     parser.add_argument(

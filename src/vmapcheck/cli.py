@@ -25,7 +25,7 @@ from vmapcheck.layout import Layout
 LAST_VERIFIED = "last-verified"  # vmapcheck.bench.verdict.LAST_VERIFIED
 COMPARE_DEFAULT_N = 10  # vmapcheck.tracking.runs.DEFAULT_N
 DIAGNOSIS_ON_DEMAND = "diagnosis-on-demand.json"  # under reports/
-PAIRED_ROUNDS = 20  # vmapcheck.bench.paired.DEFAULT_ROUNDS
+PAIRED_ROUNDS = 40  # vmapcheck.bench.paired.DEFAULT_ROUNDS
 PAIRED_SAMPLES = 10  # vmapcheck.bench.paired.DEFAULT_SAMPLES
 PAIRED_PROCESSES = 3  # vmapcheck.bench.paired.DEFAULT_PROCESSES
 
