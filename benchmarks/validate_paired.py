@@ -22,9 +22,9 @@ Usage (from the project root). ``model.hidden=[128,128]``: at the default width 
 network is dispatch-bound at 256 rows, and 25% more rows cost only 5-10% of the time::
 
     python benchmarks/validate_paired.py --comparisons 50 --load 2 \\
-        --override 'model.hidden=[128,128]' --out benchmarks/paired_validation_load.json
+        --override 'model.hidden=[128,128]' --out benchmarks/paired_validation_load_40.json
     python benchmarks/validate_paired.py --comparisons 50 \\
-        --override 'model.hidden=[128,128]' --out benchmarks/paired_validation_quiet.json
+        --override 'model.hidden=[128,128]' --out benchmarks/paired_validation_quiet_40.json
 
 ``--minutes`` stops starting new comparisons after that long and tabulates what was done.
 The figures in docs/benchmark.md come from this script.
