@@ -85,8 +85,8 @@ from vmapcheck.io import atomic_write_json
 BASELINE, CURRENT = "baseline", "current"
 # Pairs per cell. 40, not 20: validated on two cores under load about 4 (docs/benchmark.md,
 # "Validation under load"), 40 pairs found a planted +25% of rows in nearly every
-# comparison where 20 found it in 56-86%, with no more false alarms; a comparison takes
-# about 25 s instead of 14.
+# comparison where 20 found it in 56-86%, with no more false alarms. The cost: a
+# comparison of 6 cells took 18 s instead of 14 on a quiet machine (26 s at load 4).
 DEFAULT_ROUNDS = 40
 DEFAULT_SAMPLES = 10
 # Worker processes a side (module docstring): three, so that one process unlike the others
