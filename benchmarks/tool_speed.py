@@ -49,9 +49,7 @@ def copy_project(source: Path, dest: Path) -> None:
     from tests.helpers import project
 
     project.copy_project(dest, source)
-    env = _env(dest, None)
-    for args in (["git", "add", "-A"], ["git", "commit", "-qm", "copy"]):
-        subprocess.run(args, cwd=dest, env=env, check=True, capture_output=True)
+    project.commit_all(dest, "copy")
 
 
 def _env(project: Path, shim: Path | None) -> dict[str, str]:

@@ -124,7 +124,11 @@ def _detected(
     processes: int,
 ) -> bool:
     """Whether ``cell`` of an A/A ``comparison``, its pairs made ``slowdown`` times
-    slower, is a regression by verdict-paired's rule (vmapcheck.bench.paired)."""
+    slower, is a regression by verdict-paired's rule (vmapcheck.bench.paired).
+
+    The ratio, p and per-process ratios as ``paired.paired_cell`` computes them, without
+    its bootstrap CI: the rule does not use the CI, and the search calls this thousands
+    of times."""
     from scipy import stats
 
     from vmapcheck.bench.paired import is_regression, process_of_pair
