@@ -236,6 +236,7 @@ def markdown(report: dict[str, Any]) -> str:
 
 def main() -> int:
     from vmapcheck.bench.paired import DEFAULT_ROUNDS, DEFAULT_SAMPLES
+    from vmapcheck.bench.worker import BLOCKS, INTERLEAVED
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--comparisons", type=int, default=10, help="of each kind (A/A, A/B)")
@@ -248,7 +249,7 @@ def main() -> int:
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--paths", default="vmap_jit,direct_jit")
     parser.add_argument(
-        "--order", choices=("interleaved", "blocks"), default="blocks", help="within a round"
+        "--order", choices=(INTERLEAVED, BLOCKS), default=BLOCKS, help="within a round"
     )
     parser.add_argument("--batch-sizes", default="256,1024,4096")
     parser.add_argument("--processes", type=int, default=3, help="process pairs")
