@@ -186,6 +186,15 @@ def test_bad_factor_alpha_and_project_are_named(tmp_path):
     spec = side_spec(BASELINE, tmp_path)
     with pytest.raises(ConfigError, match=r"unknown batch path\(s\) nope; known: .*vmap_jit"):
         run_paired(spec, spec, ["nope"], [16], 1.1, 0.01)
+    # A bad count names itself, not the processes' bound that depends on it.
+    with pytest.raises(
+        ConfigError, match=r"^rounds: expected a whole number of at least 1, found -1$"
+    ):
+        run_paired(spec, spec, ["vmap_jit"], [16], 1.1, 0.01, rounds=-1)
+    with pytest.raises(
+        ConfigError, match=r"^samples: expected a whole number of at least 1, found 0$"
+    ):
+        run_paired(spec, spec, ["vmap_jit"], [16], 1.1, 0.01, samples=0)
 
 
 @pytest.mark.stages

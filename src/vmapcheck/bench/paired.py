@@ -527,6 +527,9 @@ def run_paired(
         raise ConfigError(f"paths: unknown batch path(s) {', '.join(unknown)}; known: {known}")
     if not batch_sizes or any(b < 1 for b in batch_sizes):
         raise ConfigError(f"batch sizes: expected positive row counts, found {list(batch_sizes)}")
+    for name, value in (("rounds", rounds), ("samples", samples)):
+        if value < 1:  # checked first: the processes' bound below is the rounds
+            raise ConfigError(f"{name}: expected a whole number of at least 1, found {value}")
     if not 1 <= processes <= rounds:
         raise ConfigError(
             f"processes: expected 1 to {rounds} (the rounds a side), found {processes}"
