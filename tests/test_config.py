@@ -5,7 +5,7 @@ import itertools
 import pytest
 import yaml
 
-from tests.helpers.config import ROOT, compose_config
+from tests.helpers.config import PACKAGE_CONF, ROOT, compose_config
 from vmapcheck.compose import compose_yaml
 from vmapcheck.config import load_config, validate_config
 from vmapcheck.errors import ConfigError
@@ -19,7 +19,7 @@ def test_committed_params_yaml_is_the_composition_of_the_defaults():
 
 
 def _group_options(group: str) -> list[str]:
-    return sorted(p.stem for p in (ROOT / "conf" / group).glob("*.yaml"))
+    return sorted(p.stem for p in (PACKAGE_CONF / group).glob("*.yaml"))
 
 
 def test_required_groups_and_options_exist():

@@ -1,12 +1,15 @@
 """dvc.yaml declares what each stage really uses, so DVC reruns the stages an edit affects.
 
-Code deps are folders (a library package, whole) or single modules. Every library file a
-stage imports must be covered by one of them, and every one listed must be imported: so
-an edit reruns each stage that runs the edited code, and no stage it does not touch
-beyond what a folder holds (dvc.yaml's header says where single modules are kept).
+vmapcheck's own code is not a dep of dvc.yaml (a user's repository does not hold it):
+each stage depends on its record ``reports/code/<stage>.json``, written by the ``code``
+stage from :data:`vmapcheck.project.code.STAGE_CODE`. That registry lists library files
+or folders (whole). Every library file a stage imports must be covered by one of them,
+and every one listed must be imported: so a new vmapcheck reruns each stage that runs
+the changed code, and no stage it does not touch beyond what a folder holds.
 """
 
 import json
+import shutil
 import subprocess
 import sys
 from functools import cache
@@ -17,89 +20,122 @@ import yaml
 
 from tests.helpers.config import ROOT
 from vmapcheck.core.paths import SPEEDUPS, path_names
+from vmapcheck.layout import Layout
+from vmapcheck.project import code
+from vmapcheck.project.code import EXAMPLES, STAGE_CODE
 
 DVC_YAML = yaml.safe_load((ROOT / "dvc.yaml").read_text())
 STAGES = DVC_YAML["stages"]
-LIBRARY = "src/vmapcheck"
-# The shipped plug-in models: imported only when configured (model=flax_mlp, ...), so
-# no default import shows them; every stage that builds a model lists them.
-PLUGINS = f"{LIBRARY}/examples"
-# Loaded by every import of the package; it re-exports, it computes nothing.
-PACKAGE_INIT = f"{LIBRARY}/__init__.py"
+PACKAGE = ROOT / "src" / "vmapcheck"
 
 
 @cache
 def _imported_library_files(stage: str) -> frozenset[str]:
-    """Files of vmapcheck that importing the stage module loads (in a fresh interpreter)."""
-    code = (
-        f"import json, sys, stages.{stage}; "
+    """Files of vmapcheck (relative to the package) that importing the stage module loads,
+    in a fresh interpreter."""
+    source = (
+        f"import json, sys, vmapcheck.stages.{stage}; "
         "print(json.dumps(sorted({m.__file__ for n, m in sys.modules.items() "
         "if n.startswith('vmapcheck') and getattr(m, '__file__', None)})))"
     )
     out = subprocess.run(
-        [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True
+        [sys.executable, "-c", source], cwd=ROOT, capture_output=True, text=True, check=True
     ).stdout
-    files = {str(Path(f).resolve().relative_to(ROOT)) for f in json.loads(out)}
-    return frozenset(files - {PACKAGE_INIT})
-
-
-def _code_deps(stage: str) -> list[str]:
-    """The stage's deps inside the library: files and folders."""
-    return [d for d in STAGES[stage]["deps"] if d == LIBRARY or d.startswith(f"{LIBRARY}/")]
+    return frozenset(str(Path(f).resolve().relative_to(PACKAGE)) for f in json.loads(out))
 
 
 def _covers(dep: str, file: str) -> bool:
-    """Whether DVC hashes ``file`` as part of dep ``dep`` (the file, or a folder above it)."""
+    """Whether ``dep`` (a file, or a folder above it) holds ``file``."""
     return file == dep or file.startswith(f"{dep.rstrip('/')}/")
 
 
 def test_stage_order_is_the_documented_one():
-    assert list(STAGES) == ["prepare", "train", "forward", "check", "bench", "track"]
+    assert list(STAGES) == ["code", "prepare", "train", "forward", "check", "bench", "track"]
+    assert list(STAGE_CODE) == list(STAGES)[1:]
 
 
-@pytest.mark.parametrize("stage", list(STAGES))
-def test_every_imported_library_file_is_covered_by_a_listed_file_or_folder(stage):
+def test_the_code_stage_always_runs_and_writes_one_record_per_stage():
+    assert STAGES["code"]["cmd"] == "python -m vmapcheck.stages.code"
+    assert STAGES["code"]["always_changed"] is True
+    layout = Layout(ROOT)
+    assert STAGES["code"]["outs"] == [
+        str(layout.code_record(s).relative_to(ROOT)) for s in STAGE_CODE
+    ]
+
+
+@pytest.mark.parametrize("stage", list(STAGE_CODE))
+def test_each_stage_runs_the_installed_module_and_depends_on_its_code_record(stage):
+    assert STAGES[stage]["cmd"] == f"python -m vmapcheck.stages.{stage}"
     deps = STAGES[stage]["deps"]
-    assert f"stages/{stage}.py" in deps, f"{stage}: expected its own module stages/{stage}.py"
+    assert deps[0] == f"reports/code/{stage}.json", deps
+    assert not [d for d in deps if d.startswith("src/")], f"{stage}: lists library sources"
+
+
+@pytest.mark.parametrize("stage", list(STAGE_CODE))
+def test_every_imported_library_file_is_covered_by_a_listed_file_or_folder(stage):
+    listed = STAGE_CODE[stage]
+    assert f"stages/{stage}.py" in listed, f"{stage}: expected its own module stages/{stage}.py"
     missing = sorted(
-        f for f in _imported_library_files(stage) if not any(_covers(d, f) for d in deps)
+        f for f in _imported_library_files(stage) if not any(_covers(d, f) for d in listed)
     )
-    assert not missing, (
-        f"dvc.yaml: stage {stage} imports {missing} but lists no file or folder holding them"
-    )
+    assert not missing, f"STAGE_CODE[{stage!r}]: the stage imports {missing}, not listed"
 
 
-@pytest.mark.parametrize("stage", list(STAGES))
+@pytest.mark.parametrize("stage", list(STAGE_CODE))
 def test_every_listed_library_file_or_folder_is_imported(stage):
     used = _imported_library_files(stage)
-    for dep in _code_deps(stage):
-        assert (ROOT / dep).exists(), f"dvc.yaml: stage {stage} lists {dep}, which does not exist"
-        if dep == PLUGINS:
+    for dep in STAGE_CODE[stage]:
+        assert (PACKAGE / dep).exists(), f"STAGE_CODE[{stage!r}] lists {dep}, which does not exist"
+        if dep == EXAMPLES:
             continue
         assert any(_covers(dep, f) for f in used), (
-            f"dvc.yaml: stage {stage} lists {dep} but imports nothing from it (an edit there "
-            "would rerun it for nothing)"
+            f"STAGE_CODE[{stage!r}] lists {dep} but the stage imports nothing from it (a change "
+            "there would rerun it for nothing)"
         )
-        if (ROOT / dep).is_file():
-            inside = [d for d in _code_deps(stage) if d != dep and _covers(d, dep)]
-            assert not inside, f"dvc.yaml: stage {stage} lists {dep} and a folder holding it"
+        inside = [d for d in STAGE_CODE[stage] if d != dep and _covers(d, dep)]
+        assert not inside, f"STAGE_CODE[{stage!r}] lists {dep} and a folder holding it"
 
 
 def test_editing_one_stage_body_reruns_only_that_stage():
     """pipeline/ holds one module per stage: no stage lists the folder or another's."""
-    for stage in STAGES:
-        others = {f"{LIBRARY}/pipeline/{s}.py" for s in STAGES if s != stage}
-        for dep in _code_deps(stage):
+    for stage in STAGE_CODE:
+        others = {f"pipeline/{s}.py" for s in STAGE_CODE if s != stage}
+        for dep in STAGE_CODE[stage]:
             covered = sorted(o for o in others if _covers(dep, o))
-            assert not covered, f"dvc.yaml: stage {stage}'s dep {dep} covers {covered}"
+            assert not covered, f"STAGE_CODE[{stage!r}]: {dep} covers {covered}"
 
 
 def test_editing_the_html_report_reruns_only_track():
     """check and bench use the headline figures of report/ only, not the HTML report."""
-    html = f"{LIBRARY}/report/html.py"
-    for stage in STAGES:
-        listed = any(_covers(d, html) for d in _code_deps(stage))
+    for stage in STAGE_CODE:
+        listed = any(_covers(d, "report/html.py") for d in STAGE_CODE[stage])
         assert listed == (stage == "track"), stage
+
+
+def test_a_changed_library_file_changes_the_records_of_the_stages_that_run_it(
+    tmp_path, monkeypatch
+):
+    """The code stage on a copy of the package: unchanged, nothing is rewritten; an edit
+    of the HTML report changes track's record alone, one of core/ every stage's."""
+    package = tmp_path / "vmapcheck"
+    shutil.copytree(PACKAGE, package, ignore=shutil.ignore_patterns("__pycache__"))
+    monkeypatch.setattr(code, "PACKAGE", package)
+    layout = Layout(tmp_path / "project")
+    assert set(code.write_records(layout).values()) == {"new"}
+    before = {s: layout.code_record(s).read_bytes() for s in STAGE_CODE}
+    assert set(code.write_records(layout).values()) == {"same"}
+    assert before == {s: layout.code_record(s).read_bytes() for s in STAGE_CODE}
+
+    with (package / "report" / "html.py").open("a") as f:
+        f.write("\n# an edit\n")
+    changes = code.write_records(layout)
+    assert [s for s, c in changes.items() if c == "changed"] == ["track"]
+    record = json.loads(layout.code_record("track").read_text())
+    assert record["vmapcheck"] and "report/html.py" in record["files"]
+
+    with (package / "core" / "compare.py").open("a") as f:
+        f.write("\n# an edit\n")
+    assert set(code.write_records(layout).values()) == {"changed"}
 
 
 def test_tolerance_is_read_only_by_check():

@@ -286,7 +286,7 @@ def test_an_unwritable_output_folder_is_a_clear_error_and_leaves_nothing_half_wr
     try:
         # The stage's command from dvc.yaml, without DVC (which would first delete the
         # stage's outputs, and fail on the folder itself).
-        failed = run(root, *prefix, sys.executable, "-m", "stages.check", check=False)
+        failed = run(root, *prefix, sys.executable, "-m", "vmapcheck.stages.check", check=False)
     finally:
         folder.chmod(0o755)
     output = failed.stdout + failed.stderr
@@ -320,7 +320,7 @@ def test_a_full_disk_is_a_clear_error_naming_the_file_and_the_next_run_recovers(
         filler = fill(disk, leave_bytes=4096)
         # The stage's command from dvc.yaml, as DVC runs it (DVC itself would first delete
         # the stage's outputs, freeing the space this fills).
-        failed = run(root, sys.executable, "-m", "stages.check", check=False)
+        failed = run(root, sys.executable, "-m", "vmapcheck.stages.check", check=False)
         output = failed.stdout + failed.stderr
         assert failed.returncode == 2, output
         assert "Traceback" not in output, output
@@ -388,7 +388,7 @@ def served(project, tmp_path_factory):
 
 
 def run_track(root: Path, faults: ClientFaults | None = None) -> tuple[int, float]:
-    """The track stage's body in this process (as stages/track.py runs it); its exit code
+    """The track stage's body in this process (as vmapcheck/stages/track.py runs it); its exit code
     and the seconds from the server's death (else from the start) to its exit."""
     from vmapcheck.pipeline import track
     from vmapcheck.pipeline.stage import run_stage

@@ -9,7 +9,7 @@ import subprocess
 import pytest
 import yaml
 
-from tests.helpers.config import ROOT
+from tests.helpers.config import PACKAGE_CONF, ROOT
 
 pytestmark = pytest.mark.skipif(
     shutil.which("git") is None or not (ROOT / ".git").exists(),
@@ -45,5 +45,5 @@ def test_the_readme_and_the_synthetic_example_stay_tracked():
     assert (
         "data/raw" in yaml.safe_load((ROOT / "dvc.yaml").read_text())["stages"]["prepare"]["deps"]
     )
-    csv = yaml.safe_load((ROOT / "conf" / "data" / "csv.yaml").read_text())
+    csv = yaml.safe_load((PACKAGE_CONF / "data" / "csv.yaml").read_text())
     assert csv["path"] in tracked

@@ -1,7 +1,7 @@
 """The input contract as a pytree of leaves (vmapcheck.core.contract): validation naming
 the leaf, cases built per leaf kind, every path and the guard on a dict-input model.
 
-The dict-input model is docs/own-model.md's two-tower example (models/two_tower.py), the
+The dict-input model is docs/own-model.md's two-tower example (vmapcheck/examples/two_tower.py), the
 token leaf a contract of ids and a mask; everything runs real JAX.
 """
 
@@ -15,7 +15,6 @@ import numpy as np
 import pytest
 import yaml
 
-from models.two_tower import make_model as make_two_tower
 from tests.helpers.config import ROOT, compose_config
 from vmapcheck.compose import compose_yaml
 from vmapcheck.config import GuardConfig, validate_config
@@ -26,6 +25,7 @@ from vmapcheck.core.forward import run_forward
 from vmapcheck.core.models import build_model
 from vmapcheck.data.regression import load_cases, regression_cases, write_cases
 from vmapcheck.errors import ArtifactError, ConfigError, InvalidInputError
+from vmapcheck.examples.two_tower import make_model as make_two_tower
 
 TOKENS = InputSpec((Leaf("tokens", (6,), "int32", vocab=5), Leaf("mask", (6,), "bool")))
 RNG = np.random.default_rng(0)

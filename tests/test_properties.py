@@ -41,7 +41,7 @@ from hypothesis import strategies as st
 from hypothesis.database import DirectoryBasedExampleDatabase
 from hypothesis.extra import numpy as hnp
 
-from tests.helpers.config import ROOT
+from tests.helpers.config import PACKAGE_CONF, ROOT
 from vmapcheck.bench.guard import Guard
 from vmapcheck.compose import compose_yaml
 from vmapcheck.config import (
@@ -96,7 +96,7 @@ def bounded(test):
 
 
 # conf/precision/f32.yaml's within-run tolerance (read, not copied).
-_F32 = yaml.safe_load((ROOT / "conf" / "precision" / "f32.yaml").read_text())["tolerance"]
+_F32 = yaml.safe_load((PACKAGE_CONF / "precision" / "f32.yaml").read_text())["tolerance"]
 TOLERANCE = ToleranceConfig(**_F32)
 F32_MAX = float(np.finfo(np.float32).max)
 DTYPE = jnp.float32

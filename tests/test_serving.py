@@ -167,8 +167,8 @@ def test_a_model_whose_example_is_a_dict_of_leaves_takes_a_dict_of_tensors(
     from mlflow.exceptions import MlflowException
 
     store, result = registered(tmp_path_factory, empty_mlflow_store, *TWO_TOWER)
-    # Its factory lives in the root models/ package: packaged with vmapcheck.
-    assert store.version_file(result, "code/models/two_tower.py").is_file()
+    # Its factory is a shipped example: packaged with vmapcheck.
+    assert store.version_file(result, "code/vmapcheck/examples/two_tower.py").is_file()
     assert store.version_file(result, "code/vmapcheck/tracking/serving.py").is_file()
     model = load(store, "models:/vmapcheck-two_tower@verified")
     inputs = model.metadata.signature.inputs.inputs

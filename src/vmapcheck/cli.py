@@ -116,6 +116,20 @@ def _params(args: argparse.Namespace, layout: Layout) -> int:
     return run_params(layout, args.overrides)
 
 
+def _init(args: argparse.Namespace, layout: Layout) -> int:
+    from vmapcheck.project.init import run_init
+
+    return run_init(
+        layout.root,
+        args.model,
+        data=args.data,
+        name=args.name,
+        factory_args=args.factory_arg or [],
+        model_code=args.model_code or [],
+        force=args.force,
+    )
+
+
 def _summary(args: argparse.Namespace, layout: Layout) -> int:
     from vmapcheck.report.summary import run_summary
 
@@ -139,6 +153,7 @@ def _root_flag(parser: argparse.ArgumentParser) -> None:
 
 # One line each, for `vmapcheck --help` (in this order) and each command's own help.
 COMMANDS = {
+    "init": "put the vmapcheck pipeline (dvc.yaml, conf/, params.yaml) into this git repository",
     "diagnose": "localize a divergence in the current outputs (exit 1: found one)",
     "reference": "store the last verified run as the model's reference, or show it",
     "verdict": "is the benchmark slower than a baseline? (exit 1: a regression)",
@@ -168,6 +183,7 @@ def build_parser() -> argparse.ArgumentParser:
         dest="command", metavar="<command>", required=True, help="one of the commands below"
     )
     funcs: dict[str, Command] = {
+        "init": _init,
         "diagnose": _diagnose,
         "reference": _reference,
         "verdict": _verdict,
@@ -185,6 +201,33 @@ def build_parser() -> argparse.ArgumentParser:
         # No help= here: the epilog lists the commands (argparse would wrap them).
         sub[name] = commands.add_parser(name, description=text[0].upper() + text[1:] + ".")
         sub[name].set_defaults(func=funcs[name])
+
+    init = sub["init"]
+    init.add_argument(
+        "--model",
+        required=True,
+        help="your factory as package.module:function (it returns a vmapcheck Model), or a "
+        "shipped option (mlp, toy, flax_mlp, ...)",
+    )
+    init.add_argument(
+        "--data", default="synthetic", help="a shipped data option (default: synthetic)"
+    )
+    init.add_argument("--name", help="your model's name (default: the name its Model gives)")
+    init.add_argument(
+        "--factory-arg",
+        action="append",
+        metavar="KEY=VALUE",
+        help="an argument of your factory, the value read as YAML (repeatable)",
+    )
+    init.add_argument(
+        "--model-code",
+        action="append",
+        metavar="PATH",
+        help="a file or folder of your model's code for DVC to track (repeatable; default: "
+        "the factory's top-level package)",
+    )
+    init.add_argument("--force", action="store_true", help="overwrite the files that exist")
+    _root_flag(init)
 
     sub["diagnose"].add_argument(
         "--out",

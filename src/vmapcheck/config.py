@@ -713,7 +713,7 @@ def load_config(path: str | Path = "params.yaml") -> Config:
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
         raise ConfigError(
-            f"{path}: not found; run `make params` to compose it from conf/"
+            f"{path}: not found; run `vmapcheck params` to compose it from conf/"
         ) from None
     try:
         raw = yaml.safe_load(text)

@@ -44,6 +44,15 @@ class Layout:
     def requirements_lock(self) -> Path:
         return self.root / "requirements.lock"
 
+    @property
+    def code_records(self) -> Path:
+        """The ``code`` stage's records: which vmapcheck code each stage runs."""
+        return self.reports / "code"
+
+    def code_record(self, stage: str) -> Path:
+        """``reports/code/<stage>.json`` (:mod:`vmapcheck.project.code`), a dep of ``stage``."""
+        return self.code_records / f"{stage}.json"
+
     # --- data -------------------------------------------------------------------------
     @property
     def data(self) -> Path:

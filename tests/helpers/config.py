@@ -5,6 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
+# The shipped config groups (vmapcheck/conf/), on the search path of conf/config.yaml.
+PACKAGE_CONF = ROOT / "src" / "vmapcheck" / "conf"
 
 
 def compose_config(*overrides: str):

@@ -747,7 +747,7 @@ def format_table(result: dict[str, Any]) -> str:
     lines.append(control_line(result["control"]))
     if result["verdict"] == "inconclusive":
         lines.append(
-            "hint: `make verdict-paired BASELINE_PROJECT=<dir>` times the baseline and this "
+            "hint: `vmapcheck verdict-paired --baseline-project <dir>` times the baseline and this "
             "project in alternating rounds, under the same load (docs/benchmark.md)"
         )
     for name in ("only_in_baseline", "only_in_current"):

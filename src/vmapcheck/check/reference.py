@@ -72,7 +72,7 @@ def load_reference(folder: Path) -> dict[str, Any] | None:
         if found != meta["sha256"].get(name):
             raise ArtifactError(
                 f"{path}: sha256 check failed (meta.json says {meta['sha256'].get(name)}, "
-                f"found {found}): the reference was modified outside `make reference`"
+                f"found {found}): the reference was modified outside `vmapcheck reference make`"
             )
     inputs = load_npz(folder / "inputs.npz")
     cases = {}
@@ -95,7 +95,7 @@ def make_reference(layout: Layout, config: Config, reason: str) -> dict[str, Any
         VmapcheckError: no reason given, or the current run is not verified.
     """
     if not reason.strip():
-        raise VmapcheckError("a reference needs a reason: make reference REASON='...'")
+        raise VmapcheckError("a reference needs a reason: vmapcheck reference make --reason '...'")
     check = read_check_details(layout.check_details)
     record = read_record(layout.record)
     params_manifest = read_json(layout.params_manifest)

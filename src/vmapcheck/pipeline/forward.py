@@ -39,8 +39,8 @@ def _run_reference(config: Config, layout: Layout, model, dtype, mesh, built):
     if reference is None:
         return {}, {
             "status": "missing",
-            "message": f"no reference for model {config.model.name} in {where}: "
-            "run the pipeline, then `make reference REASON='...'`",
+            "message": f"no reference yet for model {config.model.name} ({where}): once the "
+            "other checks pass, store this run's with `vmapcheck reference make --reason '...'`",
         }
     try:
         params, _ = load_model_params(model, folder)

@@ -86,19 +86,19 @@ def summarize(layout: Layout) -> str:
             f"'{track['experiment']}' at {track['tracking_uri']}"
         )
         uri = str(track["tracking_uri"])
-        # A tracking server has its own UI; the local store's is `make ui` (MLflow's ML
+        # A tracking server has its own UI; the local store's is `vmapcheck ui` (MLflow's ML
         # view, not its GenAI one: vmapcheck.tracking.ui).
         served = uri.startswith(("http://", "https://"))
         page = run_url(
             uri if served else "http://127.0.0.1:5000", track["experiment_id"], track["run_id"]
         )
-        lines.append(f"open it: {page}" if served else f"open it: make ui, then {page}")
-        lines.append("compare it with earlier runs (every model): make compare")
+        lines.append(f"open it: {page}" if served else f"open it: vmapcheck ui, then {page}")
+        lines.append("compare it with earlier runs (every model): vmapcheck compare")
         registered = track.get("registry")  # vmapcheck.tracking.registry.register_if_verified
         if registered and registered["status"] == "registered":
             lines.append(
                 f"registry: params registered as {registered['uri']}, alias verified moved "
-                "to it (make registry lists the versions, make rollback moves it back)"
+                "to it (vmapcheck registry lists the versions, vmapcheck rollback moves it back)"
             )
         elif registered:
             lines.append(f"registry: {registered['status']}: {registered['why']}")

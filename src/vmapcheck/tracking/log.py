@@ -301,7 +301,7 @@ def experiment_description(config: Config) -> str:
         "forward agree, and timing each. Tag `verdict` says whether every check passed; "
         "the `_summary/*` metrics are the worst agreement errors, the invalid inputs "
         "refused and the vmap speed-ups; `timeline/*` the wall time of each stage. "
-        "Metric names: docs/tracking.md. Runs side by side in a terminal: `make compare`."
+        "Metric names: docs/tracking.md. Runs side by side in a terminal: `vmapcheck compare`."
     )
 
 

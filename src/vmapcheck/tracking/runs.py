@@ -139,7 +139,7 @@ def select_runs(
         raise CompareError(f"-n: expected a number of runs from 1 to {MAX_N}, got {n}")
     if not _store_exists(tracking_uri):
         raise CompareError(
-            f"no MLflow store at {tracking_uri}: nothing logged yet (make demo logs a run)"
+            f"no MLflow store at {tracking_uri}: nothing logged yet (dvc repro logs a run)"
         )
     client = MlflowClient(tracking_uri=tracking_uri)
     try:
@@ -159,7 +159,7 @@ def select_runs(
             else f"experiment {prefix!r} or {prefix + '-<model>'!r}"
         )
         raise CompareError(
-            f"no {wanted} in {tracking_uri}: nothing logged there yet (make demo logs a run)"
+            f"no {wanted} in {tracking_uri}: nothing logged there yet (dvc repro logs a run)"
         )
     try:
         runs = client.search_runs(

@@ -59,7 +59,7 @@ def run_ui(layout: Layout, port: int = 5000) -> int:
         else f"{base}/#/experiments?{urlencode(ML_VIEW)} (nothing logged there yet)"
     )
     print(f"{scope}, experiment '{experiment_name(config)}': {where}")
-    print("every model side by side: make compare (docs/tracking.md)")
+    print("every model side by side: vmapcheck compare (docs/tracking.md)")
     os.execvp(
         "mlflow",
         [

@@ -160,7 +160,7 @@ def not_needed(check: dict[str, Any]) -> dict[str, Any]:
     }
     report["summary"] = (
         "vmapcheck diagnosis: not needed, the check passed "
-        "(run `make diagnose` to run the protocol anyway)\n"
+        "(run `vmapcheck diagnose` to run the protocol anyway)\n"
     )
     return report
 

@@ -1,4 +1,5 @@
-"""DVC stage `check` (dvc.yaml): its body is :func:`vmapcheck.pipeline.check.run`."""
+"""DVC stage `check` (``python -m vmapcheck.stages.check``): its body is
+:func:`vmapcheck.pipeline.check.run`."""
 
 from vmapcheck.pipeline import check
 from vmapcheck.pipeline.stage import run_stage

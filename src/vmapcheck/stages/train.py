@@ -1,4 +1,5 @@
-"""DVC stage `train` (dvc.yaml): its body is :func:`vmapcheck.pipeline.train.run`."""
+"""DVC stage `train` (``python -m vmapcheck.stages.train``): its body is
+:func:`vmapcheck.pipeline.train.run`."""
 
 from vmapcheck.pipeline import train
 from vmapcheck.pipeline.stage import run_stage

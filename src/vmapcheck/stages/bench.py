@@ -1,4 +1,5 @@
-"""DVC stage `bench` (dvc.yaml): its body is :func:`vmapcheck.pipeline.bench.run`."""
+"""DVC stage `bench` (``python -m vmapcheck.stages.bench``): its body is
+:func:`vmapcheck.pipeline.bench.run`."""
 
 from vmapcheck.pipeline import bench
 from vmapcheck.pipeline.stage import run_stage

@@ -1,4 +1,5 @@
-"""DVC stage `track` (dvc.yaml): its body is :func:`vmapcheck.pipeline.track.run`."""
+"""DVC stage `track` (``python -m vmapcheck.stages.track``): its body is
+:func:`vmapcheck.pipeline.track.run`."""
 
 from vmapcheck.pipeline import track
 from vmapcheck.pipeline.stage import run_stage

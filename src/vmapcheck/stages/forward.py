@@ -1,4 +1,5 @@
-"""DVC stage `forward` (dvc.yaml): its body is :func:`vmapcheck.pipeline.forward.run`."""
+"""DVC stage `forward` (``python -m vmapcheck.stages.forward``): its body is
+:func:`vmapcheck.pipeline.forward.run`."""
 
 from vmapcheck.pipeline import forward
 from vmapcheck.pipeline.stage import run_stage

@@ -1,4 +1,5 @@
-"""DVC stage `prepare` (dvc.yaml): its body is :func:`vmapcheck.pipeline.prepare.run`."""
+"""DVC stage `prepare` (``python -m vmapcheck.stages.prepare``): its body is
+:func:`vmapcheck.pipeline.prepare.run`."""
 
 from vmapcheck.pipeline import prepare
 from vmapcheck.pipeline.stage import run_stage

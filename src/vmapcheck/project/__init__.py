@@ -1,0 +1,4 @@
+"""A user's project: the pipeline definition ``vmapcheck init`` writes into any git
+repository (:mod:`vmapcheck.project.init`), and the record of which vmapcheck code each
+stage ran (:mod:`vmapcheck.project.code`), through which DVC reruns the stages a new
+vmapcheck changes."""

@@ -1,0 +1,166 @@
+"""Which vmapcheck code each stage runs, recorded so that DVC reruns what a new one changes.
+
+A user's dvc.yaml cannot list vmapcheck's source files as deps: they are installed
+somewhere in a virtual environment, not in the user's repository. Instead the first
+stage, ``code`` (always run; imports no JAX), writes one small record per stage,
+``reports/code/<stage>.json``: the installed vmapcheck's version and a sha256 of every
+library file that stage runs. Each stage lists its own record as a dep, so:
+
+- a new vmapcheck (an upgrade, or an edit in an editable install) reruns exactly the
+  stages whose code changed, and no other;
+- an unchanged vmapcheck reruns nothing (the records are byte for byte the same).
+
+:data:`STAGE_CODE` is the one place that says which library files a stage runs: files,
+or folders taken whole, relative to the package. ``tests/test_stage_code.py`` checks it
+against what importing ``vmapcheck.stages.<stage>`` really loads, both ways.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+from vmapcheck import __version__
+from vmapcheck.errors import ArtifactError
+from vmapcheck.io import atomic_write_json, read_json
+from vmapcheck.layout import Layout
+
+# Every stage loads these: the config, the errors, atomic I/O, the layout, the stage runner.
+_SHARED = (
+    "__init__.py",
+    "config.py",
+    "errors.py",
+    "io.py",
+    "layout.py",
+    "stages/__init__.py",
+    "pipeline/__init__.py",
+    "pipeline/stage.py",
+)
+# The shipped example models (imported only when configured, model=flax_mlp, ...): every
+# stage that builds a model lists them, though no default import shows them.
+EXAMPLES = "examples"
+
+# The library files (or folders, whole) each stage runs, relative to the vmapcheck package.
+# pipeline/ holds one module per stage, so an edit of one stage's body reruns only it;
+# check and bench write only the headline figures of report/, not the HTML report.
+STAGE_CODE: dict[str, tuple[str, ...]] = {
+    "prepare": (*_SHARED, "stages/prepare.py", "pipeline/prepare.py", "core", "data"),
+    "train": (
+        *_SHARED,
+        "stages/train.py",
+        "pipeline/train.py",
+        "params_io.py",
+        "core",
+        "data",
+        "tracking",
+        EXAMPLES,
+    ),
+    "forward": (
+        *_SHARED,
+        "stages/forward.py",
+        "pipeline/forward.py",
+        "params_io.py",
+        "core",
+        "data",
+        "check",
+        "tracking",
+        EXAMPLES,
+    ),
+    "check": (
+        *_SHARED,
+        "stages/check.py",
+        "pipeline/check.py",
+        "params_io.py",
+        "core",
+        "data",
+        "check",
+        "tracking",
+        "report/__init__.py",
+        "report/headline.py",
+        EXAMPLES,
+    ),
+    "bench": (
+        *_SHARED,
+        "stages/bench.py",
+        "pipeline/bench.py",
+        "params_io.py",
+        "core",
+        "data",
+        "bench",
+        "report/__init__.py",
+        "report/headline.py",
+        EXAMPLES,
+    ),
+    "track": (
+        *_SHARED,
+        "stages/track.py",
+        "pipeline/track.py",
+        "params_io.py",
+        "core",
+        "data",
+        "check",
+        "bench",
+        "report",
+        "tracking",
+    ),
+}
+
+PACKAGE = Path(__file__).resolve().parent.parent
+
+
+def _files(entry: str) -> list[Path]:
+    """The files of one :data:`STAGE_CODE` entry: the file, or a folder's files (bytecode
+    caches left out: they are not the code)."""
+    path = PACKAGE / entry
+    if path.is_dir():
+        return sorted(p for p in path.rglob("*") if p.is_file() and "__pycache__" not in p.parts)
+    return [path]
+
+
+def stage_record(stage: str) -> dict[str, object]:
+    """``{"stage", "vmapcheck", "sha256", "files"}``: the installed vmapcheck's version and
+    the sha256 of each library file ``stage`` runs (path relative to the package), with
+    one sha256 over them all."""
+    files: dict[str, str] = {}
+    for entry in STAGE_CODE[stage]:
+        for file in _files(entry):
+            rel = file.relative_to(PACKAGE).as_posix()
+            files[rel] = hashlib.sha256(file.read_bytes()).hexdigest()
+    whole = hashlib.sha256()
+    for rel, digest in sorted(files.items()):
+        whole.update(f"{rel}\0{digest}\0".encode())
+    return {
+        "stage": stage,
+        "vmapcheck": __version__,
+        "sha256": whole.hexdigest(),
+        "files": dict(sorted(files.items())),
+    }
+
+
+def write_records(layout: Layout) -> dict[str, str]:
+    """Write ``reports/code/<stage>.json`` for every stage; return which changed: stage ->
+    "new", "changed" or "same". An unchanged record is not rewritten."""
+    changes = {}
+    for stage in STAGE_CODE:
+        path = layout.code_record(stage)
+        record = stage_record(stage)
+        try:
+            old = read_json(path) if path.is_file() else None
+        except ArtifactError:  # unreadable: written anew, as a change
+            old = {}
+        changes[stage] = "new" if old is None else "same" if old == record else "changed"
+        if changes[stage] != "same":
+            atomic_write_json(path, record)
+    return changes
+
+
+def run(root: Path | None = None) -> int:
+    """The ``code`` stage: write the records, say which stages' code changed."""
+    layout = Layout(Path.cwd() if root is None else root)
+    changes = write_records(layout)
+    changed = [stage for stage, change in changes.items() if change != "same"]
+    if changed:
+        print(f"code: vmapcheck {__version__}; new or changed code for {', '.join(changed)}")
+    else:
+        print(f"code: vmapcheck {__version__}; no stage's code changed")
+    return 0

@@ -1,0 +1,402 @@
+"""``vmapcheck init``: put the vmapcheck pipeline into any git repository.
+
+It writes, relative to the repository's root (the current folder):
+
+- ``dvc.yaml``: the stages, each ``python -m vmapcheck.stages.<stage>`` from the
+  installed vmapcheck; your model's code is a dep of every stage that runs the model,
+  vmapcheck's code is recorded per stage by the ``code`` stage (:mod:`.code`);
+- ``conf/config.yaml``: the defaults (your model, the data), with the shipped config
+  groups of the installed vmapcheck on Hydra's search path;
+- ``conf/model/<name>.yaml`` for a model of your own (``--model pkg.module:factory``):
+  its widths and input contract, read from the ``Model`` your factory returns;
+- ``params.yaml``: the composition of ``conf/`` (what ``dvc exp run -S`` rewrites);
+- ``.dvc/plots/loglog.json`` (the plots' template), ``data/raw/README.md`` and
+  ``data/reference/README.md`` (the folders the stages read), ``VMAPCHECK.md`` (next steps);
+- a block of ``.gitignore`` rules that keep raw data, the MLflow store and DVC's
+  experiment outputs out of git, and ``__pycache__/`` in ``.dvcignore``.
+
+It runs ``dvc init`` when the repository is not a DVC repository yet, and turns on DVC's
+Hydra composition (``dvc config hydra.enabled true``). It refuses to overwrite a file
+that exists, naming each, unless ``force``; nothing is written then.
+"""
+
+from __future__ import annotations
+
+import importlib
+import re
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from importlib.resources import files
+from pathlib import Path
+from typing import Any
+
+import yaml
+from jinja2 import Environment, PackageLoader, StrictUndefined
+
+from vmapcheck import __version__
+from vmapcheck.compose import compose_yaml
+from vmapcheck.errors import ConfigError
+from vmapcheck.io import atomic_write_text
+from vmapcheck.layout import Layout
+from vmapcheck.project.code import STAGE_CODE
+
+# The lines init owns in .gitignore (and .dvcignore), between these markers.
+BLOCK_START = "# >>> vmapcheck (written by `vmapcheck init`)"
+BLOCK_END = "# <<< vmapcheck"
+GITIGNORE_RULES = (
+    "# Raw inputs may hold personal data: nothing put under data/raw/ enters git, nor the",
+    "# refs `dvc exp run` commits untracked files into. Only its README is tracked.",
+    "/data/raw/*",
+    "!/data/raw/README.md",
+    "# The embedded MLflow store, its lock and backups (tracking.tracking_uri in conf/).",
+    "/mlflow.db",
+    "/mlflow.db.lock",
+    "/mlflow.db.bak-*",
+    "/mlartifacts/",
+    "/mlruns/",
+    "# JAX's compilation cache, `dvc plots show` output, `vmapcheck diagnose` output.",
+    "/.jax_cache/",
+    "/dvc_plots/",
+    "/reports/diagnosis-on-demand.*",
+)
+DVCIGNORE_RULES = (
+    "# Python's bytecode cache, beside the model code the stages depend on: not code.",
+    "__pycache__/",
+)
+# The lock file init looks for at the root: when present, track logs it with each run
+# and depends on it.
+LOCK_FILE = "requirements.lock"
+# The DVC settings the pipeline needs: `dvc exp run -S` composes params.yaml from conf/.
+DVC_SETTINGS = {"hydra.enabled": "true", "hydra.config_dir": "conf", "hydra.config_name": "config"}
+_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_-]*$")
+
+
+@dataclass(frozen=True)
+class ModelChoice:
+    """The model the project checks: a shipped option (``mlp``) or the user's factory."""
+
+    name: str
+    # None for a shipped option: conf/model/<name>.yaml of the package holds it.
+    config: dict[str, Any] | None = None
+    # The files and folders of the user's model code, relative to the root (DVC deps).
+    code: tuple[str, ...] = ()
+
+
+@dataclass
+class Plan:
+    """What init will write: path (relative to the root) -> text, and block edits."""
+
+    files: dict[str, str] = field(default_factory=dict)
+    blocks: dict[str, tuple[str, ...]] = field(default_factory=dict)
+
+
+def _shipped_options(group: str) -> list[str]:
+    folder = files("vmapcheck.conf") / group
+    return sorted(
+        p.name.removesuffix(".yaml") for p in folder.iterdir() if p.name.endswith(".yaml")
+    )
+
+
+def _parse_factory_args(pairs: list[str]) -> dict[str, Any]:
+    """``key=value`` pairs (values read as YAML: ``hidden=[64, 64]``, ``width=128``)."""
+    args = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key.isidentifier():
+            raise ConfigError(f"--factory-arg: expected key=value, found {pair!r}")
+        args[key] = yaml.safe_load(value)
+    return args
+
+
+def _import_factory(root: Path, target: str) -> tuple[Any, Any]:
+    """Import ``module:function`` as the stages will (the root first on ``sys.path``, as
+    ``python -m`` puts it); return (module, function)."""
+    module_name, sep, function = target.partition(":")
+    if not sep or not module_name or not function.isidentifier():
+        raise ConfigError(
+            f"--model: expected a shipped option ({', '.join(_shipped_options('model'))}) or "
+            f"your factory as package.module:function, found {target!r}"
+        )
+    sys.path.insert(0, str(root))
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise ConfigError(
+            f"--model {target}: cannot import {module_name!r} from {root} ({exc}). The stages "
+            "import it the same way (`python -m` from the repository's root): keep the package "
+            "at the root, or install it in this environment (pip install -e .)"
+        ) from None
+    finally:
+        sys.path.remove(str(root))
+    if not callable(getattr(module, function, None)):
+        raise ConfigError(f"--model {target}: module {module_name!r} has no function {function!r}")
+    return module, getattr(module, function)
+
+
+def _code_paths(root: Path, module: Any, target: str) -> tuple[str, ...]:
+    """The top-level package (folder) or module file of ``module``, relative to ``root``."""
+    top = importlib.import_module(module.__name__.split(".")[0])
+    origin = Path(top.__file__).resolve()
+    path = origin.parent if origin.name == "__init__.py" else origin
+    try:
+        return (path.relative_to(root.resolve()).as_posix(),)
+    except ValueError:
+        raise ConfigError(
+            f"--model {target}: {module.__name__!r} is installed at {path}, outside this "
+            "repository, so DVC cannot track its code: name the folders to track with "
+            "--model-code PATH (repeatable)"
+        ) from None
+
+
+def _model_config(name: str, target: str, factory_args: dict[str, Any], model: Any) -> dict:
+    """conf/model/<name>.yaml's content, from the Model the factory returned."""
+    config: dict[str, Any] = {
+        "name": name,
+        "in_features": int(model.in_features),
+        "out_features": int(model.out_features),
+        "inputs": None,
+    }
+    if model.inputs is not None:
+        config["inputs"] = {
+            leaf.name: {
+                "shape": [int(n) for n in leaf.shape],
+                "dtype": leaf.dtype,
+                **({"vocab": int(leaf.vocab)} if leaf.vocab is not None else {}),
+                "meaning": leaf.meaning,
+            }
+            for leaf in model.inputs.leaves
+        }
+    config["factory"] = {"_target_": target.replace(":", "."), **factory_args}
+    return config
+
+
+def resolve_model(
+    root: Path,
+    target: str,
+    name: str | None = None,
+    factory_args: list[str] | None = None,
+    model_code: list[str] | None = None,
+) -> ModelChoice:
+    """The project's model: a shipped option by name, or ``package.module:function``,
+    imported and called with ``factory_args`` to read its widths and input contract.
+
+    Raises:
+        ConfigError: an unknown option, a factory that cannot be imported or called or
+            that returns no Model, a bad name, model code outside the repository.
+    """
+    from vmapcheck.core.models import Model
+
+    if ":" not in target:
+        if target not in _shipped_options("model"):
+            raise ConfigError(
+                f"--model: expected a shipped option ({', '.join(_shipped_options('model'))}) "
+                f"or your factory as package.module:function, found {target!r}"
+            )
+        if name not in (None, target) or factory_args or model_code:
+            raise ConfigError(
+                f"--model {target} is a shipped option: --name, --factory-arg and "
+                "--model-code are for a factory of your own"
+            )
+        return ModelChoice(name=target)
+    args = _parse_factory_args(factory_args or [])
+    module, factory = _import_factory(root, target)
+    try:
+        model = factory(**args)
+    except Exception as exc:  # the user's code: any failure is reported, named
+        raise ConfigError(
+            f"--model {target}: calling it with {args or 'no arguments'} raised "
+            f"{type(exc).__name__}: {exc} (give its arguments with --factory-arg key=value)"
+        ) from None
+    if not isinstance(model, Model):
+        raise ConfigError(
+            f"--model {target}: expected it to return a vmapcheck.core.models.Model, "
+            f"found {type(model).__name__}"
+        )
+    name = name or model.name
+    if not _NAME.match(name or ""):
+        raise ConfigError(
+            f"--name: expected a letter, then letters, digits, _ or - (it names "
+            f"data/reference/<name>/ and the MLflow runs), found {name!r}"
+        )
+    if name in _shipped_options("model"):
+        raise ConfigError(
+            f"--name: {name!r} is a shipped model option; choose another name for yours"
+        )
+    code = tuple(model_code) if model_code else _code_paths(root, module, target)
+    for path in code:
+        if not (root / path).exists():
+            raise ConfigError(f"--model-code: {path} does not exist under {root}")
+    return ModelChoice(name=name, config=_model_config(name, target, args, model), code=code)
+
+
+def _render(template: str, **values: Any) -> str:
+    env = Environment(
+        loader=PackageLoader("vmapcheck.project", "templates"),
+        undefined=StrictUndefined,
+        keep_trailing_newline=True,
+        autoescape=False,  # YAML and Markdown, not HTML
+    )
+    return env.get_template(template).render(version=__version__, **values)
+
+
+def plan(root: Path, model: ModelChoice, data: str) -> Plan:
+    """Every file init writes for ``model`` and ``data``, and the ignore-file blocks."""
+    if data not in _shipped_options("data"):
+        raise ConfigError(
+            f"--data: expected one of {', '.join(_shipped_options('data'))}, found {data!r}"
+        )
+    layout = Layout(root)
+    out = Plan()
+    lock = LOCK_FILE if (root / LOCK_FILE).is_file() else None
+    out.files["dvc.yaml"] = _render(
+        "dvc.yaml.j2",
+        stages=list(STAGE_CODE),
+        model_code=list(model.code),
+        data_deps=["data/raw"],
+        lock_file=lock,
+    )
+    out.files["conf/config.yaml"] = _render("config.yaml.j2", model=model.name, data=data)
+    if model.config is not None:
+        header = (
+            "# Your model, written by `vmapcheck init` from what its factory returned. The\n"
+            "# stages build it with model.factory (Hydra instantiate: its keys are the\n"
+            "# factory's arguments). Widths and input leaves must match what it builds.\n"
+        )
+        out.files[f"conf/model/{model.name}.yaml"] = header + yaml.safe_dump(
+            model.config, sort_keys=False
+        )
+    out.files[".dvc/plots/loglog.json"] = (
+        files("vmapcheck.project") / "templates" / "loglog.json"
+    ).read_text(encoding="utf-8")
+    out.files["data/raw/README.md"] = _render("data_raw_README.md.j2")
+    out.files["data/reference/README.md"] = _render("data_reference_README.md.j2")
+    out.files["VMAPCHECK.md"] = _render(
+        "VMAPCHECK.md.j2", model=model.name, own_model=model.config is not None, data=data
+    )
+    out.blocks[".gitignore"] = GITIGNORE_RULES
+    out.blocks[".dvcignore"] = DVCIGNORE_RULES
+    # params.yaml: composed from the conf/ written above, as `dvc exp run` will.
+    out.files["params.yaml"] = _compose_planned(out, layout)
+    return out
+
+
+def _compose_planned(out: Plan, layout: Layout) -> str:
+    """Compose params.yaml from the planned conf/ files (in a scratch folder: nothing is
+    written before every check passed)."""
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as scratch:
+        conf = Path(scratch) / "conf"
+        for rel, text in out.files.items():
+            if rel.startswith("conf/"):
+                (Path(scratch) / rel).parent.mkdir(parents=True, exist_ok=True)
+                (Path(scratch) / rel).write_text(text, encoding="utf-8")
+        return compose_yaml(conf)
+
+
+def block_text(rules: tuple[str, ...]) -> str:
+    return "\n".join([BLOCK_START, *rules, BLOCK_END]) + "\n"
+
+
+def _with_block(existing: str, rules: tuple[str, ...]) -> str:
+    """``existing`` with init's block replaced, or appended when it has none."""
+    block = block_text(rules)
+    if BLOCK_START in existing and BLOCK_END in existing:
+        before, rest = existing.split(BLOCK_START, 1)
+        after = rest.split(BLOCK_END, 1)[1].lstrip("\n")
+        return before + block + after
+    sep = "" if not existing or existing.endswith("\n") else "\n"
+    return existing + sep + ("\n" if existing else "") + block
+
+
+def conflicts(root: Path, planned: Plan) -> list[str]:
+    """The files init would overwrite (and ignore files already holding its block)."""
+    found = [rel for rel in planned.files if (root / rel).exists()]
+    for rel in planned.blocks:
+        path = root / rel
+        if path.is_file() and BLOCK_START in path.read_text(encoding="utf-8"):
+            found.append(f"{rel} (its vmapcheck block)")
+    return found
+
+
+def _git_root(root: Path) -> Path:
+    try:
+        done = subprocess.run(
+            ["git", "rev-parse", "--show-toplevel"],
+            cwd=root,
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+    except FileNotFoundError:
+        raise ConfigError("vmapcheck init needs git on PATH, and found none") from None
+    if done.returncode != 0:
+        raise ConfigError(
+            f"{root} is not inside a git repository: run `git init` first (DVC and the "
+            "provenance of each run need git)"
+        )
+    top = Path(done.stdout.strip()).resolve()
+    if top != root.resolve():
+        raise ConfigError(f"run vmapcheck init at the repository's root ({top}), not in {root}")
+    return top
+
+
+def _dvc(root: Path, *args: str) -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "dvc", *args], cwd=root, capture_output=True, text=True
+    )
+    if done.returncode != 0:
+        raise ConfigError(f"`dvc {' '.join(args)}` failed: {done.stderr.strip() or done.stdout}")
+
+
+def run_init(
+    root: Path,
+    model: str,
+    data: str = "synthetic",
+    name: str | None = None,
+    factory_args: list[str] | None = None,
+    model_code: list[str] | None = None,
+    force: bool = False,
+) -> int:
+    """``vmapcheck init``: check everything, then write (see the module docstring).
+
+    Returns 0, or 1 when files exist and ``force`` is not set (each named, nothing written).
+
+    Raises:
+        ConfigError: not a git repository's root, an unknown option, a model that cannot
+            be built (:func:`resolve_model`).
+    """
+    root = _git_root(root)
+    choice = resolve_model(root, model, name, factory_args, model_code)
+    planned = plan(root, choice, data)
+    existing = conflicts(root, planned)
+    if existing and not force:
+        print(
+            "vmapcheck init: refusing to overwrite what exists (run again with --force to "
+            "overwrite):\n" + "\n".join(f"  {rel}" for rel in existing),
+            file=sys.stderr,
+        )
+        return 1
+    said = []
+    if not (root / ".dvc").is_dir():
+        _dvc(root, "init", "--quiet")
+        said.append("ran `dvc init`: this repository was not a DVC repository")
+    for key, value in DVC_SETTINGS.items():
+        _dvc(root, "config", key, value)
+    said.append(f"DVC settings: {', '.join(f'{k}={v}' for k, v in DVC_SETTINGS.items())}")
+    for rel, text in planned.files.items():
+        atomic_write_text(root / rel, text)
+    for rel, rules in planned.blocks.items():
+        path = root / rel
+        old = path.read_text(encoding="utf-8") if path.is_file() else ""
+        atomic_write_text(path, _with_block(old, rules))
+    written = [*planned.files, *(f"{rel} (vmapcheck block)" for rel in planned.blocks)]
+    print(f"vmapcheck init: vmapcheck {__version__}, model {choice.name}, data {data}")
+    for line in said:
+        print(f"  {line}")
+    print("  wrote:\n" + "\n".join(f"    {rel}" for rel in written))
+    if choice.code:
+        print(f"  your model's code, a dep of the stages that run it: {', '.join(choice.code)}")
+    print("next: `dvc repro`, then read VMAPCHECK.md")
+    return 0

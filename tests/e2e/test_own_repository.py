@@ -1,0 +1,226 @@
+"""vmapcheck as a user gets it: a wheel installed into a fresh virtual environment, used in
+an empty git repository that holds only the user's own model package.
+
+Nothing of this checkout is on the path there: the stages, the config groups and the
+HTML template come from the installed wheel. The model is written here, not one of the
+shipped examples. Its first `dvc repro` passes, logs an MLflow run and writes the HTML
+report; then a planted batching mistake in its hand-batched forward fails the check.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.helpers.config import ROOT
+from tests.helpers.project import copy_project
+
+pytestmark = pytest.mark.e2e
+
+# The user's model: one example is a flat vector (in_features,); class probabilities out.
+# forward_batch is the same model written by hand for a batch (batch axis 0).
+MODEL = textwrap.dedent(
+    '''
+    """Class probabilities from a small tanh network (the user's own model)."""
+    import jax
+    import jax.numpy as jnp
+
+    from vmapcheck.core.models import Model
+
+
+    def make_model(in_features: int = 6, hidden: int = 16, out_features: int = 3) -> Model:
+        def init(key):
+            k1, k2 = jax.random.split(key)
+            return {
+                "hidden": {
+                    "W": jax.random.normal(k1, (in_features, hidden), jnp.float32) * 0.4,
+                    "b": jnp.zeros((hidden,), jnp.float32),
+                },
+                "head": {
+                    "W": jax.random.normal(k2, (hidden, out_features), jnp.float32) * 0.25,
+                    "b": jnp.zeros((out_features,), jnp.float32),
+                },
+            }
+
+        def forward_one(params, x):  # (in_features,) -> (out_features,)
+            h = jnp.tanh(x @ params["hidden"]["W"] + params["hidden"]["b"])
+            return jax.nn.softmax(h @ params["head"]["W"] + params["head"]["b"], axis=-1)
+
+        def forward_batch(params, batch):  # (n, in_features) -> (n, out_features)
+            h = jnp.tanh(batch @ params["hidden"]["W"] + params["hidden"]["b"])
+            return jax.nn.softmax(h @ params["head"]["W"] + params["head"]["b"], axis=-1)
+
+        return Model(
+            name="tanh_classifier",
+            in_features=in_features,
+            out_features=out_features,
+            forward_one=forward_one,
+            forward_batch=forward_batch,
+            init=init,
+            description="softmax(tanh(x W1 + b1) W2 + b2): class probabilities",
+        )
+    '''
+)
+# The mistake: the batched softmax normalizes over the batch axis instead of the classes.
+CORRECT = 'jax.nn.softmax(h @ params["head"]["W"] + params["head"]["b"], axis=-1)\n\n'
+PLANTED = 'jax.nn.softmax(h @ params["head"]["W"] + params["head"]["b"], axis=0)\n\n'
+# A short training and benchmark: every stage runs, in seconds rather than minutes.
+FAST = [
+    "train.steps=30",
+    "train.eval_every=10",
+    "bench.batch_sizes=[1,8]",
+    "bench.warmup=1",
+    "bench.repeats=5",
+    "bench.loop_max_batch=8",
+    "guard.replay.n_requests=600",
+    "guard.replay.unbucketed_requests=40",
+]
+
+
+class UserRepository:
+    """An empty git repository with a fresh venv holding only the wheel and its deps."""
+
+    def __init__(self, root: Path, venv: Path) -> None:
+        self.root, self.venv = root, venv
+        self.env = {
+            "PATH": f"{venv / 'bin'}{os.pathsep}/usr/local/bin:/usr/bin:/bin",
+            "HOME": os.environ.get("HOME", str(root)),
+            "DVC_NO_ANALYTICS": "1",
+            "PYTHONUNBUFFERED": "1",
+            "GIT_AUTHOR_NAME": "user",
+            "GIT_AUTHOR_EMAIL": "user@vmapcheck.invalid",
+            "GIT_COMMITTER_NAME": "user",
+            "GIT_COMMITTER_EMAIL": "user@vmapcheck.invalid",
+        }
+        self.timings: dict[str, float] = {}
+
+    def run(self, *args: str, check: bool = True, label: str | None = None):
+        start = time.monotonic()
+        done = subprocess.run(
+            list(args), cwd=self.root, env=self.env, capture_output=True, text=True, timeout=900
+        )
+        if label:
+            self.timings[label] = time.monotonic() - start
+        if check and done.returncode != 0:
+            raise AssertionError(f"{args} exited {done.returncode}\n{done.stdout}\n{done.stderr}")
+        return done
+
+
+def _build_wheel(dest: Path) -> Path:
+    """The wheel of this checkout's tracked files, built without network or isolation."""
+    source = copy_project(dest / "source")
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "--quiet",
+            "--no-deps",
+            "--no-build-isolation",
+            "-w",
+            str(dest / "dist"),
+            str(source),
+        ],
+        check=True,
+        capture_output=True,
+        text=True,
+    )
+    (wheel,) = (dest / "dist").glob("vmapcheck-*.whl")
+    return wheel
+
+
+@pytest.fixture(scope="module")
+def user_repo(tmp_path_factory) -> UserRepository:
+    base = tmp_path_factory.mktemp("own-repository")
+    start = time.monotonic()
+    wheel = _build_wheel(base)
+    built = time.monotonic() - start
+    venv = base / "venv"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+    root = base / "user-project"
+    root.mkdir()
+    repo = UserRepository(root, venv)
+    repo.timings["wheel build"] = built
+    # The lock pins every transitive version, as `make setup` installs them.
+    repo.run(
+        str(venv / "bin" / "python"),
+        "-m",
+        "pip",
+        "install",
+        "--quiet",
+        "--constraint",
+        str(ROOT / "requirements.lock"),
+        str(wheel),
+        label="wheel install",
+    )
+    repo.run("git", "init", "-q")
+    (root / "userpkg").mkdir()
+    (root / "userpkg" / "__init__.py").write_text('"""The user\'s models."""\n')
+    (root / "userpkg" / "classifier.py").write_text(MODEL)
+    repo.run("git", "add", "-A")
+    repo.run("git", "commit", "-qm", "my model")
+    return repo
+
+
+def test_init_then_dvc_repro_passes_logs_a_run_and_writes_the_report(user_repo):
+    repo = user_repo
+    init = repo.run("vmapcheck", "init", "--model", "userpkg.classifier:make_model", label="init")
+    assert "ran `dvc init`" in init.stdout and "userpkg" in init.stdout
+    # Nothing of the checkout is importable: the stages come from the installed wheel.
+    where = repo.run("python", "-c", "import vmapcheck; print(vmapcheck.__file__)").stdout
+    assert str(repo.venv) in where and str(ROOT) not in where
+    repo.run("vmapcheck", "params", *FAST)
+    repo.run("git", "add", "-A")
+    repo.run("git", "commit", "-qm", "vmapcheck init")
+
+    repro = repo.run("dvc", "repro", label="first dvc repro")
+    summary = repo.run("vmapcheck", "summary").stdout
+    assert summary.startswith("verdict: PASSED"), summary
+    assert "no reference yet for model tanh_classifier" in summary
+    assert "vmapcheck reference make" in summary
+    assert "Running stage 'code'" in repro.stdout
+    assert (repo.root / "reports" / "report.html").stat().st_size > 10_000
+
+    runs = repo.run(
+        "python",
+        "-c",
+        "import mlflow; mlflow.set_tracking_uri('sqlite:///mlflow.db'); "
+        "r = mlflow.search_runs(search_all_experiments=True); "
+        "print(len(r), r['tags.verdict'].iloc[0], r['tags.model'].iloc[0])",
+    ).stdout.split()
+    assert runs == ["1", "passed", "tanh_classifier"], runs
+
+    # Unchanged: nothing reruns but the code stage, whose records are unchanged.
+    again = repo.run("dvc", "repro")
+    assert "Stage 'forward' didn't change, skipping" in again.stdout, again.stdout
+    print("timings (s):", {k: round(v, 1) for k, v in repo.timings.items()})
+
+
+def test_a_planted_batching_mistake_fails_the_check(user_repo):
+    repo = user_repo
+    source = repo.root / "userpkg" / "classifier.py"
+    text = source.read_text()
+    assert text.count(CORRECT) == 2, "expected forward_one's and forward_batch's softmax"
+    head, tail = text.rsplit(CORRECT, 1)
+    source.write_text(head + PLANTED + tail)
+
+    failed = repo.run("dvc", "repro", check=False)
+    assert failed.returncode != 0
+    summary = repo.run("vmapcheck", "summary", check=False).stdout
+    assert summary.startswith("verdict: FAILED"), summary
+    assert "direct_eager" in summary and "direct_jit" in summary, summary
+    # The failed run was logged before the exit.
+    verdicts = repo.run(
+        "python",
+        "-c",
+        "import mlflow; mlflow.set_tracking_uri('sqlite:///mlflow.db'); "
+        "r = mlflow.search_runs(search_all_experiments=True); print(*sorted(r['tags.verdict']))",
+    ).stdout.split()
+    assert verdicts == ["failed", "passed"], verdicts

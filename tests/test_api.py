@@ -1,0 +1,469 @@
+"""The Python API (vmapcheck.testing) and its pytest plugin: the pipeline's checks from a
+user's own test suite, on models written here in plain JAX (not a shipped example).
+
+Each full check compiles every jit path for three or four batch shapes (~3 s on 2
+cores), so a report is computed once per model (module-scoped fixtures) and several
+tests read it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import vmapcheck
+from vmapcheck.core.contract import InputSpec, Leaf
+from vmapcheck.core.models import Model
+from vmapcheck.core.paths import PATHS
+from vmapcheck.errors import ArtifactError, ConfigError, InvalidInputError
+from vmapcheck.testing import (
+    BatchingCheckError,
+    assert_batching_consistent,
+    check_batching,
+    precision_config,
+    precision_names,
+)
+
+pytest_plugins = ("pytester",)
+
+IN, HIDDEN, OUT = 4, 16, 3
+ROWS = 8  # even: the split halves share one shape, so each jit path compiles once for them
+
+
+# --- a small plain-JAX model, and the classic batching mistakes planted in it -----------
+
+
+def init(key: jax.Array) -> dict[str, jax.Array]:
+    k1, k2 = jax.random.split(key)
+    return {
+        "W1": jax.random.normal(k1, (IN, HIDDEN), jnp.float32) * 0.5,
+        "b1": jnp.full((HIDDEN,), 0.1, jnp.float32),
+        "W2": jax.random.normal(k2, (HIDDEN, OUT), jnp.float32) * 0.25,
+        "b2": jnp.zeros((OUT,), jnp.float32),
+    }
+
+
+def forward_one(params, x):
+    """x (IN,) -> class probabilities (OUT,): tanh layer centred over its units, softmax."""
+    h = jnp.tanh(x @ params["W1"] + params["b1"])
+    h = h - jnp.mean(h)
+    return jax.nn.softmax(h @ params["W2"] + params["b2"])
+
+
+def batched(softmax_axis: int = -1, center_axis: int = -1, shift: int = 0):
+    """The same network written for a batch X (n, IN) -> (n, OUT), batch axis 0; the
+    arguments plant a mistake: a softmax or a centring over the batch axis (0), or the
+    output rows shifted by one (an index off by one)."""
+
+    def forward_batch(params, X):
+        h = jnp.tanh(X @ params["W1"] + params["b1"][None, :])
+        h = h - jnp.mean(h, axis=center_axis, keepdims=True)
+        out = jax.nn.softmax(h @ params["W2"] + params["b2"][None, :], axis=softmax_axis)
+        return jnp.roll(out, shift, axis=0) if shift else out
+
+    return forward_batch
+
+
+MODEL = Model(
+    name="tiny_classifier",
+    in_features=IN,
+    out_features=OUT,
+    forward_one=forward_one,
+    forward_batch=batched(),
+    init=init,
+)
+PARAMS = init(jax.random.key(0))
+# float64 from numpy, as a user has them: cast to the precision's dtype like the cases.
+EXAMPLES = np.random.default_rng(0).normal(size=(ROWS, IN))
+
+
+def planted(**mistake) -> Model:
+    return dataclasses.replace(MODEL, forward_batch=batched(**mistake))
+
+
+@pytest.fixture(scope="module")
+def good():
+    return assert_batching_consistent(MODEL, PARAMS, EXAMPLES)
+
+
+# --- a correct model passes, with figures ------------------------------------------------
+
+
+def test_a_correct_model_passes_and_returns_the_figures(good):
+    assert good.passed and good.failures == ()
+    # Every registered path ran: the model provides them all.
+    assert good.paths == tuple(PATHS) and dict(good.not_run) == {}
+    assert good.precision == "f32" and good.dtype == "float32"
+    # The tolerance is the shipped file's, as the pipeline reads it.
+    assert good.tolerance == precision_config("f32").tolerance.model_dump()
+    pair = good.pairs["loop_eager-vs-direct_jit"]
+    assert pair.passed and pair.case is not None
+    assert 0 <= pair.max_rel < 1e-5 and 0 <= pair.bound_ratio < 1
+    # forward_one on one example against row 0 of each batch path on the batch of one.
+    assert good.pairs["one_jit-vs-single.vmap_jit"].passed
+    assert all(p.passed and p.bound_ratio < 1 for p in good.pairs.values())
+    assert good.worst is not None and good.worst_bound_ratio == good.worst.bound_ratio < 1
+    # Every path against the float64 oracle, within the cross-run rtol.
+    assert set(good.oracle) == set(PATHS)
+    assert max(good.oracle.values()) < good.cross_run_tolerance["rtol"]
+    # Each batch path against itself on the rows reversed and split in halves.
+    batch_paths = {name for name, p in PATHS.items() if p.takes == "batch"}
+    assert set(good.composition) == batch_paths
+    assert set(good.composition["direct_jit"]) == {"permuted", "split"}
+    assert good.composition["direct_jit"]["split"] < 1e-6
+    # The flat-vector contract's 7 invalid inputs, each refused by every path.
+    assert (good.refused, good.invalid_total) == (7, 7)
+    assert good.summary.startswith("verdict: PASSED - ")
+
+
+def test_the_invalid_inputs_are_refused_by_every_path_naming_the_problem(good):
+    negative = good.details["negative"]
+    assert set(negative) == {
+        "invalid_features",
+        "invalid_rank",
+        "invalid_dtype",
+        "invalid_nan",
+        "invalid_inf",
+        "invalid_empty",
+        "invalid_vector",
+    }
+    features = negative["invalid_features"]["paths"]
+    assert set(features) == {n for n, p in PATHS.items() if p.takes == "batch"}
+    for path, result in features.items():
+        assert result["refused"] and result["error"] == "InvalidInputError", path
+        assert "expected 4 features, got 5" in result["message"], path
+    nan = negative["invalid_nan"]["paths"]["direct_jit"]["message"]
+    assert "expected finite values, got NaN" in nan and "first at index (1, 0)" in nan
+    assert set(negative["invalid_vector"]["paths"]) == {"one_eager", "one_jit"}
+
+
+def test_the_verdict_lines_are_the_pipelines(good, tmp_path):
+    """The summary's case and refusal lines are those `vmapcheck summary` prints for the
+    same check details (a drift in either wording fails here)."""
+    from vmapcheck.io import atomic_write_json
+    from vmapcheck.layout import Layout
+    from vmapcheck.report.summary import summarize
+
+    layout = Layout(tmp_path)
+    layout.check_details.parent.mkdir(parents=True)
+    atomic_write_json(layout.check_details, dict(good.details))
+    pipeline = summarize(layout).splitlines()
+    ours = good.summary.splitlines()
+    assert ours[0].startswith(pipeline[0])
+    for name in good.details["cases"]:
+        line = next(line for line in pipeline if line.startswith(f"  ok   {name} "))
+        assert line in ours
+    assert "  ok   invalid inputs   7/7 refused by every path, the problem named" in pipeline
+    assert "  ok   invalid inputs   7/7 refused by every path, the problem named" in ours
+
+
+# --- planted batching mistakes fail, naming the paths ------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("mistake", "regrouping"),
+    [
+        ({"softmax_axis": 0}, "split"),  # softmax normalised over the batch
+        ({"center_axis": 0}, "split"),  # a mean over the batch axis (batch statistics)
+        ({"shift": 1}, "permuted"),  # rows off by one
+    ],
+    ids=["softmax_over_batch", "mean_over_batch", "rows_off_by_one"],
+)
+def test_a_planted_batching_mistake_fails_naming_the_paths(mistake, regrouping):
+    with pytest.raises(AssertionError) as caught:
+        assert_batching_consistent(planted(**mistake), PARAMS, EXAMPLES)
+    message = str(caught.value)
+    assert message.startswith("verdict: FAILED - loop, map, vmap, vmap_of_jit and direct")
+    assert "  first diverging pair: examples/loop_eager-vs-direct_eager\n" in message
+    assert "disagree with loop_eager (the plain per-example loop): direct_eager, direct_jit\n" in (
+        message
+    )
+    assert "  FAIL examples         [8x4] worst pair: max_abs=" in message
+    assert "  FAIL composition      examples: outputs depend on batch composition in " in (
+        message
+    )
+    # The check's own failure lines, the first ten of them.
+    failures = [line for line in message.splitlines() if line.startswith("  failure: ")]
+    assert len(failures) == 10
+    assert failures[0].startswith(
+        "  failure: examples/loop_eager-vs-direct_eager: element ("
+    ) and "> atol + rtol*S = " in failures[0]
+    # Only the hand-batched paths are blamed: the loop and vmap forms agree.
+    report = caught.value.report
+    assert not report.passed and len(report.failures) > 10
+    assert f"and {len(report.failures) - 10} more failure(s)" in message
+    assert report.pairs["loop_eager-vs-vmap_jit"].passed
+    assert not report.pairs["vmap_jit-vs-direct_jit"].passed
+    assert (
+        f"examples/direct_jit: outputs depend on batch composition ({regrouping}: element"
+        in "\n".join(report.failures)
+    )
+
+
+def test_a_mistake_every_path_shares_is_caught_by_the_float64_oracle():
+    """Agreement cannot tell "all right" from "all wrong the same way": a cancellation
+    that float32 loses in every path alike is caught against float64."""
+
+    def forward_one(params, x):
+        x = (x + 1.0e5) - 1.0e5  # float32 keeps x only to ~8e-3 here
+        return x @ params["W1"][:, :OUT]
+
+    def forward_batch(params, X):
+        X = (X + 1.0e5) - 1.0e5
+        return X @ params["W1"][:, :OUT]
+
+    model = dataclasses.replace(MODEL, forward_one=forward_one, forward_batch=forward_batch)
+    paths = ["loop_eager", "vmap_jit", "direct_eager", "direct_jit"]
+    report = check_batching(model, PARAMS, EXAMPLES, paths=paths)
+    assert not report.passed
+    assert all(pair.passed for pair in report.pairs.values())  # they agree with each other
+    oracle = [f for f in report.failures if " vs float64 oracle: " in f]
+    assert {f.split(" vs ")[0] for f in oracle} >= {f"examples/{p}" for p in paths}
+    assert all(rel > report.cross_run_tolerance["rtol"] for rel in report.oracle.values())
+
+
+# --- a dict-of-leaves (pytree) input -----------------------------------------------------
+
+POSITIONS, EMBED, VOCAB = 5, 4, 7
+TOKENS = InputSpec(
+    (
+        Leaf("feats", (3,), "float", meaning="three measurements"),
+        Leaf("ids", (POSITIONS,), "int32", vocab=VOCAB, meaning="token ids"),
+    )
+)
+
+
+def tokens_init(key):
+    k1, k2, k3 = jax.random.split(key, 3)
+    return {
+        "emb": jax.random.normal(k1, (VOCAB, EMBED), jnp.float32),
+        "q": jax.random.normal(k2, (EMBED,), jnp.float32),
+        "W": jax.random.normal(k3, (3 + EMBED, OUT), jnp.float32) * 0.5,
+        "b": jnp.zeros((OUT,), jnp.float32),
+    }
+
+
+def tokens_one(params, x):
+    """{"feats": (3,), "ids": (5,)} -> (OUT,): attention pooling over the positions."""
+    e = params["emb"][x["ids"]]  # (5, EMBED)
+    weights = jax.nn.softmax(e @ params["q"])  # over the positions
+    return jnp.concatenate([x["feats"], weights @ e]) @ params["W"] + params["b"]
+
+
+def tokens_batch(pool_axis: int = -1):
+    """Every leaf with batch axis 0; ``pool_axis=0`` plants the attention softmax over
+    the batch instead of the positions (a wrong axis that keeps every shape)."""
+
+    def forward_batch(params, X):
+        e = params["emb"][X["ids"]]  # (n, 5, EMBED)
+        weights = jax.nn.softmax(e @ params["q"], axis=pool_axis)  # (n, 5)
+        pooled = jnp.einsum("np,npd->nd", weights, e)
+        return jnp.concatenate([X["feats"], pooled], axis=1) @ params["W"] + params["b"][None, :]
+
+    return forward_batch
+
+
+TOKENS_MODEL = Model(
+    name="tokens",
+    in_features=TOKENS.size,
+    out_features=OUT,
+    forward_one=tokens_one,
+    forward_batch=tokens_batch(),
+    init=tokens_init,
+    inputs=TOKENS,
+)
+TOKENS_PARAMS = tokens_init(jax.random.key(1))
+_rng = np.random.default_rng(1)
+TOKENS_EXAMPLES = {
+    "feats": _rng.normal(size=(6, 3)).astype(np.float32),
+    "ids": _rng.integers(0, VOCAB, size=(6, POSITIONS)).astype(np.int32),
+}
+
+
+def test_a_pytree_input_model_passes_with_the_edge_cases():
+    report = assert_batching_consistent(
+        TOKENS_MODEL, TOKENS_PARAMS, TOKENS_EXAMPLES, edge_cases=True
+    )
+    assert report.passed and report.worst_bound_ratio < 1
+    cases = report.details["cases"]
+    assert {"examples", "single", "single_vector", "zeros", "boundary", "denormal"} <= set(cases)
+    assert cases["examples"]["shape"] == {"feats": [6, 3], "ids": [6, POSITIONS]}
+    assert "  inputs: feats (3,) float (three measurements); ids (5,) int32 ids 0..6" in (
+        report.summary
+    )
+    # The dict contract's invalid inputs: per leaf, and per dict.
+    negative = report.details["negative"]
+    assert report.refused == report.invalid_total == len(negative) >= 12
+    message = negative["invalid_ids_range"]["paths"]["direct_jit"]["message"]
+    assert "leaf 'ids'" in message and "expected ids in [0, 7)" in message
+    message = negative["invalid_missing_leaf"]["paths"]["vmap_eager"]["message"]
+    assert "leaf 'ids' is missing" in message
+
+
+def test_a_pytree_model_pooling_over_the_batch_axis_fails():
+    model = dataclasses.replace(TOKENS_MODEL, forward_batch=tokens_batch(pool_axis=0))
+    with pytest.raises(AssertionError, match="first diverging pair: examples/loop_eager-vs-direct"):
+        assert_batching_consistent(model, TOKENS_PARAMS, TOKENS_EXAMPLES)
+
+
+# --- invalid input: vmapcheck validates what the model would silently take ---------------
+
+
+def test_a_model_that_silently_accepts_bad_input_is_still_refused_and_non_finite_is_found():
+    def forward_one(params, x):
+        return jnp.log(x[:IN] @ params["W1"][:, :OUT])  # log of negatives: NaN
+
+    def forward_batch(params, X):
+        return jnp.log(X[:, :IN] @ params["W1"][:, :OUT])  # reads only the first IN columns
+
+    model = dataclasses.replace(MODEL, forward_one=forward_one, forward_batch=forward_batch)
+    wider = np.ones((4, IN + 1), np.float32)
+    # Called directly, the model takes one feature too many without a word.
+    assert model.forward_batch(PARAMS, wider).shape == (4, OUT)
+    paths = ["loop_eager", "direct_eager", "direct_jit", "one_eager"]
+    with pytest.raises(AssertionError) as caught:
+        assert_batching_consistent(model, PARAMS, EXAMPLES, paths=paths)
+    report = caught.value.report
+    # Run through vmapcheck's paths, it is refused, the problem named...
+    assert (report.refused, report.invalid_total) == (7, 7)
+    refused = report.details["negative"]["invalid_features"]["paths"]["direct_jit"]
+    assert refused["refused"] and "expected 4 features, got 5" in refused["message"]
+    # ... and the NaN it computes on valid examples is found on every path run.
+    assert "failure: examples/loop_eager: non-finite output" in str(caught.value)
+    assert {f"examples/{p}: non-finite output" for p in paths[:3]} <= set(report.failures)
+    assert "direct_eager-vs-direct_jit" in str(report.pairs)
+    assert report.not_run["vmap_jit"].startswith("not run: left out by paths=")
+
+
+# --- bad arguments: clear errors ---------------------------------------------------------
+
+
+def test_bad_arguments_are_named():
+    with pytest.raises(ConfigError, match=r"model: expected a vmapcheck.core.models.Model .* dict"):
+        assert_batching_consistent({"forward_one": forward_one}, PARAMS, EXAMPLES)
+    with pytest.raises(ConfigError, match=r"precision='f16': expected one of bf16, f32, f64"):
+        assert_batching_consistent(MODEL, PARAMS, EXAMPLES, precision="f16")
+    with pytest.raises(ConfigError, match=r"precision\.tolerance\.rtol: .*greater than or equal"):
+        assert_batching_consistent(MODEL, PARAMS, EXAMPLES, rtol=-1.0)
+    with pytest.raises(ConfigError, match=r"unknown forward path 'vmap'; expected names .*vmap_jit"):
+        assert_batching_consistent(MODEL, PARAMS, EXAMPLES, paths=["vmap"])
+    no_direct = dataclasses.replace(MODEL, forward_batch=None)
+    with pytest.raises(ConfigError, match=r"direct_jit cannot run: .*no hand-batched forward"):
+        assert_batching_consistent(no_direct, PARAMS, EXAMPLES, paths=["direct_jit"])
+    # Examples against the input contract: the problem named, expected and found.
+    with pytest.raises(InvalidInputError, match=r"^examples: expected 4 features, got 5$"):
+        assert_batching_consistent(MODEL, PARAMS, np.ones((3, IN + 1)))
+    with pytest.raises(InvalidInputError, match=r"examples: expected dtype float32, got int64"):
+        assert_batching_consistent(MODEL, PARAMS, np.ones((3, IN), np.int64))
+    with pytest.raises(InvalidInputError, match=r"examples: .*got a list, not an array"):
+        assert_batching_consistent(MODEL, PARAMS, EXAMPLES.tolist())
+    with pytest.raises(InvalidInputError, match=r"examples: leaf 'ids' is missing"):
+        assert_batching_consistent(
+            TOKENS_MODEL, TOKENS_PARAMS, {"feats": TOKENS_EXAMPLES["feats"]}
+        )
+    ids_as_float = {**TOKENS_EXAMPLES, "ids": TOKENS_EXAMPLES["ids"].astype(np.float32)}
+    with pytest.raises(InvalidInputError, match=r"leaf 'ids': expected dtype int32, got float"):
+        assert_batching_consistent(TOKENS_MODEL, TOKENS_PARAMS, ids_as_float)
+    # Params against the model's own: the leaf named.
+    wrong = {**PARAMS, "W1": jnp.ones((IN + 1, HIDDEN), jnp.float32)}
+    with pytest.raises(ArtifactError, match=r"leaf W1: expected shape \[4, 16\]"):
+        assert_batching_consistent(MODEL, wrong, EXAMPLES)
+    with pytest.raises(ArtifactError, match=r"leaf b2: expected finite values, found NaN"):
+        assert_batching_consistent(MODEL, {**PARAMS, "b2": jnp.full((OUT,), jnp.nan)}, EXAMPLES)
+
+
+def test_the_precision_options_are_the_packaged_files():
+    assert precision_names() == ("bf16", "f32", "f64")
+    assert precision_config("bf16").dtype == "bfloat16"
+    overridden = precision_config("f32", rtol=2e-5)
+    assert overridden.tolerance.rtol == 2e-5
+    assert overridden.tolerance.atol == precision_config("f32").tolerance.atol
+
+
+def test_the_api_is_exported_lazily():
+    assert vmapcheck.assert_batching_consistent is assert_batching_consistent
+    assert issubclass(BatchingCheckError, AssertionError)
+
+
+# --- the pytest plugin -------------------------------------------------------------------
+
+_USER_TESTS = '''
+import jax, jax.numpy as jnp, numpy as np
+from vmapcheck.core.models import Model
+
+def init(key):
+    return {"W": jax.random.normal(key, (3, 2), jnp.float32), "b": jnp.zeros((2,), jnp.float32)}
+
+def one(params, x):
+    return jnp.tanh(x @ params["W"] + params["b"])
+
+def batch(params, X):
+    return jnp.tanh(X @ params["W"] + params["b"][None, :])
+
+def batch_mean_over_rows(params, X):
+    h = X @ params["W"] + params["b"][None, :]
+    return jnp.tanh(h - jnp.mean(h, axis=0, keepdims=True))
+
+X = np.random.default_rng(0).normal(size=(4, 3))
+
+def model(forward_batch):
+    return Model(name="user", in_features=3, out_features=2, forward_one=one,
+                 forward_batch=forward_batch, init=init)
+
+def test_passes_at_the_command_line_precision(batching_check, vmapcheck_precision):
+    report = batching_check(model(batch), init(jax.random.key(0)), X)
+    assert report.precision == vmapcheck_precision == "f64"
+    assert report.dtype == "float64" and report.oracle == {}
+
+def test_planted_mistake(batching_check):
+    batching_check(model(batch_mean_over_rows), init(jax.random.key(0)), X,
+                   paths=["loop_eager", "direct_eager"])
+'''
+
+
+def _run_plugin(pytester: pytest.Pytester, *args: str):
+    # -p no:vmapcheck: the entry point (once registered) must not load the plugin a
+    # second time under another name.
+    return pytester.runpytest(
+        "-p", "no:vmapcheck", "-p", "vmapcheck.pytest_plugin", "-p", "no:cacheprovider", *args
+    )
+
+
+def test_the_fixture_runs_the_check_at_the_command_line_precision(pytester: pytest.Pytester):
+    pytester.makepyfile(test_user=_USER_TESTS)
+    result = _run_plugin(pytester, "--vmapcheck-precision=f64")
+    result.assert_outcomes(passed=1, failed=1)
+    result.stdout.fnmatch_lines(
+        [
+            "vmapcheck: batching_check precision f64",
+            "*verdict: FAILED - loop and direct forwards (eager) on cpu (cpu), float64, "
+            "rtol=1e-12 atol=1e-14*",
+            "*first diverging pair: examples/loop_eager-vs-direct_eager",
+            "*disagree with loop_eager (the plain per-example loop): direct_eager",
+            "*failure: examples/loop_eager-vs-direct_eager: element *",
+        ]
+    )
+
+
+def test_an_unknown_command_line_precision_stops_the_session(pytester: pytest.Pytester):
+    pytester.makepyfile(test_user="def test_nothing(batching_check):\n    pass\n")
+    result = _run_plugin(pytester, "--vmapcheck-precision=f16")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*--vmapcheck-precision=f16: precision='f16': expected one of*"])
+
+
+def test_the_plugin_imports_no_jax():
+    import subprocess
+    import sys
+
+    code = "import sys, vmapcheck.pytest_plugin; print('jax' in sys.modules)"
+    root = Path(__file__).resolve().parents[1]
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=root
+    )
+    assert out.stdout.strip() == "False"

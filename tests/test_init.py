@@ -1,0 +1,198 @@
+"""`vmapcheck init`: the pipeline definition it writes into a user's git repository, and
+this repository's own demo being exactly what it writes (no second copy)."""
+
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.helpers.config import ROOT
+from vmapcheck.errors import ConfigError
+from vmapcheck.project.init import BLOCK_START, block_text, plan, resolve_model
+
+# The files of this repository that `vmapcheck init --model mlp` writes.
+DEMO = ("--model", "mlp")
+
+# A user's model package, as a user writes it: plain JAX, outside vmapcheck.
+USER_MODEL = textwrap.dedent(
+    '''
+    """A user's linear model."""
+    import jax
+    import jax.numpy as jnp
+
+    from vmapcheck.core.models import Model
+
+
+    def make_model(in_features: int = 5, out_features: int = 2) -> Model:
+        def init(key):
+            return {"W": jax.random.normal(key, (in_features, out_features), jnp.float32)}
+
+        return Model(
+            name="linear",
+            in_features=in_features,
+            out_features=out_features,
+            forward_one=lambda params, x: x @ params["W"],
+            forward_batch=lambda params, batch: batch @ params["W"],
+            init=init,
+        )
+
+
+    def not_a_model():
+        return 42
+    '''
+)
+
+
+def _init(root: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "vmapcheck", "init", *args],
+        cwd=root,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+
+
+def _git_repo(path: Path) -> Path:
+    path.mkdir(parents=True, exist_ok=True)
+    subprocess.run(["git", "init", "-q", str(path)], check=True)
+    return path
+
+
+def _user_repo(tmp_path: Path) -> Path:
+    root = _git_repo(tmp_path / "user")
+    (root / "mymodels").mkdir()
+    (root / "mymodels" / "__init__.py").write_text("")
+    (root / "mymodels" / "linear.py").write_text(USER_MODEL)
+    return root
+
+
+def test_this_repository_is_what_init_writes_for_the_demo():
+    """The demo's dvc.yaml, conf/config.yaml, params.yaml, ... are init's output, byte for
+    byte; its .gitignore and .dvcignore hold init's blocks (`vmapcheck init --model mlp
+    --force` writes them again)."""
+    planned = plan(ROOT, resolve_model(ROOT, "mlp"), "synthetic")
+    for rel, text in planned.files.items():
+        assert (ROOT / rel).read_text(encoding="utf-8") == text, (
+            f"{rel} differs from what `vmapcheck init --model mlp` writes: run "
+            "`vmapcheck init --model mlp --force` and commit it"
+        )
+    for rel, rules in planned.blocks.items():
+        assert block_text(rules) in (ROOT / rel).read_text(encoding="utf-8"), rel
+    dvc_config = (ROOT / ".dvc" / "config").read_text()
+    assert "[hydra]\n    enabled = true\n    config_dir = conf\n    config_name = config" in (
+        dvc_config
+    )
+
+
+def test_init_in_an_empty_repository_then_again_refuses_naming_each_file(tmp_path):
+    root = _git_repo(tmp_path / "empty")
+    (root / ".gitignore").write_text("/my-own-rule\n")
+    first = _init(root, *DEMO)
+    assert first.returncode == 0, first.stderr
+    assert "ran `dvc init`" in first.stdout
+    assert (root / ".dvc" / "config").is_file()
+    assert (root / ".gitignore").read_text().startswith("/my-own-rule\n")
+    written = {rel: (root / rel).read_bytes() for rel in ("dvc.yaml", "params.yaml")}
+
+    second = _init(root, *DEMO)
+    assert second.returncode == 1
+    for rel in ("dvc.yaml", "conf/config.yaml", "params.yaml", "VMAPCHECK.md"):
+        assert f"  {rel}\n" in second.stderr, second.stderr
+    assert ".gitignore (its vmapcheck block)" in second.stderr
+    assert "--force" in second.stderr
+    assert written == {rel: (root / rel).read_bytes() for rel in written}
+
+    forced = _init(root, *DEMO, "--force")
+    assert forced.returncode == 0, forced.stderr
+    assert "dvc init" not in forced.stdout
+    # The block is replaced, never appended twice; the user's rules stay.
+    gitignore = (root / ".gitignore").read_text()
+    assert gitignore.count(BLOCK_START) == 1 and "/my-own-rule" in gitignore
+
+
+def test_a_users_factory_gets_its_model_file_and_its_code_tracked(tmp_path):
+    root = _user_repo(tmp_path)
+    done = _init(root, "--model", "mymodels.linear:make_model", "--factory-arg", "in_features=6")
+    assert done.returncode == 0, done.stderr
+    model = yaml.safe_load((root / "conf" / "model" / "linear.yaml").read_text())
+    assert model == {
+        "name": "linear",
+        "in_features": 6,
+        "out_features": 2,
+        "inputs": None,
+        "factory": {"_target_": "mymodels.linear.make_model", "in_features": 6},
+    }
+    stages = yaml.safe_load((root / "dvc.yaml").read_text())["stages"]
+    for stage in ("train", "forward", "check", "bench"):
+        assert "mymodels" in stages[stage]["deps"], stage
+    assert not any(
+        d.startswith("src/vmapcheck") for s in stages.values() for d in s.get("deps", [])
+    )
+    params = yaml.safe_load((root / "params.yaml").read_text())
+    assert params["model"]["name"] == "linear" and params["data"]["n_features"] == 6
+    assert params["reference"]["required"] is False
+
+
+def test_a_dict_input_model_writes_its_input_contract(tmp_path):
+    root = _git_repo(tmp_path / "towers")
+    choice = resolve_model(
+        root,
+        "vmapcheck.examples.two_tower:make_model",
+        name="towers",
+        factory_args=["n_body=2", "n_serum=6", "hidden=4", "out_features=1"],
+        model_code=["."],
+    )
+    assert choice.config["in_features"] == 8 and choice.code == (".",)
+    body, serum = choice.config["inputs"].values()
+    assert (body["shape"], body["dtype"], serum["shape"]) == ([2], "float", [6])
+    assert body["meaning"], "the leaf's meaning is carried into the contract"
+
+
+@pytest.mark.parametrize(
+    "args,expected",
+    [
+        (("--model", "nonsense"), "expected a shipped option (equinox_mlp, flax_cnn"),
+        (("--model", "mymodels.linear:not_a_model"), "expected it to return a vmapcheck"),
+        (("--model", "mymodels.missing:make_model"), "cannot import 'mymodels.missing'"),
+        (("--model", "mymodels.linear:nope"), "has no function 'nope'"),
+        (
+            ("--model", "mymodels.linear:make_model", "--factory-arg", "depth=3"),
+            "raised TypeError",
+        ),
+        (("--model", "mymodels.linear:make_model", "--name", "mlp"), "is a shipped model"),
+        (("--model", "mymodels.linear:make_model", "--name", "9x"), "--name: expected a letter"),
+        (("--model", "mlp", "--data", "nope"), "--data: expected one of csv, diabetes"),
+        (("--model", "mymodels.linear:make_model", "--factory-arg", "x"), "expected key=value"),
+    ],
+)
+def test_bad_arguments_are_refused_naming_what_was_expected(tmp_path, args, expected):
+    root = _user_repo(tmp_path)
+    done = _init(root, *args)
+    assert done.returncode == 2
+    assert "init: error: " in done.stderr and expected in done.stderr, done.stderr
+    assert not (root / "dvc.yaml").exists()
+
+
+def test_outside_a_git_repository_or_below_its_root_init_says_where_to_run_it(tmp_path):
+    (tmp_path / "plain").mkdir()
+    done = _init(tmp_path / "plain", *DEMO)
+    assert done.returncode == 2 and "git init" in done.stderr
+    root = _git_repo(tmp_path / "repo")
+    (root / "sub").mkdir()
+    done = _init(root / "sub", *DEMO)
+    assert done.returncode == 2 and "at the repository's root" in done.stderr
+
+
+def test_model_code_outside_the_repository_must_be_named(tmp_path):
+    root = _git_repo(tmp_path / "repo")
+    with pytest.raises(ConfigError, match="outside this repository"):
+        resolve_model(
+            root,
+            "vmapcheck.examples.two_tower:make_model",
+            name="towers",
+            factory_args=["n_body=2", "n_serum=6", "hidden=4", "out_features=1"],
+        )
