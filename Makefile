@@ -15,13 +15,15 @@ export PATH := $(BIN):$(PATH)
 export DVC_NO_ANALYTICS := 1
 export PYTHONUNBUFFERED := 1
 
-.PHONY: help setup demo test test-faults test-fast lint format ui clean params lock reference verdict browser \
-	compare registry rollback diagnose exp
+.PHONY: help setup demo test test-faults test-fast test-wheel wheel lint format ui clean params lock reference \
+	verdict browser compare registry rollback diagnose exp
 
 help:
 	@echo "make demo   set up .venv, run the pipeline (dvc repro) and print the verdict"
 	@echo "make test   set up .venv and headless Chromium, lint, run unit and end-to-end tests"
 	@echo "make test-fast  lint and the unit tests only (no end-to-end pipeline runs)"
+	@echo "make test-wheel  build the wheel, install it in a fresh venv, init and run an empty repository"
+	@echo "make wheel  build dist/vmapcheck-<version>-py3-none-any.whl"
 	@echo "make test-faults  the long fault-injection matrix (SIGKILL each stage, server stopped per MLflow call)"
 	@echo "make ui     MLflow UI over the local store on http://127.0.0.1:$(UI_PORT)"
 	@echo "make verdict BASELINE=last-verified|<run id>|<bench_details.json>  benchmark regression verdict"
@@ -70,6 +72,17 @@ test-faults: $(STAMP)
 # (stages): the loop while working. The HTML report's unit tests open it in Chromium.
 test-fast: $(STAMP) lint browser
 	python -m pytest -m "not e2e and not stages" $(PYTEST_WORKERS)
+
+# What a user installs: the wheel, with the stages, the config groups and the templates.
+wheel: $(STAMP)
+	python -m pip wheel --quiet --no-deps --no-build-isolation -w dist .
+	@ls dist/vmapcheck-*.whl
+
+# The wheel in a fresh venv, in an empty git repository holding only a model package
+# written by the test: vmapcheck init, dvc repro (PASSED), then a planted batching
+# mistake fails (tests/e2e/test_own_repository.py; part of `make test` too).
+test-wheel: $(STAMP)
+	python -m pytest -s tests/e2e/test_own_repository.py
 
 # The HTML report's test opens it in headless Chromium; installed here when missing and
 # root (apt-get), else an error names the package. `make demo` does not need it.
@@ -155,6 +168,6 @@ ui: $(STAMP)
 # Under reports/, only what git ignores (DVC's outputs): the metrics kept in git stay.
 clean:
 	rm -rf data/prepared data/cases data/params data/forward mlflow.db mlartifacts \
-		.dvc/cache .dvc/tmp .jax_cache $(VENV) .pytest_cache .ruff_cache
+		.dvc/cache .dvc/tmp .jax_cache $(VENV) .pytest_cache .ruff_cache build dist
 	git clean -fdXq reports 2>/dev/null || rm -rf reports
 	find . -name __pycache__ -type d -prune -exec rm -rf {} +

@@ -216,6 +216,7 @@ def test_a_planted_batching_mistake_fails_the_check(user_repo):
     summary = repo.run("vmapcheck", "summary", check=False).stdout
     assert summary.startswith("verdict: FAILED"), summary
     assert "direct_eager" in summary and "direct_jit" in summary, summary
+    print("the planted mistake's verdict:\n" + summary)
     # The failed run was logged before the exit.
     verdicts = repo.run(
         "python",
