@@ -205,7 +205,12 @@ def test_cross_run_tolerance_is_the_looser_of_both_runs(inputs):
 
 
 def test_missing_reference_fails_only_when_required(inputs):
-    report = check(inputs, reference={"status": "missing", "message": "no reference"})
+    """Required (the nightly job's -S reference.required=true), a missing reference fails;
+    not required (conf/config.yaml's default: a new model's first run), it is reported."""
+    required = compose_config("model=toy", "reference.required=true")
+    report = check(
+        [required, *inputs[1:]], reference={"status": "missing", "message": "no reference"}
+    )
     assert report["failures"] == ["reference: missing: no reference"]
     config = compose_config("model=toy", "reference.required=false")
     relaxed = run_checks(

@@ -15,6 +15,7 @@ from tests.helpers.config import ROOT
 from vmapcheck import cli
 
 COMMANDS = [
+    "init",
     "diagnose",
     "reference",
     "verdict",

@@ -11,7 +11,7 @@ import yaml
 
 from tests.helpers.config import ROOT
 from vmapcheck.errors import ConfigError
-from vmapcheck.project.init import BLOCK_START, block_text, plan, resolve_model
+from vmapcheck.project.init import BLOCK_START, block_text, plan, resolve_data, resolve_model
 
 # The files of this repository that `vmapcheck init --model mlp` writes.
 DEMO = ("--model", "mlp")
@@ -74,7 +74,7 @@ def test_this_repository_is_what_init_writes_for_the_demo():
     """The demo's dvc.yaml, conf/config.yaml, params.yaml, ... are init's output, byte for
     byte; its .gitignore and .dvcignore hold init's blocks (`vmapcheck init --model mlp
     --force` writes them again)."""
-    planned = plan(ROOT, resolve_model(ROOT, "mlp"), "synthetic")
+    planned = plan(ROOT, resolve_model(ROOT, "mlp"), resolve_data(ROOT, "synthetic"))
     for rel, text in planned.files.items():
         assert (ROOT / rel).read_text(encoding="utf-8") == text, (
             f"{rel} differs from what `vmapcheck init --model mlp` writes: run "
@@ -196,3 +196,37 @@ def test_model_code_outside_the_repository_must_be_named(tmp_path):
             name="towers",
             factory_args=["n_body=2", "n_serum=6", "hidden=4", "out_features=1"],
         )
+
+
+TABLE = "id,email,a,b,c,d,e,y0,y1\n" + "".join(
+    f"{i},p{i}@example.org,{i},{i + 1},{i + 2},{i + 3},{i + 4},{i % 3},{i % 5}\n" for i in range(40)
+)
+
+
+def test_a_users_table_is_declared_column_by_column(tmp_path):
+    root = _user_repo(tmp_path)
+    (root / "data" / "raw").mkdir(parents=True)
+    (root / "data" / "raw" / "patients.csv").write_text(TABLE)
+    common = ("--model", "mymodels.linear:make_model", "--data-path", "data/raw/patients.csv")
+    undeclared = _init(root, *common, "--features", "a,b,c,d,e", "--targets", "y0,y1")
+    assert undeclared.returncode == 2
+    assert "in the table, not declared: ['id', 'email']" in undeclared.stderr
+    narrow = _init(
+        root, *common, "--features", "a,b,c,d", "--targets", "y0,y1", "--identifiers", "id,email,e"
+    )
+    assert narrow.returncode == 2 and "in_features" in narrow.stderr, narrow.stderr
+    assert not (root / "dvc.yaml").exists()
+
+    done = _init(
+        root, *common, "--features", "a,b,c,d,e", "--targets", "y0,y1", "--identifiers", "id,email"
+    )
+    assert done.returncode == 0, done.stderr
+    data = yaml.safe_load((root / "conf" / "data" / "patients.yaml").read_text())
+    assert (data["source"], data["path"]) == ("csv", "data/raw/patients.csv")
+    assert (data["features"], data["targets"]) == (list("abcde"), ["y0", "y1"])
+    assert (data["identifiers"], data["quasi_identifiers"]) == (["id", "email"], {})
+    params = yaml.safe_load((root / "params.yaml").read_text())
+    assert params["data"]["path"] == "data/raw/patients.csv"
+    # Kept out of git by init's .gitignore block (prepare refuses a table git would carry).
+    ignored = subprocess.run(["git", "check-ignore", "-q", "data/raw/patients.csv"], cwd=root)
+    assert ignored.returncode == 0

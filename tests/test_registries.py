@@ -156,6 +156,8 @@ def test_the_layout_names_what_dvc_yaml_declares():
     }
     # The per-stage wall-time records, one per stage: Layout.stage_time(stage).
     named |= {str(layout.stage_time(stage).relative_to(ROOT)) for stage in stages}
+    # The code stage's records, one per stage it records: Layout.code_record(stage).
+    named |= {str(layout.code_record(stage).relative_to(ROOT)) for stage in stages}
     assert declared <= named, sorted(declared - named)
 
 

@@ -124,7 +124,7 @@ def test_ci_runs_lint_and_unit_tests_on_every_push_and_pull_request() -> None:
     for event in ("push", "pull_request"):
         assert not triggers[event], f"{CI_WORKFLOW.name}: on.{event}: expected no filter"
     assert ci["permissions"] == {"contents": "read"}
-    (ci_job,) = ci["jobs"].values()
+    ci_job = ci["jobs"]["test-fast"]
     assert 0 < ci_job["timeout-minutes"] <= 120
     steps = ci_job["steps"]
     assert steps[0]["uses"].startswith("actions/checkout@")
@@ -133,3 +133,6 @@ def test_ci_runs_lint_and_unit_tests_on_every_push_and_pull_request() -> None:
     assert setup[0]["with"]["cache-dependency-path"] == "requirements.lock"
     runs = [s.get("run", "").strip() for s in steps]
     assert runs.index("make setup") < runs.index("make test-fast")
+    # The wheel in a user's own repository (tests/e2e/test_own_repository.py).
+    wheel_runs = [s.get("run", "").strip() for s in ci["jobs"]["wheel"]["steps"]]
+    assert wheel_runs.index("make setup") < wheel_runs.index("make test-wheel")

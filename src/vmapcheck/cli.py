@@ -127,6 +127,13 @@ def _init(args: argparse.Namespace, layout: Layout) -> int:
         factory_args=args.factory_arg or [],
         model_code=args.model_code or [],
         force=args.force,
+        table={
+            "table": args.data_path,
+            "features": args.features,
+            "targets": args.targets,
+            "identifiers": args.identifiers,
+            "name": args.data_name,
+        },
     )
 
 
@@ -211,6 +218,19 @@ def build_parser() -> argparse.ArgumentParser:
     )
     init.add_argument(
         "--data", default="synthetic", help="a shipped data option (default: synthetic)"
+    )
+    init.add_argument(
+        "--data-path",
+        help="your own table (.csv or .parquet), instead of --data: declare every column "
+        "with --features, --targets and --identifiers",
+    )
+    init.add_argument("--features", help="with --data-path: the feature columns, in order (a,b,c)")
+    init.add_argument("--targets", help="with --data-path: the target columns, in order")
+    init.add_argument(
+        "--identifiers", help="with --data-path: direct identifiers (dropped before any write)"
+    )
+    init.add_argument(
+        "--data-name", help="with --data-path: the data option's name (default: the file's stem)"
     )
     init.add_argument("--name", help="your model's name (default: the name its Model gives)")
     init.add_argument(

@@ -22,6 +22,7 @@ that exists, naming each, unless ``force``; nothing is written then.
 
 from __future__ import annotations
 
+import csv
 import importlib
 import re
 import subprocess
@@ -36,6 +37,7 @@ from jinja2 import Environment, PackageLoader, StrictUndefined
 
 from vmapcheck import __version__
 from vmapcheck.compose import compose_yaml
+from vmapcheck.config import validate_config
 from vmapcheck.errors import ConfigError
 from vmapcheck.io import atomic_write_text
 from vmapcheck.layout import Layout
@@ -81,6 +83,17 @@ class ModelChoice:
     config: dict[str, Any] | None = None
     # The files and folders of the user's model code, relative to the root (DVC deps).
     code: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class DataChoice:
+    """The project's data: a shipped option (``synthetic``) or the user's own table."""
+
+    name: str
+    # None for a shipped option; else conf/data/<name>.yaml's content (source: csv).
+    config: dict[str, Any] | None = None
+    # The table, relative to the root, when it lies inside the repository (a DVC dep).
+    dep: str | None = None
 
 
 @dataclass
@@ -230,6 +243,96 @@ def resolve_model(
     return ModelChoice(name=name, config=_model_config(name, target, args, model), code=code)
 
 
+def _columns(path: Path) -> list[str]:
+    """The column names of a .csv (its header) or .parquet table (its schema)."""
+    if path.suffix == ".parquet":
+        import pyarrow.parquet as pq
+
+        return list(pq.read_schema(path).names)
+    with path.open(encoding="utf-8", newline="") as f:
+        header = next(csv.reader(f), None)
+    if not header:
+        raise ConfigError(f"--data-path {path}: expected a header row of column names, found none")
+    return header
+
+
+def _listed(value: str | None) -> list[str]:
+    return [c.strip() for c in (value or "").split(",") if c.strip()]
+
+
+def resolve_data(
+    root: Path,
+    data: str,
+    table: str | None = None,
+    features: str | None = None,
+    targets: str | None = None,
+    identifiers: str | None = None,
+    name: str | None = None,
+) -> DataChoice:
+    """The project's data: a shipped option by name, or the user's table at ``table``
+    (.csv or .parquet) with every column declared in one role, written as a data option
+    of its own (``conf/data/<name>.yaml``, from the shipped ``csv`` option's settings).
+
+    Raises:
+        ConfigError: an unknown option, a table that does not exist, a column declared
+            twice, declared but absent, or present but undeclared (it could be personal
+            data: prepare would refuse it too).
+    """
+    if table is None:
+        if data not in _shipped_options("data"):
+            raise ConfigError(
+                f"--data: expected one of {', '.join(_shipped_options('data'))}, found {data!r}"
+            )
+        if features or targets or identifiers or name:
+            raise ConfigError(
+                "--features, --targets, --identifiers, --data-name go with --data-path"
+            )
+        return DataChoice(name=data)
+    path = (root / table) if not Path(table).is_absolute() else Path(table)
+    if not path.is_file():
+        raise ConfigError(f"--data-path: {table} is not a file (from {root})")
+    roles = {
+        "features": _listed(features),
+        "targets": _listed(targets),
+        "identifiers": _listed(identifiers),
+    }
+    for role in ("features", "targets"):
+        if not roles[role]:
+            raise ConfigError(f"--data-path: name the table's {role} with --{role} a,b,...")
+    declared = [c for cols in roles.values() for c in cols]
+    twice = sorted({c for c in declared if declared.count(c) > 1})
+    columns = _columns(path)
+    absent = [c for c in declared if c not in columns]
+    undeclared = [c for c in columns if c not in declared]
+    if twice or absent or undeclared:
+        raise ConfigError(
+            f"--data-path {table}: every column in exactly one role (features, targets, "
+            f"identifiers); found declared twice: {twice or 'none'}; declared, not in the "
+            f"table: {absent or 'none'}; in the table, not declared: {undeclared or 'none'} "
+            "(an undeclared column could be personal data: declare it --identifiers to drop it)"
+        )
+    config = yaml.safe_load(files("vmapcheck.conf").joinpath("data", "csv.yaml").read_text())
+    try:
+        rel = path.resolve().relative_to(root.resolve()).as_posix()
+    except ValueError:
+        rel = None
+    config.update(
+        path=rel or str(path),
+        identifiers=roles["identifiers"],
+        quasi_identifiers={},
+        features=roles["features"],
+        targets=roles["targets"],
+    )
+    config["anonymize"]["group_by"] = roles["identifiers"][0] if roles["identifiers"] else None
+    name = name or re.sub(r"[^A-Za-z0-9_-]", "_", path.stem)
+    if not _NAME.match(name) or name in _shipped_options("data"):
+        raise ConfigError(
+            f"--data-name: expected a name of letters, digits, _ or - that no shipped data "
+            f"option has, found {name!r}"
+        )
+    return DataChoice(name=name, config=config, dep=rel)
+
+
 def _render(template: str, **values: Any) -> str:
     env = Environment(
         loader=PackageLoader("vmapcheck.project", "templates"),
@@ -240,12 +343,8 @@ def _render(template: str, **values: Any) -> str:
     return env.get_template(template).render(version=__version__, **values)
 
 
-def plan(root: Path, model: ModelChoice, data: str) -> Plan:
+def plan(root: Path, model: ModelChoice, data: DataChoice) -> Plan:
     """Every file init writes for ``model`` and ``data``, and the ignore-file blocks."""
-    if data not in _shipped_options("data"):
-        raise ConfigError(
-            f"--data: expected one of {', '.join(_shipped_options('data'))}, found {data!r}"
-        )
     layout = Layout(root)
     out = Plan()
     lock = LOCK_FILE if (root / LOCK_FILE).is_file() else None
@@ -253,10 +352,11 @@ def plan(root: Path, model: ModelChoice, data: str) -> Plan:
         "dvc.yaml.j2",
         stages=list(STAGE_CODE),
         model_code=list(model.code),
-        data_deps=["data/raw"],
+        data_deps=["data/raw"]
+        + ([data.dep] if data.dep and not data.dep.startswith("data/raw/") else []),
         lock_file=lock,
     )
-    out.files["conf/config.yaml"] = _render("config.yaml.j2", model=model.name, data=data)
+    out.files["conf/config.yaml"] = _render("config.yaml.j2", model=model.name, data=data.name)
     if model.config is not None:
         header = (
             "# Your model, written by `vmapcheck init` from what its factory returned. The\n"
@@ -266,13 +366,22 @@ def plan(root: Path, model: ModelChoice, data: str) -> Plan:
         out.files[f"conf/model/{model.name}.yaml"] = header + yaml.safe_dump(
             model.config, sort_keys=False
         )
+    if data.config is not None:
+        header = (
+            "# Your table, written by `vmapcheck init --data-path`: every column in exactly one\n"
+            "# role (identifiers are dropped or pseudonymized before anything is written).\n"
+            "# The other keys are the shipped csv option's (vmapcheck docs: regression-set.md).\n"
+        )
+        out.files[f"conf/data/{data.name}.yaml"] = header + yaml.safe_dump(
+            data.config, sort_keys=False
+        )
     out.files[".dvc/plots/loglog.json"] = (
         files("vmapcheck.project") / "templates" / "loglog.json"
     ).read_text(encoding="utf-8")
     out.files["data/raw/README.md"] = _render("data_raw_README.md.j2")
     out.files["data/reference/README.md"] = _render("data_reference_README.md.j2")
     out.files["VMAPCHECK.md"] = _render(
-        "VMAPCHECK.md.j2", model=model.name, own_model=model.config is not None, data=data
+        "VMAPCHECK.md.j2", model=model.name, own_model=model.config is not None, data=data.name
     )
     out.blocks[".gitignore"] = GITIGNORE_RULES
     out.blocks[".dvcignore"] = DVCIGNORE_RULES
@@ -292,7 +401,11 @@ def _compose_planned(out: Plan, layout: Layout) -> str:
             if rel.startswith("conf/"):
                 (Path(scratch) / rel).parent.mkdir(parents=True, exist_ok=True)
                 (Path(scratch) / rel).write_text(text, encoding="utf-8")
-        return compose_yaml(conf)
+        text = compose_yaml(conf)
+    # Refused now, naming the key, rather than by the first stage (e.g. a table with
+    # another number of features than the model takes).
+    validate_config(yaml.safe_load(text))
+    return text
 
 
 def block_text(rules: tuple[str, ...]) -> str:
@@ -358,6 +471,7 @@ def run_init(
     factory_args: list[str] | None = None,
     model_code: list[str] | None = None,
     force: bool = False,
+    table: dict[str, str | None] | None = None,
 ) -> int:
     """``vmapcheck init``: check everything, then write (see the module docstring).
 
@@ -369,7 +483,8 @@ def run_init(
     """
     root = _git_root(root)
     choice = resolve_model(root, model, name, factory_args, model_code)
-    planned = plan(root, choice, data)
+    data_choice = resolve_data(root, data, **(table or {}))
+    planned = plan(root, choice, data_choice)
     existing = conflicts(root, planned)
     if existing and not force:
         print(
@@ -392,7 +507,7 @@ def run_init(
         old = path.read_text(encoding="utf-8") if path.is_file() else ""
         atomic_write_text(path, _with_block(old, rules))
     written = [*planned.files, *(f"{rel} (vmapcheck block)" for rel in planned.blocks)]
-    print(f"vmapcheck init: vmapcheck {__version__}, model {choice.name}, data {data}")
+    print(f"vmapcheck init: vmapcheck {__version__}, model {choice.name}, data {data_choice.name}")
     for line in said:
         print(f"  {line}")
     print("  wrote:\n" + "\n".join(f"    {rel}" for rel in written))
