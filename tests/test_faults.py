@@ -40,7 +40,14 @@ from tests.helpers.fault_injection import (
     unprivileged_prefix,
 )
 from tests.helpers.inprocess import stage_process, write_params
-from tests.helpers.project import FAST_RUN, commit_all, committed_project, run
+from tests.helpers.project import (
+    FAST_RUN,
+    commit_all,
+    committed_project,
+    dvc_up_to_date,
+    run,
+    stages_run,
+)
 from tests.helpers.servers import MlflowServer
 
 SEED = 15  # the kill points below are drawn from it: a failure replays
@@ -49,10 +56,6 @@ TINY = ("data.n_rows=200", "data.standard_batch=8", *FAST_RUN)
 # A stopped server must fail track within this many seconds (the issue measured 5-8 s;
 # tracking.http_* in conf/tracking/server.yaml bound each request).
 SERVER_DOWN_BOUND_S = 20.0
-
-
-def stages_run(output: str) -> set[str]:
-    return set(re.findall(r"Running stage '(\w+)'", output))
 
 
 def rerun_or_restored(result: subprocess.CompletedProcess, stage: str) -> str | None:
@@ -117,8 +120,8 @@ def project(tmp_path_factory) -> Project:
 
 def assert_recovered(project: Path, result: subprocess.CompletedProcess) -> None:
     assert result.returncode == 0, result.stdout + result.stderr
-    status = run(project, "dvc", "status").stdout
-    assert "up to date" in status, status
+    stale = dvc_up_to_date(project)
+    assert not stale, stale
     assert output_problems(project) == []
     assert store_problems(local_uri(project)) == []
 

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers.project import FAST_RUN, committed_project, run
+from tests.helpers.project import FAST_RUN, committed_project, dvc_up_to_date, run
 
 pytestmark = pytest.mark.e2e
 
@@ -92,8 +92,8 @@ def test_a_plugged_in_model_runs_the_whole_pipeline(project, model, direct):
     assert "contract.json" in artifacts
 
 
-def test_a_dict_input_model_from_the_docs_runs_end_to_end_and_models_is_a_dependency(project):
-    # docs/own-model.md's two-tower model (models/two_tower.py): one example is
+def test_a_dict_input_model_from_the_docs_runs_end_to_end_and_its_code_is_a_dependency(project):
+    # docs/own-model.md's two-tower model (vmapcheck/examples/two_tower.py): one example is
     # {"body": (2,), "serum": (6,)}, on the bundled diabetes table.
     fast = [arg for override in ("data.standard_batch=8", *FAST_RUN) for arg in ("-S", override)]
     run(project, "dvc", "exp", "run", "-n", "two-tower-exp", "-S", "model=two_tower",
@@ -109,10 +109,10 @@ def test_a_dict_input_model_from_the_docs_runs_end_to_end_and_models_is_a_depend
     assert [leaf["leaf"] for leaf in contract["inputs"]["leaves"]] == ["body", "serum"]
     track = json.loads((project / "reports" / "track.json").read_text())
     assert mlflow_client(project).get_run(track["run_id"]).data.tags["verdict"] == "passed"
-    # The models/ package is a dependency of every stage that runs a model: editing it
-    # makes them stale, with no edit to dvc.yaml.
-    with (project / "models" / "two_tower.py").open("a") as module:
+    # A shipped example is code of every stage that runs a model: once the code stage
+    # has recorded an edit of it, they are stale, and prepare and track are not.
+    with (project / "src" / "vmapcheck" / "examples" / "two_tower.py").open("a") as module:
         module.write("\n# an edit\n")
-    status = run(project, "dvc", "status").stdout
-    for stage in ("train", "forward", "check", "bench"):
-        assert f"{stage}:" in status, status
+    run(project, "dvc", "repro", "--single-item", "code")
+    stale = dvc_up_to_date(project)
+    assert set(stale) == {"train", "forward", "check", "bench"}, stale

@@ -48,6 +48,29 @@ def run(
     return result
 
 
+# dvc.yaml's first stage: it runs on every `dvc repro` by design (always_changed) and only
+# records which vmapcheck code each stage runs (vmapcheck.project.code).
+ALWAYS_RUN = "code"
+
+
+def stages_run(output: str) -> set[str]:
+    """The stages a `dvc repro` ran (its output), less the code stage, which always runs."""
+    import re
+
+    return set(re.findall(r"Running stage '(\w+)'", output)) - {ALWAYS_RUN}
+
+
+def dvc_up_to_date(project: Path) -> dict:
+    """What `dvc status --json` reports beyond the code stage's "always changed": {} when
+    every stage is up to date."""
+    import json
+
+    status = json.loads(run(project, "dvc", "status", "--json").stdout or "{}")
+    if status.get(ALWAYS_RUN) == ["always changed"]:
+        del status[ALWAYS_RUN]
+    return status
+
+
 # Train and benchmark just enough to exercise every stage in seconds, not minutes.
 FAST_RUN = [
     "train.steps=30",
