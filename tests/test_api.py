@@ -25,6 +25,7 @@ from vmapcheck.testing import (
     BatchingCheckError,
     assert_batching_consistent,
     check_batching,
+    first_diverging_pair,
     precision_config,
     precision_names,
 )
@@ -151,7 +152,9 @@ def test_the_verdict_lines_are_the_pipelines(good, tmp_path):
 
     layout = Layout(tmp_path)
     layout.check_details.parent.mkdir(parents=True)
-    atomic_write_json(layout.check_details, dict(good.details))
+    # What the check stage adds for `make reference` (no reference here).
+    stamped = {**good.details, "config_digest": "", "forward_outputs_sha256": ""}
+    atomic_write_json(layout.check_details, stamped)
     pipeline = summarize(layout).splitlines()
     ours = good.summary.splitlines()
     assert ours[0].startswith(pipeline[0])
@@ -165,38 +168,42 @@ def test_the_verdict_lines_are_the_pipelines(good, tmp_path):
 # --- planted batching mistakes fail, naming the paths ------------------------------------
 
 
+# One mistake through every path, as a user's test runs it; the other two through the
+# paths that tell the forms apart (fewer jit compiles: this file stays fast).
+FEW = ["loop_eager", "vmap_jit", "direct_eager", "direct_jit"]
+
+
 @pytest.mark.parametrize(
-    ("mistake", "regrouping"),
+    ("mistake", "regrouping", "paths"),
     [
-        ({"softmax_axis": 0}, "split"),  # softmax normalised over the batch
-        ({"center_axis": 0}, "split"),  # a mean over the batch axis (batch statistics)
-        ({"shift": 1}, "permuted"),  # rows off by one
+        ({"softmax_axis": 0}, "split", None),  # softmax normalised over the batch
+        ({"center_axis": 0}, "split", FEW),  # a mean over the batch axis (batch statistics)
+        ({"shift": 1}, "permuted", FEW),  # rows off by one
     ],
     ids=["softmax_over_batch", "mean_over_batch", "rows_off_by_one"],
 )
-def test_a_planted_batching_mistake_fails_naming_the_paths(mistake, regrouping):
+def test_a_planted_batching_mistake_fails_naming_the_paths(mistake, regrouping, paths):
     with pytest.raises(AssertionError) as caught:
-        assert_batching_consistent(planted(**mistake), PARAMS, EXAMPLES)
+        assert_batching_consistent(planted(**mistake), PARAMS, EXAMPLES, paths=paths)
     message = str(caught.value)
-    assert message.startswith("verdict: FAILED - loop, map, vmap, vmap_of_jit and direct")
+    forms = "loop, map, vmap, vmap_of_jit and direct" if paths is None else "loop, vmap and direct"
+    assert message.startswith(f"verdict: FAILED - {forms} forwards (eager and jit)")
     assert "  first diverging pair: examples/loop_eager-vs-direct_eager\n" in message
     assert "disagree with loop_eager (the plain per-example loop): direct_eager, direct_jit\n" in (
         message
     )
     assert "  FAIL examples         [8x4] worst pair: max_abs=" in message
-    assert "  FAIL composition      examples: outputs depend on batch composition in " in (
-        message
-    )
+    assert "  FAIL composition      examples: outputs depend on batch composition in " in (message)
     # The check's own failure lines, the first ten of them.
     failures = [line for line in message.splitlines() if line.startswith("  failure: ")]
     assert len(failures) == 10
-    assert failures[0].startswith(
-        "  failure: examples/loop_eager-vs-direct_eager: element ("
-    ) and "> atol + rtol*S = " in failures[0]
+    assert failures[0].startswith("  failure: examples/loop_eager-vs-direct_eager: element (")
+    assert "> atol + rtol*S = " in failures[0]
     # Only the hand-batched paths are blamed: the loop and vmap forms agree.
     report = caught.value.report
-    assert not report.passed and len(report.failures) > 10
-    assert f"and {len(report.failures) - 10} more failure(s)" in message
+    assert not report.passed and len(report.failures) >= 10
+    if len(report.failures) > 10:  # every pair with a direct path, on two cases
+        assert f"and {len(report.failures) - 10} more failure(s)" in message
     assert report.pairs["loop_eager-vs-vmap_jit"].passed
     assert not report.pairs["vmap_jit-vs-direct_jit"].passed
     assert (
@@ -209,22 +216,27 @@ def test_a_mistake_every_path_shares_is_caught_by_the_float64_oracle():
     """Agreement cannot tell "all right" from "all wrong the same way": a cancellation
     that float32 loses in every path alike is caught against float64."""
 
+    def shifted(params, x):
+        # ~1e5, a value at run time (a constant would let XLA fold (x + c) - c to x under
+        # jit): float32 keeps x only to ~4e-3 here.
+        big = jnp.sum(jnp.abs(params["W1"])) * 1.0e4
+        return (x + big) - big
+
     def forward_one(params, x):
-        x = (x + 1.0e5) - 1.0e5  # float32 keeps x only to ~8e-3 here
-        return x @ params["W1"][:, :OUT]
+        return shifted(params, x) @ params["W1"][:, :OUT]
 
     def forward_batch(params, X):
-        X = (X + 1.0e5) - 1.0e5
-        return X @ params["W1"][:, :OUT]
+        return shifted(params, X) @ params["W1"][:, :OUT]
 
     model = dataclasses.replace(MODEL, forward_one=forward_one, forward_batch=forward_batch)
-    paths = ["loop_eager", "vmap_jit", "direct_eager", "direct_jit"]
-    report = check_batching(model, PARAMS, EXAMPLES, paths=paths)
+    report = check_batching(model, PARAMS, EXAMPLES, paths=FEW)
     assert not report.passed
     assert all(pair.passed for pair in report.pairs.values())  # they agree with each other
-    oracle = [f for f in report.failures if " vs float64 oracle: " in f]
-    assert {f.split(" vs ")[0] for f in oracle} >= {f"examples/{p}" for p in paths}
+    assert first_diverging_pair(report.details) is None
+    oracle = {f.split(" vs ")[0] for f in report.failures if " vs float64 oracle: " in f}
+    assert oracle == {f"{case}/{p}" for case in ("examples", "single") for p in FEW}
     assert all(rel > report.cross_run_tolerance["rtol"] for rel in report.oracle.values())
+    assert "  failure: examples/loop_eager vs float64 oracle: element (" in report.summary
 
 
 # --- a dict-of-leaves (pytree) input -----------------------------------------------------
@@ -285,13 +297,12 @@ TOKENS_EXAMPLES = {
 }
 
 
-def test_a_pytree_input_model_passes_with_the_edge_cases():
-    report = assert_batching_consistent(
-        TOKENS_MODEL, TOKENS_PARAMS, TOKENS_EXAMPLES, edge_cases=True
-    )
+def test_a_pytree_input_model_passes():
+    report = assert_batching_consistent(TOKENS_MODEL, TOKENS_PARAMS, TOKENS_EXAMPLES)
     assert report.passed and report.worst_bound_ratio < 1
+    assert report.paths == tuple(PATHS)
     cases = report.details["cases"]
-    assert {"examples", "single", "single_vector", "zeros", "boundary", "denormal"} <= set(cases)
+    assert set(cases) == {"examples", "single", "single_vector"}
     assert cases["examples"]["shape"] == {"feats": [6, 3], "ids": [6, POSITIONS]}
     assert "  inputs: feats (3,) float (three measurements); ids (5,) int32 ids 0..6" in (
         report.summary
@@ -305,10 +316,42 @@ def test_a_pytree_input_model_passes_with_the_edge_cases():
     assert "leaf 'ids' is missing" in message
 
 
+def test_a_pytree_model_passes_at_float64_every_wrong_dtype_refused_by_its_leaf():
+    """At f64 the valid float leaves of a wrong-dtype case are float64 too, so the leaf
+    under test is the one refused (the pipeline's stored case keeps them float32)."""
+    report = assert_batching_consistent(
+        TOKENS_MODEL, TOKENS_PARAMS, TOKENS_EXAMPLES, precision="f64", paths=["loop_eager"]
+    )
+    assert report.dtype == "float64" and report.oracle == {}
+    negative = report.details["negative"]
+    message = negative["invalid_ids_dtype"]["paths"]["loop_eager"]["message"]
+    assert message == "leaf 'ids': expected dtype int32, got float32"
+    message = negative["invalid_feats_dtype"]["paths"]["loop_eager"]["message"]
+    assert message == "leaf 'feats': expected dtype float64, got int32"
+
+
 def test_a_pytree_model_pooling_over_the_batch_axis_fails():
     model = dataclasses.replace(TOKENS_MODEL, forward_batch=tokens_batch(pool_axis=0))
-    with pytest.raises(AssertionError, match="first diverging pair: examples/loop_eager-vs-direct"):
-        assert_batching_consistent(model, TOKENS_PARAMS, TOKENS_EXAMPLES)
+    with pytest.raises(AssertionError) as caught:
+        assert_batching_consistent(model, TOKENS_PARAMS, TOKENS_EXAMPLES, paths=FEW)
+    message = str(caught.value)
+    assert "  first diverging pair: examples/loop_eager-vs-direct_eager\n" in message
+    assert "  FAIL examples         [feats 6x3, ids 6x5] worst pair: " in message
+    assert "outputs depend on batch composition in direct_eager, direct_jit" in message
+
+
+def test_the_edge_cases_run_when_asked():
+    """The regression set's edge batches, built from the examples (zeros, their min and
+    max, +/-1.8e19, subnormals), as prepare builds them from its table."""
+    report = assert_batching_consistent(
+        MODEL, PARAMS, EXAMPLES, paths=["loop_eager", "vmap_jit"], edge_cases=True
+    )
+    cases = report.details["cases"]
+    assert set(cases) == {
+        "examples", "single", "zeros", "boundary", "large_magnitude", "denormal"
+    }  # fmt: skip
+    assert cases["boundary"]["shape"] == [2, IN] and cases["denormal"]["kind"] == "denormal"
+    assert all(case["passed"] for case in cases.values())
 
 
 # --- invalid input: vmapcheck validates what the model would silently take ---------------
@@ -350,7 +393,9 @@ def test_bad_arguments_are_named():
         assert_batching_consistent(MODEL, PARAMS, EXAMPLES, precision="f16")
     with pytest.raises(ConfigError, match=r"precision\.tolerance\.rtol: .*greater than or equal"):
         assert_batching_consistent(MODEL, PARAMS, EXAMPLES, rtol=-1.0)
-    with pytest.raises(ConfigError, match=r"unknown forward path 'vmap'; expected names .*vmap_jit"):
+    with pytest.raises(
+        ConfigError, match=r"unknown forward path 'vmap'; expected names .*vmap_jit"
+    ):
         assert_batching_consistent(MODEL, PARAMS, EXAMPLES, paths=["vmap"])
     no_direct = dataclasses.replace(MODEL, forward_batch=None)
     with pytest.raises(ConfigError, match=r"direct_jit cannot run: .*no hand-batched forward"):
@@ -363,9 +408,7 @@ def test_bad_arguments_are_named():
     with pytest.raises(InvalidInputError, match=r"examples: .*got a list, not an array"):
         assert_batching_consistent(MODEL, PARAMS, EXAMPLES.tolist())
     with pytest.raises(InvalidInputError, match=r"examples: leaf 'ids' is missing"):
-        assert_batching_consistent(
-            TOKENS_MODEL, TOKENS_PARAMS, {"feats": TOKENS_EXAMPLES["feats"]}
-        )
+        assert_batching_consistent(TOKENS_MODEL, TOKENS_PARAMS, {"feats": TOKENS_EXAMPLES["feats"]})
     ids_as_float = {**TOKENS_EXAMPLES, "ids": TOKENS_EXAMPLES["ids"].astype(np.float32)}
     with pytest.raises(InvalidInputError, match=r"leaf 'ids': expected dtype int32, got float"):
         assert_batching_consistent(TOKENS_MODEL, TOKENS_PARAMS, ids_as_float)
@@ -392,7 +435,7 @@ def test_the_api_is_exported_lazily():
 
 # --- the pytest plugin -------------------------------------------------------------------
 
-_USER_TESTS = '''
+_USER_TESTS = """
 import jax, jax.numpy as jnp, numpy as np
 from vmapcheck.core.models import Model
 
@@ -416,14 +459,15 @@ def model(forward_batch):
                  forward_batch=forward_batch, init=init)
 
 def test_passes_at_the_command_line_precision(batching_check, vmapcheck_precision):
-    report = batching_check(model(batch), init(jax.random.key(0)), X)
+    report = batching_check(model(batch), init(jax.random.key(0)), X,
+                            paths=["loop_eager", "vmap_jit", "direct_jit"])
     assert report.precision == vmapcheck_precision == "f64"
     assert report.dtype == "float64" and report.oracle == {}
 
 def test_planted_mistake(batching_check):
     batching_check(model(batch_mean_over_rows), init(jax.random.key(0)), X,
                    paths=["loop_eager", "direct_eager"])
-'''
+"""
 
 
 def _run_plugin(pytester: pytest.Pytester, *args: str):

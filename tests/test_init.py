@@ -124,7 +124,12 @@ def test_a_users_factory_gets_its_model_file_and_its_code_tracked(tmp_path):
         "in_features": 6,
         "out_features": 2,
         "inputs": None,
-        "factory": {"_target_": "mymodels.linear.make_model", "in_features": 6},
+        # The widths interpolated: one source of truth for -S model.in_features=...
+        "factory": {
+            "_target_": "mymodels.linear.make_model",
+            "in_features": "${model.in_features}",
+            "out_features": "${model.out_features}",
+        },
     }
     stages = yaml.safe_load((root / "dvc.yaml").read_text())["stages"]
     for stage in ("train", "forward", "check", "bench"):

@@ -175,6 +175,24 @@ def test_every_path_agrees_on_a_dict_input_model(two_tower):
     assert all("leaf 'body'" in r["message"] for r in refused.values())
 
 
+@pytest.mark.parametrize("dtype", [jnp.float64, jnp.bfloat16])
+def test_a_wrong_dtype_leaf_is_the_one_refused_at_every_precision(two_tower, dtype):
+    """The other float leaves of a wrong-dtype case are cast to the run's dtype like any
+    case (its ``keep`` names the leaf under test): at f64 and bf16 the refusal names the
+    leaf under test, not a valid float32 leaf beside it."""
+    model, params = two_tower
+    table = RNG.normal(size=(30, 8))
+    cases = regression_cases(table, table[:12], np.zeros((12, 1)), 8, model.contract)
+    with jax.enable_x64(dtype == jnp.float64):
+        _, record = run_forward(model, params, cases, dtype)
+    for leaf, other in (("serum", "body"), ("body", "serum")):
+        refused = record[f"invalid_{leaf}_dtype"]
+        assert refused and all(r["refused"] for r in refused.values())
+        for result in refused.values():
+            assert f"leaf '{leaf}'" in result["message"], result["message"]
+            assert f"leaf '{other}'" not in result["message"], result["message"]
+
+
 def test_the_guard_serves_and_refuses_a_dict_input_model(two_tower):
     from vmapcheck.bench.guard import Guard, invalid_kinds, replay, request_stream
 

@@ -29,6 +29,7 @@ _EXPORTS = {
     "Layout": "vmapcheck.layout",
     "Config": "vmapcheck.config",
     "load_config": "vmapcheck.config",
+    "assert_batching_consistent": "vmapcheck.testing",
 }
 
 __all__ = ["__version__", *_EXPORTS]

@@ -16,6 +16,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Literal
 
+import jax.numpy as jnp
+
 from vmapcheck.core.contract import cast_floats, rows
 from vmapcheck.core.paths import path_names
 from vmapcheck.errors import ArtifactError
@@ -102,10 +104,13 @@ CASE_KINDS: dict[str, CaseKind] = {
 def case_input(case: dict[str, Any], dtype: Any) -> Any:
     """The input ``x`` of ``case`` as the paths get it at the run's ``dtype``: float leaves
     cast to it, ids and masks as stored; a case with ``cast`` False (a wrong dtype to be
-    refused) exactly as stored."""
+    refused) exactly as stored, and the leaves named in its ``keep`` (the one leaf given
+    a wrong dtype) as stored while the others are cast."""
     if not case.get("cast", True):
         return case["x"]
-    return cast_floats(case["x"], dtype)
+    x = cast_floats(case["x"], dtype)
+    kept = case.get("keep") or ()
+    return {**x, **{name: jnp.asarray(case["x"][name]) for name in kept}} if kept else x
 
 
 def case_rows(case: dict[str, Any]) -> int:

@@ -104,3 +104,14 @@ def applies(case: dict[str, Any], name: str = "") -> bool:
 def composition_key(case: str, path: str, regrouping: str) -> str:
     """Key of one output in data/forward/composition.npz: ``standard.vmap_jit.split``."""
     return f"{output_key(case, path)}.{regrouping}"
+
+
+def composition_line(case: str, by_path: dict[str, dict[str, Any]]) -> str:
+    """The verdict line of one case's composition check, as the check stage and
+    ``vmapcheck.testing`` print it; ``by_path``: path -> {"passed", ...}."""
+    failed = [path for path, result in by_path.items() if not result["passed"]]
+    return f"  {'FAIL' if failed else 'ok  '} composition      {case}: " + (
+        f"outputs depend on batch composition in {', '.join(failed)}"
+        if failed
+        else f"{len(by_path)} paths agree with themselves {' and '.join(REGROUPINGS)}"
+    )

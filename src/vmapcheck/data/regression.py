@@ -217,7 +217,18 @@ _STORED = {"float": np.float32, "int32": np.int32, "bool": np.bool_}
 _ZERO_MEANS = {"float": "0.0", "int32": "id 0", "bool": "all padding"}
 
 
-def _invalid(x: Any, about: str, expect: list[str], runs_on: str = "batch", cast: bool = True):
+def _invalid(
+    x: Any,
+    about: str,
+    expect: list[str],
+    runs_on: str = "batch",
+    cast: bool = True,
+    keep: tuple[str, ...] = (),
+) -> dict[str, Any]:
+    """An input to be refused. ``cast`` False: run exactly as stored (a flat batch of a
+    wrong dtype); ``keep``: the leaves of a dict run as stored while the others are cast
+    to the run's dtype like any case, so that only the leaf under test is wrong at every
+    precision (vmapcheck.core.cases.case_input)."""
     return {
         "x": x,
         "kind": "invalid",
@@ -225,6 +236,7 @@ def _invalid(x: Any, about: str, expect: list[str], runs_on: str = "batch", cast
         "expect": expect,
         "runs_on": runs_on,
         "cast": cast,
+        **({"keep": list(keep)} if keep else {}),
     }
 
 
@@ -308,7 +320,7 @@ def _tree_invalid_cases(contract: InputSpec, valid: dict[str, np.ndarray]) -> di
             with_leaf(name, good.astype(wrong)),
             f"{name} as {np.dtype(wrong).name}",
             [where, "expected dtype", f"got {np.dtype(wrong).name}"],
-            cast=False,
+            keep=(name,),
         )
         if leaf.dtype == "float":
             for bad, row in (("nan", 1), ("inf", 2)):
@@ -416,7 +428,7 @@ def write_cases(
             **_about_x(case["x"]),
             "has_targets": "y" in case,
             "about": case["about"],
-            **{k: case[k] for k in ("expect", "runs_on", "cast") if k in case},
+            **{k: case[k] for k in ("expect", "runs_on", "cast", "keep") if k in case},
         }
     manifest = {"features": list(features or []), "cases": entries}
     atomic_write_json(folder / CASES_MANIFEST, manifest)

@@ -16,7 +16,7 @@ from vmapcheck.check.diagnosis import for_check, key_stream_stage, write_report
 from vmapcheck.check.reference import load_reference, reference_dir
 from vmapcheck.check.schema import read_record
 from vmapcheck.config import Config, config_digest
-from vmapcheck.core.composition import REGROUPINGS
+from vmapcheck.core.composition import composition_line
 from vmapcheck.core.magnitude import case_magnitudes
 from vmapcheck.core.models import build_model
 from vmapcheck.core.oracle import float64_outputs
@@ -149,15 +149,7 @@ def run(config: Config, layout: Layout) -> None:
         f"mean per-example vs batch gradient max_rel={grads.get('max_rel')}; NaN target detected"
     )
     for name, by_path in report.get("composition", {}).items():
-        failed = [path for path, r in by_path.items() if not r["passed"]]
-        print(
-            f"  {'FAIL' if failed else 'ok  '} composition      {name}: "
-            + (
-                f"outputs depend on batch composition in {', '.join(failed)}"
-                if failed
-                else f"{len(by_path)} paths agree with themselves {' and '.join(REGROUPINGS)}"
-            )
-        )
+        print(composition_line(name, by_path))
     ref = report["reference"]
     print(f"  {'ok  ' if ref['passed'] else 'FAIL'} reference        {ref['message']}")
     ks = report["inputs"]["key_stream"]

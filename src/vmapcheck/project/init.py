@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import csv
 import importlib
+import inspect
 import re
 import subprocess
 import sys
@@ -162,8 +163,12 @@ def _code_paths(root: Path, module: Any, target: str) -> tuple[str, ...]:
         ) from None
 
 
-def _model_config(name: str, target: str, factory_args: dict[str, Any], model: Any) -> dict:
-    """conf/model/<name>.yaml's content, from the Model the factory returned."""
+def _model_config(
+    name: str, target: str, factory: Any, factory_args: dict[str, Any], model: Any
+) -> dict:
+    """conf/model/<name>.yaml's content, from the Model the factory returned. A factory
+    argument named like a width (in_features, out_features) is the config's width,
+    interpolated, so that `-S model.in_features=...` changes both at once."""
     config: dict[str, Any] = {
         "name": name,
         "in_features": int(model.in_features),
@@ -180,7 +185,12 @@ def _model_config(name: str, target: str, factory_args: dict[str, Any], model: A
             }
             for leaf in model.inputs.leaves
         }
-    config["factory"] = {"_target_": target.replace(":", "."), **factory_args}
+    widths = {
+        key: f"${{model.{key}}}"
+        for key in ("in_features", "out_features")
+        if key in inspect.signature(factory).parameters
+    }
+    config["factory"] = {"_target_": target.replace(":", "."), **factory_args, **widths}
     return config
 
 
@@ -240,7 +250,9 @@ def resolve_model(
     for path in code:
         if not (root / path).exists():
             raise ConfigError(f"--model-code: {path} does not exist under {root}")
-    return ModelChoice(name=name, config=_model_config(name, target, args, model), code=code)
+    return ModelChoice(
+        name=name, config=_model_config(name, target, factory, args, model), code=code
+    )
 
 
 def _columns(path: Path) -> list[str]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+from typing import Any
 
 from vmapcheck.check.schema import read_check_details
 from vmapcheck.core.paths import speedup_text
@@ -15,19 +16,46 @@ from vmapcheck.report.headline import batch_from_label
 from vmapcheck.tracking.ui import run_url
 
 
-def summarize(layout: Layout) -> str:
-    """The verdict of the last run in ``layout`` as text (one line per case, then MLflow)."""
-    lines = []
-    check = read_check_details(layout.check_details)
+def verdict_line(check: dict[str, Any]) -> str:
+    """The first line: PASSED or FAILED, the forms compared, backend, dtype, tolerance, JAX."""
     runtime = check["runtime"]
     tol = check["tolerance"]
     verdict = "PASSED" if check["passed"] else "FAILED"
-    lines.append(
+    return (
         f"verdict: {verdict} - {forms_compared(check)} "
         f"on {runtime['backend']} "
         f"({runtime['device_kind']}), {check['dtype']}, rtol={tol['rtol']:g} atol={tol['atol']:g}, "
         f"jax {runtime['jax_version']} / jaxlib {runtime['jaxlib_version']}"
     )
+
+
+def case_line(name: str, case: dict[str, Any]) -> str:
+    """One regression case: its worst pair, the fraction of its bound, the float64 oracle."""
+    if case["max_abs"] is None:
+        return f"  FAIL {name:<16} no comparable outputs"
+    oracle = [r["max_rel"] for r in case.get("oracle", {}).values() if r["max_rel"] is not None]
+    ratio = case.get("bound_ratio")
+    return (
+        f"  {'ok  ' if case['passed'] else 'FAIL'} {name:<16} [{shape_text(case['shape'])}] "
+        f"worst pair: max_abs={case['max_abs']:.3g} max_rel={case['max_rel']:.3g}"
+        + (f" ({ratio:.2g} of its bound, rule {case.get('rule')})" if ratio is not None else "")
+        + (f"; vs float64: max_rel={max(oracle):.3g}" if oracle else "")
+    )
+
+
+def refusals_line(negative: dict[str, dict[str, Any]]) -> str:
+    """How many invalid inputs every path refused."""
+    refused = sum(n["passed"] for n in negative.values())
+    return (
+        f"  {'ok  ' if refused == len(negative) else 'FAIL'} invalid inputs   "
+        f"{refused}/{len(negative)} refused by every path, the problem named"
+    )
+
+
+def summarize(layout: Layout) -> str:
+    """The verdict of the last run in ``layout`` as text (one line per case, then MLflow)."""
+    check = read_check_details(layout.check_details)
+    lines = [verdict_line(check)]
     lines += [f"  -    {line}" for line in not_provided_lines(check)]
     if layout.contract.exists():
         inputs = read_json(layout.contract)["inputs"]
@@ -40,24 +68,8 @@ def summarize(layout: Layout) -> str:
             )
             + ", batch axis 0"
         )
-    for name, case in check["cases"].items():
-        if case["max_abs"] is None:
-            lines.append(f"  FAIL {name:<16} no comparable outputs")
-            continue
-        oracle = [r["max_rel"] for r in case.get("oracle", {}).values() if r["max_rel"] is not None]
-        ratio = case.get("bound_ratio")
-        lines.append(
-            f"  {'ok  ' if case['passed'] else 'FAIL'} {name:<16} [{shape_text(case['shape'])}] "
-            f"worst pair: max_abs={case['max_abs']:.3g} max_rel={case['max_rel']:.3g}"
-            + (f" ({ratio:.2g} of its bound, rule {case.get('rule')})" if ratio is not None else "")
-            + (f"; vs float64: max_rel={max(oracle):.3g}" if oracle else "")
-        )
-    negative = check["negative"]
-    refused = sum(n["passed"] for n in negative.values())
-    lines.append(
-        f"  {'ok  ' if refused == len(negative) else 'FAIL'} invalid inputs   "
-        f"{refused}/{len(negative)} refused by every path, the problem named"
-    )
+    lines += [case_line(name, case) for name, case in check["cases"].items()]
+    lines.append(refusals_line(check["negative"]))
     reference = check["reference"]
     lines.append(
         f"  {'ok  ' if reference['passed'] else 'FAIL'} reference        {reference['message']}"
