@@ -481,7 +481,7 @@ def test_tampered_params_stop_forward(project):
         flipped = bytearray(original)
         flipped[-3] ^= 0x01
         params_file.write_bytes(bytes(flipped))
-        result = run(project, sys.executable, "-m", "stages.forward", check=False)
+        result = run(project, sys.executable, "-m", "vmapcheck.stages.forward", check=False)
         assert result.returncode == 2
         assert "forward: error:" in result.stderr and "sha256 check failed" in result.stderr
         # A consistent file (digest updated) with one leaf of the wrong shape.
@@ -492,7 +492,7 @@ def test_tampered_params_stop_forward(project):
         edited = json.loads(manifest)
         edited["sha256"] = sha256_file(params_file)
         manifest_file.write_text(json.dumps(edited))
-        result = run(project, sys.executable, "-m", "stages.forward", check=False)
+        result = run(project, sys.executable, "-m", "vmapcheck.stages.forward", check=False)
         assert result.returncode == 2
         assert "leaf layers[1].W: expected shape [32, 32] dtype float32, found shape [32, 31]" in (
             result.stderr
