@@ -67,6 +67,24 @@ MODEL = textwrap.dedent(
         )
     '''
 )
+# The user's own unit test: the batching_check fixture comes with the wheel (a pytest11
+# entry point), nothing to configure.
+USER_TEST = textwrap.dedent(
+    """
+    import jax
+    import numpy as np
+
+    from userpkg.classifier import make_model
+
+
+    def test_batching(batching_check):
+        model = make_model()
+        params = model.init(jax.random.key(0))
+        examples = np.random.default_rng(0).normal(size=(8, 6)).astype(np.float32)
+        report = batching_check(model, params, examples)
+        assert report.passed and report.worst_bound_ratio < 1
+    """
+)
 # The mistake: the batched softmax normalizes over the batch axis instead of the classes.
 CORRECT = 'jax.nn.softmax(h @ params["head"]["W"] + params["head"]["b"], axis=-1)\n\n'
 PLANTED = 'jax.nn.softmax(h @ params["head"]["W"] + params["head"]["b"], axis=0)\n\n'
@@ -148,7 +166,8 @@ def user_repo(tmp_path_factory) -> UserRepository:
     root.mkdir()
     repo = UserRepository(root, venv)
     repo.timings["wheel build"] = built
-    # The lock pins every transitive version, as `make setup` installs them.
+    # The lock pins every transitive version, as `make setup` installs them; the [pytest]
+    # extra: the user's unit tests run the Python API through pytest.
     repo.run(
         str(venv / "bin" / "python"),
         "-m",
@@ -157,13 +176,15 @@ def user_repo(tmp_path_factory) -> UserRepository:
         "--quiet",
         "--constraint",
         str(ROOT / "requirements.lock"),
-        str(wheel),
+        f"{wheel}[pytest]",
         label="wheel install",
     )
     repo.run("git", "init", "-q")
     (root / "userpkg").mkdir()
     (root / "userpkg" / "__init__.py").write_text('"""The user\'s models."""\n')
     (root / "userpkg" / "classifier.py").write_text(MODEL)
+    (root / "tests").mkdir()
+    (root / "tests" / "test_batching.py").write_text(USER_TEST)
     repo.run("git", "add", "-A")
     repo.run("git", "commit", "-qm", "my model")
     return repo
@@ -197,6 +218,10 @@ def test_init_then_dvc_repro_passes_logs_a_run_and_writes_the_report(user_repo):
     ).stdout.split()
     assert runs == ["1", "passed", "tanh_classifier"], runs
 
+    # The same model from the user's own pytest suite, through the Python API.
+    unit = repo.run("python", "-m", "pytest", "-q", "tests", label="user's pytest (API)")
+    assert "1 passed" in unit.stdout, unit.stdout
+
     # Unchanged: nothing reruns but the code stage, whose records are unchanged.
     again = repo.run("dvc", "repro")
     assert "Stage 'forward' didn't change, skipping" in again.stdout, again.stdout
@@ -210,6 +235,12 @@ def test_a_planted_batching_mistake_fails_the_check(user_repo):
     assert text.count(CORRECT) == 2, "expected forward_one's and forward_batch's softmax"
     head, tail = text.rsplit(CORRECT, 1)
     source.write_text(head + PLANTED + tail)
+
+    unit = repo.run("python", "-m", "pytest", "-q", "tests", check=False)
+    assert unit.returncode == 1, unit.stdout
+    assert "BatchingCheckError: verdict: FAILED" in unit.stdout, unit.stdout
+    assert "first diverging pair: examples/loop_eager-vs-direct_eager" in unit.stdout
+    print("the planted mistake in the user's pytest:\n" + unit.stdout[-3000:])
 
     failed = repo.run("dvc", "repro", check=False)
     assert failed.returncode != 0
