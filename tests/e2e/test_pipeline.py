@@ -90,6 +90,8 @@ ADDED_SINCE = (
     r"^timeline/",
     r"^mlflow\.(note\.content|user|source\.name|source\.type)$",
     r"^bench$",
+    # Which of the pipeline's own outputs tracked in git the run rewrote (issue 23).
+    r"^git_outputs_rewritten$",
 )
 
 
@@ -218,7 +220,10 @@ def _assert_the_run_is_organized_and_complete(project, track, run_):
         run_.info.run_name,
     ), run_.info.run_name
     _assert_the_run_reads_at_a_glance(project, run_)
-    assert tags["git_dirty"] in ("true", "false")
+    # A run of a committed tree is clean, though it rewrote dvc.lock and the metrics kept
+    # in git: those are listed apart.
+    assert tags["git_dirty"] == "false", tags
+    assert "dvc.lock" in tags["git_outputs_rewritten"].split(","), tags
     assert "dvc_exp_name" not in tags  # a plain dvc repro, not dvc exp run
     assert tags["environment.matches_lock"] == "true"  # .venv is installed from the lock
     artifacts = {a.path for a in client.list_artifacts(run_id)}
