@@ -133,10 +133,9 @@ def test_a_path_whose_rows_depend_on_their_position_fails_naming_permuted():
     passed = {p for p, r in report["composition"]["standard"].items() if r["passed"]}
     assert passed == {p.name for p in batch_paths()} - DIRECT
     metrics = collect_metrics(report, {"latency_ms": {}, "speedup": {}}, {})
-    direct = sorted(DIRECT)[0]
-    assert metrics[f"composition/standard/{direct}/passed"] == 0.0
-    assert metrics[f"composition/standard/{direct}/max_abs"] >= 0.01
-    assert metrics["composition/standard/vmap_jit/passed"] == 1.0
+    # Per case, the worst over the paths (each path's figures are in check_details.json).
+    assert metrics["composition/standard/passed"] == 0.0
+    assert metrics["composition/standard/max_abs"] >= 0.01
 
 
 def test_a_regrouped_output_missing_fails_too():

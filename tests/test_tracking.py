@@ -39,7 +39,7 @@ def test_collected_metrics_are_all_valid_names():
     }
     bench = {"latency_ms": {}, "figures": {}, "speedup": {}}
     metrics = collect_metrics(check, bench, {"val_loss": 0.1})
-    assert "gradients/layers.0.W/max_rel" in metrics
+    assert metrics["gradients/max_rel"] == 1e-7  # the worst leaf; each leaf's in the artifact
     assert metrics["gradients/nan_probe_detected"] == 1.0
     assert all(VALID.match(name) for name in metrics)
 
@@ -86,8 +86,9 @@ def test_summary_metrics_come_first_and_batch_labels_are_zero_padded():
     assert metrics["_summary/invalid_refused"] == 1.0
     assert metrics["_summary/vmap_over_loop_at_b0128"] == 9.5  # MLflow refuses "@"
     assert metrics["latency_ms/vmap_jit/b0128/p50"] == 0.1
-    assert metrics["throughput_rows_per_s/vmap_jit/b0001"] == 1000.0
-    assert metrics["compile_ms/vmap_jit/b0128"] == 12.0
+    # The rest of the distribution and the compile figures are in bench_details.json.
+    assert "latency_ms/vmap_jit/b0128/p90" not in metrics
+    assert not [k for k in metrics if k.startswith(("throughput", "compile_ms"))]
     assert metrics["speedup/b0001/vmap_over_loop"] == 1.1
     assert not [k for k in metrics if re.search(r"/b(1|128)(/|$)", k)]
     assert all(VALID.match(name) for name in metrics)

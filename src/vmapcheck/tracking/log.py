@@ -106,11 +106,42 @@ def metric_name(name: str) -> str:
     return re.sub(r"[^\w.\- :/]", "_", name)
 
 
+def _worst(values: Any) -> float | None:
+    """The largest of the numbers given (None left out); None when there are none."""
+    found = [float(v) for v in values if v is not None and np.isfinite(v)]
+    return max(found) if found else None
+
+
+# The latency statistics logged as metrics (the others, p90 and the median's CI among
+# them, are in the bench_details.json artifact and the HTML report).
+LATENCY_METRICS = ("p50", "p99")
+# The guard replay's figures logged as metrics (every one is in bench_details.json).
+REPLAY_METRICS = (
+    "passed",
+    "compiles",
+    "unbucketed_compiles",
+    "bucketed_p99_ms",
+    "padding_overhead",
+)
+
+
 def collect_metrics(
     check: CheckDetails, bench: dict[str, Any], train: dict[str, Any]
 ) -> dict[str, float]:
-    """Flatten the stage reports into MLflow metric names (numbers only)."""
-    # The reviewer's figures (vmapcheck.report.headline), named to sort first.
+    """The stage reports as MLflow metrics: the figures a reviewer compares across runs,
+    a few hundred at most (about 150 for bench=quick), never one per pair of paths.
+
+    - ``_summary/*``: the headline (vmapcheck.report.headline), named to sort first;
+    - per regression case, its worst figures: ``agree/<case>/{passed,max_abs,max_rel,
+      bound_ratio}`` over every pair of paths, ``oracle/<case>/max_rel`` over the paths,
+      ``reference/<case>/max_rel``, ``composition/<case>/{passed,max_abs}``;
+    - ``negative/refused`` and ``negative/cases``; the gradients' verdict and worst leaf;
+    - ``latency_ms/<path>/<batch>/{p50,p99}``, ``speedup/<batch>/<name>``, the machine's
+      peak, the guard replay's verdict and compile counts, the training losses.
+
+    Every per-pair, per-path and per-leaf figure is in the run's artifacts
+    (``reports/check_details.json``, ``bench_details.json``) and its HTML report.
+    """
     metrics: dict[str, float] = {
         summary_metric_name(k): v for k, v in summary_metrics(dict(check), bench).items()
     }
@@ -120,74 +151,50 @@ def collect_metrics(
     }
     for case, report in check["cases"].items():
         metrics[f"agree/{case}/passed"] = float(report["passed"])
-        for pair, result in report["pairs"].items():
-            for stat in ("max_abs", "max_rel"):
-                if result[stat] is not None:
-                    metrics[f"agree/{case}/{pair}/{stat}"] = result[stat]
-        for path, result in report.get("oracle", {}).items():
-            for stat in ("max_abs", "max_rel"):
-                if result[stat] is not None:
-                    metrics[f"oracle/{case}/{path}/{stat}"] = result[stat]
-        for path, value in report.get("loss", {}).items():
-            metrics[f"loss/{case}/{path}"] = value
+        for stat in ("max_abs", "max_rel", "bound_ratio"):
+            if report.get(stat) is not None:
+                metrics[f"agree/{case}/{stat}"] = float(report[stat])
+        oracle = _worst(r["max_rel"] for r in report.get("oracle", {}).values())
+        if oracle is not None:
+            metrics[f"oracle/{case}/max_rel"] = oracle
     gradients = check.get("gradients", {})
     if gradients.get("status") == "ok":
         metrics["gradients/passed"] = float(gradients["passed"])
         metrics["gradients/loss"] = float(gradients["loss"])
         metrics["gradients/nan_probe_detected"] = float(not gradients["nan_probe"]["loss_finite"])
-        for leaf, result in gradients["per_example_vs_batch"].items():
-            for stat in ("max_abs", "max_rel"):
-                if result[stat] is not None:
-                    metrics[f"gradients/{leaf}/{stat}"] = result[stat]
+        worst = _worst(r["max_rel"] for r in gradients["per_example_vs_batch"].values())
+        if worst is not None:
+            metrics["gradients/max_rel"] = worst
     reference = check["reference"]
     metrics["reference/passed"] = float(reference["passed"])
     for case, by_path in reference.get("cases", {}).items():
-        for path, result in by_path.items():
-            for stat in ("max_abs", "max_rel"):
-                if result[stat] is not None:
-                    metrics[f"reference/{case}/{path}/{stat}"] = result[stat]
-    for case, loss in reference.get("losses", {}).items():
-        metrics[f"reference/{case}/loss_abs_diff"] = abs(loss["current"] - loss["reference"])
-    # Each batch path on the batch regrouped against itself on the batch as it is:
-    # max_abs is the worst over the regroupings (vmapcheck.core.composition).
+        worst = _worst(r["max_rel"] for r in by_path.values())
+        if worst is not None:
+            metrics[f"reference/{case}/max_rel"] = worst
+    losses = [abs(x["current"] - x["reference"]) for x in reference.get("losses", {}).values()]
+    if losses:
+        metrics["reference/loss_abs_diff"] = max(losses)
+    # Each batch path on the batch regrouped against itself on the batch as it is, the
+    # worst over the paths and regroupings (vmapcheck.core.composition).
     for case, by_path in check.get("composition", {}).items():
-        for path, result in by_path.items():
-            metrics[f"composition/{case}/{path}/passed"] = float(result["passed"])
-            values = [result[g]["max_abs"] for g in REGROUPINGS if result[g]["max_abs"] is not None]
-            if values:
-                metrics[f"composition/{case}/{path}/max_abs"] = max(values)
-    for case, report in check["negative"].items():
-        metrics[f"negative/{case}/passed"] = float(report["passed"])
-        metrics[f"negative/{case}/refused_paths"] = float(
-            sum(p["refused"] for p in report["paths"].values())
-        )
+        metrics[f"composition/{case}/passed"] = float(all(r["passed"] for r in by_path.values()))
+        worst = _worst(r[g]["max_abs"] for r in by_path.values() for g in REGROUPINGS)
+        if worst is not None:
+            metrics[f"composition/{case}/max_abs"] = worst
+    negative = check["negative"]
+    metrics["negative/refused"] = float(sum(r["passed"] for r in negative.values()))
+    metrics["negative/cases"] = float(len(negative))
     for path, by_batch in bench["latency_ms"].items():
         for label, stats in by_batch.items():
-            label = padded_label(label)
-            for stat, value in stats.items():
-                if stat == "rows_per_s":
-                    metrics[f"throughput_rows_per_s/{path}/{label}"] = float(value)
-                else:
-                    metrics[f"latency_ms/{path}/{label}/{stat}"] = float(value)
-    for path, by_batch in bench.get("figures", {}).items():
-        for label, figures in by_batch.items():
-            label = padded_label(label)
-            for stat in (
-                "first_call_ms",
-                "compile_ms",
-                "flops",
-                "bytes_accessed",
-                "temp_bytes",
-                "gflops",
-                "roofline",
-            ):
-                value = figures.get(stat)
-                if value is not None and np.isfinite(value):
-                    metrics[f"{stat}/{path}/{label}"] = float(value)
+            for stat in LATENCY_METRICS:
+                if stats.get(stat) is not None:
+                    metrics[f"latency_ms/{path}/{padded_label(label)}/{stat}"] = float(stats[stat])
     if "peak" in bench:
         metrics["peak_gflops"] = float(bench["peak"]["gflops"])
-    for name, value in bench.get("replay", {}).get("figures", {}).items():
-        metrics[f"replay/{name}"] = float(value)
+    replay = bench.get("replay", {}).get("figures", {})
+    for name in REPLAY_METRICS:
+        if replay.get(name) is not None:
+            metrics[f"replay/{name}"] = float(replay[name])
     for label, ratios in bench["speedup"].items():
         for name, value in ratios.items():
             metrics[f"speedup/{padded_label(label)}/{name}"] = float(value)
@@ -480,14 +487,15 @@ def log_run(
 
 
 def perf_metrics(result: dict[str, Any]) -> dict[str, float]:
-    """The regression verdict as metrics: ``perf/<path>/b<batch>/ratio`` etc."""
+    """The regression verdict as metrics: the count, the control's slowdown and each
+    cell's ratio, ``perf/<path>/b<batch>/ratio`` (its interval and p-value are in the
+    run's perf_verdict.json artifact and the HTML report)."""
     metrics: dict[str, float] = {"perf/regressions": float(len(result["regressions"]))}
     if result.get("machine_slowdown") is not None:
         metrics["perf/machine_slowdown"] = float(result["machine_slowdown"])
     for path, by_batch in result["cells"].items():
         for label, cell in by_batch.items():
-            for stat in ("ratio", "ci_low", "ci_high", "p_slower_adjusted"):
-                metrics[f"perf/{path}/{padded_label(label)}/{stat}"] = float(cell[stat])
+            metrics[f"perf/{path}/{padded_label(label)}/ratio"] = float(cell["ratio"])
     return {metric_name(k): v for k, v in metrics.items()}
 
 
