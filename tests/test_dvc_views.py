@@ -3,6 +3,9 @@
 
 import csv
 
+import numpy as np
+import pytest
+
 from vmapcheck.bench.plots import write_latency_csvs, write_speedup_csvs
 from vmapcheck.core.paths import SPEEDUPS
 from vmapcheck.pipeline.bench import dvc_metrics as bench_metrics
@@ -15,6 +18,7 @@ def _check(reference_max_rel=1e-7):
     return {
         "passed": True,
         "failures": [],
+        "dtype": "float32",
         "cases": {
             "standard": {
                 "pairs": {"loop_eager-vs-vmap_jit": {"max_abs": 1e-7, "max_rel": 2e-6}},
@@ -50,21 +54,32 @@ def _rows(path):
         return list(csv.reader(f))
 
 
-def test_check_metrics_are_the_summary_metrics_without_the_prefix():
+F32_EPS = float(np.finfo(np.float32).eps)
+
+
+def test_check_metrics_are_the_summary_metrics_with_relative_errors_in_epsilons():
+    """The summary figures without the prefix; each max_rel in units of the run dtype's
+    epsilon, so that DVC's 5 decimals show it (2e-6 read 0.0; it reads 16.8)."""
     check = _check()
     metrics = check_metrics(check)
     summary = {k.removeprefix("summary/"): v for k, v in summary_metrics(check).items()}
-    assert set(metrics) == set(summary)
-    assert metrics == {
-        "passed": True,
-        "n_failures": 0,
-        "worst_max_rel": 5e-6,
-        "worst_bound_ratio": 0.2,
-        "worst_vs_reference_max_rel": 1e-7,
-        "worst_vs_f64_max_rel": 4e-6,
-        "invalid_refused": 2,
-        "invalid_total": 2,
-    }
+    assert {k.replace("_max_rel_eps", "_max_rel") for k in metrics} == set(summary)
+    assert metrics == pytest.approx(
+        {
+            "passed": True,
+            "n_failures": 0,
+            "worst_max_rel_eps": 5e-6 / F32_EPS,
+            "worst_bound_ratio": 0.2,
+            "worst_vs_reference_max_rel_eps": 1e-7 / F32_EPS,
+            "worst_vs_f64_max_rel_eps": 4e-6 / F32_EPS,
+            "invalid_refused": 2,
+            "invalid_total": 2,
+        }
+    )
+    assert round(metrics["worst_max_rel_eps"], 5) == pytest.approx(41.94304)
+    for dtype, eps in (("float64", np.finfo(np.float64).eps), ("bfloat16", 2.0**-7)):
+        scaled = check_metrics({**check, "dtype": dtype})["worst_max_rel_eps"]
+        assert scaled == pytest.approx(5e-6 / eps)
 
 
 def test_a_figure_the_run_does_not_have_is_left_out_not_written_as_zero():
@@ -72,8 +87,8 @@ def test_a_figure_the_run_does_not_have_is_left_out_not_written_as_zero():
     check["reference"]["status"] = "missing"
     check["cases"]["standard"]["oracle"] = {}
     metrics = check_metrics(check)
-    assert "worst_vs_reference_max_rel" not in metrics
-    assert "worst_vs_f64_max_rel" not in metrics
+    assert "worst_vs_reference_max_rel_eps" not in metrics
+    assert "worst_vs_f64_max_rel_eps" not in metrics
 
 
 def test_bench_metrics_are_the_speedups_at_the_headline_batch_named_by_it():

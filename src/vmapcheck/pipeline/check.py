@@ -66,21 +66,27 @@ def dvc_metrics(report: dict[str, Any]) -> dict[str, Any]:
 
     The figures of :func:`vmapcheck.report.headline.check_headline`, named as the MLflow
     run's ``summary/*`` metrics without the prefix: ``passed``, ``n_failures``,
-    ``worst_max_rel`` (and its ``worst_bound_ratio``), ``worst_vs_reference_max_rel``,
-    ``worst_vs_f64_max_rel``, ``invalid_refused`` of ``invalid_total``. A figure this run
-    does not have (no reference, no float64 oracle) is left out, never written as 0. Every
-    other figure is in ``reports/check_details.json`` and in MLflow.
+    ``worst_bound_ratio``, ``invalid_refused`` of ``invalid_total``, and the relative
+    errors in units of the run dtype's machine epsilon (``*_max_rel_eps``:
+    ``worst_max_rel_eps``, ``worst_vs_reference_max_rel_eps``, ``worst_vs_f64_max_rel_eps``).
+    DVC prints a metric rounded to 5 decimals, so a max_rel of 2e-6 read ``0.0`` in
+    ``dvc metrics show`` and ``dvc exp show``; in epsilons it reads 16.4 (float32), and
+    the same figure of a float64 or bfloat16 run reads on the same scale. A figure this
+    run does not have (no reference, no float64 oracle) is left out, never written as 0.
+    Every other figure, and these unscaled, is in ``reports/check_details.json`` and in
+    MLflow.
     """
     head = check_headline(report)
+    eps = float(jnp.finfo(jnp.dtype(report["dtype"])).eps)
     metrics: dict[str, Any] = {"passed": head["passed"], "n_failures": head["n_failures"]}
     if head["worst"] is not None:
-        metrics["worst_max_rel"] = head["worst"]["max_rel"]
+        metrics["worst_max_rel_eps"] = head["worst"]["max_rel"] / eps
         if head["worst"]["bound_ratio"] is not None:
             metrics["worst_bound_ratio"] = head["worst"]["bound_ratio"]
     if head["vs_reference"]["max_rel"] is not None:
-        metrics["worst_vs_reference_max_rel"] = head["vs_reference"]["max_rel"]
+        metrics["worst_vs_reference_max_rel_eps"] = head["vs_reference"]["max_rel"] / eps
     if head["vs_float64"] is not None:
-        metrics["worst_vs_f64_max_rel"] = head["vs_float64"]["max_rel"]
+        metrics["worst_vs_f64_max_rel_eps"] = head["vs_float64"]["max_rel"] / eps
     metrics["invalid_refused"] = head["invalid_refused"]
     metrics["invalid_total"] = head["invalid_total"]
     return metrics
