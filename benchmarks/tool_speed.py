@@ -7,7 +7,7 @@ docs/development.md ("The tool's own times").
    again (DVC reruns ``check`` and ``track`` only).
 
 Each stage's process is timed from outside through a ``python`` shim first on PATH
-(the stages' cmd is ``python -m stages.<name>``): ``/usr/bin/time`` records its wall,
+(the stages' cmd is ``python -m vmapcheck.stages.<name>``): ``/usr/bin/time`` records its wall,
 user and system seconds (interpreter start, imports, compile and the work itself). The
 body alone is the stage's own record, ``reports/stages/<name>.json`` (``wall_s``). What
 ``dvc repro`` spends outside every stage (deciding, hashing, caching outputs) is its
@@ -85,7 +85,7 @@ def repro(project: Path, shim: Path, log: Path) -> dict:
         raise SystemExit(f"dvc repro exited {result.returncode}\n{result.stdout}\n{result.stderr}")
     stages = {}
     for line in log.read_text().splitlines():
-        found = re.match(r"([\d.]+) ([\d.]+) ([\d.]+) .*-m stages\.(\w+)", line)
+        found = re.match(r"([\d.]+) ([\d.]+) ([\d.]+) .*-m (?:vmapcheck\.)?stages\.(\w+)", line)
         if found is None:
             continue
         name = found.group(4)
