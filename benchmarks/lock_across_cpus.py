@@ -21,7 +21,6 @@ from __future__ import annotations
 import argparse
 import json
 import platform
-import subprocess
 import sys
 import tempfile
 import time
@@ -79,8 +78,10 @@ def main() -> int:
     }
     width = max(map(len, outputs))
     for out, row in table.items():
-        verdict = "same" if row["same_under_every_isa"] else "DIFFERS: " + " | ".join(
-            ", ".join(group) for group in row["groups"]
+        verdict = (
+            "same"
+            if row["same_under_every_isa"]
+            else "DIFFERS: " + " | ".join(", ".join(group) for group in row["groups"])
         )
         print(f"{out:<{width}}  {verdict}")
     if args.json:
