@@ -129,7 +129,8 @@ def main() -> int:
 
     import yaml
 
-    from vmapcheck.bench.verdict import compare, read_bench_file
+    from vmapcheck.bench.baseline import read_bench_file
+    from vmapcheck.bench.verdict import compare
     from vmapcheck.compose import compose_yaml
     from vmapcheck.io import atomic_write_json
 

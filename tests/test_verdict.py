@@ -9,18 +9,20 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from vmapcheck.bench.verdict import (
+from vmapcheck.bench.baseline import (
     CONTEXT,
     CONTEXT_KEYS,
-    NOT_COMPARABLE,
     OPTIONAL_KEYS,
     BenchRecord,
-    compare,
-    format_table,
-    judge_control,
     read_bench_file,
     record_from_details,
     resolve_baseline,
+)
+from vmapcheck.bench.verdict import (
+    NOT_COMPARABLE,
+    compare,
+    format_table,
+    judge_control,
     round_index,
 )
 from vmapcheck.cli import main as cli_main

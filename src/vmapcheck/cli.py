@@ -22,7 +22,7 @@ from vmapcheck.layout import Layout
 
 # Kept here so --help needs no heavy import; tests/test_cli.py checks they match the
 # modules' own constants.
-LAST_VERIFIED = "last-verified"  # vmapcheck.bench.verdict.LAST_VERIFIED
+LAST_VERIFIED = "last-verified"  # vmapcheck.bench.baseline.LAST_VERIFIED
 COMPARE_DEFAULT_N = 10  # vmapcheck.tracking.runs.DEFAULT_N
 DIAGNOSIS_ON_DEMAND = "diagnosis-on-demand.json"  # under reports/
 PAIRED_ROUNDS = 40  # vmapcheck.bench.paired.DEFAULT_ROUNDS
@@ -279,7 +279,7 @@ def build_parser() -> argparse.ArgumentParser:
     verdict.add_argument(
         "--require-same",
         action="append",
-        choices=("jax_version", "jaxlib_version", "model"),  # bench.verdict.OPTIONAL_KEYS
+        choices=("jax_version", "jaxlib_version", "model"),  # bench.baseline.OPTIONAL_KEYS
         help="also refuse to compare runs that differ in this (repeatable; e.g. "
         "jax_version and jaxlib_version for a same-version comparison)",
     )
@@ -329,7 +329,7 @@ def build_parser() -> argparse.ArgumentParser:
     paired.add_argument(
         "--require-same",
         action="append",
-        choices=("jax_version", "jaxlib_version", "model"),  # bench.verdict.OPTIONAL_KEYS
+        choices=("jax_version", "jaxlib_version", "model"),  # bench.baseline.OPTIONAL_KEYS
         help="refuse to compare sides that differ in this (repeatable)",
     )
     paired.add_argument(

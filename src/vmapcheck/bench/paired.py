@@ -47,7 +47,7 @@ ratio is beyond ``factor`` (asv's rule, ``bench.regression``), AND the ratio wit
 majority of the process pairs is beyond ``factor`` too; an **improvement** is the mirror
 image. No control or load rule withholds the verdict: both sides saw the same machine,
 and the load measured during the run is reported. Sides that differ in a required
-context key (vmapcheck.bench.verdict.CONTEXT: machine, backend, dtype...) are ``not
+context key (vmapcheck.bench.baseline.CONTEXT: machine, backend, dtype...) are ``not
 comparable``; a JAX or model difference is noted (``require_same`` to refuse it).
 
 Too few pairs cannot reach significance after the adjustment: with ``n`` pairs the
@@ -77,7 +77,8 @@ from typing import Any
 import numpy as np
 from scipy import stats
 
-from vmapcheck.bench.verdict import CONTEXT, NOT_COMPARABLE, BenchRecord, comparability
+from vmapcheck.bench.baseline import CONTEXT, BenchRecord
+from vmapcheck.bench.verdict import NOT_COMPARABLE, comparability
 from vmapcheck.bench.worker import BLOCKS
 from vmapcheck.errors import ConfigError, VmapcheckError
 from vmapcheck.io import atomic_write_json

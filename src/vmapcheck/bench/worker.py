@@ -90,9 +90,9 @@ class Side:
         import jax
         import jax.numpy as jnp
 
+        from vmapcheck.bench.baseline import RUNTIME_CONTEXT_KEYS
         from vmapcheck.bench.machine import conditions
         from vmapcheck.bench.timing import bench_input, warm_up
-        from vmapcheck.bench.verdict import RUNTIME_CONTEXT_KEYS
         from vmapcheck.config import load_config
         from vmapcheck.core.forms import cast_tree, data_mesh, validate_batch
         from vmapcheck.core.models import build_model

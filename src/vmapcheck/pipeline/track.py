@@ -17,7 +17,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from vmapcheck.bench.verdict import compare, format_table, record_from_details, resolve_baseline
+from vmapcheck.bench.baseline import record_from_details, resolve_baseline
+from vmapcheck.bench.verdict import compare, format_table
 from vmapcheck.check.schema import read_check_details
 from vmapcheck.config import Config
 from vmapcheck.errors import VmapcheckError
