@@ -126,12 +126,12 @@ def _detected(
     """Whether ``cell`` of an A/A ``comparison``, its pairs made ``slowdown`` times
     slower, is a regression by verdict-paired's rule (vmapcheck.bench.paired).
 
-    The ratio, p and per-process ratios as ``paired.paired_cell`` computes them, without
+    The ratio, p and per-process ratios as ``pairs.paired_cell`` computes them, without
     its bootstrap CI: the rule does not use the CI, and the search calls this thousands
     of times."""
     from scipy import stats
 
-    from vmapcheck.bench.paired import is_regression, process_of_pair
+    from vmapcheck.bench.pairs import is_regression, process_of_pair
 
     logs = np.log(np.asarray(comparison["cells"][cell]["pair_ratios"])) + np.log(slowdown)
     ratio = float(np.exp(np.median(logs)))
@@ -296,7 +296,8 @@ def main() -> int:
         print(markdown(report))
         return 0
 
-    from vmapcheck.bench.paired import BASELINE, CURRENT, run_paired, side_spec
+    from vmapcheck.bench.paired import run_paired, side_spec
+    from vmapcheck.bench.pairs import BASELINE, CURRENT
     from vmapcheck.compose import compose_yaml
     from vmapcheck.errors import VmapcheckError
 

@@ -6,17 +6,15 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from vmapcheck.bench.paired import (
+from vmapcheck.bench.paired import format_paired, run_paired, side_spec
+from vmapcheck.bench.pairs import (
     BASELINE,
     CURRENT,
     InsufficientRoundsError,
-    format_paired,
     judge_paired,
     min_pairs,
     process_of_pair,
-    run_paired,
     schedule,
-    side_spec,
 )
 from vmapcheck.errors import ConfigError
 
