@@ -89,11 +89,13 @@ def repro(project: Path, shim: Path, log: Path) -> dict:
         if found is None:
             continue
         name = found.group(4)
-        record = json.loads((project / "reports" / "stages" / f"{name}.json").read_text())
+        # The code stage keeps no wall-time record of its own: its process is all it does.
+        record_file = project / "reports" / "stages" / f"{name}.json"
+        record = json.loads(record_file.read_text()) if record_file.is_file() else {}
         stages[name] = {
             "wall_s": float(found.group(1)),
             "cpu_s": round(float(found.group(2)) + float(found.group(3)), 2),
-            "body_wall_s": record["wall_s"],
+            "body_wall_s": record.get("wall_s", float(found.group(1))),
         }
     cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
     return {
