@@ -36,8 +36,8 @@ from tests.helpers.servers import MlflowServer
 
 
 def stage_processes(root_pid: int, stage: str) -> list[psutil.Process]:
-    """The processes under ``root_pid`` that run stage ``stage`` (``python -m stages.<stage>``,
-    dvc.yaml's cmd)."""
+    """The processes under ``root_pid`` that run stage ``stage`` (``python -m
+    vmapcheck.stages.<stage>``, dvc.yaml's cmd)."""
     try:
         children = psutil.Process(root_pid).children(recursive=True)
     except psutil.NoSuchProcess:
@@ -45,7 +45,7 @@ def stage_processes(root_pid: int, stage: str) -> list[psutil.Process]:
     found = []
     for child in children:
         with contextlib.suppress(psutil.Error):
-            if f"stages.{stage}" in child.cmdline():
+            if f"vmapcheck.stages.{stage}" in child.cmdline():  # one argument of the list
                 found.append(child)
     return found
 
