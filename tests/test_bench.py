@@ -75,6 +75,7 @@ def test_run_bench_covers_every_path_and_caps_the_loop():
         loop_max_batch=8,
         confidence_level=0.95,
         peak_matmul_size=128,
+        replay_requests=100,
         regression=RegressionConfig(factor=1.1, alpha=0.01, baseline=None),
     )
     log = io.StringIO()

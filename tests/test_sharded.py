@@ -98,7 +98,7 @@ SHARDED_ON_FOUR_DEVICES = """
     from vmapcheck.bench.timing import run_bench
     from vmapcheck.config import BenchConfig, RegressionConfig
     bench = BenchConfig(name="t", batch_sizes=[3, 8], warmup=1, repeats=5, loop_max_batch=1,
-                        confidence_level=0.95, peak_matmul_size=64,
+                        confidence_level=0.95, peak_matmul_size=64, replay_requests=10,
                         regression=RegressionConfig(factor=1.1, alpha=0.01, baseline=None))
     rows = np.random.default_rng(0).normal(size=(4, model.in_features)).astype(np.float32)
     result = run_bench(model, params, rows, bench, jnp.float32, mesh=mesh)

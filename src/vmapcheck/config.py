@@ -356,6 +356,9 @@ class BenchConfig(_Strict):
     confidence_level: Annotated[float, Field(gt=0.5, lt=1.0)]
     # Side of the square matmul timed for this machine's peak (roofline).
     peak_matmul_size: Annotated[int, Field(ge=64, le=8192)]
+    # Requests the serving guard's replay sends (guard.replay.n_requests interpolates it):
+    # the replay is part of the bench, so its profile bounds it too.
+    replay_requests: PositiveInt
     regression: RegressionConfig
 
 
