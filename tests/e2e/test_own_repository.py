@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from tests.helpers.config import ROOT
-from tests.helpers.project import copy_project
+from tests.helpers.project import FAST_RUN, copy_project
 
 pytestmark = pytest.mark.e2e
 
@@ -88,17 +88,6 @@ USER_TEST = textwrap.dedent(
 # The mistake: the batched softmax normalizes over the batch axis instead of the classes.
 CORRECT = 'jax.nn.softmax(h @ params["head"]["W"] + params["head"]["b"], axis=-1)\n\n'
 PLANTED = 'jax.nn.softmax(h @ params["head"]["W"] + params["head"]["b"], axis=0)\n\n'
-# A short training and benchmark: every stage runs, in seconds rather than minutes.
-FAST = [
-    "train.steps=30",
-    "train.eval_every=10",
-    "bench.batch_sizes=[1,8]",
-    "bench.warmup=1",
-    "bench.repeats=5",
-    "bench.loop_max_batch=8",
-    "guard.replay.n_requests=600",
-    "guard.replay.unbucketed_requests=40",
-]
 
 
 class UserRepository:
@@ -197,7 +186,7 @@ def test_init_then_dvc_repro_passes_logs_a_run_and_writes_the_report(user_repo):
     # Nothing of the checkout is importable: the stages come from the installed wheel.
     where = repo.run("python", "-c", "import vmapcheck; print(vmapcheck.__file__)").stdout
     assert str(repo.venv) in where and str(ROOT) not in where
-    repo.run("vmapcheck", "params", *FAST)
+    repo.run("vmapcheck", "params", *FAST_RUN)
     repo.run("git", "add", "-A")
     repo.run("git", "commit", "-qm", "vmapcheck init")
 
