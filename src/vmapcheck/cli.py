@@ -221,6 +221,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     init.add_argument(
         "--data-path",
+        "--path",
         help="your own table (.csv or .parquet), instead of --data: declare every column "
         "with --features, --targets and --identifiers",
     )

@@ -41,7 +41,6 @@ from vmapcheck.compose import compose_yaml
 from vmapcheck.config import validate_config
 from vmapcheck.errors import ConfigError
 from vmapcheck.io import atomic_write_text
-from vmapcheck.layout import Layout
 from vmapcheck.project.code import STAGE_CODE
 
 # The lines init owns in .gitignore (and .dvcignore), between these markers.
@@ -357,7 +356,6 @@ def _render(template: str, **values: Any) -> str:
 
 def plan(root: Path, model: ModelChoice, data: DataChoice) -> Plan:
     """Every file init writes for ``model`` and ``data``, and the ignore-file blocks."""
-    layout = Layout(root)
     out = Plan()
     lock = LOCK_FILE if (root / LOCK_FILE).is_file() else None
     out.files["dvc.yaml"] = _render(
@@ -398,11 +396,11 @@ def plan(root: Path, model: ModelChoice, data: DataChoice) -> Plan:
     out.blocks[".gitignore"] = GITIGNORE_RULES
     out.blocks[".dvcignore"] = DVCIGNORE_RULES
     # params.yaml: composed from the conf/ written above, as `dvc exp run` will.
-    out.files["params.yaml"] = _compose_planned(out, layout)
+    out.files["params.yaml"] = _compose_planned(out)
     return out
 
 
-def _compose_planned(out: Plan, layout: Layout) -> str:
+def _compose_planned(out: Plan) -> str:
     """Compose params.yaml from the planned conf/ files (in a scratch folder: nothing is
     written before every check passed)."""
     import tempfile
