@@ -249,3 +249,15 @@ def test_the_complete_filter_is_what_mlflow_searches_with(store):
     assert [r.info.run_id for r in runs if is_complete(r)] == [done]
     assert verdicts(uri)["good"] == "passed"
     assert sorted(verdicts(uri).values()) == ["incomplete", "incomplete", "passed"]
+
+
+def test_last_verified_never_crosses_a_model_contract(store):
+    """Two passed runs of model "mlp" of other widths (another contract digest): the
+    baseline of a run of one is never a run of the other, however much newer."""
+    uri = store[0]
+    narrow = complete_run(store, "k-narrow", 1.0, name="narrow", model_contract_sha256="a" * 64)
+    complete_run(store, "k-wide", 1.0, name="wide", model_contract_sha256="b" * 64)
+    wanted = {**WANTED, "model_contract_sha256": "a" * 64}
+    assert last_verified_run(uri, "vmapcheck", wanted) == narrow
+    unknown = {**WANTED, "model_contract_sha256": "c" * 64}
+    assert last_verified_run(uri, "vmapcheck", unknown) is None

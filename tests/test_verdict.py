@@ -366,6 +366,7 @@ def _full_context(**changes) -> dict:
         "jaxlib_version": "0.11.2",
         "dtype": "float32",
         "model": "mlp",
+        "model_contract": "a" * 64,
     }
     assert set(changes) <= set(context)
     return context | changes
@@ -384,6 +385,11 @@ REQUIRED = [
     ("device_count", 1, "device counts differ (2 vs 1)"),
     ("dtype", "float64", "dtypes differ (float32 vs float64)"),
     ("matmul_precision", "tensorfloat32", "matmul precisions differ (highest vs tensorfloat32)"),
+    (
+        "model_contract",
+        "b" * 64,
+        f"model contracts (params, inputs or outputs) differ ({'a' * 64} vs {'b' * 64})",
+    ),
 ]
 
 
@@ -467,6 +473,7 @@ def test_context_is_read_from_a_real_bench_details_layout():
     details["runtime"]["jaxlib_version"] = "0.11.2"
     details["machine"]["before"]["usable_cores"] = 2
     details["peak"] = {"size": 1024, "gflops": 90.0}
+    details["model_contract"] = "a" * 64
     record = record_from_details(details, "x")
     assert record.context == {
         "bench": "full",
@@ -483,6 +490,7 @@ def test_context_is_read_from_a_real_bench_details_layout():
         "jaxlib_version": "0.11.2",
         "dtype": "float32",
         "model": "mlp",
+        "model_contract": "a" * 64,
     }
     assert set(record.context) == set(CONTEXT_KEYS)
     assert (record.control_size, record.control_dtype) == (1024, "float32")
@@ -641,3 +649,35 @@ def test_make_verdict_judges_the_reports_against_the_verified_run_before_theirs(
     assert cli_main(verdict) == 1
     printed = capsys.readouterr().out
     assert "REGRESSION" in printed and f"baseline: run {ours}" in printed
+
+
+def test_two_networks_of_one_name_are_not_comparable():
+    """Same name, same bench, another width: the contract digests differ, and a forced
+    comparison says so instead of comparing them."""
+    rng = np.random.default_rng(0)
+    samples = {"vmap_jit": {"b16": rng.lognormal(0, 0.05, 50)}}
+    context = {"bench": "quick", "model": "mlp", "dtype": "float32"}
+    narrow = BenchRecord("narrow", samples, {**context, "model_contract": "a" * 64})
+    wide = BenchRecord("wide", samples, {**context, "model_contract": "b" * 64})
+    result = compare(narrow, wide, 1.1, 0.01)
+    assert result["verdict"] == NOT_COMPARABLE
+    assert "model contracts (params, inputs or outputs) differ" in result["why"]
+    assert result["regressions"] == []
+
+
+def test_the_contract_digest_is_what_the_network_is_not_its_name():
+    import jax
+
+    from vmapcheck.config import ModelConfig
+    from vmapcheck.core.models import build_model
+    from vmapcheck.params_io import contract_digest, model_contract
+
+    def digest(hidden, features, name="mlp"):
+        model = build_model(ModelConfig(name="mlp", in_features=3, hidden=hidden, out_features=2))
+        contract = model_contract(model, model.init(jax.random.key(0)), features)
+        return contract_digest({**contract, "model": name})
+
+    base = digest([4], ["a", "b", "c"])
+    assert digest([4], ["x", "y", "z"]) == base  # the table's column names aside
+    assert digest([4], ["a", "b", "c"], name="renamed") == base
+    assert digest([5], ["a", "b", "c"]) != base  # another width: another network

@@ -6,6 +6,8 @@ dtype against the model's template before the params are used.
 
 from __future__ import annotations
 
+import hashlib
+import json
 from pathlib import Path
 from typing import Any
 
@@ -248,6 +250,24 @@ def model_contract(model: Any, params: Any, features: list[str]) -> dict[str, An
         },
         "batched_forward": model.forward_batch is not None,
     }
+
+
+def contract_digest(contract: dict[str, Any]) -> str:
+    """sha256 of what a model *is* for a benchmark: its params leaves with their shapes
+    and dtypes, its input leaves (shapes, dtypes, batch axis) and its outputs' count,
+    and whether it has a hand-batched forward. Not its name or description, nor the
+    table's column names: two models of one name and other widths differ here, the same
+    network on a renamed table does not. A run's identity for comparisons
+    (vmapcheck.bench.baseline.CONTEXT, the MLflow tag ``model_contract_sha256``)."""
+    inputs = {k: v for k, v in contract["inputs"].items() if k != "features"}
+    identity = {
+        "params": contract["params"],
+        "inputs": inputs,
+        "n_outputs": contract["outputs"]["n_outputs"],
+        "batched_forward": contract.get("batched_forward"),
+    }
+    text = json.dumps(identity, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(text.encode()).hexdigest()
 
 
 def check_features(found: list[str], contract: dict[str, Any], where: str) -> None:

@@ -91,6 +91,8 @@ ADDED_SINCE = (
     r"^bench$",
     # Which of the pipeline's own outputs tracked in git the run rewrote (issue 23).
     r"^git_outputs_rewritten$",
+    # What the model is, for the verdict's baseline (issue 24).
+    r"^model_contract_sha256$",
 )
 
 

@@ -64,6 +64,9 @@ CONTEXT = (
     ContextKey("jax_version", "JAX versions", False),
     ContextKey("jaxlib_version", "jaxlib versions", False),
     ContextKey("model", "models", False),
+    # What the model is (params leaves and shapes, input leaves, outputs:
+    # vmapcheck.params_io.contract_digest): two networks of one name are not compared.
+    ContextKey("model_contract", "model contracts (params, inputs or outputs)", True),
 )
 CONTEXT_KEYS = tuple(key.name for key in CONTEXT)
 # The keys a caller may add to the required ones (``compare(require_same=...)``).
@@ -145,6 +148,7 @@ def record_from_details(details: Any, source: str) -> BenchRecord:
         **{key: runtime.get(key, before.get(key)) for key in RUNTIME_CONTEXT_KEYS},
         "dtype": details.get("dtype"),
         "model": details.get("model"),
+        "model_contract": details.get("model_contract"),
     }
     peak_info = details.get("peak") or {}
     peak = peak_info.get("gflops")

@@ -528,6 +528,7 @@ def run_verdict(
     ``bench.regression``; ``require_same``: optional context keys that must be equal too
     (:func:`compare`)."""
     from vmapcheck.config import load_config
+    from vmapcheck.tracking.log import MODEL_CONTRACT_TAG
     from vmapcheck.tracking.store import experiment_name, resolve_tracking_uri
 
     current = str(layout.bench_details) if current is None else current
@@ -544,8 +545,11 @@ def run_verdict(
         exclude = _run_id(current)
         if exclude is None and Path(current).resolve() == layout.bench_details.resolve():
             exclude = run_of_reports(layout, uri)
-        # last-verified: a run of the judged run's bench profile (another is not comparable).
+        # last-verified: a run of the judged run's bench profile and of the same network
+        # (another is not comparable; a run recorded before contracts were is not taken).
         profile = {"bench.name": judged.context["bench"]} if judged.context.get("bench") else {}
+        if judged.context.get("model_contract"):
+            tags[MODEL_CONTRACT_TAG] = judged.context["model_contract"]
         try:
             base = resolve_baseline(
                 baseline, uri, experiment, tags, exclude=exclude, params=profile

@@ -100,8 +100,9 @@ class Side:
         from vmapcheck.core.runtime import configure_jax
         from vmapcheck.data.regression import STANDARD_CASE, load_cases
         from vmapcheck.errors import ConfigError
+        from vmapcheck.io import read_json
         from vmapcheck.layout import Layout
-        from vmapcheck.params_io import load_model_params
+        from vmapcheck.params_io import contract_digest, load_model_params
 
         unknown = [p for p in paths if p not in PATHS or PATHS[p].takes != "batch"]
         if unknown:
@@ -172,6 +173,7 @@ class Side:
         machine = conditions()
         self.context = {
             "model": config.model.name,
+            "model_contract": contract_digest(read_json(layout.contract)),
             "dtype": dtype.name,
             "cpu_model": machine["cpu_model"],
             "usable_cores": machine["usable_cores"],

@@ -24,9 +24,11 @@ from vmapcheck.config import Config
 from vmapcheck.errors import VmapcheckError
 from vmapcheck.io import atomic_write_json, atomic_write_text, read_json
 from vmapcheck.layout import Layout
+from vmapcheck.params_io import contract_digest
 from vmapcheck.pipeline.stage import read_stage_times
 from vmapcheck.report.html import render_report
 from vmapcheck.tracking.log import (
+    MODEL_CONTRACT_TAG,
     experiment_name,
     log_diagnosis,
     log_perf_verdict,
@@ -71,6 +73,8 @@ def judge_performance(
         return {"verdict": "not compared", "why": "bench.regression.baseline is null"}
     tags = {
         "model": config.model.name,
+        # Never a run of another network of the same name (another width, other leaves).
+        MODEL_CONTRACT_TAG: contract_digest(read_json(layout.contract)),
         "backend": config.backend.name,
         "precision": config.precision.name,
     }

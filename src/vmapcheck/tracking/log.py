@@ -30,6 +30,7 @@ from vmapcheck.check.schema import CheckDetails
 from vmapcheck.config import Config, flatten
 from vmapcheck.core.composition import REGROUPINGS
 from vmapcheck.core.paths import speedup_text
+from vmapcheck.params_io import contract_digest
 from vmapcheck.report.check_sections import forms_compared
 from vmapcheck.report.headline import (
     batch_from_label,
@@ -42,6 +43,9 @@ from vmapcheck.tracking import store
 from vmapcheck.tracking.provenance import git_state
 from vmapcheck.tracking.store import experiment_name, resolve_artifact_root, resolve_tracking_uri
 
+# The tag of a run's model contract digest: the baseline of a benchmark verdict must have
+# the same (vmapcheck.pipeline.track.judge_performance).
+MODEL_CONTRACT_TAG = "model_contract_sha256"
 MAX_BATCH = 1000  # MLflow's per-request limit for metrics (params: 100)
 # The description's length: well under MLflow's limit on a run tag's value
 # (mlflow.utils.validation.MAX_TAG_VAL_LENGTH, 8000 in MLflow 3.17); it is read on screen.
@@ -407,6 +411,8 @@ def log_run(
         NOTE_TAG: note if note is not None else verdict_note(check, bench),
         **source_tags(root),
         "model": config.model.name,
+        # What the model is (vmapcheck.params_io.contract_digest): last-verified matches it.
+        **({MODEL_CONTRACT_TAG: contract_digest(contract)} if contract is not None else {}),
         "bench": config.bench.name,
         "backend": runtime["backend"],
         "platform": runtime["platform"],
