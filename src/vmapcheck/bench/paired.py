@@ -76,6 +76,7 @@ from typing import Any
 import numpy as np
 
 from vmapcheck.bench.baseline import CONTEXT, BenchRecord
+from vmapcheck.bench.labels import STYLES
 from vmapcheck.bench.pairs import (
     BASELINE,
     CURRENT,
@@ -539,6 +540,7 @@ def format_paired(result: dict[str, Any]) -> str:
     table = Table(title=title)
     for column in ("path", "batch", "base p50 ms", "cur p50 ms", "ratio", "ratio CI", "p slower"):
         table.add_column(column, justify="left" if column in ("path", "batch") else "right")
+    table.add_column("min det.", justify="right")
     table.add_column("slower pairs", justify="right")
     table.add_column("per process", justify="right")
     table.add_column("status")
@@ -552,10 +554,11 @@ def format_paired(result: dict[str, Any]) -> str:
             f"{cell['ratio']:.3f}",
             f"[{cell['ci_low']:.3f}, {cell['ci_high']:.3f}]",
             f"{cell['p_slower_adjusted']:.2g}",
+            f"{cell['min_detectable_ratio']:.2f}x",
             f"{cell['pairs_slower']}/{cell['pairs']}",
             " ".join(f"{r:.2f}" for r in cell.get("process_ratios", [])),
             cell["status"],
-            style={"regression": "bold red", "improvement": "green"}.get(cell["status"], ""),
+            style=STYLES.get(cell["status"], ""),
         )
     buffer = io.StringIO()
     Console(file=buffer, width=150, force_terminal=False).print(table)

@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 from scipy import stats
 
+from vmapcheck.bench.labels import cell_label, min_detectable_ratio
 from vmapcheck.errors import ConfigError
 
 BASELINE, CURRENT = "baseline", "current"
@@ -204,20 +205,22 @@ def judge_paired(
         cell = judged[c]
         cell["processes_slower"] = sum(r > factor for r in cell["process_ratios"])
         cell["processes_faster"] = sum(r < 1.0 / factor for r in cell["process_ratios"])
-        if is_regression(
+        slower = is_regression(
             cell["ratio"], cell["p_slower_adjusted"], cell["process_ratios"], factor, alpha
-        ):
-            cell["status"] = "regression"
-            regressions.append(c)
-        elif (
+        )
+        faster = (
             cell["ratio"] < 1.0 / factor
             and cell["p_faster_adjusted"] < alpha
             and cell["processes_faster"] >= majority
-        ):
-            cell["status"] = "improvement"
+        )
+        cell["status"] = cell_label(cell, factor, slower, faster)
+        cell["min_detectable_ratio"] = min_detectable_ratio(
+            cell["ci_low"], cell["ci_high"], confidence, alpha
+        )
+        if slower:
+            regressions.append(c)
+        elif faster:
             improvements.append(c)
-        else:
-            cell["status"] = "no change"
     return {
         "verdict": "regression" if regressions else "no regression",
         "regressions": regressions,

@@ -73,6 +73,7 @@ from vmapcheck.bench.baseline import (
     resolve_baseline,
     run_of_reports,
 )
+from vmapcheck.bench.labels import STYLES, cell_label, min_detectable_ratio
 from vmapcheck.errors import ConfigError, VmapcheckError
 from vmapcheck.io import atomic_write_json
 from vmapcheck.layout import Layout
@@ -379,14 +380,16 @@ def compare(
     regressions, improvements = [], []
     for path, label in keys:
         cell = cells[path][label]
-        if cell["ratio"] > factor and cell["p_slower_adjusted"] < alpha:
-            cell["status"] = "regression"
+        slower = cell["ratio"] > factor and cell["p_slower_adjusted"] < alpha
+        faster = cell["ratio"] < 1.0 / factor and cell["p_faster_adjusted"] < alpha
+        cell["status"] = cell_label(cell, factor, slower, faster)
+        cell["min_detectable_ratio"] = min_detectable_ratio(
+            cell["ci_low"], cell["ci_high"], confidence, alpha
+        )
+        if slower:
             regressions.append(f"{path}/{label}")
-        elif cell["ratio"] < 1.0 / factor and cell["p_faster_adjusted"] < alpha:
-            cell["status"] = "improvement"
+        elif faster:
             improvements.append(f"{path}/{label}")
-        else:
-            cell["status"] = "no change"
     # The control. Only a machine that got slower can explain a slowdown of the cells;
     # a faster one cannot hide one (a regression found on a faster machine is, if
     # anything, understated), so it withholds nothing.
@@ -452,12 +455,12 @@ def format_table(result: dict[str, Any]) -> str:
     if result.get("reasons"):
         title += f" ({'; '.join(result['reasons'])})"
     table = Table(title=title)
-    for column in ("path", "batch", "base p50 ms", "cur p50 ms", "ratio", "ratio CI", "p slower"):
+    columns = ("path", "batch", "base p50 ms", "cur p50 ms", "ratio", "ratio CI", "p slower")
+    for column in (*columns, "min det."):
         table.add_column(column, justify="left" if column in ("path", "batch") else "right")
     table.add_column("status")
     for path, by_batch in result["cells"].items():
         for label, cell in by_batch.items():
-            style = {"regression": "bold red", "improvement": "green"}.get(cell["status"], "")
             table.add_row(
                 path,
                 label,
@@ -466,8 +469,9 @@ def format_table(result: dict[str, Any]) -> str:
                 f"{cell['ratio']:.3f}",
                 f"[{cell['ci_low']:.3f}, {cell['ci_high']:.3f}]",
                 f"{cell['p_slower_adjusted']:.2g}",
+                f"{cell['min_detectable_ratio']:.2f}x",
                 cell["status"],
-                style=style,
+                style=STYLES.get(cell["status"], ""),
             )
     buffer = io.StringIO()
     Console(file=buffer, width=120, force_terminal=False).print(table)
