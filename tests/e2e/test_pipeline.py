@@ -93,6 +93,8 @@ ADDED_SINCE = (
     r"^git_outputs_rewritten$",
     # What the model is, for the verdict's baseline (issue 24).
     r"^model_contract_sha256$",
+    # The bench profile sets the guard replay's size (issue 23).
+    r"^bench\.replay_requests$",
 )
 
 
