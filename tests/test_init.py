@@ -171,6 +171,10 @@ def test_a_dict_input_model_writes_its_input_contract(tmp_path):
         (("--model", "mymodels.linear:make_model", "--name", "mlp"), "is a shipped model"),
         (("--model", "mymodels.linear:make_model", "--name", "9x"), "--name: expected a letter"),
         (("--model", "mlp", "--data", "nope"), "--data: expected one of csv, diabetes"),
+        (
+            ("--model", "mlp", "--data", "diabetes", "--data-path", "t.csv"),
+            "--data diabetes and --data-path t.csv: name a shipped option or your own table",
+        ),
         (("--model", "mymodels.linear:make_model", "--factory-arg", "x"), "expected key=value"),
     ],
 )

@@ -216,9 +216,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="your factory as package.module:function (it returns a vmapcheck Model), or a "
         "shipped option (mlp, toy, flax_mlp, ...)",
     )
-    init.add_argument(
-        "--data", default="synthetic", help="a shipped data option (default: synthetic)"
-    )
+    init.add_argument("--data", default=None, help="a shipped data option (default: synthetic)")
     init.add_argument(
         "--data-path",
         "--path",

@@ -32,6 +32,25 @@ class Layout:
         return self.root / "conf"
 
     @property
+    def config_yaml(self) -> Path:
+        """The primary Hydra config: the defaults list and the shipped groups' search path."""
+        return self.conf / "config.yaml"
+
+    def conf_option(self, group: str, option: str) -> Path:
+        """``conf/<group>/<option>.yaml``: a config option of the project's own."""
+        return self.conf / group / f"{option}.yaml"
+
+    @property
+    def plots_template(self) -> Path:
+        """The log-log Vega-Lite template dvc.yaml's plots name (``template: loglog``)."""
+        return self.root / ".dvc" / "plots" / "loglog.json"
+
+    @property
+    def next_steps(self) -> Path:
+        """What `vmapcheck init` says to do next (VMAPCHECK.md)."""
+        return self.root / "VMAPCHECK.md"
+
+    @property
     def dvc_yaml(self) -> Path:
         """The pipeline: each stage's cmd, deps, params and outs."""
         return self.root / "dvc.yaml"
@@ -62,6 +81,10 @@ class Layout:
     def raw(self) -> Path:
         """The user's source tables (never logged, never committed by an experiment)."""
         return self.data / "raw"
+
+    @property
+    def raw_readme(self) -> Path:
+        return self.raw / "README.md"
 
     @property
     def prepared(self) -> Path:

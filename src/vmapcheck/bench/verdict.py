@@ -68,6 +68,7 @@ from scipy import stats
 from vmapcheck.bench.baseline import (
     CONTEXT,
     CONTEXT_KEYS,
+    MODEL_CONTRACT_TAG,
     BenchRecord,
     NoBaselineError,
     resolve_baseline,
@@ -532,7 +533,6 @@ def run_verdict(
     ``bench.regression``; ``require_same``: optional context keys that must be equal too
     (:func:`compare`)."""
     from vmapcheck.config import load_config
-    from vmapcheck.tracking.log import MODEL_CONTRACT_TAG
     from vmapcheck.tracking.store import experiment_name, resolve_tracking_uri
 
     current = str(layout.bench_details) if current is None else current

@@ -17,18 +17,16 @@ import time
 from pathlib import Path
 from typing import Any
 
-from vmapcheck.bench.baseline import record_from_details, resolve_baseline
+from vmapcheck.bench.baseline import MODEL_CONTRACT_TAG, record_from_details, resolve_baseline
 from vmapcheck.bench.verdict import compare, format_table
 from vmapcheck.check.schema import read_check_details
 from vmapcheck.config import Config
 from vmapcheck.errors import VmapcheckError
 from vmapcheck.io import atomic_write_json, atomic_write_text, read_json
 from vmapcheck.layout import Layout
-from vmapcheck.params_io import contract_digest
 from vmapcheck.pipeline.stage import read_stage_times
 from vmapcheck.report.html import render_report
 from vmapcheck.tracking.log import (
-    MODEL_CONTRACT_TAG,
     experiment_name,
     log_diagnosis,
     log_perf_verdict,
@@ -71,15 +69,17 @@ def judge_performance(
     spec = config.bench.regression.baseline
     if spec is None:
         return {"verdict": "not compared", "why": "bench.regression.baseline is null"}
+    current = record_from_details(bench, str(layout.bench_details))
     tags = {
         "model": config.model.name,
-        # Never a run of another network of the same name (another width, other leaves).
-        MODEL_CONTRACT_TAG: contract_digest(read_json(layout.contract)),
         "backend": config.backend.name,
         "precision": config.precision.name,
     }
+    # Never a run of another network of the same name (another width, other leaves): the
+    # digest the bench stage recorded of what it timed.
+    if current.context.get("model_contract"):
+        tags[MODEL_CONTRACT_TAG] = current.context["model_contract"]
     uri = resolve_tracking_uri(config.tracking, layout.root)
-    current = record_from_details(bench, str(layout.bench_details))
     try:
         # This run is not logged yet: "last-verified" is the newest earlier one.
         # The same bench profile: a quick run is never judged against a full one.

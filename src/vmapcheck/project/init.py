@@ -41,6 +41,7 @@ from vmapcheck.compose import compose_yaml
 from vmapcheck.config import validate_config
 from vmapcheck.errors import ConfigError
 from vmapcheck.io import atomic_write_text
+from vmapcheck.layout import Layout
 from vmapcheck.project.code import STAGE_CODE
 
 # The lines init owns in .gitignore (and .dvcignore), between these markers.
@@ -66,9 +67,6 @@ DVCIGNORE_RULES = (
     "# Python's bytecode cache, beside the model code the stages depend on: not code.",
     "__pycache__/",
 )
-# The lock file init looks for at the root: when present, track logs it with each run
-# and depends on it.
-LOCK_FILE = "requirements.lock"
 # The DVC settings the pipeline needs: `dvc exp run -S` composes params.yaml from conf/.
 DVC_SETTINGS = {"hydra.enabled": "true", "hydra.config_dir": "conf", "hydra.config_name": "config"}
 _NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_-]*$")
@@ -273,7 +271,7 @@ def _listed(value: str | None) -> list[str]:
 
 def resolve_data(
     root: Path,
-    data: str,
+    data: str | None,
     table: str | None = None,
     features: str | None = None,
     targets: str | None = None,
@@ -289,6 +287,12 @@ def resolve_data(
             twice, declared but absent, or present but undeclared (it could be personal
             data: prepare would refuse it too).
     """
+    if table is not None and data not in (None, "csv"):
+        raise ConfigError(
+            f"--data {data} and --data-path {table}: name a shipped option or your own "
+            "table, not both"
+        )
+    data = data or "synthetic"
     if table is None:
         if data not in _shipped_options("data"):
             raise ConfigError(
@@ -354,49 +358,59 @@ def _render(template: str, **values: Any) -> str:
     return env.get_template(template).render(version=__version__, **values)
 
 
+def _yaml_file(header: str, content: dict[str, Any]) -> str:
+    """A config file init writes: comment lines, then ``content`` in its own key order."""
+    return header + yaml.safe_dump(content, sort_keys=False)
+
+
 def plan(root: Path, model: ModelChoice, data: DataChoice) -> Plan:
-    """Every file init writes for ``model`` and ``data``, and the ignore-file blocks."""
+    """Every file init writes for ``model`` and ``data`` (paths relative to ``root``, named
+    by :class:`~vmapcheck.layout.Layout`), and the ignore-file blocks."""
+    layout = Layout(root)
+
+    def rel(path: Path) -> str:
+        return path.relative_to(root).as_posix()
+
     out = Plan()
-    lock = LOCK_FILE if (root / LOCK_FILE).is_file() else None
-    out.files["dvc.yaml"] = _render(
+    lock = rel(layout.requirements_lock) if layout.requirements_lock.is_file() else None
+    raw = rel(layout.raw)
+    out.files[rel(layout.dvc_yaml)] = _render(
         "dvc.yaml.j2",
         stages=list(STAGE_CODE),
         model_code=list(model.code),
-        data_deps=["data/raw"]
-        + ([data.dep] if data.dep and not data.dep.startswith("data/raw/") else []),
+        data_deps=[raw] + ([data.dep] if data.dep and not data.dep.startswith(f"{raw}/") else []),
         lock_file=lock,
     )
-    out.files["conf/config.yaml"] = _render("config.yaml.j2", model=model.name, data=data.name)
+    out.files[rel(layout.config_yaml)] = _render("config.yaml.j2", model=model.name, data=data.name)
     if model.config is not None:
-        header = (
+        out.files[rel(layout.conf_option("model", model.name))] = _yaml_file(
             "# Your model, written by `vmapcheck init` from what its factory returned. The\n"
             "# stages build it with model.factory (Hydra instantiate: its keys are the\n"
-            "# factory's arguments). Widths and input leaves must match what it builds.\n"
-        )
-        out.files[f"conf/model/{model.name}.yaml"] = header + yaml.safe_dump(
-            model.config, sort_keys=False
+            "# factory's arguments). Widths and input leaves must match what it builds.\n",
+            model.config,
         )
     if data.config is not None:
-        header = (
+        out.files[rel(layout.conf_option("data", data.name))] = _yaml_file(
             "# Your table, written by `vmapcheck init --data-path`: every column in exactly one\n"
             "# role (identifiers are dropped or pseudonymized before anything is written).\n"
-            "# The other keys are the shipped csv option's (vmapcheck docs: regression-set.md).\n"
+            "# The other keys are the shipped csv option's (vmapcheck docs: regression-set.md).\n",
+            data.config,
         )
-        out.files[f"conf/data/{data.name}.yaml"] = header + yaml.safe_dump(
-            data.config, sort_keys=False
-        )
-    out.files[".dvc/plots/loglog.json"] = (
+    out.files[rel(layout.plots_template)] = (
         files("vmapcheck.project") / "templates" / "loglog.json"
     ).read_text(encoding="utf-8")
-    out.files["data/raw/README.md"] = _render("data_raw_README.md.j2")
-    out.files["data/reference/README.md"] = _render("data_reference_README.md.j2")
-    out.files["VMAPCHECK.md"] = _render(
+    out.files[rel(layout.raw_readme)] = _render("data_raw_README.md.j2")
+    # params.yaml: composed from the conf/ planned above, as `dvc exp run` will; the
+    # reference folder is where its reference.dir says.
+    params = _compose_planned(out)
+    reference_root = root / yaml.safe_load(params)["reference"]["dir"]
+    out.files[rel(reference_root / "README.md")] = _render("data_reference_README.md.j2")
+    out.files[rel(layout.next_steps)] = _render(
         "VMAPCHECK.md.j2", model=model.name, own_model=model.config is not None, data=data.name
     )
     out.blocks[".gitignore"] = GITIGNORE_RULES
     out.blocks[".dvcignore"] = DVCIGNORE_RULES
-    # params.yaml: composed from the conf/ written above, as `dvc exp run` will.
-    out.files["params.yaml"] = _compose_planned(out)
+    out.files[rel(layout.params_yaml)] = params
     return out
 
 
@@ -476,7 +490,7 @@ def _dvc(root: Path, *args: str) -> None:
 def run_init(
     root: Path,
     model: str,
-    data: str = "synthetic",
+    data: str | None = None,
     name: str | None = None,
     factory_args: list[str] | None = None,
     model_code: list[str] | None = None,

@@ -26,6 +26,7 @@ from typing import Any
 
 import numpy as np
 
+from vmapcheck.bench.baseline import MODEL_CONTRACT_TAG
 from vmapcheck.check.schema import CheckDetails
 from vmapcheck.config import Config, flatten
 from vmapcheck.core.composition import REGROUPINGS
@@ -43,9 +44,6 @@ from vmapcheck.tracking import store
 from vmapcheck.tracking.provenance import git_state
 from vmapcheck.tracking.store import experiment_name, resolve_artifact_root, resolve_tracking_uri
 
-# The tag of a run's model contract digest: the baseline of a benchmark verdict must have
-# the same (vmapcheck.pipeline.track.judge_performance).
-MODEL_CONTRACT_TAG = "model_contract_sha256"
 MAX_BATCH = 1000  # MLflow's per-request limit for metrics (params: 100)
 # The description's length: well under MLflow's limit on a run tag's value
 # (mlflow.utils.validation.MAX_TAG_VAL_LENGTH, 8000 in MLflow 3.17); it is read on screen.
