@@ -42,6 +42,16 @@ USER_MODEL = textwrap.dedent(
 
     def not_a_model():
         return 42
+
+
+    def default_dtype(in_features: int = 5, out_features: int = 2) -> Model:
+        return Model(
+            name="loose",
+            in_features=in_features,
+            out_features=out_features,
+            forward_one=lambda params, x: x @ params["W"],
+            init=lambda key: {"W": jax.random.normal(key, (in_features, out_features))},
+        )
     '''
 )
 
@@ -164,6 +174,11 @@ def test_a_dict_input_model_writes_its_input_contract(tmp_path):
         (("--model", "mymodels.linear:not_a_model"), "expected it to return a vmapcheck"),
         (("--model", "mymodels.missing:make_model"), "cannot import 'mymodels.missing'"),
         (("--model", "mymodels.linear:nope"), "has no function 'nope'"),
+        (
+            ("--model", "mymodels.linear:default_dtype"),
+            "init returns float64 leaves when JAX runs in x64 mode (the check stage's float64 "
+            "oracle): W; expected float32",
+        ),
         (
             ("--model", "mymodels.linear:make_model", "--factory-arg", "depth=3"),
             "raised TypeError",

@@ -191,6 +191,26 @@ def _model_config(
     return config
 
 
+def _check_float32_init(model: Any, target: str) -> None:
+    """Refuse a model whose ``init`` leaves follow JAX's default float dtype: ``check``
+    runs with x64 on (the float64 oracle), where such a leaf is float64 and the stored
+    float32 params no longer match (docs/own-model.md: init returns float32 arrays).
+    Found here, naming the leaves, instead of by the check stage after a whole run."""
+    import jax
+
+    from vmapcheck.params_io import contract_of
+
+    with jax.enable_x64(True):
+        shapes = contract_of(jax.eval_shape(model.init, jax.random.key(0)))
+    wide = sorted(name for name, leaf in shapes.items() if leaf["dtype"] == "float64")
+    if wide:
+        raise ConfigError(
+            f"--model {target}: init returns float64 leaves when JAX runs in x64 mode "
+            f"(the check stage's float64 oracle): {', '.join(wide)}; expected float32: "
+            "create them with an explicit dtype=jnp.float32 (docs/own-model.md, init)"
+        )
+
+
 def resolve_model(
     root: Path,
     target: str,
@@ -233,6 +253,7 @@ def resolve_model(
             f"--model {target}: expected it to return a vmapcheck.core.models.Model, "
             f"found {type(model).__name__}"
         )
+    _check_float32_init(model, target)
     name = name or model.name
     if not _NAME.match(name or ""):
         raise ConfigError(
