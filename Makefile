@@ -16,7 +16,7 @@ export DVC_NO_ANALYTICS := 1
 export PYTHONUNBUFFERED := 1
 
 .PHONY: help setup demo test test-faults test-fast test-wheel wheel lint format ui clean params lock reference \
-	verdict browser compare registry rollback diagnose exp
+	verdict browser compare registry rollback promote diagnose exp plots vega-bundle
 
 help:
 	@echo "make demo   set up .venv, run the pipeline (dvc repro) and print the verdict"
@@ -29,9 +29,11 @@ help:
 	@echo "make verdict BASELINE=last-verified|<run id>|<bench_details.json>  benchmark regression verdict"
 	@echo "make verdict-paired BASELINE_PROJECT=<dir>  time it and this project ABBA, judge the pairs"
 	@echo "make compare [N=10] [FILTER=\"tags.model = 'mlp'\"]  logged runs side by side"
+	@echo "make plots  dvc plots show with Vega inlined: the page draws offline; prints its path"
 	@echo "make exp    DVC experiments side by side, the columns compared (dvc exp show)"
 	@echo "make registry  versions of the registered model, which is @verified, their tags"
 	@echo "make rollback  move alias verified back to the previous verified version [MODEL=name]"
+	@echo "make promote VERSION=n (or RUN=id)  move alias verified to that version [MODEL=name]"
 	@echo "make diagnose  localize a divergence in the current outputs (first stage, layer, leaf)"
 	@echo "make params recompose params.yaml from conf/ (as dvc exp run does)"
 	@echo "make reference REASON='...'  store the last verified run as the model's reference"
@@ -44,7 +46,7 @@ $(STAMP): pyproject.toml requirements.lock
 	echo "creating $(VENV) with $$py"; \
 	"$$py" -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip==26.3
-	$(BIN)/python -m pip install --quiet --constraint requirements.lock --editable '.[dev,flax,equinox]'
+	$(BIN)/python -m pip install --quiet --constraint requirements.lock --editable '.[dev,flax,equinox,haiku]'
 	@touch $@
 
 demo: $(STAMP)
@@ -135,13 +137,30 @@ exp: $(STAMP)
 	dvc exp show --only-changed --keep '^(Experiment|$(EXP_METRICS))$$' \
 		--drop '^(?!(Experiment|$(EXP_METRICS)|$(EXP_PARAMS))$$)'
 
-# The MLflow Model Registry: passing runs register their params and move alias
-# `verified`; only `make rollback` moves it back. MODEL defaults to registry.registered_model.
+# The MLflow Model Registry: passing runs register their params; those of the deployment
+# target (registry.target) move alias `verified`; `make rollback` moves it back and `make
+# promote` to a chosen version. MODEL defaults to registry.registered_model.
 registry: $(STAMP)
 	vmapcheck registry $(if $(MODEL),--model "$(MODEL)")
 
 rollback: $(STAMP)
 	vmapcheck rollback $(if $(MODEL),--model "$(MODEL)")
+
+# `dvc plots show` through .dvc/plots/offline.html: Vega, Vega-Lite and vega-embed inlined
+# from the pinned npm builds in src/vmapcheck/project/vega/, so the page draws without a
+# network (DVC's own page loads them from a CDN). Prints the page's path and the PNGs'.
+plots: $(STAMP)
+	vmapcheck plots
+
+# Fetch those builds again (npm pack at the pinned versions), each checked against the
+# sha512 and sha256 in src/vmapcheck/project/vega/bundle.json.
+vega-bundle:
+	scripts/fetch-vega
+
+# Moves `verified` to a version on purpose, e.g. one a run off the deployment target
+# (registry.target in conf/config.yaml) registered without the alias.
+promote: $(STAMP)
+	vmapcheck promote $(if $(MODEL),--model "$(MODEL)") $(if $(VERSION),--version "$(VERSION)") $(if $(RUN),--run "$(RUN)")
 
 # The diagnosis protocol on the current outputs, on demand (check runs it on a failure):
 # writes reports/diagnosis-on-demand.json and .txt; exits 1 when it localizes a divergence.
@@ -156,7 +175,7 @@ lock:
 	@py="$$(scripts/find-python)" || { echo "error: no Python >= 3.12 found" >&2; exit 1; }; \
 	tmp="$$(mktemp -d)"; trap 'rm -rf "$$tmp"' EXIT; \
 	"$$py" -m venv "$$tmp/venv"; \
-	"$$tmp/venv/bin/python" -m pip install --quiet '.[dev,flax,equinox]'; \
+	"$$tmp/venv/bin/python" -m pip install --quiet '.[dev,flax,equinox,haiku]'; \
 	{ echo "# Every transitive dependency, pinned: make installs with --constraint requirements.lock."; \
 	  echo "# Regenerate after changing pyproject.toml: make lock"; \
 	  "$$tmp/venv/bin/python" -m pip freeze | grep -v '^vmapcheck'; } > requirements.lock

@@ -27,6 +27,23 @@ network is dispatch-bound at 256 rows, and 25% more rows cost only 5-10% of the 
         --override 'model.hidden=[128,128]' --out benchmarks/paired_validation_quiet_40.json
 
 ``--minutes`` stops starting new comparisons after that long and tabulates what was done.
+``--looks`` sets the group-sequential test's looks (default: ``bench.early_stop.
+paired_looks`` of the composed defaults; 1: every pair), ``--kinds A/A`` runs the A/A
+comparisons only, and ``--extra-work 0.08`` plants a smaller slowdown in B (a share of
+extra rows in ``direct``, under the factor). The tables add each kind's wall time per
+comparison (median, quartiles, range), the labels per cell and the pairs each cell took.
+The early-stopping figures of 2026-12-04 (docs/benchmark.md)::
+
+    python benchmarks/validate_paired.py --comparisons 50 --kinds A/A --looks 4 \
+        --batch-sizes 256,1024 --override 'model.hidden=[128,128]' \
+        --out benchmarks/paired_validation_aa_sequential.json
+    python benchmarks/validate_paired.py --comparisons 6 --kinds A/A --looks 1 \
+        --batch-sizes 256,1024 --override 'model.hidden=[128,128]' \
+        --out benchmarks/paired_validation_aa_fixed.json
+    python benchmarks/validate_paired.py --comparisons 6 --kinds A/B --extra-work 0.08 \
+        --batch-sizes 256,1024 --override 'model.hidden=[128,128]' \
+        --out benchmarks/paired_validation_slow10.json
+
 The figures in docs/benchmark.md come from this script.
 """
 
@@ -75,7 +92,7 @@ def make_project(
     env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
     for stage in ("prepare", "train"):
         subprocess.run(
-            [sys.executable, str(ROOT / "stages" / f"{stage}.py")], cwd=folder, env=env, check=True
+            [sys.executable, "-m", f"vmapcheck.stages.{stage}"], cwd=folder, env=env, check=True
         )
     return folder
 
@@ -107,10 +124,15 @@ def summary(kind: str, result: dict[str, Any]) -> dict[str, Any]:
                     "pair_ratios",
                     "p_slower",
                     "status",
+                    "pairs",
+                    "stopped",
                 )
+                if k in v
             }
             for c, v in result.get("cells", {}).items()
         },
+        "pairs_taken": result.get("pairs_taken"),
+        "looks": (result.get("sequential") or {}).get("looks", 1),
         "wall_s": result.get("wall_s"),
     }
 
@@ -183,7 +205,38 @@ def tables(
                 return round(float(slowdown), 2)
         return None
 
+    def walls(ds: list[dict[str, Any]]) -> dict[str, float] | None:
+        values = sorted(d["wall_s"] for d in ds if d.get("wall_s") is not None)
+        if not values:
+            return None
+        return {
+            "median": float(np.median(values)),
+            "min": values[0],
+            "max": values[-1],
+            "q25": float(np.quantile(values, 0.25)),
+            "q75": float(np.quantile(values, 0.75)),
+        }
+
+    def labels(ds: list[dict[str, Any]]) -> dict[str, dict[str, int]]:
+        out: dict[str, dict[str, int]] = {}
+        for d in ds:
+            for c, v in d["cells"].items():
+                status = v.get("status", "?")
+                out.setdefault(c, {})[status] = out.setdefault(c, {}).get(status, 0) + 1
+        return out
+
+    def pairs_taken(ds: list[dict[str, Any]]) -> dict[str, list[int]]:
+        return {
+            c: sorted(d["cells"][c].get("pairs", 0) for d in ds if c in d["cells"]) for c in cells
+        }
+
+    one_look = [d for d in done if d["kind"] == "A/A1" and "error" not in d]
     return {
+        "wall_s": {"A/A": walls(aa), "A/A1": walls(one_look), "A/B": walls(ab)},
+        "load_1m": {"A/A1": load_range(one_look)},
+        "aa_one_look_regressions": sum(d["verdict"] == "regression" for d in one_look),
+        "labels": {"A/A": labels(aa), "A/B": labels(ab)},
+        "pairs_by_cell": {"A/A": pairs_taken(aa), "A/B": pairs_taken(ab)},
         "aa": {
             "min_detectable_90": {c: min_detectable(c) for c in cells},
             "comparisons": len(aa),
@@ -227,11 +280,27 @@ def markdown(report: dict[str, Any]) -> str:
         detectable = aa["min_detectable_90"].get(cell)
         lines.append(
             f"| {cell} ({role}) | {found} of {ab['comparisons']} | "
-            f"{ratio:.3f} | {aa['median_ratio'].get(cell) or float('nan'):.3f} | "
+            f"{ratio or float('nan'):.3f} | "
+            f"{aa['median_ratio'].get(cell) or float('nan'):.3f} | "
             f"{f'{detectable:.2f}x' if detectable else 'n/a'} |"
         )
     lines.append(f"failed comparisons: {len(t['failed'])}; inconclusive: {t['inconclusive']}")
+    for kind, wall in (t.get("wall_s") or {}).items():
+        if wall:
+            lines.append(
+                f"{kind} wall s: median {wall['median']:.1f} (quartiles {wall['q25']:.1f}-"
+                f"{wall['q75']:.1f}, {wall['min']:.1f}-{wall['max']:.1f})"
+            )
+    for kind, by_cell in (t.get("labels") or {}).items():
+        for cell, counts in by_cell.items():
+            lines.append(f"{kind} {cell}: {counts}")
     return "\n".join(lines)
+
+
+def _cpu_model() -> str | None:
+    from vmapcheck.bench.machine import conditions
+
+    return conditions().get("cpu_model")
 
 
 def main() -> int:
@@ -268,6 +337,24 @@ def main() -> int:
     )
     parser.add_argument("--minutes", type=float, help="start no comparison after this long")
     parser.add_argument(
+        "--looks",
+        type=int,
+        help="looks of the group-sequential test (default: conf/bench/quick.yaml's "
+        "early_stop.paired_looks; 1: every pair, the design before early stopping)",
+    )
+    parser.add_argument(
+        "--kinds",
+        default="A/A,A/B",
+        help="which comparisons to alternate: A/A, A/B (default: both), and A/A1 (an A/A "
+        "comparison with one look, to time the looks' saving under the same load)",
+    )
+    parser.add_argument(
+        "--extra-work",
+        type=float,
+        help="B's model.factory.extra_work (mlp_slow's share of extra rows in direct; "
+        "default 0.25). About 0.08 makes a slowdown under the factor 1.1",
+    )
+    parser.add_argument(
         "--override",
         action="append",
         default=[],
@@ -301,7 +388,9 @@ def main() -> int:
     from vmapcheck.compose import compose_yaml
     from vmapcheck.errors import VmapcheckError
 
-    regression = yaml.safe_load(compose_yaml(ROOT / "conf", []))["bench"]["regression"]
+    composed = yaml.safe_load(compose_yaml(ROOT / "conf", []))["bench"]
+    regression = composed["regression"]
+    looks = args.looks or composed["early_stop"]["paired_looks"]
     factor = args.factor or regression["factor"]
     alpha = args.alpha or regression["alpha"]
     paths = args.paths.split(",")
@@ -309,7 +398,8 @@ def main() -> int:
     a_dir, b_dir = args.work_dir / "a", args.work_dir / "b"
     overrides = tuple(args.override)
     make_project(a_dir, "mlp", overrides=overrides)
-    make_project(b_dir, "mlp_slow", data_from=a_dir, overrides=overrides)
+    slow = (f"model.factory.extra_work={args.extra_work}",) if args.extra_work else ()
+    make_project(b_dir, "mlp_slow", data_from=a_dir, overrides=overrides + slow)
     a, b = side_spec(BASELINE, a_dir), side_spec(CURRENT, b_dir)
     a_cur = side_spec(CURRENT, a_dir)
     started = time.time()
@@ -320,7 +410,12 @@ def main() -> int:
             if args.minutes and time.time() - started > 60 * args.minutes:
                 print(f"stopping after {len(done)} comparisons: --minutes {args.minutes} reached")
                 break
-            for kind, current in (("A/A", a_cur), ("A/B", b)):
+            kinds = args.kinds.split(",")
+            # "A/A1": an A/A comparison with one look (every pair), right after the A/A
+            # one: the time the looks save, under the same load.
+            for kind, current in (("A/A", a_cur), ("A/A1", a_cur), ("A/B", b)):
+                if kind not in kinds:
+                    continue
                 try:
                     result = run_paired(
                         a,
@@ -335,6 +430,7 @@ def main() -> int:
                         order=args.order,
                         processes=args.processes,
                         share=args.share,
+                        looks=1 if kind == "A/A1" else looks,
                     )
                     entry = summary(kind, result)
                 except VmapcheckError as exc:
@@ -344,7 +440,11 @@ def main() -> int:
                     f"{entry['verdict']} {entry['regressions']} load "
                     f"{entry['load']['load_avg_1m_min']:.1f}-{entry['load']['load_avg_1m_max']:.1f}"
                     "; ratios "
-                    + " ".join(f"{c} {v['ratio']:.2f}" for c, v in entry["cells"].items())
+                    + " ".join(
+                        f"{c} {v['ratio']:.2f} ({v.get('pairs')} pairs, {v['status']})"
+                        for c, v in entry["cells"].items()
+                    )
+                    + f"; {entry['wall_s']:.1f} s"
                 )
                 print(f"{i + 1}/{args.comparisons} {kind}: {shown} ({time.time() - started:.0f} s)")
     finally:
@@ -361,10 +461,14 @@ def main() -> int:
         "one_process_for_both": args.share,
         "paths": paths,
         "batch_sizes": sizes,
+        "looks": looks,
+        "extra_work": args.extra_work or 0.25,
+        "kinds": args.kinds,
         "background_load_processes": args.load,
         "overrides": list(overrides),
         "usable_cores": len(os.sched_getaffinity(0)),
         "date_utc": time.strftime("%Y-%m-%d %H:%M", time.gmtime()),
+        "cpu_model": _cpu_model(),
         "wall_s": time.time() - started,
         "tables": tables(done, factor, alpha, args.processes),
         "comparisons": done,

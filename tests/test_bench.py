@@ -12,20 +12,28 @@ import pytest
 from vmapcheck.bench.progress import PlainLines, Progress
 from vmapcheck.bench.timing import (
     ROUNDS,
+    STOP_BUDGET,
+    STOP_CI,
     balanced_orders,
+    early_stops,
     latency_stats,
+    median_interval,
     no_compiles,
     pass_orders,
     round_slices,
     run_bench,
     sample_passes,
+    samples_per_round,
     warm_up,
 )
 from vmapcheck.bench.verdict import BLOCKS, blocks_of
-from vmapcheck.config import BenchConfig, ModelConfig, RegressionConfig
+from vmapcheck.config import BenchConfig, EarlyStopConfig, ModelConfig, RegressionConfig
 from vmapcheck.core.models import build_model
 from vmapcheck.core.paths import path_names, speedup_text
 from vmapcheck.pipeline.bench import dvc_metrics
+
+# Every round of every cell, one look: the timing as it was before early stopping.
+NO_EARLY_STOP = EarlyStopConfig(min_rounds=5, ci_target=0.01, time_budget_s=None, paired_looks=1)
 
 
 def test_latency_stats_are_percentiles_not_the_best_run():
@@ -77,6 +85,7 @@ def test_run_bench_covers_every_path_and_caps_the_loop():
         peak_matmul_size=128,
         replay_requests=100,
         regression=RegressionConfig(factor=1.1, alpha=0.01, baseline=None),
+        early_stop=NO_EARLY_STOP,
     )
     log = io.StringIO()
     result = run_bench(
@@ -282,3 +291,117 @@ def test_a_ratio_whose_interval_holds_one_is_no_measurable_difference():
     assert speedup_text(1.29, [1.2, 1.4]) == "1.29x (CI 1.20-1.40)"
     assert speedup_text(0.8, [0.7, 0.9]) == "0.80x (CI 0.70-0.90)"
     assert speedup_text(30.0) == "30.00x"
+
+
+# --- early stopping (bench.early_stop) ----------------------------------------------------
+
+
+def test_the_median_interval_is_the_order_statistics_with_enough_coverage():
+    seven = np.array([5.0, 1.0, 3.0, 7.0, 2.0, 6.0, 4.0])
+    assert median_interval(seven, 0.95) == (1.0, 7.0)  # coverage 98.4%; the next 87.5%
+    ten = np.arange(1.0, 11.0)
+    assert median_interval(ten, 0.95) == (2.0, 9.0)  # coverage 97.9%
+
+
+def _stream(cells: dict[str, float], rounds: int, seed: int = 0) -> dict[str, list[float]]:
+    """Round medians of each cell (deterministic): 1.0 times a lognormal of sigma
+    ``cells[cell]``, in time order."""
+    rng = np.random.default_rng(seed)
+    return {c: list(np.exp(rng.normal(0.0, sd, rounds))) for c, sd in cells.items()}
+
+
+STOP = EarlyStopConfig(min_rounds=7, ci_target=0.02, time_budget_s=None, paired_looks=4)
+
+
+def test_a_tight_cell_stops_at_a_round_boundary_and_a_noisy_one_goes_on():
+    medians = _stream({"tight": 0.002, "noisy": 0.2}, 10)
+    cost = {"tight": 1.0, "noisy": 1.0}
+    # Never before min_rounds, however tight.
+    for done in range(1, STOP.min_rounds):
+        part = {c: v[:done] for c, v in medians.items()}
+        assert early_stops(part, cost, done, 10, 0.0, STOP, 0.95) == {}
+    part = {c: v[:7] for c, v in medians.items()}
+    assert early_stops(part, cost, 7, 10, 0.0, STOP, 0.95) == {"tight": STOP_CI}
+    # The last round ends every cell anyway: nothing "stops" there.
+    assert early_stops(medians, cost, 10, 10, 0.0, STOP, 0.95) == {}
+
+
+def test_the_budget_stops_the_dearest_cells_first_and_keeps_the_cheap_ones():
+    budget = STOP.model_copy(update={"time_budget_s": 10.0})
+    medians = _stream({"dear": 0.2, "mid": 0.2, "cheap": 0.2}, 7)
+    cost = {"dear": 1.0, "mid": 0.3, "cheap": 0.01}  # seconds a round
+    # 7 s gone, 3 rounds left: 7 + 3 * 1.31 > 10; without "dear": 7 + 3 * 0.31 < 10.
+    assert early_stops(medians, cost, 7, 10, 7.0, budget, 0.95) == {"dear": STOP_BUDGET}
+    # Past the budget already: every cell stops (at min_rounds, not before).
+    assert early_stops(medians, cost, 7, 10, 11.0, budget, 0.95) == dict.fromkeys(cost, STOP_BUDGET)
+    early = {c: v[:6] for c, v in medians.items()}
+    assert early_stops(early, cost, 6, 10, 11.0, budget, 0.95) == {}
+
+
+def test_samples_per_round_takes_samples_from_the_dearest_cell_first():
+    """The plan fits the budget by taking samples a round from whichever cell is dearest
+    then; cheap cells and the kept control keep their rounds' every sample."""
+    cost = {"control": 0.001, "cheap": 0.001, "mid": 0.01, "dear": 0.1}
+    # Unbudgeted: every cell takes whole rounds.
+    assert samples_per_round(cost, 5, 10, None) == dict.fromkeys(cost, 5)
+    # Full plan: 10 rounds x 5 x 0.112 = 5.6 s. Within 1.65 s, "dear" gives up four
+    # samples a round (1.6 s planned) and "mid" keeps all of its own.
+    quota = samples_per_round(cost, 5, 10, 1.65, keep=["control"])
+    assert quota == {"control": 5, "cheap": 5, "mid": 5, "dear": 1}
+    # Within 1.5 s, "mid" is then the dearest that can give one up.
+    assert samples_per_round(cost, 5, 10, 1.55, keep=["control"])["mid"] == 4
+    # Beyond reach: every reducible cell down to one sample a round, the control kept.
+    quota = samples_per_round(cost, 5, 10, 1e-6, keep=["control"])
+    assert quota == {"control": 5, "cheap": 1, "mid": 1, "dear": 1}
+
+
+def test_run_bench_records_each_cells_rounds_and_why_it_stopped():
+    """A budget already spent takes one sample a round of every cell (samples_per_round)
+    and stops it at min_rounds (unless its interval did first): its samples are its
+    first whole rounds, recorded per round, and why it stopped; the control keeps every
+    round and every sample."""
+    model = build_model(ModelConfig(name="mlp", in_features=4, hidden=[8], out_features=2))
+    params = model.init(jax.random.key(0))
+    rows = np.random.default_rng(0).normal(size=(5, 4)).astype(np.float32)
+    config = BenchConfig(
+        name="t",
+        batch_sizes=[2],
+        warmup=1,
+        repeats=20,
+        loop_max_batch=2,
+        confidence_level=0.95,
+        peak_matmul_size=64,
+        replay_requests=10,
+        regression=RegressionConfig(factor=1.1, alpha=0.01, baseline=None),
+        early_stop=EarlyStopConfig(
+            min_rounds=5, ci_target=0.01, time_budget_s=1e-6, paired_looks=1
+        ),
+    )
+    log = io.StringIO()
+    result = run_bench(
+        model, params, rows, config, jnp.float32, progress=Progress(PlainLines("bench", log))
+    )
+    for path, by_batch in result["samples_ms"].items():
+        for label, samples in by_batch.items():
+            assert result["round_sizes"][path][label] == [1, 1, 1, 1, 1]
+            assert len(samples) == 5 == result["latency_ms"][path][label]["n"]
+            assert not np.isnan(samples).any()
+            record = result["early_stop"]["cells"][path][label]
+            assert record["rounds"] == 5 and record["samples"] == 5
+            assert record["samples_per_round"] == 1
+            assert record["stopped"] in (STOP_CI, STOP_BUDGET)
+    assert len(result["peak"]["samples_ms"]) == 20
+    cells = sum(len(b) for b in result["samples_ms"].values())
+    assert f"bench: stopped early: {cells} of {cells} cells (" in log.getvalue()
+    # The progress counts only the samples taken: the stopped cells' rounds left the plan.
+    assert f"done, {cells * 5 + 20:,} samples in" in log.getvalue()
+    # What the verdict reads back: the recorded rounds.
+    from vmapcheck.bench.baseline import record_from_details
+
+    record = record_from_details(result, "run")
+    some = next(iter(record.samples_ms))
+    label = next(iter(record.samples_ms[some]))
+    assert (
+        blocks_of(record.samples_ms[some][label], BLOCKS, record.rounds_of(some, label))[0].size
+        == 1
+    )

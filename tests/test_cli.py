@@ -23,8 +23,10 @@ COMMANDS = [
     "compare",
     "registry",
     "rollback",
+    "promote",
     "ui",
     "params",
+    "plots",
     "summary",
     "store",
 ]

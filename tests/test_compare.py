@@ -13,6 +13,7 @@ from tests.helpers.config import ROOT
 from vmapcheck.cli import main
 from vmapcheck.compose import compose_yaml
 from vmapcheck.tracking.runs import CompareError, compare_rows, format_compare, select_runs
+from vmapcheck.tracking.ui import compare_url
 
 T0 = int(time.time() * 1000) - 3_600_000
 
@@ -220,6 +221,13 @@ def test_the_command_line(tmp_path, store, capsys):
     assert main(["compare", "--root", str(tmp_path), "-n", "2", "--width", "220"]) == 0
     out = capsys.readouterr().out
     assert "mlp-bad" in out and "toy-f64" in out and "mlp-f32" not in out
+    # Then the same runs in MLflow's compare view, in its ML mode (the local store: after
+    # `vmapcheck ui`).
+    shown = select_runs(uri, n=2, prefix="vmapcheck").runs
+    pairs = [(r.info.experiment_id, r.info.run_id) for r in shown]
+    url = compare_url("http://127.0.0.1:5000", pairs)
+    assert f"these runs side by side in the MLflow UI: vmapcheck ui, then {url}\n" in out
+    assert url.endswith("&workflowType=machine_learning")
     assert main(["compare", "--root", str(tmp_path), "--filter", "tags.precision = 'f64'"]) == 0
     assert "1 run(s)" in capsys.readouterr().out
     assert main(["compare", "--root", str(tmp_path), "--all", "-n", "1", "--width", "220"]) == 0

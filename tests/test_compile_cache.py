@@ -6,9 +6,12 @@ tests in this process count compiles."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
+from pathlib import Path
 
+from vmapcheck.core.runtime import SHARED_COMPILE_CACHE_ENV
 from vmapcheck.layout import Layout
 
 # Compiles one jit function with the cache on; prints its output, and how many compiles
@@ -36,13 +39,19 @@ print(json.dumps({**events, "out": out.tolist()}))
 """
 
 
-def _run(folder) -> dict:
+def _run(folder, shared: Path | None = None) -> dict:
+    """PROGRAM in a subprocess with the cache in ``folder``, or in ``shared`` when given
+    (SHARED_COMPILE_CACHE_ENV; the test session's own shared cache is not passed on)."""
+    env = {k: v for k, v in os.environ.items() if k != SHARED_COMPILE_CACHE_ENV}
+    if shared is not None:
+        env[SHARED_COMPILE_CACHE_ENV] = str(shared)
     done = subprocess.run(
         [sys.executable, "-c", PROGRAM, str(folder)],
         capture_output=True,
         text=True,
         timeout=120,
         check=True,
+        env=env,
     )
     return json.loads(done.stdout.strip().splitlines()[-1])
 
@@ -55,3 +64,14 @@ def test_a_second_process_loads_what_the_first_compiled(tmp_path):
     second = _run(folder)
     assert second["hits"] >= 1 and second["misses"] == 0, second
     assert second["out"] == first["out"]
+
+
+def test_a_shared_cache_replaces_each_projects_own_and_is_bounded_and_locked(tmp_path):
+    shared = tmp_path / "shared"
+    first = _run(tmp_path / "a" / ".jax_cache", shared)
+    second = _run(tmp_path / "b" / ".jax_cache", shared)
+    assert first["misses"] >= 1 and second["hits"] >= 1 and second["misses"] == 0, second
+    assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()
+    # Bounded, hence locked: JAX keeps its lock file and each entry's access time there.
+    assert (shared / ".lockfile").exists()
+    assert any(path.name.endswith("-atime") for path in shared.iterdir())

@@ -6,6 +6,7 @@ import pytest
 import yaml
 
 from tests.helpers.config import PACKAGE_CONF, ROOT, compose_config
+from vmapcheck.bench.timing import early_stops
 from vmapcheck.compose import compose_yaml
 from vmapcheck.config import load_config, validate_config
 from vmapcheck.errors import ConfigError
@@ -28,7 +29,13 @@ def test_required_groups_and_options_exist():
     assert {"f32", "f64", "bf16"} <= set(_group_options("precision"))
     assert {"quick", "full"} <= set(_group_options("bench"))
     assert {"local"} <= set(_group_options("tracking"))
-    assert {"default"} <= set(_group_options("guard"))
+    assert {"default", "images"} <= set(_group_options("guard"))
+    assert {"default"} <= set(_group_options("budget"))
+
+
+# The options a model needs besides the defaults: the resnet's 12 KiB examples outgrow
+# the default guard's byte limit for a full batch (conf/guard/images.yaml raises it).
+COMPANIONS = {"resnet": ("data=images32", "guard=images")}
 
 
 @pytest.mark.parametrize(
@@ -44,7 +51,11 @@ def test_required_groups_and_options_exist():
 )
 def test_every_combination_of_options_composes_and_validates(model, precision, bench, backend):
     config = compose_config(
-        f"model={model}", f"precision={precision}", f"bench={bench}", f"backend={backend}"
+        f"model={model}",
+        f"precision={precision}",
+        f"bench={bench}",
+        f"backend={backend}",
+        *COMPANIONS.get(model, ()),
     )
     assert config.model.name == model
     assert config.precision.name == precision
@@ -276,13 +287,13 @@ def test_the_experiment_naming_is_validated(key, value, expected):
     assert f"tracking.{key}: required key is missing" in _error(raw)
 
 
-def test_one_experiment_per_model_or_one_for_all():
+def test_one_experiment_for_all_or_one_per_model():
     from vmapcheck.tracking.store import experiment_name
 
-    assert experiment_name(compose_config("model=toy")) == "vmapcheck-toy"
-    assert experiment_name(compose_config("model=mlp")) == "vmapcheck-mlp"
-    shared = compose_config("model=toy", "tracking.experiment_per_model=false")
-    assert experiment_name(shared) == "vmapcheck"
+    assert experiment_name(compose_config("model=toy")) == "vmapcheck"
+    assert experiment_name(compose_config("model=mlp")) == "vmapcheck"
+    own = compose_config("model=toy", "tracking.experiment_per_model=true")
+    assert experiment_name(own) == "vmapcheck-toy"
 
 
 def _composed_error(*overrides: str) -> str:
@@ -412,3 +423,57 @@ def test_an_override_hydra_cannot_apply_is_a_config_error_naming_it(override, ex
         compose_yaml(ROOT / "conf", [override])
     assert str(info.value).startswith(f"overrides [{override!r}]: ")
     assert expected in str(info.value)
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "expected"),
+    [
+        (
+            "min_rounds",
+            11,
+            "bench.early_stop.min_rounds: Input should be less than or equal to 10, found 11",
+        ),
+        (
+            "min_rounds",
+            1,
+            "bench.early_stop.min_rounds: Input should be greater than or equal to 2, found 1",
+        ),
+        ("ci_target", 0.0, "bench.early_stop.ci_target: Input should be greater than 0, found 0.0"),
+        (
+            "time_budget_s",
+            -5,
+            "bench.early_stop.time_budget_s: Input should be greater than 0, found -5",
+        ),
+        (
+            "paired_looks",
+            0,
+            "bench.early_stop.paired_looks: Input should be greater than or equal to 1, found 0",
+        ),
+        ("look", 4, "bench.early_stop.look: unknown key (found value 4)"),
+    ],
+)
+def test_early_stop_settings_are_validated_and_named(key, value, expected):
+    raw = _raw()
+    raw["bench"]["early_stop"][key] = value
+    assert expected in _error(raw)
+
+
+def test_early_stop_without_a_budget_and_its_absence():
+    raw = _raw()
+    raw["bench"]["early_stop"]["time_budget_s"] = None
+    assert validate_config(raw).bench.early_stop.time_budget_s is None
+    del raw["bench"]["early_stop"]
+    assert "bench.early_stop: required key is missing" in _error(raw)
+
+
+def test_min_rounds_beyond_the_rounds_of_few_repeats_is_valid_and_takes_every_round():
+    """``-S bench.repeats=6`` alone is a valid run of six rounds, none stopped early
+    (vmapcheck.bench.timing.early_stops never stops before min_rounds), rather than an
+    error that asks for a second override."""
+    raw = _raw()
+    raw["bench"]["repeats"] = 6  # six rounds of one sample
+    raw["bench"]["early_stop"]["min_rounds"] = 8
+    raw["bench"]["early_stop"]["time_budget_s"] = 1e-6  # spent at once
+    bench = validate_config(raw).bench
+    medians = {"cell": [1.0] * 5}
+    assert early_stops(medians, {"cell": 1.0}, 5, 6, 10.0, bench.early_stop, 0.95) == {}

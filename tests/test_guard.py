@@ -18,6 +18,7 @@ from vmapcheck.bench.guard import (
     SERVED,
     Guard,
     replay,
+    replay_summary,
     request_stream,
     run_replay,
 )
@@ -381,3 +382,35 @@ def test_masked_and_object_arrays_are_refused_for_their_type(model, params, rows
         guard.predict(request_of(rows[:4]))
     assert info.value.reason == "type"
     assert guard.metrics()["refused"]["type"] == 1 and guard.metrics()["served"] == 0
+
+
+def test_the_replay_stops_at_its_time_budget_and_says_how_many_it_sent(model, params, rows):
+    """A budget shorter than the stream: the replay sends a prefix (one request at least),
+    the un-bucketed comparison replays a prefix of that, and the report and its line say
+    how many of the planned requests were sent and why."""
+    config = guard_config(
+        buckets=[1, 8, 64, 256],
+        max_batch=256,
+        replay={"n_requests": 100_000, "time_budget_s": 0.5, "unbucketed_requests": 5000},
+    )
+    log = io.StringIO()
+    report = run_replay(
+        model, params, rows, jnp.float32, config, progress=Progress(PlainLines("bench", log))
+    )
+    assert report["stopped_by_budget"] is True
+    assert 1 <= report["requests"] < report["requests_planned"] == 100_000
+    assert report["unbucketed"]["requests"] <= report["requests"]
+    assert report["mismatched"] == {} and report["compiles_within_bound"] is True
+    assert set(report["wall_s"]) == {"bucketed", "unbucketed"}
+    # Its wall time: the budget, plus at most the one request under way when it ran out.
+    assert report["wall_s"]["bucketed"] < 0.5 + 10
+    assert "of 100000: its 0.5 s budget ran out" in replay_summary(report)
+    assert any("time budget of 0.5 s (bench.replay_time_budget_s)" in n for n in report["notes"])
+    # The progress line counts what was sent, not the planned total.
+    assert f"done, {report['requests']:,} requests in" in log.getvalue()
+
+
+def test_without_a_budget_every_request_is_sent(model, params, rows):
+    config = guard_config(replay={"n_requests": 50, "time_budget_s": None})
+    report = run_replay(model, params, rows, jnp.float32, config)
+    assert report["stopped_by_budget"] is False and report["requests"] == 50

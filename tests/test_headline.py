@@ -70,3 +70,15 @@ def test_summary_metrics_leave_out_what_was_not_measured():
     assert full["summary/vmap_over_loop@b0128"] == 4.0
     assert full["summary/worst_vs_f64_max_rel"] == 4e-6
     assert all(name.startswith("summary/") for name in full)
+
+
+def test_a_busy_benchmark_puts_its_caveat_with_the_load_into_the_verdict_line():
+    from vmapcheck.report.headline import noisy_caveat
+
+    quiet = {"load_avg_1m": 0.4, "usable_cores": 2}
+    busy = {"machine": {"noisy": True, "before": quiet, "after": {**quiet, "load_avg_1m": 7.3}}}
+    assert noisy_caveat(busy) == (
+        "speed figures noisy: load average 7.3 on 2 usable cores during the benchmark"
+    )
+    assert noisy_caveat({"machine": {"noisy": False, "before": quiet, "after": quiet}}) is None
+    assert noisy_caveat({}) is None  # no conditions recorded: no caveat invented

@@ -604,6 +604,37 @@ def test_the_terminal_summary_says_what_the_headline_says(tmp_path):
     assert forms_compared(check) in first and forms_compared(check) in headline
 
 
+def test_the_terminal_summary_says_when_verified_stays_off_the_deployment_target(tmp_path):
+    check, _, _, _ = make_inputs(failed=False)
+    layout = Layout(tmp_path)
+    layout.check_details.parent.mkdir(parents=True)
+    layout.check_details.write_text(json.dumps(check), encoding="utf-8")
+    why = "this run's precision is f64 (float64), the deployment target's is f32 (float32)"
+    track = {
+        "run_id": "r1",
+        "run_name": "mlp-cpu-f64",
+        "experiment": "vmapcheck-mlp",
+        "experiment_id": "1",
+        "tracking_uri": "sqlite:///mlflow.db",
+        "registry": {
+            "status": "registered",
+            "registered_model": "vmapcheck-mlp",
+            "version": "3",
+            "uri": "models:/vmapcheck-mlp/3",
+            "alias": "verified",
+            "previous": "1",
+            "verified_alias": "stays",
+            "off_target": why,
+        },
+    }
+    layout.track_report.write_text(json.dumps(track), encoding="utf-8")
+    assert (
+        "registry: registered as models:/vmapcheck-mlp/3; @verified stays at version 1: "
+        f"{why} (registry.target in conf/config.yaml); promote it with: vmapcheck promote "
+        "--version 3"
+    ) in summarize(layout).splitlines()
+
+
 # --- reviewer first ---------------------------------------------------------------------
 
 FIRST_SCREEN = ("fs-worst", "fs-reference", "fs-float64", "fs-invalid", "fs-speedups", "fs-perf")

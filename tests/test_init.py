@@ -96,6 +96,8 @@ def test_this_repository_is_what_init_writes_for_the_demo():
     assert "[hydra]\n    enabled = true\n    config_dir = conf\n    config_name = config" in (
         dvc_config
     )
+    # `dvc plots show` fills the offline page (Vega inlined), not DVC's CDN page.
+    assert "[plots]\n    html_template = plots/offline.html" in dvc_config
 
 
 def test_init_in_an_empty_repository_then_again_refuses_naming_each_file(tmp_path):
@@ -110,7 +112,13 @@ def test_init_in_an_empty_repository_then_again_refuses_naming_each_file(tmp_pat
 
     second = _init(root, *DEMO)
     assert second.returncode == 1
-    for rel in ("dvc.yaml", "conf/config.yaml", "params.yaml", "VMAPCHECK.md"):
+    for rel in (
+        "dvc.yaml",
+        "conf/config.yaml",
+        "params.yaml",
+        "VMAPCHECK.md",
+        ".dvc/plots/offline.html",
+    ):
         assert f"  {rel}\n" in second.stderr, second.stderr
     assert ".gitignore (its vmapcheck block)" in second.stderr
     assert "--force" in second.stderr
@@ -150,6 +158,15 @@ def test_a_users_factory_gets_its_model_file_and_its_code_tracked(tmp_path):
     params = yaml.safe_load((root / "params.yaml").read_text())
     assert params["model"]["name"] == "linear" and params["data"]["n_features"] == 6
     assert params["reference"]["required"] is False
+    # The deployment target is the user's model, of any layer widths (its own option has
+    # none); a shipped option's widths are pinned (the demo's: [32, 32]).
+    assert params["registry"]["target"] == {
+        "model": "linear",
+        "hidden": None,
+        "backend": "cpu",
+        "precision": "f32",
+        "bench": "quick",
+    }
 
 
 def test_a_dict_input_model_writes_its_input_contract(tmp_path):

@@ -179,3 +179,25 @@ def test_leaves_committed_to_different_devices_are_refused_naming_them():
     )
     # A numpy leaf (uncommitted) goes wherever the committed ones are.
     spec.validate_batch({**batch, "x": np.zeros((1, 2), np.float32)}, jnp.float32)
+
+
+def test_ctrl_c_in_a_stage_is_one_line_and_the_shells_exit_code(tmp_path, capsys):
+    from tests.helpers.inprocess import write_params
+    from vmapcheck.errors import INTERRUPTED
+    from vmapcheck.io import read_json
+    from vmapcheck.layout import Layout
+    from vmapcheck.pipeline.stage import run_stage
+
+    def body(config, layout):
+        raise KeyboardInterrupt
+
+    write_params(tmp_path)
+    assert run_stage("bench", body, tmp_path) == INTERRUPTED == 130
+    err = capsys.readouterr().err
+    assert err.splitlines() == [
+        "bench: interrupted (Ctrl-C); no output of this stage is half-written, and "
+        "`dvc repro` runs it again"
+    ]
+    # The stage's time record says how it ended.
+    record = read_json(Layout(tmp_path).stage_time("bench"))
+    assert record["exit_code"] == INTERRUPTED

@@ -258,3 +258,59 @@ def test_sides_share_a_process_only_with_the_same_code_and_settings(tmp_path):
     )
     other_code = replace(side_spec(CURRENT, b), pythonpath=str(tmp_path / "src"))
     assert why_not_one_process(base, other_code) == "the sides run different interpreters or code"
+
+
+def _fake_trained(folder, width: int) -> None:
+    """The files a paired verdict reads before starting a worker: params.yaml, and
+    data/params (its contract.json) and data/cases as `dvc repro train` leaves them."""
+    import json
+
+    from tests.helpers.inprocess import write_params
+    from vmapcheck.layout import Layout
+
+    folder.mkdir()
+    write_params(folder, "model=mlp")
+    layout = Layout(folder)
+    layout.params.mkdir(parents=True)
+    layout.cases.mkdir(parents=True)
+    contract = {
+        "params": {"layer0/w": [8, width]},
+        "inputs": {"x": {"shape": [8]}},
+        "outputs": {"n_outputs": 2},
+    }
+    layout.contract.write_text(json.dumps(contract))
+
+
+def test_sides_of_other_networks_are_not_comparable_before_any_worker_starts(tmp_path):
+    """Another model contract is read from the files: `not comparable`, nothing timed,
+    no worker started (run_paired returns before starting one)."""
+    _fake_trained(tmp_path / "a", 32)
+    _fake_trained(tmp_path / "b", 64)
+    result = run_paired(
+        side_spec(BASELINE, tmp_path / "a"),
+        side_spec(CURRENT, tmp_path / "b"),
+        ["vmap_jit"],
+        [16],
+        1.1,
+        0.01,
+    )
+    assert result["verdict"] == "not comparable" and result["timed"] is False
+    assert "model contracts (params, inputs or outputs) differ" in result["why"]
+    assert "nothing timed" in format_paired(result)
+
+
+def test_a_project_without_its_trained_params_is_named_before_any_worker_starts(tmp_path):
+    from tests.helpers.inprocess import write_params
+
+    _fake_trained(tmp_path / "a", 32)
+    (tmp_path / "empty").mkdir()
+    write_params(tmp_path / "empty", "model=mlp")
+    with pytest.raises(ConfigError, match=r"nothing to time: no data/params, data/cases \(run"):
+        run_paired(
+            side_spec(BASELINE, tmp_path / "empty"),
+            side_spec(CURRENT, tmp_path / "a"),
+            ["vmap_jit"],
+            [16],
+            1.1,
+            0.01,
+        )

@@ -371,3 +371,245 @@ def test_rollback_drops_a_pending_alias_move_so_the_next_track_keeps_it(store):
     assert moved["message"].endswith("; the pending alias move to version(s) 3 dropped")
     assert registry.settle_pending_alias(store.uri, NAME) == []
     assert store.verified() == "1" and not pending(store, "3")
+
+
+def test_a_run_serving_what_verified_serves_re_verifies_it_instead_of_a_copy(store):
+    first = store.run_and_register(seed=1)
+    # The same params, serving settings, code and runtime (a rerun for a tolerance).
+    again = store.run_and_register(seed=1)
+    assert again["status"] == "re-verified" and again["version"] == "1"
+    assert "serves the same params, settings, code and runtime" in again["why"]
+    tags = store.client.get_model_version(NAME, "1").tags
+    assert tags["reverified_by_run"] == again["run_id"] != first["run_id"]
+    assert tags["verified_by_run"] == first["run_id"]
+    assert [str(v.version) for v in registry.list_versions(store.uri, NAME)] == ["1"]
+    assert store.verified() == "1"
+    # Served differently (another guard limit): a new version, though the params are equal.
+    store.config = compose_config("guard.max_batch=512")
+    other = store.run_and_register(seed=1)
+    assert (other["status"], other["version"], other["previous"]) == ("registered", "2", "1")
+    versions = registry.list_versions(store.uri, NAME)
+    assert versions[0].tags["params_sha256"] == versions[1].tags["params_sha256"]
+    assert versions[0].tags["served_sha256"] != versions[1].tags["served_sha256"]
+    assert store.verified() == "2"
+
+
+# --- the deployment target (registry.target) --------------------------------------
+
+F64_OFF_TARGET = "this run's precision is f64 (float64), the deployment target's is f32 (float32)"
+
+
+def served_dtype(store, version: str) -> np.dtype:
+    """The float dtype of the signature version ``version`` serves (its MLmodel)."""
+    from mlflow.models import Model
+
+    from tests.helpers.registry import local_path
+
+    source = store.client.get_model_version(NAME, version).source
+    signature = Model.load(str(local_path(source) / "MLmodel")).signature
+    return signature.inputs.inputs[0].type
+
+
+def test_a_passing_run_off_the_deployment_target_registers_without_moving_verified(store):
+    first = store.run_and_register(seed=1)
+    assert first["verified_alias"] == "moved" and first["off_target"] is None
+    assert store.verified() == "1"
+
+    # `dvc exp run -S precision=f64`: it passed, it is registered, and the alias stays.
+    store.config = compose_config("precision=f64")
+    f64 = store.run_and_register(seed=2)
+    assert (f64["status"], f64["version"], f64["previous"]) == ("registered", "2", "1")
+    assert (f64["verified_alias"], f64["off_target"]) == ("stays", F64_OFF_TARGET)
+    assert store.verified() == "1"
+    tags = store.client.get_model_version(NAME, "2").tags
+    assert tags["off_deployment_target"] == F64_OFF_TARGET and tags["verified"] == "true"
+    assert registry.TAG_ALIAS_PENDING not in tags  # the next track never moves it either
+    assert registry.settle_pending_alias(store.uri, NAME) == []
+    assert store.verified() == "1"
+    # What @verified serves keeps the target's dtype; the f64 version has its own.
+    assert served_dtype(store, "1") == np.dtype(np.float32)
+    assert served_dtype(store, "2") == np.dtype(np.float64)
+    assert registry.outcome_line(f64) == (
+        f"registered as models:/{NAME}/2; @verified stays at version 1: {F64_OFF_TARGET} "
+        "(registry.target in conf/config.yaml); promote it with: vmapcheck promote --version 2"
+    )
+
+    # The same f64 run again: it re-verifies version 2, no copy, and the alias stays.
+    again = store.run_and_register(seed=2)
+    assert (again["status"], again["version"], again["verified_alias"]) == (
+        "re-verified",
+        "2",
+        "stays",
+    )
+    assert registry.outcome_line(again).startswith(
+        f"re-verified: version 2 of {NAME} serves the same params, settings, code and "
+        "runtime (not registered again); @verified stays at version 1: "
+    )
+    assert store.client.get_model_version(NAME, "2").tags["reverified_by_run"] == again["run_id"]
+    assert len(registry.list_versions(store.uri, NAME)) == 2
+
+    # Each setting of the target is compared, and each difference named.
+    for overrides, phrase in (
+        (["bench=full"], "this run's bench profile is full, the deployment target's is quick"),
+        (
+            ["model.hidden=[16]"],
+            "this run's model.hidden is [16], the deployment target's is [32, 32]",
+        ),
+        (["backend=gpu"], "this run's backend is gpu, the deployment target's is cpu"),
+    ):
+        assert registry.off_target(compose_config(*overrides)) == [phrase]
+    assert len(registry.off_target(compose_config("precision=bf16", "bench=full"))) == 2
+    assert registry.off_target(compose_config("guard.max_batch=512")) == []
+
+    # A passing run of the target moves the alias, from version 1 (never through 2).
+    store.config = compose_config()
+    third = store.run_and_register(seed=3)
+    assert (third["version"], third["previous"], third["verified_alias"]) == ("3", "1", "moved")
+    assert store.verified() == "3"
+    # Rollback goes back to the previous version the alias could hold: 1, not 2.
+    assert registry.rollback(store.uri, NAME)["to"] == "1"
+    assert store.verified() == "1"
+
+
+def test_the_first_run_of_a_model_off_the_target_leaves_the_alias_unset(store):
+    store.config = compose_config("precision=f64")
+    first = store.run_and_register(seed=1)
+    assert first["status"] == "registered" and first["previous"] is None
+    assert registry.outcome_line(first).startswith(
+        f"registered as models:/{NAME}/1; @verified is on no version: {F64_OFF_TARGET}"
+    )
+    assert registry._alias_version(store.client, NAME, registry.VERIFIED) is None
+    assert "(off the deployment target: `vmapcheck promote`" in registry.show(store.uri, NAME)
+
+
+def test_promote_moves_verified_to_a_chosen_version_and_rollback_still_works(store):
+    store.run_and_register(seed=1)
+    store.config = compose_config("precision=f64")
+    f64 = store.run_and_register(seed=2)
+    assert store.verified() == "1"
+
+    promoted = registry.promote(store.uri, NAME, version="2")
+    assert (promoted["from"], promoted["to"]) == ("1", "2")
+    assert promoted["message"] == (
+        f"promote: models:/{NAME}@verified moved from version 1 (run "
+        f"{store.client.get_model_version(NAME, '1').run_id}, params sha256 "
+        f"{store.client.get_model_version(NAME, '1').tags['params_sha256'][:12]}) to version 2 "
+        f"(run {f64['run_id']}, params sha256 "
+        f"{store.client.get_model_version(NAME, '2').tags['params_sha256'][:12]}); version 2 "
+        f"is off the deployment target (registry.target in conf/config.yaml): {F64_OFF_TARGET}"
+    )
+    assert store.verified() == "2"
+    tags = store.client.get_model_version(NAME, "2").tags
+    assert tags["promoted_from"] == "1" and "promoted_at" in tags
+    assert "(off the deployment target, promoted)" in registry.show(store.uri, NAME)
+    again = registry.promote(store.uri, NAME, run_id=f64["run_id"])
+    assert "is already version 2" in again["message"] and store.verified() == "2"
+
+    # A later run of the target moves the alias on; rollback returns to the promoted one.
+    store.config = compose_config()
+    store.run_and_register(seed=3)
+    assert store.verified() == "3"
+    assert registry.rollback(store.uri, NAME)["to"] == "2"
+    assert registry.rollback(store.uri, NAME)["to"] == "1"
+    # Promoting a version rolled back from clears that, so rollback may return to it.
+    registry.promote(store.uri, NAME, version="3")
+    assert "rolled_back_at" not in store.client.get_model_version(NAME, "3").tags
+    assert registry.rollback(store.uri, NAME)["to"] == "1"  # 2 was rolled back from
+
+    with pytest.raises(ArtifactError, match=r"--version 9: no such version .* 1, 2, 3\)"):
+        registry.promote(store.uri, NAME, version="9")
+    with pytest.raises(ArtifactError, match=r"--run nope: registered no version"):
+        registry.promote(store.uri, NAME, run_id="nope")
+    with pytest.raises(ConfigError, match=r"one of --version N or --run RUN_ID, found both"):
+        registry.promote(store.uri, NAME, version="1", run_id="x")
+
+
+def test_promote_refuses_a_version_whose_run_is_not_complete(store):
+    from vmapcheck.tracking.store import mark_failed
+
+    store.run_and_register(seed=1)
+    dead = stranded(store, seed=2)
+    mark_failed(store.uri, dead["run_id"], "killed")
+    with pytest.raises(ArtifactError, match=r"models:/vmapcheck-mlp/2: its run .* not a complete"):
+        registry.promote(store.uri, NAME, version="2")
+    assert store.verified() == "1"
+
+
+def test_the_command_line_promotes(store, root, tmp_path, monkeypatch, capsys):
+    shutil.copy(root / "params.yaml", tmp_path / "params.yaml")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", store.uri)
+    store.run_and_register(seed=1)
+    store.config = compose_config("bench=full")
+    store.run_and_register(seed=2)
+    assert store.verified() == "1"
+    assert cli.main(["promote", "--version", "2"]) == 0
+    out = capsys.readouterr().out
+    assert f"promote: models:/{NAME}@verified moved from version 1" in out
+    assert "this run's bench profile is full" in out
+    assert store.verified() == "2"
+    assert cli.main(["registry"]) == 0
+    assert (
+        "deployment target (registry.target in conf/config.yaml): model mlp, hidden [32, 32], "
+        "backend cpu, precision f32 (float32), bench quick; a passing run of it moves "
+        "@verified, `vmapcheck promote` any other"
+    ) in capsys.readouterr().out.splitlines()
+    assert cli.main(["promote", "--version", "7"]) == 2
+    assert "registry: error: --version 7: no such version" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        cli.main(["promote"])  # one of --version or --run is required
+
+
+def test_the_deployment_target_is_validated_naming_the_key(root):
+    raw = _raw(root)
+    target = validate_config(raw).registry.target
+    assert (target.model, target.hidden, target.backend, target.precision, target.bench) == (
+        "mlp",
+        [32, 32],
+        "cpu",
+        "f32",
+        "quick",
+    )
+    # Plain values: an override of the run does not move the target with it.
+    assert compose_config("precision=f64", "bench=full").registry.target == target
+    for key, value, expected in (
+        (
+            "precision",
+            "f16",
+            r"registry\.target\.precision: Input should be 'f32', 'f64' or "
+            r"'bf16', found 'f16'",
+        ),
+        ("backend", "cuda", r"registry\.target\.backend: .*found 'cuda'"),
+        ("hidden", [32, 0], r"registry\.target\.hidden\[1\]: .*greater than 0, found 0"),
+        ("bench", "", r"registry\.target\.bench: .*found ''"),
+        ("colour", "red", r"registry\.target\.colour: unknown key \(found value 'red'\)"),
+    ):
+        raw = _raw(root)
+        raw["registry"]["target"][key] = value
+        with pytest.raises(ConfigError, match=expected):
+            validate_config(raw)
+    raw = _raw(root)
+    del raw["registry"]["target"]
+    with pytest.raises(ConfigError, match=r"registry\.target: required key is missing"):
+        validate_config(raw)
+
+
+def test_a_run_off_the_target_serving_what_verified_serves_re_verifies_it(store):
+    # A bench profile of one's own timing the same params (the guard's replay settings,
+    # which serving_settings holds, unchanged) serves the same: no copy, no move.
+    store.run_and_register(seed=1)
+    store.config = compose_config("bench.name=mine")
+    assert registry.off_target(store.config) == [
+        "this run's bench profile is mine, the deployment target's is quick"
+    ]
+    again = store.run_and_register(seed=1)
+    assert (again["status"], again["version"], again["verified_alias"]) == (
+        "re-verified",
+        "1",
+        "held",
+    )
+    assert registry.outcome_line(again) == (
+        "re-verified: version 1 serves the same params, settings, code and runtime; "
+        "not registered again"
+    )
+    assert len(registry.list_versions(store.uri, NAME)) == 1 and store.verified() == "1"

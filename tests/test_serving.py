@@ -35,7 +35,14 @@ from vmapcheck.tracking import registry, serving
 NAME = "vmapcheck-mlp"
 # Two buckets: every load compiles each of them (conf/guard/default.yaml has five).
 SMALL_GUARD = ("guard.buckets=[1,8]", "guard.max_batch=8")
-TWO_TOWER = ("model=two_tower", "data=diabetes", *SMALL_GUARD)
+# A project whose deployment target is two_tower (else the run would not move @verified).
+TWO_TOWER = (
+    "model=two_tower",
+    "data=diabetes",
+    "registry.target.model=two_tower",
+    "registry.target.hidden=null",
+    *SMALL_GUARD,
+)
 
 
 def rows(n: int, width: int = 8, seed: int = 0) -> np.ndarray:
@@ -190,7 +197,13 @@ def test_a_bfloat16_run_takes_and_returns_float32_on_the_wire(tmp_path_factory, 
 
     from vmapcheck.core.forms import cast_tree
 
-    store, _ = registered(tmp_path_factory, empty_mlflow_store, "precision=bf16", *SMALL_GUARD)
+    store, _ = registered(
+        tmp_path_factory,
+        empty_mlflow_store,
+        "precision=bf16",
+        "registry.target.precision=bf16",  # its deployment target: @verified moves to it
+        *SMALL_GUARD,
+    )
     model = load(store, f"models:/{NAME}@verified")
     signature = model.metadata.signature
     float32 = np.dtype(np.float32)

@@ -96,10 +96,12 @@ SHARDED_ON_FOUR_DEVICES = """
         errors["configure_jax"] = str(exc)
     out["errors"] = errors
     from vmapcheck.bench.timing import run_bench
-    from vmapcheck.config import BenchConfig, RegressionConfig
+    from vmapcheck.config import BenchConfig, EarlyStopConfig, RegressionConfig
     bench = BenchConfig(name="t", batch_sizes=[3, 8], warmup=1, repeats=5, loop_max_batch=1,
                         confidence_level=0.95, peak_matmul_size=64, replay_requests=10,
-                        regression=RegressionConfig(factor=1.1, alpha=0.01, baseline=None))
+                        regression=RegressionConfig(factor=1.1, alpha=0.01, baseline=None),
+                        early_stop=EarlyStopConfig(min_rounds=5, ci_target=0.01,
+                                                   time_budget_s=None, paired_looks=1))
     rows = np.random.default_rng(0).normal(size=(4, model.in_features)).astype(np.float32)
     result = run_bench(model, params, rows, bench, jnp.float32, mesh=mesh)
     out["bench"] = {k: result["figures"]["sharded_jit"][k] for k in ("b3", "b8")}

@@ -386,7 +386,7 @@ def test_store_command_creates_the_store_once_and_probes_a_server(tmp_path, monk
     assert main(["store", "init", "--root", str(tmp_path)]) == 0
     assert main(["store", "init", "--root", str(tmp_path)]) == 0  # a second time changes nothing
     experiments = MlflowClient(f"sqlite:///{tmp_path}/mlflow.db").search_experiments()
-    assert [e.name for e in experiments].count("vmapcheck-mlp") == 1  # experiment_per_model
+    assert [e.name for e in experiments].count("vmapcheck") == 1  # one for every model
     assert main(["store", "where", "--root", str(tmp_path)]) == 0
     assert f"store: sqlite:///{tmp_path.resolve()}/mlflow.db" in capsys.readouterr().out
     dead = f"http://127.0.0.1:{free_port()}"

@@ -171,3 +171,76 @@ def test_every_stage_records_its_wall_time_and_track_ends_its_own(tmp_path):
     layout.stage_time("train").write_text('{"stage": "train"}')
     with pytest.raises(ArtifactError, match=r"train\.json: expected a stage time record"):
         read_stage_times(layout)
+
+
+def test_a_run_starts_with_the_first_stage_that_ran_now_not_one_dvc_skipped():
+    from vmapcheck.tracking.log import RUN_GAP_S, run_start
+
+    def rec(start, end, code=0):
+        return {"start": start, "end": end, "exit_code": code}
+
+    day = 86400.0
+    now = 10 * day
+    # Every stage one after the other: the run starts with prepare.
+    chain = {
+        "prepare": rec(now - 100, now - 90),
+        "train": rec(now - 88, now - 60),
+        "forward": rec(now - 58, now - 40),
+        "track": {"start": now - 5, "end": None, "exit_code": None},
+    }
+    assert run_start(chain, now) == now - 100
+    # After a precision edit DVC reruns forward on: prepare and train keep yesterday's times.
+    skipped = chain | {"prepare": rec(now - day - 100, now - day - 90)}
+    skipped |= {"train": rec(now - day - 88, now - day - 60)}
+    assert run_start(skipped, now) == now - 58
+    # A pause longer than RUN_GAP_S, or a stage that failed, ends the chain.
+    late = {
+        "prepare": rec(now - 400, now - 390),
+        "forward": rec(now - 388, now - 5 - RUN_GAP_S - 1),
+        "track": chain["track"],
+    }
+    assert run_start(late, now) == now - 5
+    assert run_start(late | {"forward": rec(now - 388, now - 5 - RUN_GAP_S + 1)}, now) == now - 400
+    failed = chain | {"forward": rec(now - 58, now - 40, code=1)}
+    assert run_start(failed, now) == now - 5
+    # Without a record of track (its body called directly): now.
+    assert run_start({"prepare": rec(now - 100, now - 90)}, now) == now
+
+
+def test_only_the_compared_config_keys_are_params():
+    from tests.helpers.config import compose_config
+    from vmapcheck.config import flatten
+    from vmapcheck.tracking.log import COMPARED_PARAMS, compared_params
+
+    config = compose_config("model=toy", "precision=f64")
+    params = compared_params(config)
+    assert list(params) == list(COMPARED_PARAMS) and len(params) < len(flatten(config)) / 4
+    assert params["model.name"] == "toy" and params["precision.name"] == "f64"
+    # What last-verified matches on is among them.
+    assert "bench.name" in params
+
+
+def test_one_experiment_for_every_model_and_lookups_cover_the_old_layout():
+    from tests.helpers.config import compose_config
+    from vmapcheck.tracking.store import experiment_name, model_experiments
+
+    config = compose_config("model=toy")
+    assert experiment_name(config) == "vmapcheck"
+    assert model_experiments(config) == ["vmapcheck", "vmapcheck-toy"]
+    old = compose_config("model=toy", "tracking.experiment_per_model=true")
+    assert model_experiments(old) == ["vmapcheck-toy", "vmapcheck"]
+
+
+def test_the_compare_url_opens_the_ml_mode():
+    from urllib.parse import parse_qs, urlsplit
+
+    from vmapcheck.tracking.ui import compare_url
+
+    url = compare_url("http://127.0.0.1:5000/", [("1", "a" * 32), ("2", "b" * 32), ("1", "c")])
+    assert url.startswith("http://127.0.0.1:5000/#/compare-runs?")
+    query = parse_qs(urlsplit(url.split("#", 1)[1]).query)
+    assert query["workflowType"] == ["machine_learning"]
+    assert query["runs"] == [f'["{"a" * 32}","{"b" * 32}","c"]']
+    assert query["experiments"] == ['["1","2"]']
+    with pytest.raises(ValueError, match="no run"):
+        compare_url("http://x", [])

@@ -6,6 +6,7 @@ import numpy as np
 
 from tests.helpers.config import compose_config
 from vmapcheck.core.models import build_model
+from vmapcheck.core.state import partition
 from vmapcheck.core.training import fit, make_loss, make_optimizer, make_update
 
 
@@ -46,9 +47,10 @@ def test_update_is_pure_and_jit_compatible():
     model = build_model(config.model)
     params = model.init(jax.random.key(0))
     optimizer = make_optimizer(config.train)
-    update = jax.jit(make_update(model, optimizer))
+    leaves = partition(model, params)
+    update = jax.jit(make_update(model, optimizer, leaves))
     x, y = _splits()["train"]
-    state = optimizer.init(params)
+    state = optimizer.init(leaves.trainable(params))
     first = update(params, state, x, y)
     second = update(params, state, x, y)
     for a, b in zip(jax.tree.leaves(first), jax.tree.leaves(second), strict=True):

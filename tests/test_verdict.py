@@ -211,6 +211,45 @@ def test_last_verified_is_the_newest_passed_run_of_the_same_model(tmp_path, empt
         resolve_baseline("0" * 32, uri, "vmapcheck", {})
 
 
+def test_last_verified_finds_runs_in_the_old_per_model_experiment_too(tmp_path, empty_mlflow_store):
+    """Runs logged when every model had its own experiment (vmapcheck-mlp) stay baselines
+    after the move to one experiment for all (vmapcheck): the newest of either wins."""
+    import mlflow
+    from mlflow.tracking import MlflowClient
+
+    from tests.helpers.config import compose_config
+    from vmapcheck.tracking.store import model_experiments
+
+    uri = empty_mlflow_store(tmp_path / "mlflow.db")
+    client = MlflowClient(tracking_uri=uri)
+    names = model_experiments(compose_config("model=mlp"))
+    assert names == ["vmapcheck", "vmapcheck-mlp"]
+
+    def logged(experiment: str, name: str, median: float) -> str:
+        found = client.get_experiment_by_name(experiment)
+        experiment_id = (
+            found.experiment_id
+            if found
+            else client.create_experiment(experiment, artifact_location=tmp_path.as_uri())
+        )
+        run = client.create_run(experiment_id, tags={"verdict": "passed", "model": "mlp"})
+        path = tmp_path / name / "bench_details.json"
+        path.parent.mkdir()
+        path.write_text(json.dumps(_details(median, 0)))
+        client.log_artifact(run.info.run_id, str(path))
+        client.set_tag(run.info.run_id, "pipeline_complete", "true")
+        client.set_terminated(run.info.run_id)
+        return run.info.run_id
+
+    old = logged("vmapcheck-mlp", "old-layout", 1.0)
+    mlflow.set_tracking_uri(None)
+    assert resolve_baseline("last-verified", uri, names, {"model": "mlp"}).source == f"run {old}"
+    new = logged("vmapcheck", "new-layout", 2.0)
+    assert resolve_baseline("last-verified", uri, names, {"model": "mlp"}).source == f"run {new}"
+    with pytest.raises(ArtifactError, match="in experiment 'vmapcheck' or 'vmapcheck-mlp'"):
+        resolve_baseline("last-verified", uri, names, {"model": "toy"})
+
+
 def test_the_verdict_command_exits_1_on_a_regression(tmp_path, root, capsys):
     shutil.copy(root / "params.yaml", tmp_path / "params.yaml")
     base, same, slow = (tmp_path / f"{n}.json" for n in ("base", "same", "slow"))
@@ -691,3 +730,74 @@ def test_the_contract_digest_is_what_the_network_is_not_its_name():
     assert digest([4], ["x", "y", "z"]) == base  # the table's column names aside
     assert digest([4], ["a", "b", "c"], name="renamed") == base
     assert digest([5], ["a", "b", "c"]) != base  # another width: another network
+
+
+# --- rounds of unequal number (early stopping) and older records ------------------------
+
+
+def _rounds(median_ms: float, sizes: list[int], seed: int) -> np.ndarray:
+    """Samples in rounds of ``sizes``, each round with its own machine state."""
+    rng = np.random.default_rng(seed)
+    return np.concatenate(
+        [median_ms * rng.lognormal(0.0, 0.03) * rng.lognormal(0.0, 0.05, n) for n in sizes]
+    )
+
+
+def test_an_older_record_without_rounds_is_cut_into_ten_rounds_and_compared_with_fewer():
+    """A baseline logged before early stopping (no round_sizes: 10 rounds of 5 samples)
+    against a current run whose cell stopped after 7 rounds: rounds are compared with
+    rounds (10 medians against 7), and the verdict says that the current run has fewer."""
+    older = {
+        "model": "mlp",
+        "dtype": "float32",
+        "samples_ms": {"direct_jit": {"b16": _rounds(1.0, [5] * 10, 1).tolist()}},
+        "machine": {"noisy": False, "before": {"cpu_model": "test cpu"}},
+    }
+    newer = {
+        **older,
+        "samples_ms": {"direct_jit": {"b16": _rounds(1.4, [5] * 7, 2).tolist()}},
+        "round_sizes": {"direct_jit": {"b16": [5] * 7}},
+    }
+    base, cur = record_from_details(older, "old run"), record_from_details(newer, "new run")
+    assert base.round_sizes is None and cur.rounds_of("direct_jit", "b16") == [5] * 7
+    result = compare(base, cur, factor=1.1, alpha=0.01)
+    cell = result["cells"]["direct_jit"]["b16"]
+    assert (cell["blocks_baseline"], cell["blocks_current"]) == (10, 7)
+    assert cell["n_current"] == 35 and cell["status"] == REGRESSION
+    assert cell["smallest_p"] == pytest.approx(1 / 19448)  # 1 / C(17, 7)
+    assert result["rounds"]["current_fewer"] == ["direct_jit/b16"]
+    assert "the current run has fewer rounds than the baseline in 1 cell(s)" in format_table(result)
+
+
+def test_a_cell_with_too_few_rounds_to_reach_alpha_alone_is_named():
+    """Five rounds a side cannot give p below alpha / cells: said, not hidden."""
+    samples = {f"p{i}": {"b16": _rounds(1.0, [5] * 5, i)} for i in range(30)}
+    sizes = {path: {"b16": [5] * 5} for path in samples}
+    base = BenchRecord("b", samples, {"model": "mlp"}, round_sizes=sizes)
+    cur = BenchRecord("c", samples, {"model": "mlp"}, round_sizes=sizes)
+    result = compare(base, cur, factor=1.1, alpha=0.01)
+    assert len(result["rounds"]["cannot_reach_alpha_alone"]) == 30
+    assert "too few rounds to be a regression alone" in format_table(result)
+
+
+def test_malformed_round_sizes_name_the_key():
+    details = {
+        "samples_ms": {"vmap_jit": {"b16": [1.0] * 10}},
+        "round_sizes": {"vmap_jit": {"b16": [5, 4]}},
+    }
+    with pytest.raises(ArtifactError, match=r"x: round_sizes.vmap_jit.b16: expected .* 10 samples"):
+        record_from_details(details, "x")
+    details["round_sizes"] = {"vmap_jit": {}}
+    with pytest.raises(ArtifactError, match=r"round_sizes.vmap_jit.b16: missing"):
+        record_from_details(details, "x")
+
+
+def test_no_store_means_no_baseline_at_once_and_no_store_is_made(tmp_path):
+    from vmapcheck.bench.baseline import NoBaselineError
+
+    store = tmp_path / "mlflow.db"
+    with pytest.raises(NoBaselineError, match=f"no MLflow store at {store}"):
+        resolve_baseline("last-verified", tracking_uri=f"sqlite:///{store}")
+    with pytest.raises(ArtifactError, match="no MLflow store"):
+        resolve_baseline("0" * 32, tracking_uri=f"sqlite:///{store}")
+    assert not store.exists()

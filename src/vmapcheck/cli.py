@@ -17,7 +17,7 @@ import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from vmapcheck.errors import VmapcheckError
+from vmapcheck.errors import INTERRUPTED, VmapcheckError
 from vmapcheck.layout import Layout
 
 # Kept here so --help needs no heavy import; tests/test_cli.py checks they match the
@@ -83,6 +83,7 @@ def _verdict_paired(args: argparse.Namespace, layout: Layout) -> int:
         order=args.order,
         processes=args.processes,
         share=args.share,
+        looks=args.looks,
     )
 
 
@@ -102,6 +103,12 @@ def _rollback(args: argparse.Namespace, layout: Layout) -> int:
     from vmapcheck.tracking.registry import run_rollback
 
     return run_rollback(layout, args.model)
+
+
+def _promote(args: argparse.Namespace, layout: Layout) -> int:
+    from vmapcheck.tracking.registry import run_promote
+
+    return run_promote(layout, args.model, args.version, args.run)
 
 
 def _ui(args: argparse.Namespace, layout: Layout) -> int:
@@ -137,6 +144,12 @@ def _init(args: argparse.Namespace, layout: Layout) -> int:
     )
 
 
+def _plots(args: argparse.Namespace, layout: Layout) -> int:
+    from vmapcheck.project.plots_page import run_plots
+
+    return run_plots(layout, args.out, write=args.write_template)
+
+
 def _summary(args: argparse.Namespace, layout: Layout) -> int:
     from vmapcheck.report.summary import run_summary
 
@@ -166,11 +179,13 @@ COMMANDS = {
     "verdict": "is the benchmark slower than a baseline? (exit 1: a regression)",
     "verdict-paired": "time a baseline project and this one in alternating pairs, judge "
     "the pairs (exit 1: a regression)",
-    "compare": "logged runs side by side",
+    "compare": "logged runs side by side, and the address of their MLflow compare view",
     "registry": "versions of the registered model, which is @verified, their tags",
     "rollback": "move alias verified back to the previous verified version",
+    "promote": "move alias verified to a version on purpose (one off the deployment target too)",
     "ui": "MLflow UI over the local store on 127.0.0.1",
     "params": "recompose params.yaml from conf/ (as dvc exp run does)",
+    "plots": "write the plots page (dvc plots show, Vega inlined: it draws offline), say where",
     "summary": "print the verdict of the last pipeline run and its MLflow run",
     "store": "create (init), locate (where) or probe the MLflow store",
 }
@@ -198,8 +213,10 @@ def build_parser() -> argparse.ArgumentParser:
         "compare": _compare,
         "registry": _registry,
         "rollback": _rollback,
+        "promote": _promote,
         "ui": _ui,
         "params": _params,
+        "plots": _plots,
         "summary": _summary,
         "store": _store,
     }
@@ -306,6 +323,12 @@ def build_parser() -> argparse.ArgumentParser:
         "--samples", type=int, default=PAIRED_SAMPLES, help="samples per cell and round"
     )
     paired.add_argument(
+        "--looks",
+        type=int,
+        help="looks of the group-sequential test: a cell decided at a look is timed no more "
+        "(default: bench.early_stop.paired_looks; 1: every pair)",
+    )
+    paired.add_argument(
         "--processes",
         type=int,
         default=PAIRED_PROCESSES,
@@ -357,14 +380,30 @@ def build_parser() -> argparse.ArgumentParser:
         help="fit the table into this many columns (default: the terminal's width)",
     )
 
-    for name in ("registry", "rollback"):
+    for name in ("registry", "rollback", "promote"):
         sub[name].add_argument(
             "--model", help="registered model (default: registry.registered_model in params.yaml)"
         )
 
+    chosen = sub["promote"].add_mutually_exclusive_group(required=True)
+    chosen.add_argument("--version", help="the version's number (`vmapcheck registry` lists them)")
+    chosen.add_argument("--run", help="the MLflow run id whose registered version to promote")
+
     sub["ui"].add_argument("--port", type=int, default=5000)
 
     sub["params"].add_argument("overrides", nargs="*", help="Hydra overrides, e.g. model=toy")
+
+    plots = sub["plots"]
+    plots.add_argument(
+        "-o", "--out", default=None, help="the page's folder (default: dvc_plots, as DVC's)"
+    )
+    plots.add_argument(
+        "--write-template",
+        action="store_true",
+        help="first (re)write .dvc/plots/offline.html from this vmapcheck's pinned Vega "
+        "bundle and set plots.html_template in .dvc/config (a project from before them)",
+    )
+    _root_flag(plots)
 
     sub["summary"].add_argument(
         "--repro-status", type=int, default=0, help="exit status of the dvc repro that just ran"
@@ -390,3 +429,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     except VmapcheckError as exc:  # a command that does not report its own errors
         print(f"{args.command}: error: {exc}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:  # Ctrl-C: one line, not a traceback (as the stages do)
+        print(f"{args.command}: interrupted (Ctrl-C)", file=sys.stderr)
+        return INTERRUPTED

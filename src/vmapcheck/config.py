@@ -346,6 +346,40 @@ class RegressionConfig(_Strict):
     baseline: str | None
 
 
+# Rounds the bench stage times every cell in (vmapcheck.bench.timing.ROUNDS): a cell
+# stopped early has fewer (EarlyStopConfig), never more.
+BENCH_ROUNDS = 10
+
+
+class EarlyStopConfig(_Strict):
+    """When timing stops before its maximum (docs/benchmark.md, "Early stopping").
+
+    The bench stage (vmapcheck.bench.timing.run_bench) stops a cell at a round boundary,
+    never within a round, once it has ``min_rounds`` rounds and either its median's
+    confidence interval over those rounds is within ``ci_target`` or the timing has run
+    ``time_budget_s``. The paired verdict (vmapcheck.bench.paired) looks at its pairs
+    ``paired_looks`` times, a group-sequential test (vmapcheck.bench.sequential).
+    """
+
+    # The stored-run verdict tests round medians (Mann-Whitney): 7 rounds a side still
+    # reach p = 2.9e-4, under alpha / 30 cells (0.01 / 30) after Benjamini-Hochberg.
+    # A run with fewer rounds than this (bench.repeats under min_rounds, as the tests'
+    # short runs have) takes every round: nothing stops early.
+    min_rounds: Annotated[int, Field(ge=2, le=BENCH_ROUNDS)]
+    # Relative half-width of a cell's median interval over its round medians (the
+    # order-statistic interval at bench.confidence_level) at which the cell stops.
+    ci_target: Fraction
+    # Wall seconds the timing phase plans to fit (vmapcheck.bench.timing): the dearest
+    # cells take fewer samples a round from the first round on (samples_per_round), a
+    # loop path whose projected cost alone exceeds it is left out at that batch size
+    # (over_budget), and from min_rounds on the cells stop at a round boundary once the
+    # rest would overrun it; null: no budget.
+    time_budget_s: Annotated[float, Field(gt=0.0)] | None
+    # Looks of the paired verdict's group-sequential test, equally spaced up to its
+    # pairs; 1: the fixed-sample test.
+    paired_looks: Annotated[int, Field(ge=1, le=10)]
+
+
 class BenchConfig(_Strict):
     name: str
     batch_sizes: Annotated[list[PositiveInt], Field(min_length=1)]
@@ -359,13 +393,43 @@ class BenchConfig(_Strict):
     # Requests the serving guard's replay sends (guard.replay.n_requests interpolates it):
     # the replay is part of the bench, so its profile bounds it too.
     replay_requests: PositiveInt
+    # Wall seconds the guard's bucketed replay may run (guard.replay.time_budget_s
+    # interpolates it): past it the stream stops before its next request, and the report
+    # says how many of replay_requests were sent. A bigger model serves fewer requests in
+    # the same time, so the profile bounds the replay for every model; null: no budget.
+    replay_time_budget_s: Annotated[float, Field(gt=0.0)] | None = None
     regression: RegressionConfig
+    early_stop: EarlyStopConfig
+
+
+class BudgetConfig(_Strict):
+    """How much of each case the costliest parts of the check compute, in rows of a batch
+    case (batch axis 0): each runs on the case's first ``*_max_rows`` rows at most, and
+    the check report says how many rows each covered and that the budget capped it
+    (docs/checks.md, "Budgets"). A row count, not a time: the outputs, and so what DVC
+    caches, must not depend on the machine's speed or load.
+    """
+
+    # The float64 oracle (vmapcheck.core.oracle): forward_one row by row in float64.
+    oracle_max_rows: PositiveInt
+    # The terms' magnitude (vmapcheck.core.magnitude): forward_one's jaxpr interpreted on
+    # magnitudes in float64, row by row. Rows beyond it are judged by the output rule.
+    magnitude_max_rows: PositiveInt
+    # The loop paths in `forward` (every PATHS entry with forward_cap): one Python-level
+    # forward per row, which jit unrolls into one program (compile time grows with rows).
+    loop_max_rows: PositiveInt
+    # The gradient probe in `forward` on the standard case: vmap(grad) holds one gradient
+    # per row, rows x parameters numbers.
+    gradient_max_rows: PositiveInt
 
 
 class GuardReplayConfig(_Strict):
     """The request stream the guard's replay sends (vmapcheck.bench.guard.request_stream)."""
 
     n_requests: PositiveInt
+    # Wall seconds after which the bucketed replay sends no further request (the
+    # profile's bench.replay_time_budget_s); null: all n_requests are sent.
+    time_budget_s: Annotated[float, Field(gt=0.0)] | None = None
     # Share of requests made invalid on purpose, spread evenly over the invalid kinds.
     invalid_share: Annotated[float, Field(ge=0.0, lt=1.0)]
     # Seeds the numpy Generator that draws batch sizes, kinds and values.
@@ -510,8 +574,9 @@ class TrackingConfig(_Strict):
     tracking_uri: Annotated[str, Field(min_length=1)]
     # null: the server's own artifact store (mlflow server --artifacts-destination).
     artifact_root: Annotated[str, Field(min_length=1)] | None
-    # The experiment, or with experiment_per_model the prefix of one per model
-    # (``<experiment>-<model.name>``). No quotes or spaces: it goes into search filters.
+    # The experiment of every model's runs, or with experiment_per_model the prefix of one
+    # per model (``<experiment>-<model.name>``). No quotes or spaces: it goes into search
+    # filters.
     experiment: Annotated[str, Field(pattern=r"^[A-Za-z0-9_./-]+$")]
     experiment_per_model: bool
     # MLflow reads these as integers (MLFLOW_HTTP_REQUEST_TIMEOUT, ..._MAX_RETRIES,
@@ -558,12 +623,36 @@ class TrackingConfig(_Strict):
         return self
 
 
+# The float dtype each precision option (conf/precision/<name>.yaml) runs in.
+PRECISION_DTYPES = {"f32": "float32", "f64": "float64", "bf16": "bfloat16"}
+
+
+class DeploymentTargetConfig(_Strict):
+    """What ``@verified`` serves (registry.target; docs/registry.md, "The deployment
+    target"). A passing run moves the alias only when its settings are these; any other
+    passing run is registered without it (vmapcheck.tracking.registry.off_target).
+
+    Each key names a config group's option as ``-S <group>=<option>`` does, with the key
+    of the run's config it is compared with: ``model`` (model.name), ``hidden``
+    (model.hidden, the layer widths; null: any), ``backend`` (backend.name), ``precision``
+    (precision.name and its dtype), ``bench`` (bench.name, the benchmark profile).
+    """
+
+    model: Annotated[str, Field(pattern=r"^[A-Za-z][A-Za-z0-9_-]*$")]
+    hidden: list[PositiveInt] | None
+    backend: Literal["cpu", "gpu", "tpu"]
+    precision: Literal["f32", "f64", "bf16"]
+    bench: Annotated[str, Field(pattern=r"^[A-Za-z][A-Za-z0-9_-]*$")]
+
+
 class RegistryConfig(_Strict):
     """The MLflow Model Registry entry of verified params (vmapcheck.tracking.registry)."""
 
     # A run whose check passed registers its params as a new version of this model and
-    # moves alias `verified` to it; null: never register.
+    # moves alias `verified` to it when it matches `target`; null: never register.
     registered_model: Annotated[str, Field(pattern=REGISTERED_MODEL_PATTERN)] | None
+    # The deployment target: the settings of the runs whose params @verified may serve.
+    target: DeploymentTargetConfig
 
 
 class ReferenceConfig(_Strict):
@@ -582,6 +671,7 @@ class Config(_Strict):
     precision: PrecisionConfig
     bench: BenchConfig
     guard: GuardConfig
+    budget: BudgetConfig
     tracking: TrackingConfig
     registry: RegistryConfig
     reference: ReferenceConfig

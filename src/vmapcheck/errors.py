@@ -40,3 +40,7 @@ class NonFiniteOutputError(VmapcheckError, ArithmeticError):
 
 class TrackingStoreError(VmapcheckError):
     """The MLflow store (a tracking server or the local sqlite file) cannot be reached or used."""
+
+
+# The exit code of a stage or command stopped by Ctrl-C: 128 + SIGINT, as a shell reports it.
+INTERRUPTED = 130

@@ -46,6 +46,12 @@ class Layout:
         return self.root / ".dvc" / "plots" / "loglog.json"
 
     @property
+    def plots_page(self) -> Path:
+        """The HTML template `dvc plots show` fills (.dvc/config: plots.html_template), with
+        Vega inlined so that the page draws offline (vmapcheck.project.plots_page)."""
+        return self.root / ".dvc" / "plots" / "offline.html"
+
+    @property
     def next_steps(self) -> Path:
         """What `vmapcheck init` says to do next (VMAPCHECK.md)."""
         return self.root / "VMAPCHECK.md"

@@ -125,7 +125,11 @@ def check_finite(arrays: dict[str, Any], where: str) -> None:
 def save_params(folder: Path, params: Any, metadata: dict[str, Any]) -> dict[str, Any]:
     """Write params.safetensors and manifest.json into ``folder``; return the manifest."""
     folder = Path(folder)
-    arrays = {name: np.ascontiguousarray(leaf) for name, leaf in leaf_paths(params).items()}
+    # np.ascontiguousarray would make a scalar leaf (a Haiku int32 counter, shape ()) 1-d.
+    arrays = {
+        name: np.require(np.asarray(leaf), requirements="C")
+        for name, leaf in leaf_paths(params).items()
+    }
     target = folder / PARAMS_FILE
     with atomic_path(target) as tmp:
         save_file(arrays, str(tmp))
@@ -238,10 +242,15 @@ def model_contract(model: Any, params: Any, features: list[str]) -> dict[str, An
             + ", ".join(f"{leaf.name}: {leaf.shape} {leaf.dtype}" for leaf in spec.leaves)
             + "}",
         }
+    from vmapcheck.core.state import partition  # core.state names leaves with leaf_name
+
     return {
         "model": model.name,
         "description": model.description,
         "params": contract_of(params),
+        # The params leaves that are the model's state (Model.state_leaves): kept in the
+        # params, never trained (docs/state-leaves.md).
+        "state_leaves": list(partition(model, params).state_names),
         "inputs": inputs,
         "outputs": {
             "names": list(model.outputs()),
@@ -255,10 +264,11 @@ def model_contract(model: Any, params: Any, features: list[str]) -> dict[str, An
 def contract_digest(contract: dict[str, Any]) -> str:
     """sha256 of what a model *is* for a benchmark: its params leaves with their shapes
     and dtypes, its input leaves (shapes, dtypes, batch axis) and its outputs' count,
-    and whether it has a hand-batched forward. Not its name or description, nor the
-    table's column names: two models of one name and other widths differ here, the same
-    network on a renamed table does not. A run's identity for comparisons
-    (vmapcheck.bench.baseline.CONTEXT, the MLflow tag ``model_contract_sha256``)."""
+    whether it has a hand-batched forward, and which leaves are state (only when some
+    are). Not its name or description, nor the table's column names: two models of one
+    name and other widths differ here, the same network on a renamed table does not. A
+    run's identity for comparisons (vmapcheck.bench.baseline.CONTEXT, the MLflow tag
+    ``model_contract_sha256``)."""
     inputs = {k: v for k, v in contract["inputs"].items() if k != "features"}
     identity = {
         "params": contract["params"],
@@ -266,6 +276,8 @@ def contract_digest(contract: dict[str, Any]) -> str:
         "n_outputs": contract["outputs"]["n_outputs"],
         "batched_forward": contract.get("batched_forward"),
     }
+    if contract.get("state_leaves"):  # absent for a model without state: digests kept
+        identity["state_leaves"] = contract["state_leaves"]
     text = json.dumps(identity, sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(text.encode()).hexdigest()
 

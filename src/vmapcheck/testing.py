@@ -592,8 +592,10 @@ def _judge(
     # run_checks reads model.out_features (the contract's output shape), precision and
     # reference.required; the other groups configure stages this API does not run (data,
     # train, bench, guard, tracking, registry), so they are left unset rather than
-    # invented. There is no stored reference here: not required.
+    # invented. There is no stored reference here: not required. No budget: this API
+    # runs every path, the oracle and the magnitude on every row.
     config = Config.model_construct(
+        budget=None,
         model=ModelConfig.model_construct(
             name=model.name,
             in_features=model.in_features,

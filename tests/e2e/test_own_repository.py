@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers.chromium import OFFLINE, render
 from tests.helpers.config import ROOT
 from tests.helpers.project import FAST_RUN, copy_project
 
@@ -197,6 +198,14 @@ def test_init_then_dvc_repro_passes_logs_a_run_and_writes_the_report(user_repo):
     assert "vmapcheck reference make" in summary
     assert "Running stage 'code'" in repro.stdout
     assert (repo.root / "reports" / "report.html").stat().st_size > 10_000
+    # The plots page, with the Vega builds the wheel ships inlined: drawn with no network
+    # (tests/test_offline_plots.py tests it in detail).
+    plots = repo.run("vmapcheck", "plots").stdout
+    page = (repo.root / "dvc_plots" / "index.html").resolve()
+    assert str(page) in plots, plots
+    drawn = render(page, page.parent, height=1600, chromium_args=OFFLINE)
+    # dvc.yaml's two Vega plots: latency and speed-up against batch size.
+    assert drawn["dom"].count('data-plot="drawn"') == 2, drawn["dom"][-3000:]
 
     runs = repo.run(
         "python",

@@ -95,19 +95,31 @@ ADDED_SINCE = (
     r"^model_contract_sha256$",
     # The bench profile sets the guard replay's size (issue 23).
     r"^bench\.replay_requests$",
+    # The deployment target, whose passing runs move alias verified (issue 25).
+    r"^registry\.target\.",
 )
 
 
 def _assert_same_params_and_tags_as_before_the_move(params, tags) -> None:
-    """The run logs every param and tag name the run before the one-house move logged
-    (same config), and new names only for what was registered since. Metrics are no
-    longer one per pair of paths (issue 23): collect_metrics' docstring lists them."""
+    """The run logs every tag name the run before the one-house move logged (same
+    config), and new names only for what was registered since. Params are the compared
+    config keys only (issue 25; the whole config is the artifact params.yaml), every one
+    among the names logged then or registered since. Metrics are no longer one per pair
+    of paths (issue 23): collect_metrics' docstring lists them."""
+    from vmapcheck.tracking.log import COMPARED_PARAMS
+
     before = json.loads((ROOT / "tests" / "data" / "mlflow_names.json").read_text())
-    for kind, now in (("params", params), ("tags", tags)):
-        old, new = set(before[kind]), set(now)
-        assert not old - new, f"{kind} no longer logged: {sorted(old - new)}"
-        unexplained = [n for n in new - old if not any(re.search(a, n) for a in ADDED_SINCE)]
-        assert not unexplained, f"new {kind}: {unexplained}"
+    assert sorted(params) == sorted(COMPARED_PARAMS)
+    added = [
+        n
+        for n in set(params) - set(before["params"])
+        if not any(re.search(a, n) for a in ADDED_SINCE)
+    ]
+    assert not added, f"new params: {added}"
+    old, new = set(before["tags"]), set(tags)
+    assert not old - new, f"tags no longer logged: {sorted(old - new)}"
+    unexplained = [n for n in new - old if not any(re.search(a, n) for a in ADDED_SINCE)]
+    assert not unexplained, f"new tags: {unexplained}"
 
 
 def test_repro_runs_every_stage_and_logs_a_complete_mlflow_run(project, first_run):
@@ -196,12 +208,12 @@ def _assert_the_run_reads_at_a_glance(project, run_):
     artifacts = {a.path for a in client.list_artifacts(run_.info.run_id)}
     assert "timeline.json" in artifacts
     experiment = client.get_experiment(run_.info.experiment_id)
-    assert "model `mlp`" in experiment.tags[NOTE_TAG]
+    assert "every model" in experiment.tags[NOTE_TAG]
     assert experiment.tags["mlflow.experimentKind"] == "custom_model_development"
 
 
 def _assert_the_run_is_organized_and_complete(project, track, run_):
-    """Experiment per model, provenance tags, datasets and the artifacts that make the run
+    """One experiment for every model, provenance tags, datasets and the artifacts that make the run
     reviewable without this machine (issue 6, items 1 and 2)."""
     import hashlib
     import tempfile
@@ -211,8 +223,8 @@ def _assert_the_run_is_organized_and_complete(project, track, run_):
 
     client = mlflow_client(project)
     tags, run_id = run_.data.tags, run_.info.run_id
-    assert client.get_experiment(run_.info.experiment_id).name == "vmapcheck-mlp"
-    assert track["experiment"] == "vmapcheck-mlp"
+    assert client.get_experiment(run_.info.experiment_id).name == "vmapcheck"
+    assert track["experiment"] == "vmapcheck"
     # Unique, and names the bench profile (no DVC experiment under a plain dvc repro).
     assert re.fullmatch(
         rf"mlp-cpu-f32-{tags['bench']}-jax{re.escape(tags['jax_version'])}-"

@@ -3,7 +3,9 @@
 Two passing `dvc repro` runs register versions 1 and 2 (`verified` -> 2); a failing run
 registers nothing and leaves the alias; the rollback verb moves `verified` back to 1;
 then `train.params_source=models:/vmapcheck-mlp@verified` feeds version 1's params,
-checked again, through the whole pipeline. Nothing is mocked.
+checked again, through the whole pipeline; last, `dvc exp run -S precision=f64` passes
+off the deployment target and leaves `verified` where it was, until `vmapcheck promote`.
+Nothing is mocked.
 """
 
 from __future__ import annotations
@@ -106,3 +108,48 @@ def test_params_load_by_alias_and_are_checked_again_through_the_pipeline(project
     assert verified(project) == "1"
     shown = run(project, sys.executable, "-m", "vmapcheck", "registry").stdout
     assert "holds version 1, where models:/vmapcheck-mlp@verified points" in shown
+
+
+def served_dtype(project: Path, version: str):
+    """The float dtype of the signature version ``version`` of NAME serves (its MLmodel)."""
+    from mlflow.models import Model
+
+    from tests.helpers.registry import local_path
+
+    source = client(project).get_model_version(NAME, version).source
+    return Model.load(str(local_path(source) / "MLmodel")).signature.inputs.inputs[0].type
+
+
+def test_a_passing_experiment_off_the_deployment_target_leaves_verified_then_promote(project):
+    """`dvc exp run -S precision=f64` passes and registers its params, but @verified stays
+    at version 1: f64 is not the deployment target (registry.target in conf/config.yaml),
+    so what serves keeps its float32 signature. `vmapcheck promote` moves the alias on
+    purpose, and rollback brings it back."""
+    import numpy as np
+
+    tiny = [arg for override in TINY for arg in ("-S", override)]
+    result = run(project, "dvc", "exp", "run", "-n", "f64-exp", "-S", "precision=f64", *tiny)
+    registered = track(project)["registry"]
+    assert track(project)["verdict"] == "passed"
+    assert (registered["status"], registered["verified_alias"]) == ("registered", "stays")
+    number = registered["version"]
+    assert number == "3"
+    assert (
+        f"track: registry: registered as models:/{NAME}/3; @verified stays at version 1: "
+        "this run's precision is f64 (float64), the deployment target's is f32 (float32) "
+        "(registry.target in conf/config.yaml); promote it with: vmapcheck promote --version 3"
+    ) in result.stdout
+    assert verified(project) == "1"
+    assert served_dtype(project, "1") == np.dtype(np.float32)
+    assert served_dtype(project, "3") == np.dtype(np.float64)
+    tags = client(project).get_model_version(NAME, "3").tags
+    assert "precision is f64" in tags["off_deployment_target"]
+    assert "verified_alias_pending" not in tags
+
+    result = run(project, sys.executable, "-m", "vmapcheck", "promote", "--version", "3")
+    assert f"models:/{NAME}@verified moved from version 1" in result.stdout
+    assert "version 3 is off the deployment target" in result.stdout
+    assert verified(project) == "3"
+    result = run(project, sys.executable, "-m", "vmapcheck", "rollback")
+    assert f"models:/{NAME}@verified moved from version 3" in result.stdout
+    assert verified(project) == "1"

@@ -57,13 +57,13 @@ class ServerWithApi(MlflowServer):
         with urllib.request.urlopen(request, timeout=30) as response:
             return json.loads(response.read())
 
-    def experiment_id(self, name: str = "vmapcheck-mlp") -> str:  # experiment_per_model
+    def experiment_id(self, name: str = "vmapcheck") -> str:  # every model's runs
         return self.get("experiments/get-by-name", experiment_name=name)["experiment"][
             "experiment_id"
         ]
 
     def runs(self, filter_string: str = "") -> list[dict[str, Any]]:
-        """Active runs of experiment vmapcheck-mlp matching ``filter_string``."""
+        """Active runs of experiment vmapcheck matching ``filter_string``."""
         found = self.post(
             "runs/search",
             {"experiment_ids": [self.experiment_id()], "filter": filter_string, "max_results": 100},

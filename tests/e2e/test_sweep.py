@@ -68,7 +68,7 @@ def test_a_queued_sweep_of_four_configs_with_two_jobs_reaches_one_store(tmp_path
             if len(status) == 4 and all(s in ("Success", "Failed") for s in status.values()):
                 break
             assert time.monotonic() - started < WAIT_S, f"sweep not done in {WAIT_S} s: {status}"
-            time.sleep(10)
+            time.sleep(3)  # `dvc queue status` is ~1.5 CPU s: not much more often
     finally:
         run(project, "dvc", "queue", "stop", "--kill", check=False)
     print(f"sweep done in {time.monotonic() - started:.0f} s: {status}")
@@ -88,8 +88,8 @@ def test_a_queued_sweep_of_four_configs_with_two_jobs_reaches_one_store(tmp_path
     assert logged == set(SWEEP)
     for r in runs:
         assert r.info.status == "FINISHED" and r.data.tags["pipeline_complete"] == "true"
-        # One experiment per model (tracking.experiment_per_model).
-        assert experiments[r.info.experiment_id] == f"vmapcheck-{r.data.tags['model']}"
+        # One experiment for every model (tracking.experiment_per_model false).
+        assert experiments[r.info.experiment_id] == "vmapcheck"
         assert r.data.tags["verdict"] == "passed"
         artifacts = {a.path for a in client.list_artifacts(r.info.run_id)}
         assert {"report.html", "check.json"} <= artifacts

@@ -81,8 +81,21 @@ def _chromium(browser: str, profile: Path, *args: str) -> subprocess.CompletedPr
     return result
 
 
-def render(page: Path, out: Path, width: int = 1280, height: int = 4000) -> dict[str, Any]:
+# Chromium with no network: every host name fails to resolve, and anything that would
+# still go out is sent to a proxy on a closed local port. A page that needs a CDN stays
+# blank under these flags, as it does on a machine without a network.
+OFFLINE = ("--host-resolver-rules=MAP * ~NOTFOUND", "--proxy-server=http://127.0.0.1:9")
+
+
+def render(
+    page: Path,
+    out: Path,
+    width: int = 1280,
+    height: int = 4000,
+    chromium_args: tuple[str, ...] = (),
+) -> dict[str, Any]:
     """Screenshot ``page`` to ``out/report.png``; return the probe's findings and the DOM.
+    ``chromium_args`` go to both runs of the browser (e.g. :data:`OFFLINE`).
 
     Returns {"probe": {...} as recorded in the browser, "dom": the serialized DOM,
     "screenshot": Path}. Raises AssertionError naming the missing browser or its error.
@@ -101,17 +114,22 @@ def render(page: Path, out: Path, width: int = 1280, height: int = 4000) -> dict
         browser,
         out / "profile-shot",
         f"--window-size={width},{height}",
+        *chromium_args,
         f"--screenshot={screenshot}",
         page.resolve().as_uri(),
     )
     text = page.read_text(encoding="utf-8")
-    assert text.count("</body>") == 1, "the page must have exactly one </body>"
+    # Before the page's own closing tag, the last one: an inlined script (Vega's HTML
+    # export) may hold the string "</body>" too.
+    head, body_end, tail = text.rpartition("</body>")
+    assert body_end, "the page has no </body>"
     probed = out / f"probed-{page.name}"
-    probed.write_text(text.replace("</body>", PROBE + "</body>"), encoding="utf-8")
+    probed.write_text(head + PROBE + body_end + tail, encoding="utf-8")
     dom = _chromium(
         browser,
         out / "profile-dom",
         f"--window-size={width},{height}",
+        *chromium_args,
         "--dump-dom",
         probed.resolve().as_uri(),
     ).stdout

@@ -13,6 +13,8 @@ import time
 import urllib.request
 from pathlib import Path
 
+from vmapcheck.tracking.ui import JOB_EXECUTION_ENV
+
 
 def free_port() -> int:
     """A TCP port on 127.0.0.1 that nothing listens on now."""
@@ -96,6 +98,8 @@ class MlflowServer:
         command = mlflow_server_command(self.store, self.artifacts, self.port)
         # The server's settings are its command line, not this process's MLFLOW_* variables.
         env = {k: v for k, v in os.environ.items() if not k.startswith("MLFLOW_")}
+        # Without MLflow 3's GenAI job runner (its huey consumers), as `vmapcheck ui` runs.
+        env[JOB_EXECUTION_ENV] = "false"
         self.proc = start_in_group(command, self.workdir, env, self.log)
         try:
             return wait_until_ok(self.proc, f"{self.uri}/health", wait_s, self.log)

@@ -15,6 +15,7 @@
 from __future__ import annotations
 
 import tempfile
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -106,6 +107,14 @@ class BenchRecord:
     # The control's shape: a (size x size) @ (size x size) matmul at dtype ``control_dtype``.
     control_size: int | None = None
     control_dtype: str | None = None
+    # Samples in each round of each cell, in order (by path then label), as the bench
+    # stage recorded them since early stopping (a cell stopped early has fewer rounds).
+    # None: an older record, whose cells all have ROUNDS rounds of equal size.
+    round_sizes: dict[str, dict[str, list[int]]] | None = None
+
+    def rounds_of(self, path: str, label: str) -> list[int] | None:
+        """The recorded samples per round of one cell, or None (an older record)."""
+        return None if self.round_sizes is None else self.round_sizes.get(path, {}).get(label)
 
 
 def record_from_details(details: Any, source: str) -> BenchRecord:
@@ -137,6 +146,7 @@ def record_from_details(details: Any, source: str) -> BenchRecord:
             if not (np.isfinite(array).all() and (array > 0).all()):
                 raise ArtifactError(f"{where}: expected finite positive latencies (ms)")
             samples.setdefault(path, {})[label] = array
+    round_sizes = _round_sizes(details.get("round_sizes"), samples, source)
     machine = details.get("machine") or {}
     before = machine.get("before") or {}
     runtime = details.get("runtime") or {}
@@ -178,12 +188,63 @@ def record_from_details(details: Any, source: str) -> BenchRecord:
         control_size=int(size) if isinstance(size, int) and size > 0 else None,
         # The control is timed at the run's dtype (vmapcheck.bench.timing.matmul_call).
         control_dtype=details.get("dtype"),
+        round_sizes=round_sizes,
     )
+
+
+def _round_sizes(
+    raw: Any, samples: dict[str, dict[str, np.ndarray]], source: str
+) -> dict[str, dict[str, list[int]]] | None:
+    """``round_sizes`` of a bench_details.json, checked against its samples: per cell, a
+    list of positive counts summing to the cell's samples. None when absent (a record
+    from before early stopping: every cell has ROUNDS rounds of equal size)."""
+    if raw is None:
+        return None
+    if not isinstance(raw, dict):
+        raise ArtifactError(f"{source}: round_sizes: expected a mapping of paths")
+    out: dict[str, dict[str, list[int]]] = {}
+    for path, by_batch in samples.items():
+        for label, values in by_batch.items():
+            sizes = (raw.get(path) or {}).get(label) if isinstance(raw.get(path), dict) else None
+            where = f"{source}: round_sizes.{path}.{label}"
+            if sizes is None:
+                raise ArtifactError(f"{where}: missing (every timed cell records its rounds)")
+            if (
+                not isinstance(sizes, list)
+                or not sizes
+                or not all(isinstance(n, int) and n > 0 for n in sizes)
+                or sum(sizes) != values.size
+            ):
+                raise ArtifactError(
+                    f"{where}: expected positive sample counts summing to the cell's "
+                    f"{values.size} samples, found {sizes!r}"
+                )
+            out.setdefault(path, {})[label] = sizes
+    return out
 
 
 def read_bench_file(path: Path) -> BenchRecord:
     """A ``bench_details.json`` on disk (see :func:`record_from_details`)."""
     return record_from_details(read_json(Path(path)), str(path))
+
+
+def missing_store(tracking_uri: str) -> str | None:
+    """Why the store at ``tracking_uri`` can hold no run, known without opening it: a
+    local sqlite file or file store that does not exist (no run was ever logged there).
+    None when it exists or cannot be told from here (a server must be asked).
+
+    Opening a missing sqlite store would create it and run every MLflow migration (10 s
+    and more on a loaded machine) only to find nothing, and leave an empty store behind.
+    """
+    if tracking_uri.startswith("sqlite:///"):
+        where = Path(tracking_uri.removeprefix("sqlite:///").split("?")[0])
+    elif tracking_uri.startswith("file://"):
+        where = Path(tracking_uri.removeprefix("file://"))
+    elif "://" not in tracking_uri:
+        where = Path(tracking_uri)
+    else:
+        return None
+    return None if where.exists() else f"no MLflow store at {where} (no run logged there yet)"
 
 
 def _client(tracking_uri: str) -> Any:
@@ -227,24 +288,27 @@ def bench_from_run(tracking_uri: str, run_id: str, role: str = "baseline") -> Be
 
 def last_verified_run(
     tracking_uri: str,
-    experiment: str,
+    experiment: str | Sequence[str],
     tags: dict[str, str],
     exclude: str | None = None,
     params: dict[str, str] | None = None,
 ) -> str | None:
-    """Id of the newest complete run of ``experiment`` (vmapcheck.tracking.store.
-    COMPLETE_FILTER) with tag verdict=passed, ``tags`` and ``params`` equal (e.g.
-    ``{"bench.name": "full"}``: a run of another bench profile is not comparable)."""
+    """Id of the newest complete run (vmapcheck.tracking.store.COMPLETE_FILTER) of
+    ``experiment`` (a name, or several: vmapcheck.tracking.store.model_experiments, the
+    project's experiment and the older one per model) with tag verdict=passed, ``tags``
+    and ``params`` equal (e.g. ``{"bench.name": "full"}``: a run of another bench profile
+    is not comparable). Experiments that do not exist are skipped."""
     client = _client(tracking_uri)
-    found = client.get_experiment_by_name(experiment)
-    if found is None:
+    names = [experiment] if isinstance(experiment, str) else list(experiment)
+    ids = [e.experiment_id for e in map(client.get_experiment_by_name, names) if e is not None]
+    if not ids:
         return None
     conditions = ["tags.verdict = 'passed'"] + [
         f"tags.{key} = '{value}'" for key, value in sorted(tags.items())
     ]
     conditions += [f"params.`{key}` = '{value}'" for key, value in sorted((params or {}).items())]
     runs = client.search_runs(
-        [found.experiment_id],
+        ids,
         filter_string=complete_filter(*conditions),
         order_by=["attributes.start_time DESC"],
         max_results=10,
@@ -258,7 +322,7 @@ def last_verified_run(
 def resolve_baseline(
     spec: str,
     tracking_uri: str | None = None,
-    experiment: str | None = None,
+    experiment: str | Sequence[str] | None = None,
     tags: dict[str, str] | None = None,
     exclude: str | None = None,
     role: str = "baseline",
@@ -281,18 +345,25 @@ def resolve_baseline(
         )
     if tracking_uri is None:
         raise ConfigError(f"{role} {spec!r}: no such file, and no MLflow store to look in")
+    absent = missing_store(tracking_uri)
     if spec == LAST_VERIFIED:
-        run_id = last_verified_run(tracking_uri, experiment or "", tags or {}, exclude, params)
+        if absent:
+            raise NoBaselineError(f"{role} {LAST_VERIFIED}: {absent}")
+        run_id = last_verified_run(tracking_uri, experiment or [], tags or {}, exclude, params)
         if run_id is None:
             equal = (tags or {}) | (params or {})
             wanted = ", ".join(f"{k}={v}" for k, v in sorted(equal.items()))
             other = f" other than run {exclude} (the run judged)" if exclude else ""
+            names = [experiment] if isinstance(experiment, str) else list(experiment or [])
+            where = " or ".join(repr(n) for n in names) or "''"
             raise NoBaselineError(
                 f"{role} {LAST_VERIFIED}: no complete passed run with {wanted or 'any tags'}"
-                f"{other} in experiment {experiment!r} of {tracking_uri}"
+                f"{other} in experiment {where} of {tracking_uri}"
             )
         return bench_from_run(tracking_uri, run_id, role)
     if len(spec) == 32 and all(c in "0123456789abcdef" for c in spec):
+        if absent:
+            raise ArtifactError(f"{role} run {spec!r}: {absent}")
         return bench_from_run(tracking_uri, spec, role)
     raise ConfigError(
         f"{role} {spec!r}: expected a bench_details.json file, an MLflow run id "
@@ -305,10 +376,10 @@ def run_of_reports(layout: Layout, tracking_uri: str) -> str | None:
     ``reports/track.json`` names, when that run's ``bench_details.json`` artifact is this
     very file. None when there is no track.json, its run is not in this store, or the
     benchmark ran again since (then that run is a fair baseline)."""
+    if not layout.track_report.is_file() or missing_store(tracking_uri):
+        return None
     from mlflow.exceptions import MlflowException
 
-    if not layout.track_report.is_file():
-        return None
     track = read_json(layout.track_report)
     run_id = track.get("run_id") if isinstance(track, dict) else None
     if not isinstance(run_id, str):

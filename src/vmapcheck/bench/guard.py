@@ -470,18 +470,35 @@ def request_stream(
 
 
 def _replay(
-    guard: Guard, stream: Iterable[Request], step: Phase | None = None
+    guard: Guard,
+    stream: Iterable[Request],
+    step: Phase | None = None,
+    time_budget_s: float | None = None,
 ) -> tuple[dict[str, Any], np.ndarray, np.ndarray, np.ndarray]:
     """Send ``stream`` through ``guard``: (summary, per-request seconds, rows served and
     whether it compiled), seconds NaN and rows 0 where a request was not served.
-    ``step``: a progress phase advanced by one per request."""
+    ``step``: a progress phase advanced by one per request. ``time_budget_s``: wall
+    seconds after which no further request is drawn from ``stream`` (None: all of it);
+    the summary's ``stopped_by_budget`` says whether it cut the stream short."""
     compiles_before = guard.compiles
+    started = time.perf_counter()
+    stopped_by_budget = False
     seconds: list[float] = []
     rows: list[int] = []
     compiled: list[bool] = []
     outcomes: Counter[str] = Counter()
     mismatched: Counter[str] = Counter()
-    for request in stream:
+    requests = iter(stream)
+    while True:
+        over_budget = time_budget_s is not None and time.perf_counter() - started > time_budget_s
+        if over_budget and seconds:
+            # Checked before drawing: a request drawn is always sent, so the stream's
+            # prefix that was sent is exactly what the figures describe (one at least).
+            stopped_by_budget = next(requests, None) is not None
+            break
+        request = next(requests, None)
+        if request is None:
+            break
         compiles = guard.compiles
         start = time.perf_counter()
         try:
@@ -505,6 +522,7 @@ def _replay(
     served_rows = np.asarray(rows, dtype=np.int64)
     summary = {
         "requests": int(samples.size),
+        "stopped_by_budget": stopped_by_budget,
         "outcomes": dict(sorted(outcomes.items())),
         # Requests that did not get the outcome the stream planted (expected->got).
         "mismatched": dict(sorted(mismatched.items())),
@@ -555,20 +573,29 @@ def run_replay(
     ``latency_ms.bucketed`` covers the whole stream.
     """
     progress = progress or silent()
-    n_plain = config.replay.unbucketed_requests
     n_requests = config.replay.n_requests
+    budget_s = config.replay.time_budget_s
     guard = Guard(model, params, dtype, config)
     stream = request_stream(template_rows, dtype, config, model.contract)
+    started = time.perf_counter()
     with progress.phase(
         f"guard replay ({len(config.buckets)} buckets)",
         n_requests,
         unit="requests",
         eta=Eta(n_requests),
     ) as step:
-        bucketed, seconds, rows, _ = _replay(guard, stream, step)
+        bucketed, seconds, rows, _ = _replay(guard, stream, step, budget_s)
+        if bucketed["stopped_by_budget"]:
+            step.drop(n_requests - bucketed["requests"], n_requests - bucketed["requests"])
+    replay_s = time.perf_counter() - started
+    # The comparison replays a prefix of what the bucketed guard was sent.
+    n_plain = min(config.replay.unbucketed_requests, bucketed["requests"])
     metrics = bucketed["metrics"]
     report: dict[str, Any] = {
         "requests": bucketed["requests"],
+        "requests_planned": n_requests,
+        "time_budget_s": budget_s,
+        "stopped_by_budget": bucketed["stopped_by_budget"],
         "buckets": list(config.buckets),
         "compiles": guard.compiles,
         "compiles_within_bound": guard.compiles <= len(config.buckets),
@@ -581,8 +608,12 @@ def run_replay(
         "mismatched": bucketed["mismatched"],
         "latency_ms": {"bucketed": bucketed["latency_ms"]},
         "bucketed_metrics": metrics,
+        # Wall seconds of each replay (guard construction and precompile included in
+        # the bucketed one): where the bench's own time goes.
+        "wall_s": {"bucketed": round(replay_s, 3)},
     }
     if n_plain:
+        started = time.perf_counter()
         plain = Guard(model, params, dtype, config, bucketed=False)
         stream = itertools.islice(
             request_stream(template_rows, dtype, config, model.contract), n_plain
@@ -592,25 +623,41 @@ def run_replay(
         with progress.phase(
             "guard replay without buckets", n_plain, unit="requests", eta=Eta(n_plain)
         ) as step:
-            unbucketed, plain_s, plain_rows, plain_compiled = _replay(plain, stream, step)
-        report["latency_ms"]["bucketed_prefix"] = _latency(seconds[:n_plain], rows[:n_plain])
+            # The same budget again: each new batch size compiles here, and a big
+            # model's compiles would otherwise take minutes of a quick profile.
+            unbucketed, plain_s, plain_rows, plain_compiled = _replay(plain, stream, step, budget_s)
+            if unbucketed["stopped_by_budget"]:
+                step.drop(n_plain - unbucketed["requests"], n_plain - unbucketed["requests"])
+        sent = unbucketed["requests"]
+        report["latency_ms"]["bucketed_prefix"] = _latency(seconds[:sent], rows[:sent])
         report["latency_ms"]["unbucketed_prefix"] = unbucketed["latency_ms"]
         # Requests at an already-seen size: the cost of padding without that of compiling.
         report["latency_ms"]["unbucketed_prefix_no_compile"] = _latency(
             np.where(plain_compiled, np.nan, plain_s), plain_rows
         )
         report["unbucketed"] = {
-            "requests": n_plain,
+            "requests": sent,
+            "requests_planned": n_plain,
+            "stopped_by_budget": unbucketed["stopped_by_budget"],
             "compiles": plain.compiles,
             "compile_s": unbucketed["metrics"]["compile_s"],
             "distinct_batch_sizes": unbucketed["metrics"]["distinct_batch_sizes"],
         }
+        report["wall_s"]["unbucketed"] = round(time.perf_counter() - started, 3)
+    budget_note = (
+        f"The replay stopped after {bucketed['requests']} of {n_requests} requests: its "
+        f"time budget of {budget_s} s (bench.replay_time_budget_s) ran out."
+        if bucketed["stopped_by_budget"]
+        else f"All {n_requests} requests were sent (bench.replay_requests)."
+    )
     report["notes"] = [
         "Latency is per request on the host: limits, validation, padding, transfer, "
         "forward and copy back; a refused request's time is not in it.",
         "Compiles of the bucketed guard include its warm-up when guard.precompile is true.",
-        f"The un-bucketed comparison replays only the first {n_plain} of "
-        f"{bucketed['requests']} requests (guard.replay.unbucketed_requests): each new "
+        budget_note,
+        f"The un-bucketed comparison replays only the first {report['unbucketed']['requests']} "
+        f"of {bucketed['requests']} requests (guard.replay.unbucketed_requests, "
+        f"{n_plain}, within the same time budget): each new "
         "batch size compiles there, and the whole stream would take minutes; the bucketed "
         "guard's latency over the same prefix is bucketed_prefix; "
         "unbucketed_prefix_no_compile keeps the requests at an already-seen size (what "
@@ -654,8 +701,13 @@ def replay_figures(report: dict[str, Any]) -> dict[str, float]:
 def replay_summary(report: dict[str, Any]) -> str:
     """One line for the log: compiles, latency with and without buckets, verdict."""
     f = replay_figures(report)
+    sent = f"{int(f['requests'])} requests"
+    if report.get("stopped_by_budget"):
+        sent += (
+            f" (of {report['requests_planned']}: its {report['time_budget_s']:g} s budget ran out)"
+        )
     text = (
-        f"{int(f['requests'])} requests, {int(f['compiles'])} compile(s) for "
+        f"{sent}, {int(f['compiles'])} compile(s) for "
         f"{int(f['buckets'])} bucket(s); p50 {f.get('bucketed_p50_ms', math.nan):.3g} ms "
         f"(p99 {f.get('bucketed_p99_ms', math.nan):.3g})"
     )

@@ -80,8 +80,10 @@ from vmapcheck.bench.labels import STYLES
 from vmapcheck.bench.pairs import (
     BASELINE,
     CURRENT,
+    SequentialPlan,
     judge_paired,
     min_pairs,
+    pair_medians,
     process_of_pair,
     schedule,
 )
@@ -299,11 +301,20 @@ def run_paired(
     order: str = BLOCKS,
     processes: int = DEFAULT_PROCESSES,
     share: bool = True,
+    looks: int = 1,
 ) -> dict[str, Any]:
     """Start ``processes`` worker processes (each holding both sides where they can
     share one, :func:`why_not_one_process`, and ``share``; else ``processes`` a side),
     time ``rounds`` rounds a side in ABBA order (the process pairs taking turns, pair by
     pair), judge the pairs.
+
+    ``looks``: the group-sequential test's looks (vmapcheck.bench.pairs.SequentialPlan):
+    a cell decided at a look is not timed any more, and the comparison ends when every
+    cell is (``order="blocks"`` only; 1: every pair of every cell).
+
+    Before any worker starts (:func:`nothing_to_compare`): a side without the data it
+    needs is an error, and sides whose files already show them not comparable (another
+    model contract or dtype) come back ``not comparable`` in a second.
 
     ``log``: a callable taking one line of progress (None: silent). Returns the report:
     :func:`judge_paired`'s result plus ``design``, ``load`` (1-minute load average
@@ -331,6 +342,11 @@ def run_paired(
         raise ConfigError(
             f"processes: expected 1 to {rounds} (the rounds a side), found {processes}"
         )
+    if not 1 <= looks <= rounds:
+        raise ConfigError(f"looks: expected 1 to {rounds} (the rounds a side), found {looks}")
+    early = nothing_to_compare(baseline, current, require_same)
+    if early is not None:
+        return early
     cores = len(os.sched_getaffinity(0))
     args = [
         "--paths",
@@ -406,13 +422,26 @@ def run_paired(
             sides = schedule(rounds)
             loads = [_load()]
             if order == BLOCKS:
-                taken = _time_blocks(channels, shared, rounds, processes, loads, say)
+                plan = SequentialPlan(rounds, looks, alpha, confidence) if looks > 1 else None
+                taken = _time_blocks(
+                    channels, shared, rounds, processes, loads, say, plan=plan, factor=factor
+                )
             else:
+                looks = 1  # whole rounds of every cell: no cell can leave early
                 taken = _time_rounds(channels, sides, processes, loads, say)
         finally:
             for w in workers:
                 w.close()
-    result = judge_paired(sides, taken, factor, alpha, confidence, processes)
+    result = judge_paired(
+        sides[: len(taken)],
+        taken,
+        factor,
+        alpha,
+        confidence,
+        processes,
+        looks=looks,
+        planned_pairs=rounds,
+    )
     only = sorted(set(ready[BASELINE]["cells"]) ^ set(ready[CURRENT]["cells"]))
     return {
         **result,
@@ -425,6 +454,66 @@ def run_paired(
             "usable_cores": cores,
         },
         "wall_s": time.time() - started,
+    }
+
+
+def static_context(spec: SideSpec) -> dict[str, Any]:
+    """What a side's files say of its context before any worker starts: its model
+    contract (the digest the worker computes from the same file) and dtype.
+
+    Raises:
+        ConfigError: the project lacks the params, cases or contract a worker loads
+            (naming the missing files and the command that makes them).
+    """
+    from vmapcheck.config import load_config
+    from vmapcheck.io import read_json
+    from vmapcheck.layout import Layout
+    from vmapcheck.params_io import contract_digest
+
+    layout = Layout(spec.project)
+    # The contract lives in the params folder: named only when the folder is there.
+    missing = [p for p in (layout.params, layout.cases) if not p.exists()] or [
+        p for p in (layout.contract,) if not p.exists()
+    ]
+    if missing:
+        names = ", ".join(str(p.relative_to(layout.root)) for p in missing)
+        raise ConfigError(
+            f"{spec.role} project {spec.project}: nothing to time: no {names} (run `dvc repro "
+            "train` there first: a paired verdict times the params and cases it makes)"
+        )
+    config = load_config(layout.params_yaml)
+    return {
+        "model": config.model.name,
+        "model_contract": contract_digest(read_json(layout.contract)),
+        "dtype": config.precision.dtype,
+    }
+
+
+def nothing_to_compare(
+    baseline: SideSpec, current: SideSpec, require_same: Iterable[str] = ()
+) -> dict[str, Any] | None:
+    """The report of sides that cannot be compared, known from their files alone (another
+    model contract or dtype: :func:`static_context`), before any worker starts: a second
+    instead of every worker's start, compile and warm-up. None when they may compare (the
+    workers' full context is checked again once they are ready)."""
+    contexts = [static_context(s) for s in (baseline, current)]
+    records = [
+        BenchRecord(s.role, {}, c) for s, c in zip((baseline, current), contexts, strict=True)
+    ]
+    reasons, differences = comparability(*records, require_same)
+    if not reasons:
+        return None
+    return {
+        "verdict": NOT_COMPARABLE,
+        "reasons": reasons,
+        "why": f"{NOT_COMPARABLE}: {'; '.join(reasons)}",
+        "regressions": [],
+        "improvements": [],
+        "differences": differences,
+        "baseline": {**baseline.describe(), **contexts[0]},
+        "current": {**current.describe(), **contexts[1]},
+        "required_same": [k.name for k in CONTEXT if k.required],
+        "timed": False,
     }
 
 
@@ -444,26 +533,53 @@ def _time_blocks(
     processes: int,
     loads: list[float],
     say,
+    plan: SequentialPlan | None = None,
+    factor: float = 1.1,
 ) -> list[dict[str, list[float]]]:
     """Blocks: pair ``r`` of a cell is that cell's block of samples on one side right
     after the same cell's block on the other, by process pair ``r mod processes``; the
     cells go in a balanced order that changes with ``r``. So the two blocks of a pair are
     tens of milliseconds apart, not a whole round. Returns the rounds of
-    :func:`schedule` (round ``2r`` the first side of pair ``r``), for :func:`judge_paired`."""
+    :func:`schedule` (round ``2r`` the first side of pair ``r``), for :func:`judge_paired`.
+
+    ``plan``: at each of its looks, every cell still timed that its
+    :meth:`~vmapcheck.bench.pairs.SequentialPlan.decision` decides is timed no more;
+    when none is left the rounds end (fewer than ``rounds``)."""
     from vmapcheck.bench.timing import balanced_orders
 
     design = balanced_orders(len(cells))
+    order = schedule(rounds)
+    active = set(cells)
     taken: list[dict[str, list[float]]] = []
-    for r, first_side in enumerate(schedule(rounds)[::2]):
+    for r, first_side in enumerate(order[::2]):
         sides = (first_side, CURRENT if first_side == BASELINE else BASELINE)
         halves: dict[str, dict[str, list[float]]] = {side: {} for side in sides}
         for k in design[r % len(design)]:
+            if cells[k] not in active:
+                continue
             for side in sides:
                 channel = channels[side][process_of_pair(r, processes)]
                 halves[side] |= channel.round(1 + r // processes, [cells[k]])
         taken += [halves[sides[0]], halves[sides[1]]]
         loads.append(_load())
-        if (r + 1) % 5 == 0 or r + 1 == rounds:
+        look = plan.look_at(r + 1) if plan is not None else None
+        if plan is not None and look is not None and r + 1 < rounds:
+            decided = {}
+            for cell in sorted(active):
+                base, cur = pair_medians(order[: len(taken)], taken, cell)
+                groups = np.array([process_of_pair(i, processes) for i in range(base.size)])
+                why = plan.decision(np.log(cur / base), factor, groups, plan.confidence)
+                if why is not None:
+                    decided[cell] = why
+            active -= set(decided)
+            said = ", ".join(f"{c} {w}" for c, w in decided.items()) or "none"
+            say(
+                f"paired verdict: look {look + 1}/{plan.looks} after {r + 1} pairs, load "
+                f"{loads[-1]:.1f}: decided {said}; {len(active)} cell(s) go on"
+            )
+            if not active:
+                break
+        elif (r + 1) % 5 == 0 or r + 1 == rounds:
             say(f"paired verdict: {r + 1}/{rounds} pairs of blocks, load {loads[-1]:.1f}")
     return taken
 
@@ -566,6 +682,7 @@ def format_paired(result: dict[str, Any]) -> str:
     lines = [
         buffer.getvalue().rstrip(),
         f"design: {design['name']}; {_pairs_text(result)}",
+        *_sequential_lines(result),
         f"regression = ratio > {result['factor']} and one-sided Wilcoxon p on the pairs "
         f"(BH-adjusted) < {result['alpha']} and the ratio beyond {result['factor']} in a "
         f"majority of the {result.get('processes', 1)} process pairs ('per process')",
@@ -579,6 +696,28 @@ def format_paired(result: dict[str, Any]) -> str:
     for cell, why in result.get("skipped", {}).items():
         lines.append(f"note: {cell} not timed: {why}")
     return "\n".join(lines)
+
+
+def _sequential_lines(result: dict[str, Any]) -> list[str]:
+    """The group-sequential test in words, and every cell that stopped at a look."""
+    plan = result.get("sequential") or {"looks": 1}
+    if plan["looks"] == 1:
+        return ["sequential: one look (every planned pair of every cell)"]
+    early = {
+        c: cell
+        for c, cell in result["cells"].items()
+        if cell.get("stopped") not in (None, "all pairs")
+    }
+    lines = [
+        f"sequential: {plan['looks']} looks at {plan['pairs_at_looks']} pairs; p slower: "
+        f"O'Brien-Fleming-type spending of alpha; a cell stops when its slowdown is ruled "
+        f"below the factor (Pocock-type spending of {plan['below']['level']:.3g}) or shown "
+        f"beyond it (O'Brien-Fleming-type, {plan['beyond']['level']:.3g}); "
+        f"{result.get('pairs_taken', result['pairs'])} of {result['pairs']} pairs taken"
+    ]
+    for name, cell in early.items():
+        lines.append(f"stopped early: {name} after {cell['pairs']} pairs: {cell['stopped']}")
+    return lines
 
 
 def _pairs_text(result: dict[str, Any]) -> str:
@@ -615,6 +754,7 @@ def run_verdict_paired(
     order: str = BLOCKS,
     processes: int = DEFAULT_PROCESSES,
     share: bool = True,
+    looks: int | None = None,
 ) -> int:
     """``vmapcheck verdict-paired``: time both projects ABBA and judge; print the table,
     write the report (default ``reports/perf_verdict_paired.json`` of the current
@@ -649,6 +789,7 @@ def run_verdict_paired(
             order=order,
             processes=processes,
             share=share,
+            looks=looks if looks is not None else config.bench.early_stop.paired_looks,
         )
     except VmapcheckError as exc:
         print(f"verdict-paired: error: {exc}", file=sys.stderr)

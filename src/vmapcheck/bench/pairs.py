@@ -23,9 +23,126 @@ import numpy as np
 from scipy import stats
 
 from vmapcheck.bench.labels import cell_label, min_detectable_ratio
+from vmapcheck.bench.sequential import OBRIEN_FLEMING, POCOCK, Design, look_sizes, wilcoxon_z
 from vmapcheck.errors import ConfigError
 
 BASELINE, CURRENT = "baseline", "current"
+# Why a cell's pairs ended (the report's ``stopped``): decided at a look, one way or the
+# other (:func:`decision`), or every planned pair taken.
+BELOW_FACTOR = "below the factor"
+BEYOND_FACTOR = "slower beyond the factor"
+ALL_PAIRS = "all pairs"
+
+
+class SequentialPlan:
+    """The paired verdict's group-sequential test (vmapcheck.bench.sequential): ``looks``
+    equally spaced looks up to ``pairs`` pairs; per cell three one-sided tests on the
+    pairs' log ratios, each with its own Lan-DeMets spending:
+
+    - **slower** (H0: no slowdown), level ``alpha``, O'Brien-Fleming type: its stagewise
+      p is the cell's ``p_slower`` (then Benjamini-Hochberg over the cells, as without
+      looks). The last boundary is close to the fixed test's, so detection is kept;
+    - **below** (H0: a slowdown of ``factor`` or more), level ``(1 - confidence) / 2``,
+      Pocock type (spent evenly: most cells are unchanged, and stopping them early is
+      where the time is saved): crossing it rules out a regression of the factor's size;
+    - **beyond** (H0: a slowdown of ``factor`` or less), the same level, O'Brien-Fleming
+      type: with **slower** crossed too, the cell is slower beyond the factor.
+
+    A cell is decided (stops being timed) at the first look where **below** crosses, or
+    **slower** and **beyond** both have. ``looks=1`` is the fixed-sample test.
+    """
+
+    def __init__(self, pairs: int, looks: int, alpha: float, confidence: float) -> None:
+        self.pairs, self.looks, self.confidence = pairs, looks, confidence
+        self.sizes = look_sizes(pairs, looks)
+        t = [n / pairs for n in self.sizes]
+        side = (1.0 - confidence) / 2.0
+        self.slower = Design(t, alpha, OBRIEN_FLEMING)
+        self.below = Design(t, side, POCOCK)
+        self.beyond = Design(t, side, OBRIEN_FLEMING)
+
+    def look_at(self, pairs: int) -> int | None:
+        """The look (0-based) taken after ``pairs`` pairs, or None between looks."""
+        return self.sizes.index(pairs) if pairs in self.sizes else None
+
+    def statistics(self, logs: np.ndarray, factor: float) -> dict[str, float]:
+        """The three tests' standardized Wilcoxon statistics of the log ratios ``logs``
+        (pairs,): each large when its null is contradicted."""
+        shift = math.log(factor)
+        return {
+            "slower": wilcoxon_z(logs),
+            "below": wilcoxon_z(shift - logs),
+            "beyond": wilcoxon_z(logs - shift),
+        }
+
+    def decision(
+        self, logs: np.ndarray, factor: float, groups: np.ndarray, confidence: float
+    ) -> str | None:
+        """Whether a cell whose first ``len(logs)`` pairs have these log ratios (pair
+        ``i`` timed by process pair ``groups[i]``) is decided at this look
+        (:data:`BELOW_FACTOR`, :data:`BEYOND_FACTOR`), or None: go on (also between looks,
+        and at the last look, where every cell ends anyway).
+
+        A cell stopped below the factor must also have its label settled by the interval
+        the label reads (the cluster bootstrap of :func:`paired_cell`): under the factor
+        (else it would stop ``underpowered``, a label that asks for more pairs), and
+        either wholly above 1 (``slower (below the factor)``) or under half the factor
+        (``sqrt(factor)``): a cell slower by 5-10% does not stop as ``no measurable
+        difference`` while its interval still reaches that far. These conditions only
+        make stops rarer, so the error rates hold."""
+        k = self.look_at(len(logs))
+        if k is None or self.looks == 1:
+            return None
+        z = self.statistics(logs, factor)
+        if self.below.crossed(k, z["below"]):
+            low, high = np.exp(_cluster_bootstrap_median(logs, groups, confidence, seed=0))
+            if high < factor and (low > 1.0 or high < math.sqrt(factor)):
+                return BELOW_FACTOR
+        if self.slower.crossed(k, z["slower"]) and self.beyond.crossed(k, z["beyond"]):
+            return BEYOND_FACTOR
+        return None
+
+    def p_values(self, logs: np.ndarray) -> tuple[float, float]:
+        """``(p_slower, p_faster)`` of a cell's pairs under this design: the stagewise p
+        (vmapcheck.bench.sequential.Design.stagewise_p) at the first look whose boundary
+        the statistic crossed, else at the cell's last look. The same design serves the
+        mirror test (faster)."""
+        out = []
+        for sign in (1.0, -1.0):
+            chosen = None
+            for k, n in enumerate(self.sizes):
+                if n > len(logs):
+                    break
+                z = sign * wilcoxon_z(logs[:n])
+                chosen = (k, z)
+                if self.slower.crossed(k, z):
+                    break
+            if chosen is None:  # fewer pairs than the first look: nothing to test
+                out.append(1.0)
+            else:
+                out.append(self.slower.stagewise_p(*chosen))
+        return out[0], out[1]
+
+    def describe(self) -> dict[str, object]:
+        return {
+            "looks": self.looks,
+            "pairs_at_looks": self.sizes,
+            "slower": {
+                "spending": OBRIEN_FLEMING,
+                "level": self.slower.alpha,
+                "bounds_z": [float(b) for b in self.slower.bounds],
+            },
+            "below": {
+                "spending": POCOCK,
+                "level": self.below.alpha,
+                "bounds_z": [float(b) for b in self.below.bounds],
+            },
+            "beyond": {
+                "spending": OBRIEN_FLEMING,
+                "level": self.beyond.alpha,
+                "bounds_z": [float(b) for b in self.beyond.bounds],
+            },
+        }
 
 
 class InsufficientRoundsError(ConfigError):
@@ -56,12 +173,16 @@ def pair_medians(
     order: Sequence[str], rounds: Sequence[dict[str, Sequence[float]]], cell: str
 ) -> tuple[np.ndarray, np.ndarray]:
     """Per pair of adjacent rounds (``order[2i]``, ``order[2i+1]``: one of each side),
-    the baseline's and the current round's median of ``cell``: two arrays (pairs,)."""
+    the baseline's and the current round's median of ``cell``: two arrays (pairs,). A
+    cell decided early is absent from the rounds after its last pair: its pairs end
+    there."""
     base, cur = [], []
     for i in range(0, len(order) - 1, 2):
         first, second = order[i], order[i + 1]
         if {first, second} != {BASELINE, CURRENT}:
             raise ValueError(f"rounds {i} and {i + 1} are not one of each side: {first}, {second}")
+        if cell not in rounds[i] or cell not in rounds[i + 1]:
+            break
         by_side = {first: rounds[i][cell], second: rounds[i + 1][cell]}
         base.append(float(np.median(by_side[BASELINE])))
         cur.append(float(np.median(by_side[CURRENT])))
@@ -98,10 +219,15 @@ def paired_cell(
     confidence: float = 0.95,
     seed: int = 0,
     processes: Sequence[int] | None = None,
+    plan: SequentialPlan | None = None,
+    factor: float | None = None,
 ) -> dict[str, Any]:
     """One cell judged from its pairs of round medians (ms; shape (pairs,) each, pair
     ``i`` taken in adjacent rounds by process pair ``processes[i]``, default all 0): ratio,
-    bootstrap CI, one-sided Wilcoxon p-values, and the ratio within each process pair."""
+    bootstrap CI, one-sided Wilcoxon p-values, and the ratio within each process pair.
+    With a ``plan`` of several looks, the p-values are its stagewise ones
+    (:meth:`SequentialPlan.p_values`) and ``stopped`` says why the pairs ended (its
+    :meth:`SequentialPlan.decision` at the last look, with ``factor``)."""
     logs = np.log(np.asarray(cur_ms, float) / np.asarray(base_ms, float))
     groups = np.zeros(logs.size, int) if processes is None else np.asarray(processes, int)
     if groups.shape != logs.shape:
@@ -111,12 +237,18 @@ def paired_cell(
         low, high = _cluster_bootstrap_median(logs, groups, confidence, seed)
     else:
         low = high = center
-    if np.any(logs != 0):
+    stopped = None
+    if not np.any(logs != 0):  # identical in every pair: no evidence either way
+        p_slower = p_faster = 1.0
+    elif plan is not None and plan.looks > 1:
+        p_slower, p_faster = plan.p_values(logs)
+    else:
         p_slower = float(stats.wilcoxon(logs, alternative="greater").pvalue)
         p_faster = float(stats.wilcoxon(logs, alternative="less").pvalue)
-    else:  # identical in every pair: no evidence either way
-        p_slower = p_faster = 1.0
+    if plan is not None and plan.looks > 1 and factor is not None:
+        stopped = plan.decision(logs, factor, groups, confidence) or ALL_PAIRS
     return {
+        "stopped": stopped,
         "ratio": math.exp(center),
         "ci_low": math.exp(low),
         "ci_high": math.exp(high),
@@ -154,12 +286,17 @@ def judge_paired(
     alpha: float,
     confidence: float = 0.95,
     processes: int = 1,
+    looks: int = 1,
+    planned_pairs: int | None = None,
 ) -> dict[str, Any]:
     """Judge every cell of paired rounds (module docstring).
 
     ``order``: the side of each round (:func:`schedule`); ``rounds``: per round, the
-    samples (ms) of every cell, keyed ``path/b<rows>``; ``processes``: process pairs, pair
-    ``i`` timed by :func:`process_of_pair`.
+    samples (ms) of every cell, keyed ``path/b<rows>`` (a cell decided at a look is
+    absent from the rounds after it); ``processes``: process pairs, pair ``i`` timed by
+    :func:`process_of_pair`. ``looks``: of the group-sequential test
+    (:class:`SequentialPlan`) over ``planned_pairs`` (default: the pairs given); 1: the
+    fixed-sample test.
 
     Returns {"verdict": "regression" | "no regression", "regressions", "improvements",
     "cells": {cell: {...}}, "pairs", "factor", "alpha", ...}.
@@ -174,10 +311,10 @@ def judge_paired(
         raise ConfigError(f"bench.regression.alpha: expected 0 < alpha < 1, found {alpha}")
     if len(order) != len(rounds):
         raise ConfigError(f"paired rounds: {len(order)} sides named for {len(rounds)} rounds")
-    cells = sorted(
-        set.intersection(*(set(r) for r in rounds)) if rounds else set(), key=_cell_order
-    )
-    pairs = len(rounds) // 2
+    # A cell decided early is absent from the later rounds: the cells are those of the
+    # first pair.
+    cells = sorted(set(rounds[0]) & set(rounds[1]) if len(rounds) > 1 else set(), key=_cell_order)
+    pairs = planned_pairs if planned_pairs is not None else len(rounds) // 2
     needed = min_pairs(len(cells), alpha)
     if pairs < needed:
         raise InsufficientRoundsError(
@@ -190,11 +327,12 @@ def judge_paired(
         raise ConfigError(
             f"processes: expected 1 to {pairs} (one per pair at most), found {processes}"
         )
-    by_pair = [process_of_pair(i, processes) for i in range(pairs)]
-    judged = {
-        c: paired_cell(*pair_medians(order, rounds, c), confidence, processes=by_pair)
-        for c in cells
-    }
+    plan = SequentialPlan(pairs, looks, alpha, confidence) if looks > 1 else None
+    judged = {}
+    for c in cells:
+        base, cur = pair_medians(order, rounds, c)
+        by_pair = [process_of_pair(i, processes) for i in range(base.size)]
+        judged[c] = paired_cell(base, cur, confidence, processes=by_pair, plan=plan, factor=factor)
     for direction in ("p_slower", "p_faster"):
         adjusted = stats.false_discovery_control([judged[c][direction] for c in cells], method="bh")
         for c, q in zip(cells, adjusted, strict=True):
@@ -227,6 +365,8 @@ def judge_paired(
         "improvements": improvements,
         "cells": judged,
         "pairs": pairs,
+        "pairs_taken": max((judged[c]["pairs"] for c in cells), default=0),
+        "sequential": plan.describe() if plan is not None else {"looks": 1},
         "min_pairs": needed,
         "processes": processes,
         "factor": factor,

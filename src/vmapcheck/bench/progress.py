@@ -18,7 +18,7 @@ import contextlib
 import sys
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Protocol, TextIO
 
 
@@ -93,6 +93,15 @@ class Phase:
     def advance(self, units: float = 1.0, count: int = 1) -> None:
         self.done += units
         self.count += count
+        self.renderer.update(self)
+
+    def drop(self, units: float, count: int) -> None:
+        """Work that will not be done after all (a cell stopped early): taken out of the
+        totals, so that the share done and the ETA count only what is left."""
+        self.total -= units
+        self.count_total -= count
+        if self.eta is not None:
+            self.eta = replace(self.eta, total=self.eta.total - units)
         self.renderer.update(self)
 
     def status(self) -> str:

@@ -23,6 +23,10 @@ Method, for every path and batch size:
   than alone (docs/benchmark.md);
 - when one call is too short for the timer (under ``MIN_SAMPLE_TICKS`` of its
   resolution) a sample times a calibrated inner loop of calls and divides;
+- a cell may stop early, at a round boundary and never before
+  ``bench.early_stop.min_rounds`` rounds (:func:`early_stops`: its median's interval is
+  tight enough, or the time budget asks for it); it keeps whole rounds, and
+  ``round_sizes`` records them for the verdict;
 - no compilation may happen while samples are taken (counted through
   ``jax.monitoring``): a recompile is a harness bug, and the run stops;
 - XLA's ``cost_analysis`` gives each jit path's flops and bytes; against this machine's
@@ -34,7 +38,7 @@ from __future__ import annotations
 import contextlib
 import math
 import time
-from collections.abc import Callable, Hashable, Iterator
+from collections.abc import Callable, Hashable, Iterable, Iterator
 from typing import Any
 
 import jax
@@ -42,20 +46,33 @@ import numpy as np
 from jax.sharding import Mesh
 from scipy import stats
 
+from vmapcheck.bench.baseline import MIN_SAMPLES
 from vmapcheck.bench.machine import conditions
 from vmapcheck.bench.progress import Eta, Progress, silent
-from vmapcheck.config import BenchConfig
+from vmapcheck.config import BENCH_ROUNDS, BenchConfig, EarlyStopConfig
 from vmapcheck.core import contract
 from vmapcheck.core.forms import cast_tree, validate_batch
 from vmapcheck.core.models import Model, Params
-from vmapcheck.core.paths import PATHS, SPEEDUPS, Compiled, batch_paths, not_provided, twin
+from vmapcheck.core.paths import (
+    PATHS,
+    SPEEDUPS,
+    Compiled,
+    ForwardPath,
+    batch_paths,
+    not_provided,
+    twin,
+)
 
 COMPILE_EVENT = "/jax/core/compile/backend_compile_duration"
 # A sample shorter than this many timer ticks is below the timer's resolution.
 MIN_SAMPLE_TICKS = 1000
 # Samples are taken in this many rounds spread over the run (module docstring); the
 # regression verdict tests the rounds' medians (vmapcheck.bench.verdict.BLOCKS, equal).
-ROUNDS = 10
+# A cell stopped early (bench.early_stop) has fewer, whole rounds.
+ROUNDS = BENCH_ROUNDS
+# Why a cell's timing ended (bench_details.json's ``early_stop``): it reached its interval
+# target, the time budget stopped it, or it took every round.
+STOP_CI, STOP_BUDGET, STOP_ALL = "interval within target", "time budget", "all rounds"
 # Key of the control matmul among the timed calls (cells are keyed (path, "b<rows>")).
 CONTROL = ("control", "matmul")
 LIMITS = (
@@ -249,6 +266,63 @@ def round_slices(repeats: int, rounds: int = ROUNDS) -> list[range]:
     ]
 
 
+def median_interval(values: np.ndarray, confidence: float) -> tuple[float, float]:
+    """A distribution-free interval of the median of ``values`` (n,): the order
+    statistics ``x_(j)``, ``x_(n+1-j)`` with the largest ``j`` whose binomial coverage is
+    at least ``confidence`` ([min, max] for 7 values at 95%: coverage 98.4%). No
+    resampling: it runs at every round boundary of every cell."""
+    x = np.sort(np.asarray(values, float))
+    n = x.size
+    j = 1
+    while j < (n + 1) // 2 and 2 * stats.binom.cdf(j, n, 0.5) <= 1.0 - confidence:
+        j += 1
+    return float(x[j - 1]), float(x[n - j])
+
+
+def early_stops(
+    round_medians: dict[Hashable, list[float]],
+    round_cost_s: dict[Hashable, float],
+    rounds_done: int,
+    rounds_total: int,
+    elapsed_s: float,
+    config: EarlyStopConfig,
+    confidence: float,
+) -> dict[Hashable, str]:
+    """Which of the cells still being timed stop now, at the boundary after round
+    ``rounds_done`` (1-based) of ``rounds_total``, and why (:data:`STOP_CI`,
+    :data:`STOP_BUDGET`).
+
+    ``round_medians``: per cell, the median of each of its rounds so far (all
+    ``rounds_done`` of them); ``round_cost_s``: per cell, the seconds one round of it
+    costs (its samples' planned cost); ``elapsed_s``: the timing phase so far.
+
+    No cell stops before ``config.min_rounds`` rounds. A cell stops when its median's
+    interval over its round medians (:func:`median_interval`) has a relative half-width
+    within ``config.ci_target``. Then, when finishing every remaining round of the cells
+    left would end beyond ``config.time_budget_s``, the dearest cells stop (dearest
+    first: the cheap ones cost the budget nothing and keep the verdict's rounds) until
+    the rest fits or none may stop.
+    """
+    if rounds_done < config.min_rounds or rounds_done >= rounds_total:
+        return {}
+    stops: dict[Hashable, str] = {}
+    for cell, medians in round_medians.items():
+        low, high = median_interval(np.asarray(medians), confidence)
+        center = float(np.median(medians))
+        if center > 0 and (high - low) / (2.0 * center) <= config.ci_target:
+            stops[cell] = STOP_CI
+    if config.time_budget_s is not None:
+        left = rounds_total - rounds_done
+        going = sorted((c for c in round_medians if c not in stops), key=lambda c: -round_cost_s[c])
+        projected = elapsed_s + left * sum(round_cost_s[c] for c in going)
+        for cell in going:
+            if projected <= config.time_budget_s:
+                break
+            stops[cell] = STOP_BUDGET
+            projected -= left * round_cost_s[cell]
+    return stops
+
+
 def bench_input(template_rows: Any, rows: int, dtype: Any) -> Any:
     """A batch of ``rows`` rows tiled from real rows (every leaf, batch axis 0; float
     leaves at ``dtype``), on the device before timing."""
@@ -298,6 +372,81 @@ def peak_figures(size: int, samples_s: np.ndarray) -> dict[str, Any]:
     }
 
 
+def samples_per_round(
+    sample_s: dict[Hashable, float],
+    round_size: int,
+    rounds: int,
+    budget_s: float | None,
+    keep: Iterable[Hashable] = (),
+    least: int = 1,
+) -> dict[Hashable, int]:
+    """How many samples of each cell every round takes (``least`` to ``round_size``) so that
+    the planned timing, ``rounds`` rounds of each cell's quota at its ``sample_s``
+    seconds a sample, fits ``budget_s`` (None: every cell takes whole rounds).
+
+    The dearest cell gives up a sample a round first, then whichever is dearest again,
+    until the plan fits or every cell is down to ``least``: cheap cells cost the budget
+    nothing and keep their samples, and a cell of a second a call no longer holds the
+    others' rounds hostage. ``keep``: cells never reduced (the control, which the
+    verdict compares round by round)."""
+    quota = dict.fromkeys(sample_s, round_size)
+    if budget_s is None:
+        return quota
+    kept = set(keep)
+
+    def planned() -> float:
+        return rounds * sum(quota[c] * sample_s[c] for c in quota)
+
+    while planned() > budget_s:
+        reducible = [c for c in quota if quota[c] > least and c not in kept]
+        if not reducible:
+            break
+        dearest = max(reducible, key=lambda c: quota[c] * sample_s[c])
+        quota[dearest] -= 1
+    return quota
+
+
+def warm_call_s(fn: Callable[..., Any], args: tuple[Any, ...]) -> float:
+    """Seconds of one call of ``fn(*args)`` after one discarded call (an eager path's
+    first call compiles each primitive it meets)."""
+    jax.block_until_ready(fn(*args))
+    start = time.perf_counter()
+    jax.block_until_ready(fn(*args))
+    return time.perf_counter() - start
+
+
+def over_budget(
+    path: ForwardPath,
+    rows: int,
+    last: tuple[int, float],
+    config: BenchConfig,
+    least: int,
+) -> str | None:
+    """Why ``path`` is left out at ``rows`` (None: it is timed): a path whose cost grows
+    with its rows (one forward per row), projected linearly from ``last`` (rows,
+    seconds) at a smaller batch size, would alone take more than the timing's budget
+    (``bench.early_stop.time_budget_s``; None: never left out). A jit path's projection
+    is its compile; an eager path's, its warm-up calls and the fewest samples its
+    rounds keep (``least`` a round over ``min_rounds``, each after a discarded call)."""
+    budget = config.early_stop.time_budget_s
+    if budget is None:
+        return None
+    last_rows, last_s = last
+    scaled = last_s * rows / last_rows
+    if path.jit:
+        projected, what = scaled, f"its compile (from {last_s:.2g} s at {last_rows} rows)"
+    else:
+        calls = config.warmup + 2 + 2 * least * config.early_stop.min_rounds
+        projected = scaled * calls
+        what = f"{calls} calls of {scaled:.2g} s (from {last_s:.2g} s at {last_rows} rows)"
+    if projected <= budget:
+        return None
+    return (
+        f"{path.name} left out at {rows} rows: {what}, about {projected:.3g} s, exceeds the "
+        f"timing's budget of {budget:g} s (bench.early_stop.time_budget_s)"
+    )
+
+
 def run_bench(
     model: Model,
     params: Params,
@@ -317,6 +466,8 @@ def run_bench(
     batch is already on its device; its flops count every device's share.
     """
     progress = progress or silent()
+    # Where the bench's own time goes (the profile's bound is read off these).
+    phase_began = time.perf_counter()
     paths = batch_paths()
     absent = not_provided(model)
     built = {p.name: p.compile(model, mesh) for p in paths if p.name not in absent}
@@ -336,6 +487,14 @@ def run_bench(
     # timed with the caches the big one left): one group per batch size and mode.
     groups: list[dict[tuple[str, str], Callable[[], Any]]] = [control]
     figures: dict[tuple[str, str], dict[str, float]] = {}
+    # Samples a round a cell keeps at least (samples_per_round), and what each path whose
+    # cost grows with its rows (a bench_cap path) cost at the last batch size it was
+    # compiled at: (rows, seconds), its compile (jit) or one warm call (eager).
+    least = min(
+        max(len(r) for r in round_slices(config.repeats)),
+        math.ceil(MIN_SAMPLES / min(config.early_stop.min_rounds, ROUNDS)),
+    )
+    grown: dict[str, tuple[int, float]] = {}
     # Compile times are not known before (an unrolled loop's grows with its rows): a
     # count, no ETA.
     with progress.phase("compiling", len(config.batch_sizes), unit="batch sizes") as step:
@@ -358,6 +517,11 @@ def run_bench(
                         "one Python-level forward per row, unrolled by jit"
                     )
                     continue
+                if path.bench_cap and name in grown:
+                    over = over_budget(path, rows, grown[name], config, least)
+                    if over:
+                        skipped[name][label] = over
+                        continue
                 compiled = built[name]
                 # On its device(s) already (a distributed path: split over the mesh), as
                 # every path's batch is before it is timed.
@@ -370,13 +534,18 @@ def run_bench(
                         "compile_ms": (time.perf_counter() - start) * 1e3,
                         **(_spread_cost(cost, compiled, rows) if path.distributed else cost),
                     }
+                    grown[name] = (rows, figures[cell]["compile_ms"] / 1e3)
                 else:
                     figures[cell] = {}
+                    if path.bench_cap and config.early_stop.time_budget_s is not None:
+                        grown[name] = (rows, warm_call_s(compiled.fn, args))
                 # Timed through the (jitted) function, as users call it: its C++ dispatch
                 # path is faster than calling the AOT-compiled object from Python.
                 calls[cell] = lambda f=compiled.fn, a=args: f(*a)
             groups += [group for group in by_mode.values() if group]
             step.advance()
+    compile_s = time.perf_counter() - phase_began
+    phase_began = time.perf_counter()
     # Timed in ROUNDS rounds over all the groups: a spell of interference from another
     # tenant of a shared machine then lands on a round or two of every cell, not on
     # every sample of one batch size. Within a group the paths take turns in a balanced
@@ -392,37 +561,119 @@ def run_bench(
             first |= f
             inner |= i
             warming.advance(len(group), len(group))
-    secs = {cell: np.empty(config.repeats) for group in groups for cell in group}
+    warm_up_s = time.perf_counter() - phase_began
+    # NaN where a cell took no sample: a cell of a reduced quota fills a prefix of
+    # each round's indices.
+    secs = {cell: np.full(config.repeats, np.nan) for group in groups for cell in group}
     rounds = round_slices(config.repeats)
     # The ETA's units: planned seconds (each sample's calls at the cell's measured cost).
     sample_s = {cell: sample_cost(per_call[cell], inner[cell]) for cell in secs}
-    planned = config.repeats * sum(sample_s.values())
+    # The time budget binds from the first round: the dearest cells take fewer samples
+    # a round (samples_per_round), not only fewer rounds once min_rounds are done.
+    quota = samples_per_round(
+        sample_s,
+        max(len(r) for r in rounds),
+        len(rounds),
+        config.early_stop.time_budget_s,
+        keep=[CONTROL],
+        # A cell stopped at min_rounds still holds the samples a run's reader requires.
+        least=least,
+    )
+    planned = sum(sample_s[c] * sum(min(quota[c], len(r)) for r in rounds) for c in secs)
+    planned_samples = sum(min(quota[c], len(r)) for c in secs for r in rounds)
+    # Early stopping (bench.early_stop, :func:`early_stops`): a cell leaves the rounds at
+    # a round boundary, so it keeps whole rounds for the verdict. The control never stops:
+    # the verdict compares it round by round.
+    timed_rounds: dict[tuple[str, str], int] = {cell: len(rounds) for cell in secs}
+    stopped: dict[tuple[str, str], str] = {}
     with (
         no_compiles(f"{len(figures)} cells"),
         progress.phase(
             f"timing {len(figures)} cells and the control in {len(rounds)} rounds",
             planned,
-            cells * config.repeats,
+            planned_samples,
             unit="samples",
             eta=Eta(planned, prior_rate=1.0),
         ) as timing,
     ):
-        for indices in rounds:
+        began = time.perf_counter()
+        for done, indices in enumerate(rounds, start=1):
             for group in groups:
-                sample_passes(
-                    group, inner, secs, indices, on_sample=lambda c: timing.advance(sample_s[c])
-                )
+                for i in indices:
+                    # A cell of quota q takes the first q indices of every round.
+                    active = {
+                        c: f
+                        for c, f in group.items()
+                        if c not in stopped and i - indices.start < quota[c]
+                    }
+                    if not active:  # every cell of this batch size and mode is done
+                        continue
+                    sample_passes(
+                        active,
+                        inner,
+                        secs,
+                        range(i, i + 1),
+                        on_sample=lambda c: timing.advance(sample_s[c]),
+                    )
+            going = [c for c in figures if c not in stopped]
+            elapsed = time.perf_counter() - began
+            # A round's cost as planned in warm-up, scaled by how much slower (or faster)
+            # than planned the machine has been so far: under load the plan is low.
+            pace = elapsed / timing.done if timing.done > 0 else 1.0
+            now = early_stops(
+                {
+                    c: [float(np.nanmedian(secs[c][r.start : r.stop])) for r in rounds[:done]]
+                    for c in going
+                },
+                {c: pace * sample_s[c] * min(quota[c], len(indices)) for c in going},
+                done,
+                len(rounds),
+                elapsed,
+                config.early_stop,
+                config.confidence_level,
+            )
+            for cell, why in now.items():
+                stopped[cell] = why
+                timed_rounds[cell] = done
+                # The work it leaves is no longer planned: the ETA counts what is left.
+                left = sum(min(quota[cell], len(r)) for r in rounds[done:])
+                timing.drop(left * sample_s[cell], left)
+        if stopped:
+            reasons = sorted(set(stopped.values()))
+            progress.note(
+                f"stopped early: {len(stopped)} of {len(figures)} cells "
+                f"({', '.join(f'{sum(w == r for w in stopped.values())} {r}' for r in reasons)})"
+            )
+    timing_s = time.perf_counter() - began
     peak = peak_figures(config.peak_matmul_size, secs[CONTROL])
     progress.note(f"matmul peak {peak['gflops']:.1f} GFLOP/s ({config.peak_matmul_size}^3)")
     per_path: dict[str, dict[str, Any]] = {p.name: {} for p in paths}
     latency: dict[str, dict[str, Any]] = {p.name: {} for p in paths}
     samples: dict[str, dict[str, list[float]]] = {p.name: {} for p in paths}
+    round_sizes: dict[str, dict[str, list[int]]] = {p.name: {} for p in paths}
+    stopping: dict[str, dict[str, dict[str, Any]]] = {p.name: {} for p in paths}
     for cell in figures:
         name, label = cell
         rows = int(label[1:])
-        stats_ = latency_stats(secs[cell], rows, config.confidence_level)
+        kept = rounds[: timed_rounds[cell]]
+        # Whole rounds, each the prefix of its indices the cell's quota took.
+        by_round = [secs[cell][r.start : r.stop][: quota[cell]] for r in kept]
+        taken = np.concatenate(by_round)
+        stats_ = latency_stats(taken, rows, config.confidence_level)
         latency[name][label] = stats_
-        samples[name][label] = [float(v * 1e3) for v in secs[cell]]
+        samples[name][label] = [float(v * 1e3) for v in taken]
+        round_sizes[name][label] = [len(r) for r in by_round]
+        medians = [float(np.median(r)) for r in by_round]
+        low, high = median_interval(np.asarray(medians), config.confidence_level)
+        stopping[name][label] = {
+            "rounds": len(kept),
+            "samples": int(taken.size),
+            "stopped": stopped.get(cell, STOP_ALL),
+            # Samples a round it took: fewer than the round's size when the time budget
+            # made it give some up (samples_per_round).
+            "samples_per_round": min(quota[cell], max(len(r) for r in kept)),
+            "interval_half_width": (high - low) / (2.0 * float(np.median(medians))),
+        }
         # Eager paths do the same arithmetic as their jit twin: use its flop count; a
         # path whose loop XLA counts once uses the count of its flops_as path.
         jit_twin = twin(PATHS[name])
@@ -450,8 +701,17 @@ def run_bench(
         "peak": peak,
         "skipped": skipped,
         "samples_ms": samples,
+        # Samples in each of a cell's rounds, in order (the verdict's blocks; a cell
+        # stopped early has fewer rounds), and why each cell's timing ended.
+        "round_sizes": round_sizes,
+        "early_stop": {"settings": config.early_stop.model_dump(), "cells": stopping},
         "machine": {"before": before, "after": after, "noisy": busy},
         "limits": list(LIMITS),
+        "phases_s": {
+            "compile": round(compile_s, 3),
+            "warm_up": round(warm_up_s, 3),
+            "timing": round(timing_s, 3),
+        },
     }
 
 

@@ -84,9 +84,24 @@ NOT_COMPARABLE = "not comparable"
 BLOCKS = 10
 
 
-def blocks_of(samples: np.ndarray, blocks: int = BLOCKS) -> list[np.ndarray]:
-    """``samples`` (1-D, in time order) cut into ``min(blocks, len)`` contiguous blocks."""
+def blocks_of(
+    samples: np.ndarray, blocks: int = BLOCKS, sizes: list[int] | None = None
+) -> list[np.ndarray]:
+    """``samples`` (1-D, in time order) cut into its rounds: ``sizes`` (samples per
+    round, as the bench stage records them: a cell stopped early has fewer rounds) when
+    given and ``blocks`` is the rounds' :data:`BLOCKS`; else ``min(blocks, len)``
+    contiguous near-equal blocks (an older record: 10 rounds of repeats/10 samples; or
+    another unit asked for, e.g. single samples)."""
+    if sizes is not None and blocks == BLOCKS:
+        return np.split(samples, np.cumsum(sizes)[:-1])
     return np.array_split(samples, min(blocks, samples.size))
+
+
+def smallest_p(blocks_baseline: int, blocks_current: int) -> float:
+    """The smallest one-sided exact Mann-Whitney p of ``blocks_baseline`` against
+    ``blocks_current`` round medians (every current round beyond every baseline one):
+    ``1 / C(n1 + n2, n1)``; 5.4e-6 at 10 a side, 2.9e-4 at 7."""
+    return 1.0 / math.comb(blocks_baseline + blocks_current, blocks_baseline)
 
 
 def _cluster_bootstrap_medians(
@@ -118,11 +133,13 @@ def round_index(record: BenchRecord, blocks: int = BLOCKS) -> np.ndarray | None:
     3 cells or a cell has fewer than ``blocks`` samples (nothing to take the median of).
     """
     rows = [
-        [np.median(b) / np.median(v) for b in blocks_of(v, blocks)]
-        for by_batch in record.samples_ms.values()
-        for v in by_batch.values()
+        [np.median(b) / np.median(v) for b in blocks_of(v, blocks, record.rounds_of(path, label))]
+        for path, by_batch in record.samples_ms.items()
+        for label, v in by_batch.items()
     ]
-    if len(rows) < 3 or any(len(r) != blocks for r in rows):
+    # A cell stopped early (fewer rounds) says nothing of the rounds it missed.
+    rows = [r for r in rows if len(r) == blocks]
+    if len(rows) < 3:
         return None
     return np.median(np.array(rows), axis=0)
 
@@ -135,6 +152,8 @@ def compare_cell(
     blocks: int = BLOCKS,
     base_rounds: np.ndarray | None = None,
     cur_rounds: np.ndarray | None = None,
+    base_sizes: list[int] | None = None,
+    cur_sizes: list[int] | None = None,
 ) -> dict[str, float]:
     """Ratio of medians (current / baseline) with its cluster-bootstrap CI and one-sided
     Mann-Whitney p-values on block medians (module docstring).
@@ -143,8 +162,11 @@ def compare_cell(
     ``base_rounds``, ``cur_rounds``: each run's :func:`round_index` (one factor per
     block), or None; when given, every block's samples are divided by its round's factor
     before the statistics (``raw_ratio`` keeps the undivided ratio of medians).
+    ``base_sizes``, ``cur_sizes``: samples per round as recorded (:func:`blocks_of`); the
+    two runs may have different numbers of rounds (early stopping), the test takes that.
     """
-    base_blocks, cur_blocks = blocks_of(baseline, blocks), blocks_of(current, blocks)
+    base_blocks = blocks_of(baseline, blocks, base_sizes)
+    cur_blocks = blocks_of(current, blocks, cur_sizes)
     if base_rounds is not None and len(base_rounds) == len(base_blocks):
         base_blocks = [b / f for b, f in zip(base_blocks, base_rounds, strict=True)]
     if cur_rounds is not None and len(cur_rounds) == len(cur_blocks):
@@ -368,6 +390,8 @@ def compare(
                     blocks=blocks,
                     base_rounds=base_rounds,
                     cur_rounds=cur_rounds,
+                    base_sizes=baseline.rounds_of(path, label),
+                    cur_sizes=current.rounds_of(path, label),
                 )
                 cells.setdefault(path, {})[label] = cell
                 keys.append((path, label))
@@ -387,10 +411,15 @@ def compare(
         cell["min_detectable_ratio"] = min_detectable_ratio(
             cell["ci_low"], cell["ci_high"], confidence, alpha
         )
+        # Whether this cell alone could be a regression with the rounds the two runs
+        # have: its smallest p, adjusted over the cells, must be able to pass alpha.
+        cell["smallest_p"] = smallest_p(cell["blocks_baseline"], cell["blocks_current"])
+        cell["can_reach_alpha_alone"] = cell["smallest_p"] * len(keys) < alpha
         if slower:
             regressions.append(f"{path}/{label}")
         elif faster:
             improvements.append(f"{path}/{label}")
+    rounds = _rounds_compared(cells, keys)
     # The control. Only a machine that got slower can explain a slowdown of the cells;
     # a faster one cannot hide one (a regression found on a faster machine is, if
     # anything, understated), so it withholds nothing.
@@ -422,6 +451,7 @@ def compare(
         "cells": cells,
         "only_in_baseline": only_base,
         "only_in_current": only_cur,
+        "rounds": rounds,
         "noisy": noisy,
         "control": control,
         "machine_slowdown": control["ratio"] if control["compared"] else None,
@@ -431,6 +461,62 @@ def compare(
             "current": None if cur_rounds is None else cur_rounds.tolist(),
         },
     }
+
+
+def _rounds_compared(
+    cells: dict[str, dict[str, dict[str, Any]]], keys: list[tuple[str, str]]
+) -> dict[str, Any]:
+    """How many rounds each side's cells have (early stopping leaves some with fewer):
+    ``{"baseline": [min, max], "current": [min, max], "baseline_fewer": [cells],
+    "current_fewer": [cells], "cannot_reach_alpha_alone": [cells]}``."""
+    out: dict[str, Any] = {
+        "baseline_fewer": [],
+        "current_fewer": [],
+        "cannot_reach_alpha_alone": [],
+    }
+    for side in ("baseline", "current"):
+        counts = [cells[p][b][f"blocks_{side}"] for p, b in keys]
+        out[side] = [min(counts), max(counts)] if counts else None
+    for p, b in keys:
+        cell, name = cells[p][b], f"{p}/{b}"
+        if cell["blocks_baseline"] < cell["blocks_current"]:
+            out["baseline_fewer"].append(name)
+        elif cell["blocks_current"] < cell["blocks_baseline"]:
+            out["current_fewer"].append(name)
+        if not cell["can_reach_alpha_alone"]:
+            out["cannot_reach_alpha_alone"].append(name)
+    return out
+
+
+def rounds_lines(result: dict[str, Any]) -> list[str]:
+    """Notes on the rounds compared: when a side's cells have fewer rounds (stopped
+    early), and which cells could not be a regression alone with the rounds at hand."""
+    rounds = result.get("rounds") or {}
+    lines = []
+    for side, other in (("baseline", "current run"), ("current", "baseline")):
+        fewer = rounds.get(f"{side}_fewer") or []
+        if fewer:
+            cell = result["cells"]
+            counts = sorted(
+                {
+                    f"{cell[p][b]['blocks_baseline']} vs {cell[p][b]['blocks_current']}"
+                    for p, _, b in (n.rpartition("/") for n in fewer)
+                }
+            )
+            who = "the baseline" if side == "baseline" else "the current run"
+            lines.append(
+                f"note: {who} has fewer rounds than the {other} in {len(fewer)} cell(s) "
+                f"(stopped early; baseline vs current rounds: {', '.join(counts)}): "
+                "compared round medians with round medians"
+            )
+    short = rounds.get("cannot_reach_alpha_alone") or []
+    if short:
+        lines.append(
+            f"note: {len(short)} cell(s) have too few rounds to be a regression alone "
+            f"(smallest p x cells >= alpha): {', '.join(short[:6])}"
+            + (" ..." if len(short) > 6 else "")
+        )
+    return lines
 
 
 def _batch_order(label: str) -> tuple[int, str]:
@@ -487,6 +573,7 @@ def format_table(result: dict[str, Any]) -> str:
             lines.append(f"note: {key} not recorded in the {side} (an older bench_details.json)")
         else:
             lines.append(f"note: {key} differs (compared): baseline {base!r}, current {cur!r}")
+    lines += rounds_lines(result)
     if result["noisy"] and result["verdict"] != "inconclusive":  # else the title says it
         lines.append("note: a run was marked noisy (load above the core count): read with care")
     lines.append(control_line(result["control"]))
@@ -533,7 +620,7 @@ def run_verdict(
     ``bench.regression``; ``require_same``: optional context keys that must be equal too
     (:func:`compare`)."""
     from vmapcheck.config import load_config
-    from vmapcheck.tracking.store import experiment_name, resolve_tracking_uri
+    from vmapcheck.tracking.store import model_experiments, resolve_tracking_uri
 
     current = str(layout.bench_details) if current is None else current
     try:
@@ -544,7 +631,8 @@ def run_verdict(
             "backend": config.backend.name,
             "precision": config.precision.name,
         }
-        experiment = experiment_name(config)
+        # This model's runs in the project's experiment and in its own from before.
+        experiment = model_experiments(config)
         judged = resolve_baseline(current, uri, experiment, tags, role="current run")
         exclude = _run_id(current)
         if exclude is None and Path(current).resolve() == layout.bench_details.resolve():

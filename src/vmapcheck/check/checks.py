@@ -17,8 +17,8 @@ from vmapcheck.config import Config, ToleranceConfig
 from vmapcheck.core.cases import CaseKind, case_rows, kind_of
 from vmapcheck.core.compare import compare, looser, within
 from vmapcheck.core.composition import REGROUPINGS, applies, composition_key
-from vmapcheck.core.paths import PATHS, output_key, path_names, plain_path
-from vmapcheck.data.regression import SINGLE_CASE
+from vmapcheck.core.paths import PATHS, output_key, path_names, plain_path, row_cap
+from vmapcheck.data.regression import SINGLE_CASE, STANDARD_CASE
 
 
 def _contract(entry: dict[str, Any], shape: list[int], dtype: str) -> list[str]:
@@ -61,8 +61,54 @@ def _rule(tolerance: ToleranceConfig, magnitude: dict[str, Any] | None) -> dict[
 
 def _fitting(scale: Any, a: np.ndarray) -> Any:
     """``scale`` where it describes an output of ``a``'s shape, else None (an output of
-    the wrong shape is the contract's failure; it is compared under the output rule)."""
-    return scale if scale is not None and np.shape(scale) == np.shape(a) else None
+    the wrong shape is the contract's failure; it is compared under the output rule).
+
+    A batch's ``S`` that covers fewer rows than ``a`` (``budget.magnitude_max_rows``) is
+    extended with NaN, which :func:`vmapcheck.core.compare.scale_of` reads as "no terms'
+    magnitude here": those rows are judged by the output rule, never by a made-up S. One
+    covering more rows (``a`` is a capped path's output) is cut to ``a``'s rows.
+    """
+    if scale is None:
+        return None
+    if np.shape(scale) == np.shape(a):
+        return scale
+    if np.ndim(a) < 2 or np.shape(scale)[1:] != np.shape(a)[1:]:
+        return None
+    scale = np.asarray(scale)
+    n, have = np.shape(a)[0], scale.shape[0]
+    if have >= n:
+        return scale[:n]
+    missing = np.full((n - have, *scale.shape[1:]), np.nan, dtype=np.float64)
+    return np.concatenate([scale.astype(np.float64), missing])
+
+
+def _compare_rows(
+    a: np.ndarray,
+    b: np.ndarray,
+    tolerance: ToleranceConfig,
+    scale: Any,
+    rows_of: int | None = None,
+) -> Any:
+    """:func:`compare` on the rows both batches have: a path or an oracle that a budget
+    capped computed a case's first rows only, and is compared on those. ``rows`` in the
+    result says how many when that is fewer than the case's ``rows_of`` (None: fewer
+    than either has). Outputs of equal shape (and single examples) are compared whole."""
+    if np.ndim(a) < 2 or np.ndim(b) < 2:
+        return compare(a, b, tolerance, _fitting(scale, a))
+    n = min(np.shape(a)[0], np.shape(b)[0])
+    result = compare(a[:n], b[:n], tolerance, _fitting(scale, a[:n]))
+    if n < (rows_of if rows_of is not None else max(np.shape(a)[0], np.shape(b)[0])):
+        result["rows"] = n
+    terms_rows = np.shape(scale)[0] if scale is not None and np.ndim(scale) >= 2 else n
+    if result["rule"] == "terms" and terms_rows < n:
+        # The rows past the magnitude's budget have no S_terms: the output rule judged them.
+        result["terms_rows"] = int(terms_rows)
+        if not result["passed"] and result["element"] and result["element"][0] >= terms_rows:
+            result["reason"] += (
+                f"; row {result['element'][0]} is past the {terms_rows} rows of the terms' "
+                "magnitude (budget.magnitude_max_rows): judged there by the output rule"
+            )
+    return result
 
 
 def _pairs(
@@ -71,16 +117,18 @@ def _pairs(
     outputs: dict[str, np.ndarray],
     tolerance: ToleranceConfig,
     scale: Any = None,
+    rows_of: int | None = None,
 ) -> dict[str, dict[str, Any]]:
     """Every path against every other; one example also against the batch of one.
 
     ``scale``: the case's terms magnitude (its output's shape), or None: rule "output".
+    ``rows_of``: a batch case's rows (a pair of capped paths covers fewer).
     """
     present = {
         p: outputs[output_key(case, p)] for p in kind.paths() if output_key(case, p) in outputs
     }
     results = {
-        f"{a}-vs-{b}": compare(present[a], present[b], tolerance, _fitting(scale, present[a]))
+        f"{a}-vs-{b}": _compare_rows(present[a], present[b], tolerance, scale, rows_of)
         for a, b in combinations(present, 2)
     }
     if kind.takes == "vector":
@@ -108,6 +156,42 @@ def _worst_element(results: dict[str, dict[str, Any]]) -> dict[str, Any]:
     }
 
 
+def _cap(rows_run: int, rows_of: int, key: str) -> dict[str, Any]:
+    return {"rows_run": rows_run, "rows_of": rows_of, "capped_by": f"budget.{key}"}
+
+
+def _capped(
+    config: Config,
+    kind: CaseKind,
+    meta: dict[str, Any],
+    paths: list[str],
+    oracle: np.ndarray | None,
+    magnitude: dict[str, Any] | None,
+) -> dict[str, dict[str, Any]]:
+    """What the budget (``config.budget``) capped on a valid case: each capped path,
+    ``oracle`` and ``magnitude`` -> ``{"rows_run", "rows_of", "capped_by"}``. A path's
+    rows follow from the config alone (:func:`vmapcheck.core.paths.row_cap`), so a
+    forward stage that ran other rows fails the contract; the oracle's and the
+    magnitude's are the rows they computed."""
+    if kind.takes != "batch":
+        return {}
+    rows = case_rows(meta)
+    out: dict[str, dict[str, Any]] = {}
+    for p in paths:
+        cap = row_cap(PATHS[p], config.budget, rows)
+        if cap is not None:
+            out[p] = _cap(cap, rows, str(PATHS[p].forward_cap))
+    if oracle is not None and np.ndim(oracle) >= 1 and oracle.shape[0] < rows:
+        out["oracle"] = _cap(oracle.shape[0], rows, "oracle_max_rows")
+    scale = (magnitude or {}).get("scale")
+    if scale is not None and np.ndim(scale) >= 1 and np.shape(scale)[0] < rows:
+        out["magnitude"] = {
+            **_cap(np.shape(scale)[0], rows, "magnitude_max_rows"),
+            "beyond": "judged by the output rule, max(|a|, |b|)",
+        }
+    return out
+
+
 def _valid_case(
     name: str,
     meta: dict[str, Any],
@@ -126,10 +210,12 @@ def _valid_case(
         else [case_rows(meta), config.model.out_features]
     )
     paths = [p for p in kind.paths(meta) if p not in skip]
+    capped = _capped(config, kind, meta, paths, oracle.get(name) if oracle else None, magnitude)
     contract = {
         p: _contract(
             record.get(p, {"crashed": True, "error": "NotRun", "message": "no record"}),
-            out_shape,
+            # A path the budget caps runs the case's first rows only (forward stage).
+            [capped[p]["rows_run"], *out_shape[1:]] if p in capped else out_shape,
             config.precision.dtype,
         )
         for p in paths
@@ -137,7 +223,8 @@ def _valid_case(
     present = {p: outputs[output_key(name, p)] for p in paths if output_key(name, p) in outputs}
     finite = {p: bool(np.all(np.isfinite(v))) for p, v in present.items()}
     tolerance = config.precision.tolerance
-    pairs = _pairs(name, kind, outputs, tolerance, _scale_for(tolerance, magnitude))
+    rows_of = case_rows(meta) if kind.takes == "batch" else None
+    pairs = _pairs(name, kind, outputs, tolerance, _scale_for(tolerance, magnitude), rows_of)
     failures = [f"{name}/{p}: {msg}" for p, msgs in contract.items() for msg in msgs]
     failures += [f"{name}/{p}: non-finite output" for p, ok in finite.items() if not ok]
     failures += [f"{name}/{pair}: {r['reason']}" for pair, r in pairs.items() if not r["passed"]]
@@ -159,7 +246,7 @@ def _valid_case(
         cross = config.precision.cross_run_tolerance
         scale = _scale_for(cross, magnitude)
         report["oracle"] = {
-            p: compare(v, oracle[name], cross, _fitting(scale, v)) for p, v in present.items()
+            p: _compare_rows(v, oracle[name], cross, scale, rows_of) for p, v in present.items()
         }
         failures += [
             f"{name}/{p} vs float64 oracle: {r['reason']}"
@@ -167,9 +254,13 @@ def _valid_case(
             if not r["passed"]
         ]
     if targets is not None:
+        # A capped path's loss is over the rows it ran (its entry in ``capped``).
         report["loss"] = {
-            p: float(np.mean((v.astype(np.float64) - targets) ** 2)) for p, v in present.items()
+            p: float(np.mean((v.astype(np.float64) - targets[: len(v)]) ** 2))
+            for p, v in present.items()
         }
+    if capped:
+        report["capped"] = capped
     report["passed"] = not failures
     return report, failures
 
@@ -263,9 +354,7 @@ def _reference(
                 }
             else:
                 scale = _scale_for(tolerance, magnitudes.get(name))
-                result = compare(
-                    current[key], stored[stored_key], tolerance, _fitting(scale, current[key])
-                )
+                result = _compare_rows(current[key], stored[stored_key], tolerance, scale)
             if stand_in != path:
                 result["stored_path"] = stand_in
             cases[name][path] = result
@@ -274,7 +363,9 @@ def _reference(
     losses = {}
     for name, value in meta.get("losses", {}).items():
         y = reference["cases"][name]["y"]
-        now = float(np.mean((current[output_key(name, plain_path())].astype(np.float64) - y) ** 2))
+        plain = current[output_key(name, plain_path())].astype(np.float64)
+        # A capped plain path ran the first rows only: its loss is over those.
+        now = float(np.mean((plain - y[: len(plain)]) ** 2))
         ok = within(now, value, tolerance)
         losses[name] = {"reference": value, "current": now, "passed": ok}
         if not ok:
@@ -419,6 +510,8 @@ def _composition(
                         f"({g.name}: {result[g.name]['reason']})"
                     )
             result["passed"] = all(result[g]["passed"] for g in REGROUPINGS)
+            if np.shape(original)[0] < case_rows(meta):  # a capped path: on its rows
+                result["rows"] = int(np.shape(original)[0])
             by_path[path] = result
         report[name] = by_path
     return report, failures
@@ -528,4 +621,18 @@ def run_checks(
     }
     if composition_report is not None:
         report["composition"] = composition_report
+    report["budget"] = _budget(config, cases_report, forward_record.get("gradients"))
     return report
+
+
+def _budget(
+    config: Config, cases_report: dict[str, Any], gradients: dict[str, Any] | None
+) -> dict[str, Any]:
+    """The budgets and, per case, what each capped (never silently: the printed check
+    lines and the HTML report read it)."""
+    capped = {name: case["capped"] for name, case in cases_report.items() if case.get("capped")}
+    if gradients and gradients.get("capped"):
+        capped.setdefault(STANDARD_CASE, {})["gradients"] = gradients["capped"]
+    # No budget (the Python API, vmapcheck.testing): every part ran every row.
+    limits = config.budget.model_dump() if config.budget is not None else None
+    return {"limits": limits, "cases": capped}

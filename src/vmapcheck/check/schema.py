@@ -7,8 +7,9 @@ missing a top-level key (an older or foreign file) with an error naming the file
 the key, instead of a ``KeyError`` deep in a later stage.
 """
 
-from __future__ import annotations
-
+# No `from __future__ import annotations` here: TypedDict sees NotRequired only in
+# evaluated annotations (as strings, every key counted as required: a report without
+# `composition` or `budget`, written before they existed, was refused).
 from pathlib import Path
 from typing import Any, NotRequired, TypedDict, cast
 
@@ -26,6 +27,11 @@ class PathRun(TypedDict, total=False):
     message: str
     shape: list[int]
     dtype: str
+    # A path the budget capped (vmapcheck.core.forward.cap_entry): the first rows_run of
+    # the case's rows_of rows, and the budget.* key that capped it.
+    rows_run: int
+    rows_of: int
+    capped_by: str
 
 
 class ForwardRecord(TypedDict):
@@ -43,6 +49,9 @@ class ForwardRecord(TypedDict):
     # "cases": {case: {"rows", <regrouping>: its plan, "paths", "raised"}}}. Absent in
     # records older than it.
     composition: NotRequired[dict[str, Any]]
+    # The budget the forward stage ran under (vmapcheck.config.BudgetConfig); absent in
+    # records older than it.
+    budget: NotRequired[dict[str, int]]
 
 
 class Comparison(TypedDict):
@@ -67,6 +76,9 @@ class CaseReport(TypedDict):
     pairs: dict[str, Comparison]  # "<path>-vs-<path>" -> comparison
     oracle: NotRequired[dict[str, Comparison]]
     loss: NotRequired[dict[str, float]]
+    # What a budget capped on this case: "oracle", "magnitude" or a path ->
+    # {"rows_run", "rows_of", "capped_by"}; absent when nothing was capped.
+    capped: NotRequired[dict[str, dict[str, Any]]]
     passed: bool
 
 
@@ -100,6 +112,10 @@ class CheckDetails(TypedDict):
     # case -> path -> {<regrouping>: Comparison with the path's own outputs on the
     # original batch, "passed"} (vmapcheck.core.composition); absent when not judged.
     composition: NotRequired[dict[str, dict[str, dict[str, Any]]]]
+    # The budgets (vmapcheck.config.BudgetConfig) and, per case, what each capped:
+    # {"limits": {key: rows}, "cases": {case: {"oracle" | "magnitude" | "<path>" |
+    # "gradients": {"rows_run", "rows_of", "capped_by"}}}}.
+    budget: NotRequired[dict[str, Any]]
     # Added by the check stage after judging: what `make reference` verifies.
     config_digest: NotRequired[str]
     forward_outputs_sha256: NotRequired[str]

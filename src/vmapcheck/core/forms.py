@@ -212,8 +212,16 @@ class ShardedForward:
 
 
 def cast_tree(tree: Any, dtype: Any) -> Any:
-    """Cast every floating leaf of ``tree`` to ``dtype`` (params enter at the run's precision)."""
-    return jax.tree_util.tree_map(lambda leaf: jnp.asarray(leaf, dtype=dtype), tree)
+    """Cast every floating leaf of ``tree`` to ``dtype`` (params enter at the run's
+    precision); other leaves (a model's int32 counters, bool flags) keep their dtype."""
+
+    def cast(leaf: Any) -> jax.Array:
+        found = leaf.dtype if hasattr(leaf, "dtype") else np.asarray(leaf).dtype
+        if jnp.issubdtype(found, jnp.floating):
+            return jnp.asarray(leaf, dtype=dtype)
+        return jnp.asarray(leaf)
+
+    return jax.tree_util.tree_map(cast, tree)
 
 
 # --- the forms, untransformed ------------------------------------------------------------

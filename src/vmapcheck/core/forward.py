@@ -14,7 +14,7 @@ from vmapcheck.core.cases import case_input, kind_of
 from vmapcheck.core.composition import REGROUPINGS, applies, composition_key
 from vmapcheck.core.forms import cast_tree
 from vmapcheck.core.models import Model, Params
-from vmapcheck.core.paths import Forward, build, output_key
+from vmapcheck.core.paths import PATHS, Forward, build, output_key, row_cap
 from vmapcheck.errors import InvalidInputError
 
 Built = dict[str, dict[str, Forward]]  # takes ("batch", "vector") -> path -> forward
@@ -34,6 +34,22 @@ def build_all(model: Model, dtype: Any, mesh: Mesh | None = None) -> Built:
     }
 
 
+def capped_rows(path_name: str, case: dict[str, Any], name: str, x: Any, budget: Any) -> int | None:
+    """The rows ``path_name`` runs of valid batch case ``name`` when ``budget`` caps it
+    (:func:`vmapcheck.core.paths.row_cap`), else None: it runs every row. An invalid
+    case is never cut: its rows are part of what makes it invalid."""
+    path = PATHS[path_name]
+    if path.takes != "batch" or not kind_of(case, name).valid:
+        return None
+    return row_cap(path, budget, contract.rows(x))
+
+
+def cap_entry(path_name: str, cap: int, rows: int) -> dict[str, Any]:
+    """What the forward record says of a path the budget capped: the rows it ran, of
+    how many, and the setting that capped it."""
+    return {"rows_run": cap, "rows_of": rows, "capped_by": f"budget.{PATHS[path_name].forward_cap}"}
+
+
 def run_forward(
     model: Model,
     params: Params,
@@ -41,17 +57,22 @@ def run_forward(
     dtype: Any,
     mesh: Mesh | None = None,
     built: Built | None = None,
+    budget: Any = None,
 ) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
     """Run each case through the paths its kind calls for (:data:`CASE_KINDS`), at ``dtype``.
 
     A batch case goes through every path taking a batch (distributed ones over ``mesh``;
     None: every device present), a vector case through those taking one example, and
-    each invalid case through the paths named by its ``runs_on``.
+    each invalid case through the paths named by its ``runs_on``. ``budget`` (a
+    :class:`vmapcheck.config.BudgetConfig`, None: none): a path with a ``forward_cap``
+    runs only the first rows of a valid batch case it allows.
 
     Returns ``(outputs, record)``: ``outputs["<case>.<path>"]`` is the output of a valid
-    case (bfloat16 stored as float32, exactly); ``record[case][path]`` says the output's
-    shape and dtype, or whether and how the path refused the input. ``built``: the
-    paths of :func:`build_all` (None: built here).
+    case (bfloat16 stored as float32, exactly), ``(rows run, out_features)`` for a capped
+    path; ``record[case][path]`` says the output's shape and dtype, or whether and how
+    the path refused the input, and for a capped path ``rows_run``, ``rows_of`` and
+    ``capped_by`` (:func:`cap_entry`). ``built``: the paths of :func:`build_all` (None:
+    built here).
     """
     built = built if built is not None else build_all(model, dtype, mesh)
     every = {name: fn for takes in built.values() for name, fn in takes.items()}
@@ -64,8 +85,10 @@ def run_forward(
         x = case_input(case, dtype)
         per_path: dict[str, Any] = {}
         for path_name, path in paths.items():
+            cap = capped_rows(path_name, case, case_name, x, budget)
             try:
-                out = jax.block_until_ready(path(run_params, x))
+                run_x = x if cap is None else contract.take(x, slice(0, cap))
+                out = jax.block_until_ready(path(run_params, run_x))
             except InvalidInputError as exc:
                 per_path[path_name] = {
                     "refused": True,
@@ -86,6 +109,7 @@ def run_forward(
                 "refused": False,
                 "shape": list(host.shape),
                 "dtype": str(host.dtype),
+                **({} if cap is None else cap_entry(path_name, cap, contract.rows(x))),
             }
             if kind.valid:
                 outputs[output_key(case_name, path_name)] = _storable(host)
@@ -101,10 +125,13 @@ def run_composition(
     outputs: dict[str, np.ndarray],
     mesh: Mesh | None = None,
     built: Built | None = None,
+    budget: Any = None,
 ) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
     """Every batch path on every case that :func:`~vmapcheck.core.composition.applies`
     again, under each regrouping of :data:`~vmapcheck.core.composition.REGROUPINGS` (its
-    rows reversed; in two halves), the outputs in the case's original row order.
+    rows reversed; in two halves), the outputs in the case's original row order. A path
+    the ``budget`` caps (:func:`run_forward`) is regrouped on the rows it ran: its first
+    ``rows_run`` rows, reversed and halved (``capped`` in the case's record).
 
     Only the paths with an output on the original batch (``outputs``, from
     :func:`run_forward`) are regrouped: one that refused or crashed there is the
@@ -126,14 +153,23 @@ def run_composition(
         x = case_input(case, dtype)
         rows = contract.rows(x)
         raised: dict[str, dict[str, Any]] = {}
+        capped: dict[str, dict[str, Any]] = {}
         ran = []
         for path_name in kind_of(case, case_name).paths(case):
             if path_name not in paths or output_key(case_name, path_name) not in outputs:
                 continue
             ran.append(path_name)
+            cap = capped_rows(path_name, case, case_name, x, budget)
+            run_x = x
+            if cap is not None:
+                run_x = contract.take(x, slice(0, cap))
+                capped[path_name] = {
+                    **cap_entry(path_name, cap, rows),
+                    **{g.name: g.plan(cap) for g in REGROUPINGS.values()},
+                }
             for g in REGROUPINGS.values():
                 try:
-                    out = jax.block_until_ready(g.run(paths[path_name], run_params, x))
+                    out = jax.block_until_ready(g.run(paths[path_name], run_params, run_x))
                 except Exception as exc:  # judged by check: no output under this regrouping
                     raised.setdefault(path_name, {})[g.name] = {
                         "error": type(exc).__name__,
@@ -147,5 +183,7 @@ def run_composition(
             **{g.name: g.plan(rows) for g in REGROUPINGS.values()},
             "paths": ran,
             "raised": raised,
+            # The paths regrouped on fewer rows (budget), and their plans there.
+            "capped": capped,
         }
     return regrouped, record

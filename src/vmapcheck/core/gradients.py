@@ -4,6 +4,9 @@
 (out_features,). The batch loss is its mean over the batch (axis 0), so the gradient
 of the batch loss must equal the mean of the per-example gradients
 ``vmap(grad(loss_one), in_axes=(None, 0, 0))`` — params shared, examples mapped.
+Gradients are taken with respect to the trainable leaves only, as training takes them:
+the model's declared state leaves (``Model.state_leaves``) are held fixed
+(:mod:`vmapcheck.core.state`).
 """
 
 from __future__ import annotations
@@ -15,7 +18,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from vmapcheck.core.models import Model, Params
-from vmapcheck.params_io import leaf_paths
+from vmapcheck.core.state import partition
 
 
 def make_loss_one(model: Model):
@@ -39,20 +42,25 @@ def gradient_probe(
     says whether the loss and gradients were finite, and whether a NaN planted in one
     target came out as a non-finite loss and gradient (detected, not masked).
     """
-    loss_one = make_loss_one(model)
+    leaves = partition(model, params)
+    trainable, state = leaves.split(params)
+    full_loss_one = make_loss_one(model)
 
-    def batch_loss(p: Params, xs: jax.Array, ys: jax.Array) -> jax.Array:
+    def loss_one(weights: dict[str, jax.Array], x: jax.Array, y: jax.Array) -> jax.Array:
+        return full_loss_one(leaves.merge(weights, state), x, y)
+
+    def batch_loss(p: dict[str, jax.Array], xs: jax.Array, ys: jax.Array) -> jax.Array:
         return jnp.mean(jax.vmap(loss_one, in_axes=(None, 0, 0))(p, xs, ys))
 
-    value, grads = jax.jit(jax.value_and_grad(batch_loss))(params, x, y)
-    per_example = jax.jit(jax.vmap(jax.grad(loss_one), in_axes=(None, 0, 0)))(params, x, y)
+    value, grads = jax.jit(jax.value_and_grad(batch_loss))(trainable, x, y)
+    per_example = jax.jit(jax.vmap(jax.grad(loss_one), in_axes=(None, 0, 0)))(trainable, x, y)
     per_example_mean = jax.tree.map(lambda g: jnp.mean(g, axis=0), per_example)
     poisoned = y.at[0, 0].set(jnp.nan)
-    probe_value, probe_grads = jax.jit(jax.value_and_grad(batch_loss))(params, x, poisoned)
+    probe_value, probe_grads = jax.jit(jax.value_and_grad(batch_loss))(trainable, x, poisoned)
     arrays: dict[str, np.ndarray] = {}
     for prefix, tree in (("batch_grad", grads), ("per_example_mean", per_example_mean)):
-        for name, leaf in leaf_paths(tree).items():
-            host = np.asarray(leaf)
+        for name in leaves.trainable_names:  # the params' tree order
+            host = np.asarray(tree[name])
             arrays[f"{prefix}.{name}"] = (
                 host.astype(np.float32) if host.dtype == jnp.bfloat16 else host
             )

@@ -607,8 +607,13 @@ def case_magnitudes(
     params: Any,
     cases: dict[str, dict[str, Any]],
     run_dtype: Any,
+    max_rows: int | None = None,
 ) -> dict[str, dict[str, Any]]:
     """case name -> ``{"scale": S, "fallbacks": [...]}`` for every valid case.
+
+    ``max_rows`` (``budget.magnitude_max_rows``; None: every row): of a batch, only the
+    first this many rows are computed, so ``S`` has ``min(rows, max_rows)`` rows; the
+    check judges the rows beyond them by the output rule and reports the cap.
 
     Params and each case's ``x`` are first rounded to ``run_dtype`` exactly as the
     float64 oracle rounds them (:mod:`vmapcheck.core.oracle`), so S describes the numbers
@@ -626,7 +631,10 @@ def case_magnitudes(
         kind = kind_of(case, name)
         if not kind.valid:
             continue
-        x64 = jax.tree.map(lambda leaf: _to_f64(leaf, run_dtype), case["x"])
+        x = case["x"]
+        if kind.takes == "batch" and max_rows is not None and rows(x) > max_rows:
+            x = take(x, slice(0, max_rows))
+        x64 = jax.tree.map(lambda leaf: _to_f64(leaf, run_dtype), x)
         try:
             scale, fallbacks = _rows(
                 programs, forward_one, params64, x64, batched=kind.takes == "batch"

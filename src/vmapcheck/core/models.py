@@ -86,6 +86,13 @@ class Model:
       is that dict, a batch the same dict with a leading batch axis 0 on every leaf, and
       ``in_features`` the number of table columns the leaves take together. None: the
       flat-vector contract ``(in_features,)``.
+    - ``state_leaves``: the params leaves that are the model's state, not weights
+      (BatchNorm running statistics, int32 counters, RNG state), each entry a leaf path
+      as the params file names it (``bn1.mean``) or a subtree's path covering every leaf
+      under it (``state``). They stay in the params (the forward reads them; the params
+      file, contract, reference and registry keep them) and training leaves them
+      bit-identical. Every other leaf is trained and must be float
+      (:func:`vmapcheck.core.state.partition` refuses one that is not, naming it).
     """
 
     name: str
@@ -101,6 +108,19 @@ class Model:
     activations_batch: ActivationsFn | None = None
     preprocessing: tuple[str, ...] = ()
     inputs: InputSpec | None = None
+    state_leaves: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        entries = self.state_leaves
+        if isinstance(entries, str) or not all(
+            isinstance(entry, str) and entry for entry in entries
+        ):
+            raise ConfigError(
+                f"model {self.name!r}: state_leaves: expected a tuple of leaf paths such as "
+                f"('bn1.mean', 'state'), found {entries!r}"
+            )
+        # A list (from a config) is kept as the tuple a frozen Model hashes.
+        object.__setattr__(self, "state_leaves", tuple(entries))
 
     @property
     def contract(self) -> InputSpec:

@@ -31,11 +31,17 @@ def _to_f64(array: Any, run_dtype: Any) -> jax.Array:
 
 
 def float64_outputs(
-    model: Model, params: Params, cases: dict[str, dict[str, Any]], run_dtype: Any
+    model: Model,
+    params: Params,
+    cases: dict[str, dict[str, Any]],
+    run_dtype: Any,
+    max_rows: int | None = None,
 ) -> dict[str, np.ndarray]:
     """case name -> float64 output for every case whose kind has the oracle
     (:data:`vmapcheck.core.cases.CASE_KINDS`); x is one example or a batch (axis 0 on every
-    leaf)."""
+    leaf). ``max_rows`` (``budget.oracle_max_rows``; None: every row): of a batch, only
+    the first this many rows are computed, so its output has ``min(rows, max_rows)`` rows
+    (the check compares the paths with it on those rows and reports the cap)."""
     if not jax.config.jax_enable_x64:
         raise RuntimeError("the float64 oracle needs jax_enable_x64 (configure_cpu_float64)")
     params64 = jax.tree_util.tree_map(lambda leaf: _to_f64(leaf, run_dtype), params)
@@ -49,7 +55,6 @@ def float64_outputs(
         if kind.takes == "vector":
             out[name] = np.asarray(forward(params64, x64))
         else:
-            out[name] = np.stack(
-                [np.asarray(forward(params64, take(x64, i))) for i in range(rows(x64))]
-            )
+            n = rows(x64) if max_rows is None else min(rows(x64), max_rows)
+            out[name] = np.stack([np.asarray(forward(params64, take(x64, i))) for i in range(n)])
     return out

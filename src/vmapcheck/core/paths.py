@@ -88,6 +88,9 @@ class ForwardPath:
         build: ``(path, model, mesh) -> Compiled | None``; the default jit-compiles
             ``forward`` for a jit path.
         bench_cap: the ``bench.*`` setting capping the batch sizes it is timed at.
+        forward_cap: the ``budget.*`` setting capping the rows of a valid case it runs
+            in the forward stage (:func:`row_cap`); check compares it with the other
+            paths on those rows, and its report says so.
         same_program_as: a path computing the same program on one device; a
             distributed path is judged against it, and a stored reference made before
             this path existed stands in with that path's output.
@@ -113,6 +116,7 @@ class ForwardPath:
         default=_single_device
     )
     bench_cap: str | None = None
+    forward_cap: str | None = None
     same_program_as: str | None = None
     distributed: bool = False
     headline: bool = False
@@ -175,8 +179,10 @@ PATHS: dict[str, ForwardPath] = {
             forward=forms.loop_forward,
             activations=forms.loop_activations,
             plain=True,
-            # One Python-level forward per row, unrolled by jit: capped in the benchmark.
+            # One Python-level forward per row, unrolled by jit: capped in the benchmark,
+            # and in the forward stage by the budget.
             bench_cap="loop_max_batch",
+            forward_cap="loop_max_rows",
         ),
         ForwardPath(
             name="map_jit",
@@ -272,6 +278,16 @@ def speedup_text(ratio: float, interval: Sequence[float] | None = None) -> str:
     low, high = interval
     ci = f"CI {low:.2f}-{high:.2f}"
     return f"no measurable difference ({ci})" if low <= 1.0 <= high else f"{ratio:.2f}x ({ci})"
+
+
+def row_cap(path: ForwardPath, budget: Any, rows: int) -> int | None:
+    """The rows ``path`` runs of a valid batch case of ``rows`` rows in the forward
+    stage when ``budget`` (a :class:`vmapcheck.config.BudgetConfig`) caps it below them,
+    else None (it runs them all; ``budget`` None: no budget)."""
+    if budget is None or path.forward_cap is None:
+        return None
+    cap = getattr(budget, path.forward_cap)
+    return cap if rows > cap else None
 
 
 def batch_paths() -> list[ForwardPath]:

@@ -136,6 +136,12 @@ def enable_key_reuse_checks() -> None:
     jax.config.update("jax_debug_key_reuse", True)
 
 
+# A folder for the stages' compile cache instead of each project's own .jax_cache/.
+SHARED_COMPILE_CACHE_ENV = "VMAPCHECK_COMPILE_CACHE"
+# The compile cache's bound (a quick run of the MLP keeps a few MB there).
+COMPILE_CACHE_MAX_BYTES = 2 * 1024**3
+
+
 def enable_compile_cache(folder: Path) -> None:
     """Keep every XLA executable this process compiles in ``folder`` (JAX's persistent
     compilation cache), and load it from there when a later process compiles the same
@@ -145,14 +151,24 @@ def enable_compile_cache(folder: Path) -> None:
     executables instead of compiling them again: the same machine code, so the same
     numbers. Every compile is kept, not only those over JAX's 1 s default: a stage's
     many small eager and jit compiles are what a rerun repeats. A folder already set
-    (``JAX_COMPILATION_CACHE_DIR``) is kept. Never for ``bench``: it times compiles
-    (``compile_ms``) and counts them (the guard's replay); a cache hit is no compile.
+    (``JAX_COMPILATION_CACHE_DIR``) is kept; :data:`SHARED_COMPILE_CACHE_ENV` names a
+    folder that replaces ``folder`` (one cache for several checkouts, or for a test
+    session's many projects). Never for ``bench``: it times compiles (``compile_ms``) and
+    counts them (the guard's replay); a cache hit is no compile.
+
+    The cache holds at most :data:`COMPILE_CACHE_MAX_BYTES` (the least recently used
+    entries go first). A bounded cache is also a locked one: JAX then reads and writes
+    each entry under a file lock, so parallel experiments (``dvc queue start -j 2``) never
+    read an entry half written by the other.
     """
     import jax
 
     if jax.config.jax_compilation_cache_dir is None:
-        jax.config.update("jax_compilation_cache_dir", str(folder))
+        shared = os.environ.get(SHARED_COMPILE_CACHE_ENV, "").strip()
+        jax.config.update("jax_compilation_cache_dir", shared or str(folder))
     jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
+    if jax.config.jax_compilation_cache_max_size == -1:  # JAX's default: unbounded, unlocked
+        jax.config.update("jax_compilation_cache_max_size", COMPILE_CACHE_MAX_BYTES)
 
 
 def _configure_cpu(name: str, dtype: str) -> RuntimeInfo:

@@ -1,8 +1,11 @@
 """Pure loss / update functions and a small training loop with validation selection.
 
 ``loss(params, X, Y)``: mean squared error over a batch (batch axis 0) computed with the
-per-example forward under vmap. ``update`` is one optax step. The test split is
-evaluated exactly once, after the params are chosen on validation.
+per-example forward under vmap. ``update`` is one optax step on the trainable leaves
+only: the model's declared state leaves (``Model.state_leaves``: running statistics,
+counters) are neither differentiated nor stepped, and come out bit-identical
+(:mod:`vmapcheck.core.state`). The test split is evaluated exactly once, after the params
+are chosen on validation.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ from vmapcheck.config import TrainConfig
 from vmapcheck.core.contract import rows as batch_rows
 from vmapcheck.core.contract import take
 from vmapcheck.core.models import Model, Params
+from vmapcheck.core.state import ParamsPartition, partition
 
 
 def make_loss(model: Model):
@@ -53,14 +57,26 @@ def _standard_promotion(
     return optax.GradientTransformation(optimizer.init, update)
 
 
-def make_update(model: Model, optimizer: optax.GradientTransformation):
-    """update(params, opt_state, X, Y) -> (params, opt_state, loss): one pure step."""
+def make_update(model: Model, optimizer: optax.GradientTransformation, leaves: ParamsPartition):
+    """update(params, opt_state, X, Y) -> (params, opt_state, loss): one pure step.
+
+    ``leaves`` (:func:`vmapcheck.core.state.partition` of the params) says which leaves
+    are trained: the gradient is taken with respect to those only, and ``opt_state`` is
+    ``optimizer.init(leaves.trainable(params))``. The declared state leaves are passed
+    through untouched. X: (batch, in_features) or a batch pytree, batch axis 0; Y:
+    (batch, out_features).
+    """
     loss = make_loss(model)
 
     def update(params: Params, opt_state: Any, features: jax.Array, targets: jax.Array):
-        value, grads = jax.value_and_grad(loss)(params, features, targets)
-        updates, opt_state = optimizer.update(grads, opt_state, params)
-        return optax.apply_updates(params, updates), opt_state, value
+        trainable, state = leaves.split(params)
+
+        def trainable_loss(weights: dict[str, jax.Array]) -> jax.Array:
+            return loss(leaves.merge(weights, state), features, targets)
+
+        value, grads = jax.value_and_grad(trainable_loss)(trainable)
+        updates, opt_state = optimizer.update(grads, opt_state, trainable)
+        return leaves.merge(optax.apply_updates(trainable, updates), state), opt_state, value
 
     return update
 
@@ -76,16 +92,24 @@ def fit(
 
     Returns the chosen params and metrics (train/val/test loss, best step). ``test`` is
     touched once, at the end. A model that is not trainable (toy) is returned unchanged,
-    with its losses reported.
+    with its losses reported. Only the trainable leaves are stepped; the declared state
+    leaves (``model.state_leaves``) are returned bit-identical.
+
+    Raises:
+        ConfigError: before any step, a params leaf that is not float and not declared
+            as state, or a ``state_leaves`` entry that covers no leaf
+            (:func:`vmapcheck.core.state.partition`).
     """
+    # Before anything is computed: an int leaf would otherwise crash jax.grad, unnamed.
+    leaves = partition(model, params)
     loss = jax.jit(make_loss(model))
     train_x, train_y = splits["train"]
     val_x, val_y = splits["val"]
     best = {"step": 0, "val_loss": float(loss(params, val_x, val_y)), "params": params}
     if model.trainable and config.steps > 0:
         optimizer = make_optimizer(config)
-        update = jax.jit(make_update(model, optimizer))
-        opt_state = optimizer.init(params)
+        update = jax.jit(make_update(model, optimizer, leaves))
+        opt_state = optimizer.init(leaves.trainable(params))
         n_train = batch_rows(train_x)
         size = min(config.batch_size, n_train)
         # One key per step, each drawing that step's minibatch rows once.

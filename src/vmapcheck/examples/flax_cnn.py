@@ -27,10 +27,11 @@ module rebuilt from them on every call. Two things are particular to BatchNorm:
   images drawn from the key (pixels uniform in ``[0, pixel_max]``, the digits' range), as
   a BatchNorm in training mode would have gathered them. They are therefore distinct per
   channel and not the statistics of any batch of digits the check runs, so a forward
-  that normalized with its batch's own statistics would show. The forward passes them through
-  ``jax.lax.stop_gradient``: their gradient is zero, so training (optax on every leaf)
-  leaves them exactly as set, as Flax's own training keeps ``batch_stats`` apart from
-  the optimizer.
+  that normalized with its batch's own statistics would show. The model declares them
+  state (``Model.state_leaves``: every ``nnx.BatchStat`` leaf, found by Flax's own
+  filter), so training neither differentiates nor steps them and leaves them exactly as
+  set, as Flax's own training keeps ``batch_stats`` apart from the optimizer
+  (docs/state-leaves.md).
 
 Each layer's output is tapped under the name of its params subtree (``conv1``, ``bn1``
 (after its relu), ``conv2``, ``bn2``, ``pool``, ``head``), so the diagnosis can walk the
@@ -122,31 +123,20 @@ def _set_statistics(norm: nnx.BatchNorm, h: jax.Array) -> None:
 def module_loader(
     in_features: int, out_features: int, channels: int
 ) -> tuple[Callable[[Params], CNN], Callable[[jax.Array, float], Params]]:
-    """``(module, init)``: ``module(params)`` is a fresh :class:`CNN` holding ``params``
-    (running statistics behind ``stop_gradient``); ``init(key, pixel_max)`` the params.
+    """``(module, init)``: ``module(params)`` is a fresh :class:`CNN` holding ``params``;
+    ``init(key, pixel_max)`` the params.
 
     Shared by :func:`make_model` and the tests that plant faults in a forward.
     """
     side = image_side(in_features)
     abstract = nnx.eval_shape(lambda: CNN(side, channels, out_features, rngs=nnx.Rngs(params=0)))
     graphdef, abstract_state = nnx.split(abstract)
-    # {layer: {"mean": ..., "var": ...}} of the BatchStat variables: which leaves to freeze.
-    statistics = nnx.to_pure_dict(nnx.state(abstract, nnx.BatchStat))
-
-    def frozen(params: Params) -> Params:
-        return {
-            layer: {
-                name: jax.lax.stop_gradient(leaf) if name in statistics.get(layer, {}) else leaf
-                for name, leaf in leaves.items()
-            }
-            for layer, leaves in params.items()
-        }
 
     def module(params: Params) -> CNN:
         # A fresh State each call (tree_map copies the Variables): replace_by_pure_dict
         # updates it in place, and the abstract template must stay untouched.
         state = jax.tree_util.tree_map(lambda leaf: leaf, abstract_state)
-        nnx.replace_by_pure_dict(state, frozen(params))
+        nnx.replace_by_pure_dict(state, params)
         return nnx.merge(graphdef, state)
 
     def init(key: jax.Array, pixel_max: float) -> Params:
@@ -164,6 +154,15 @@ def module_loader(
         return nnx.to_pure_dict(state)
 
     return module, init
+
+
+def statistics_leaves(in_features: int, out_features: int, channels: int) -> tuple[str, ...]:
+    """The params paths of every BatchNorm running statistic (Flax's ``nnx.BatchStat``
+    variables: ``("bn1.mean", "bn1.var", "bn2.mean", "bn2.var")``): the model's state."""
+    side = image_side(in_features)
+    abstract = nnx.eval_shape(lambda: CNN(side, channels, out_features, rngs=nnx.Rngs(params=0)))
+    statistics = nnx.to_pure_dict(nnx.state(abstract, nnx.BatchStat))
+    return tuple(f"{layer}.{name}" for layer, leaves in statistics.items() for name in leaves)
 
 
 def image_leaf(side: int) -> Leaf:
@@ -228,4 +227,6 @@ def make_model(
         activations_one=recorded(forward_one, OUTPUT_LAYER),
         activations_batch=recorded(forward_batch, OUTPUT_LAYER),
         inputs=InputSpec((image_leaf(side),)),
+        # Kept in the params, never trained: BatchNorm's running mean and variance.
+        state_leaves=statistics_leaves(in_features, out_features, channels),
     )

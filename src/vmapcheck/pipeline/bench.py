@@ -12,7 +12,7 @@ from vmapcheck.bench.plots import (
     write_speedup_png,
 )
 from vmapcheck.bench.progress import open_progress
-from vmapcheck.bench.timing import run_bench
+from vmapcheck.bench.timing import STOP_ALL, run_bench
 from vmapcheck.config import Config
 from vmapcheck.core.forms import data_mesh
 from vmapcheck.core.models import build_model
@@ -41,6 +41,35 @@ def dvc_metrics(result: dict[str, Any]) -> dict[str, float]:
     }
 
 
+def early_stop_lines(early_stop: dict[str, Any]) -> list[str]:
+    """What ``run_bench``'s early stopping did, one line per reason and round count:
+    ``stopped after 7 of 10 rounds (time budget): loop_eager/b128, ...``; one line when
+    every cell took every round."""
+    groups: dict[tuple[int, str], list[str]] = {}
+    total, cells_in_all = 0, 0
+    for path, by_batch in early_stop["cells"].items():
+        for label, cell in by_batch.items():
+            total, cells_in_all = max(total, cell["rounds"]), cells_in_all + 1
+            if cell["stopped"] != STOP_ALL:
+                groups.setdefault((cell["rounds"], cell["stopped"]), []).append(f"{path}/{label}")
+    if not groups:
+        return [f"early stop: none, every cell took all {total} rounds"]
+    settings = early_stop["settings"]
+    return [
+        f"early stop: stopped after {rounds} rounds ({why}; min_rounds "
+        f"{settings['min_rounds']}, ci_target {settings['ci_target']}, time_budget_s "
+        f"{settings['time_budget_s']}): "
+        + ("every cell" if len(cells) == cells_in_all else ", ".join(cells))
+        for (rounds, why), cells in sorted(groups.items())
+    ]
+
+
+def phases_line(phases_s: dict[str, float]) -> str:
+    """``took 21.4 s: timing 12.0 s, replay_bucketed 8.1 s, replay_unbucketed 1.3 s``."""
+    shown = ", ".join(f"{name} {seconds:.1f} s" for name, seconds in phases_s.items())
+    return f"took {sum(phases_s.values()):.1f} s: {shown}"
+
+
 def run(config: Config, layout: Layout) -> None:
     runtime = configure_jax(config.backend, config.precision)
     model = build_model(config.model)
@@ -53,6 +82,11 @@ def run(config: Config, layout: Layout) -> None:
         result = run_bench(model, params, rows, config.bench, dtype, progress=progress, mesh=mesh)
         # Serving: a stream of requests of random sizes (and invalid ones) through the guard.
         replay = run_replay(model, params, rows, dtype, config.guard, progress=progress)
+    # Where the bench's own time went, so that a profile's bound can be read off every run.
+    result["phases_s"] = {
+        **result["phases_s"],
+        **{f"replay_{name}": seconds for name, seconds in replay["wall_s"].items()},
+    }
     # Devices and mesh shape of the data-parallel path.
     sharded = describe_distributed(model, mesh)
     result["replay"] = {**replay, "figures": replay_figures(replay)}
@@ -86,6 +120,8 @@ def run(config: Config, layout: Layout) -> None:
     if result["machine"]["noisy"]:
         print("bench: WARNING: load average above the core count: figures are noisy")
     print(f"bench: matmul peak {result['peak']['gflops']:.1f} GFLOP/s on this machine now")
+    for line in early_stop_lines(result["early_stop"]):
+        print(f"bench: {line}")
     for label, ratios in result["speedup"].items():
         ci = result["speedup_ci"].get(label, {})
         shown = ", ".join(f"{k} {speedup_text(v, ci.get(k))}" for k, v in ratios.items())
@@ -96,6 +132,7 @@ def run(config: Config, layout: Layout) -> None:
         )
         print(f"bench: {label}: {shown}; {roofs} of the matmul peak")
     print(f"bench: guard replay: {replay_summary(result['replay'])}")
+    print(f"bench: {phases_line(result['phases_s'])}")
     for path in (p for p in PATHS.values() if p.distributed):
         one_device = result["latency_ms"][path.same_program_as]
         for label, stats in result["latency_ms"][path.name].items():

@@ -47,7 +47,13 @@ def _reference(config: Config, layout: Layout, record: dict, model, run_dtype) -
         magnitudes = None
         if _uses_terms(config):
             params, _ = load_model_params(model, folder)
-            magnitudes = case_magnitudes(model.forward_one, params, stored["cases"], run_dtype)
+            magnitudes = case_magnitudes(
+                model.forward_one,
+                params,
+                stored["cases"],
+                run_dtype,
+                max_rows=config.budget.magnitude_max_rows,
+            )
     except ArtifactError as exc:  # changed between forward and check
         return {"status": "corrupt", "message": str(exc)}
     return {
@@ -58,6 +64,12 @@ def _reference(config: Config, layout: Layout, record: dict, model, run_dtype) -
         "current": load_npz(layout.reference_outputs),
         "magnitudes": magnitudes,
     }
+
+
+def _g(value: float | None) -> str:
+    """A figure of the printed lines: 3 significant digits (every digit is in
+    reports/check_details.json); ``None`` (a figure this case has not) as such."""
+    return "None" if value is None else f"{value:.3g}"
 
 
 def dvc_metrics(report: dict[str, Any]) -> dict[str, Any]:
@@ -101,12 +113,20 @@ def run(config: Config, layout: Layout) -> None:
     params, _ = load_model_params(model, layout.params)
     oracle = None
     if run_dtype != jnp.float64:
-        oracle = float64_outputs(model, params, cases, run_dtype)
+        oracle = float64_outputs(
+            model, params, cases, run_dtype, max_rows=config.budget.oracle_max_rows
+        )
     # The magnitude of the terms of every output element (float64, CPU, forward_one row
     # by row on the inputs the paths saw), once per case: what scale "terms" is relative to.
     magnitudes = None
     if _uses_terms(config):
-        magnitudes = case_magnitudes(model.forward_one, params, cases, run_dtype)
+        magnitudes = case_magnitudes(
+            model.forward_one,
+            params,
+            cases,
+            run_dtype,
+            max_rows=config.budget.magnitude_max_rows,
+        )
     # Each subkey feeds one random draw: a reused key fails the check (diagnosis stage 2).
     key_stream = key_stream_stage(model, config.seed)
     report = run_checks(
@@ -139,10 +159,18 @@ def run(config: Config, layout: Layout) -> None:
         mark = "ok  " if case["passed"] else "FAIL"
         fallbacks = f" fallbacks={','.join(case['fallbacks'])}" if case["fallbacks"] else ""
         print(
-            f"  {mark} {name:<16} max_abs={case['max_abs']} max_rel={case['max_rel']} "
-            f"bound_ratio={case['bound_ratio']} (rule {case['rule']}, "
-            f"S at worst={case['scale_at_worst']}){fallbacks}"
+            f"  {mark} {name:<16} max_abs={_g(case['max_abs'])} max_rel={_g(case['max_rel'])} "
+            f"bound_ratio={_g(case['bound_ratio'])} (rule {case['rule']}, "
+            f"S at worst={_g(case['scale_at_worst'])}){fallbacks}"
         )
+    # What a budget capped: named with the rows covered and the key, never silent.
+    for name, capped in report["budget"]["cases"].items():
+        for what, cap in capped.items():
+            beyond = f"; the rest {cap['beyond']}" if "beyond" in cap else ""
+            print(
+                f"  cap  {name:<16} {what} on the first {cap['rows_run']} of "
+                f"{cap['rows_of']} rows (capped by {cap['capped_by']}){beyond}"
+            )
     # A path the model does not have is named as such, never counted as agreeing.
     for path, reason in report["not_provided"].items():
         print(f"  -    {path:<16} not provided, not compared: {reason}")
@@ -152,7 +180,8 @@ def run(config: Config, layout: Layout) -> None:
     grads = report["gradients"]
     print(
         f"  {'ok  ' if grads['passed'] else 'FAIL'} gradients        loss {grads.get('loss'):.4g}; "
-        f"mean per-example vs batch gradient max_rel={grads.get('max_rel')}; NaN target detected"
+        f"mean per-example vs batch gradient max_rel={_g(grads.get('max_rel'))}; NaN target "
+        "detected"
     )
     for name, by_path in report.get("composition", {}).items():
         print(composition_line(name, by_path))

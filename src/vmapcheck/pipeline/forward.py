@@ -12,6 +12,7 @@ import jax.numpy as jnp
 
 from vmapcheck.check.reference import load_reference, reference_dir
 from vmapcheck.config import Config
+from vmapcheck.core import contract
 from vmapcheck.core.cases import case_input
 from vmapcheck.core.forms import cast_tree, data_mesh
 from vmapcheck.core.forward import build_all, run_composition, run_forward
@@ -49,7 +50,9 @@ def _run_reference(config: Config, layout: Layout, model, dtype, mesh, built):
             "status": "incompatible",
             "message": f"{where} does not fit model {config.model.name} as configured: {exc}",
         }
-    outputs, _ = run_forward(model, params, reference["cases"], dtype, mesh, built=built)
+    outputs, _ = run_forward(
+        model, params, reference["cases"], dtype, mesh, built=built, budget=config.budget
+    )
     return outputs, {"status": "ok", "message": f"evaluated {where}"}
 
 
@@ -63,18 +66,30 @@ def run(config: Config, layout: Layout) -> None:
     mesh = data_mesh(config.backend.num_devices)
     sharded = describe_distributed(model, mesh)
     built = build_all(model, dtype, mesh)
-    outputs, record = run_forward(model, params, cases, dtype, mesh, built=built)
+    outputs, record = run_forward(
+        model, params, cases, dtype, mesh, built=built, budget=config.budget
+    )
     regrouped, composition = run_composition(
-        model, params, cases, dtype, outputs, mesh, built=built
+        model, params, cases, dtype, outputs, mesh, built=built, budget=config.budget
     )
     reference_outputs, reference_status = _run_reference(config, layout, model, dtype, mesh, built)
     standard = cases[STANDARD_CASE]
+    # vmap(grad) holds one gradient per row: the probe runs the rows the budget allows.
+    standard_rows = contract.rows(standard["x"])
+    probe_rows = min(standard_rows, config.budget.gradient_max_rows)
     grad_arrays, grad_record = gradient_probe(
         model,
         cast_tree(params, dtype),
-        case_input(standard, dtype),
-        jnp.asarray(standard["y"], dtype=dtype),
+        contract.take(case_input(standard, dtype), slice(0, probe_rows)),
+        jnp.asarray(standard["y"][:probe_rows], dtype=dtype),
     )
+    grad_record["rows"] = probe_rows
+    if probe_rows < standard_rows:
+        grad_record["capped"] = {
+            "rows_run": probe_rows,
+            "rows_of": standard_rows,
+            "capped_by": "budget.gradient_max_rows",
+        }
     with atomic_dir(layout.forward) as folder:
         atomic_save_npz(folder / layout.outputs.name, outputs)
         atomic_save_npz(folder / layout.composition.name, regrouped)
@@ -92,6 +107,8 @@ def run(config: Config, layout: Layout) -> None:
                 "gradients": grad_record,
                 "cases": record,
                 "composition": composition,
+                # The budgets this stage applies (dvc.yaml: its params deps).
+                "budget": config.budget.model_dump(include={"loop_max_rows", "gradient_max_rows"}),
             },
         )
     refused = sum(
@@ -104,3 +121,18 @@ def run(config: Config, layout: Layout) -> None:
         f"{dtype.name}; {sharded['path']} (data-parallel, not vmap) over a mesh of "
         f"{sharded['devices']} device(s); reference: {reference_status['status']}"
     )
+    # What the budget cut, never silently.
+    for case_name, per_path in record.items():
+        capped = {p: e for p, e in per_path.items() if "rows_run" in e}
+        for entry in {e["capped_by"]: e for e in capped.values()}.values():
+            names = ", ".join(p for p, e in capped.items() if e["capped_by"] == entry["capped_by"])
+            print(
+                f"forward: {names} ran {entry['rows_run']} of the {entry['rows_of']} rows of "
+                f"{case_name} ({entry['capped_by']})"
+            )
+    if "capped" in grad_record:
+        cut = grad_record["capped"]
+        print(
+            f"forward: the gradient probe ran {cut['rows_run']} of the {cut['rows_of']} rows "
+            f"of {STANDARD_CASE} ({cut['capped_by']})"
+        )

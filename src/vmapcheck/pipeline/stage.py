@@ -12,7 +12,7 @@ from jax.errors import KeyReuseError
 
 from vmapcheck.config import Config, load_config
 from vmapcheck.core.runtime import enable_compile_cache
-from vmapcheck.errors import ArtifactError, VmapcheckError
+from vmapcheck.errors import INTERRUPTED, ArtifactError, VmapcheckError
 from vmapcheck.io import atomic_write_json, read_json
 from vmapcheck.layout import Layout
 
@@ -64,9 +64,10 @@ def run_stage(
 
     ``root``: the project root (None: the working directory, where DVC runs each
     stage's cmd). The body returns an exit code (None = 0). A :class:`VmapcheckError`
-    prints ``<stage>: error: <message>`` and returns 2; anything else is a bug and
-    keeps its traceback. ``compile_cache``: JAX keeps and reuses its compiled programs in
-    the project's ``.jax_cache/`` (:func:`vmapcheck.core.runtime.enable_compile_cache`);
+    prints ``<stage>: error: <message>`` and returns 2; Ctrl-C prints one line and
+    returns :data:`INTERRUPTED`; anything else is a bug and keeps its traceback.
+    ``compile_cache``: JAX keeps and reuses its compiled programs in the project's
+    ``.jax_cache/`` (:func:`vmapcheck.core.runtime.enable_compile_cache`);
     stages/<name>.py turn it on for prepare, train, forward and check (not ``bench``,
     which times its compiles).
 
@@ -102,6 +103,16 @@ def run_stage(
             file=sys.stderr,
         )
         code = 2
+        return code
+    except KeyboardInterrupt:
+        # Ctrl-C (dvc repro passes it on to the stage): one line, not a traceback. Every
+        # output is written atomically, so none is left half-written.
+        print(
+            f"{name}: interrupted (Ctrl-C); no output of this stage is half-written, and "
+            "`dvc repro` runs it again",
+            file=sys.stderr,
+        )
+        code = INTERRUPTED
         return code
     finally:
         if timed:

@@ -12,8 +12,10 @@ taken as the baseline (only complete runs are).
 """
 
 import contextlib
+import os
 import tempfile
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +28,7 @@ from vmapcheck.io import atomic_write_json, atomic_write_text, read_json
 from vmapcheck.layout import Layout
 from vmapcheck.pipeline.stage import read_stage_times
 from vmapcheck.report.html import render_report
+from vmapcheck.report.summary import review_url, verdict_line
 from vmapcheck.tracking.log import (
     experiment_name,
     log_diagnosis,
@@ -34,20 +37,23 @@ from vmapcheck.tracking.log import (
     log_timeline,
     resolve_tracking_uri,
     run_name,
+    run_start,
     verdict_note,
 )
 from vmapcheck.tracking.provenance import git_state
 from vmapcheck.tracking.registry import (
     move_verified_alias,
+    outcome_line,
     register_if_verified,
     settle_pending_alias,
 )
-from vmapcheck.tracking.run_inputs import dvc_exp_name, gather_run_inputs
+from vmapcheck.tracking.run_inputs import dvc_exp_name, gather_run_inputs, pip_freeze
 from vmapcheck.tracking.store import (
     PIPELINE_KEY_TAG,
     first_line,
     mark_complete,
     mark_failed,
+    model_experiments,
     open_store,
     pipeline_key,
     reaching,
@@ -83,10 +89,11 @@ def judge_performance(
     try:
         # This run is not logged yet: "last-verified" is the newest earlier one.
         # The same bench profile: a quick run is never judged against a full one.
+        # Both layouts: the project's experiment, and this model's own from before.
         baseline = resolve_baseline(
             spec,
             uri,
-            experiment_name(config),
+            model_experiments(config),
             tags,
             exclude,
             params={"bench.name": config.bench.name},
@@ -100,13 +107,6 @@ def judge_performance(
     )
     print(format_table(result))
     return result
-
-
-def _registry_line(result: dict[str, Any]) -> str:
-    if result["status"] == "registered":
-        moved = f" (from version {result['previous']})" if result["previous"] else ""
-        return f"params registered as {result['uri']}; alias {result['alias']} moved to it{moved}"
-    return f"{result['status']}: {result['why']}"
 
 
 def report_line(layout: Layout) -> str:
@@ -125,6 +125,9 @@ def report_line(layout: Layout) -> str:
 
 
 def run(config: Config, layout: Layout) -> int:
+    # MLflow draws a progress bar for each artifact it downloads (the registry's checks of
+    # a few kB of params): noise among the stage's lines, unless the user asked for them.
+    os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
     # Before any work: a stopped server fails here, naming its URI. The lock makes parallel
     # experiments (dvc queue start -j N) take turns on a sqlite store.
     uri = open_store(config.tracking, layout.root)
@@ -140,6 +143,10 @@ def track(config: Config, layout: Layout) -> int:
     # state is kept and nothing is logged twice (vmapcheck.tracking.store).
     uri = resolve_tracking_uri(config.tracking, layout.root)
     earlier = settle_earlier_attempts(uri, key)
+    # `pip freeze` (a subprocess, ~0.5 s) runs while this process judges the benchmark and
+    # writes the report; a state logged before needs none.
+    freezing = ThreadPoolExecutor(max_workers=1) if earlier is None else None
+    frozen = freezing.submit(pip_freeze) if freezing is not None else None
     # A track that died after completing its run but before moving alias `verified` (this
     # state's, when `earlier` is it, or another's): the move is made now.
     if config.registry.registered_model is not None:
@@ -154,10 +161,10 @@ def track(config: Config, layout: Layout) -> int:
     atomic_write_json(layout.perf_verdict, perf)
     # One name for the report and the run: it carries the DVC experiment's name, if any.
     name = run_name(config, check["runtime"], git, dvc_exp_name())
-    # The run spans this pipeline state: from the first stage's start (this one's when
-    # no other stage was timed) to the end of this one.
+    # The run spans this pipeline run: from the start of its first stage that ran now (not
+    # one DVC skipped: its record is an earlier run's) to the end of this one.
     stages = read_stage_times(layout)
-    start_ms = int(1000 * min((r["start"] for r in stages.values()), default=time.time()))
+    start_ms = int(1000 * run_start(stages, time.time()))
     # Written before logging: a failed check is reported (and logged) like a passed one.
     report = render_report(
         check,
@@ -207,7 +214,8 @@ def track(config: Config, layout: Layout) -> int:
     if earlier is None:
         # Datasets (full sha256 digests), dvc.lock digest, DVC experiment name, environment/.
         with tempfile.TemporaryDirectory() as scratch:
-            inputs = gather_run_inputs(layout, Path(scratch))
+            inputs = gather_run_inputs(layout, Path(scratch), frozen=frozen.result())
+            freezing.shutdown()
             info = log_run(
                 config,
                 layout.root,
@@ -245,15 +253,19 @@ def track(config: Config, layout: Layout) -> int:
                     f"track failed before completing it: {type(exc).__name__}: {first_line(exc)}",
                 )
             raise
-        if info["registry"].get("status") == "registered":
+        if info["registry"].get("verified_alias") == "pending":
             move_verified_alias(info["tracking_uri"], info["registry"])
-        print(f"track: registry: {_registry_line(info['registry'])}")
+            info["registry"]["verified_alias"] = "moved"
+        print(f"track: registry: {outcome_line(info['registry'])}")
     else:
         info = earlier | {"forward_outputs_sha256": check.get("forward_outputs_sha256")}
     atomic_write_json(layout.track_report, info)
     logged = "logged" if earlier is None else "the same inputs were logged before (not again):"
     print(f"track: {logged} run {info['run_id']} ({info['run_name']}) to {info['tracking_uri']}")
     print(report_line(layout))
+    # The last lines of `dvc repro` and `dvc exp run`: the verdict and where to review it.
+    print(verdict_line(dict(check), bench))
+    print(f"open the run: {review_url(info)}")
     if info["verdict"] != "passed":
         print("track: the check FAILED (logged above); exiting non-zero", flush=True)
         return 1

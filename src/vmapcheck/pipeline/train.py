@@ -22,6 +22,7 @@ from vmapcheck.config import Config, config_digest
 from vmapcheck.core.keys import KEY_NAMES, named_keys
 from vmapcheck.core.models import build_model
 from vmapcheck.core.runtime import configure_cpu_float32
+from vmapcheck.core.state import declared_state
 from vmapcheck.core.training import fit
 from vmapcheck.data.regression import SPLITS, load_split
 from vmapcheck.io import atomic_dir, atomic_write_json, read_json
@@ -134,6 +135,8 @@ def _leaves_sharing_a_key(model: Any, seed: int) -> tuple[str, str] | None:
     draws = {}
     for name, leaf in params.items():
         host = np.asarray(leaf)
+        if declared_state(model, name):  # computed from draws (statistics), not drawn
+            continue
         if not jnp.issubdtype(host.dtype, jnp.floating) or host.size < MIN_DRAW:
             continue
         flat = host.astype(np.float64).ravel()

@@ -10,13 +10,16 @@ It writes, relative to the repository's root (the current folder):
 - ``conf/model/<name>.yaml`` for a model of your own (``--model pkg.module:factory``):
   its widths and input contract, read from the ``Model`` your factory returns;
 - ``params.yaml``: the composition of ``conf/`` (what ``dvc exp run -S`` rewrites);
-- ``.dvc/plots/loglog.json`` (the plots' template), ``data/raw/README.md`` and
+- ``.dvc/plots/loglog.json`` (the plots' template), ``.dvc/plots/offline.html`` (the page
+  ``dvc plots show`` fills, Vega inlined: it draws offline; :mod:`.plots_page`),
+  ``data/raw/README.md`` and
   ``data/reference/README.md`` (the folders the stages read), ``VMAPCHECK.md`` (next steps);
 - a block of ``.gitignore`` rules that keep raw data, the MLflow store and DVC's
   experiment outputs out of git, and ``__pycache__/`` in ``.dvcignore``.
 
 It runs ``dvc init`` when the repository is not a DVC repository yet, and turns on DVC's
-Hydra composition (``dvc config hydra.enabled true``). It refuses to overwrite a file
+Hydra composition (``dvc config hydra.enabled true``) and names the offline plots page
+(``dvc config plots.html_template plots/offline.html``). It refuses to overwrite a file
 that exists, naming each, unless ``force``; nothing is written then.
 """
 
@@ -25,6 +28,7 @@ from __future__ import annotations
 import csv
 import importlib
 import inspect
+import json
 import re
 import subprocess
 import sys
@@ -43,6 +47,7 @@ from vmapcheck.errors import ConfigError
 from vmapcheck.io import atomic_write_text
 from vmapcheck.layout import Layout
 from vmapcheck.project.code import STAGE_CODE
+from vmapcheck.project.plots_page import HTML_TEMPLATE_KEY, HTML_TEMPLATE_VALUE, page_template
 
 # The lines init owns in .gitignore (and .dvcignore), between these markers.
 BLOCK_START = "# >>> vmapcheck (written by `vmapcheck init`)"
@@ -67,8 +72,14 @@ DVCIGNORE_RULES = (
     "# Python's bytecode cache, beside the model code the stages depend on: not code.",
     "__pycache__/",
 )
-# The DVC settings the pipeline needs: `dvc exp run -S` composes params.yaml from conf/.
-DVC_SETTINGS = {"hydra.enabled": "true", "hydra.config_dir": "conf", "hydra.config_name": "config"}
+# The DVC settings the pipeline needs: `dvc exp run -S` composes params.yaml from conf/;
+# `dvc plots show` fills the offline page (Vega inlined), not DVC's, which loads it from a CDN.
+DVC_SETTINGS = {
+    "hydra.enabled": "true",
+    "hydra.config_dir": "conf",
+    "hydra.config_name": "config",
+    HTML_TEMPLATE_KEY: HTML_TEMPLATE_VALUE,
+}
 _NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_-]*$")
 
 
@@ -107,6 +118,20 @@ def _shipped_options(group: str) -> list[str]:
     return sorted(
         p.name.removesuffix(".yaml") for p in folder.iterdir() if p.name.endswith(".yaml")
     )
+
+
+def _target_hidden(model: ModelChoice) -> str:
+    """The deployment target's ``hidden`` (registry.target.hidden) as config.yaml writes
+    it: the layer widths of the model's option when it sets them as a list (``[32, 32]``
+    for mlp), else ``null`` (any)."""
+    if model.config is not None:
+        hidden = model.config.get("hidden")
+    else:
+        option = files("vmapcheck.conf") / "model" / f"{model.name}.yaml"
+        hidden = yaml.safe_load(option.read_text(encoding="utf-8")).get("hidden")
+    if not isinstance(hidden, list) or not all(isinstance(n, int) for n in hidden):
+        return "null"
+    return json.dumps(hidden)
 
 
 def _parse_factory_args(pairs: list[str]) -> dict[str, Any]:
@@ -402,7 +427,9 @@ def plan(root: Path, model: ModelChoice, data: DataChoice) -> Plan:
         data_deps=[raw] + ([data.dep] if data.dep and not data.dep.startswith(f"{raw}/") else []),
         lock_file=lock,
     )
-    out.files[rel(layout.config_yaml)] = _render("config.yaml.j2", model=model.name, data=data.name)
+    out.files[rel(layout.config_yaml)] = _render(
+        "config.yaml.j2", model=model.name, data=data.name, hidden=_target_hidden(model)
+    )
     if model.config is not None:
         out.files[rel(layout.conf_option("model", model.name))] = _yaml_file(
             "# Your model, written by `vmapcheck init` from what its factory returned. The\n"
@@ -420,6 +447,7 @@ def plan(root: Path, model: ModelChoice, data: DataChoice) -> Plan:
     out.files[rel(layout.plots_template)] = (
         files("vmapcheck.project") / "templates" / "loglog.json"
     ).read_text(encoding="utf-8")
+    out.files[rel(layout.plots_page)] = page_template()
     out.files[rel(layout.raw_readme)] = _render("data_raw_README.md.j2")
     # params.yaml: composed from the conf/ planned above, as `dvc exp run` will; the
     # reference folder is where its reference.dir says.

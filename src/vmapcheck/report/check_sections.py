@@ -62,6 +62,21 @@ def not_provided_lines(check: Mapping[str, Any]) -> list[str]:
     ]
 
 
+def budget_lines(check: Mapping[str, Any]) -> list[str]:
+    """One sentence per part of a case that a budget capped (``budget.cases``), e.g.
+    ``standard: oracle on the first 512 of 4096 rows (capped by budget.oracle_max_rows)``;
+    none for a report older than the budgets or a run nothing was capped in."""
+    lines = []
+    for case, capped in ((check.get("budget") or {}).get("cases") or {}).items():
+        for what, cap in capped.items():
+            beyond = f"; the rest {cap['beyond']}" if "beyond" in cap else ""
+            lines.append(
+                f"{case}: {what} on the first {cap['rows_run']} of {cap['rows_of']} rows "
+                f"(capped by {cap['capped_by']}){beyond}"
+            )
+    return lines
+
+
 def and_list(items: list[str]) -> str:
     """``a``, ``a and b``, ``a, b and c``."""
     return items[0] if len(items) == 1 else f"{', '.join(items[:-1])} and {items[-1]}"
@@ -167,7 +182,7 @@ def leaves_text(leaves: list[dict[str, Any]]) -> str:
 
 
 def agreement(check: CheckDetails) -> dict[str, Any]:
-    """``{"intro", "not_provided", "summary": table, "cases": [{"name", "n_pairs",
+    """``{"intro", "not_provided", "capped", "summary": table, "cases": [{"name", "n_pairs",
     "passed", "pairs": table, "losses": table | None}]}``."""
     tol = check["tolerance"]
     summary_rows = []
@@ -262,6 +277,8 @@ def agreement(check: CheckDetails) -> dict[str, Any]:
             "The vector case is also compared with every path's output for `single`."
         ),
         "not_provided": not_provided_lines(check),
+        # What a budget capped: the rows each capped part covered (conf/budget/).
+        "capped": budget_lines(check),
         "summary": summary,
         "cases": cases,
     }

@@ -111,6 +111,21 @@ def check_headline(check: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def noisy_caveat(bench: dict[str, Any]) -> str | None:
+    """The caveat of a benchmark timed on a busy machine (its load average above the
+    usable cores, before or after: ``bench_details.json``'s ``machine``), with the load;
+    None when it was not busy or no conditions were recorded."""
+    conditions = bench.get("machine") or {}
+    if not conditions.get("noisy"):
+        return None
+    before, after = conditions["before"], conditions["after"]
+    load = max(before["load_avg_1m"], after["load_avg_1m"])
+    return (
+        f"speed figures noisy: load average {load:.1f} on {before['usable_cores']} usable "
+        "cores during the benchmark"
+    )
+
+
 def headline_batch(bench: dict[str, Any]) -> int | None:
     """The batch size the headline speed-ups are read at: the largest one at which
     vmap over the per-row loop was measured (the loop is capped by

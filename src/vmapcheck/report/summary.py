@@ -10,22 +10,30 @@ from vmapcheck.core.paths import speedup_text
 from vmapcheck.errors import ArtifactError
 from vmapcheck.io import read_json
 from vmapcheck.layout import Layout
-from vmapcheck.report.check_sections import forms_compared, leaves_text, not_provided_lines
+from vmapcheck.report.check_sections import (
+    budget_lines,
+    forms_compared,
+    leaves_text,
+    not_provided_lines,
+)
 from vmapcheck.report.elements import shape_text
-from vmapcheck.report.headline import batch_from_label
+from vmapcheck.report.headline import batch_from_label, noisy_caveat
 from vmapcheck.tracking.ui import run_url
 
 
-def verdict_line(check: dict[str, Any]) -> str:
-    """The first line: PASSED or FAILED, the forms compared, backend, dtype, tolerance, JAX."""
+def verdict_line(check: dict[str, Any], bench: dict[str, Any] | None = None) -> str:
+    """The first line: PASSED or FAILED, the forms compared, backend, dtype, tolerance, JAX;
+    and the caveat of a benchmark timed on a busy machine (``bench``: bench_details.json)."""
     runtime = check["runtime"]
     tol = check["tolerance"]
     verdict = "PASSED" if check["passed"] else "FAILED"
+    caveat = noisy_caveat(bench or {})
     return (
         f"verdict: {verdict} - {forms_compared(check)} "
         f"on {runtime['backend']} "
         f"({runtime['device_kind']}), {check['dtype']}, rtol={tol['rtol']:g} atol={tol['atol']:g}, "
         f"jax {runtime['jax_version']} / jaxlib {runtime['jaxlib_version']}"
+        + (f"; {caveat}" if caveat else "")
     )
 
 
@@ -52,10 +60,22 @@ def refusals_line(negative: dict[str, dict[str, Any]]) -> str:
     )
 
 
+def review_url(track: dict[str, Any]) -> str:
+    """Where to open the run of ``track`` (reports/track.json): its page on the tracking
+    server, or for the local store `vmapcheck ui`, then its page there (MLflow's ML view,
+    not its GenAI one: vmapcheck.tracking.ui)."""
+    uri = str(track["tracking_uri"])
+    if uri.startswith(("http://", "https://")):  # a tracking server has its own UI
+        return run_url(uri, track["experiment_id"], track["run_id"])
+    page = run_url("http://127.0.0.1:5000", track["experiment_id"], track["run_id"])
+    return f"vmapcheck ui, then {page}"
+
+
 def summarize(layout: Layout) -> str:
     """The verdict of the last run in ``layout`` as text (one line per case, then MLflow)."""
     check = read_check_details(layout.check_details)
-    lines = [verdict_line(check)]
+    bench = read_json(layout.bench_details) if layout.bench_details.exists() else {}
+    lines = [verdict_line(check, bench)]
     lines += [f"  -    {line}" for line in not_provided_lines(check)]
     if layout.contract.exists():
         inputs = read_json(layout.contract)["inputs"]
@@ -69,6 +89,8 @@ def summarize(layout: Layout) -> str:
             + ", batch axis 0"
         )
     lines += [case_line(name, case) for name, case in check["cases"].items()]
+    # What a budget capped (src/vmapcheck/conf/budget/), never left unsaid.
+    lines += [f"  cap  {line}" for line in budget_lines(check)]
     lines.append(refusals_line(check["negative"]))
     reference = check["reference"]
     lines.append(
@@ -77,8 +99,7 @@ def summarize(layout: Layout) -> str:
     for failure in check["failures"][:10]:
         lines.append(f"  failure: {failure}")
     # The benchmark's figures: bench_details.json (bench.json holds the headline only).
-    if layout.bench_details.exists():
-        bench = read_json(layout.bench_details)
+    if bench:
         if "peak" in bench:
             lines.append(
                 f"  matmul peak measured in the same run: {bench['peak']['gflops']:.1f} GFLOP/s"
@@ -97,17 +118,14 @@ def summarize(layout: Layout) -> str:
             f"MLflow run: {track['run_id']} ({track['run_name']}) in experiment "
             f"'{track['experiment']}' at {track['tracking_uri']}"
         )
-        uri = str(track["tracking_uri"])
-        # A tracking server has its own UI; the local store's is `vmapcheck ui` (MLflow's ML
-        # view, not its GenAI one: vmapcheck.tracking.ui).
-        served = uri.startswith(("http://", "https://"))
-        page = run_url(
-            uri if served else "http://127.0.0.1:5000", track["experiment_id"], track["run_id"]
-        )
-        lines.append(f"open it: {page}" if served else f"open it: vmapcheck ui, then {page}")
+        lines.append(f"open it: {review_url(track)}")
         lines.append("compare it with earlier runs (every model): vmapcheck compare")
         registered = track.get("registry")  # vmapcheck.tracking.registry.register_if_verified
-        if registered and registered["status"] == "registered":
+        if registered and registered.get("off_target"):
+            from vmapcheck.tracking.registry import outcome_line  # imports jax: only here
+
+            lines.append(f"registry: {outcome_line(registered)}")
+        elif registered and registered["status"] == "registered":
             lines.append(
                 f"registry: params registered as {registered['uri']}, alias verified moved "
                 "to it (vmapcheck registry lists the versions, vmapcheck rollback moves it back)"

@@ -11,7 +11,9 @@ in numeric order; the reports on disk keep their own labels.
 A run also carries what the MLflow UI shows about it: a name that says which
 configuration and bench profile it is (unique), the verdict as its description
 (``mlflow.note.content``), who ran it and from where (``mlflow.user``,
-``mlflow.source.*``), and a start time taken from the first stage of its pipeline state.
+``mlflow.source.*``), and its own start and end: from the first stage that ran in this
+``dvc repro`` (not a stage DVC skipped, which keeps an earlier run's time) to the end of
+``track`` (:func:`run_start`).
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from vmapcheck.check.schema import CheckDetails
 from vmapcheck.config import Config, flatten
 from vmapcheck.core.composition import REGROUPINGS
 from vmapcheck.core.paths import speedup_text
+from vmapcheck.errors import ConfigError
 from vmapcheck.params_io import contract_digest
 from vmapcheck.report.check_sections import forms_compared
 from vmapcheck.report.headline import (
@@ -38,6 +41,7 @@ from vmapcheck.report.headline import (
     batch_label,
     bench_headline,
     check_headline,
+    noisy_caveat,
     summary_metrics,
 )
 from vmapcheck.tracking import store
@@ -45,6 +49,29 @@ from vmapcheck.tracking.provenance import git_state
 from vmapcheck.tracking.store import experiment_name, resolve_artifact_root, resolve_tracking_uri
 
 MAX_BATCH = 1000  # MLflow's per-request limit for metrics (params: 100)
+# The config keys logged as params: the knobs runs are compared and searched by (the
+# last-verified baseline matches bench.name). MLflow's compare view lists params before
+# metrics, so the whole config (87 keys) pushed the figures a screen down; it is the
+# run's artifact params.yaml.
+COMPARED_PARAMS = (
+    "model.name",
+    "backend.name",
+    "backend.num_devices",
+    "precision.name",
+    "precision.dtype",
+    "precision.matmul_precision",
+    "precision.tolerance.rtol",
+    "precision.tolerance.atol",
+    "precision.tolerance.scale",
+    "bench.name",
+    "bench.batch_sizes",
+    "bench.repeats",
+    "bench.loop_max_batch",
+    "data.source",
+    "data.n_rows",
+    "train.steps",
+    "seed",
+)
 # The description's length: well under MLflow's limit on a run tag's value
 # (mlflow.utils.validation.MAX_TAG_VAL_LENGTH, 8000 in MLflow 3.17); it is read on screen.
 MAX_NOTE_CHARS = 5000
@@ -61,9 +88,10 @@ EXPERIMENT_KIND = "custom_model_development"
 VIEW_KEY = "vmapcheck-summary"
 VIEW_NAME = "vmapcheck summary"
 VIEW_TAG_PREFIX = "mlflow.sharedViewState."
-# The tags shown as columns of that view, and the order of its summary metric columns
-# (by name prefix; the speed-ups' names end with their headline batch).
-VIEW_TAGS = ("verdict", "perf_verdict", "bench")
+# The tags shown as that view's first columns (the verdict, then what tells runs of one
+# experiment apart: every model's runs share it), and the order of its summary metric
+# columns after them (by name prefix; the speed-ups' names end with their headline batch).
+VIEW_TAGS = ("verdict", "model", "precision", "backend", "bench", "perf_verdict")
 VIEW_ORDER = (
     "_summary/worst_max_rel",
     "_summary/worst_vs_reference_max_rel",
@@ -243,6 +271,9 @@ def verdict_note(
         f"rtol={tol['rtol']:g} atol={tol['atol']:g}, jax {runtime['jax_version']}",
         "",
     ]
+    caveat = noisy_caveat(bench)
+    if caveat:
+        lines.append(f"- caveat: {caveat}")
     worst = head["worst"]
     if worst is not None:
         lines.append(
@@ -282,6 +313,21 @@ def verdict_note(
     return text if len(text) <= MAX_NOTE_CHARS else text[: MAX_NOTE_CHARS - 3] + "..."
 
 
+def compared_params(config: Config) -> dict[str, Any]:
+    """The :data:`COMPARED_PARAMS` of ``config``, flattened (``precision.tolerance.rtol``).
+
+    Raises:
+        ConfigError: a name in COMPARED_PARAMS is no longer a config key (renamed).
+    """
+    flat = flatten(config)
+    missing = [k for k in COMPARED_PARAMS if k not in flat]
+    if missing:
+        raise ConfigError(
+            f"vmapcheck.tracking.log.COMPARED_PARAMS names no config key: {', '.join(missing)}"
+        )
+    return {k: flat[k] for k in COMPARED_PARAMS}
+
+
 def source_tags(root: Path) -> dict[str, str]:
     """Who made the run and from what, as the MLflow UI shows them (Created by, Source):
     ``MlflowClient.create_run`` sets none of these itself."""
@@ -302,7 +348,7 @@ def experiment_description(config: Config) -> str:
     scope = (
         f"model `{config.model.name}`"
         if config.tracking.experiment_per_model
-        else "every model (tracking.experiment_per_model is false)"
+        else "every model, told apart by tag `model`"
     )
     return (
         f"vmapcheck runs of {scope}: one run per pipeline state (`dvc repro`, "
@@ -310,7 +356,9 @@ def experiment_description(config: Config) -> str:
         "forward agree, and timing each. Tag `verdict` says whether every check passed; "
         "the `_summary/*` metrics are the worst agreement errors, the invalid inputs "
         "refused and the vmap speed-ups; `timeline/*` the wall time of each stage. "
-        "Metric names: docs/tracking.md. Runs side by side in a terminal: `vmapcheck compare`."
+        "Metric names: docs/tracking.md. Runs side by side: tick them and click Compare "
+        "(add `&workflowType=machine_learning` to its address if MLflow shows its GenAI "
+        "view), or open the compare view's address that `vmapcheck compare` prints."
     )
 
 
@@ -335,14 +383,16 @@ def describe_experiment(
     known = {c[len("metrics.`") : -1] for c in old if c.startswith("metrics.`_summary/")}
     names = sorted(known | set(summary_names), key=_view_rank)
     metrics = [f"metrics.`{n}`" for n in names]
-    columns = [*metrics, *(f"tags.`{tag}`" for tag in VIEW_TAGS), "attributes.`Source`"]
+    view_tags = [f"tags.`{tag}`" for tag in VIEW_TAGS]
+    columns = [*view_tags, *metrics, "attributes.`Source`"]
     tags = {NOTE_TAG: experiment_description(config), EXPERIMENT_KIND_TAG: EXPERIMENT_KIND}
     if columns != old:
         state = json.dumps(
             {
                 "selectedColumns": columns,
-                # Widths apply to the columns named in columnOrder (mlflow/server/js).
-                "columnOrder": metrics,
+                # The order of the columns, and their widths (which apply to the columns
+                # named in columnOrder: mlflow/server/js).
+                "columnOrder": [*view_tags, *metrics],
                 "columnWidths": {c: _view_width(n) for c, n in zip(metrics, names, strict=True)},
             }
         )
@@ -372,8 +422,9 @@ def log_run(
     """Create one MLflow run holding everything; return its ids and where to find it.
 
     ``name``: the run's name (None: :func:`run_name` now); ``start_time``: its start in
-    ms since the epoch (None: now; ``track`` passes the first stage's start, so the run
-    spans the pipeline); ``note``: its description (None: :func:`verdict_note`).
+    ms since the epoch (None: now; ``track`` passes :func:`run_start`, the start of the
+    first stage that ran in this pipeline run); ``note``: its description (None:
+    :func:`verdict_note`). The run ends when it is set FINISHED (by ``track``, last).
 
     The run is created with tags naming this process (vmapcheck.tracking.store.owner_tags),
     so a later ``track`` can tell a run left RUNNING by a killed process from one still
@@ -457,9 +508,8 @@ def log_run(
     run = client.create_run(experiment_id, start_time=start_time, run_name=name, tags=tags)
     run_id = run.info.run_id
     try:
-        params = [Param(k, str(v)) for k, v in flatten(config).items()]
-        for i in range(0, len(params), 100):
-            client.log_batch(run_id, params=params[i : i + 100])
+        params = [Param(k, str(v)) for k, v in compared_params(config).items()]
+        client.log_batch(run_id, params=params)
         now = int(time.time() * 1000)
         metrics = [Metric(k, v, now, 0) for k, v in collected.items()]
         for i in range(0, len(metrics), MAX_BATCH):
@@ -538,6 +588,34 @@ def log_diagnosis(tracking_uri: str, run_id: str, diagnosis: dict[str, Any]) -> 
     MlflowClient(tracking_uri=tracking_uri).log_batch(
         run_id, tags=[RunTag(k, v[:5000]) for k, v in tags.items()]
     )
+
+
+# The longest pause between one stage's end and the next one's start within one pipeline
+# run (DVC hashes and caches a stage's outputs in between: seconds, a minute for large
+# ones). A stage that ended longer before is of an earlier run: DVC skipped it this time,
+# or restored its outputs (and its time record) from the cache.
+RUN_GAP_S = 120.0
+
+
+def run_start(stages: dict[str, dict[str, Any]], now: float, gap_s: float = RUN_GAP_S) -> float:
+    """When this pipeline run started (seconds since the epoch), for the MLflow run's start
+    time: the start of the first stage of the chain of stages that ran one after the other
+    up to ``track`` (the stage time records, :func:`vmapcheck.pipeline.stage.
+    read_stage_times`), each starting at most ``gap_s`` after the one before it ended with
+    exit code 0. A stage that DVC skipped keeps the time of the run that made its outputs,
+    possibly days earlier: it is not part of this run. ``now`` when ``track`` has no
+    record (its body was called without the stage runner)."""
+    ordered = sorted((r for name, r in stages.items() if name != "track"), key=lambda r: r["start"])
+    own = stages.get("track")
+    if own is None:
+        return now
+    start = float(own["start"])
+    for record in reversed([r for r in ordered if r["start"] < start]):
+        end = record.get("end")
+        if end is None or record.get("exit_code") != 0 or not 0 <= start - end <= gap_s:
+            break
+        start = float(record["start"])
+    return start
 
 
 def timeline(stages: dict[str, dict[str, Any]], now: float) -> dict[str, dict[str, Any]]:

@@ -4,8 +4,9 @@
   check passed (every check) are the params the run logged (its ``params/`` folder:
   params.safetensors, manifest.json, contract.json) logged as a servable MLflow model and
   registered as a new version of the registered model ``registry.registered_model``, and
-  alias ``verified`` moved to it. Earlier versions stay. A failing run touches nothing
-  in the registry.
+  alias ``verified`` moved to it when the run is the deployment target
+  (``registry.target``). Earlier versions stay. A failing run touches nothing in the
+  registry.
 - Each version's tags say what verified it (run id, git commit, jax version, model,
   backend, precision, when) and hold the sha256 of each of its three files, recorded in
   the registry's own store when the run verified them.
@@ -33,12 +34,19 @@ resolved here with an explicit client: MLflow 3.17's ``models:/`` artifact repos
 resolves names against the global registry URI, not the ``tracking_uri`` passed to
 ``download_artifacts``.
 
-Usage: ``vmapcheck registry [--model NAME]`` (``make registry``) and ``vmapcheck rollback
-[--model NAME]`` (``make rollback``).
+The alias moves to a newly registered version only when its run is the deployment
+target (``registry.target``: :func:`off_target`); any other passing run is registered
+without it, and :func:`promote` moves it on purpose.
+
+Usage: ``vmapcheck registry [--model NAME]`` (``make registry``), ``vmapcheck rollback
+[--model NAME]`` (``make rollback``) and ``vmapcheck promote [--model NAME] (--version N
+| --run RUN_ID)`` (``make promote VERSION=N``).
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 import re
 import sys
 import tempfile
@@ -52,6 +60,7 @@ import jax
 
 from vmapcheck.config import (
     MODELS_URI_PATTERN,
+    PRECISION_DTYPES,
     REGISTERED_MODEL_PATTERN,
     Config,
     load_config,
@@ -93,6 +102,18 @@ TAG_ROLLED_BACK = "rolled_back_at"
 TAG_ALIAS_PENDING = "verified_alias_pending"
 # Where the params files lie within a version's source (absent: at its root).
 TAG_PARAMS_PATH = "params_path"
+# A digest of everything a version serves (:func:`served_identity`): a passing run whose
+# identity is that of the version @verified points at re-verifies it, not a copy of it.
+TAG_SERVED = "served_sha256"
+# On a version whose run was not the deployment target (registry.target): how it differs
+# (:func:`off_target`). It was registered without the alias, and rollback skips it
+# unless it was promoted (:func:`promote`, which tags it ``promoted_at``).
+TAG_OFF_TARGET = "off_deployment_target"
+TAG_PROMOTED = "promoted_at"
+# Where the deployment target is set, as messages name it.
+TARGET_SETTING = "registry.target in conf/config.yaml"
+# The precision settings that judge a run and play no part in serving it.
+TOLERANCES = ("tolerance", "cross_run_tolerance")
 # Waiting for a version to be READY (local and server stores create it READY at once).
 AWAIT_READY_S = 60
 
@@ -215,11 +236,16 @@ def register_verified(
     config: Config,
     tags: dict[str, str] | None = None,
     move_alias: bool = True,
+    off_target_because: str | None = None,
 ) -> dict[str, Any]:
     """Log run ``run_id``'s params as a servable MLflow model, register it as a new
     version of ``name`` and move alias ``verified`` to it. Call only for a run whose check
     passed. ``move_alias=False`` leaves the alias to :func:`move_verified_alias`, called
     once the run is complete (``track``: the alias never points at a half-logged run).
+    ``off_target_because`` (how the run differs from the deployment target,
+    :func:`off_target`) registers the version without the alias, ever: it is tagged
+    ``off_deployment_target`` with the reason, never ``verified_alias_pending``, and only
+    :func:`promote` moves the alias to it.
 
     The digests recorded on the version are those of ``params_dir`` (the folder the run
     logged as ``params/``). The run's copy in the artifact store is downloaded and checked
@@ -229,8 +255,10 @@ def register_verified(
     registered. So the version serves exactly the bytes that were verified.
 
     Returns:
-        {"registered_model", "version", "uri", "alias", "previous" (version or None),
-        "source", "model_id", "params_sha256"}.
+        {"registered_model", "version", "uri", "alias", "previous" (the version the alias
+        held, or None), "verified_alias" ("moved", "pending": left to
+        :func:`move_verified_alias`, or "stays": off the target), "off_target" (the reason,
+        or None), "source", "model_id", "params_sha256"}.
     """
     from mlflow.exceptions import MlflowException
     from mlflow.protos.databricks_pb2 import RESOURCE_ALREADY_EXISTS, ErrorCode
@@ -258,6 +286,12 @@ def register_verified(
             if exc.error_code != ErrorCode.Name(RESOURCE_ALREADY_EXISTS):
                 raise
         previous = _alias_version(client, name, VERIFIED)
+        if off_target_because is not None:
+            alias_tags, alias_state = {TAG_OFF_TARGET: off_target_because}, "stays"
+        elif move_alias:
+            alias_tags, alias_state = {}, "moved"
+        else:
+            alias_tags, alias_state = {TAG_ALIAS_PENDING: _now()}, "pending"
         version = client.create_model_version(
             name,
             source,
@@ -270,13 +304,13 @@ def register_verified(
                 **digests,
             }
             | (tags or {})
-            | ({} if move_alias else {TAG_ALIAS_PENDING: _now()}),
+            | alias_tags,
             description=f"Verified by run {run_id}: every check passed.",
             await_creation_for=AWAIT_READY_S,
             model_id=logged["model_id"],
         )
         number = str(version.version)  # an int from a sqlite store, a str over REST
-        if move_alias:
+        if alias_state == "moved":
             client.set_registered_model_alias(name, VERIFIED, number)
     except MlflowException as exc:
         raise ArtifactError(
@@ -289,6 +323,8 @@ def register_verified(
         "uri": f"models:/{name}/{number}",
         "alias": VERIFIED,
         "previous": str(previous.version) if previous is not None else None,
+        "verified_alias": alias_state,
+        "off_target": off_target_because,
         "source": source,
         "model_id": logged["model_id"],
         "params_sha256": digests["params_sha256"],
@@ -320,9 +356,9 @@ def move_verified_alias(tracking_uri: str, registered: dict[str, Any]) -> None:
         ) from None
 
 
-def _pending_versions(client: Any, name: str) -> list[Any]:
-    """The versions of ``name`` tagged ``verified_alias_pending``, newest first (none when
-    ``name`` is not registered)."""
+def _versions_where(client: Any, name: str, keep: Callable[[Any], bool]) -> list[Any]:
+    """The versions of ``name`` that ``keep``, in the store's order (none when ``name`` is
+    not registered)."""
     from mlflow.exceptions import MlflowException
 
     try:
@@ -332,10 +368,17 @@ def _pending_versions(client: Any, name: str) -> list[Any]:
     found, token = [], None
     while True:
         page = client.search_model_versions(f"name = '{name}'", page_token=token)
-        found.extend(v for v in page if TAG_ALIAS_PENDING in v.tags)
+        found.extend(v for v in page if keep(v))
         token = page.token
         if not token:
             break
+    return found
+
+
+def _pending_versions(client: Any, name: str) -> list[Any]:
+    """The versions of ``name`` tagged ``verified_alias_pending``, newest first (none when
+    ``name`` is not registered)."""
+    found = _versions_where(client, name, lambda v: TAG_ALIAS_PENDING in v.tags)
     return sorted(found, key=lambda v: int(v.version), reverse=True)
 
 
@@ -391,6 +434,64 @@ def settle_pending_alias(tracking_uri: str, name: str) -> list[str]:
     return lines
 
 
+def served_identity(config: Config, params_dir: Path, runtime_tags: dict[str, str]) -> str:
+    """sha256 of what a version registered from ``params_dir`` would serve: the params
+    files' digests (:func:`folder_digests`), the serving settings
+    (:func:`vmapcheck.tracking.serving.serving_settings`: model, backend, precision but
+    its tolerances, guard), the code it carries
+    (:func:`vmapcheck.tracking.serving.code_digest`) and the runtime it was verified on
+    (``runtime_tags``: model, backend, precision, jax and jaxlib versions)."""
+    from vmapcheck.tracking.serving import code_digest, serving_settings
+
+    settings = serving_settings(config)
+    # The tolerances judge a run; predict never reads them: a rerun that only changed one
+    # serves the same predictions.
+    settings["precision"] = {
+        key: value for key, value in settings["precision"].items() if key not in TOLERANCES
+    }
+    served = {
+        "params": folder_digests(params_dir),
+        "settings": settings,
+        "code_sha256": code_digest(config.model),
+        "runtime": runtime_tags,
+    }
+    return hashlib.sha256(json.dumps(served, sort_keys=True).encode()).hexdigest()
+
+
+def off_target(config: Config) -> list[str]:
+    """How the run ``config`` configures differs from the deployment target
+    (``registry.target``), one phrase per setting, such as "this run's precision is f64
+    (float64), the deployment target's is f32 (float32)"; empty when it is the target."""
+    target = config.registry.target
+    differences = []
+
+    def compare(what: str, run: Any, wanted: Any) -> None:
+        if run != wanted:
+            differences.append(f"this run's {what} is {run}, the deployment target's is {wanted}")
+
+    compare("model", config.model.name, target.model)
+    if target.hidden is not None:
+        compare("model.hidden", config.model.hidden, target.hidden)
+    compare("backend", config.backend.name, target.backend)
+    run_precision = f"{config.precision.name} ({config.precision.dtype})"
+    compare(
+        "precision", run_precision, f"{target.precision} ({PRECISION_DTYPES[target.precision]})"
+    )
+    compare("bench profile", config.bench.name, target.bench)
+    return differences
+
+
+def _same_served_version(client: Any, name: str, identity: str) -> Any | None:
+    """The newest verified version of ``name`` whose ``served_sha256`` is ``identity``
+    (:func:`served_identity`), or None."""
+    found = _versions_where(
+        client,
+        name,
+        lambda v: v.tags.get(TAG_SERVED) == identity and v.tags.get(TAG_VERIFIED) == "true",
+    )
+    return max(found, key=lambda v: int(v.version), default=None)
+
+
 def register_if_verified(
     config: Config,
     info: dict[str, Any],
@@ -406,18 +507,28 @@ def register_if_verified(
     registered model (``train.params_source``) are not registered again: the version they
     came from gets ``reverified_by_run``/``reverified_at`` tags and the alias stays
     (otherwise each run from ``@verified`` would make a new version, and move the alias).
+    Likewise a run whose :func:`served_identity` is that of the version ``@verified``
+    points at (a rerun for a tolerance or a bench setting: the same params, serving
+    settings, code and runtime) re-verifies that version rather than registering a copy.
+
+    A run that is not the deployment target (``registry.target``: :func:`off_target`) is
+    registered without the alias (tagged ``off_deployment_target`` with why), or, when a
+    version already serves exactly what it would, re-verifies that version; ``@verified``
+    stays where it is either way (``vmapcheck promote`` moves it on purpose).
 
     Returns what happened, for reports/track.json: ``{"status": "registered", ...}``
     (see :func:`register_verified`), ``"re-verified"``, or ``"not registered"`` with why.
+    A run off the target adds ``"off_target"`` (why) and ``"verified_alias": "stays"``
+    (``"held"`` when the version it re-verifies is the one ``@verified`` holds).
     """
     name = config.registry.registered_model
     if info["verdict"] != "passed":
         return {"status": "not registered", "why": "the check failed: the alias stays"}
     if name is None:
         return {"status": "not registered", "why": "registry.registered_model is null"}
+    client = _client(info["tracking_uri"])
     source = read_json(Path(params_dir) / MANIFEST_FILE).get("source", {})
     if source.get("registered_model") == name and source.get("version"):
-        client = _client(info["tracking_uri"])
         client.set_model_version_tag(name, source["version"], "reverified_by_run", info["run_id"])
         client.set_model_version_tag(name, source["version"], "reverified_at", _now())
         return {
@@ -426,18 +537,88 @@ def register_if_verified(
             "version": source["version"],
             "why": f"the params came from {source['params_source']}; not registered again",
         }
-    tags = {
-        "git_commit": info.get("git_commit", "unknown"),
-        "git_dirty": info.get("git_dirty", "unknown"),
+    runtime_tags = {
         "model": config.model.name,
         "backend": runtime.get("backend", config.backend.name),
         "precision": config.precision.name,
         "jax_version": runtime.get("jax_version", jax.__version__),
         "jaxlib_version": runtime.get("jaxlib_version", "unknown"),
     }
+    identity = served_identity(config, params_dir, runtime_tags)
+    current = _alias_version(client, name, VERIFIED)
+    # How the run differs from the deployment target (None: it is the target).
+    because = "; ".join(off_target(config)) or None
+    if because is not None:
+        held = str(current.version) if current is not None else None
+        same = _same_served_version(client, name, identity)
+        if same is not None:
+            number = str(same.version)
+            client.set_model_version_tag(name, number, "reverified_by_run", info["run_id"])
+            client.set_model_version_tag(name, number, "reverified_at", _now())
+            return {
+                "status": "re-verified",
+                "registered_model": name,
+                "version": number,
+                "previous": held,
+                "verified_alias": "stays" if number != held else "held",
+                "off_target": because,
+                "why": f"version {number} serves the same params, settings, code and "
+                "runtime; not registered again",
+            }
+    if because is None and current is not None and current.tags.get(TAG_SERVED) == identity:
+        # A rerun for a tolerance, a bench setting or a commit that changed nothing served:
+        # a new version would be a byte-for-byte copy (and cost ~2 s of MLflow's
+        # pyfunc packaging). This run re-verifies the version instead.
+        number = str(current.version)
+        client.set_model_version_tag(name, number, "reverified_by_run", info["run_id"])
+        client.set_model_version_tag(name, number, "reverified_at", _now())
+        return {
+            "status": "re-verified",
+            "registered_model": name,
+            "version": number,
+            "why": f"version {number} (@{VERIFIED}) serves the same params, settings, code "
+            "and runtime; not registered again",
+        }
+    tags = {
+        "git_commit": info.get("git_commit", "unknown"),
+        "git_dirty": info.get("git_dirty", "unknown"),
+        **runtime_tags,
+        TAG_SERVED: identity,
+    }
     return {"status": "registered"} | register_verified(
-        info["tracking_uri"], name, info["run_id"], params_dir, config, tags, move_alias
+        info["tracking_uri"],
+        name,
+        info["run_id"],
+        params_dir,
+        config,
+        tags | {"bench": config.bench.name},
+        move_alias,
+        off_target_because=because,
     )
+
+
+def outcome_line(result: dict[str, Any]) -> str:
+    """What :func:`register_if_verified` did (``result``), as ``track`` and ``vmapcheck
+    summary`` print it after ``registry:``: what was registered, and, for a run off the
+    deployment target, where ``@verified`` stays, why, and the command that promotes it."""
+    if result.get("off_target") and result.get("verified_alias") != "held":
+        number = result["version"]
+        what = (
+            f"registered as {result['uri']}"
+            if result["status"] == "registered"
+            else f"re-verified: version {number} of {result['registered_model']} serves the "
+            "same params, settings, code and runtime (not registered again)"
+        )
+        held = result.get("previous")
+        stays = f"@{VERIFIED} stays at version {held}" if held else f"@{VERIFIED} is on no version"
+        return (
+            f"{what}; {stays}: {result['off_target']} ({TARGET_SETTING}); promote it with: "
+            f"vmapcheck promote --version {number}"
+        )
+    if result["status"] == "registered":
+        moved = f" (from version {result['previous']})" if result["previous"] else ""
+        return f"params registered as {result['uri']}; alias {result['alias']} moved to it{moved}"
+    return f"{result['status']}: {result['why']}"
 
 
 # --- the alias and rollback --------------------------------------------------------
@@ -498,13 +679,15 @@ def previous_verified(
     current: str,
     untrusted: Callable[[Any], str | None] = lambda version: None,
 ) -> Any | None:
-    """The newest version before ``current`` that was verified, not rolled back from, and
-    not ``untrusted`` (a reason, e.g. :func:`untrusted_because`; None: trusted)."""
+    """The newest version before ``current`` that was verified, not rolled back from, not
+    off the deployment target unless it was promoted (the alias never held it otherwise),
+    and not ``untrusted`` (a reason, e.g. :func:`untrusted_because`; None: trusted)."""
     for v in reversed(versions):
         if (
             int(v.version) < int(current)
             and v.tags.get(TAG_VERIFIED) == "true"
             and TAG_ROLLED_BACK not in v.tags
+            and (TAG_OFF_TARGET not in v.tags or TAG_PROMOTED in v.tags)
             and untrusted(v) is None
         ):
             return v
@@ -547,13 +730,7 @@ def rollback(tracking_uri: str, name: str) -> dict[str, Any]:
     client.set_model_version_tag(name, current.version, "rolled_back_to", target.version)
     # A move a dead track left pending would undo this rollback at the next track: it is
     # dropped (the version keeps its other tags and can be rolled back to).
-    dropped = [
-        str(v.version)
-        for v in versions
-        if TAG_ALIAS_PENDING in v.tags and untrusted_because(client, v) is None
-    ]
-    for number in dropped:
-        client.delete_model_version_tag(name, number, TAG_ALIAS_PENDING)
+    dropped = _drop_pending_moves(client, name, versions)
     note = f"; the pending alias move to version(s) {', '.join(dropped)} dropped" if dropped else ""
     return {
         "registered_model": name,
@@ -564,6 +741,113 @@ def rollback(tracking_uri: str, name: str) -> dict[str, Any]:
             f"rollback: models:/{name}@{VERIFIED} moved from {_describe(current)} "
             f"to {_describe(target)}{note}"
         ),
+    }
+
+
+def _drop_pending_moves(client: Any, name: str, versions: list[Any]) -> list[str]:
+    """Drop every alias move a dead track left pending on a complete run's version (it
+    would undo a rollback or a promotion at the next track); the versions dropped."""
+    dropped = [
+        str(v.version)
+        for v in versions
+        if TAG_ALIAS_PENDING in v.tags and untrusted_because(client, v) is None
+    ]
+    for number in dropped:
+        client.delete_model_version_tag(name, number, TAG_ALIAS_PENDING)
+    return dropped
+
+
+def _chosen_version(
+    tracking_uri: str, name: str, versions: list[Any], version: str | None, run_id: str | None
+) -> Any:
+    """The version ``promote`` was given: by number, or the newest one ``run_id`` registered."""
+    if (version is None) == (run_id is None):
+        raise ConfigError(
+            "promote: expected one of --version N or --run RUN_ID, found "
+            + ("both" if version is not None else "neither")
+        )
+    numbers = ", ".join(str(v.version) for v in versions) or "none"
+    if version is not None:
+        chosen = [v for v in versions if str(v.version) == str(version)]
+        if not chosen:
+            raise ArtifactError(
+                f"--version {version}: no such version of {name!r} in {tracking_uri} "
+                f"(its versions: {numbers})"
+            )
+        return chosen[0]
+    chosen = [v for v in versions if run_id in (v.run_id, v.tags.get(TAG_RUN))]
+    if not chosen:
+        raise ArtifactError(
+            f"--run {run_id}: registered no version of {name!r} in {tracking_uri} (a run "
+            f"registers one when its check passes; `vmapcheck registry` lists them)"
+        )
+    return chosen[-1]
+
+
+def promote(
+    tracking_uri: str, name: str, version: str | None = None, run_id: str | None = None
+) -> dict[str, Any]:
+    """Move alias ``verified`` of ``name`` to a version on purpose: ``version`` (its number)
+    or the newest version run ``run_id`` registered. Any verified version whose run is
+    complete may be promoted, one off the deployment target too (a passing run with
+    other settings registers such a version without the alias): the message then says
+    how it differs, since ``@verified`` now serves it (its signature's dtype included).
+
+    The version gets ``promoted_at`` and ``promoted_from`` (the version the alias held,
+    or ``none``) and loses ``rolled_back_at``/``rolled_back_to``, so rollback can return
+    to it; an alias move a dead ``track`` left pending is dropped, as by :func:`rollback`.
+
+    Raises:
+        ConfigError: neither or both of ``version`` and ``run_id``.
+        ArtifactError: no such model or version, a version no passing run verified, or
+            one whose run is not complete.
+    """
+    client = _client(tracking_uri)
+    versions = list_versions(tracking_uri, name)
+    chosen = _chosen_version(tracking_uri, name, versions, version, run_id)
+    number = str(chosen.version)
+    where = f"models:/{name}/{number}"
+    if chosen.tags.get(TAG_VERIFIED) != "true":
+        raise ArtifactError(
+            f"{where}: not tagged {TAG_VERIFIED}=true; only versions a passing vmapcheck run "
+            "registered are promoted"
+        )
+    untrusted = untrusted_because(client, chosen)
+    if untrusted is not None:
+        raise ArtifactError(f"{where}: {untrusted}; only versions of complete runs are promoted")
+    current = _alias_version(client, name, VERIFIED)
+    off = chosen.tags.get(TAG_OFF_TARGET)
+    note = (
+        f"; version {number} is off the deployment target ({TARGET_SETTING}): {off}" if off else ""
+    )
+    if current is not None and str(current.version) == number:
+        return {
+            "registered_model": name,
+            "alias": VERIFIED,
+            "from": number,
+            "to": number,
+            "message": f"promote: models:/{name}@{VERIFIED} is already {_describe(chosen)}; "
+            f"nothing moved{note}",
+        }
+    client.set_registered_model_alias(name, VERIFIED, number)
+    client.set_model_version_tag(name, number, TAG_PROMOTED, _now())
+    previous = str(current.version) if current is not None else "none"
+    client.set_model_version_tag(name, number, "promoted_from", previous)
+    for tag in (TAG_ROLLED_BACK, "rolled_back_to"):
+        if tag in chosen.tags:
+            client.delete_model_version_tag(name, number, tag)
+    dropped = _drop_pending_moves(client, name, versions)
+    pending = (
+        f"; the pending alias move to version(s) {', '.join(dropped)} dropped" if dropped else ""
+    )
+    moved_from = f"from {_describe(current)} " if current is not None else ""
+    return {
+        "registered_model": name,
+        "alias": VERIFIED,
+        "from": str(current.version) if current is not None else None,
+        "to": number,
+        "message": f"promote: models:/{name}@{VERIFIED} moved {moved_from}to "
+        f"{_describe(chosen)}{note}{pending}",
     }
 
 
@@ -580,6 +864,12 @@ def show(tracking_uri: str, name: str) -> str:
         names = sorted(held.get(str(v.version), []))
         aliases = f" @{', @'.join(names)}" if names else ""
         state = " (rolled back from)" if TAG_ROLLED_BACK in v.tags else ""
+        if TAG_OFF_TARGET in v.tags:
+            state += " (off the deployment target" + (
+                ", promoted)"
+                if TAG_PROMOTED in v.tags
+                else ": `vmapcheck promote` moves the alias to it)"
+            )
         if TAG_ALIAS_PENDING in v.tags:
             state += (
                 f" (alias {VERIFIED} move pending: the next track makes it if its run is complete)"
@@ -768,12 +1058,26 @@ def _command(layout: Layout, model: str | None, action: Callable[[str, str], Non
     return 0
 
 
+def target_line(config: Config) -> str:
+    """The deployment target (``registry.target``) as one line, for ``vmapcheck registry``."""
+    target = config.registry.target
+    hidden = "any" if target.hidden is None else str(target.hidden)
+    return (
+        f"deployment target ({TARGET_SETTING}): model {target.model}, hidden {hidden}, "
+        f"backend {target.backend}, precision {target.precision} "
+        f"({PRECISION_DTYPES[target.precision]}), bench {target.bench}; a passing run of it "
+        f"moves @{VERIFIED}, `vmapcheck promote` any other"
+    )
+
+
 def run_show(layout: Layout, model: str | None = None) -> int:
     """``vmapcheck registry``: the versions of ``model`` (default:
-    ``registry.registered_model``), and whether ``layout.params`` is where its alias points."""
+    ``registry.registered_model``), the deployment target, and whether ``layout.params`` is
+    where its alias points."""
 
     def action(uri: str, name: str) -> None:
         print(show(uri, name))
+        print(target_line(load_config(layout.params_yaml)))
         note = local_params_note(uri, name, layout.params)
         if note:
             print(note)
@@ -784,3 +1088,18 @@ def run_show(layout: Layout, model: str | None = None) -> int:
 def run_rollback(layout: Layout, model: str | None = None) -> int:
     """``vmapcheck rollback``: move alias ``verified`` of ``model`` back (:func:`rollback`)."""
     return _command(layout, model, lambda uri, name: print(rollback(uri, name)["message"]))
+
+
+def run_promote(
+    layout: Layout,
+    model: str | None = None,
+    version: str | None = None,
+    run_id: str | None = None,
+) -> int:
+    """``vmapcheck promote``: move alias ``verified`` of ``model`` to a version on purpose
+    (:func:`promote`)."""
+
+    def action(uri: str, name: str) -> None:
+        print(promote(uri, name, version, run_id)["message"])
+
+    return _command(layout, model, action)

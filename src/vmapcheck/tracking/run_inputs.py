@@ -223,13 +223,13 @@ def pip_freeze() -> str:
         )
 
 
-def write_environment(layout: Layout, dest: Path) -> dict[str, str]:
+def write_environment(layout: Layout, dest: Path, frozen: str | None = None) -> dict[str, str]:
     """Fill folder ``dest`` (created) with ``requirements.lock`` (the project's),
-    ``pip-freeze.txt`` and ``lock-mismatches.txt`` (:func:`lock_check`); return the
-    environment tags."""
+    ``pip-freeze.txt`` (``frozen``: :func:`pip_freeze`'s text, taken now when None) and
+    ``lock-mismatches.txt`` (:func:`lock_check`); return the environment tags."""
     dest = Path(dest)
     dest.mkdir(parents=True, exist_ok=True)
-    atomic_write_text(dest / "pip-freeze.txt", pip_freeze())
+    atomic_write_text(dest / "pip-freeze.txt", pip_freeze() if frozen is None else frozen)
     lock = layout.requirements_lock
     if not lock.is_file():
         atomic_write_text(dest / "lock-mismatches.txt", f"no {LOCK_FILE} in the project\n")
@@ -256,15 +256,19 @@ class RunInputs:
 
 
 def gather_run_inputs(
-    layout: Layout, scratch: Path, env: Mapping[str, str] | None = None
+    layout: Layout,
+    scratch: Path,
+    env: Mapping[str, str] | None = None,
+    frozen: str | None = None,
 ) -> RunInputs:
     """Everything above for the project ``layout``; the environment folder is written
-    under ``scratch`` (a temporary folder the caller removes after logging)."""
+    under ``scratch`` (a temporary folder the caller removes after logging). ``frozen``:
+    :func:`pip_freeze`'s text when the caller took it already (None: taken here)."""
     manifest = layout.cases_manifest
     if not manifest.is_file():
         raise ArtifactError(f"{manifest}: not found; has the prepare stage run?")
     environment = Path(scratch) / ENVIRONMENT_DIR
-    tags = {**provenance_tags(layout, env), **write_environment(layout, environment)}
+    tags = {**provenance_tags(layout, env), **write_environment(layout, environment, frozen)}
     datasets = case_datasets(layout.cases, layout.root) + split_datasets(
         layout.prepared, layout.root
     )

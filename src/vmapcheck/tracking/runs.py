@@ -19,6 +19,10 @@ The table fits the width it is given (the terminal's, for ``vmapcheck compare``)
 columns at the end of that list are left out first, and the note under the table names
 them; long run names wrap.
 
+Under the table, the address of the same runs (the newest :data:`COMPARE_VIEW_MAX`) in
+MLflow's compare view, in its ML mode (vmapcheck.tracking.ui.compare_url): the runs
+table's own Compare button opens that view without ``workflowType``.
+
 The verdict column holds a complete run's verdict (vmapcheck.tracking.store.is_complete);
 any other run shows its status: ``failed`` for one a killed ``track`` left unfinished
 (marked so by the next ``track``), ``running``, or ``incomplete``.
@@ -355,4 +359,22 @@ def run_compare(
         print(f"compare: {exc}", file=sys.stderr)
         return 2
     print(format_compare(selection, width or shutil.get_terminal_size().columns))
+    print(compare_view_line(selection))
     return 0
+
+
+# The most runs the printed compare-view address names (a longer URL is unwieldy).
+COMPARE_VIEW_MAX = 20
+
+
+def compare_view_line(selection: Selection) -> str:
+    """Where the listed runs (the newest :data:`COMPARE_VIEW_MAX`) open side by side in
+    MLflow's compare view, in its ML mode (vmapcheck.tracking.ui.compare_url)."""
+    from vmapcheck.tracking.ui import compare_url, ui_base
+
+    base, first = ui_base(selection.tracking_uri)
+    runs = selection.runs[:COMPARE_VIEW_MAX]
+    url = compare_url(base, [(r.info.experiment_id, r.info.run_id) for r in runs])
+    which = "these runs" if len(runs) == len(selection.runs) else f"the newest {len(runs)}"
+    then = f"{first}, then " if first else ""
+    return f"{which} side by side in the MLflow UI: {then}{url}"

@@ -33,6 +33,7 @@ and the guard's message, which names shapes, counts and positions, never a value
 
 from __future__ import annotations
 
+import hashlib
 import importlib
 import importlib.metadata
 import importlib.util
@@ -44,6 +45,7 @@ import tempfile
 import threading
 import warnings
 from collections.abc import Mapping
+from fnmatch import fnmatch
 from pathlib import Path
 from typing import Any
 
@@ -174,17 +176,19 @@ def _factory_package(model: ModelConfig) -> str | None:
     return None if top == "vmapcheck" else top
 
 
-def package_code(model: ModelConfig, dest: Path) -> list[str]:
-    """Copy the code the model needs into ``dest`` (without ``__pycache__``); the paths to
-    pass as ``code_paths``: the vmapcheck package, and the factory's top-level package (or
-    module) when it is not vmapcheck.
+# Copied into a served model without these (compiled files are rebuilt where it loads).
+CODE_SKIPPED = ("__pycache__", "*.pyc")
+
+
+def code_sources(model: ModelConfig) -> list[Path]:
+    """The code a served model carries: the vmapcheck package, and the factory's top-level
+    package (its folders) or module when it is not vmapcheck.
 
     Raises:
         ArtifactError: the factory's package cannot be found.
     """
     import vmapcheck
 
-    skip = shutil.ignore_patterns("__pycache__", "*.pyc")
     sources = [Path(vmapcheck.__file__).parent]
     top = _factory_package(model)
     if top is not None:
@@ -198,8 +202,36 @@ def package_code(model: ModelConfig, dest: Path) -> list[str]:
             sources += [Path(p) for p in spec.submodule_search_locations]
         else:
             sources.append(Path(str(spec.origin)))
+    return sources
+
+
+def code_digest(model: ModelConfig) -> str:
+    """sha256 over every file :func:`package_code` copies (its path within its source and
+    its bytes, in sorted order): equal digests, the same code served."""
+    digest = hashlib.sha256()
+    for source in code_sources(model):
+        files = [source] if source.is_file() else sorted(source.rglob("*"))
+        for path in files:
+            relative = path.relative_to(source.parent)
+            # As shutil.ignore_patterns skips them: any part of the path matching.
+            skipped = any(fnmatch(part, p) for part in relative.parts for p in CODE_SKIPPED)
+            if skipped or not path.is_file():
+                continue
+            digest.update(f"{relative.as_posix()}\0".encode())
+            digest.update(sha256_file(path).encode())
+    return digest.hexdigest()
+
+
+def package_code(model: ModelConfig, dest: Path) -> list[str]:
+    """Copy the code the model needs (:func:`code_sources`) into ``dest`` (without
+    ``__pycache__``); the paths to pass as ``code_paths``.
+
+    Raises:
+        ArtifactError: the factory's package cannot be found.
+    """
+    skip = shutil.ignore_patterns(*CODE_SKIPPED)
     paths = []
-    for source in sources:
+    for source in code_sources(model):
         target = Path(dest) / source.name
         if source.is_dir():
             # A namespace package may have several folders: they merge into one.

@@ -197,10 +197,23 @@ def resolve_artifact_root(tracking: TrackingConfig, root: Path) -> str | None:
 
 
 def experiment_name(config: Config) -> str:
-    """The run's experiment: ``<tracking.experiment>-<model.name>`` with
-    ``tracking.experiment_per_model``, else ``tracking.experiment``."""
+    """The run's experiment: ``tracking.experiment`` (one per project, every model's
+    runs, told apart by their tag ``model``: the default), or
+    ``<tracking.experiment>-<model.name>`` with ``tracking.experiment_per_model``."""
     base = config.tracking.experiment
     return f"{base}-{config.model.name}" if config.tracking.experiment_per_model else base
+
+
+def model_experiments(config: Config) -> list[str]:
+    """Every experiment that may hold runs of this config's model, the one it logs to
+    first: ``tracking.experiment`` and ``<tracking.experiment>-<model.name>``.
+
+    Runs logged before the project's experiment became the default (one experiment per
+    model) stay where they are; lookups of this model's runs (the benchmark's
+    ``last-verified`` baseline) search both layouts, by tag ``model``."""
+    base = config.tracking.experiment
+    names = [experiment_name(config), base, f"{base}-{config.model.name}"]
+    return list(dict.fromkeys(names))
 
 
 def is_http(uri: str) -> bool:
@@ -756,8 +769,8 @@ def run_store(layout: Layout, verb: str) -> int:
             with writer_lock(uri):
                 if sqlite_file(uri) is not None:
                     create_sqlite_store(uri, migrate=True, artifact_root=location)
-                # With experiment_per_model, the other models' experiments are made by
-                # track (under the lock on sqlite, race-safe on a server).
+                # One experiment for every model (with experiment_per_model, the other
+                # models' are made by track: under the lock on sqlite, race-safe on a server).
                 experiment = experiment_name(config)
                 experiment_id = ensure_experiment(uri, experiment, location)
             print(f"store ready: {shown(uri)}, experiment {experiment!r} (id {experiment_id})")

@@ -10,6 +10,7 @@ experiment (vmapcheck.tracking.log.describe_experiment).
 
 from __future__ import annotations
 
+import json
 import os
 from urllib.parse import urlencode
 
@@ -39,6 +40,35 @@ def run_url(base: str, experiment_id: str, run_id: str) -> str:
     return f"{base.rstrip('/')}/#/experiments/{experiment_id}/runs/{run_id}?{urlencode(ML_VIEW)}"
 
 
+def compare_url(base: str, runs: list[tuple[str, str]]) -> str:
+    """The compare view of ``runs`` ((experiment id, run id) pairs) in the ML view: their
+    params, metrics (the ``_summary/*`` ones first) and tags side by side.
+
+    The runs table's own **Compare** button opens ``#/compare-runs`` without
+    ``workflowType`` (MLflow 3.17), and the page then takes the browser's stored choice,
+    GenAI unless one switched to **Model training** there once; this address carries it."""
+    if not runs:
+        raise ValueError("compare_url: no run to compare")
+    run_ids = json.dumps([run for _, run in runs], separators=(",", ":"))
+    experiment_ids = json.dumps(
+        list(dict.fromkeys(experiment for experiment, _ in runs)), separators=(",", ":")
+    )
+    query = urlencode({"runs": run_ids, "experiments": experiment_ids, **ML_VIEW})
+    return f"{base.rstrip('/')}/#/compare-runs?{query}"
+
+
+def ui_base(tracking_uri: str, port: int = 5000) -> tuple[str, str]:
+    """Where the store's UI is: (its base URL, what to run first: "" for a server, else
+    ``vmapcheck ui``, which serves the local store on 127.0.0.1:<port>)."""
+    if is_http(tracking_uri):
+        return shown(tracking_uri), ""
+    return f"http://127.0.0.1:{port}", "vmapcheck ui"
+
+
+# MLflow's switch for its server's job runner (mlflow/environment_variables.py).
+JOB_EXECUTION_ENV = "MLFLOW_SERVER_ENABLE_JOB_EXECUTION"
+
+
 def run_ui(layout: Layout, port: int = 5000) -> int:
     """Replace this process by ``mlflow ui`` on ``127.0.0.1:<port>`` over the project's
     local store; with a tracking server, say where its own UI is and return 0."""
@@ -51,7 +81,11 @@ def run_ui(layout: Layout, port: int = 5000) -> int:
         return 0
     base = f"http://127.0.0.1:{port}"
     print(f"MLflow UI for {uri} on {base} (Ctrl-C stops it)")
-    scope = "this model's runs" if config.tracking.experiment_per_model else "the runs"
+    scope = (
+        "this model's runs"
+        if config.tracking.experiment_per_model
+        else "every model's runs (tag `model`)"
+    )
     experiment_id = _experiment_id(uri, experiment_name(config))
     where = (
         experiment_url(base, experiment_id)
@@ -59,7 +93,13 @@ def run_ui(layout: Layout, port: int = 5000) -> int:
         else f"{base}/#/experiments?{urlencode(ML_VIEW)} (nothing logged there yet)"
     )
     print(f"{scope}, experiment '{experiment_name(config)}': {where}")
-    print("every model side by side: vmapcheck compare (docs/tracking.md)")
+    print(
+        "runs side by side: `vmapcheck compare` prints the table and the address of their "
+        "compare view (docs/tracking.md)"
+    )
+    # MLflow 3's server starts a GenAI job runner (about ten huey consumer processes) that
+    # vmapcheck's runs never use: on a two-core machine it only takes CPU. Unless asked for.
+    os.environ.setdefault(JOB_EXECUTION_ENV, "false")
     os.execvp(
         "mlflow",
         [

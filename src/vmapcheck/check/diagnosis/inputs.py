@@ -33,6 +33,7 @@ from vmapcheck.core.contract import rows as batch_rows
 from vmapcheck.core.forms import OUTPUT
 from vmapcheck.core.keys import KEY_NAMES, named_keys
 from vmapcheck.core.models import Model, Params
+from vmapcheck.core.state import declared_state
 from vmapcheck.data.anonymize import AnonymizePolicy, anonymize
 from vmapcheck.data.regression import CASES_MANIFEST, SPLITS, regression_cases, x_arrays
 from vmapcheck.data.splits import load_raw, split_indices
@@ -288,7 +289,8 @@ def key_stream_stage(model: Model, seed: int | None) -> dict[str, Any]:
     Evidence: :func:`named_keys` twice gives the same keys, and the subkeys differ
     pairwise; ``model.init(keys['init'])`` under ``jax_debug_key_reuse`` consumes no key
     twice; two calls give identical params (init depends on its key alone); no two
-    params leaves repeat one draw (their first values correlate to 1 within
+    params leaves (declared state leaves aside: statistics computed, not drawn) repeat one
+    draw (their first values correlate to 1 within
     :data:`SAME_DRAW`: a key reused by value, e.g. the same ``fold_in`` for every layer,
     which the reuse checker cannot see). Runs as prepare and train do (float32, no x64).
     Used by the check itself (a reused key fails it) and as the diagnosis' stage 2.
@@ -342,7 +344,13 @@ def key_stream_stage(model: Model, seed: int | None) -> dict[str, Any]:
         for a, b in zip(jax.tree.leaves(params), jax.tree.leaves(repeat), strict=True)
     )
     evidence.append({"what": "init twice from the same key gives the same params", "passed": pure})
-    draws = _random_leaves(params, elsewhere)
+    # Declared state (running statistics) is computed from draws, not drawn: mean and
+    # variance of one calibration batch may well correlate, by design.
+    draws = {
+        name: values
+        for name, values in _random_leaves(params, elsewhere).items()
+        if not declared_state(model, name)
+    }
     names = list(draws)
     for i, later in enumerate(names):
         for earlier in names[:i]:

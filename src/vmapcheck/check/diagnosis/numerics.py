@@ -23,6 +23,7 @@ from vmapcheck.core.contract import rows, take
 from vmapcheck.core.gradients import make_loss_one
 from vmapcheck.core.models import Model, Params
 from vmapcheck.core.paths import PATHS
+from vmapcheck.core.state import grad_of_trainable, partition
 from vmapcheck.core.training import make_loss
 from vmapcheck.params_io import leaf_paths
 
@@ -100,18 +101,21 @@ def _losses(subject: Subject, probe: Probe) -> dict[str, jax.Array]:
 
 
 def _gradients(subject: Subject, probe: Probe) -> dict[str, Params]:
+    """Each form's gradient, ``{leaf path: gradient}`` of the trainable leaves (the
+    declared state leaves are held fixed, as training holds them)."""
     params = subject.run_params
+    leaves = partition(subject.model, params)
     x, y = subject.inputs(probe)
-    grad_one = jax.grad(make_loss_one(subject.model))
+    grad_one = grad_of_trainable(make_loss_one(subject.model), leaves)
     per_row = [grad_one(params, take(x, i), y[i]) for i in range(rows(x))]
     out = {
         # The per-example oracle: the mean of each example's gradient, one at a time.
         "loop": jax.tree.map(lambda *g: jnp.mean(jnp.stack(g), axis=0), *per_row),
-        "vmap": jax.grad(make_loss(subject.model))(params, x, y),
+        "vmap": grad_of_trainable(make_loss(subject.model), leaves)(params, x, y),
     }
     direct = _direct_loss(subject.model)
     if direct is not None:
-        out["direct"] = jax.grad(direct)(params, x, y)
+        out["direct"] = grad_of_trainable(direct, leaves)(params, x, y)
     return out
 
 
@@ -254,7 +258,8 @@ def update_stage(subject: Subject) -> dict[str, Any]:
         return _stage("update", evidence, skipped="the model is not trained (no optimizer)")
     if not probes:
         return _stage("update", evidence, skipped="no input with targets")
-    params = subject.run_params
+    # The trainable leaves, {leaf path: array}: what optax steps in training.
+    params = partition(subject.model, subject.run_params).trainable(subject.run_params)
     optimizer = subject.optimizer
     for probe in probes:
         updated = {}
@@ -288,14 +293,15 @@ def jit_stage(subject: Subject) -> dict[str, Any]:
         )
         if finding is not None:
             return _stage("jit", evidence, finding)
-    loss = make_loss(subject.model)
-    grad_one = jax.grad(make_loss_one(subject.model))
     params = subject.run_params
+    leaves = partition(subject.model, params)
+    loss = make_loss(subject.model)
+    grad_one = grad_of_trainable(make_loss_one(subject.model), leaves)
     for probe in _targets(subject):
         x, y = subject.inputs(probe)
         per_example = jax.vmap(grad_one, in_axes=(None, 0, 0))
         for what, eager_fn in (
-            ("gradient of the training loss", jax.grad(loss)),
+            ("gradient of the training loss", grad_of_trainable(loss, leaves)),
             (
                 "mean per-example gradient",
                 lambda p, a, b, f=per_example: jax.tree.map(

@@ -15,7 +15,7 @@ import numpy as np
 
 from vmapcheck.check.diagnosis.subject import StoredRun, Subject, _error_line, _finding, _stage
 from vmapcheck.core.compare import measure
-from vmapcheck.core.contract import cast_floats
+from vmapcheck.core.contract import cast_floats, rows, take
 from vmapcheck.core.forms import OUTPUT
 from vmapcheck.core.paths import PATHS, ForwardPath, output_key, path_names, split_output_key
 
@@ -49,8 +49,13 @@ def backend_stage(subject: Subject, stored: StoredRun | None) -> dict[str, Any]:
             # A distributed path is judged against its one-device program (sharding).
             if PATHS[path].distributed or key not in stored.outputs:
                 continue
+            # A path the budget capped stored the case's first rows only: recomputed on
+            # those (a loop_jit of thousands of rows would not compile).
+            run_x = x
+            if not vector and np.shape(stored.outputs[key])[0] < rows(x):
+                run_x = take(x, slice(0, np.shape(stored.outputs[key])[0]))
             try:
-                mine = _recompute(subject, x, PATHS[path])
+                mine = _recompute(subject, run_x, PATHS[path])
             except Exception as exc:
                 evidence.append(
                     {"what": f"{key} recomputed", "passed": False, "reason": _error_line(exc)}

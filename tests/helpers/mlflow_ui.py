@@ -1,0 +1,116 @@
+"""``mlflow ui`` on 127.0.0.1 and headless Chromium over it, for the tests that read
+runs where users read them (tests/test_mlflow_ui.py, tests/test_mlflow_review.py).
+
+:func:`serving` starts the UI over a store in a session of its own and stops it (and
+only the workers it started) afterwards; :func:`browse` opens a URL in headless
+Chromium, keeps a screenshot and returns the text the app rendered.
+"""
+
+from __future__ import annotations
+
+import html
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from tests.helpers.chromium import find_chromium
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@contextmanager
+def serving(uri: str, cwd: Path) -> Iterator[str]:
+    """``mlflow ui`` over store ``uri`` on 127.0.0.1 (a free port); its base URL. Its
+    output goes to ``cwd/mlflow-ui.log``. Stopped after."""
+    port = free_port()
+    base = f"http://127.0.0.1:{port}"
+    log = cwd / "mlflow-ui.log"
+    with log.open("wb") as out:
+        # A session of its own: stopping it stops the workers it starts, and only them.
+        process = subprocess.Popen(
+            [
+                str(Path(sys.executable).with_name("mlflow")),
+                "ui",
+                "--backend-store-uri",
+                uri,
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(port),
+            ],
+            cwd=cwd,
+            # No background job workers: this UI only reads (they also slow its start).
+            env={**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"},
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    try:
+        deadline = time.monotonic() + 120
+        while True:
+            try:
+                with urllib.request.urlopen(f"{base}/health", timeout=5) as answer:
+                    if answer.status == 200:
+                        break
+            except OSError:
+                pass
+            if process.poll() is not None or time.monotonic() > deadline:
+                raise AssertionError(f"mlflow ui did not start:\n{log.read_text()[-3000:]}")
+            time.sleep(0.5)
+        yield base
+    finally:
+        # Ctrl-C, as a user stops it (its workers ignore SIGTERM for a while).
+        os.killpg(process.pid, signal.SIGINT)
+        try:
+            process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+
+
+def browse(url: str, out: Path, name: str, window: str = "1920,1200") -> str:
+    """Open ``url`` in headless Chromium: a screenshot ``out/<name>.png`` of a ``window``
+    (width,height) and the text the page showed once the app rendered (the DOM's text,
+    tags and scripts left out)."""
+    browser = find_chromium()
+    assert browser is not None, "no headless Chromium: run scripts/ensure-chromium"
+    out.mkdir(parents=True, exist_ok=True)
+    common = [
+        browser,
+        "--headless",
+        "--no-sandbox",  # tests may run as root (CI containers)
+        "--disable-gpu",
+        "--disable-dev-shm-usage",
+        "--hide-scrollbars",
+        "--no-first-run",
+        f"--window-size={window}",
+        # Run the app until its requests to the server are answered and it rendered.
+        "--virtual-time-budget=30000",
+    ]
+    shot = out / f"{name}.png"
+    for args in (
+        [f"--user-data-dir={out / 'profile-shot'}", f"--screenshot={shot}", url],
+        [f"--user-data-dir={out / 'profile-dom'}", "--dump-dom", url],
+    ):
+        result = subprocess.run(
+            [*common, *args], capture_output=True, text=True, timeout=240, check=False
+        )
+        assert result.returncode == 0, result.stderr[-3000:]
+    for profile in ("profile-shot", "profile-dom"):
+        shutil.rmtree(out / profile, ignore_errors=True)
+    print(f"screenshot: {shot}")
+    dom = re.sub(r"<(script|style)\b.*?</\1>", " ", result.stdout, flags=re.S)
+    return re.sub(r"\s+", " ", html.unescape(re.sub(r"<[^>]+>", " ", dom)))

@@ -1,0 +1,191 @@
+"""Reviewing many runs in MLflow (issue 25): runs of every model in one experiment, each
+with its own start and end, few params, and a compare view that opens in MLflow's ML
+mode with the verdict and the summary first.
+
+Three real pipeline runs, every stage in this process (tests/helpers/inprocess.py) on a
+small temporary project: mlp at float32, mlp at float64 and toy at float32. The float64
+run reruns only what ``dvc repro`` would rerun after a precision edit (forward, check,
+bench, track); the stage time records of prepare and train are made a day older first,
+as they are when that first run was yesterday's (DVC keeps a skipped stage's record). Then
+``mlflow ui`` serves the store on 127.0.0.1 and headless Chromium opens the compare view
+of the three runs at the address ``vmapcheck compare`` prints. The screenshot is kept
+(``pytest -s`` prints its path; ``VMAPCHECK_SCREENSHOT_DIR`` copies it there).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.helpers.config import ROOT
+from tests.helpers.inprocess import STAGES, run_stage, write_params
+from tests.helpers.mlflow_ui import browse, serving
+from tests.helpers.project import FAST_RUN, commit_all, run
+from vmapcheck.io import atomic_write_json, read_json
+from vmapcheck.layout import Layout
+from vmapcheck.pipeline.stage import read_stage_times
+from vmapcheck.tracking.log import COMPARED_PARAMS
+from vmapcheck.tracking.runs import compare_view_line, select_runs
+from vmapcheck.tracking.store import tracking_uri
+from vmapcheck.tracking.ui import compare_url, experiment_url
+
+pytestmark = pytest.mark.stages
+
+OVERRIDES = (
+    "data.n_rows=240",
+    "data.standard_batch=8",
+    "backend.num_devices=2",  # this process's emulated CPU devices (tests/conftest.py)
+    *FAST_RUN,
+)
+# (overrides, the stages `dvc repro` reruns after the edit) in the order they are logged.
+RUNS = (
+    (("model=mlp", "precision=f32"), STAGES),
+    (("model=mlp", "precision=f64"), ("forward", "check", "bench", "track")),
+    (("model=toy", "precision=f32"), STAGES),
+)
+DAY_S = 86400.0
+# The compare view's sections that list params, metrics and tags (their toggle's label).
+SECTIONS = ("Parameters", "Metrics", "Tags")
+
+
+def _age_records(layout: Layout, stages: set[str], seconds: float) -> None:
+    """Move the time records of ``stages`` ``seconds`` into the past."""
+    for name, record in read_stage_times(layout).items():
+        if name in stages:
+            moved = {**record, "start": record["start"] - seconds, "end": record["end"] - seconds}
+            atomic_write_json(layout.stage_times / f"{name}.json", moved)
+
+
+@pytest.fixture(scope="module")
+def project(tmp_path_factory) -> tuple[Layout, list[dict[str, Any]]]:
+    """A temporary project after three pipeline runs; of each, its track.json with the
+    stage time records as that run left them (``"stages"``)."""
+    root = tmp_path_factory.mktemp("review")
+    for name in ("requirements.lock", "dvc.yaml"):
+        shutil.copy2(ROOT / name, root / name)
+    shutil.copytree(ROOT / "data" / "reference", root / "data" / "reference")
+    layout = Layout(root)
+    tracks = []
+    for overrides, stages in RUNS:
+        if tracks:  # the stages not rerun: as if the run before were yesterday's
+            _age_records(layout, set(STAGES) - set(stages), DAY_S)
+        write_params(root, *overrides, *OVERRIDES)
+        if not (root / ".git").is_dir():
+            run(root, "git", "init", "-q")
+        commit_all(root, " ".join(overrides))
+        codes = {name: run_stage(root, name) for name in stages}
+        assert codes == dict.fromkeys(stages, 0), overrides
+        tracks.append(read_json(layout.track_report) | {"stages": read_stage_times(layout)})
+    return layout, tracks
+
+
+def _uri(layout: Layout) -> str:
+    from vmapcheck.config import load_config
+
+    return tracking_uri(load_config(layout.params_yaml).tracking, layout.root)
+
+
+def _runs(layout: Layout, tracks: list[dict[str, Any]]) -> list[Any]:
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(tracking_uri=_uri(layout))
+    return [client.get_run(t["run_id"]) for t in tracks]
+
+
+@pytest.fixture(scope="module")
+def server(project) -> Iterator[str]:
+    layout, _ = project
+    with serving(_uri(layout), layout.root) as base:
+        yield base
+
+
+def test_every_model_in_one_experiment_with_its_own_times_and_few_params(project):
+    layout, tracks = project
+    runs = _runs(layout, tracks)
+    assert {t["experiment"] for t in tracks} == {"vmapcheck"}
+    assert len({r.info.experiment_id for r in runs}) == 1
+    assert [(r.data.tags["model"], r.data.tags["precision"]) for r in runs] == [
+        ("mlp", "f32"),
+        ("mlp", "f64"),
+        ("toy", "f32"),
+    ]
+    for r in runs:
+        assert r.info.status == "FINISHED" and r.data.tags["verdict"] == "passed"
+        # The compared knobs only; the whole config is the artifact params.yaml.
+        assert sorted(r.data.params) == sorted(COMPARED_PARAMS)
+        print(f"{r.info.run_name}: {len(r.data.params)} params, {len(r.data.metrics)} metrics")
+    # Each run starts with its own first stage, never a stage DVC skipped (the float64
+    # run's prepare and train are a day old), and ends when its track ended.
+    f64 = tracks[1]["stages"]
+    assert f64["train"]["end"] < f64["forward"]["start"] - DAY_S / 2
+    assert runs[1].info.start_time == int(1000 * f64["forward"]["start"])
+    assert runs[0].info.start_time == int(1000 * tracks[0]["stages"]["prepare"]["start"])
+    assert runs[1].info.start_time > runs[0].info.end_time
+    for r in runs:
+        assert r.info.end_time > r.info.start_time
+    # Newest first, as the runs were made.
+    selection = select_runs(_uri(layout), n=10, prefix="vmapcheck")
+    assert [r.info.run_id for r in selection.runs] == [t["run_id"] for t in reversed(tracks)]
+
+
+def test_the_compare_view_opens_in_the_ml_mode_with_the_verdict_and_summary_first(
+    project, server, tmp_path_factory, capsys
+):
+    from vmapcheck.tracking.runs import run_compare
+
+    layout, tracks = project
+    runs = _runs(layout, tracks)
+    pairs = [(r.info.experiment_id, r.info.run_id) for r in reversed(runs)]
+    # The address `vmapcheck compare` prints: its local UI's, with the ML mode.
+    assert run_compare(layout, n=3, width=160) == 0
+    printed = capsys.readouterr().out
+    local = compare_url("http://127.0.0.1:5000", pairs)
+    assert f"vmapcheck ui, then {local}" in printed and "workflowType=machine_learning" in local
+    assert compare_view_line(select_runs(_uri(layout), n=3, prefix="vmapcheck")) in printed
+
+    out = tmp_path_factory.mktemp("mlflow-review-screenshots")
+    text = browse(compare_url(server, pairs), out, "compare-runs", window="1280,2050")
+    with capsys.disabled():
+        print(
+            f"\ncompare view: {compare_url(server, pairs)}\nscreenshot: {out / 'compare-runs.png'}"
+        )
+    for r in runs:
+        assert r.info.run_name in text
+    # MLflow's ML mode (its switch reads "GenAI | Model training"), not the GenAI one.
+    assert "Model training" in text and "Traces" not in text and "Judges" not in text
+    # Params (the compared knobs), then the metrics with the summary first, then the tags
+    # with the verdict.
+    parameters, metrics, tags = (text.index(f" {s} Show diff only") for s in SECTIONS)
+    assert parameters < metrics < tags
+    assert text.index("_summary/worst_max_rel") < text.index("agree/") and "guard." not in text
+    assert parameters < text.index("precision.tolerance.rtol") < metrics
+    assert " verdict passed passed passed " in text[tags:]
+    # vmapcheck logs no NaN: a figure a run did not measure is left out, which this page
+    # shows as "NaN" (the float64 run has no float64 oracle to be compared with).
+    for r in runs:
+        assert all(math.isfinite(v) for v in r.data.metrics.values()), r.info.run_name
+    assert "_summary/worst_vs_f64_max_rel" not in runs[1].data.metrics
+
+    # The runs table of the one experiment: the verdict and what tells runs apart first.
+    table = browse(experiment_url(server, pairs[0][0]), out, "runs-table", window="1600,900")
+    (out / "runs-table.txt").write_text(table)
+    (out / "compare-runs.txt").write_text(text)
+    # Each row's cells in the order shown (verdict, model, precision, backend, bench):
+    # the header cells' order in the page is not the one shown.
+    for model, precision in (("toy", "f32"), ("mlp", "f64"), ("mlp", "f32")):
+        assert f" passed {model} {precision} cpu quick " in table, (model, precision)
+    keep = os.environ.get("VMAPCHECK_SCREENSHOT_DIR")
+    if keep:  # a small PNG for docs/: 64 colours
+        from PIL import Image
+
+        Path(keep).mkdir(parents=True, exist_ok=True)
+        for name in ("compare-runs", "runs-table"):
+            with Image.open(out / f"{name}.png") as image:
+                small = image.convert("RGB").quantize(colors=64)
+                small.save(Path(keep) / f"{name}.png", optimize=True)
