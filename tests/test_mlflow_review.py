@@ -30,7 +30,7 @@ from tests.helpers.project import FAST_RUN, commit_all, run
 from vmapcheck.io import atomic_write_json, read_json
 from vmapcheck.layout import Layout
 from vmapcheck.pipeline.stage import read_stage_times
-from vmapcheck.tracking.log import COMPARED_PARAMS
+from vmapcheck.tracking.log import COMPARED_IF_PRESENT, COMPARED_PARAMS
 from vmapcheck.tracking.runs import compare_view_line, select_runs
 from vmapcheck.tracking.store import tracking_uri
 from vmapcheck.tracking.ui import compare_url, experiment_url
@@ -118,7 +118,7 @@ def test_every_model_in_one_experiment_with_its_own_times_and_few_params(project
     for r in runs:
         assert r.info.status == "FINISHED" and r.data.tags["verdict"] == "passed"
         # The compared knobs only; the whole config is the artifact params.yaml.
-        assert sorted(r.data.params) == sorted(COMPARED_PARAMS)
+        assert sorted(r.data.params) == sorted([*COMPARED_PARAMS, *COMPARED_IF_PRESENT])
         print(f"{r.info.run_name}: {len(r.data.params)} params, {len(r.data.metrics)} metrics")
     # Each run starts with its own first stage, never a stage DVC skipped (the float64
     # run's prepare and train are a day old), and ends when its track ended.

@@ -210,14 +210,19 @@ def test_a_run_starts_with_the_first_stage_that_ran_now_not_one_dvc_skipped():
 def test_only_the_compared_config_keys_are_params():
     from tests.helpers.config import compose_config
     from vmapcheck.config import flatten
-    from vmapcheck.tracking.log import COMPARED_PARAMS, compared_params
+    from vmapcheck.tracking.log import COMPARED_IF_PRESENT, COMPARED_PARAMS, compared_params
 
     config = compose_config("model=toy", "precision=f64")
     params = compared_params(config)
-    assert list(params) == list(COMPARED_PARAMS) and len(params) < len(flatten(config)) / 4
+    assert list(params) == [*COMPARED_PARAMS, *COMPARED_IF_PRESENT]
+    assert len(params) < len(flatten(config)) / 4
     assert params["model.name"] == "toy" and params["precision.name"] == "f64"
     # What last-verified matches on is among them.
     assert "bench.name" in params
+    # A table read from a file has no row count to compare: its absence is no error (the
+    # two-tower example on the diabetes table stopped track with one before).
+    from_file = compared_params(compose_config("model=two_tower", "data=diabetes"))
+    assert list(from_file) == list(COMPARED_PARAMS)
 
 
 def test_one_experiment_for_every_model_and_lookups_cover_the_old_layout():

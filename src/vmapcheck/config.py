@@ -349,6 +349,9 @@ class RegressionConfig(_Strict):
 # Rounds the bench stage times every cell in (vmapcheck.bench.timing.ROUNDS): a cell
 # stopped early has fewer (EarlyStopConfig), never more.
 BENCH_ROUNDS = 10
+# The fewest latencies a cell keeps (vmapcheck.bench.timing.samples_per_round) and a stored
+# baseline's cell must hold to be compared (vmapcheck.bench.baseline): one number for both.
+MIN_SAMPLES = 5
 
 
 class EarlyStopConfig(_Strict):

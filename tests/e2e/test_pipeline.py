@@ -106,10 +106,10 @@ def _assert_same_params_and_tags_as_before_the_move(params, tags) -> None:
     config keys only (issue 25; the whole config is the artifact params.yaml), every one
     among the names logged then or registered since. Metrics are no longer one per pair
     of paths (issue 23): collect_metrics' docstring lists them."""
-    from vmapcheck.tracking.log import COMPARED_PARAMS
+    from vmapcheck.tracking.log import COMPARED_IF_PRESENT, COMPARED_PARAMS
 
     before = json.loads((ROOT / "tests" / "data" / "mlflow_names.json").read_text())
-    assert sorted(params) == sorted(COMPARED_PARAMS)
+    assert sorted(params) == sorted([*COMPARED_PARAMS, *COMPARED_IF_PRESENT])
     added = [
         n
         for n in set(params) - set(before["params"])

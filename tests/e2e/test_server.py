@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from tests.helpers.project import FAST_RUN, commit_all, compose_params, copy_project, run
 from tests.helpers.project import stages_run as project_stages_run
@@ -115,9 +116,14 @@ def test_the_pipeline_logs_a_complete_run_to_a_tracking_server(project, server):
     params = as_dict(run_["data"]["params"])
     metrics = {m["key"]: m["value"] for m in run_["data"]["metrics"]}
     tags = as_dict(run_["data"]["tags"])
-    assert params["tracking.name"] == "server" and params["tracking.tracking_uri"] == server.uri
-    assert params["tracking.http_timeout_s"] == "10" and params["tracking.http_max_retries"] == "2"
     assert params["model.name"] == "mlp" and params["bench.batch_sizes"] == "[1, 8]"
+    # The tracking settings are not compared between runs, so not params: the run's whole
+    # config is its artifact params.yaml, uploaded through the server.
+    config = yaml.safe_load(server.artifact(run_, "params.yaml"))
+    assert config["tracking"]["name"] == "server"
+    assert config["tracking"]["tracking_uri"] == server.uri
+    assert config["tracking"]["http_timeout_s"] == 10
+    assert config["tracking"]["http_max_retries"] == 2
     assert metrics["check/passed"] == 1.0 and metrics["latency_ms/vmap_jit/b0008/p50"] > 0
     assert "agree/standard/max_abs" in metrics
     assert tags["verdict"] == "passed" and tags["perf_verdict"] == "no baseline"

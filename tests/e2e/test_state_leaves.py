@@ -32,12 +32,18 @@ pytestmark = pytest.mark.e2e
 FAST = ["data=digits", "data.standard_batch=8", *FAST_RUN]
 
 
+def deploying(model: str) -> list[str]:
+    """Overrides of a project that deploys ``model`` (registry.target): its passing run
+    moves @verified, as in a project made by ``vmapcheck init --model <model>``."""
+    return [f"model={model}", f"registry.target.model={model}", "registry.target.hidden=null"]
+
+
 @pytest.fixture(scope="module")
 def project(tmp_path_factory) -> Path:
     pytest.importorskip("haiku")
     pytest.importorskip("flax")
     return committed_project(
-        tmp_path_factory.mktemp("vmapcheck-state") / "repo", *FAST, "model=haiku_cnn"
+        tmp_path_factory.mktemp("vmapcheck-state") / "repo", *FAST, *deploying("haiku_cnn")
     )
 
 
@@ -77,16 +83,21 @@ def _assert_trained_checked_registered_state_kept(project: Path, name: str, coun
 def test_the_haiku_model_with_batchnorm_state_is_trained_checked_and_registered(project):
     result = run(project, "dvc", "repro")
     assert "train: model haiku_cnn, trained=True" in result.stdout
-    assert "registry: params registered as models:/vmapcheck-haiku_cnn/1" in result.stdout
+    assert (
+        "registry: params registered as models:/vmapcheck-haiku_cnn/1; alias verified moved to it"
+    ) in result.stdout
     # Haiku's state: four moving averages, each with an int32 counter.
     _assert_trained_checked_registered_state_kept(project, "haiku_cnn", counters=4)
 
 
 def test_the_flax_nnx_batchnorm_model_is_trained_checked_and_registered(project):
-    compose_params(project, *FAST, "model=flax_cnn")
+    compose_params(project, *FAST, *deploying("flax_cnn"))
     commit_all(project, "flax_cnn")
     result = run(project, "dvc", "repro")
     assert "train: model flax_cnn, trained=True" in result.stdout
+    assert (
+        "registry: params registered as models:/vmapcheck-flax_cnn/1; alias verified moved to it"
+    ) in result.stdout
     _assert_trained_checked_registered_state_kept(project, "flax_cnn", counters=0)
     # Its stored reference (data/reference/flax_cnn) holds the statistics too and passes.
     reference = _read(project, "reports", "check_details.json")["reference"]

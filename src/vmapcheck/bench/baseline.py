@@ -22,6 +22,7 @@ from typing import Any
 
 import numpy as np
 
+from vmapcheck.config import MIN_SAMPLES
 from vmapcheck.errors import ArtifactError, ConfigError
 from vmapcheck.io import read_json
 from vmapcheck.layout import Layout
@@ -85,7 +86,6 @@ RUNTIME_CONTEXT_KEYS = (
     "jax_version",
     "jaxlib_version",
 )
-MIN_SAMPLES = 5
 
 
 class NoBaselineError(ArtifactError):

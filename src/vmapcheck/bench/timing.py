@@ -46,10 +46,9 @@ import numpy as np
 from jax.sharding import Mesh
 from scipy import stats
 
-from vmapcheck.bench.baseline import MIN_SAMPLES
 from vmapcheck.bench.machine import conditions
 from vmapcheck.bench.progress import Eta, Progress, silent
-from vmapcheck.config import BENCH_ROUNDS, BenchConfig, EarlyStopConfig
+from vmapcheck.config import BENCH_ROUNDS, MIN_SAMPLES, BenchConfig, EarlyStopConfig
 from vmapcheck.core import contract
 from vmapcheck.core.forms import cast_tree, validate_batch
 from vmapcheck.core.models import Model, Params

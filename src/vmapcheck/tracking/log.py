@@ -68,10 +68,12 @@ COMPARED_PARAMS = (
     "bench.repeats",
     "bench.loop_max_batch",
     "data.source",
-    "data.n_rows",
     "train.steps",
     "seed",
 )
+# Logged where the composed config has them: the generated sources' size (data=synthetic,
+# images32); a table read from a file (digits, diabetes, csv) has as many rows as it holds.
+COMPARED_IF_PRESENT = ("data.n_rows",)
 # The description's length: well under MLflow's limit on a run tag's value
 # (mlflow.utils.validation.MAX_TAG_VAL_LENGTH, 8000 in MLflow 3.17); it is read on screen.
 MAX_NOTE_CHARS = 5000
@@ -314,7 +316,8 @@ def verdict_note(
 
 
 def compared_params(config: Config) -> dict[str, Any]:
-    """The :data:`COMPARED_PARAMS` of ``config``, flattened (``precision.tolerance.rtol``).
+    """The :data:`COMPARED_PARAMS` of ``config``, flattened (``precision.tolerance.rtol``),
+    then those of :data:`COMPARED_IF_PRESENT` that it has.
 
     Raises:
         ConfigError: a name in COMPARED_PARAMS is no longer a config key (renamed).
@@ -325,7 +328,7 @@ def compared_params(config: Config) -> dict[str, Any]:
         raise ConfigError(
             f"vmapcheck.tracking.log.COMPARED_PARAMS names no config key: {', '.join(missing)}"
         )
-    return {k: flat[k] for k in COMPARED_PARAMS}
+    return {k: flat[k] for k in (*COMPARED_PARAMS, *COMPARED_IF_PRESENT) if k in flat}
 
 
 def source_tags(root: Path) -> dict[str, str]:
