@@ -10,6 +10,7 @@ then rolls the alias back and serves the previous version.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -269,12 +270,16 @@ class ModelServer:
 
     def __init__(self, workdir: Path, tracking_uri: str, model_uri: str) -> None:
         self.workdir, self.tracking_uri, self.model_uri = workdir, tracking_uri, model_uri
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
+        self.port, self.url = 0, ""
         self.log = workdir / "serve.log"
         self.proc: subprocess.Popen | None = None
 
     def start(self, wait_s: float = 180) -> None:
+        # A new port each start: a uvicorn worker of the stopped server that outlived its
+        # group leader for a moment once answered the restarted server's request with the
+        # version served before the rollback.
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
         command = [
             str(Path(sys.executable).parent / "mlflow"),
             "models",
@@ -318,6 +323,8 @@ class ModelServer:
             except subprocess.TimeoutExpired:
                 os.killpg(self.proc.pid, signal.SIGKILL)
                 self.proc.wait(timeout=30)
+            with contextlib.suppress(ProcessLookupError):  # a worker left in the group
+                os.killpg(self.proc.pid, signal.SIGKILL)
         self.proc = None
 
 

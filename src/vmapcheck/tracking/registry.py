@@ -529,8 +529,7 @@ def register_if_verified(
     client = _client(info["tracking_uri"])
     source = read_json(Path(params_dir) / MANIFEST_FILE).get("source", {})
     if source.get("registered_model") == name and source.get("version"):
-        client.set_model_version_tag(name, source["version"], "reverified_by_run", info["run_id"])
-        client.set_model_version_tag(name, source["version"], "reverified_at", _now())
+        _mark_reverified(client, name, source["version"], info["run_id"])
         return {
             "status": "re-verified",
             "registered_model": name,
@@ -553,8 +552,7 @@ def register_if_verified(
         same = _same_served_version(client, name, identity)
         if same is not None:
             number = str(same.version)
-            client.set_model_version_tag(name, number, "reverified_by_run", info["run_id"])
-            client.set_model_version_tag(name, number, "reverified_at", _now())
+            _mark_reverified(client, name, number, info["run_id"])
             return {
                 "status": "re-verified",
                 "registered_model": name,
@@ -570,8 +568,7 @@ def register_if_verified(
         # a new version would be a byte-for-byte copy (and cost ~2 s of MLflow's
         # pyfunc packaging). This run re-verifies the version instead.
         number = str(current.version)
-        client.set_model_version_tag(name, number, "reverified_by_run", info["run_id"])
-        client.set_model_version_tag(name, number, "reverified_at", _now())
+        _mark_reverified(client, name, number, info["run_id"])
         return {
             "status": "re-verified",
             "registered_model": name,
@@ -595,6 +592,13 @@ def register_if_verified(
         move_alias,
         off_target_because=because,
     )
+
+
+def _mark_reverified(client: Any, name: str, version: str, run_id: str) -> None:
+    """Record on version ``version`` that run ``run_id`` checked and passed what it serves
+    again (tags ``reverified_by_run``, ``reverified_at``), instead of a copy registered."""
+    client.set_model_version_tag(name, version, "reverified_by_run", run_id)
+    client.set_model_version_tag(name, version, "reverified_at", _now())
 
 
 def outcome_line(result: dict[str, Any]) -> str:
