@@ -222,3 +222,16 @@ def test_judge_paired_with_looks_records_each_cells_pairs_and_why():
     assert cells["vmap_jit/b256"]["status"] == "no measurable difference"
     assert result["pairs"] == 40 and result["pairs_taken"] == 20
     assert result["sequential"]["pairs_at_looks"] == plan.sizes
+
+
+def test_a_cell_that_took_every_pair_reads_all_pairs_not_a_stop():
+    """The last look ends every cell: a cell judged on all its pairs says so, even where
+    its pairs would have stopped it at an earlier look (it was not stopped early)."""
+    plan = SequentialPlan(40, 4, ALPHA, CONFIDENCE)
+    logs = _logs(40, 1.0, 0.03, seed=0)
+    assert _first_decision(plan, logs)[1] == BELOW_FACTOR
+    assert plan.decision(logs, FACTOR, _groups(40), CONFIDENCE) is None
+    cell = paired_cell(
+        np.ones(40), np.exp(logs), CONFIDENCE, processes=_groups(40), plan=plan, factor=FACTOR
+    )
+    assert cell["stopped"] == ALL_PAIRS and cell["pairs"] == 40

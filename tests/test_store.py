@@ -439,3 +439,14 @@ def test_mlflow_tracking_uri_naming_no_supported_store_is_refused(tmp_path, monk
     with pytest.raises(ConfigError, match=r"use sqlite:///<path>/mlflow\.db"):
         open_store(tracking(), tmp_path)
     assert sorted(tmp_path.iterdir()) == []  # no store was made
+
+
+def test_the_printed_run_url_never_carries_the_stores_credentials():
+    from vmapcheck.report.summary import review_url
+
+    track = {"experiment_id": "3", "run_id": "abc"}
+    server = review_url(track | {"tracking_uri": "https://ci:secret@mlflow.example:8443"})
+    assert server.startswith("https://mlflow.example:8443/#/experiments/3/runs/abc")
+    assert "secret" not in server and "ci:" not in server
+    local = review_url(track | {"tracking_uri": "sqlite:////tmp/x/mlflow.db"})
+    assert local.startswith("vmapcheck ui, then http://127.0.0.1:5000/#/experiments/3/runs/abc")

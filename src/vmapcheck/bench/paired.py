@@ -78,6 +78,7 @@ import numpy as np
 from vmapcheck.bench.baseline import CONTEXT, BenchRecord
 from vmapcheck.bench.labels import STYLES
 from vmapcheck.bench.pairs import (
+    ALL_PAIRS,
     BASELINE,
     CURRENT,
     SequentialPlan,
@@ -706,7 +707,7 @@ def _sequential_lines(result: dict[str, Any]) -> list[str]:
     early = {
         c: cell
         for c, cell in result["cells"].items()
-        if cell.get("stopped") not in (None, "all pairs")
+        if cell.get("stopped") not in (None, ALL_PAIRS)
     }
     lines = [
         f"sequential: {plan['looks']} looks at {plan['pairs_at_looks']} pairs; p slower: "

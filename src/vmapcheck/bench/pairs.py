@@ -91,7 +91,7 @@ class SequentialPlan:
         difference`` while its interval still reaches that far. These conditions only
         make stops rarer, so the error rates hold."""
         k = self.look_at(len(logs))
-        if k is None or self.looks == 1:
+        if k is None or k == self.looks - 1:  # between looks, or the last (one look too)
             return None
         z = self.statistics(logs, factor)
         if self.below.crossed(k, z["below"]):

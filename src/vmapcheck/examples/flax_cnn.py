@@ -42,25 +42,19 @@ batch.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 
 import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from vmapcheck.core.contract import InputSpec, Leaf
+from vmapcheck.core.contract import InputSpec
 from vmapcheck.core.models import Model, Params, Tap, no_tap, recorded
+from vmapcheck.examples.images import CALIBRATION_IMAGES, IMAGE, POOL, image_leaf, image_side
 
-# The name of the one input leaf: {"image": (side, side, 1)}.
-IMAGE = "image"
 # The layers whose output is tapped, in computation order; the last is the output.
 LAYERS = ("conv1", "bn1", "conv2", "bn2", "pool", "head")
 OUTPUT_LAYER = LAYERS[-1]
-# The mean-pool's window: POOL x POOL blocks of the image, averaged.
-POOL = 2
-# Images of the calibration pass that sets the running statistics at init.
-CALIBRATION_IMAGES = 256
 
 
 class CNN(nnx.Module):
@@ -99,18 +93,6 @@ class CNN(nnx.Module):
         blocks = (*lead, height // POOL, POOL, width // POOL, POOL, channels)
         pooled = tap("pool", jnp.mean(jnp.reshape(h, blocks), axis=(-4, -2)))
         return self.head(jnp.reshape(pooled, (*lead, -1)))  # (..., out_features)
-
-
-def image_side(in_features: int) -> int:
-    """The side of a square one-channel image of ``in_features`` pixels (8 for 64)."""
-    side = math.isqrt(in_features)
-    if side * side != in_features or side % POOL:
-        raise ValueError(
-            f"in_features={in_features} is not the square of a multiple of {POOL}: the CNN "
-            f"takes one example as a (side, side, 1) image of in_features pixel columns and "
-            f"mean-pools {POOL}x{POOL} blocks of it"
-        )
-    return side
 
 
 def _set_statistics(norm: nnx.BatchNorm, h: jax.Array) -> None:
@@ -163,16 +145,6 @@ def statistics_leaves(in_features: int, out_features: int, channels: int) -> tup
     abstract = nnx.eval_shape(lambda: CNN(side, channels, out_features, rngs=nnx.Rngs(params=0)))
     statistics = nnx.to_pure_dict(nnx.state(abstract, nnx.BatchStat))
     return tuple(f"{layer}.{name}" for layer, leaves in statistics.items() for name in leaves)
-
-
-def image_leaf(side: int) -> Leaf:
-    """The CNN's one input leaf: ``image``, ``(side, side, 1)`` float."""
-    return Leaf(
-        IMAGE,
-        (side, side, 1),
-        "float",
-        meaning=f"one {side}x{side} grayscale image, channels last: ink counts row-major",
-    )
 
 
 def make_model(

@@ -2,11 +2,12 @@
 (``conf/model/haiku_cnn.yaml``, for the digit images: ``data=digits``; needs ``pip install
 -e '.[haiku]'``).
 
-The input contract is the one of :mod:`vmapcheck.examples.flax_cnn`: ``{"image": (side,
-side, 1) float}``, channels last, taking the table's ``side * side`` pixel columns
-row-major. ``forward_one(params, {"image": (side, side, 1)})`` -> ``(out_features,)``;
-``forward_batch(params, {"image": (batch, side, side, 1)})`` (batch axis 0) -> ``(batch,
-out_features)`` convolves the whole batch at once (the ``direct`` path). The network::
+The input contract is the one of :mod:`vmapcheck.examples.flax_cnn` (both take it from
+:mod:`vmapcheck.examples.images`): ``{"image": (side, side, 1) float}``, channels last,
+taking the table's ``side * side`` pixel columns row-major. ``forward_one(params,
+{"image": (side, side, 1)})`` -> ``(out_features,)``; ``forward_batch(params, {"image":
+(batch, side, side, 1)})`` (batch axis 0) -> ``(batch, out_features)`` convolves the
+whole batch at once (the ``direct`` path). The network::
 
     conv1 (3x3, 1 -> channels) -> bn1 -> relu -> conv2 (3x3) -> bn2 -> relu
     -> pool (mean over 2x2 blocks) -> flatten -> head (Linear -> out_features)
@@ -42,37 +43,18 @@ would crash ``jax.grad``, and the running statistics are not weights.
 
 from __future__ import annotations
 
-import math
-
 import haiku as hk
 import jax
 import jax.numpy as jnp
 
-from vmapcheck.core.contract import InputSpec, Leaf
+from vmapcheck.core.contract import InputSpec
 from vmapcheck.core.models import Model, Params
+from vmapcheck.examples.images import CALIBRATION_IMAGES, IMAGE, POOL, image_leaf, image_side
 
-# The name of the one input leaf: {"image": (side, side, 1)}.
-IMAGE = "image"
-# The mean-pool's window: POOL x POOL blocks of the image, averaged.
-POOL = 2
-# Images of the calibration step that sets BatchNorm's moving averages at init.
-CALIBRATION_IMAGES = 256
 # Haiku's moving-average decay; with zero-debiasing one step gives the batch's statistics.
 DECAY = 0.9
 # The params subtrees: Haiku's params (trained) and Haiku's state (declared, kept).
 WEIGHTS, STATE = "params", "state"
-
-
-def image_side(in_features: int) -> int:
-    """The side of a square one-channel image of ``in_features`` pixels (8 for 64)."""
-    side = math.isqrt(in_features)
-    if side * side != in_features or side % POOL:
-        raise ValueError(
-            f"in_features={in_features} is not the square of a multiple of {POOL}: the CNN "
-            f"takes one example as a (side, side, 1) image of in_features pixel columns and "
-            f"mean-pools {POOL}x{POOL} blocks of it"
-        )
-    return side
 
 
 def network(channels: int, out_features: int) -> hk.TransformedWithState:
@@ -155,16 +137,7 @@ def make_model(
             f"{POOL}x{POOL} mean-pool -> linear, {out_features} outputs (scores fitted by "
             "MSE); direct path = the convolutions on the whole batch of images"
         ),
-        inputs=InputSpec(
-            (
-                Leaf(
-                    IMAGE,
-                    (side, side, 1),
-                    "float",
-                    meaning=f"one {side}x{side} grayscale image, channels last",
-                ),
-            )
-        ),
+        inputs=InputSpec((image_leaf(side),)),
         # Haiku's whole state (moving averages and their int32 counters): kept, not trained.
         state_leaves=(STATE,),
     )

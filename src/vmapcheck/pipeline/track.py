@@ -58,6 +58,7 @@ from vmapcheck.tracking.store import (
     pipeline_key,
     reaching,
     settle_earlier_attempts,
+    shown,
     store_root,
     writer_lock,
 )
@@ -259,6 +260,9 @@ def track(config: Config, layout: Layout) -> int:
         print(f"track: registry: {outcome_line(info['registry'])}")
     else:
         info = earlier | {"forward_outputs_sha256": check.get("forward_outputs_sha256")}
+    # The report and the terminal name the store without a user name or password: a
+    # server's URI may carry them (MLFLOW_TRACKING_URI in a CI job).
+    info = info | {"tracking_uri": shown(info["tracking_uri"])}
     atomic_write_json(layout.track_report, info)
     logged = "logged" if earlier is None else "the same inputs were logged before (not again):"
     print(f"track: {logged} run {info['run_id']} ({info['run_name']}) to {info['tracking_uri']}")

@@ -18,7 +18,7 @@ from vmapcheck.report.check_sections import (
 )
 from vmapcheck.report.elements import shape_text
 from vmapcheck.report.headline import batch_from_label, noisy_caveat
-from vmapcheck.tracking.ui import run_url
+from vmapcheck.tracking.ui import run_url, ui_base
 
 
 def verdict_line(check: dict[str, Any], bench: dict[str, Any] | None = None) -> str:
@@ -64,11 +64,9 @@ def review_url(track: dict[str, Any]) -> str:
     """Where to open the run of ``track`` (reports/track.json): its page on the tracking
     server, or for the local store `vmapcheck ui`, then its page there (MLflow's ML view,
     not its GenAI one: vmapcheck.tracking.ui)."""
-    uri = str(track["tracking_uri"])
-    if uri.startswith(("http://", "https://")):  # a tracking server has its own UI
-        return run_url(uri, track["experiment_id"], track["run_id"])
-    page = run_url("http://127.0.0.1:5000", track["experiment_id"], track["run_id"])
-    return f"vmapcheck ui, then {page}"
+    base, first = ui_base(str(track["tracking_uri"]))
+    page = run_url(base, track["experiment_id"], track["run_id"])
+    return f"{first}, then {page}" if first else page
 
 
 def summarize(layout: Layout) -> str:

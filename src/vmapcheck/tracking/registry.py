@@ -529,13 +529,13 @@ def register_if_verified(
     client = _client(info["tracking_uri"])
     source = read_json(Path(params_dir) / MANIFEST_FILE).get("source", {})
     if source.get("registered_model") == name and source.get("version"):
-        _mark_reverified(client, name, source["version"], info["run_id"])
-        return {
-            "status": "re-verified",
-            "registered_model": name,
-            "version": source["version"],
-            "why": f"the params came from {source['params_source']}; not registered again",
-        }
+        return _reverified(
+            client,
+            name,
+            source["version"],
+            info["run_id"],
+            f"the params came from {source['params_source']}; not registered again",
+        )
     runtime_tags = {
         "model": config.model.name,
         "backend": runtime.get("backend", config.backend.name),
@@ -552,30 +552,30 @@ def register_if_verified(
         same = _same_served_version(client, name, identity)
         if same is not None:
             number = str(same.version)
-            _mark_reverified(client, name, number, info["run_id"])
-            return {
-                "status": "re-verified",
-                "registered_model": name,
-                "version": number,
-                "previous": held,
-                "verified_alias": "stays" if number != held else "held",
-                "off_target": because,
-                "why": f"version {number} serves the same params, settings, code and "
-                "runtime; not registered again",
-            }
+            return _reverified(
+                client,
+                name,
+                number,
+                info["run_id"],
+                f"version {number} serves the same params, settings, code and runtime; "
+                "not registered again",
+                previous=held,
+                verified_alias="stays" if number != held else "held",
+                off_target=because,
+            )
     if because is None and current is not None and current.tags.get(TAG_SERVED) == identity:
         # A rerun for a tolerance, a bench setting or a commit that changed nothing served:
         # a new version would be a byte-for-byte copy (and cost ~2 s of MLflow's
         # pyfunc packaging). This run re-verifies the version instead.
         number = str(current.version)
-        _mark_reverified(client, name, number, info["run_id"])
-        return {
-            "status": "re-verified",
-            "registered_model": name,
-            "version": number,
-            "why": f"version {number} (@{VERIFIED}) serves the same params, settings, code "
-            "and runtime; not registered again",
-        }
+        return _reverified(
+            client,
+            name,
+            number,
+            info["run_id"],
+            f"version {number} (@{VERIFIED}) serves the same params, settings, code and "
+            "runtime; not registered again",
+        )
     tags = {
         "git_commit": info.get("git_commit", "unknown"),
         "git_dirty": info.get("git_dirty", "unknown"),
@@ -594,11 +594,21 @@ def register_if_verified(
     )
 
 
-def _mark_reverified(client: Any, name: str, version: str, run_id: str) -> None:
+def _reverified(
+    client: Any, name: str, version: str, run_id: str, why: str, **extra: Any
+) -> dict[str, Any]:
     """Record on version ``version`` that run ``run_id`` checked and passed what it serves
-    again (tags ``reverified_by_run``, ``reverified_at``), instead of a copy registered."""
+    again (tags ``reverified_by_run``, ``reverified_at``), instead of a copy registered;
+    return the outcome :func:`register_if_verified` reports, with ``extra`` keys."""
     client.set_model_version_tag(name, version, "reverified_by_run", run_id)
     client.set_model_version_tag(name, version, "reverified_at", _now())
+    return {
+        "status": "re-verified",
+        "registered_model": name,
+        "version": version,
+        "why": why,
+        **extra,
+    }
 
 
 def outcome_line(result: dict[str, Any]) -> str:
