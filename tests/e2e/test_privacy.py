@@ -15,7 +15,15 @@ import jax
 import numpy as np
 import pytest
 
-from tests.helpers.project import FAST_RUN, commit_all, compose_params, copy_project, planted, run
+from tests.helpers.project import (
+    FAST_REPLAY_REQUESTS,
+    FAST_RUN,
+    commit_all,
+    compose_params,
+    copy_project,
+    planted,
+    run,
+)
 from vmapcheck.bench.guard import REQUEST_CANARY
 from vmapcheck.data.anonymize import find_canaries
 from vmapcheck.data.builtin import synthetic_raw_table, write_csv
@@ -108,7 +116,7 @@ def test_no_canary_or_secret_reaches_any_output(project):
     hits = [p for p in _files(_scanned(project)) if float32 in p.read_bytes()]
     assert hits == []
     replay = json.loads((project / "reports" / "bench_details.json").read_text())["replay"]
-    assert replay["requests"] == 600 and replay["figures"]["passed"] == 1.0
+    assert replay["requests"] == FAST_REPLAY_REQUESTS and replay["figures"]["passed"] == 1.0
     manifest = (project / "data" / "prepared" / "manifest.json").read_text()
     assert '"action": "dropped"' in manifest and "VMAPCHECK_PSEUDONYM_SECRET" in manifest
 

@@ -10,13 +10,21 @@ Nothing is mocked: real DVC queue workers (celery), JAX, MLflow.
 from __future__ import annotations
 
 import re
+import subprocess
 import sys
 import time
 from pathlib import Path
 
 import pytest
 
-from tests.helpers.project import FAST_RUN, commit_all, compose_params, copy_project, run
+from tests.helpers.project import (
+    FAST_RUN,
+    commit_all,
+    compose_params,
+    copy_project,
+    project_env,
+    run,
+)
 
 pytestmark = pytest.mark.e2e
 
@@ -31,6 +39,40 @@ def queue_status(project: Path) -> dict[str, str]:
     """Experiment name -> Queued/Running/Success/Failed, from `dvc queue status`."""
     shown = run(project, "dvc", "queue", "status").stdout
     return dict(re.findall(r"^\S+\s+(sweep-\S+)\s+.*?\b(\w+)\s*$", shown, re.M))
+
+
+def start_workers(project: Path, log: Path) -> None:
+    """`dvc queue start -j 2`, its output to ``log``. Not through a pipe: its workers
+    (forked, not detached) inherit the command's stdout, so reading it to the end waits
+    for the last worker to exit; and a worker told to shut down while its last task ran
+    can hang in celery's shutdown after that task succeeded (seen under load: the sweep
+    done, `queue start` still open ten minutes later). The queue's status is what the
+    test waits on."""
+    with log.open("w") as out:
+        subprocess.run(
+            ["dvc", "queue", "start", "-j", "2"],
+            cwd=project,
+            env=project_env(project),
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            check=True,
+            timeout=120,
+        )
+
+
+def kill_workers(project: Path) -> None:
+    """Kill what is left of the queue's workers (a worker hung in its shutdown, above):
+    every process whose working directory is in ``project``."""
+    import psutil
+
+    root = project.resolve()
+    for process in psutil.process_iter():
+        try:
+            if Path(process.cwd()).is_relative_to(root):
+                process.kill()
+        except (psutil.Error, OSError):
+            continue  # gone meanwhile, or not ours to read
 
 
 def test_a_queued_sweep_of_four_configs_with_two_jobs_reaches_one_store(tmp_path):
@@ -62,7 +104,7 @@ def test_a_queued_sweep_of_four_configs_with_two_jobs_reaches_one_store(tmp_path
     assert set(queue_status(project)) == set(names)
     started = time.monotonic()
     try:
-        run(project, "dvc", "queue", "start", "-j", "2")
+        start_workers(project, tmp_path / "queue-start.log")
         while True:
             status = queue_status(project)
             if len(status) == 4 and all(s in ("Success", "Failed") for s in status.values()):
@@ -71,6 +113,7 @@ def test_a_queued_sweep_of_four_configs_with_two_jobs_reaches_one_store(tmp_path
             time.sleep(3)  # `dvc queue status` is ~1.5 CPU s: not much more often
     finally:
         run(project, "dvc", "queue", "stop", "--kill", check=False)
+        kill_workers(project)
     print(f"sweep done in {time.monotonic() - started:.0f} s: {status}")
     if set(status.values()) != {"Success"}:
         logs = {n: run(project, "dvc", "queue", "logs", n, check=False).stdout for n in names}
