@@ -57,3 +57,28 @@ def empty_mlflow_store(tmp_path_factory) -> Callable[[Path], str]:
     template = tmp_path_factory.mktemp("mlflow-template") / "mlflow.db"
     make_empty_store(template)
     return partial(copy_empty_store, template)
+
+
+def _file_cost_rank(item: pytest.Item) -> int:
+    """0 for a file of end-to-end tests (whole pipelines in subprocesses: a minute or more
+    each), 1 for one with in-process stage runs (tens of seconds), 2 for unit tests."""
+    if item.get_closest_marker("e2e"):
+        return 0
+    return 1 if item.get_closest_marker("stages") else 2
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """The dearest files first: by rank, then by how many tests of that rank the file
+    holds, then in collection order. The Makefile's xdist workers take whole files in
+    this order (--dist loadfile --no-loadscope-reorder), so the run ends on short unit
+    files and neither worker waits long for the other; in file name order, the
+    transformer's planted mistakes (over a minute) ran among the last files."""
+    cost: dict[str, tuple[int, int]] = {}
+    for item in items:
+        path = item.nodeid.split("::", 1)[0]
+        rank, count = cost.get(path, (2, 0))
+        item_rank = _file_cost_rank(item)
+        if item_rank < rank:
+            rank, count = item_rank, 0
+        cost[path] = (rank, count - (item_rank == rank))
+    items.sort(key=lambda item: cost[item.nodeid.split("::", 1)[0]])  # stable
