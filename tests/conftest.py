@@ -43,6 +43,17 @@ jax.config.update("jax_numpy_rank_promotion", "raise")
 # Two emulated CPU devices (only takes effect before the backend starts), so the sharded
 # path splits a real batch over a mesh in this process too.
 jax.config.update("jax_num_cpu_devices", 2)
+# A compile cache of this process's own (each xdist worker has one), for the stages the
+# tests run in-process. Each run builds its model afresh, so JAX's in-memory caches miss
+# and the same programs were compiled again: the transformer's four planted mistakes took
+# 72 s, 48 s with this cache. Private, so unbounded: JAX then takes no file lock per
+# entry (the shared, locked cache above cost more system time here than it saved). Only
+# compiles over 20 ms are kept: the many tiny eager ones are as quick to redo. A hit still
+# fires JAX's compile event, which the bench's and the guard's compile counts read.
+_inprocess_compile_cache = tempfile.mkdtemp(prefix="vmapcheck-test-inprocess-jax-cache-")
+atexit.register(shutil.rmtree, _inprocess_compile_cache, ignore_errors=True)
+jax.config.update("jax_compilation_cache_dir", _inprocess_compile_cache)
+jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.02)
 
 
 @pytest.fixture(scope="session")
