@@ -23,8 +23,9 @@ from vmapcheck.core.runtime import SHARED_COMPILE_CACHE_ENV
 # One JAX compile cache for every pipeline this session runs, in-process and in the e2e
 # projects' subprocesses (they inherit it; so do the xdist workers, started after this):
 # the projects compile the same programs, and each pipeline run compiled them afresh
-# (the forward stage: 12.6 CPU s cold, 3.0 s from the cache). The cache is locked, so
-# the two workers share it safely (vmapcheck.core.runtime.enable_compile_cache).
+# (the forward stage: 12.6 CPU s cold, 3.0 s from the cache). A stage that reads an
+# entry the other worker is still writing compiles it instead, after JAX's warning
+# (vmapcheck.core.runtime.enable_compile_cache).
 if not os.environ.get(SHARED_COMPILE_CACHE_ENV):
     _compile_cache = tempfile.mkdtemp(prefix="vmapcheck-test-jax-cache-")
     os.environ[SHARED_COMPILE_CACHE_ENV] = _compile_cache
@@ -46,9 +47,8 @@ jax.config.update("jax_num_cpu_devices", 2)
 # A compile cache of this process's own (each xdist worker has one), for the stages the
 # tests run in-process. Each run builds its model afresh, so JAX's in-memory caches miss
 # and the same programs were compiled again: the transformer's four planted mistakes took
-# 72 s, 48 s with this cache. Private, so unbounded: JAX then takes no file lock per
-# entry (the shared, locked cache above cost more system time here than it saved). Only
-# compiles over 20 ms are kept: the many tiny eager ones are as quick to redo. A hit still
+# 72 s, 48 s with this cache. Only compiles over 20 ms are kept: the many tiny eager
+# ones are as quick to redo. A hit still
 # fires JAX's compile event, which the bench's and the guard's compile counts read.
 _inprocess_compile_cache = tempfile.mkdtemp(prefix="vmapcheck-test-inprocess-jax-cache-")
 atexit.register(shutil.rmtree, _inprocess_compile_cache, ignore_errors=True)

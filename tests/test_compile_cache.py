@@ -11,7 +11,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from vmapcheck.core.runtime import SHARED_COMPILE_CACHE_ENV
+from vmapcheck.core.runtime import SHARED_COMPILE_CACHE_ENV, prune_compile_cache
 from vmapcheck.layout import Layout
 
 # Compiles one jit function with the cache on; prints its output, and how many compiles
@@ -66,12 +66,35 @@ def test_a_second_process_loads_what_the_first_compiled(tmp_path):
     assert second["out"] == first["out"]
 
 
-def test_a_shared_cache_replaces_each_projects_own_and_is_bounded_and_locked(tmp_path):
+def test_a_shared_cache_replaces_each_projects_own(tmp_path):
     shared = tmp_path / "shared"
     first = _run(tmp_path / "a" / ".jax_cache", shared)
     second = _run(tmp_path / "b" / ".jax_cache", shared)
     assert first["misses"] >= 1 and second["hits"] >= 1 and second["misses"] == 0, second
     assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()
-    # Bounded, hence locked: JAX keeps its lock file and each entry's access time there.
-    assert (shared / ".lockfile").exists()
-    assert any(path.name.endswith("-atime") for path in shared.iterdir())
+    # Not JAX's bound (a scan of the whole folder on every new entry), so none of the
+    # lock and access-time files it keeps: each entry is one file.
+    names = [path.name for path in shared.iterdir()]
+    assert names and all(name.endswith("-cache") for name in names), names
+
+
+def _entry(folder: Path, key: str, size: int, age_s: int) -> Path:
+    """A cache entry of ``size`` bytes written ``age_s`` seconds ago, with the access-time
+    file JAX's own bounded mode keeps beside it."""
+    path = folder / f"{key}-cache"
+    path.write_bytes(b"x" * size)
+    (folder / f"{key}-atime").write_bytes(b"\0" * 8)
+    written = 1_000_000 - age_s
+    os.utime(path, (written, written))
+    return path
+
+
+def test_a_cache_over_its_bound_loses_its_oldest_entries_down_to_three_quarters(tmp_path):
+    entries = [_entry(tmp_path, f"jit_f-{i}", 100, age_s=10 * (8 - i)) for i in range(8)]
+    assert prune_compile_cache(tmp_path, max_bytes=800) == []  # at the bound: kept
+    deleted = prune_compile_cache(tmp_path, max_bytes=700)
+    # 800 bytes over a 700 bound: the oldest go until at most 525 (75 %) remain.
+    assert deleted == entries[:3]
+    left = sorted(path.name for path in tmp_path.iterdir())
+    assert left == sorted(f"jit_f-{i}-{kind}" for i in range(3, 8) for kind in ("cache", "atime"))
+    assert prune_compile_cache(tmp_path / "not-made-yet", max_bytes=1) == []

@@ -184,7 +184,9 @@ def test_a_stage_sigkilled_at_a_random_point_recovers_with_dvc_repro(project, st
 @pytest.mark.e2e
 def test_a_half_logged_run_is_never_trusted_by_the_next_run_on_another_state(project, tmp_path):
     """track SIGKILLed once its run row exists; then a run on another pipeline state."""
+    from mlflow.exceptions import MlflowException
     from mlflow.tracking import MlflowClient
+    from sqlalchemy.exc import OperationalError
 
     root = project.root
     uri = local_uri(root)
@@ -203,12 +205,15 @@ def test_a_half_logged_run_is_never_trusted_by_the_next_run_on_another_state(pro
     # State B: another tolerance reruns check and track.
     write_params(root, *TINY, "precision.tolerance.rtol=2e-05")
     run(root, "dvc", "repro", "check")
+
+    def run_row_written(stage: str, _elapsed: float) -> bool:
+        try:
+            return stage == "track" and new_running_run() is not None
+        except (MlflowException, OperationalError):
+            return False  # track, stopped to look, holds the store's write lock: next look
+
     killed = run_watched(
-        root,
-        "dvc",
-        "repro",
-        stages=("track",),
-        kill=lambda name, elapsed: name == "track" and new_running_run() is not None,
+        root, "dvc", "repro", stages=("track",), kill=run_row_written, pause_to_decide=True
     )
     assert killed.killed_stage, killed.output
     half = new_running_run()

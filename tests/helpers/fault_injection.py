@@ -70,11 +70,14 @@ def run_watched(
     stages: tuple[str, ...],
     kill: Callable[[str, float], bool] | None = None,
     timeout_s: float = 600,
+    pause_to_decide: bool = False,
 ) -> Watched:
     """Run ``args`` in ``project`` in a new process group, polling every 50 ms for the
     processes of ``stages``. ``kill(stage, seconds since its process appeared)``: True
     SIGKILLs the whole group (DVC and the stage) at once, as an OOM killer or a power cut
-    of the job would."""
+    of the job would. ``pause_to_decide``: the group is stopped (SIGSTOP) while ``kill``
+    looks, so the kill lands on the state it saw (a stage that ends its MLflow run in the
+    moment between the look and the kill would otherwise leave nothing half done)."""
     with open(project / ".fault-run.log", "w+") as log:
         proc = subprocess.Popen(
             list(args),
@@ -95,10 +98,16 @@ def run_watched(
                     if stage_processes(proc.pid, stage):
                         first, _ = watched.seen_s.get(stage, (now, now))
                         watched.seen_s[stage] = (first, now)
-                        if kill is not None and kill(stage, now - first):
+                        if kill is None:
+                            continue
+                        if pause_to_decide:
+                            os.killpg(proc.pid, signal.SIGSTOP)
+                        if kill(stage, now - first):
                             os.killpg(proc.pid, signal.SIGKILL)
                             watched.killed_stage = True
                             watched.killed_after_s = now - first
+                        elif pause_to_decide:
+                            os.killpg(proc.pid, signal.SIGCONT)
                 time.sleep(0.05)
         finally:
             if proc.poll() is None:

@@ -138,8 +138,12 @@ def enable_key_reuse_checks() -> None:
 
 # A folder for the stages' compile cache instead of each project's own .jax_cache/.
 SHARED_COMPILE_CACHE_ENV = "VMAPCHECK_COMPILE_CACHE"
-# The compile cache's bound (a quick run of the MLP keeps a few MB there).
+# The compile cache's bound (a quick run of the MLP keeps a few MB there), and the share
+# of it that a pruned cache keeps (room for a few runs before the next pruning).
 COMPILE_CACHE_MAX_BYTES = 2 * 1024**3
+COMPILE_CACHE_PRUNED_SHARE = 0.75
+# JAX's names for an entry and for the access time its own bounded mode keeps beside it.
+_ENTRY_SUFFIX, _ATIME_SUFFIX = "-cache", "-atime"
 
 
 def enable_compile_cache(folder: Path) -> None:
@@ -156,10 +160,13 @@ def enable_compile_cache(folder: Path) -> None:
     session's many projects). Never for ``bench``: it times compiles (``compile_ms``) and
     counts them (the guard's replay); a cache hit is no compile.
 
-    The cache holds at most :data:`COMPILE_CACHE_MAX_BYTES` (the least recently used
-    entries go first). A bounded cache is also a locked one: JAX then reads and writes
-    each entry under a file lock, so parallel experiments (``dvc queue start -j 2``) never
-    read an entry half written by the other.
+    The cache is bounded here, once per process (:func:`prune_compile_cache`), not by
+    JAX: JAX's own bound (``jax_compilation_cache_max_size``) sums the sizes of every
+    entry in the folder on each new entry, which made a cold ``forward`` 16.5 s with an
+    empty folder and 39.3 s with 2,000 other entries there (2026-12-06, the two-core VM, quiet).
+    Without it JAX writes an entry in place, unlocked: a process that reads an entry
+    another is still writing (parallel processes on one shared folder) gets a warning
+    from JAX and compiles instead, with the same result.
     """
     import jax
 
@@ -167,8 +174,37 @@ def enable_compile_cache(folder: Path) -> None:
         shared = os.environ.get(SHARED_COMPILE_CACHE_ENV, "").strip()
         jax.config.update("jax_compilation_cache_dir", shared or str(folder))
     jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
-    if jax.config.jax_compilation_cache_max_size == -1:  # JAX's default: unbounded, unlocked
-        jax.config.update("jax_compilation_cache_max_size", COMPILE_CACHE_MAX_BYTES)
+    prune_compile_cache(Path(jax.config.jax_compilation_cache_dir), COMPILE_CACHE_MAX_BYTES)
+
+
+def prune_compile_cache(folder: Path, max_bytes: int) -> list[Path]:
+    """If the entries in ``folder`` (JAX's ``<key>-cache`` files) hold more than
+    ``max_bytes``, delete the oldest written until they hold at most
+    :data:`COMPILE_CACHE_PRUNED_SHARE` of it; returns the entries deleted, oldest first.
+
+    An entry another process deletes meanwhile is skipped, as is a folder not made yet.
+    """
+    entries = []
+    with contextlib.suppress(FileNotFoundError):
+        for path in folder.glob(f"*{_ENTRY_SUFFIX}"):
+            with contextlib.suppress(FileNotFoundError):
+                stat = path.stat()
+                entries.append((stat.st_mtime_ns, path, stat.st_size))
+    total = sum(size for _, _, size in entries)
+    if total <= max_bytes:
+        return []
+    deleted = []
+    for _, path, size in sorted(entries):
+        if total <= max_bytes * COMPILE_CACHE_PRUNED_SHARE:
+            break
+        path.unlink(missing_ok=True)
+        # Left by JAX's own bounded mode (a folder an older vmapcheck filled).
+        path.with_name(path.name.removesuffix(_ENTRY_SUFFIX) + _ATIME_SUFFIX).unlink(
+            missing_ok=True
+        )
+        total -= size
+        deleted.append(path)
+    return deleted
 
 
 def _configure_cpu(name: str, dtype: str) -> RuntimeInfo:
