@@ -48,8 +48,11 @@ $(STAMP): pyproject.toml requirements.lock
 	$(BIN)/python -m pip install --quiet --upgrade pip==26.3
 	@# uv installs the rest under the same constraints, from its linked cache: seconds
 	@# where pip took about a minute (pip stays in .venv for the user's own installs).
+	@# Compiled to bytecode now, as pip does: under PYTHONDONTWRITEBYTECODE (set where CI
+	@# runs) every process would otherwise compile each module it imports, every time
+	@# (`import mlflow` 2.9 s instead of 1.2 s; the test suite's CPU time up by half).
 	$(BIN)/python -m pip install --quiet --constraint requirements.lock uv
-	$(BIN)/uv pip install --quiet --python $(BIN)/python --constraint requirements.lock --editable '.[dev,flax,equinox,haiku]'
+	$(BIN)/uv pip install --quiet --compile-bytecode --python $(BIN)/python --constraint requirements.lock --editable '.[dev,flax,equinox,haiku]'
 	@touch $@
 
 demo: $(STAMP)

@@ -50,6 +50,10 @@ def serving(uri: str, cwd: Path) -> Iterator[str]:
                 "127.0.0.1",
                 "--port",
                 str(port),
+                # One browser reads it: one worker, not MLflow's four (each imports
+                # MLflow's server, seconds of CPU on a two-core machine).
+                "--workers",
+                "1",
             ],
             cwd=cwd,
             # No background job workers: this UI only reads (they also slow its start).
