@@ -76,8 +76,9 @@ def run_watched(
     processes of ``stages``. ``kill(stage, seconds since its process appeared)``: True
     SIGKILLs the whole group (DVC and the stage) at once, as an OOM killer or a power cut
     of the job would. ``pause_to_decide``: the group is stopped (SIGSTOP) while ``kill``
-    looks, so the kill lands on the state it saw (a stage that ends its MLflow run in the
-    moment between the look and the kill would otherwise leave nothing half done)."""
+    looks, and goes on (SIGCONT) when it says False, so the kill lands on the state it saw
+    (a stage that ends its MLflow run between a look and the kill would otherwise leave
+    nothing half done). A look must then be quick: the stage waits for each."""
     with open(project / ".fault-run.log", "w+") as log:
         proc = subprocess.Popen(
             list(args),
@@ -102,12 +103,13 @@ def run_watched(
                             continue
                         if pause_to_decide:
                             os.killpg(proc.pid, signal.SIGSTOP)
-                        if kill(stage, now - first):
-                            os.killpg(proc.pid, signal.SIGKILL)
-                            watched.killed_stage = True
-                            watched.killed_after_s = now - first
-                        elif pause_to_decide:
-                            os.killpg(proc.pid, signal.SIGCONT)
+                        if not kill(stage, now - first):
+                            if pause_to_decide:
+                                os.killpg(proc.pid, signal.SIGCONT)
+                            continue
+                        os.killpg(proc.pid, signal.SIGKILL)
+                        watched.killed_stage = True
+                        watched.killed_after_s = now - first
                 time.sleep(0.05)
         finally:
             if proc.poll() is None:
