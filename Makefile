@@ -60,11 +60,12 @@ demo: $(STAMP)
 	vmapcheck summary --repro-status $$status || true; \
 	exit $$status
 
-# Two pytest-xdist workers (the project's machines have two cores), a whole file to a
-# worker: an e2e file's shared pipeline run and every module fixture stay in one process.
-# Files go out in collection order, tests/e2e (the longest) first, not xdist's default
-# of the files with the most tests first, which left the single-test e2e files for last.
-PYTEST_WORKERS := -n 2 --dist loadfile --no-loadscope-reorder
+# Three pytest-xdist workers on the project's two cores: the e2e tests also wait (for
+# DVC's subprocesses, servers, polls), and with two workers the cores stood idle for 8%
+# of the run. A whole file to a worker: an e2e file's shared pipeline run and every
+# module fixture stay in one process. Files go out dearest first (tests/conftest.py),
+# not in xdist's default order, so that no worker is left with a long file at the end.
+PYTEST_WORKERS := -n 3 --dist loadfile --no-loadscope-reorder
 
 # Everything CI runs: lint, unit and end-to-end tests, the short part of the fault matrix.
 test: $(STAMP) lint browser

@@ -33,6 +33,10 @@ def project_env(project: Path) -> dict[str, str]:
         GIT_COMMITTER_EMAIL="e2e@vmapcheck.invalid",
     )
     env.pop("JAX_PLATFORMS", None)  # the pipeline selects the backend itself
+    # Bytecode written, as a user's shell has it: each stage process then imports the
+    # copy's vmapcheck from the bytecode the first one wrote, not from source every time
+    # (this project's machines set PYTHONDONTWRITEBYTECODE; .dvcignore hides __pycache__).
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
     return env
 
 
