@@ -48,8 +48,8 @@ jax.config.update("jax_num_cpu_devices", 2)
 # tests run in-process. Each run builds its model afresh, so JAX's in-memory caches miss
 # and the same programs were compiled again: the transformer's four planted mistakes took
 # 72 s, 48 s with this cache. Only compiles over 20 ms are kept: the many tiny eager
-# ones are as quick to redo. A hit still
-# fires JAX's compile event, which the bench's and the guard's compile counts read.
+# ones are as quick to redo. A hit still fires JAX's compile event, which the bench's
+# and the guard's compile counts read.
 _inprocess_compile_cache = tempfile.mkdtemp(prefix="vmapcheck-test-inprocess-jax-cache-")
 atexit.register(shutil.rmtree, _inprocess_compile_cache, ignore_errors=True)
 jax.config.update("jax_compilation_cache_dir", _inprocess_compile_cache)
