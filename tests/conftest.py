@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from tests.helpers.config import ROOT
-from tests.helpers.store import copy_empty_store, make_empty_store
+from tests.helpers.store import copy_empty_store, empty_store_template
 from vmapcheck.core.runtime import SHARED_COMPILE_CACHE_ENV
 
 # One JAX compile cache for every pipeline this session runs, in-process and in the e2e
@@ -62,12 +62,10 @@ def root() -> Path:
 
 
 @pytest.fixture(scope="session")
-def empty_mlflow_store(tmp_path_factory) -> Callable[[Path], str]:
+def empty_mlflow_store() -> Callable[[Path], str]:
     """``empty_mlflow_store(path)``: a fresh, empty MLflow sqlite store at ``path``, copied
     from one made once per test process (MLflow's migrations take seconds); its URI."""
-    template = tmp_path_factory.mktemp("mlflow-template") / "mlflow.db"
-    make_empty_store(template)
-    return partial(copy_empty_store, template)
+    return partial(copy_empty_store, empty_store_template())
 
 
 def _file_cost_rank(item: pytest.Item) -> int:

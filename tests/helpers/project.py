@@ -2,18 +2,15 @@
 
 from __future__ import annotations
 
-import atexit
-import functools
 import os
 import shutil
 import subprocess
 import sys
-import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from tests.helpers.store import copy_empty_store, make_empty_store
+from tests.helpers.store import copy_empty_store, empty_store_template
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -153,22 +150,13 @@ def planted(path: Path, old: str, new: str) -> Iterator[None]:
         path.write_text(original)
 
 
-@functools.cache
-def _empty_store_template() -> Path:
-    """An empty MLflow sqlite store made once per test process (tests/helpers/store.py)."""
-    folder = Path(tempfile.mkdtemp(prefix="vmapcheck-test-store-"))
-    atexit.register(shutil.rmtree, folder, ignore_errors=True)
-    make_empty_store(folder / "mlflow.db")
-    return folder / "mlflow.db"
-
-
 def committed_project(dest: Path, *overrides: str) -> Path:
     """:func:`copy_project` to ``dest``, params composed with ``overrides``, committed,
     with an empty local MLflow store (conf/tracking/local.yaml's ``mlflow.db``) copied in:
     MLflow's migrations take seconds, and a store made on first use is what
     tests/e2e/test_pipeline.py and test_own_repository.py see."""
     copy_project(dest)
-    copy_empty_store(_empty_store_template(), dest / "mlflow.db")
+    copy_empty_store(empty_store_template(), dest / "mlflow.db")
     compose_params(dest, *overrides)
     commit_all(dest)
     return dest

@@ -7,7 +7,10 @@ test how a store is created (tests/test_store.py does), copy this one instead.
 
 from __future__ import annotations
 
+import atexit
+import functools
 import shutil
+import tempfile
 from pathlib import Path
 
 
@@ -28,3 +31,13 @@ def copy_empty_store(template: Path, db: Path) -> str:
     db.parent.mkdir(parents=True, exist_ok=True)
     shutil.copyfile(template, db)
     return f"sqlite:///{db}"
+
+
+@functools.cache
+def empty_store_template() -> Path:
+    """The empty store (:func:`make_empty_store`) this test process copies: made on first
+    use, removed when the process ends."""
+    folder = Path(tempfile.mkdtemp(prefix="vmapcheck-test-store-"))
+    atexit.register(shutil.rmtree, folder, ignore_errors=True)
+    make_empty_store(folder / "mlflow.db")
+    return folder / "mlflow.db"
