@@ -160,16 +160,16 @@ def user_repo(tmp_path_factory) -> UserRepository:
     # .venv. The lock pins every transitive version, as `make setup` installs them; the
     # [pytest] extra: the user's unit tests run the Python API through pytest. uv links
     # the packages from its cache: seconds where pip took about a minute of every run.
-    # It compiles their bytecode as pip does (under PYTHONDONTWRITEBYTECODE each stage
-    # would compile every module it imports).
+    # Bytecode is not compiled at install (29 CPU s for every package): the user's
+    # commands run without PYTHONDONTWRITEBYTECODE (UserRepository.env), so the first
+    # process to import a module writes its bytecode, for the modules used (6 CPU s).
     # The installer runs in this process's environment (the machine's certificates and
     # proxy settings reach the index), the user's commands in the repository's own below.
     uv = str(Path(sys.executable).parent / "uv")
     start = time.monotonic()
     for command in (
         [uv, "venv", "--quiet", "--python", sys.executable, str(venv)],
-        [uv, "pip", "install", "--quiet", "--compile-bytecode",
-         "--python", str(venv / "bin" / "python"),
+        [uv, "pip", "install", "--quiet", "--python", str(venv / "bin" / "python"),
          "--constraint", str(ROOT / "requirements.lock"), f"{wheel}[pytest]"],
     ):  # fmt: skip
         done = subprocess.run(command, capture_output=True, text=True, timeout=900)

@@ -20,7 +20,7 @@ import pytest
 from tests.helpers.config import ROOT
 from tests.helpers.project import (
     FAST_RUN,
-    MISSING_OUTPUT_BIAS,
+    TWO_BATCH_SIZES,
     commit_all,
     compose_params,
     copy_project,
@@ -36,6 +36,8 @@ TINY = [
     "data.n_rows=200",
     "data.standard_batch=8",
     *FAST_RUN,
+    # The plots' curves and the per-size figures this file reads need two sizes.
+    TWO_BATCH_SIZES,
 ]
 
 
@@ -367,28 +369,71 @@ def test_missing_gpu_fails_with_the_backends_that_exist(project):
     assert "Backends present: cpu" in output
 
 
-def test_planted_fault_is_logged_as_failed_before_the_pipeline_fails(project):
-    with planted(project / "src" / "vmapcheck" / "core" / "models.py", *MISSING_OUTPUT_BIAS):
+# A planted fault that only the hand-batched forward sees: its second hidden layer in
+# bfloat16 (the MLP's forward_batch in src/vmapcheck/core/models.py).
+HIDDEN_LINE = (
+    '        hidden = tap(f"layers[{i}]", jax.nn.relu(hidden @ layer["W"] + layer["b"][None, :]))'
+)
+BF16_LAYER = """        w = layer["W"].astype(jnp.bfloat16) if i == 1 else layer["W"]
+        pre = (hidden.astype(w.dtype) @ w).astype(hidden.dtype)
+        hidden = tap(f"layers[{i}]", jax.nn.relu(pre + layer["b"][None, :]))"""
+
+
+def test_planted_fault_is_diagnosed_and_logged_as_failed_before_the_pipeline_fails(project):
+    with planted(project / "src" / "vmapcheck" / "core" / "models.py", HIDDEN_LINE, BF16_LAYER):
         result = run(project, "dvc", "repro", check=False)
     assert result.returncode != 0
     assert "track: the check FAILED" in result.stdout
+    assert "check: diagnosis" in result.stdout, result.stdout + result.stderr
     import json
 
+    # The diagnosis written by check names the stage, the layer and the path.
+    diagnosis = json.loads((project / "reports" / "diagnosis.json").read_text())
+    first = diagnosis["first_divergence"]
+    assert (first["stage"], first["layer"], first["paths"]) == (
+        "forward",
+        "layers[1]",
+        ["direct_eager"],
+    ), diagnosis["summary"]
+    assert [s["stage"] for s in diagnosis["ruled_out"]] == ["data", "key_stream", "shapes"]
+    assert diagnosis["trigger"].startswith("the check failed")
+    text = (project / "reports" / "diagnosis.txt").read_text()
+    assert "FIRST DIVERGENCE: stage forward, layer layers[1]" in text
+
+    # The failing run is logged, with its diagnosis, before the pipeline fails.
     track = json.loads((project / "reports" / "track.json").read_text())
-    run_ = mlflow_client(project).get_run(track["run_id"])
+    client = mlflow_client(project)
+    run_ = client.get_run(track["run_id"])
     assert run_.data.tags["verdict"] == "failed"
     assert run_.data.metrics["check/passed"] == 0.0
+    assert run_.data.tags["diagnosis.stage"] == "forward"
+    assert run_.data.tags["diagnosis.layer"] == "layers[1]"
+    assert run_.data.tags["diagnosis.paths"] == "direct_eager"
     pairs = json.loads((project / "reports" / "check_details.json").read_text())["cases"]
-    assert pairs["standard"]["pairs"]["loop_eager-vs-vmap_jit"]["max_abs"] < 1e-5
-    assert pairs["standard"]["pairs"]["vmap_jit-vs-direct_jit"]["max_abs"] > 1e-3
-    assert run_.data.metrics["agree/standard/max_abs"] > 1e-3
+    assert pairs["standard"]["pairs"]["loop_eager-vs-vmap_jit"]["passed"]
+    assert not pairs["standard"]["pairs"]["vmap_jit-vs-direct_jit"]["passed"]
+    assert run_.data.metrics["agree/standard/max_abs"] > 0
     # The HTML report of the failed run says so and names the failing pairs.
     report = (project / "reports" / "report.html").read_text()
     assert 'data-verdict="failed"' in report and "vmap_jit-vs-direct_jit" in report
-    assert "report.html" in {
-        a.path for a in mlflow_client(project).list_artifacts(run_.info.run_id)
-    }
-    run(project, "dvc", "repro")  # the fault removed, the pipeline is green again
+    artifacts = {a.path for a in client.list_artifacts(run_.info.run_id)}
+    assert {"report.html", "diagnosis.json", "diagnosis.txt"} <= artifacts
+
+    # The fault removed: the check passes and the diagnosis says it was not needed.
+    run(project, "dvc", "repro")
+    assert json.loads((project / "reports" / "diagnosis.json").read_text())["status"] == (
+        "not needed"
+    )
+    healthy = client.get_run(json.loads((project / "reports" / "track.json").read_text())["run_id"])
+    assert healthy.data.tags["diagnosis.status"] == "not needed"
+
+    # On demand (make diagnose): the whole protocol on the current outputs, all ruled out.
+    demand = run(project, sys.executable, "-m", "vmapcheck", "diagnose", check=False)
+    assert demand.returncode == 0, demand.stdout + demand.stderr
+    on_demand = json.loads((project / "reports" / "diagnosis-on-demand.json").read_text())
+    assert on_demand["status"] == "no divergence found", on_demand["summary"]
+    assert on_demand["trigger"] == "on demand (the last check PASSED)"
+    assert "reference" not in on_demand["not_reached"]
 
 
 def _details(project: Path) -> dict:

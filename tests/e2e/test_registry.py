@@ -10,6 +10,8 @@ Nothing is mocked.
 
 from __future__ import annotations
 
+import csv
+import io
 import json
 import sys
 from pathlib import Path
@@ -131,6 +133,17 @@ def test_a_passing_experiment_off_the_deployment_target_leaves_verified_then_pro
     result = run(project, "dvc", "exp", "run", "-n", "f64-exp", "-S", "precision=f64", *tiny)
     registered = track(project)["registry"]
     assert track(project)["verdict"] == "passed"
+    # Another precision, as a DVC experiment: compared with the float32 reference.
+    details = json.loads((project / "reports" / "check_details.json").read_text())
+    reference = details["reference"]
+    assert reference["made_with"]["dtype"] == "float32"
+    assert reference["compared_with"]["dtype"] == "float64" and reference["passed"]
+    table = run(project, "dvc", "exp", "show", "--csv").stdout
+    rows = {row["Experiment"]: row for row in csv.DictReader(io.StringIO(table))}
+    assert rows["f64-exp"]["precision.dtype"] == "float64", rows.get("f64-exp")
+    assert rows["f64-exp"]["passed"] == "True"
+    tags = client(project).get_run(track(project)["run_id"]).data.tags
+    assert (tags["precision"], tags["model"], tags["dvc_exp_name"]) == ("f64", "mlp", "f64-exp")
     assert (registered["status"], registered["verified_alias"]) == ("registered", "stays")
     number = registered["version"]
     assert number == "3"

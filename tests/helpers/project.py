@@ -81,22 +81,27 @@ def dvc_up_to_date(project: Path) -> dict:
 FAST_REPLAY_REQUESTS = 200
 
 # Train and benchmark just enough to exercise every stage in seconds, not minutes.
+# One batch size: the bench compiles and warms up every path at each (a fast run's MLP
+# bench took 4.9 CPU s with two, 3.7 with one). Tests of what two sizes show (plots,
+# per-size rows) add TWO_BATCH_SIZES.
 FAST_RUN = [
     "train.steps=30",
     "train.eval_every=10",
-    "bench.batch_sizes=[1,8]",
+    "bench.batch_sizes=[8]",
     "bench.warmup=1",
     "bench.repeats=5",
     "bench.loop_max_batch=8",
     # The guard: three buckets up to 64 rows, not five up to 1,024 (each is compiled when
     # the guard is built: a CNN's 1,024-row bucket alone takes seconds), and a short
-    # replay: 200 requests, the first 8 of them without buckets (each a new batch size,
-    # so a compile: 8 show the point as well as 40 did, at a fifth of the cost).
+    # replay: 200 requests, the first 4 of them without buckets (each a new batch size,
+    # so a compile: 4 show the point as well as 40 did, at a tenth of the cost).
     "guard.buckets=[1,8,64]",
     "guard.max_batch=64",
     f"guard.replay.n_requests={FAST_REPLAY_REQUESTS}",
-    "guard.replay.unbucketed_requests=8",
+    "guard.replay.unbucketed_requests=4",
 ]
+# Two batch sizes, for the tests that read a figure per size or a curve over sizes.
+TWO_BATCH_SIZES = "bench.batch_sizes=[1,8]"
 
 
 def compose_params(project: Path, *overrides: str) -> None:
