@@ -21,7 +21,7 @@ import pytest
 
 from tests.helpers.config import ROOT
 from tests.helpers.inprocess import STAGES, run_stage, write_params
-from tests.helpers.project import FAST_RUN, commit_all, run
+from tests.helpers.project import FAST_RUN, TWO_BATCH_SIZES, commit_all, run
 from vmapcheck.config import load_config
 from vmapcheck.core.paths import batch_paths
 from vmapcheck.io import read_json
@@ -37,6 +37,7 @@ OVERRIDES = (
     # configure_jax cannot create others.
     "backend.num_devices=2",
     *FAST_RUN,
+    TWO_BATCH_SIZES,  # every batch path timed at one row too
 )
 
 
