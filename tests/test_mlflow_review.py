@@ -1,19 +1,26 @@
-"""Reviewing many runs in MLflow (issue 25): runs of every model in one experiment, each
-with its own start and end, few params, and a compare view that opens in MLflow's ML
-mode with the verdict and the summary first.
+"""MLflow at a glance and reviewing many runs there (issues 13 and 25): real runs, read
+where users read them, in the MLflow UI.
 
 Three real pipeline runs, every stage in this process (tests/helpers/inprocess.py) on a
 small temporary project: mlp at float32, mlp at float64 and toy at float32. The float64
 run reruns only what ``dvc repro`` would rerun after a precision edit (forward, check,
 bench, track); the stage time records of prepare and train are made a day older first,
-as they are when that first run was yesterday's (DVC keeps a skipped stage's record). Then
-``mlflow ui`` serves the store on 127.0.0.1 and headless Chromium opens the compare view
-of the three runs at the address ``vmapcheck compare`` prints. The screenshot is kept
-(``pytest -s`` prints its path; ``VMAPCHECK_SCREENSHOT_DIR`` copies it there).
+as they are when that first run was yesterday's (DVC keeps a skipped stage's record).
+
+The last run carries its summary metrics, description, source and per-stage timeline;
+the runs are in one experiment, each with its own start and end and few params. Then
+``mlflow ui`` serves the store on 127.0.0.1 and headless Chromium opens the URLs
+vmapcheck prints: the experiment's runs table (``make ui``), the last run's page (``make
+demo``'s summary) and the compare view of the three runs (``vmapcheck compare``). They
+must show MLflow's classic ML view (runs, metrics), not the GenAI one (traces,
+evaluations), with the verdict and the ``_summary/*`` metrics first. The screenshots are
+kept (``pytest -s`` prints their paths; ``VMAPCHECK_SCREENSHOT_DIR`` copies the compare
+view's and the runs table's there).
 """
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import shutil
@@ -30,10 +37,10 @@ from tests.helpers.project import FAST_RUN, commit_all, run
 from vmapcheck.io import atomic_write_json, read_json
 from vmapcheck.layout import Layout
 from vmapcheck.pipeline.stage import read_stage_times
-from vmapcheck.tracking.log import COMPARED_IF_PRESENT, COMPARED_PARAMS
+from vmapcheck.tracking.log import COMPARED_IF_PRESENT, COMPARED_PARAMS, NOTE_TAG
 from vmapcheck.tracking.runs import compare_view_line, select_runs
 from vmapcheck.tracking.store import tracking_uri
-from vmapcheck.tracking.ui import compare_url, experiment_url
+from vmapcheck.tracking.ui import compare_url, experiment_url, run_url
 
 pytestmark = pytest.mark.stages
 
@@ -52,6 +59,9 @@ RUNS = (
 DAY_S = 86400.0
 # The compare view's sections that list params, metrics and tags (their toggle's label).
 SECTIONS = ("Parameters", "Metrics", "Tags")
+# What only MLflow's GenAI view shows in an experiment's navigation (its ML view shows
+# Runs, Models, Traces).
+GENAI_ONLY = ("Sessions", "Judges", "Evaluation runs", "Prompts & versions", "Playground")
 
 
 def _age_records(layout: Layout, stages: set[str], seconds: float) -> None:
@@ -189,3 +199,79 @@ def test_the_compare_view_opens_in_the_ml_mode_with_the_verdict_and_summary_firs
             with Image.open(out / f"{name}.png") as image:
                 small = image.convert("RGB").quantize(colors=64)
                 small.save(Path(keep) / f"{name}.png", optimize=True)
+
+
+def test_the_last_run_carries_its_summary_description_source_and_timeline(project):
+    from mlflow.tracking import MlflowClient
+
+    layout, _ = project
+    client = MlflowClient(tracking_uri=_uri(layout))
+    track = read_json(layout.track_report)  # the toy run's: every stage ran for it
+    run_ = client.get_run(track["run_id"])
+    tags, metrics = run_.data.tags, run_.data.metrics
+    assert metrics["_summary/passed"] == 1.0
+    worst = max(v for k, v in metrics.items() if k.startswith("agree/") and k.endswith("max_rel"))
+    assert metrics["_summary/worst_max_rel"] == worst
+    assert metrics["_summary/invalid_refused"] == metrics["_summary/invalid_total"] > 0
+    assert "_summary/vmap_over_loop_at_b0008" in metrics
+    # Zero-padded batch labels in every metric name that has one.
+    assert "latency_ms/vmap_jit/b0008/p50" in metrics and "speedup/b0008/vmap_over_loop" in metrics
+    assert not [k for k in metrics if "/b8/" in k or k.endswith("/b8")]
+    assert tags[NOTE_TAG].startswith("**PASSED**") and "worst agreement" in tags[NOTE_TAG]
+    assert tags["mlflow.user"] and tags["mlflow.source.type"] == "LOCAL"
+    assert tags["mlflow.source.name"] == str(layout.root / "dvc.yaml")
+    assert tags["bench"] in run_.info.run_name
+    stages = read_stage_times(layout)
+    assert list(stages) == list(STAGES)  # oldest start first
+    assert run_.info.start_time == int(1000 * stages["prepare"]["start"])
+    assert run_.info.end_time >= int(1000 * stages["track"]["start"])
+    for stage in STAGES:
+        assert metrics[f"timeline/{stage}_s"] >= 0
+    assert stages["track"]["exit_code"] == 0 and stages["track"]["wall_s"] > 0
+    experiment = client.get_experiment(run_.info.experiment_id)
+    # One experiment for every model (tracking.experiment_per_model false).
+    assert experiment.name == "vmapcheck" and "every model" in experiment.tags[NOTE_TAG]
+    view = json.loads(experiment.tags["mlflow.sharedViewState.vmapcheck-summary"])
+    assert view["name"] == "vmapcheck summary"
+    columns = json.loads(view["state"])["selectedColumns"]
+    # The verdict and what tells runs apart first, then the summary.
+    assert columns[:8] == [
+        "tags.`verdict`",
+        "tags.`model`",
+        "tags.`precision`",
+        "tags.`backend`",
+        "tags.`bench`",
+        "tags.`perf_verdict`",
+        "metrics.`_summary/worst_max_rel`",
+        "metrics.`_summary/worst_vs_reference_max_rel`",
+    ]
+
+
+def test_the_printed_urls_open_the_ml_view_with_the_summary_metrics(
+    project, server, tmp_path_factory
+):
+    layout, _ = project
+    track = read_json(layout.track_report)
+    out = tmp_path_factory.mktemp("mlflow-ui-screenshots")
+    # Wide enough for the view's tag columns and the first summary metrics (the table
+    # renders only the columns in sight).
+    runs_list = browse(
+        experiment_url(server, track["experiment_id"]), out, "runs-list", window="2800,1200"
+    )
+    run_page = browse(run_url(server, track["experiment_id"], track["run_id"]), out, "run-page")
+    for text in (runs_list, run_page):
+        assert "Model training" in text and " Runs " in text and " Models " in text
+        shown = [word for word in GENAI_ONLY if f" {word} " in text]
+        assert not shown, f"MLflow's GenAI view is shown: {shown}"
+    # The runs table's columns: the saved view vmapcheck stores on the experiment.
+    assert "vmapcheck summary" in runs_list  # its name, on the Views menu
+    (out / "runs-list.txt").write_text(runs_list)
+    # Its first columns: the verdict, then what tells runs apart (the row's cells, in the
+    # order shown: the header cells' order in the page is not the one shown).
+    assert " passed toy f32 cpu quick " in runs_list
+    for name in ("_summary/worst_max_rel", "_summary/vmap_over_loop_at_b0008"):
+        assert name in runs_list and name in run_page
+    assert track["run_name"] in run_page and "Created by" in run_page
+    assert "dvc.yaml" in run_page and "PASSED" in run_page  # source, description
+    for png in ("runs-list.png", "run-page.png"):
+        assert (out / png).stat().st_size > 10_000

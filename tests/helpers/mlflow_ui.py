@@ -1,5 +1,5 @@
 """``mlflow ui`` on 127.0.0.1 and headless Chromium over it, for the tests that read
-runs where users read them (tests/test_mlflow_ui.py, tests/test_mlflow_review.py).
+runs where users read them (tests/test_mlflow_review.py).
 
 :func:`serving` starts the UI over a store in a session of its own and stops it (and
 only the workers it started) afterwards; :func:`browse` opens a URL in headless
