@@ -24,8 +24,8 @@ import numpy as np
 import pytest
 
 from tests.helpers.config import ROOT, compose_config
-from tests.helpers.inprocess import judge_planted, run_stage, write_params
-from tests.helpers.project import FAST_RUN
+from tests.helpers.inprocess import STAGES, judge_planted, run_stage, write_params
+from tests.helpers.project import FAST_RUN, commit_all, run
 from vmapcheck.check.reference import reference_dir
 from vmapcheck.config import Config
 from vmapcheck.core.composition import REGROUPINGS
@@ -382,12 +382,11 @@ PIPELINE = (
     # The emulated CPU devices of this process (tests/conftest.py).
     "backend.num_devices=2",
     *FAST_RUN,
+    # A project that deploys this model (`vmapcheck init --model flax_cnn`): its passing
+    # run moves alias verified.
+    "registry.target.model=flax_cnn",
+    "registry.target.hidden=null",
 )
-
-
-# The stages that judge and time the model; track (logging to MLflow, the same for every
-# model) is run in-process by tests/test_pipeline_inprocess.py.
-JUDGED = ("prepare", "train", "forward", "check", "bench")
 
 
 @dataclass(frozen=True)
@@ -398,19 +397,56 @@ class Project:
 
 @pytest.fixture(scope="module")
 def project(tmp_path_factory) -> Project:
-    """A temporary project after the stages of :data:`JUDGED` ran with ``data=digits
-    model=flax_cnn``; its data/reference is the repository's (check compares the run with
-    the stored reference of flax_cnn)."""
+    """A temporary project (a git repository of its inputs) after every stage ran with
+    ``data=digits model=flax_cnn``; its data/reference is the repository's (check compares
+    the run with the stored reference of flax_cnn)."""
     root = tmp_path_factory.mktemp("cnn")
+    for name in ("requirements.lock", "dvc.yaml"):
+        shutil.copy2(ROOT / name, root / name)
     shutil.copytree(ROOT / "data" / "reference", root / "data" / "reference")
     write_params(root, *PIPELINE)
-    codes = {name: run_stage(root, name) for name in JUDGED}
+    run(root, "git", "init", "-q")  # the run's provenance: track logs the commit
+    commit_all(root, "flax_cnn inputs")
+    codes = {name: run_stage(root, name) for name in STAGES}
     return Project(Layout(root), codes)
 
 
 @pytest.mark.stages
 def test_every_stage_exited_zero(project):
-    assert project.codes == dict.fromkeys(JUDGED, 0)
+    assert project.codes == dict.fromkeys(STAGES, 0)
+
+
+@pytest.mark.stages
+def test_the_params_are_registered_with_the_running_statistics_as_init_made_them(project):
+    """Its declared state leaves (the BatchNorms' running statistics) stored in the params
+    file and registered bit for bit as the model's init made them, while the weights are
+    trained. (tests/e2e/test_state_leaves.py: the Haiku CNN, whose state holds int32
+    counters too, through `dvc repro`.)"""
+    from safetensors.numpy import load_file
+
+    from vmapcheck.config import load_config
+    from vmapcheck.core.keys import named_keys
+
+    layout = project.layout
+    track = read_json(layout.track_report)
+    assert track["verdict"] == "passed"
+    assert track["registry"]["status"] == "registered", track["registry"]
+    assert track["registry"]["version"] == "1" and track["registry"]["verified_alias"] == "moved"
+    config = load_config(layout.params_yaml)
+    model = build_model(config.model)
+    # The params train started from: the same key stream as the train stage.
+    initial = leaf_paths(model.init(named_keys(config.seed)["init"]))
+    state = partition(model, initial).state_names
+    assert set(state) == set(STATISTICS)
+    assert read_json(layout.params / "contract.json")["state_leaves"] == list(state)
+    assert read_json(layout.params_manifest)["source"]["trained"]
+    saved = load_file(str(layout.params / "params.safetensors"))
+    assert set(saved) == set(initial)  # every leaf stored, state included
+    for leaf in STATISTICS:
+        assert saved[leaf].dtype == initial[leaf].dtype and saved[leaf].shape == initial[leaf].shape
+        np.testing.assert_array_equal(saved[leaf], np.asarray(initial[leaf]), leaf)
+    trained = [leaf for leaf in initial if leaf not in STATISTICS]
+    assert any(not np.array_equal(saved[leaf], np.asarray(initial[leaf])) for leaf in trained)
 
 
 @pytest.mark.stages
