@@ -3,8 +3,9 @@
 Another model, a plugged-in model of another framework (equinox, without a hand-batched
 forward) and a dict-input model each run the whole pipeline as a DVC experiment from the
 committed project, in file order, as a user would; `dvc exp show` then lists them all.
-Another precision (`-S precision=f64`) runs in tests/e2e/test_registry.py, and Flax NNX
-through `dvc repro` in tests/e2e/test_state_leaves.py. A copy of its own, apart from
+Another precision (`-S precision=f64`) runs in tests/e2e/test_registry.py; Flax NNX
+models run every stage in-process (tests/test_cnn.py, tests/test_transformer.py), as what
+DVC adds does not depend on the framework. A copy of its own, apart from
 tests/e2e/test_pipeline.py's: the files run side by side on two test workers. Nothing is
 mocked.
 """
@@ -54,9 +55,8 @@ def test_exp_run_with_overrides_runs_another_model(project):
 
 
 def test_a_plugged_in_model_runs_the_whole_pipeline(project):
-    # Equinox: another framework, and a model without a hand-batched forward (Flax NNX
-    # runs through `dvc repro` in tests/e2e/test_state_leaves.py; both frameworks'
-    # examples through every path in tests/test_plugins.py).
+    # Equinox: another framework, and a model without a hand-batched forward (both
+    # frameworks' examples go through every path in tests/test_plugins.py).
     pytest.importorskip("equinox")
     model = "equinox_mlp"
     tiny = [arg for override in TINY for arg in ("-S", override)]
