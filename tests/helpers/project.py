@@ -82,8 +82,9 @@ FAST_REPLAY_REQUESTS = 200
 
 # Train and benchmark just enough to exercise every stage in seconds, not minutes.
 # One batch size: the bench compiles and warms up every path at each (a fast run's MLP
-# bench took 4.9 CPU s with two, 3.7 with one). Tests of what two sizes show (plots,
-# per-size rows) add TWO_BATCH_SIZES.
+# bench stage: 5.4 CPU s with two sizes and 8 un-bucketed requests, 4.1 with one and 4;
+# 2026-12-06, the two-core VM). Tests of what two sizes show (plots, per-size rows) add
+# TWO_BATCH_SIZES.
 FAST_RUN = [
     "train.steps=30",
     "train.eval_every=10",
