@@ -7,8 +7,9 @@ Tested here: the digits table (and the same images as token sequences, ``data=di
 the model contract (every form agrees on random input; the BatchNorms normalize with the
 running statistics in the params, which training leaves as init set them), the real stages
 in this process passing every check against the stored reference (data/reference/flax_cnn)
-and registering the params with those statistics as init made them, and a planted training-mode BatchNorm in the hand-batched form (tests/helpers/cnn_faults.py)
-caught by the batch composition check. Skipped when Flax is not installed (``pip install -e
+and registering the params with those statistics as init made them, and a planted
+training-mode BatchNorm in the hand-batched form (tests/helpers/cnn_faults.py) caught by
+the batch composition check. Skipped when Flax is not installed (``pip install -e
 '.[flax]'``).
 """
 
