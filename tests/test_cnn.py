@@ -15,7 +15,6 @@ the batch composition check. Skipped when Flax is not installed (``pip install -
 
 from __future__ import annotations
 
-import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -25,8 +24,14 @@ import numpy as np
 import pytest
 
 from tests.helpers.config import ROOT, compose_config
-from tests.helpers.inprocess import STAGES, judge_planted, run_stage, write_params
-from tests.helpers.project import FAST_RUN, commit_all, run
+from tests.helpers.inprocess import (
+    STAGES,
+    inputs_repository,
+    judge_planted,
+    run_stage,
+    write_params,
+)
+from tests.helpers.project import FAST_RUN, commit_all
 from vmapcheck.check.reference import reference_dir
 from vmapcheck.config import Config
 from vmapcheck.core.composition import REGROUPINGS
@@ -402,11 +407,8 @@ def project(tmp_path_factory) -> Project:
     ``data=digits model=flax_cnn``; its data/reference is the repository's (check compares
     the run with the stored reference of flax_cnn)."""
     root = tmp_path_factory.mktemp("cnn")
-    for name in ("requirements.lock", "dvc.yaml"):
-        shutil.copy2(ROOT / name, root / name)
-    shutil.copytree(ROOT / "data" / "reference", root / "data" / "reference")
+    inputs_repository(root)
     write_params(root, *PIPELINE)
-    run(root, "git", "init", "-q")  # the run's provenance: track logs the commit
     commit_all(root, "flax_cnn inputs")
     codes = {name: run_stage(root, name) for name in STAGES}
     return Project(Layout(root), codes)

@@ -23,17 +23,15 @@ from __future__ import annotations
 import json
 import math
 import os
-import shutil
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.helpers.config import ROOT
-from tests.helpers.inprocess import STAGES, run_stage, write_params
+from tests.helpers.inprocess import STAGES, inputs_repository, run_stage, write_params
 from tests.helpers.mlflow_ui import browse, serving
-from tests.helpers.project import FAST_RUN, commit_all, run
+from tests.helpers.project import FAST_RUN, commit_all
 from vmapcheck.io import atomic_write_json, read_json
 from vmapcheck.layout import Layout
 from vmapcheck.pipeline.stage import read_stage_times
@@ -77,17 +75,12 @@ def project(tmp_path_factory) -> tuple[Layout, list[dict[str, Any]]]:
     """A temporary project after three pipeline runs; of each, its track.json with the
     stage time records as that run left them (``"stages"``)."""
     root = tmp_path_factory.mktemp("review")
-    for name in ("requirements.lock", "dvc.yaml"):
-        shutil.copy2(ROOT / name, root / name)
-    shutil.copytree(ROOT / "data" / "reference", root / "data" / "reference")
-    layout = Layout(root)
+    layout = inputs_repository(root)
     tracks = []
     for overrides, stages in RUNS:
         if tracks:  # the stages not rerun: as if the run before were yesterday's
             _age_records(layout, set(STAGES) - set(stages), DAY_S)
         write_params(root, *overrides, *OVERRIDES)
-        if not (root / ".git").is_dir():
-            run(root, "git", "init", "-q")
         commit_all(root, " ".join(overrides))
         codes = {name: run_stage(root, name) for name in stages}
         assert codes == dict.fromkeys(stages, 0), overrides

@@ -14,13 +14,11 @@ commit of these (the run's provenance), and the MLflow store the config names
 from __future__ import annotations
 
 import os
-import shutil
 from dataclasses import dataclass
 
 import pytest
 
-from tests.helpers.config import ROOT
-from tests.helpers.inprocess import STAGES, run_stage, write_params
+from tests.helpers.inprocess import STAGES, inputs_repository, run_stage, write_params
 from tests.helpers.project import FAST_RUN, TWO_BATCH_SIZES, commit_all, run
 from vmapcheck.config import load_config
 from vmapcheck.core.paths import batch_paths
@@ -58,13 +56,8 @@ def project(tmp_path_factory) -> Project:
     import mlflow
 
     root = tmp_path_factory.mktemp("inprocess")
-    for name in ("requirements.lock", "dvc.yaml"):
-        shutil.copy2(ROOT / name, root / name)
-    # The stored references (check compares this run with the verified run of its model).
-    shutil.copytree(ROOT / "data" / "reference", root / "data" / "reference")
+    inputs_repository(root)
     write_params(root, *OVERRIDES)
-    # The run's provenance (track logs the commit).
-    run(root, "git", "init", "-q")
     commit_all(root, "in-process inputs")
     commit = run(root, "git", "rev-parse", "HEAD").stdout.strip()
     before = (mlflow.get_tracking_uri(), os.environ.get("MLFLOW_TRACKING_URI"))

@@ -19,6 +19,7 @@ import pytest
 
 from tests.helpers.config import ROOT
 from tests.helpers.project import (
+    BF16_HIDDEN_LAYER,
     FAST_RUN,
     TWO_BATCH_SIZES,
     commit_all,
@@ -369,18 +370,8 @@ def test_missing_gpu_fails_with_the_backends_that_exist(project):
     assert "Backends present: cpu" in output
 
 
-# A planted fault that only the hand-batched forward sees: its second hidden layer in
-# bfloat16 (the MLP's forward_batch in src/vmapcheck/core/models.py).
-HIDDEN_LINE = (
-    '        hidden = tap(f"layers[{i}]", jax.nn.relu(hidden @ layer["W"] + layer["b"][None, :]))'
-)
-BF16_LAYER = """        w = layer["W"].astype(jnp.bfloat16) if i == 1 else layer["W"]
-        pre = (hidden.astype(w.dtype) @ w).astype(hidden.dtype)
-        hidden = tap(f"layers[{i}]", jax.nn.relu(pre + layer["b"][None, :]))"""
-
-
 def test_planted_fault_is_diagnosed_and_logged_as_failed_before_the_pipeline_fails(project):
-    with planted(project / "src" / "vmapcheck" / "core" / "models.py", HIDDEN_LINE, BF16_LAYER):
+    with planted(project / "src" / "vmapcheck" / "core" / "models.py", *BF16_HIDDEN_LAYER):
         result = run(project, "dvc", "repro", check=False)
     assert result.returncode != 0
     assert "track: the check FAILED" in result.stdout

@@ -35,19 +35,19 @@ from tests.helpers.servers import MlflowServer
 # --- processes ---------------------------------------------------------------------------
 
 
-def stage_processes(root_pid: int, stage: str) -> list[psutil.Process]:
-    """The processes under ``root_pid`` that run stage ``stage`` (``python -m
-    vmapcheck.stages.<stage>``, dvc.yaml's cmd)."""
+def running_stages(root_pid: int, stages: tuple[str, ...]) -> set[str]:
+    """Which of ``stages`` have a process under ``root_pid`` (``python -m
+    vmapcheck.stages.<stage>``, dvc.yaml's cmd): one look at the process tree for all."""
     try:
         children = psutil.Process(root_pid).children(recursive=True)
     except psutil.NoSuchProcess:
-        return []
-    found = []
+        return set()
+    running = set()
     for child in children:
         with contextlib.suppress(psutil.Error):
-            if f"vmapcheck.stages.{stage}" in child.cmdline():  # one argument of the list
-                found.append(child)
-    return found
+            command = child.cmdline()
+            running.update(s for s in stages if f"vmapcheck.stages.{s}" in command)
+    return running
 
 
 @dataclass
@@ -95,8 +95,9 @@ def run_watched(
                 now = time.monotonic() - started
                 if now > timeout_s:
                     raise AssertionError(f"{args} still running after {timeout_s} s")
+                running = running_stages(proc.pid, stages)  # one look at the tree a poll
                 for stage in stages:
-                    if stage_processes(proc.pid, stage):
+                    if stage in running:
                         first, _ = watched.seen_s.get(stage, (now, now))
                         watched.seen_s[stage] = (first, now)
                         if kill is None:

@@ -15,6 +15,7 @@ tests/conftest.py set it up.
 from __future__ import annotations
 
 import importlib
+import shutil
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -22,6 +23,7 @@ from pathlib import Path
 import pytest
 
 from tests.helpers.config import ROOT
+from tests.helpers.project import run
 from vmapcheck.compose import compose_yaml
 from vmapcheck.config import Config, load_config
 from vmapcheck.layout import Layout
@@ -51,6 +53,18 @@ def write_params(root: Path, *overrides: str) -> Config:
     layout = Layout(root)
     layout.params_yaml.write_text(compose_yaml(ROOT / "conf", list(overrides)))
     return load_config(layout.params_yaml)
+
+
+def inputs_repository(root: Path) -> Layout:
+    """``root`` made a git repository (track logs the commit) holding what the stages read
+    besides params.yaml: requirements.lock and dvc.yaml (track records them) and the
+    stored references (check compares a run with its model's); its Layout. Write the
+    params (:func:`write_params`) and commit before running the stages."""
+    for name in ("requirements.lock", "dvc.yaml"):
+        shutil.copy2(ROOT / name, root / name)
+    shutil.copytree(ROOT / "data" / "reference", root / "data" / "reference")
+    run(root, "git", "init", "-q")
+    return Layout(root)
 
 
 @contextmanager

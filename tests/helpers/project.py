@@ -141,6 +141,14 @@ MISSING_OUTPUT_BIAS = (
     'return hidden @ last["W"] + last["b"][None, :]',
     'return hidden @ last["W"]',
 )
+# A planted fault the diagnosis localizes: the hand-batched forward computes its second
+# hidden layer in bfloat16 (forward, layers[1], direct_eager first).
+BF16_HIDDEN_LAYER = (
+    '        hidden = tap(f"layers[{i}]", jax.nn.relu(hidden @ layer["W"] + layer["b"][None, :]))',
+    """        w = layer["W"].astype(jnp.bfloat16) if i == 1 else layer["W"]
+        pre = (hidden.astype(w.dtype) @ w).astype(hidden.dtype)
+        hidden = tap(f"layers[{i}]", jax.nn.relu(pre + layer["b"][None, :]))""",
+)
 
 
 @contextmanager

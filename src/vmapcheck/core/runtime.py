@@ -185,11 +185,10 @@ def prune_compile_cache(folder: Path, max_bytes: int) -> list[Path]:
     An entry another process deletes meanwhile is skipped, as is a folder not made yet.
     """
     entries = []
-    with contextlib.suppress(FileNotFoundError):
-        for path in folder.glob(f"*{_ENTRY_SUFFIX}"):
-            with contextlib.suppress(FileNotFoundError):
-                stat = path.stat()
-                entries.append((stat.st_mtime_ns, path, stat.st_size))
+    for path in folder.glob(f"*{_ENTRY_SUFFIX}"):  # none in a folder not made yet
+        with contextlib.suppress(FileNotFoundError):
+            stat = path.stat()
+            entries.append((stat.st_mtime_ns, path, stat.st_size))
     total = sum(size for _, _, size in entries)
     if total <= max_bytes:
         return []
