@@ -60,11 +60,13 @@ def inputs_repository(root: Path) -> Layout:
     besides params.yaml: requirements.lock and dvc.yaml (track records them) and the
     stored references (check compares a run with its model's); its Layout. Write the
     params (:func:`write_params`) and commit before running the stages."""
-    for name in ("requirements.lock", "dvc.yaml"):
-        shutil.copy2(ROOT / name, root / name)
+    source, layout = Layout(ROOT), Layout(root)
+    shutil.copy2(source.requirements_lock, layout.requirements_lock)
+    shutil.copy2(source.dvc_yaml, layout.dvc_yaml)
+    # conf/config.yaml's reference.dir, where every shipped model's reference is stored.
     shutil.copytree(ROOT / "data" / "reference", root / "data" / "reference")
     run(root, "git", "init", "-q")
-    return Layout(root)
+    return layout
 
 
 @contextmanager
