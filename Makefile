@@ -42,7 +42,7 @@ help:
 setup: $(STAMP)
 
 $(STAMP): pyproject.toml requirements.lock
-	@py="$$(scripts/find-python)" || { echo "error: vmapcheck needs Python >= 3.12 (JAX 0.11 requires it) and found none on PATH or under pyenv; install one, or name it with PYTHON=/path/to/python3.12" >&2; exit 1; }; \
+	@py="$$(scripts/find-python)" || { echo "error: .venv installs requirements.lock, whose pins (jax 0.11.2, numpy 2.5.5, ...) need Python >= 3.12, and found none on PATH or under pyenv; install one, or name it with PYTHON=/path/to/python3.12 (vmapcheck itself runs on Python >= 3.11: pip install its wheel beside your JAX, docs/use-in-your-project.md)" >&2; exit 1; }; \
 	echo "creating $(VENV) with $$py"; \
 	"$$py" -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip==26.3
@@ -177,12 +177,16 @@ diagnose: $(STAMP)
 params: $(STAMP)
 	vmapcheck params
 
-# Re-resolve every transitive version from pyproject.toml in a scratch venv.
+# Re-resolve every transitive version from pyproject.toml in a scratch venv. pyproject
+# holds ranges: the lock's versions are kept as constraints (a new dependency gets the
+# newest in range, a dropped one leaves); FRESH=1 drops them, for the newest of everything
+# in range, e.g. after a range moved past a pin.
 lock:
-	@py="$$(scripts/find-python)" || { echo "error: no Python >= 3.12 found" >&2; exit 1; }; \
+	@py="$$(scripts/find-python)" || { echo "error: make lock resolves for make setup, which needs Python >= 3.12 for the lock's pins, and found none; name one with PYTHON=/path/to/python3.12" >&2; exit 1; }; \
 	tmp="$$(mktemp -d)"; trap 'rm -rf "$$tmp"' EXIT; \
 	"$$py" -m venv "$$tmp/venv"; \
-	"$$tmp/venv/bin/python" -m pip install --quiet '.[dev,flax,equinox,haiku]'; \
+	"$$tmp/venv/bin/python" -m pip install --quiet $(if $(FRESH),,--constraint requirements.lock) '.[dev,flax,equinox,haiku]' \
+	  || { echo "error: pip could not install pyproject.toml's dependencies$(if $(FRESH),, within requirements.lock's versions (a pin outside a range now?): make lock FRESH=1 resolves every version afresh)" >&2; exit 1; }; \
 	{ echo "# Every transitive dependency, pinned: make installs with --constraint requirements.lock."; \
 	  echo "# Regenerate after changing pyproject.toml: make lock"; \
 	  "$$tmp/venv/bin/python" -m pip freeze | grep -v '^vmapcheck'; } > requirements.lock

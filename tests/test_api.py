@@ -389,7 +389,9 @@ def test_a_model_that_silently_accepts_bad_input_is_still_refused_and_non_finite
 def test_bad_arguments_are_named():
     with pytest.raises(ConfigError, match=r"model: expected a vmapcheck.core.models.Model .* dict"):
         assert_batching_consistent({"forward_one": forward_one}, PARAMS, EXAMPLES)
-    with pytest.raises(ConfigError, match=r"precision='f16': expected one of bf16, f32, f64"):
+    with pytest.raises(
+        ConfigError, match=r"precision='f16': expected one of bf16, f32, f32_default, f64"
+    ):
         assert_batching_consistent(MODEL, PARAMS, EXAMPLES, precision="f16")
     with pytest.raises(ConfigError, match=r"precision\.tolerance\.rtol: .*greater than or equal"):
         assert_batching_consistent(MODEL, PARAMS, EXAMPLES, rtol=-1.0)
@@ -421,7 +423,7 @@ def test_bad_arguments_are_named():
 
 
 def test_the_precision_options_are_the_packaged_files():
-    assert precision_names() == ("bf16", "f32", "f64")
+    assert precision_names() == ("bf16", "f32", "f32_default", "f64")
     assert precision_config("bf16").dtype == "bfloat16"
     overridden = precision_config("f32", rtol=2e-5)
     assert overridden.tolerance.rtol == 2e-5

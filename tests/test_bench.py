@@ -19,7 +19,9 @@ from vmapcheck.bench.timing import (
     latency_stats,
     median_interval,
     no_compiles,
+    over_budget,
     pass_orders,
+    peak_sweep,
     round_slices,
     run_bench,
     sample_passes,
@@ -29,7 +31,7 @@ from vmapcheck.bench.timing import (
 from vmapcheck.bench.verdict import BLOCKS, blocks_of
 from vmapcheck.config import BenchConfig, EarlyStopConfig, ModelConfig, RegressionConfig
 from vmapcheck.core.models import build_model
-from vmapcheck.core.paths import path_names, speedup_text
+from vmapcheck.core.paths import get, path_names, speedup_text
 from vmapcheck.pipeline.bench import dvc_metrics
 
 # Every round of every cell, one look: the timing as it was before early stopping.
@@ -134,9 +136,20 @@ def test_run_bench_covers_every_path_and_caps_the_loop():
     assert sharded["devices"] == devices and sharded["padded_rows"] % devices == 0
     assert sharded["flops"] == devices * sharded["flops_per_device"] > 0
     assert sharded["compile_ms"] > 0
-    assert result["peak"]["gflops"] > 0
+    # The peak: a sweep in the run's dtype and matmul precision, at least the control's
+    # throughput (its first size is the control's), never below a path's.
+    peak = result["peak"]
+    assert peak["gflops"] > 0 and peak["dtype"] == "float32" and peak["sweep"]
+    assert peak["sweep"][0]["size"] == config.peak_matmul_size and peak["stopped"]
+    assert peak["gflops"] == max(entry["gflops"] for entry in peak["sweep"])
+    assert all(
+        f["roofline"] is None or 0 < f["roofline"] <= 1
+        for by_batch in result["figures"].values()
+        for f in by_batch.values()
+    )
+    assert result["phases_s"]["peak_sweep"] > 0
     # the control matmul is timed in every round, like the cells
-    assert len(result["peak"]["samples_ms"]) == config.repeats
+    assert len(result["control"]["samples_ms"]) == config.repeats
     assert result["machine"]["before"]["matmul_precision"]
     assert any("GPU" in line for line in result["limits"])
 
@@ -390,7 +403,7 @@ def test_run_bench_records_each_cells_rounds_and_why_it_stopped():
             assert record["rounds"] == 5 and record["samples"] == 5
             assert record["samples_per_round"] == 1
             assert record["stopped"] in (STOP_CI, STOP_BUDGET)
-    assert len(result["peak"]["samples_ms"]) == 20
+    assert len(result["control"]["samples_ms"]) == 20
     cells = sum(len(b) for b in result["samples_ms"].values())
     assert f"bench: stopped early: {cells} of {cells} cells (" in log.getvalue()
     # The progress counts only the samples taken: the stopped cells' rounds left the plan.
@@ -405,3 +418,67 @@ def test_run_bench_records_each_cells_rounds_and_why_it_stopped():
         blocks_of(record.samples_ms[some][label], BLOCKS, record.rounds_of(some, label))[0].size
         == 1
     )
+
+
+def test_compiling_and_warm_up_spend_the_budget_a_loop_path_is_left_out_by():
+    """The budget covers the whole bench: what compiling and warm-up spent is not left
+    for a loop path's projected compile (as on a TPU, where compiles take seconds)."""
+    config = BenchConfig(
+        name="t",
+        batch_sizes=[1, 64],
+        warmup=1,
+        repeats=5,
+        loop_max_batch=64,
+        confidence_level=0.95,
+        peak_matmul_size=64,
+        replay_requests=10,
+        regression=RegressionConfig(factor=1.1, alpha=0.01, baseline=None),
+        early_stop=EarlyStopConfig(min_rounds=5, ci_target=0.01, time_budget_s=60, paired_looks=1),
+    )
+    loop_jit = get("loop_jit")
+    # 0.5 s to compile one row: 32 s projected at 64 rows, inside 60 s of budget ...
+    assert over_budget(loop_jit, 64, (1, 0.5), config, least=1, spent_s=0.0) is None
+    # ... but not once the other paths' compiles and warm-up have spent 40 s of it.
+    why = over_budget(loop_jit, 64, (1, 0.5), config, least=1, spent_s=40.0)
+    assert why is not None and "loop_jit left out at 64 rows" in why
+    assert "20 s left of the bench's budget of 60 s" in why and "compiling and warm-up" in why
+    no_budget = config.model_copy(
+        update={"early_stop": config.early_stop.model_copy(update={"time_budget_s": None})}
+    )
+    assert over_budget(loop_jit, 64, (1, 0.5), no_budget, least=1, spent_s=1e6) is None
+
+
+def test_the_peak_sweep_grows_the_product_until_the_throughput_levels_off():
+    peak = peak_sweep(jnp.float32, 64, budget_s=5.0)
+    sizes = [entry["size"] for entry in peak["sweep"]]
+    assert sizes[0] == 64 and all(b == 2 * a for a, b in itertools.pairwise(sizes))
+    assert peak["gflops"] == max(entry["gflops"] for entry in peak["sweep"]) > 0
+    assert peak["dtype"] == "float32" and peak["matmul_precision"] and peak["stopped"]
+
+
+def test_once_compiling_has_spent_the_budget_larger_sizes_are_left_out():
+    """Compiling falls under the budget: once it has spent it, the batch sizes still to
+    compile are left out, each saying why; the first size is always timed."""
+    model = build_model(ModelConfig(name="mlp", in_features=4, hidden=[8], out_features=2))
+    params = model.init(jax.random.key(0))
+    rows = np.random.default_rng(0).normal(size=(5, 4)).astype(np.float32)
+    config = BenchConfig(
+        name="t",
+        batch_sizes=[1, 64],
+        warmup=1,
+        repeats=5,
+        loop_max_batch=8,
+        confidence_level=0.95,
+        peak_matmul_size=64,
+        replay_requests=10,
+        regression=RegressionConfig(factor=1.1, alpha=0.01, baseline=None),
+        # So small that compiling the first size spends it all.
+        early_stop=EarlyStopConfig(
+            min_rounds=5, ci_target=0.01, time_budget_s=0.001, paired_looks=1
+        ),
+    )
+    result = run_bench(model, params, rows, config, jnp.float32)
+    assert result["latency_ms"]["vmap_jit"].keys() == {"b1"}
+    why = result["skipped"]["vmap_jit"]["b64"]
+    assert why.startswith("vmap_jit left out at 64 rows: compiling had spent")
+    assert "bench.early_stop.time_budget_s" in why

@@ -25,7 +25,7 @@ def _group_options(group: str) -> list[str]:
 
 def test_required_groups_and_options_exist():
     assert {"toy", "mlp"} <= set(_group_options("model"))
-    assert {"cpu", "gpu"} <= set(_group_options("backend"))
+    assert {"cpu", "gpu", "tpu"} <= set(_group_options("backend"))
     assert {"f32", "f64", "bf16"} <= set(_group_options("precision"))
     assert {"quick", "full"} <= set(_group_options("bench"))
     assert {"local"} <= set(_group_options("tracking"))

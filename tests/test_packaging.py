@@ -1,11 +1,15 @@
-"""pyproject.toml declares every third-party package src/ imports, pinned exactly, and
-requirements.lock pins each declared package at the same version."""
+"""pyproject.toml declares every third-party package src/ imports, each with a version
+range (a tested lower bound and an upper one), and requirements.lock pins each declared
+package at a version inside its range."""
 
 import ast
 import re
 import sys
 import tomllib
 from importlib.metadata import packages_distributions
+
+from packaging.requirements import Requirement
+from packaging.specifiers import SpecifierSet
 
 from tests.helpers.config import ROOT
 
@@ -26,13 +30,14 @@ def _pins(lines: list[str], where: str) -> dict[str, str]:
     return pins
 
 
-def _declared() -> dict[str, str]:
-    """Runtime dependencies and the optional extras (flax, equinox examples)."""
+def _declared(dev: bool = False) -> dict[str, SpecifierSet]:
+    """Runtime dependencies and the optional extras (flax, equinox examples; dev too when
+    asked), each with its range."""
     lines = list(PYPROJECT["dependencies"])
     for extra, deps in PYPROJECT["optional-dependencies"].items():
-        if extra != "dev":
+        if dev or extra != "dev":
             lines += deps
-    return _pins(lines, "pyproject.toml [project] dependencies")
+    return {_canonical(r.name): r.specifier for r in map(Requirement, lines)}
 
 
 def _imported_top_level_modules() -> set[str]:
@@ -58,16 +63,25 @@ def test_every_third_party_import_of_src_is_declared():
         )
 
 
-def test_the_lock_pins_every_declared_package_at_its_declared_version():
+def test_every_declared_package_has_a_lower_and_an_upper_bound():
+    for name, specifier in _declared(dev=True).items():
+        operators = {s.operator for s in specifier}
+        assert operators == {">=", "<"}, (
+            f"pyproject.toml: {name}: expected a range '>=tested,<untested', found "
+            f"{str(specifier) or 'none'}"
+        )
+
+
+def test_the_lock_pins_every_declared_package_inside_its_range():
     lock_lines = [
         line
         for line in (ROOT / "requirements.lock").read_text().splitlines()
         if line.strip() and not line.lstrip().startswith(("#", "-"))
     ]
     lock = _pins(lock_lines, "requirements.lock")
-    for name, version in _declared().items():
+    for name, specifier in _declared(dev=True).items():
         assert name in lock, f"requirements.lock: expected a pin for {name}, found none"
-        assert lock[name] == version, (
-            f"requirements.lock: {name}: expected {version} as in pyproject.toml, "
-            f"found {lock[name]}"
+        assert specifier.contains(lock[name], prereleases=True), (
+            f"requirements.lock: {name}: expected a version in pyproject.toml's range "
+            f"{specifier}, found {lock[name]}"
         )

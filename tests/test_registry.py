@@ -576,7 +576,7 @@ def test_the_deployment_target_is_validated_naming_the_key(root):
         (
             "precision",
             "f16",
-            r"registry\.target\.precision: Input should be 'f32', 'f64' or "
+            r"registry\.target\.precision: Input should be 'f32', 'f32_default', 'f64' or "
             r"'bf16', found 'f16'",
         ),
         ("backend", "cuda", r"registry\.target\.backend: .*found 'cuda'"),

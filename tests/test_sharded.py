@@ -209,3 +209,4 @@ def test_num_devices_must_be_a_positive_int_or_null(override):
 def test_backends_default_to_a_meaningful_mesh():
     assert compose_config("backend=cpu").backend.num_devices == 2
     assert compose_config("backend=gpu").backend.num_devices is None
+    assert compose_config("backend=tpu").backend.num_devices is None

@@ -19,6 +19,7 @@ from pathlib import Path
 
 from vmapcheck.errors import INTERRUPTED, VmapcheckError
 from vmapcheck.layout import Layout
+from vmapcheck.versions import require_supported_jax
 
 # Kept here so --help needs no heavy import; tests/test_cli.py checks they match the
 # modules' own constants.
@@ -425,6 +426,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     root = getattr(args, "root", None)
     layout = Layout(Path.cwd() if root is None else root)
     try:
+        # Every command: most import JAX (directly, or through MLflow and the report).
+        require_supported_jax()
         return args.func(args, layout)
     except VmapcheckError as exc:  # a command that does not report its own errors
         print(f"{args.command}: error: {exc}", file=sys.stderr)

@@ -298,6 +298,19 @@ class BackendConfig(_Strict):
     # On CPU, JAX is started with this many emulated CPU devices (jax_num_cpu_devices).
     # The other paths run on one device whatever this says.
     num_devices: PositiveInt | None
+    # Whether one process at a time may open the devices: on a TPU, a process that opens
+    # the chip while another holds it fails (libtpu's lockfile). The paired verdict
+    # (vmapcheck.bench.paired) then never runs two worker processes at once. Absent: true
+    # on every platform but cpu (the validator below), so a backend that does not say is
+    # treated as exclusive.
+    exclusive_device: bool = True
+
+    @model_validator(mode="before")
+    @classmethod
+    def _exclusive_unless_cpu(cls, data: Any) -> Any:
+        if isinstance(data, dict) and "exclusive_device" not in data:
+            return {**data, "exclusive_device": data.get("platform") != "cpu"}
+        return data
 
 
 # What the relative tolerance is relative to (vmapcheck.core.compare.scale_of): "output",
@@ -316,8 +329,19 @@ class ToleranceConfig(_Strict):
     scale: ToleranceScale = "terms"
 
 
+# The float dtype each precision option (conf/precision/<name>.yaml) runs in; f32_default
+# is float32 at the backend's own matmul precision (bfloat16 operands on a TPU).
+PRECISION_DTYPES = {
+    "f32": "float32",
+    "f32_default": "float32",
+    "f64": "float64",
+    "bf16": "bfloat16",
+}
+PrecisionName = Literal["f32", "f32_default", "f64", "bf16"]
+
+
 class PrecisionConfig(_Strict):
-    name: Literal["f32", "f64", "bf16"]
+    name: PrecisionName
     dtype: Literal["float32", "float64", "bfloat16"]
     enable_x64: bool
     matmul_precision: Literal["default", "high", "highest"]
@@ -391,7 +415,9 @@ class BenchConfig(_Strict):
     loop_max_batch: PositiveInt
     # Of the bootstrap confidence interval reported for each median.
     confidence_level: Annotated[float, Field(gt=0.5, lt=1.0)]
-    # Side of the square matmul timed for this machine's peak (roofline).
+    # Side of the control matmul timed in every round (the verdict's yardstick), and the
+    # first size of the peak sweep, which doubles it until the device is busy
+    # (vmapcheck.bench.timing.peak_sweep).
     peak_matmul_size: Annotated[int, Field(ge=64, le=8192)]
     # Requests the serving guard's replay sends (guard.replay.n_requests interpolates it):
     # the replay is part of the bench, so its profile bounds it too.
@@ -626,10 +652,6 @@ class TrackingConfig(_Strict):
         return self
 
 
-# The float dtype each precision option (conf/precision/<name>.yaml) runs in.
-PRECISION_DTYPES = {"f32": "float32", "f64": "float64", "bf16": "bfloat16"}
-
-
 class DeploymentTargetConfig(_Strict):
     """What ``@verified`` serves (registry.target; docs/registry.md, "The deployment
     target"). A passing run moves the alias only when its settings are these; any other
@@ -644,7 +666,7 @@ class DeploymentTargetConfig(_Strict):
     model: Annotated[str, Field(pattern=r"^[A-Za-z][A-Za-z0-9_-]*$")]
     hidden: list[PositiveInt] | None
     backend: Literal["cpu", "gpu", "tpu"]
-    precision: Literal["f32", "f64", "bf16"]
+    precision: PrecisionName
     bench: Annotated[str, Field(pattern=r"^[A-Za-z][A-Za-z0-9_-]*$")]
 
 

@@ -42,5 +42,10 @@ class TrackingStoreError(VmapcheckError):
     """The MLflow store (a tracking server or the local sqlite file) cannot be reached or used."""
 
 
+class UnsupportedVersionError(VmapcheckError):
+    """An installed package vmapcheck depends on (jax, jaxlib) is outside the version range
+    vmapcheck declares for it (:mod:`vmapcheck.versions`)."""
+
+
 # The exit code of a stage or command stopped by Ctrl-C: 128 + SIGINT, as a shell reports it.
 INTERRUPTED = 130

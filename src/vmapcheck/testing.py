@@ -38,6 +38,7 @@ from pydantic import ValidationError
 
 from vmapcheck.config import PrecisionConfig, _describe
 from vmapcheck.errors import ConfigError
+from vmapcheck.versions import require_supported_jax
 
 if TYPE_CHECKING:
     from vmapcheck.core.models import Model, Params
@@ -214,6 +215,8 @@ def check_batching(
 ) -> BatchingReport:
     """Run the checks and return the report, passed or not (report first, then assert:
     :func:`assert_batching_consistent` raises on it). Arguments as there."""
+    # Before JAX loads: a jax/jaxlib outside vmapcheck's ranges is refused, named.
+    require_supported_jax()
     import jax
     import jax.numpy as jnp
 
@@ -295,6 +298,8 @@ def assert_batching_consistent(
             expected and found shape), or hold NaN/Inf.
         InvalidInputError: ``examples`` do not match the model's input contract (the leaf
             named, expected and found).
+        UnsupportedVersionError: the installed jax or jaxlib is outside the range
+            vmapcheck supports (:mod:`vmapcheck.versions`; named, with the range).
     """
     __tracebackhide__ = True  # pytest shows the caller's line, not this one
     report = check_batching(

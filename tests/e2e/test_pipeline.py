@@ -100,6 +100,10 @@ ADDED_SINCE = (
     r"^bench\.replay_requests$",
     # The deployment target, whose passing runs move alias verified (issue 25).
     r"^registry\.target\.",
+    # The device's count, memory and runtime versions (issue 32; libtpu_version and the
+    # CUDA plugins' only on those backends, device_memory_gib not on CPU).
+    r"^(device_count|device_memory_gib|platform_version)$",
+    r"^(libtpu|jax_(cuda|rocm)|nvidia_)\w*_version$",
 )
 
 

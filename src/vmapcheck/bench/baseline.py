@@ -163,7 +163,9 @@ def record_from_details(details: Any, source: str) -> BenchRecord:
         "model": details.get("model"),
         "model_contract": details.get("model_contract"),
     }
-    peak_info = details.get("peak") or {}
+    # The control matmul timed in every round; a record from before the peak sweep
+    # kept it as "peak".
+    peak_info = details.get("control") or details.get("peak") or {}
     peak = peak_info.get("gflops")
     peak = float(peak) if isinstance(peak, int | float) and peak > 0 else None
     control = None
@@ -175,7 +177,8 @@ def record_from_details(details: Any, source: str) -> BenchRecord:
             or not (np.isfinite(control) & (control > 0)).all()
         ):
             raise ArtifactError(
-                f"{source}: peak.samples_ms: expected a list of finite positive latencies (ms)"
+                f"{source}: {'control' if 'control' in details else 'peak'}.samples_ms: "
+                "expected a list of finite positive latencies (ms)"
             )
     size = peak_info.get("size")
     return BenchRecord(

@@ -21,7 +21,8 @@ def cpu_model() -> str:
 
 
 def conditions() -> dict[str, Any]:
-    """CPU model, cores, load averages, memory and threading settings, right now."""
+    """CPU model, cores, load averages, memory and threading settings, right now; the
+    device's kind, count, memory and runtime versions."""
     memory = psutil.virtual_memory()
     load1, load5, load15 = os.getloadavg()
     return {
@@ -40,15 +41,28 @@ def conditions() -> dict[str, Any]:
 
 
 def _jax_settings() -> dict[str, Any]:
-    """The JAX settings that change numbers or speed (after the backend is chosen)."""
+    """The JAX settings that change numbers or speed (after the backend is chosen), and
+    the device's memory and runtime versions (as RuntimeInfo records them)."""
     import jax
     import jaxlib
+
+    from vmapcheck.core.runtime import (
+        accelerator_runtime,
+        device_memory_gib,
+        platform_version,
+        versions_text,
+    )
 
     device = jax.devices()[0]
     return {
         "backend": jax.default_backend(),
         "device_kind": device.device_kind,
         "device_count": jax.device_count(),
+        "device_memory_gib": device_memory_gib(device),
+        "platform_version": platform_version(device),
+        # As text, like every condition (the report's machine table shows each as a
+        # value): "libtpu 0.0.42.1"; "" on CPU. bench_details.json's runtime has the dict.
+        "accelerator_runtime": versions_text(accelerator_runtime(device.platform)),
         "jax_version": jax.__version__,
         "jaxlib_version": jaxlib.__version__,
         "matmul_precision": str(jax.config.jax_default_matmul_precision),

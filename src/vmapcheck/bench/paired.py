@@ -23,6 +23,13 @@ params.yaml, data/params, data/cases, and, where the folder has one, its own ``s
   in the bench stage's passes (vmapcheck.bench.timing.sample_passes).
 - Pair ``r`` is timed by process (pair) ``r mod processes``: they take turns, so each one
   spans the whole comparison.
+- On a backend whose device one process at a time may hold (``backend.exclusive_device``,
+  vmapcheck.config.BackendConfig: a TPU, whose second process dies on libtpu's lockfile),
+  never two workers at once (:func:`one_at_a_time`): sides that can share a process get
+  one, holding both; else the workers run one after another, each opening the device in
+  turn (:func:`vmapcheck.bench.pairs.sessions`: A B A ..., each process timing its
+  halves of the pairs of the processes before and after it, a process pair per voting
+  group). The driver itself stays off the device (:func:`keep_off_device`).
 
 Why several processes: pairing cancels load that changes between the halves of a pair,
 but not a difference between two processes that lasts the whole comparison. Measured under load
@@ -87,9 +94,11 @@ from vmapcheck.bench.pairs import (
     pair_medians,
     process_of_pair,
     schedule,
+    session_pairs,
+    sessions,
 )
 from vmapcheck.bench.verdict import NOT_COMPARABLE, comparability
-from vmapcheck.bench.worker import BLOCKS
+from vmapcheck.bench.worker import BLOCKS, cell_name
 from vmapcheck.errors import ConfigError, VmapcheckError
 from vmapcheck.io import atomic_write_json
 
@@ -109,6 +118,11 @@ MIN_BLOCK_MS = 25.0
 START_TIMEOUT_S = 600.0
 ROUND_TIMEOUT_S = 300.0
 PAIRED_REPORT = "perf_verdict_paired.json"
+# One at a time on the device: a worker that finds it still held (the previous one just
+# ended: the chip can refuse a process started right after another) is started again,
+# after this many seconds, at most START_TRIES times. Its error then names one of these.
+DEVICE_BUSY = ("lockfile", "resource busy", "already in use")
+START_TRIES, RESTART_WAIT_S = 3, 5.0
 
 
 class WorkerError(VmapcheckError):
@@ -164,12 +178,25 @@ def side_spec(role: str, project: Path, python: str | None = None) -> SideSpec:
     return SideSpec(role, project, chosen, str(project / "src") if own else here, own)
 
 
+def worker_pythonpath(spec: SideSpec) -> str:
+    """A worker's PYTHONPATH: its side's code first (``spec.pythonpath``); then, for a
+    worker on this interpreter, this process's own PYTHONPATH, where a machine may provide
+    JAX and its accelerator runtime (this workplace's TPU machines put JAX and libtpu
+    there). A worker on another interpreter (a side's own ``.venv``) gets its code alone:
+    its own packages, not those of this process's environment."""
+    paths = [spec.pythonpath] if spec.pythonpath else []
+    inherited = os.environ.get("PYTHONPATH", "")
+    if inherited and spec.python == sys.executable:
+        paths.append(inherited)
+    return os.pathsep.join(paths)
+
+
 class Worker:
     """A running worker process and a thread reading its JSON lines."""
 
     def __init__(self, spec: SideSpec, args: list[str], log: Path) -> None:
         self.spec = spec
-        env = {**os.environ, "PYTHONPATH": spec.pythonpath or ""}
+        env = {**os.environ, "PYTHONPATH": worker_pythonpath(spec)}
         self.log = log
         self._log_file = log.open("w")
         self.proc = subprocess.Popen(
@@ -282,6 +309,32 @@ def why_not_one_process(baseline: SideSpec, current: SideSpec) -> str | None:
     return None
 
 
+def one_at_a_time(baseline: SideSpec, current: SideSpec) -> str | None:
+    """Why the worker processes must hold the device one at a time, or None where they
+    may run at once: a side's backend has ``exclusive_device`` (vmapcheck.config.
+    BackendConfig; absent from its params.yaml, every platform but cpu)."""
+    from vmapcheck.config import load_config
+    from vmapcheck.layout import Layout
+
+    for spec in (baseline, current):
+        backend = load_config(Layout(spec.project).params_yaml).backend
+        if backend.exclusive_device:
+            return (
+                f"one process at a time (backend {backend.name} allows one process on the device)"
+            )
+    return None
+
+
+def keep_off_device() -> None:
+    """This process (the driver) starts JAX's CPU backend only, if any: it reads files and
+    judges, and a device it opened would be held from its workers. Its environment is
+    left as it is, so its workers' is too (they pick their backend, vmapcheck.core.runtime.
+    configure_jax)."""
+    import jax
+
+    jax.config.update("jax_platforms", "cpu")
+
+
 def _load() -> float:
     return os.getloadavg()[0]
 
@@ -317,6 +370,11 @@ def run_paired(
     needs is an error, and sides whose files already show them not comparable (another
     model contract or dtype) come back ``not comparable`` in a second.
 
+    On a backend that allows one process on the device (:func:`one_at_a_time`), never two
+    workers at once: one process holding both sides where they can share one (whatever
+    ``processes``); else ``processes`` rounded up to even process pairs run one after
+    another (:func:`_run_one_at_a_time`; one look).
+
     ``log``: a callable taking one line of progress (None: silent). Returns the report:
     :func:`judge_paired`'s result plus ``design``, ``load`` (1-minute load average
     during the rounds, and the cores), ``baseline``/``current`` (project, interpreter,
@@ -348,21 +406,33 @@ def run_paired(
     early = nothing_to_compare(baseline, current, require_same)
     if early is not None:
         return early
+    alone = one_at_a_time(baseline, current)
+    asked = processes
+    if alone is not None:
+        apart = why_not_one_process(baseline, current) if share else "asked for (--no-share)"
+        if apart is not None:
+            return _run_one_at_a_time(
+                baseline,
+                current,
+                paths,
+                batch_sizes,
+                factor,
+                alpha,
+                rounds,
+                samples,
+                warmup,
+                confidence,
+                require_same,
+                say,
+                order,
+                processes,
+                apart,
+                alone,
+                looks,
+            )
+        processes = 1  # one process holds both sides: the only one on the device
     cores = len(os.sched_getaffinity(0))
-    args = [
-        "--paths",
-        ",".join(paths),
-        "--batch-sizes",
-        ",".join(str(b) for b in batch_sizes),
-        "--samples",
-        str(samples),
-        "--warmup",
-        str(warmup),
-        "--order",
-        order,
-        "--min-block-ms",
-        str(MIN_BLOCK_MS),
-    ]
+    args = _worker_args(paths, batch_sizes, samples, warmup, order)
     started = time.time()
     with tempfile.TemporaryDirectory(prefix="vmapcheck-paired-") as tmp:
         # channels[role][k]: side ``role`` in process pair k (one process holding both
@@ -386,6 +456,7 @@ def run_paired(
                     workers.append(worker)
                     channels[spec.role].append(Channel(worker))
             shape = "both sides in each" if apart is None else "one a side"
+            shape += f"; {alone}" if alone is not None else ""
             say(f"paired verdict: starting {len(workers)} worker process(es), {shape}")
             ready = _ready(workers, apart is None)
             for spec in (baseline, current):
@@ -393,6 +464,8 @@ def run_paired(
             design = {"rounds_per_side": rounds, "samples_per_round": samples, "warmup": warmup}
             design |= {"within_round": order, "process_pairs": processes}
             design |= {"one_process_for_both": apart is None, "why_apart": apart}
+            if alone is not None:
+                design |= {"one_at_a_time": alone, "processes_asked": asked}
             if order == BLOCKS:
                 design["min_block_ms"] = MIN_BLOCK_MS
                 design["block_samples"] = ready[CURRENT].get("block_samples")
@@ -443,6 +516,165 @@ def run_paired(
         looks=looks,
         planned_pairs=rounds,
     )
+    only = sorted(set(ready[BASELINE]["cells"]) ^ set(ready[CURRENT]["cells"]))
+    return {
+        **result,
+        **head,
+        "only_one_side": only,
+        "load": {
+            "load_avg_1m_min": min(loads),
+            "load_avg_1m_max": max(loads),
+            "load_avg_1m_mean": float(np.mean(loads)),
+            "usable_cores": cores,
+        },
+        "wall_s": time.time() - started,
+    }
+
+
+def _worker_args(
+    paths: Sequence[str], batch_sizes: Sequence[int], samples: int, warmup: int, order: str
+) -> list[str]:
+    """A worker's command-line flags (vmapcheck.bench.worker) but its ``--project``."""
+    return [
+        "--paths",
+        ",".join(paths),
+        "--batch-sizes",
+        ",".join(str(b) for b in batch_sizes),
+        "--samples",
+        str(samples),
+        "--warmup",
+        str(warmup),
+        "--order",
+        order,
+        "--min-block-ms",
+        str(MIN_BLOCK_MS),
+    ]
+
+
+def _start_alone(spec: SideSpec, args: list[str], log: Path, say) -> tuple[Worker, dict]:
+    """A worker started while no other holds the device, and its ``ready``. One that finds
+    the device still held (:data:`DEVICE_BUSY`: the previous worker's just ended) is
+    started again after :data:`RESTART_WAIT_S`, :data:`START_TRIES` times in all."""
+    for attempt in range(1, START_TRIES + 1):
+        worker = Worker(spec, args, log)
+        try:
+            return worker, worker.receive(START_TIMEOUT_S)
+        except WorkerError as exc:
+            worker.close()
+            if attempt == START_TRIES or not any(m in str(exc) for m in DEVICE_BUSY):
+                raise
+            say(f"paired verdict: the device is still held ({exc}); again in {RESTART_WAIT_S} s")
+            time.sleep(RESTART_WAIT_S)
+    raise AssertionError("unreachable")  # the last attempt returned or raised
+
+
+def _run_one_at_a_time(
+    baseline: SideSpec,
+    current: SideSpec,
+    paths: Sequence[str],
+    batch_sizes: Sequence[int],
+    factor: float,
+    alpha: float,
+    rounds: int,
+    samples: int,
+    warmup: int,
+    confidence: float,
+    require_same: Iterable[str],
+    say,
+    order: str,
+    processes: int,
+    apart: str,
+    alone: str,
+    looks: int = 1,
+) -> dict[str, Any]:
+    """:func:`run_paired` where the sides need a process each and the device allows one
+    process at a time: the workers of :func:`vmapcheck.bench.pairs.sessions` (A B A ...,
+    ``processes`` rounded up to even pairs of consecutive processes), one after another,
+    each started once the previous one has exited, after a discarded round of its own.
+    The pairs of consecutive processes are the voting groups of :func:`judge_paired` (its
+    ``processes``). One look: a look would need every group's pairs so far, and a group's
+    second halves come a process later.
+
+    The first baseline process times every cell it has; the cells that the current side
+    lacks are dropped once its first process has said which it has (then the comparability
+    of the two contexts and the rounds needed are checked, as :func:`run_paired` does
+    once its workers are ready).
+    """
+    from vmapcheck.bench.timing import balanced_orders
+
+    # Refused before any process opens the device: a bad factor or alpha, or rounds too
+    # few for even one cell (the cells' own bound is checked once both sides are known).
+    judge_paired(schedule(rounds), [{"cell": [1.0]}] * (2 * rounds), factor, alpha)
+    groups = session_pairs(processes, rounds)
+    plan = sessions(rounds, groups)
+    requested = sorted({cell_name(p, b) for p in paths for b in batch_sizes})
+    orders = balanced_orders(len(requested))
+    args = _worker_args(paths, batch_sizes, samples, warmup, order)
+    specs = {BASELINE: baseline, CURRENT: current}
+    letters = " ".join("A" if role == BASELINE else "B" for role, _ in plan)
+    say(f"paired verdict: {len(plan)} worker processes one after another ({letters}), {alone}")
+    if looks > 1:
+        say(f"paired verdict: one look, not {looks}: every pair of every cell is timed")
+    cores = len(os.sched_getaffinity(0))
+    started = time.time()
+    ready: dict[str, dict[str, Any]] = {}
+    taken: list[dict[str, list[float]]] = [{} for _ in range(2 * rounds)]
+    loads = [_load()]
+    design = {"rounds_per_side": rounds, "samples_per_round": samples, "warmup": warmup}
+    design |= {"within_round": order, "process_pairs": groups}
+    design |= {"one_process_for_both": False, "why_apart": apart, "one_at_a_time": alone}
+    design |= {"sessions": [role for role, _ in plan], "processes_asked": processes}
+    head: dict[str, Any] = {}
+    with tempfile.TemporaryDirectory(prefix="vmapcheck-paired-") as tmp:
+        for j, (role, work) in enumerate(plan):
+            other = CURRENT if role == BASELINE else BASELINE
+            worker, answer = _start_alone(specs[role], args, Path(tmp) / f"{role}-{j}.log", say)
+            try:
+                if role not in ready:
+                    ready[role] = answer
+                    specs[role].context = answer["context"]
+                if len(ready) == 2 and not head:
+                    if order == BLOCKS:
+                        design["min_block_ms"] = MIN_BLOCK_MS
+                        design["block_samples"] = ready[CURRENT].get("block_samples")
+                    head = _head(baseline, current, paths, batch_sizes, design)
+                    records = [BenchRecord(s.role, {}, s.context) for s in (baseline, current)]
+                    not_comparable, differences = comparability(*records, require_same)
+                    head["differences"] = differences
+                    head["skipped"] = ready[BASELINE]["skipped"] | ready[CURRENT]["skipped"]
+                    if not_comparable:
+                        return {
+                            "verdict": NOT_COMPARABLE,
+                            "reasons": not_comparable,
+                            "why": f"{NOT_COMPARABLE}: {'; '.join(not_comparable)}",
+                            "regressions": [],
+                            "improvements": [],
+                            **head,
+                        }
+                    shared = sorted(set(ready[BASELINE]["cells"]) & set(ready[CURRENT]["cells"]))
+                    judge_paired(  # refuses too few rounds for these cells
+                        schedule(rounds), [{c: [1.0] for c in shared}] * (2 * rounds), factor, alpha
+                    )
+                mine = set(answer["cells"]) & set(ready.get(other, answer)["cells"])
+                channel = Channel(worker)
+                channel.round(0)  # discarded: the first after warm-up pays for its idle wait
+                for i, half in work:
+                    cells = [requested[k] for k in orders[i % len(orders)]]
+                    cells = [c for c in cells if c in mine]
+                    if order != BLOCKS:
+                        taken[2 * i + half] = channel.round(1 + i // groups)
+                    elif cells:
+                        taken[2 * i + half] = channel.round(1 + i // groups, cells)
+                    loads.append(_load())
+            finally:
+                worker.close()
+            say(
+                f"paired verdict: process {j + 1}/{len(plan)} ({role}) timed {len(work)} "
+                f"halves of pairs, load {loads[-1]:.1f}"
+            )
+    shared_cells = set(ready[BASELINE]["cells"]) & set(ready[CURRENT]["cells"])
+    taken = [{c: v for c, v in half.items() if c in shared_cells} for half in taken]
+    result = judge_paired(schedule(rounds), taken, factor, alpha, confidence, groups)
     only = sorted(set(ready[BASELINE]["cells"]) ^ set(ready[CURRENT]["cells"]))
     return {
         **result,
@@ -622,18 +854,43 @@ def _head(
         if design["one_process_for_both"]
         else f"{pairs} processes a side ({design['why_apart']})"
     )
+    turns = "the process pairs taking turns"
+    order = (
+        "A B B A A B B A ... (A: baseline, B: current), pair i timed by process pair i mod "
+        "process_pairs, after a discarded round per side and process"
+    )
+    processes = pairs if design["one_process_for_both"] else 2 * pairs
+    unit = (
+        "a pair of adjacent blocks of a cell's samples, one of each side"
+        if design["within_round"] == BLOCKS
+        else "a pair of adjacent rounds, one of each side"
+    )
+    if design.get("one_at_a_time") and design["one_process_for_both"]:
+        shape = f"{pairs} process holding both sides; {design['one_at_a_time']}"
+    if "sessions" in design:  # one after another (vmapcheck.bench.pairs.sessions)
+        letters = " ".join("A" if s == BASELINE else "B" for s in design["sessions"])
+        processes = len(design["sessions"])
+        shape = (
+            f"{processes} processes one after another ({letters}; {design['why_apart']}); "
+            f"{design['one_at_a_time']}"
+        )
+        turns = "each pair's halves in consecutive processes"
+        unit = unit.replace("adjacent ", "") + ", in consecutive processes"
+        order = (
+            f"A B B A A B B A ... (A: baseline, B: current), processes {letters} one after "
+            "another, each after a discarded round of its own: pair i timed by the process "
+            "pair i mod process_pairs (processes k and k + 1), its first half in process k, "
+            "its second in process k + 1"
+        )
     return {
         "design": {
-            "name": f"paired, {shape}, ABBA, the process pairs taking turns",
-            "processes": pairs if design["one_process_for_both"] else 2 * pairs,
+            "name": f"paired, {shape}, ABBA, {turns}",
+            "processes": processes,
             **design,
-            "order": "A B B A A B B A ... (A: baseline, B: current), pair i timed by process "
-            "pair i mod process_pairs, after a discarded round per side and process",
+            "order": order,
             "paths": list(paths),
             "batch_sizes": list(batch_sizes),
-            "unit": "a pair of adjacent blocks of a cell's samples, one of each side"
-            if design["within_round"] == BLOCKS
-            else "a pair of adjacent rounds, one of each side",
+            "unit": unit,
             "statistic": "exp(median of log(current round median / baseline round median))",
             "test": "one-sided Wilcoxon signed-rank on the pairs' log ratios, "
             "Benjamini-Hochberg over the cells",
@@ -688,7 +945,12 @@ def format_paired(result: dict[str, Any]) -> str:
         f"(BH-adjusted) < {result['alpha']} and the ratio beyond {result['factor']} in a "
         f"majority of the {result.get('processes', 1)} process pairs ('per process')",
         f"load during the rounds: {load['load_avg_1m_min']:.1f}-{load['load_avg_1m_max']:.1f} "
-        f"(1-min average) on {load['usable_cores']} cores; both sides saw it alike",
+        f"(1-min average) on {load['usable_cores']} cores; "
+        + (
+            "each pair's halves saw it in consecutive processes"
+            if "sessions" in design
+            else "both sides saw it alike"
+        ),
         f"baseline: {result['baseline']['project']} ({result['baseline']['code']}); "
         f"current: {result['current']['project']} ({result['current']['code']})",
     ]
@@ -766,6 +1028,7 @@ def run_verdict_paired(
     from vmapcheck.core.paths import batch_paths
     from vmapcheck.layout import Layout
 
+    keep_off_device()  # the workers open it, one at a time where it allows only one
     try:
         layout = Layout(Path(current_project).resolve())
         config = load_config(layout.params_yaml)

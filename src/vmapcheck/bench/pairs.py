@@ -169,6 +169,39 @@ def process_of_pair(pair: int, processes: int) -> int:
     return pair % processes
 
 
+def session_pairs(processes: int, rounds: int) -> int:
+    """Pairs of consecutive worker processes in the one-at-a-time design (:func:`sessions`):
+    ``processes`` rounded up to even, so that as many of them time the baseline first as
+    the current side (an order effect cancels, as over ABBA's pairs), at least 2 (A B A:
+    the fewest processes that make ABBA), at most the even part of ``rounds`` (each
+    holds a pair at least)."""
+    return min(max(2, processes + processes % 2), rounds - rounds % 2)
+
+
+def sessions(rounds: int, groups: int) -> list[tuple[str, list[tuple[int, int]]]]:
+    """The worker processes of the one-at-a-time design (vmapcheck.bench.paired, a backend
+    whose device one process at a time may hold), in the order they run: per process its
+    side and what it times, ``(pair, half)`` in order (half 0: the pair's first round in
+    :func:`schedule`, 1: its second).
+
+    ``groups + 1`` processes, A B A B ... A (``groups``: :func:`session_pairs`, even).
+    Pair ``i`` belongs to the pair of processes ``g = i mod groups``
+    (:func:`process_of_pair`): process ``g`` times its first half, process ``g + 1`` its
+    second. So process ``j`` times the second halves of group ``j - 1``'s pairs, then the
+    first halves of group ``j``'s: A | B B | A A | B ... is ABBA with each side's two
+    adjacent turns in one process, and the sides of :func:`schedule` hold (group ``g``'s
+    first process is A when ``g`` is even, as pair ``i``'s first round is when ``i`` is).
+    """
+    if groups < 2 or groups % 2 or groups > rounds:
+        raise ValueError(f"groups: expected an even number from 2 to {rounds}, found {groups}")
+    plan = []
+    for j in range(groups + 1):
+        work = [(i, 1) for i in range(j - 1, rounds, groups)] if j > 0 else []
+        work += [(i, 0) for i in range(j, rounds, groups)] if j < groups else []
+        plan.append((BASELINE if j % 2 == 0 else CURRENT, work))
+    return plan
+
+
 def pair_medians(
     order: Sequence[str], rounds: Sequence[dict[str, Sequence[float]]], cell: str
 ) -> tuple[np.ndarray, np.ndarray]:

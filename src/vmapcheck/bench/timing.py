@@ -29,8 +29,18 @@ Method, for every path and batch size:
   ``round_sizes`` records them for the verdict;
 - no compilation may happen while samples are taken (counted through
   ``jax.monitoring``): a recompile is a harness bug, and the run stops;
-- XLA's ``cost_analysis`` gives each jit path's flops and bytes; against this machine's
-  measured matmul throughput (same run) that gives the achieved share of the peak.
+- XLA's ``cost_analysis`` gives each jit path's flops and bytes; against the device's
+  matmul peak measured in the same run (:func:`peak_sweep`: square products in the run's
+  dtype and matmul precision, doubled in size until the device is busy) that gives the
+  achieved share of the peak. A path cannot exceed the peak: where its figure would,
+  the share is left out and the report says why (:func:`vmapcheck.bench.bounds.roofline_share`);
+- the time budget (``bench.early_stop.time_budget_s``) covers the whole bench: compiling,
+  warm-up, the peak sweep and the timing. A path whose cost grows with its rows (the
+  loop) is left out at a batch size where its projected compile or calls exceed what is
+  left of it (:func:`over_budget`);
+- a path whose p50 stays flat as the batch grows is launch-bound there
+  (:func:`vmapcheck.bench.bounds.launch_bound`): its time is dispatch and transfer, not
+  compute, so its ratios say nothing about the work and its rows/s are what matters.
 """
 
 from __future__ import annotations
@@ -46,6 +56,7 @@ import numpy as np
 from jax.sharding import Mesh
 from scipy import stats
 
+from vmapcheck.bench.bounds import launch_bound, roofline_share
 from vmapcheck.bench.machine import conditions
 from vmapcheck.bench.progress import Eta, Progress, silent
 from vmapcheck.config import BENCH_ROUNDS, MIN_SAMPLES, BenchConfig, EarlyStopConfig
@@ -293,7 +304,8 @@ def early_stops(
 
     ``round_medians``: per cell, the median of each of its rounds so far (all
     ``rounds_done`` of them); ``round_cost_s``: per cell, the seconds one round of it
-    costs (its samples' planned cost); ``elapsed_s``: the timing phase so far.
+    costs (its samples' planned cost); ``elapsed_s``: the bench so far (compiling and
+    warm-up included: the budget covers them).
 
     No cell stops before ``config.min_rounds`` rounds. A cell stops when its median's
     interval over its round medians (:func:`median_interval`) has a relative half-width
@@ -360,14 +372,80 @@ def matmul_call(dtype: Any, size: int) -> Callable[[], Any]:
     return lambda: compiled(a, a)
 
 
-def peak_figures(size: int, samples_s: np.ndarray) -> dict[str, Any]:
-    """Matmul throughput from its samples (seconds): p50 GFLOP/s and the samples (ms)."""
+def control_figures(size: int, samples_s: np.ndarray) -> dict[str, Any]:
+    """The control matmul's figures from its samples (seconds): its size, p50 (ms),
+    GFLOP/s at p50 and every sample (ms), which the verdict compares round by round."""
     p50 = float(np.median(samples_s))
     return {
         "size": size,
         "p50_ms": p50 * 1e3,
         "gflops": 2 * size**3 / p50 / 1e9,
         "samples_ms": [float(v * 1e3) for v in samples_s],
+    }
+
+
+# The peak sweep (:func:`peak_sweep`): a size is timed this many times (after two
+# discarded calls), the sweep doubles the size while the throughput still grows by at
+# least PEAK_GROWTH and one call stays under PEAK_MAX_CALL_S, up to PEAK_MAX_SIZE (three
+# float32 matrices of 16,384^2 take 3 GiB).
+PEAK_SAMPLES = 7
+PEAK_GROWTH = 1.1
+PEAK_MAX_CALL_S = 0.25
+PEAK_MAX_SIZE = 16384
+
+
+def peak_sweep(dtype: Any, start_size: int, budget_s: float | None = None) -> dict[str, Any]:
+    """The device's matmul peak in the run's dtype and matmul precision (JAX's default
+    matmul precision, as :func:`vmapcheck.core.runtime.configure_jax` set it): square
+    products of ``start_size`` (``bench.peak_matmul_size``), doubled while the throughput
+    grows by :data:`PEAK_GROWTH` or more, a call takes under :data:`PEAK_MAX_CALL_S` and
+    the size is at most :data:`PEAK_MAX_SIZE`; stops early when ``budget_s`` seconds are
+    spent. A small product measures launch overhead, not the device: on a TPU v5e a 512^3
+    float32 product ran at 0.4 TFLOP/s and an 8,192^3 one at 148 (2026-12-06).
+
+    Returns ``{"gflops", "size", "p50_ms", "sweep": [{"size", "p50_ms", "gflops"}],
+    "dtype", "matmul_precision", "stopped"}``: the best p50 throughput of the sweep, and
+    why the sweep stopped (the throughput levelled off, a call grew too long, the size
+    cap, the device ran out of memory, or the budget).
+    """
+    began = time.perf_counter()
+    sweep: list[dict[str, float]] = []
+    size, stopped = start_size, f"size cap {PEAK_MAX_SIZE}"
+    while size <= PEAK_MAX_SIZE:
+        try:
+            call = matmul_call(dtype, size)
+            for _ in range(2):
+                jax.block_until_ready(call())
+            samples = []
+            for _ in range(PEAK_SAMPLES):
+                start = time.perf_counter()
+                jax.block_until_ready(call())
+                samples.append(time.perf_counter() - start)
+        except Exception as exc:  # XlaRuntimeError RESOURCE_EXHAUSTED: the device is full
+            if "RESOURCE_EXHAUSTED" not in str(exc) and "out of memory" not in str(exc).lower():
+                raise
+            stopped = f"out of device memory at {size}^3"
+            break
+        del call
+        p50 = float(np.median(samples))
+        sweep.append({"size": size, "p50_ms": p50 * 1e3, "gflops": 2 * size**3 / p50 / 1e9})
+        if len(sweep) > 1 and sweep[-1]["gflops"] < PEAK_GROWTH * sweep[-2]["gflops"]:
+            stopped = f"throughput levelled off at {size}^3"
+            break
+        if p50 > PEAK_MAX_CALL_S:
+            stopped = f"a {size}^3 call took {p50:.2g} s"
+            break
+        if budget_s is not None and time.perf_counter() - began > budget_s:
+            stopped = f"its budget of {budget_s:.3g} s"
+            break
+        size *= 2
+    best = max(sweep, key=lambda entry: entry["gflops"])
+    return {
+        **best,
+        "sweep": sweep,
+        "dtype": np.dtype(dtype).name,
+        "matmul_precision": str(jax.config.jax_default_matmul_precision),
+        "stopped": stopped,
     }
 
 
@@ -420,16 +498,20 @@ def over_budget(
     last: tuple[int, float],
     config: BenchConfig,
     least: int,
+    spent_s: float = 0.0,
 ) -> str | None:
     """Why ``path`` is left out at ``rows`` (None: it is timed): a path whose cost grows
     with its rows (one forward per row), projected linearly from ``last`` (rows,
-    seconds) at a smaller batch size, would alone take more than the timing's budget
-    (``bench.early_stop.time_budget_s``; None: never left out). A jit path's projection
-    is its compile; an eager path's, its warm-up calls and the fewest samples its
-    rounds keep (``least`` a round over ``min_rounds``, each after a discarded call)."""
+    seconds) at a smaller batch size, would alone take more than what is left of the
+    bench's budget (``bench.early_stop.time_budget_s`` less ``spent_s``, the seconds the
+    bench has run so far: compiling and warm-up count; None: never left out). A jit
+    path's projection is its compile; an eager path's, its warm-up calls and the fewest
+    samples its rounds keep (``least`` a round over ``min_rounds``, each after a
+    discarded call)."""
     budget = config.early_stop.time_budget_s
     if budget is None:
         return None
+    left = budget - spent_s
     last_rows, last_s = last
     scaled = last_s * rows / last_rows
     if path.jit:
@@ -438,11 +520,12 @@ def over_budget(
         calls = config.warmup + 2 + 2 * least * config.early_stop.min_rounds
         projected = scaled * calls
         what = f"{calls} calls of {scaled:.2g} s (from {last_s:.2g} s at {last_rows} rows)"
-    if projected <= budget:
+    if projected <= left:
         return None
     return (
         f"{path.name} left out at {rows} rows: {what}, about {projected:.3g} s, exceeds the "
-        f"timing's budget of {budget:g} s (bench.early_stop.time_budget_s)"
+        f"{max(left, 0.0):.3g} s left of the bench's budget of {budget:g} s "
+        "(bench.early_stop.time_budget_s; compiling and warm-up count)"
     )
 
 
@@ -465,17 +548,19 @@ def run_bench(
     batch is already on its device; its flops count every device's share.
     """
     progress = progress or silent()
-    # Where the bench's own time goes (the profile's bound is read off these).
-    phase_began = time.perf_counter()
+    # Where the bench's own time goes (the profile's bound is read off these); the time
+    # budget counts from here: compiling, warm-up and the peak sweep spend it too.
+    bench_began = phase_began = time.perf_counter()
+    budget = config.early_stop.time_budget_s
     paths = batch_paths()
     absent = not_provided(model)
     built = {p.name: p.compile(model, mesh) for p in paths if p.name not in absent}
     run_params = jax.device_put(cast_tree(params, dtype))
     before = conditions()
     # The control: a matmul timed in every round like the cells (so it sees the same
-    # machine), giving this run's peak for the roofline and the verdict's yardstick for
-    # "the machine itself changed speed". Timed once, before the rounds, it swung 0.56x
-    # to 2.2x between quiet runs here.
+    # machine), the verdict's yardstick for "the machine itself changed speed". Timed
+    # once, before the rounds, it swung 0.56x to 2.2x between quiet runs here. It is
+    # small (bench.peak_matmul_size): not the peak, which peak_sweep measures.
     control = {CONTROL: matmul_call(dtype, config.peak_matmul_size)}
     skipped: dict[str, dict[str, str]] = {p.name: {} for p in paths}
     # Every cell is compiled (and its cost analysed) before any is timed. A cell is one
@@ -516,11 +601,21 @@ def run_bench(
                         "one Python-level forward per row, unrolled by jit"
                     )
                     continue
+                spent = time.perf_counter() - bench_began
                 if path.bench_cap and name in grown:
-                    over = over_budget(path, rows, grown[name], config, least)
+                    over = over_budget(path, rows, grown[name], config, least, spent)
                     if over:
                         skipped[name][label] = over
                         continue
+                # Every path is timed at the first batch size; past it, once compiling
+                # has spent the whole budget, the sizes still to compile are left out.
+                if budget is not None and rows != config.batch_sizes[0] and spent > budget:
+                    skipped[name][label] = (
+                        f"{name} left out at {rows} rows: compiling had spent {spent:.3g} s, "
+                        f"the bench's whole budget of {budget:g} s "
+                        "(bench.early_stop.time_budget_s)"
+                    )
+                    continue
                 compiled = built[name]
                 # On its device(s) already (a distributed path: split over the mesh), as
                 # every path's batch is before it is timed.
@@ -561,6 +656,20 @@ def run_bench(
             inner |= i
             warming.advance(len(group), len(group))
     warm_up_s = time.perf_counter() - phase_began
+    # The device's peak, in the run's dtype and matmul precision, at sizes that fill it;
+    # a tenth of the budget at most (its first size always runs).
+    phase_began = time.perf_counter()
+    with progress.phase("measuring the matmul peak", 1, unit="sweep") as sweeping:
+        peak = peak_sweep(dtype, config.peak_matmul_size, None if budget is None else budget / 10)
+        sweeping.advance()
+    peak_s = time.perf_counter() - phase_began
+    progress.note(
+        f"matmul peak {peak['gflops']:.1f} GFLOP/s ({peak['size']}^3 {peak['dtype']}, "
+        f"matmul precision {peak['matmul_precision']}; sweep stopped: {peak['stopped']})"
+    )
+    # What the timing may still spend: compiling, warm-up and the sweep came first.
+    before_timing_s = time.perf_counter() - bench_began
+    timing_budget = None if budget is None else max(budget - before_timing_s, 0.0)
     # NaN where a cell took no sample: a cell of a reduced quota fills a prefix of
     # each round's indices.
     secs = {cell: np.full(config.repeats, np.nan) for group in groups for cell in group}
@@ -573,7 +682,7 @@ def run_bench(
         sample_s,
         max(len(r) for r in rounds),
         len(rounds),
-        config.early_stop.time_budget_s,
+        timing_budget,
         keep=[CONTROL],
         # A cell stopped at min_rounds still holds the samples a run's reader requires.
         least=least,
@@ -615,10 +724,11 @@ def run_bench(
                         on_sample=lambda c: timing.advance(sample_s[c]),
                     )
             going = [c for c in figures if c not in stopped]
-            elapsed = time.perf_counter() - began
+            # Since the bench began: the budget covers compiling and warm-up too.
+            elapsed = time.perf_counter() - bench_began
             # A round's cost as planned in warm-up, scaled by how much slower (or faster)
             # than planned the machine has been so far: under load the plan is low.
-            pace = elapsed / timing.done if timing.done > 0 else 1.0
+            pace = (time.perf_counter() - began) / timing.done if timing.done > 0 else 1.0
             now = early_stops(
                 {
                     c: [float(np.nanmedian(secs[c][r.start : r.stop])) for r in rounds[:done]]
@@ -644,8 +754,7 @@ def run_bench(
                 f"({', '.join(f'{sum(w == r for w in stopped.values())} {r}' for r in reasons)})"
             )
     timing_s = time.perf_counter() - began
-    peak = peak_figures(config.peak_matmul_size, secs[CONTROL])
-    progress.note(f"matmul peak {peak['gflops']:.1f} GFLOP/s ({config.peak_matmul_size}^3)")
+    control_ = control_figures(config.peak_matmul_size, secs[CONTROL])
     per_path: dict[str, dict[str, Any]] = {p.name: {} for p in paths}
     latency: dict[str, dict[str, Any]] = {p.name: {} for p in paths}
     samples: dict[str, dict[str, list[float]]] = {p.name: {} for p in paths}
@@ -687,7 +796,7 @@ def run_bench(
             "inner_loop": inner[cell],
             "flops": flops,
             "gflops": gflops,
-            "roofline": gflops / peak["gflops"],
+            "roofline": roofline_share(gflops, peak["gflops"]),
         }
     after = conditions()
     busy = max(before["load_avg_1m"], after["load_avg_1m"]) > (before["usable_cores"] or 1)
@@ -698,6 +807,8 @@ def run_bench(
         "speedup": speedups(latency),
         "speedup_ci": speedup_intervals(samples, config.confidence_level),
         "peak": peak,
+        "control": control_,
+        "launch_bound": launch_bound(latency),
         "skipped": skipped,
         "samples_ms": samples,
         # Samples in each of a cell's rounds, in order (the verdict's blocks; a cell
@@ -709,6 +820,7 @@ def run_bench(
         "phases_s": {
             "compile": round(compile_s, 3),
             "warm_up": round(warm_up_s, 3),
+            "peak_sweep": round(peak_s, 3),
             "timing": round(timing_s, 3),
         },
     }

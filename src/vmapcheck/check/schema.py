@@ -11,7 +11,7 @@ the key, instead of a ``KeyError`` deep in a later stage.
 # evaluated annotations (as strings, every key counted as required: a report without
 # `composition` or `budget`, written before they existed, was refused).
 from pathlib import Path
-from typing import Any, NotRequired, TypedDict, cast
+from typing import Any, NotRequired, TypedDict, TypeVar, cast
 
 from vmapcheck.errors import ArtifactError
 from vmapcheck.io import read_json
@@ -121,7 +121,11 @@ class CheckDetails(TypedDict):
     forward_outputs_sha256: NotRequired[str]
 
 
-def _read[T](path: Path, schema: type[T]) -> T:
+# A TypeVar, not `def _read[T]`: PEP 695 syntax needs Python 3.12, vmapcheck runs on 3.11.
+_T = TypeVar("_T")
+
+
+def _read(path: Path, schema: type[_T]) -> _T:
     data = read_json(path)
     if not isinstance(data, dict):
         raise ArtifactError(f"{path}: expected a JSON object, found {type(data).__name__}")
@@ -131,7 +135,7 @@ def _read[T](path: Path, schema: type[T]) -> T:
             f"{path}: expected the keys of a {schema.__name__}, missing {', '.join(missing)} "
             "(written by an older vmapcheck? rerun `dvc repro`)"
         )
-    return cast(T, data)
+    return cast(_T, data)
 
 
 def read_record(path: Path) -> ForwardRecord:

@@ -3,7 +3,9 @@
 JAX picks its backends on first use; after that ``jax_platforms`` and ``jax_enable_x64``
 no longer take effect. :func:`configure_jax` must therefore run before any array is
 created. It never falls back silently: a backend that is asked for and absent is an error
-that names the backends that are present.
+that names the backends that are present. The stages that run on CPU whatever the run's
+backend (prepare, train, check) keep their process off the accelerator altogether
+(:func:`cpu_only_process`).
 """
 
 from __future__ import annotations
@@ -11,7 +13,9 @@ from __future__ import annotations
 import contextlib
 import os
 import platform
+import re
 import sys
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -22,17 +26,40 @@ from vmapcheck.errors import BackendUnavailableError
 # JAX reports CUDA and ROCm devices as platform "gpu".
 _PLATFORM_TO_BACKEND = {"cpu": "cpu", "cuda": "gpu", "rocm": "gpu", "gpu": "gpu", "tpu": "tpu"}
 
+# The installed packages that put JAX on an accelerator, by the platform they serve
+# (normalized distribution names): libtpu; JAX's CUDA/ROCm plugins and the CUDA runtime
+# and cuDNN wheels they load. A run records the versions of those of its own platform.
+_ACCELERATOR_PACKAGES = {
+    "tpu": re.compile(r"libtpu(-nightly)?"),
+    "gpu": re.compile(r"jax-(cuda|rocm)\d+-(plugin|pjrt)|nvidia-(cuda-runtime|cudnn)-cu\d+"),
+}
+# platform_version longer than this (several lines of build details) keeps its first line.
+_PLATFORM_VERSION_CHARS = 120
+
 
 @dataclass(frozen=True)
 class RuntimeInfo:
-    """What actually ran: recorded in every report and MLflow run."""
+    """What actually ran: recorded in every report and MLflow run.
+
+    Reports written before ``device_memory_gib``, ``platform_version`` and
+    ``accelerator_runtime`` existed lack them (and so do stored references' meta.json):
+    readers take them with ``.get``.
+    """
 
     backend: str
     platform: str
     device_kind: str
     device_count: int
+    # Memory of one device (its allocator's bytes_limit), GiB; None where JAX reports none
+    # (CPU).
+    device_memory_gib: float | None
     jax_version: str
     jaxlib_version: str
+    # The backend's own version line (libtpu's build, the CUDA version; "cpu" on CPU).
+    platform_version: str
+    # {package: version} of the accelerator runtime installed for this platform (libtpu,
+    # jax-cuda12-plugin, ...); {} on CPU.
+    accelerator_runtime: dict[str, str]
     python_version: str
     os_platform: str
     enable_x64: bool
@@ -41,6 +68,104 @@ class RuntimeInfo:
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+
+def device_memory_gib(device: Any) -> float | None:
+    """The memory of ``device`` in GiB (its allocator's ``bytes_limit``), or None where JAX
+    reports none: CPU devices have no memory stats."""
+    try:
+        stats = device.memory_stats()
+    except Exception:  # a backend without the call raises (NotImplementedError, XlaRuntimeError)
+        return None
+    limit = (stats or {}).get("bytes_limit")
+    return round(limit / 2**30, 2) if isinstance(limit, int | float) and limit > 0 else None
+
+
+def platform_version(device: Any) -> str:
+    """The version line of ``device``'s backend: e.g. "cpu", "cuda 12080", or libtpu's
+    "PJRT C API; TFRT TPU v5 lite; Built on ...". Lines joined with "; "; where that is
+    longer than :data:`_PLATFORM_VERSION_CHARS`, the first line (cut to that length).
+    "unknown" where the backend does not say."""
+    try:
+        text = str(device.client.platform_version)
+    except Exception:
+        try:
+            import jax.extend.backend as jax_backend
+
+            text = str(jax_backend.get_backend(device.platform).platform_version)
+        except Exception:
+            return "unknown"
+    lines = [line.strip() for line in text.strip().splitlines() if line.strip()]
+    whole = "; ".join(lines)
+    if len(whole) <= _PLATFORM_VERSION_CHARS:
+        return whole or "unknown"
+    return lines[0][:_PLATFORM_VERSION_CHARS]
+
+
+def accelerator_runtime(jax_platform: str) -> dict[str, str]:
+    """``{package: version}`` of the installed accelerator runtime packages that serve
+    ``jax_platform`` (libtpu for "tpu"; JAX's CUDA or ROCm plugins, the CUDA runtime and
+    cuDNN for "cuda"/"rocm"/"gpu"), read from their metadata (nothing is imported); {} for
+    "cpu". Sorted by name."""
+    pattern = _ACCELERATOR_PACKAGES.get(_PLATFORM_TO_BACKEND.get(jax_platform, jax_platform))
+    if pattern is None:
+        return {}
+    from importlib import metadata
+
+    found: dict[str, str] = {}
+    for dist in metadata.distributions():
+        name = re.sub(r"[-_.]+", "-", str(dist.metadata["Name"] or "")).lower()
+        if pattern.fullmatch(name):
+            found.setdefault(name, dist.version)
+    return dict(sorted(found.items()))
+
+
+def accelerator_runtime_text(runtime: Mapping[str, Any], short: bool = False) -> str | None:
+    """A report's ``runtime["accelerator_runtime"]`` as text: "libtpu 0.0.42.1";
+    ``short``: JAX's plugin or libtpu only, not the CUDA runtime, cuDNN or the PJRT twin of
+    the plugin. None where none was recorded (CPU, or a report older than the key)."""
+    packages = dict(runtime.get("accelerator_runtime") or {})
+    if short:
+        packages = {
+            name: version
+            for name, version in packages.items()
+            if not (name.startswith("nvidia-") or name.endswith("-pjrt"))
+        } or packages
+    return versions_text(packages) or None
+
+
+def versions_text(packages: Mapping[str, str]) -> str:
+    """``{package: version}`` as text: "libtpu 0.0.42.1, ..."; "" for none."""
+    return ", ".join(f"{name} {version}" for name, version in packages.items())
+
+
+def device_text(runtime: Mapping[str, Any]) -> str:
+    """The device of a report's ``runtime`` as the verdict names it: its kind, then its
+    memory and accelerator runtime where recorded ("TPU v5 lite, 15.75 GiB, libtpu
+    0.0.42.1"); the kind alone on CPU and in a report older than those keys."""
+    parts = [str(runtime.get("device_kind", "?"))]
+    memory = runtime.get("device_memory_gib")
+    if memory is not None:
+        parts.append(f"{memory:g} GiB")
+    versions = accelerator_runtime_text(runtime, short=True)
+    if versions:
+        parts.append(versions)
+    return ", ".join(parts)
+
+
+def runtime_tags(runtime: Mapping[str, Any]) -> dict[str, str]:
+    """MLflow tags of the device beyond its kind, from a report's ``runtime``:
+    ``device_count``, ``device_memory_gib`` (not on CPU), ``platform_version`` and one
+    ``<package>_version`` per accelerator runtime package (``libtpu_version``,
+    ``jax_cuda12_plugin_version``). Only those the report records: an older one has none."""
+    tags = {
+        key: str(runtime[key])
+        for key in ("device_count", "device_memory_gib", "platform_version")
+        if runtime.get(key) is not None
+    }
+    for name, version in (runtime.get("accelerator_runtime") or {}).items():
+        tags[f"{re.sub(r'[^0-9A-Za-z]+', '_', name)}_version"] = str(version)
+    return tags
 
 
 def available_backends() -> list[str]:
@@ -93,8 +218,11 @@ def configure_jax(backend: BackendConfig, precision: PrecisionConfig) -> Runtime
         platform=devices[0].platform,
         device_kind=devices[0].device_kind,
         device_count=len(devices),
+        device_memory_gib=device_memory_gib(devices[0]),
         jax_version=jax.__version__,
         jaxlib_version=jaxlib.__version__,
+        platform_version=platform_version(devices[0]),
+        accelerator_runtime=accelerator_runtime(devices[0].platform),
         python_version=sys.version.split()[0],
         os_platform=platform.platform(),
         enable_x64=bool(jax.config.jax_enable_x64),
@@ -206,10 +334,35 @@ def prune_compile_cache(folder: Path, max_bytes: int) -> list[Path]:
     return deleted
 
 
+def cpu_only_process() -> None:
+    """Keep this process off every accelerator: JAX may start its CPU backend only.
+
+    The stages that run on CPU whatever the run's backend call it first, before anything
+    imports JAX (vmapcheck.stages.prepare, .train and .check: training, the float64
+    oracle, the diagnosis). JAX reads ``JAX_PLATFORMS`` when it is imported and then
+    initialises no other backend, so no plugin (libtpu, CUDA) opens the device: a TPU
+    is held by one process at a time, and a CPU stage must not take it from a forward or
+    bench running beside it, nor fail because one holds it. It replaces a
+    ``JAX_PLATFORMS`` set outside (an exported ``tpu`` is for forward and bench), and
+    sets JAX's config too where JAX is imported already; :func:`configure_cpu_float32`
+    and :func:`configure_cpu_float64` then refuse to run if JAX has started elsewhere.
+    """
+    os.environ["JAX_PLATFORMS"] = "cpu"
+    jax = sys.modules.get("jax")
+    if jax is not None and hasattr(jax, "config"):
+        jax.config.update("jax_platforms", "cpu")
+
+
 def _configure_cpu(name: str, dtype: str) -> RuntimeInfo:
-    """CPU at ``dtype`` with the highest matmul precision (tolerances unused here)."""
+    """CPU at ``dtype`` with the highest matmul precision (tolerances unused here).
+
+    Raises:
+        BackendUnavailableError: JAX had started on another backend in this process
+            already (then ``jax_platforms`` no longer takes effect, and this would
+            silently run on the accelerator).
+    """
     none = ToleranceConfig(rtol=0.0, atol=0.0)
-    return configure_jax(
+    info = configure_jax(
         # One device: these stages run nothing sharded (JAX's default CPU device count).
         BackendConfig(name="cpu", platform="cpu", num_devices=None),
         PrecisionConfig(
@@ -221,6 +374,14 @@ def _configure_cpu(name: str, dtype: str) -> RuntimeInfo:
             cross_run_tolerance=none,
         ),
     )
+    if info.platform != "cpu":
+        raise BackendUnavailableError(
+            f"JAX had already started on {info.platform} ({info.device_kind}) in this "
+            "process, so it cannot be pinned to CPU, where prepare, train and the float64 "
+            "oracle run: nothing may use JAX before configure_cpu_float32/float64 (the "
+            "stage modules call vmapcheck.core.runtime.cpu_only_process first)"
+        )
+    return info
 
 
 def configure_cpu_float32() -> RuntimeInfo:

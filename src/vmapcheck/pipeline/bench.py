@@ -4,6 +4,7 @@ from typing import Any
 
 import jax.numpy as jnp
 
+from vmapcheck.bench.bounds import LAUNCH_BOUND_MEANING, launch_bound_text
 from vmapcheck.bench.guard import replay_figures, replay_summary, run_replay
 from vmapcheck.bench.plots import (
     write_latency_csvs,
@@ -64,6 +65,32 @@ def early_stop_lines(early_stop: dict[str, Any]) -> list[str]:
     ]
 
 
+def peak_line(peak: dict[str, Any]) -> str:
+    """``matmul peak 147,556 GFLOP/s (8192^3 float32, matmul precision default; ...)``."""
+    return (
+        f"matmul peak {peak['gflops']:,.1f} GFLOP/s on this device now ({peak['size']}^3 "
+        f"{peak.get('dtype', '?')}, matmul precision {peak.get('matmul_precision', '?')}; "
+        f"sweep stopped: {peak.get('stopped', '?')})"
+    )
+
+
+def roofline_text(result: dict[str, Any], label: str) -> str:
+    """The headline paths' share of the matmul peak at ``label``: ``vmap_jit at 12.3%,
+    direct_jit above the peak (flop count or peak wrong: not shown)``."""
+    shares = []
+    for path in PATHS.values():
+        figures = result["figures"].get(path.name, {}).get(label)
+        if not path.headline or figures is None:
+            continue
+        share = figures["roofline"]
+        shares.append(
+            f"{path.name} at {share:.1%}"
+            if share is not None
+            else f"{path.name} not shown (no flop count, or above the peak)"
+        )
+    return ", ".join(shares) + " of the matmul peak"
+
+
 def phases_line(phases_s: dict[str, float]) -> str:
     """``took 21.4 s: timing 12.0 s, replay_bucketed 8.1 s, replay_unbucketed 1.3 s``."""
     shown = ", ".join(f"{name} {seconds:.1f} s" for name, seconds in phases_s.items())
@@ -119,18 +146,17 @@ def run(config: Config, layout: Layout) -> None:
             write_speedup_png(folder / layout.speedup_png.name, result["speedup"], title)
     if result["machine"]["noisy"]:
         print("bench: WARNING: load average above the core count: figures are noisy")
-    print(f"bench: matmul peak {result['peak']['gflops']:.1f} GFLOP/s on this machine now")
+    print(f"bench: {peak_line(result['peak'])}")
     for line in early_stop_lines(result["early_stop"]):
         print(f"bench: {line}")
     for label, ratios in result["speedup"].items():
+        if not ratios:  # no ratio's two paths both ran at this size
+            continue
         ci = result["speedup_ci"].get(label, {})
         shown = ", ".join(f"{k} {speedup_text(v, ci.get(k))}" for k, v in ratios.items())
-        roofs = ", ".join(
-            f"{p.name} at {result['figures'][p.name][label]['roofline']:.1%}"
-            for p in PATHS.values()
-            if p.headline and label in result["figures"].get(p.name, {})
-        )
-        print(f"bench: {label}: {shown}; {roofs} of the matmul peak")
+        print(f"bench: {label}: {shown}; {roofline_text(result, label)}")
+    for path, entry in result["launch_bound"].items():
+        print(f"bench: {path} launch-bound {launch_bound_text(entry)}: {LAUNCH_BOUND_MEANING}")
     print(f"bench: guard replay: {replay_summary(result['replay'])}")
     print(f"bench: {phases_line(result['phases_s'])}")
     for path in (p for p in PATHS.values() if p.distributed):

@@ -30,6 +30,7 @@ _SHARED = (
     "__init__.py",
     "config.py",
     "errors.py",
+    "versions.py",
     "io.py",
     "layout.py",
     "stages/__init__.py",

@@ -13,6 +13,7 @@ import base64
 from collections.abc import Mapping
 from typing import Any
 
+from vmapcheck.bench.bounds import launch_bound_text
 from vmapcheck.bench.plots import latency_png, speedup_png
 from vmapcheck.core.paths import SPEEDUPS, speedup_text
 from vmapcheck.report.elements import by_batch, in_path_order, kv_table, num, table
@@ -164,14 +165,25 @@ def latency(
             "same run, with a bootstrap confidence interval; where it holds 1.0 there is no "
             "measurable difference."
             + (
-                f" Matmul peak measured in the same run ({peak['size']}^3): "
-                f"{num(peak['gflops'])} GFLOP/s."
+                f" Matmul peak measured in the same run ({peak['size']}^3"
+                + (
+                    f" {peak['dtype']}, matmul precision {peak['matmul_precision']}, the "
+                    f"largest of a sweep that stopped at {peak['stopped']}"
+                    if "sweep" in peak
+                    else ""
+                )
+                + f"): {num(peak['gflops'])} GFLOP/s. A share of it is left out where a "
+                "path's flop count would exceed it."
                 if peak
                 else ""
             )
         ),
         "table": latency_table,
         "skipped": skipped,
+        "launch_bound": [
+            f"{path} {launch_bound_text(entry)}"
+            for path, entry in bench.get("launch_bound", {}).items()
+        ],
         "speedups": speed_table,
         "plots": plots,
     }

@@ -15,6 +15,7 @@ from typing import Any
 from vmapcheck.check.schema import CheckDetails
 from vmapcheck.core.composition import REGROUPINGS
 from vmapcheck.core.paths import PATHS
+from vmapcheck.core.runtime import accelerator_runtime_text, device_text
 from vmapcheck.report.elements import (
     cell,
     figure_cell,
@@ -88,7 +89,7 @@ def verdict(check: CheckDetails, bench: dict[str, Any]) -> dict[str, Any]:
     runtime, tol = check["runtime"], check["tolerance"]
     headline = (
         f"{forms_compared(check)} on {runtime['backend']} "
-        f"({runtime['device_kind']}), {check['dtype']}, rtol={num(tol['rtol'])} "
+        f"({device_text(runtime)}), {check['dtype']}, rtol={num(tol['rtol'])} "
         f"atol={num(tol['atol'])}, jax {runtime['jax_version']} / jaxlib "
         f"{runtime['jaxlib_version']}"
     )
@@ -117,6 +118,15 @@ def verdict(check: CheckDetails, bench: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def _recorded(runtime: Mapping[str, Any], key: str, when_none: str) -> Any:
+    """``runtime[key]``; ``when_none`` where it is recorded as None; "-" where a report
+    older than the key lacks it."""
+    if key not in runtime:
+        return "-"
+    value = runtime[key]
+    return when_none if value is None else value
+
+
 def environment(
     check: CheckDetails,
     bench: dict[str, Any],
@@ -133,6 +143,14 @@ def environment(
         ("Python", runtime["python_version"]),
         ("backend (platform)", f"{runtime['backend']} ({runtime['platform']})"),
         ("device kind, count", f"{runtime['device_kind']}, {runtime['device_count']}"),
+        # Not recorded before these keys existed ("-"); CPU devices report no memory.
+        ("device memory (GiB)", _recorded(runtime, "device_memory_gib", "(not reported)")),
+        ("platform version", _recorded(runtime, "platform_version", "(not reported)")),
+        (
+            "accelerator runtime",
+            accelerator_runtime_text(runtime)
+            or ("-" if "accelerator_runtime" not in runtime else "(none)"),
+        ),
         ("CPU model", machine.get("cpu_model", "-")),
         (
             "cores (logical / usable)",

@@ -18,7 +18,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import Any, TypeVar
 
 from vmapcheck.core.paths import PATHS
 
@@ -107,7 +107,11 @@ def by_batch(labels: Iterable[str]) -> list[str]:
     return sorted(labels, key=lambda label: int(label.lstrip("b")))
 
 
-def in_path_order[V](by_path: Mapping[str, V]) -> list[tuple[str, V]]:
+# A TypeVar, not `def in_path_order[V]`: PEP 695 syntax needs Python 3.12 (vmapcheck: 3.11+).
+_V = TypeVar("_V")
+
+
+def in_path_order(by_path: Mapping[str, _V]) -> list[tuple[str, _V]]:
     """The items of ``by_path`` (keyed by forward path name) in the order of the registry
     :data:`vmapcheck.core.paths.PATHS`; names it does not know (a report written by an
     older vmapcheck) follow in their own order, so nothing is left out."""

@@ -5,8 +5,10 @@ from __future__ import annotations
 import sys
 from typing import Any
 
+from vmapcheck.bench.bounds import launch_bound_text, ratio_launch_bound
 from vmapcheck.check.schema import read_check_details
 from vmapcheck.core.paths import speedup_text
+from vmapcheck.core.runtime import device_text
 from vmapcheck.errors import ArtifactError
 from vmapcheck.io import read_json
 from vmapcheck.layout import Layout
@@ -22,7 +24,8 @@ from vmapcheck.tracking.ui import run_url, ui_base
 
 
 def verdict_line(check: dict[str, Any], bench: dict[str, Any] | None = None) -> str:
-    """The first line: PASSED or FAILED, the forms compared, backend, dtype, tolerance, JAX;
+    """The first line: PASSED or FAILED, the forms compared, backend and device (its memory
+    and libtpu or CUDA plugin where recorded: nothing more on CPU), dtype, tolerance, JAX;
     and the caveat of a benchmark timed on a busy machine (``bench``: bench_details.json)."""
     runtime = check["runtime"]
     tol = check["tolerance"]
@@ -31,7 +34,7 @@ def verdict_line(check: dict[str, Any], bench: dict[str, Any] | None = None) -> 
     return (
         f"verdict: {verdict} - {forms_compared(check)} "
         f"on {runtime['backend']} "
-        f"({runtime['device_kind']}), {check['dtype']}, rtol={tol['rtol']:g} atol={tol['atol']:g}, "
+        f"({device_text(runtime)}), {check['dtype']}, rtol={tol['rtol']:g} atol={tol['atol']:g}, "
         f"jax {runtime['jax_version']} / jaxlib {runtime['jaxlib_version']}"
         + (f"; {caveat}" if caveat else "")
     )
@@ -99,16 +102,28 @@ def summarize(layout: Layout) -> str:
     # The benchmark's figures: bench_details.json (bench.json holds the headline only).
     if bench:
         if "peak" in bench:
+            peak = bench["peak"]
+            sized = f" ({peak['size']}^3 {peak['dtype']})" if "dtype" in peak else ""
             lines.append(
-                f"  matmul peak measured in the same run: {bench['peak']['gflops']:.1f} GFLOP/s"
+                f"  matmul peak measured in the same run: {peak['gflops']:.1f} GFLOP/s{sized}"
             )
         intervals = bench.get("speedup_ci", {})
+        launch = bench.get("launch_bound", {})
         for label, ratios in bench["speedup"].items():
+            if not ratios:  # no ratio's two paths both ran at this size
+                continue
             ci = intervals.get(label, {})
-            shown = ", ".join(f"{k} {speedup_text(v, ci.get(k))}" for k, v in ratios.items())
+            rows = batch_from_label(label)
+            shown = ", ".join(
+                f"{k} {speedup_text(v, ci.get(k))}"
+                + (" (both launch-bound)" if ratio_launch_bound(launch, k, rows) else "")
+                for k, v in ratios.items()
+            )
             lines.append(
                 f"  speed at batch {batch_from_label(label)} (p50 ratios, same run): {shown}"
             )
+        for path, entry in launch.items():
+            lines.append(f"  launch-bound: {path} {launch_bound_text(entry)}")
     track_path = layout.track_report
     if track_path.exists():
         track = read_json(track_path)

@@ -33,6 +33,7 @@ from vmapcheck.check.schema import CheckDetails
 from vmapcheck.config import Config, flatten
 from vmapcheck.core.composition import REGROUPINGS
 from vmapcheck.core.paths import speedup_text
+from vmapcheck.core.runtime import runtime_tags
 from vmapcheck.errors import ConfigError
 from vmapcheck.params_io import contract_digest
 from vmapcheck.report.check_sections import forms_compared
@@ -223,6 +224,12 @@ def collect_metrics(
                     metrics[f"latency_ms/{path}/{padded_label(label)}/{stat}"] = float(stats[stat])
     if "peak" in bench:
         metrics["peak_gflops"] = float(bench["peak"]["gflops"])
+    if "control" in bench:
+        metrics["control_matmul_gflops"] = float(bench["control"]["gflops"])
+    # Where a path's time is flat in batch size (vmapcheck.bench.bounds.launch_bound).
+    for path, entry in bench.get("launch_bound", {}).items():
+        metrics[f"launch_bound/{path}/up_to_rows"] = float(entry["up_to_rows"])
+        metrics[f"launch_bound/{path}/rows_per_s"] = float(entry["rows_per_s"])
     replay = bench.get("replay", {}).get("figures", {})
     for name in REPLAY_METRICS:
         if replay.get(name) is not None:
@@ -469,6 +476,9 @@ def log_run(
         "backend": runtime["backend"],
         "platform": runtime["platform"],
         "device_kind": runtime["device_kind"],
+        # Device count, memory, platform version and libtpu/CUDA plugin versions, where
+        # the run recorded them (not in a report older than them; no memory on CPU).
+        **runtime_tags(runtime),
         "precision": config.precision.name,
         "dtype": config.precision.dtype,
         "tolerance.rtol": repr(config.precision.tolerance.rtol),
