@@ -420,12 +420,11 @@ def test_run_bench_records_each_cells_rounds_and_why_it_stopped():
     )
 
 
-def test_compiling_and_warm_up_spend_the_budget_a_loop_path_is_left_out_by():
-    """The budget covers the whole bench: what compiling and warm-up spent is not left
-    for a loop path's projected compile (as on a TPU, where compiles take seconds)."""
-    config = BenchConfig(
+def _budgeted(batch_sizes: list[int], time_budget_s: float | None) -> BenchConfig:
+    """A small bench profile with ``time_budget_s`` as its whole budget."""
+    return BenchConfig(
         name="t",
-        batch_sizes=[1, 64],
+        batch_sizes=batch_sizes,
         warmup=1,
         repeats=5,
         loop_max_batch=64,
@@ -433,8 +432,16 @@ def test_compiling_and_warm_up_spend_the_budget_a_loop_path_is_left_out_by():
         peak_matmul_size=64,
         replay_requests=10,
         regression=RegressionConfig(factor=1.1, alpha=0.01, baseline=None),
-        early_stop=EarlyStopConfig(min_rounds=5, ci_target=0.01, time_budget_s=60, paired_looks=1),
+        early_stop=EarlyStopConfig(
+            min_rounds=5, ci_target=0.01, time_budget_s=time_budget_s, paired_looks=1
+        ),
     )
+
+
+def test_compiling_and_warm_up_spend_the_budget_a_loop_path_is_left_out_by():
+    """The budget covers the whole bench: what compiling and warm-up spent is not left
+    for a loop path's projected compile (as on a TPU, where compiles take seconds)."""
+    config = _budgeted([1, 64], 60)
     loop_jit = get("loop_jit")
     # 0.5 s to compile one row: 32 s projected at 64 rows, inside 60 s of budget ...
     assert over_budget(loop_jit, 64, (1, 0.5), config, least=1, spent_s=0.0) is None
@@ -442,10 +449,7 @@ def test_compiling_and_warm_up_spend_the_budget_a_loop_path_is_left_out_by():
     why = over_budget(loop_jit, 64, (1, 0.5), config, least=1, spent_s=40.0)
     assert why is not None and "loop_jit left out at 64 rows" in why
     assert "20 s left of the bench's budget of 60 s" in why and "compiling and warm-up" in why
-    no_budget = config.model_copy(
-        update={"early_stop": config.early_stop.model_copy(update={"time_budget_s": None})}
-    )
-    assert over_budget(loop_jit, 64, (1, 0.5), no_budget, least=1, spent_s=1e6) is None
+    assert over_budget(loop_jit, 64, (1, 0.5), _budgeted([1, 64], None), 1, 1e6) is None
 
 
 def test_the_peak_sweep_grows_the_product_until_the_throughput_levels_off():
@@ -462,21 +466,8 @@ def test_once_compiling_has_spent_the_budget_larger_sizes_are_left_out():
     model = build_model(ModelConfig(name="mlp", in_features=4, hidden=[8], out_features=2))
     params = model.init(jax.random.key(0))
     rows = np.random.default_rng(0).normal(size=(5, 4)).astype(np.float32)
-    config = BenchConfig(
-        name="t",
-        batch_sizes=[1, 64],
-        warmup=1,
-        repeats=5,
-        loop_max_batch=8,
-        confidence_level=0.95,
-        peak_matmul_size=64,
-        replay_requests=10,
-        regression=RegressionConfig(factor=1.1, alpha=0.01, baseline=None),
-        # So small that compiling the first size spends it all.
-        early_stop=EarlyStopConfig(
-            min_rounds=5, ci_target=0.01, time_budget_s=0.001, paired_looks=1
-        ),
-    )
+    # So small a budget that compiling the first size spends it all.
+    config = _budgeted([1, 64], 0.001)
     result = run_bench(model, params, rows, config, jnp.float32)
     assert result["latency_ms"]["vmap_jit"].keys() == {"b1"}
     why = result["skipped"]["vmap_jit"]["b64"]

@@ -466,23 +466,11 @@ def run_paired(
             design |= {"one_process_for_both": apart is None, "why_apart": apart}
             if alone is not None:
                 design |= {"one_at_a_time": alone, "processes_asked": asked}
-            if order == BLOCKS:
-                design["min_block_ms"] = MIN_BLOCK_MS
-                design["block_samples"] = ready[CURRENT].get("block_samples")
-            head = _head(baseline, current, paths, batch_sizes, design)
-            records = [BenchRecord(s.role, {}, s.context) for s in (baseline, current)]
-            not_comparable, differences = comparability(*records, require_same)
-            head["differences"] = differences
-            head["skipped"] = ready[BASELINE]["skipped"] | ready[CURRENT]["skipped"]
-            if not_comparable:
-                return {
-                    "verdict": NOT_COMPARABLE,
-                    "reasons": not_comparable,
-                    "why": f"{NOT_COMPARABLE}: {'; '.join(not_comparable)}",
-                    "regressions": [],
-                    "improvements": [],
-                    **head,
-                }
+            head, refusal = _comparison_head(
+                baseline, current, ready, paths, batch_sizes, design, order, require_same
+            )
+            if refusal is not None:
+                return refusal
             shared = sorted(set(ready[BASELINE]["cells"]) & set(ready[CURRENT]["cells"]))
             needed = min_pairs(len(shared), alpha)
             if rounds < needed:  # refuse before spending the time
@@ -634,23 +622,11 @@ def _run_one_at_a_time(
                     ready[role] = answer
                     specs[role].context = answer["context"]
                 if len(ready) == 2 and not head:
-                    if order == BLOCKS:
-                        design["min_block_ms"] = MIN_BLOCK_MS
-                        design["block_samples"] = ready[CURRENT].get("block_samples")
-                    head = _head(baseline, current, paths, batch_sizes, design)
-                    records = [BenchRecord(s.role, {}, s.context) for s in (baseline, current)]
-                    not_comparable, differences = comparability(*records, require_same)
-                    head["differences"] = differences
-                    head["skipped"] = ready[BASELINE]["skipped"] | ready[CURRENT]["skipped"]
-                    if not_comparable:
-                        return {
-                            "verdict": NOT_COMPARABLE,
-                            "reasons": not_comparable,
-                            "why": f"{NOT_COMPARABLE}: {'; '.join(not_comparable)}",
-                            "regressions": [],
-                            "improvements": [],
-                            **head,
-                        }
+                    head, refusal = _comparison_head(
+                        baseline, current, ready, paths, batch_sizes, design, order, require_same
+                    )
+                    if refusal is not None:
+                        return refusal
                     shared = sorted(set(ready[BASELINE]["cells"]) & set(ready[CURRENT]["cells"]))
                     judge_paired(  # refuses too few rounds for these cells
                         schedule(rounds), [{c: [1.0] for c in shared}] * (2 * rounds), factor, alpha
@@ -836,6 +812,39 @@ def _time_rounds(
         if (i + 1) % 10 == 0 or i + 1 == len(sides):
             say(f"paired verdict: {i + 1}/{len(sides)} rounds, load {loads[-1]:.1f}")
     return taken
+
+
+def _comparison_head(
+    baseline: SideSpec,
+    current: SideSpec,
+    ready: dict[str, dict[str, Any]],
+    paths: Sequence[str],
+    batch_sizes: Sequence[int],
+    design: dict[str, Any],
+    order: str,
+    require_same: Any,
+) -> tuple[dict[str, Any], dict[str, Any] | None]:
+    """The result's head once both sides are loaded (``ready``: each side's first
+    answer), and the whole result when the sides are not comparable (None: they are).
+    Fills ``design`` with the block settings of a ``blocks`` order."""
+    if order == BLOCKS:
+        design["min_block_ms"] = MIN_BLOCK_MS
+        design["block_samples"] = ready[CURRENT].get("block_samples")
+    head = _head(baseline, current, paths, batch_sizes, design)
+    records = [BenchRecord(s.role, {}, s.context) for s in (baseline, current)]
+    not_comparable, differences = comparability(*records, require_same)
+    head["differences"] = differences
+    head["skipped"] = ready[BASELINE]["skipped"] | ready[CURRENT]["skipped"]
+    if not not_comparable:
+        return head, None
+    return head, {
+        "verdict": NOT_COMPARABLE,
+        "reasons": not_comparable,
+        "why": f"{NOT_COMPARABLE}: {'; '.join(not_comparable)}",
+        "regressions": [],
+        "improvements": [],
+        **head,
+    }
 
 
 def _head(
