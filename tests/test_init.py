@@ -44,6 +44,22 @@ USER_MODEL = textwrap.dedent(
         return 42
 
 
+    def int_state(in_features: int = 5, out_features: int = 2) -> Model:
+        def init(key):
+            return {
+                "W": jax.random.normal(key, (in_features, out_features), jnp.float32),
+                "steps": jnp.zeros((), jnp.int32),
+            }
+
+        return Model(
+            name="counting",
+            in_features=in_features,
+            out_features=out_features,
+            forward_one=lambda params, x: x @ params["W"],
+            init=init,
+        )
+
+
     def default_dtype(in_features: int = 5, out_features: int = 2) -> Model:
         return Model(
             name="loose",
@@ -195,6 +211,10 @@ def test_a_dict_input_model_writes_its_input_contract(tmp_path):
             ("--model", "mymodels.linear:default_dtype"),
             "init returns float64 leaves when JAX runs in x64 mode (the check stage's float64 "
             "oracle): W; expected float32",
+        ),
+        (
+            ("--model", "mymodels.linear:int_state"),
+            "--model mymodels.linear:int_state: model 'counting'",
         ),
         (
             ("--model", "mymodels.linear:make_model", "--factory-arg", "depth=3"),

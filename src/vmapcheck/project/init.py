@@ -216,13 +216,16 @@ def _model_config(
     return config
 
 
-def _check_float32_init(model: Any, target: str) -> None:
-    """Refuse a model whose ``init`` leaves follow JAX's default float dtype: ``check``
-    runs with x64 on (the float64 oracle), where such a leaf is float64 and the stored
-    float32 params no longer match (docs/own-model.md: init returns float32 arrays).
-    Found here, naming the leaves, instead of by the check stage after a whole run."""
+def _check_init_leaves(model: Any, target: str) -> None:
+    """Refuse, naming the leaves, a model whose ``init`` train would refuse after the
+    data stage: leaves that follow JAX's default float dtype (``check`` runs with x64 on,
+    the float64 oracle, where such a leaf is float64 and the stored float32 params no
+    longer match: docs/own-model.md, init), and non-float leaves not declared in
+    ``state_leaves`` (docs/state-leaves.md; the refusal train gives,
+    :func:`vmapcheck.core.state.partition`). ``init`` is evaluated abstractly."""
     import jax
 
+    from vmapcheck.core.state import partition
     from vmapcheck.params_io import contract_of
 
     with jax.enable_x64(True):
@@ -234,6 +237,10 @@ def _check_float32_init(model: Any, target: str) -> None:
             f"(the check stage's float64 oracle): {', '.join(wide)}; expected float32: "
             "create them with an explicit dtype=jnp.float32 (docs/own-model.md, init)"
         )
+    try:
+        partition(model, jax.eval_shape(model.init, jax.random.key(0)))
+    except ConfigError as exc:
+        raise ConfigError(f"--model {target}: {exc}") from None
 
 
 def resolve_model(
@@ -278,7 +285,7 @@ def resolve_model(
             f"--model {target}: expected it to return a vmapcheck.core.models.Model, "
             f"found {type(model).__name__}"
         )
-    _check_float32_init(model, target)
+    _check_init_leaves(model, target)
     name = name or model.name
     if not _NAME.match(name or ""):
         raise ConfigError(

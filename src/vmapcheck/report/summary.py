@@ -54,6 +54,41 @@ def case_line(name: str, case: dict[str, Any]) -> str:
     )
 
 
+def reference_line(reference: dict[str, Any]) -> str:
+    """The stored reference's line; a failed comparison adds its worst figure: the case
+    and path furthest from the stored outputs, by the fraction of the cross-run bound."""
+    line = f"  {'ok  ' if reference['passed'] else 'FAIL'} reference        {reference['message']}"
+    worst = None
+    for case, by_path in reference.get("cases", {}).items():
+        for path, result in by_path.items():
+            ratio = result.get("bound_ratio")
+            if ratio is not None and (worst is None or ratio > worst[2]["bound_ratio"]):
+                worst = (case, path, result)
+    if reference["passed"] or worst is None:
+        return line
+    case, path, result = worst
+    return (
+        f"{line}; worst: {case}/{path} max_abs={result['max_abs']:.3g} "
+        f"max_rel={result['max_rel']:.3g} ({result['bound_ratio']:.3g} of its bound, "
+        f"rule {result.get('rule')})"
+    )
+
+
+# The failure lines the verdict prints: the first ones, and the reference's first where
+# those leave it out (a planted mistake fails many pairs before the reference's lines).
+SHOWN_FAILURES = 10
+REFERENCE_FAILURE = "reference"
+
+
+def shown_failures(failures: list[str], most: int = SHOWN_FAILURES) -> list[str]:
+    """The first ``most`` failures, plus the stored reference's first failure when it is
+    not among them: a failed reference always has a ``failure:`` line."""
+    shown = list(failures[:most])
+    if not any(f.startswith(REFERENCE_FAILURE) for f in shown):
+        shown += [f for f in failures[most:] if f.startswith(REFERENCE_FAILURE)][:1]
+    return shown
+
+
 def refusals_line(negative: dict[str, dict[str, Any]]) -> str:
     """How many invalid inputs every path refused."""
     refused = sum(n["passed"] for n in negative.values())
@@ -93,12 +128,8 @@ def summarize(layout: Layout) -> str:
     # What a budget capped (src/vmapcheck/conf/budget/), never left unsaid.
     lines += [f"  cap  {line}" for line in budget_lines(check)]
     lines.append(refusals_line(check["negative"]))
-    reference = check["reference"]
-    lines.append(
-        f"  {'ok  ' if reference['passed'] else 'FAIL'} reference        {reference['message']}"
-    )
-    for failure in check["failures"][:10]:
-        lines.append(f"  failure: {failure}")
+    lines.append(reference_line(check["reference"]))
+    lines += [f"  failure: {failure}" for failure in shown_failures(check["failures"])]
     # The benchmark's figures: bench_details.json (bench.json holds the headline only).
     if bench:
         if "peak" in bench:
