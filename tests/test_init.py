@@ -26,16 +26,21 @@ USER_MODEL = textwrap.dedent(
     from vmapcheck.core.models import Model
 
 
-    def make_model(in_features: int = 5, out_features: int = 2) -> Model:
+    def make_model(in_features: int = 5, out_features: int = 2, bug: str = "none") -> Model:
         def init(key):
             return {"W": jax.random.normal(key, (in_features, out_features), jnp.float32)}
+
+        def forward_batch(params, batch):
+            y = batch @ params["W"]
+            # A knob with a default: the planted mistake normalizes over the batch axis.
+            return jax.nn.softmax(y, axis=0) if bug == "softmax" else y
 
         return Model(
             name="linear",
             in_features=in_features,
             out_features=out_features,
             forward_one=lambda params, x: x @ params["W"],
-            forward_batch=lambda params, batch: batch @ params["W"],
+            forward_batch=forward_batch,
             init=init,
         )
 
@@ -161,10 +166,23 @@ def test_a_users_factory_gets_its_model_file_and_its_code_tracked(tmp_path):
         # The widths interpolated: one source of truth for -S model.in_features=...
         "factory": {
             "_target_": "mymodels.linear.make_model",
+            # Every knob with a default is written: -S model.factory.bug=... overrides it.
+            "bug": "none",
             "in_features": "${model.in_features}",
             "out_features": "${model.out_features}",
         },
     }
+    knob = subprocess.run(
+        [sys.executable, "-m", "vmapcheck", "params", "model.factory.bug=softmax"],
+        cwd=root,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert knob.returncode == 0, knob.stderr
+    assert yaml.safe_load((root / "params.yaml").read_text())["model"]["factory"]["bug"] == (
+        "softmax"
+    )
     stages = yaml.safe_load((root / "dvc.yaml").read_text())["stages"]
     for stage in ("train", "forward", "check", "bench"):
         assert "mymodels" in stages[stage]["deps"], stage

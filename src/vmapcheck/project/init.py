@@ -207,13 +207,37 @@ def _model_config(
             }
             for leaf in model.inputs.leaves
         }
+    parameters = inspect.signature(factory).parameters
     widths = {
-        key: f"${{model.{key}}}"
-        for key in ("in_features", "out_features")
-        if key in inspect.signature(factory).parameters
+        key: f"${{model.{key}}}" for key in ("in_features", "out_features") if key in parameters
     }
-    config["factory"] = {"_target_": target.replace(":", "."), **factory_args, **widths}
+    # Every knob with a default is written too, so that `-S model.factory.<knob>=...`
+    # overrides it (Hydra refuses a key the file lacks); a default YAML cannot hold (a
+    # function, an object) is left to the factory.
+    defaults = {
+        key: list(p.default) if isinstance(p.default, tuple) else p.default
+        for key, p in parameters.items()
+        if p.default is not inspect.Parameter.empty
+        and p.kind in (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+        and key not in factory_args
+        and key not in widths
+        and _plain(p.default)
+    }
+    config["factory"] = {
+        "_target_": target.replace(":", "."),
+        **factory_args,
+        **defaults,
+        **widths,
+    }
     return config
+
+
+def _plain(value: Any) -> bool:
+    """Whether a factory default is plain data a config file holds: None, a bool, int,
+    float or str, or a list or tuple of them."""
+    if isinstance(value, list | tuple):
+        return all(_plain(item) for item in value)
+    return value is None or isinstance(value, bool | int | float | str)
 
 
 def _check_init_leaves(model: Any, target: str) -> None:
