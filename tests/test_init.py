@@ -309,3 +309,35 @@ def test_a_users_table_is_declared_column_by_column(tmp_path):
     # Kept out of git by init's .gitignore block (prepare refuses a table git would carry).
     ignored = subprocess.run(["git", "check-ignore", "-q", "data/raw/patients.csv"], cwd=root)
     assert ignored.returncode == 0
+
+
+def test_a_shipped_model_is_sized_to_the_users_table_and_keeps_its_sizes(tmp_path):
+    """--data-path with a shipped model of a flat vector: its in/out features become the
+    table's feature/target columns, in a conf/model/<option>.yaml of the project's own
+    (it comes before the installed file), so a recomposition keeps them."""
+    root = _git_repo(tmp_path / "sized")
+    (root / "data" / "raw").mkdir(parents=True)
+    (root / "data" / "raw" / "patients.csv").write_text(TABLE)
+    table = ("--data-path", "data/raw/patients.csv", "--identifiers", "id,email,d,e")
+    columns = ("--features", "a,b,c", "--targets", "y0,y1")
+    refused = _init(root, "--model", "flax_cnn", *table, *columns)
+    assert refused.returncode == 2
+    assert "--model flax_cnn takes an input contract of 64 feature columns" in refused.stderr
+    assert not (root / "dvc.yaml").exists()
+
+    done = _init(root, "--model", "mlp", *table, *columns)
+    assert done.returncode == 0, done.stderr
+    sized = yaml.safe_load((root / "conf" / "model" / "mlp.yaml").read_text())
+    assert (sized["in_features"], sized["out_features"]) == (3, 2)
+    # An experiment recomposes params.yaml from conf/: the sizes stay without any -S.
+    again = subprocess.run(
+        [sys.executable, "-m", "vmapcheck", "params", "precision=f64"],
+        cwd=root,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert again.returncode == 0, again.stderr
+    params = yaml.safe_load((root / "params.yaml").read_text())
+    assert (params["model"]["in_features"], params["model"]["out_features"]) == (3, 2)
+    assert params["precision"]["name"] == "f64"

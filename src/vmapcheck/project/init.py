@@ -425,6 +425,34 @@ def resolve_data(
     return DataChoice(name=name, config=config, dep=rel)
 
 
+def sized_to_table(model: ModelChoice, data: DataChoice) -> dict[str, Any] | None:
+    """The shipped model option ``model`` sized to the user's table ``data`` (its
+    ``in_features`` = the feature columns, ``out_features`` = the target columns), or
+    None when there is nothing to size: the user's own factory, a shipped data option,
+    or sizes that already match.
+
+    Raises:
+        ConfigError: the shipped model takes an input contract of fixed shape (an image,
+            token ids) that the table's feature columns do not fill, naming both.
+    """
+    if model.config is not None or data.config is None:
+        return None
+    shipped = yaml.safe_load(
+        files("vmapcheck.conf").joinpath("model", f"{model.name}.yaml").read_text()
+    )
+    features, targets = len(data.config["features"]), len(data.config["targets"])
+    if (shipped["in_features"], shipped["out_features"]) == (features, targets):
+        return None
+    if shipped.get("inputs") and shipped["in_features"] != features:
+        raise ConfigError(
+            f"--model {model.name} takes an input contract of {shipped['in_features']} "
+            f"feature columns ({', '.join(shipped['inputs'])}), but --features names "
+            f"{features}: choose a model that takes a flat vector (mlp, flax_mlp, "
+            "equinox_mlp) or a factory of your own (docs/own-model.md)"
+        )
+    return {**shipped, "in_features": features, "out_features": targets}
+
+
 def _render(template: str, **values: Any) -> str:
     env = Environment(
         loader=PackageLoader("vmapcheck.project", "templates"),
@@ -467,6 +495,16 @@ def plan(root: Path, model: ModelChoice, data: DataChoice) -> Plan:
             "# stages build it with model.factory (Hydra instantiate: its keys are the\n"
             "# factory's arguments). Widths and input leaves must match what it builds.\n",
             model.config,
+        )
+    sized = sized_to_table(model, data)
+    if sized is not None:
+        features, targets = len(data.config["features"]), len(data.config["targets"])
+        out.files[rel(layout.conf_option("model", model.name))] = _yaml_file(
+            f"# The shipped {model.name!r} option, sized by `vmapcheck init` to your table:\n"
+            f"# {features} feature column(s) in, {targets} target column(s) out. It comes\n"
+            "# before the installed vmapcheck's file of that name, so `dvc exp run` keeps\n"
+            "# these sizes; `-S model.<key>=...` still overrides any of them.\n",
+            sized,
         )
     if data.config is not None:
         out.files[rel(layout.conf_option("data", data.name))] = _yaml_file(
