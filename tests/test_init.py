@@ -341,3 +341,24 @@ def test_a_shipped_model_is_sized_to_the_users_table_and_keeps_its_sizes(tmp_pat
     params = yaml.safe_load((root / "params.yaml").read_text())
     assert (params["model"]["in_features"], params["model"]["out_features"]) == (3, 2)
     assert params["precision"]["name"] == "f64"
+
+
+def test_quasi_identifiers_are_declared_at_init_with_their_policy(tmp_path):
+    root = _user_repo(tmp_path)
+    (root / "data" / "raw").mkdir(parents=True)
+    (root / "data" / "raw" / "patients.csv").write_text(TABLE)
+    common = (
+        *("--model", "mymodels.linear:make_model", "--factory-arg", "in_features=4"),
+        *("--data-path", "data/raw/patients.csv", "--features", "a,b,c,d"),
+        *("--targets", "y0,y1", "--identifiers", "id,email"),
+    )
+    bad = _init(root, *common, "--quasi-identifiers", "e=decimal")
+    assert bad.returncode == 2
+    assert "--quasi-identifiers: expected column=policy with a policy of drop, year" in bad.stderr
+    assert "found 'e=decimal'" in bad.stderr
+
+    done = _init(root, *common, "--quasi-identifiers", "e=band10")
+    assert done.returncode == 0, done.stderr
+    data = yaml.safe_load((root / "conf" / "data" / "patients.yaml").read_text())
+    assert data["quasi_identifiers"] == {"e": "band10"}
+    assert data["features"] == list("abcd")

@@ -140,6 +140,7 @@ def _init(args: argparse.Namespace, layout: Layout) -> int:
             "features": args.features,
             "targets": args.targets,
             "identifiers": args.identifiers,
+            "quasi_identifiers": args.quasi_identifiers,
             "name": args.data_name,
         },
     )
@@ -239,12 +240,17 @@ def build_parser() -> argparse.ArgumentParser:
         "--data-path",
         "--path",
         help="your own table (.csv or .parquet), instead of --data: declare every column "
-        "with --features, --targets and --identifiers",
+        "with --features, --targets, --identifiers and --quasi-identifiers",
     )
     init.add_argument("--features", help="with --data-path: the feature columns, in order (a,b,c)")
     init.add_argument("--targets", help="with --data-path: the target columns, in order")
     init.add_argument(
         "--identifiers", help="with --data-path: direct identifiers (dropped before any write)"
+    )
+    init.add_argument(
+        "--quasi-identifiers",
+        help="with --data-path: quasi-identifier columns and how each is generalized, "
+        "column=policy,... (policies: year, decade, band10, prefix1-3, drop)",
     )
     init.add_argument(
         "--data-name", help="with --data-path: the data option's name (default: the file's stem)"

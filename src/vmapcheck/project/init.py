@@ -346,6 +346,30 @@ def _listed(value: str | None) -> list[str]:
     return [c.strip() for c in (value or "").split(",") if c.strip()]
 
 
+def _quasi_policies(value: str | None) -> dict[str, str]:
+    """``--quasi-identifiers birth_date=year,postcode=prefix2`` as ``{column: policy}``.
+
+    Raises:
+        ConfigError: an entry without ``=``, or a policy vmapcheck does not know, naming
+            it and the policies there are.
+    """
+    from typing import get_args
+
+    from vmapcheck.config import QuasiPolicy
+
+    known = get_args(QuasiPolicy)
+    policies: dict[str, str] = {}
+    for entry in _listed(value):
+        column, _, policy = (part.strip() for part in entry.partition("="))
+        if not column or policy not in known:
+            raise ConfigError(
+                f"--quasi-identifiers: expected column=policy with a policy of "
+                f"{', '.join(known)}, found {entry!r}"
+            )
+        policies[column] = policy
+    return policies
+
+
 def resolve_data(
     root: Path,
     data: str | None,
@@ -354,6 +378,7 @@ def resolve_data(
     targets: str | None = None,
     identifiers: str | None = None,
     name: str | None = None,
+    quasi_identifiers: str | None = None,
 ) -> DataChoice:
     """The project's data: a shipped option by name, or the user's table at ``table``
     (.csv or .parquet) with every column declared in one role, written as a data option
@@ -375,18 +400,21 @@ def resolve_data(
             raise ConfigError(
                 f"--data: expected one of {', '.join(_shipped_options('data'))}, found {data!r}"
             )
-        if features or targets or identifiers or name:
+        if features or targets or identifiers or quasi_identifiers or name:
             raise ConfigError(
-                "--features, --targets, --identifiers, --data-name go with --data-path"
+                "--features, --targets, --identifiers, --quasi-identifiers, --data-name go "
+                "with --data-path"
             )
         return DataChoice(name=data)
     path = (root / table) if not Path(table).is_absolute() else Path(table)
     if not path.is_file():
         raise ConfigError(f"--data-path: {table} is not a file (from {root})")
+    quasi = _quasi_policies(quasi_identifiers)
     roles = {
         "features": _listed(features),
         "targets": _listed(targets),
         "identifiers": _listed(identifiers),
+        "quasi-identifiers": list(quasi),
     }
     for role in ("features", "targets"):
         if not roles[role]:
@@ -399,8 +427,9 @@ def resolve_data(
     if twice or absent or undeclared:
         raise ConfigError(
             f"--data-path {table}: every column in exactly one role (features, targets, "
-            f"identifiers); found declared twice: {twice or 'none'}; declared, not in the "
-            f"table: {absent or 'none'}; in the table, not declared: {undeclared or 'none'} "
+            f"identifiers, quasi-identifiers); found declared twice: {twice or 'none'}; "
+            f"declared, not in the table: {absent or 'none'}; in the table, not declared: "
+            f"{undeclared or 'none'} "
             "(an undeclared column could be personal data: declare it --identifiers to drop it)"
         )
     config = yaml.safe_load(files("vmapcheck.conf").joinpath("data", "csv.yaml").read_text())
@@ -411,7 +440,7 @@ def resolve_data(
     config.update(
         path=rel or str(path),
         identifiers=roles["identifiers"],
-        quasi_identifiers={},
+        quasi_identifiers=quasi,
         features=roles["features"],
         targets=roles["targets"],
     )
