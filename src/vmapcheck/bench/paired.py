@@ -504,19 +504,7 @@ def run_paired(
         looks=looks,
         planned_pairs=rounds,
     )
-    only = sorted(set(ready[BASELINE]["cells"]) ^ set(ready[CURRENT]["cells"]))
-    return {
-        **result,
-        **head,
-        "only_one_side": only,
-        "load": {
-            "load_avg_1m_min": min(loads),
-            "load_avg_1m_max": max(loads),
-            "load_avg_1m_mean": float(np.mean(loads)),
-            "usable_cores": cores,
-        },
-        "wall_s": time.time() - started,
-    }
+    return _finished(result, head, ready, loads, cores, started)
 
 
 def _worker_args(
@@ -651,19 +639,7 @@ def _run_one_at_a_time(
     shared_cells = set(ready[BASELINE]["cells"]) & set(ready[CURRENT]["cells"])
     taken = [{c: v for c, v in half.items() if c in shared_cells} for half in taken]
     result = judge_paired(schedule(rounds), taken, factor, alpha, confidence, groups)
-    only = sorted(set(ready[BASELINE]["cells"]) ^ set(ready[CURRENT]["cells"]))
-    return {
-        **result,
-        **head,
-        "only_one_side": only,
-        "load": {
-            "load_avg_1m_min": min(loads),
-            "load_avg_1m_max": max(loads),
-            "load_avg_1m_mean": float(np.mean(loads)),
-            "usable_cores": cores,
-        },
-        "wall_s": time.time() - started,
-    }
+    return _finished(result, head, ready, loads, cores, started)
 
 
 def static_context(spec: SideSpec) -> dict[str, Any]:
@@ -812,6 +788,32 @@ def _time_rounds(
         if (i + 1) % 10 == 0 or i + 1 == len(sides):
             say(f"paired verdict: {i + 1}/{len(sides)} rounds, load {loads[-1]:.1f}")
     return taken
+
+
+def _finished(
+    result: dict[str, Any],
+    head: dict[str, Any],
+    ready: dict[str, dict[str, Any]],
+    loads: list[float],
+    cores: int,
+    started: float,
+) -> dict[str, Any]:
+    """The paired verdict's whole result: the judgement, the head, the cells only one
+    side has, the load over the rounds (1-minute averages, ``cores`` usable) and the
+    wall seconds since ``started`` (``time.time()``)."""
+    only = sorted(set(ready[BASELINE]["cells"]) ^ set(ready[CURRENT]["cells"]))
+    return {
+        **result,
+        **head,
+        "only_one_side": only,
+        "load": {
+            "load_avg_1m_min": min(loads),
+            "load_avg_1m_max": max(loads),
+            "load_avg_1m_mean": float(np.mean(loads)),
+            "usable_cores": cores,
+        },
+        "wall_s": time.time() - started,
+    }
 
 
 def _comparison_head(
