@@ -9,16 +9,13 @@ run in a subprocess of their own, which opens the device and exits.
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
 
 import pytest
 
-from tests.helpers.config import ROOT
-
-SCRIPT = ROOT / "benchmarks" / "tpu_numerics.py"
+from tests.helpers.numerics import run_numerics
 
 
 def _accelerator() -> str | None:
@@ -35,45 +32,28 @@ def _accelerator() -> str | None:
     return None if platform == "cpu" else platform
 
 
-ACCELERATOR = _accelerator()
-pytestmark = pytest.mark.skipif(
-    ACCELERATOR is None,
-    reason="no accelerator: JAX finds only the CPU here (CI has none); "
-    "run it on a TPU or GPU machine (docs/accelerators.md)",
-)
+@pytest.fixture(scope="module")
+def accelerator() -> str:
+    """The accelerator's platform; the test is skipped, with the reason, where JAX finds
+    only the CPU. Probed when the test runs, not at collection: a subprocess that imports
+    JAX costs every test session seconds otherwise."""
+    platform = _accelerator()
+    if platform is None:
+        pytest.skip(
+            "no accelerator: JAX finds only the CPU here (CI has none); "
+            "run it on a TPU or GPU machine (docs/accelerators.md)"
+        )
+    return platform
 
 
-def test_the_shipped_models_pass_on_the_accelerator_and_a_planted_mistake_fails(tmp_path):
-    out = tmp_path / "numerics.json"
+def test_the_shipped_models_pass_on_the_accelerator_and_a_planted_mistake_fails(
+    tmp_path, accelerator
+):
     env = {k: v for k, v in os.environ.items() if k != "JAX_PLATFORMS"}
-    done = subprocess.run(
-        [
-            sys.executable,
-            str(SCRIPT),
-            "--out",
-            str(out),
-            "--models",
-            "mlp",
-            "flax_cnn",
-            "--precisions",
-            "f32",
-            "--planted-precisions",
-            "f32",
-            "--planted-paths",
-            "loop_jit",
-            "direct_jit",
-            "--rows",
-            "8",
-        ],
-        capture_output=True,
-        text=True,
-        env=env,
-        cwd=ROOT,
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    result = json.loads(out.read_text())
-    assert result["device"]["platform"] == ACCELERATOR
+    args = ["--models", "mlp", "flax_cnn", "--precisions", "f32"]
+    args += ["--planted-precisions", "f32", "--planted-paths", "loop_jit", "direct_jit"]
+    result, _ = run_numerics(tmp_path / "numerics.json", [*args, "--rows", "8"], env)
+    assert result["device"]["platform"] == accelerator
     assert {(c["model"], c["passed"]) for c in result["cells"]} == {
         ("mlp", True),
         ("flax_cnn", True),

@@ -8,20 +8,17 @@ batch axis) at f32 on three of its paths, which the check must fail.
 
 from __future__ import annotations
 
-import json
 import math
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-from tests.helpers.config import ROOT, compose_config
+from tests.helpers.config import compose_config
+from tests.helpers.numerics import run_numerics
 from vmapcheck.core.models import build_model
 from vmapcheck.core.paths import PATHS, not_provided
 
-SCRIPT = ROOT / "benchmarks" / "tpu_numerics.py"
 PRECISIONS = ("f32", "f32_default")
 PLANTED_PATHS = ("loop_jit", "vmap_jit", "direct_jit")
 FIGURES = (
@@ -38,32 +35,9 @@ FIGURES = (
 @pytest.fixture(scope="module")
 def run(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict, str]:
     out = tmp_path_factory.mktemp("numerics") / "numerics.json"
-    env = {**os.environ, "JAX_PLATFORMS": "cpu"}
-    done = subprocess.run(
-        [
-            sys.executable,
-            str(SCRIPT),
-            "--out",
-            str(out),
-            "--models",
-            "mlp",
-            "--precisions",
-            *PRECISIONS,
-            "--planted-precisions",
-            "f32",
-            "--planted-paths",
-            *PLANTED_PATHS,
-            "--rows",
-            "8",
-        ],
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-        env=env,
-        timeout=600,
-    )
-    assert done.returncode == 0, done.stderr[-4000:]
-    return json.loads(out.read_text(encoding="utf-8")), done.stdout
+    args = ["--models", "mlp", "--precisions", *PRECISIONS, "--planted-precisions", "f32"]
+    args += ["--planted-paths", *PLANTED_PATHS, "--rows", "8"]
+    return run_numerics(out, args, {**os.environ, "JAX_PLATFORMS": "cpu"})
 
 
 def test_every_path_has_finite_figures_at_each_precision(run):
