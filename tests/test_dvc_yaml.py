@@ -23,6 +23,7 @@ from vmapcheck.core.paths import SPEEDUPS, path_names
 from vmapcheck.layout import Layout
 from vmapcheck.project import code
 from vmapcheck.project.code import EXAMPLES, STAGE_CODE
+from vmapcheck.project.init import DataChoice, ModelChoice, plan
 
 DVC_YAML = yaml.safe_load((ROOT / "dvc.yaml").read_text())
 STAGES = DVC_YAML["stages"]
@@ -55,7 +56,8 @@ def test_stage_order_is_the_documented_one():
 
 
 def test_the_code_stage_always_runs_and_writes_one_record_per_stage():
-    assert STAGES["code"]["cmd"] == "python -m vmapcheck.stages.code"
+    assert STAGES["code"]["cmd"] == "python stages/code.py"
+    assert STAGES["code"]["deps"] == ["stages/code.py"]
     assert STAGES["code"]["always_changed"] is True
     layout = Layout(ROOT)
     assert STAGES["code"]["outs"] == [
@@ -65,9 +67,9 @@ def test_the_code_stage_always_runs_and_writes_one_record_per_stage():
 
 @pytest.mark.parametrize("stage", list(STAGE_CODE))
 def test_each_stage_runs_the_installed_module_and_depends_on_its_code_record(stage):
-    assert STAGES[stage]["cmd"] == f"python -m vmapcheck.stages.{stage}"
+    assert STAGES[stage]["cmd"] == f"python stages/{stage}.py"
     deps = STAGES[stage]["deps"]
-    assert deps[0] == f"reports/code/{stage}.json", deps
+    assert deps[:2] == [f"stages/{stage}.py", f"reports/code/{stage}.json"], deps
     assert not [d for d in deps if d.startswith("src/")], f"{stage}: lists library sources"
 
 
@@ -174,3 +176,26 @@ def test_plots_draw_every_path_and_speedup_through_the_log_log_template():
     # One colour per path: a scheme with a colour for each of them, never reused.
     assert encoding["color"]["scale"]["scheme"] == "tableau10"
     assert len(path_names("batch")) <= 10, "tableau10 has 10 colours: choose a larger scheme"
+
+
+@pytest.mark.parametrize("stage", ["code", *STAGE_CODE])
+def test_each_stage_entry_is_the_one_init_writes(stage):
+    entry = Layout(ROOT).stage_entry(stage)
+    planned = plan(ROOT, ModelChoice(name="mlp"), DataChoice(name="synthetic"))
+    assert planned.files[str(entry.relative_to(ROOT))] == entry.read_text()
+
+
+def test_a_stage_entry_run_without_vmapcheck_says_which_python_and_what_to_activate():
+    # -S: no site-packages, so this interpreter has no vmapcheck, as a python outside
+    # the environment would.
+    done = subprocess.run(
+        [sys.executable, "-S", str(Layout(ROOT).stage_entry("prepare"))],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert done.returncode == 1
+    message = done.stderr.strip()
+    assert message.startswith(f"stages/prepare.py: vmapcheck is not installed for {sys.executable}")
+    assert "source .venv/bin/activate" in message and len(message.splitlines()) == 1

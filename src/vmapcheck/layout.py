@@ -227,6 +227,17 @@ class Layout:
         return self.root / ".jax_cache"
 
     @property
+    def stage_entries(self) -> Path:
+        """``stages/``: the entry point each dvc.yaml stage runs, one per stage, written by
+        ``vmapcheck init`` (the design card's top level)."""
+        return self.root / "stages"
+
+    def stage_entry(self, stage: str) -> Path:
+        """``stages/<stage>.py``, the ``cmd`` of that stage in dvc.yaml (``python
+        stages/<stage>.py``) and a dep of it."""
+        return self.stage_entries / f"{stage}.py"
+
+    @property
     def stage_times(self) -> Path:
         """One ``<stage>.json`` per stage: when it last ran and for how long (the
         run's timeline in MLflow)."""

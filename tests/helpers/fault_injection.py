@@ -36,8 +36,9 @@ from tests.helpers.servers import MlflowServer
 
 
 def running_stages(root_pid: int, stages: tuple[str, ...]) -> set[str]:
-    """Which of ``stages`` have a process under ``root_pid`` (``python -m
-    vmapcheck.stages.<stage>``, dvc.yaml's cmd): one look at the process tree for all."""
+    """Which of ``stages`` have a process under ``root_pid`` (dvc.yaml's cmd, ``python
+    stages/<stage>.py``, or ``python -m vmapcheck.stages.<stage>`` run directly): one look
+    at the process tree for all."""
     try:
         children = psutil.Process(root_pid).children(recursive=True)
     except psutil.NoSuchProcess:
@@ -46,7 +47,11 @@ def running_stages(root_pid: int, stages: tuple[str, ...]) -> set[str]:
     for child in children:
         with contextlib.suppress(psutil.Error):
             command = child.cmdline()
-            running.update(s for s in stages if f"vmapcheck.stages.{s}" in command)
+            running.update(
+                s
+                for s in stages
+                if f"vmapcheck.stages.{s}" in command or f"stages/{s}.py" in command
+            )
     return running
 
 

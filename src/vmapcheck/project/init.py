@@ -515,6 +515,8 @@ def plan(root: Path, model: ModelChoice, data: DataChoice) -> Plan:
         data_deps=[raw] + ([data.dep] if data.dep and not data.dep.startswith(f"{raw}/") else []),
         lock_file=lock,
     )
+    for stage in ("code", *STAGE_CODE):
+        out.files[rel(layout.stage_entry(stage))] = _render("stage_entry.py.j2", stage=stage)
     out.files[rel(layout.config_yaml)] = _render(
         "config.yaml.j2", model=model.name, data=data.name, hidden=_target_hidden(model)
     )
