@@ -11,11 +11,17 @@
 #                                machine's own JAX/jaxlib/libtpu (--system-site-packages),
 #                                from the machine's package index plus the wheels carried
 #                                in .whl-tpu/ (no network there); `pip list` is kept
-#   pipeline:MODEL:DATA:BENCH    a copy of this project, params composed with backend=tpu,
-#                                then `dvc repro`; its verdict and figures collected
+#   pipeline:MODEL:DATA:BENCH[:TARGET]
+#                                a copy of this project, params composed with backend=tpu,
+#                                then `dvc repro [TARGET]`; its verdict and figures collected
 #   isolation                    prepare, train and check (the float64 oracle) run while
 #                                another process holds the chip: they must never open it
 #   numerics                     benchmarks/tpu_numerics.py: model x precision x path
+#   probe:MODEL:SIZES[:PREC]     benchmarks/tpu_compile_probe.py: each jit path's compile
+#                                seconds at each batch size (comma-separated), at matmul
+#                                precision PREC (default: the backend's)
+#   planted                      tpu_numerics.py's planted mistake only (softmax over the
+#                                batch axis) at f32 and bf16: its check must FAIL
 #   paired                       verdict-paired on the chip: A/A, then ~40% more work
 # The machine has Python 3.11, JAX 0.10.2 and libtpu preinstalled, no sockets, and one
 # process at a time may hold the chip.
@@ -44,6 +50,11 @@ step_install() {
             --disable-pip-version-check --only-binary=:all: \
             --index-url file:///opt/pypi/simple --find-links "$REPO/.whl-tpu" \
             "${wheel}[flax]" || return 1
+    else
+        # A warm machine from an earlier call: this checkout's vmapcheck, nothing else.
+        PIP_CONFIG_FILE=/dev/null "$VENV/bin/python" -m pip install --isolated --no-cache-dir \
+            --disable-pip-version-check --no-deps --force-reinstall --quiet \
+            "$(ls "$REPO"/dist/vmapcheck-*.whl)" || return 1
     fi
     "$VENV/bin/python" -m pip list --disable-pip-version-check > "$OUT/tpu_pip_list.txt"
     grep -iE '^(jax|jaxlib|libtpu|numpy|scipy|vmapcheck|mlflow|dvc|flax) ' "$OUT/tpu_pip_list.txt"
@@ -54,19 +65,19 @@ step_install() {
 new_project() {
     local dir=$1
     rm -rf "$dir" && mkdir -p "$dir"
-    cp -r "$REPO"/{dvc.yaml,params.yaml,conf,data,reports,requirements.lock,.dvc,.dvcignore,.gitignore} "$dir"/
+    cp -r "$REPO"/{dvc.yaml,params.yaml,conf,stages,data,reports,requirements.lock,VMAPCHECK.md,.dvc,.dvcignore,.gitignore} "$dir"/
     rm -rf "$dir/.dvc/cache" "$dir/.dvc/tmp"
     (cd "$dir" && git init -q && git add -A && git commit -qm "vmapcheck project") \
         || (cd "$dir" && dvc config core.no_scm true)
 }
 
 step_pipeline() {
-    local model=$1 data=$2 bench=$3 dir="$WORK/$1" rc began
+    local model=$1 data=$2 bench=$3 target=${4:-} dir="$WORK/$1" rc began
     new_project "$dir"
     cd "$dir" || return 1
     vmapcheck params "model=$model" "data=$data" backend=tpu "bench=$bench" || return 1
     began=$(date +%s.%N)
-    dvc repro 2>&1 | stamped
+    dvc repro $target 2>&1 | stamped
     rc=${PIPESTATUS[0]}
     vmapcheck summary --repro-status "$rc"
     python "$REPO/benchmarks/tpu_collect.py" "$dir" --repro-status "$rc" \
@@ -120,6 +131,20 @@ step_numerics() {
     return $rc
 }
 
+step_probe() {
+    python "$REPO/benchmarks/tpu_compile_probe.py" --model "$1" --sizes "$2" --hlo \
+        ${3:+--matmul-precision "$3"} ${PROBE_PATHS:+--paths "$PROBE_PATHS"} \
+        --limit-s "${PROBE_LIMIT_S:-100}" --out "$OUT/tpu_compile_probe_$1${3:+_$3}.json"
+}
+
+step_planted() {
+    python "$REPO/benchmarks/tpu_numerics.py" --out "$OUT/tpu_planted.json" --models \
+        --precisions f32 bf16 > "$OUT/tpu_planted.txt" 2>&1
+    local rc=$?
+    tail -n 20 "$OUT/tpu_planted.txt"
+    return $rc
+}
+
 step_paired() {
     # A wide MLP at batch sizes where the chip is busy: at the default width every jit
     # path is launch-bound on a TPU and 40% more work costs no time.
@@ -148,10 +173,10 @@ step_paired() {
 
 status=0
 for step in "$@"; do
-    IFS=: read -r name a b c <<< "$step"
+    IFS=: read -r name a b c d <<< "$step"
     echo "=== $step ($(date -u +%H:%M:%S))"
     began=$(date +%s)
-    "step_$name" ${a:+"$a"} ${b:+"$b"} ${c:+"$c"} || { echo "=== $step FAILED"; status=1; }
+    "step_$name" ${a:+"$a"} ${b:+"$b"} ${c:+"$c"} ${d:+"$d"} || { echo "=== $step FAILED"; status=1; }
     echo "=== $step took $(( $(date +%s) - began )) s"
 done
 exit $status

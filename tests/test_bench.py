@@ -15,6 +15,7 @@ from vmapcheck.bench.timing import (
     STOP_BUDGET,
     STOP_CI,
     balanced_orders,
+    compile_over_budget,
     early_stops,
     latency_stats,
     median_interval,
@@ -450,6 +451,53 @@ def test_compiling_and_warm_up_spend_the_budget_a_loop_path_is_left_out_by():
     assert why is not None and "loop_jit left out at 64 rows" in why
     assert "20 s left of the bench's budget of 60 s" in why and "compiling and warm-up" in why
     assert over_budget(loop_jit, 64, (1, 0.5), _budgeted([1, 64], None), 1, 1e6) is None
+
+
+def test_a_jit_path_is_left_out_where_its_projected_compile_would_end_past_the_budget():
+    """As on a TPU v5e (benchmarks/tpu_pipeline_flax_cnn.json): the CNN's vmap_jit took
+    37 s to compile at 4,096 rows, so direct_jit, whose program is near-identical, is
+    projected at 37 s too and left out when less is left; without a compile at this
+    size, a path's own compile at a smaller size is the projection."""
+    at_4096 = {"map_jit": 0.5, "vmap_jit": 37.1}
+    why = compile_over_budget("direct_jit", 4096, at_4096, (256, 0.8), 60.0, 48.0)
+    assert why is not None and why.startswith("direct_jit left out at 4096 rows")
+    assert "about 37.1 s (as vmap_jit took at this size)" in why
+    assert "12 s left of the bench's budget of 60 s" in why
+    # Enough left, or no budget: compiled.
+    assert compile_over_budget("direct_jit", 4096, at_4096, (256, 0.8), 60.0, 20.0) is None
+    assert compile_over_budget("direct_jit", 4096, at_4096, (256, 0.8), None, 1e6) is None
+    # The first path at a new size: its own compile at the last size.
+    why = compile_over_budget("vmap_jit", 16384, {}, (4096, 37.1), 60.0, 48.0)
+    assert why is not None and "as it took at 4096 rows" in why
+    assert compile_over_budget("vmap_jit", 16384, {}, None, 60.0, 59.0) is None
+
+
+def test_the_bench_asks_the_projection_before_each_compile_past_the_first_size(monkeypatch):
+    """run_bench with a real model asks compile_over_budget before each jit compile past
+    the first size, with what that size's compiles so far took; a path it leaves out
+    is not compiled there, and its reason is the bench's."""
+    import vmapcheck.bench.timing as timing
+
+    model = build_model(ModelConfig(name="mlp", in_features=4, hidden=[8], out_features=2))
+    params = model.init(jax.random.key(0))
+    rows = np.random.default_rng(0).normal(size=(5, 4)).astype(np.float32)
+    asked: list[tuple[str, int, dict[str, float]]] = []
+
+    def projection(name, rows, at_this_size, own_last, budget_s, spent_s):
+        asked.append((name, rows, dict(at_this_size)))
+        assert own_last is not None and own_last[0] == 1 and budget_s == 600
+        return "direct_jit left out: projected" if name == "direct_jit" else None
+
+    monkeypatch.setattr(timing, "compile_over_budget", projection)
+    result = run_bench(model, params, rows, _budgeted([1, 16], 600), jnp.float32)
+    assert {rows for _, rows, _ in asked} == {16}
+    assert result["skipped"]["direct_jit"]["b16"] == "direct_jit left out: projected"
+    assert "b16" not in result["latency_ms"]["direct_jit"]
+    assert "b16" in result["latency_ms"]["vmap_jit"]
+    # Each path is asked with the compiles its size had taken before it.
+    order = [name for name, _, _ in asked]
+    for name, _, seen in asked:
+        assert set(seen) == {n for n in order[: order.index(name)] if n != "direct_jit"}
 
 
 def test_the_peak_sweep_grows_the_product_until_the_throughput_levels_off():

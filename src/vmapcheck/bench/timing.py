@@ -85,6 +85,8 @@ ROUNDS = BENCH_ROUNDS
 STOP_CI, STOP_BUDGET, STOP_ALL = "interval within target", "time budget", "all rounds"
 # Key of the control matmul among the timed calls (cells are keyed (path, "b<rows>")).
 CONTROL = ("control", "matmul")
+# A single compile longer than this many seconds is named in the bench's log as it ends.
+SLOW_COMPILE_S = 5.0
 LIMITS = (
     "A CPU result says nothing about GPU or TPU.",
     "A small model's latency does not predict a large model's.",
@@ -529,6 +531,44 @@ def over_budget(
     )
 
 
+def compile_over_budget(
+    name: str,
+    rows: int,
+    at_this_size: dict[str, float],
+    own_last: tuple[int, float] | None,
+    budget_s: float | None,
+    spent_s: float,
+) -> str | None:
+    """Why jit path ``name`` is left out at ``rows`` (None: it is compiled): its compile,
+    projected, would end past the bench's budget (``budget_s``, less ``spent_s``, the
+    seconds the bench has run so far; None: never left out).
+
+    The projection is the dearest compile another path has taken at this batch size
+    (``at_this_size``: path -> seconds; the vmap, direct and sharded programs of one
+    model are near-identical, and on a TPU v5e each took 37 s at 4,096 rows of the CNN
+    where 256 rows took 0.8 s), else this path's own last compile (``own_last``: rows,
+    seconds) at a smaller size, a compile's cost only growing with its rows. One
+    compile can still overrun: its cost is known only once it is done."""
+    if budget_s is None:
+        return None
+    if at_this_size:
+        like, projected = max(at_this_size.items(), key=lambda item: item[1])
+        basis = f"as {like} took at this size"
+    elif own_last is not None:
+        projected = own_last[1]
+        basis = f"as it took at {own_last[0]} rows"
+    else:
+        return None
+    left = budget_s - spent_s
+    if projected <= left:
+        return None
+    return (
+        f"{name} left out at {rows} rows: compiling it would take about {projected:.3g} s "
+        f"({basis}), more than the {max(left, 0.0):.3g} s left of the bench's budget of "
+        f"{budget_s:g} s (bench.early_stop.time_budget_s; compiling and warm-up count)"
+    )
+
+
 def run_bench(
     model: Model,
     params: Params,
@@ -579,6 +619,10 @@ def run_bench(
         math.ceil(MIN_SAMPLES / min(config.early_stop.min_rounds, ROUNDS)),
     )
     grown: dict[str, tuple[int, float]] = {}
+    # Every jit path's last compile (rows, seconds), and each size's compiles so far
+    # (path -> seconds): what compile_over_budget projects from.
+    compile_last: dict[str, tuple[int, float]] = {}
+    compiled_at: dict[int, dict[str, float]] = {rows: {} for rows in config.batch_sizes}
     # Compile times are not known before (an unrolled loop's grows with its rows): a
     # count, no ETA.
     with progress.phase("compiling", len(config.batch_sizes), unit="batch sizes") as step:
@@ -616,6 +660,14 @@ def run_bench(
                         "(bench.early_stop.time_budget_s)"
                     )
                     continue
+                # And so is a jit path whose compile, projected, would end past it.
+                if path.jit and not path.bench_cap and rows != config.batch_sizes[0]:
+                    over = compile_over_budget(
+                        name, rows, compiled_at[rows], compile_last.get(name), budget, spent
+                    )
+                    if over:
+                        skipped[name][label] = over
+                        continue
                 compiled = built[name]
                 # On its device(s) already (a distributed path: split over the mesh), as
                 # every path's batch is before it is timed.
@@ -629,6 +681,19 @@ def run_bench(
                         **(_spread_cost(cost, compiled, rows) if path.distributed else cost),
                     }
                     grown[name] = (rows, figures[cell]["compile_ms"] / 1e3)
+                    compile_last[name] = grown[name]
+                    # A per-row loop's compile grows with its rows: no yardstick for
+                    # the batched programs.
+                    if not path.bench_cap:
+                        compiled_at[rows][name] = grown[name][1]
+                    # A compile this slow is where an accelerator's budget goes (a TPU
+                    # compiled the unrolled loop_jit of a CNN in 24 s at 256 rows): named
+                    # as it happens, not only in bench_details once the bench is done.
+                    if figures[cell]["compile_ms"] > SLOW_COMPILE_S * 1e3:
+                        progress.note(
+                            f"compiling {name} at {rows} rows took "
+                            f"{figures[cell]['compile_ms'] / 1e3:.1f} s"
+                        )
                 else:
                     figures[cell] = {}
                     if path.bench_cap and config.early_stop.time_budget_s is not None:
