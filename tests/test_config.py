@@ -477,3 +477,20 @@ def test_min_rounds_beyond_the_rounds_of_few_repeats_is_valid_and_takes_every_ro
     bench = validate_config(raw).bench
     medians = {"cell": [1.0] * 5}
     assert early_stops(medians, {"cell": 1.0}, 5, 6, 10.0, bench.early_stop, 0.95) == {}
+
+
+def test_the_projects_own_keys_are_left_to_it_and_never_shadow_vmapchecks():
+    """project_keys (written by init when it joins a project): those top-level keys are
+    the project's, not validated; an unknown key elsewhere is still refused, with the hint."""
+    raw = _raw()
+    raw["lr"], raw["project_keys"] = 0.01, ["lr"]
+    assert validate_config(raw).project_keys == ["lr"]
+    raw["epochs"] = 3
+    message = _error(raw)
+    assert "  epochs: unknown key (found value 3) (a key of your project's own" in message
+    assert "list it in project_keys, conf/config.yaml" in message
+    raw = _raw()
+    raw["project_keys"] = ["seed"]
+    assert "project_keys: seed is vmapcheck's own key" in _error(raw)
+    raw["project_keys"] = "lr"
+    assert "project_keys: expected a list of the project's own top-level keys" in _error(raw)

@@ -121,36 +121,136 @@ def test_this_repository_is_what_init_writes_for_the_demo():
     assert "[plots]\n    html_template = plots/offline.html" in dvc_config
 
 
-def test_init_in_an_empty_repository_then_again_refuses_naming_each_file(tmp_path):
+def test_init_again_changes_nothing_and_force_refuses_to_drop_an_edit(tmp_path):
+    """A second init finds every file as it writes it; an edit of the user's inside
+    init's files is refused without --force, refused with --force (its diff shown), and
+    then kept (--keep-edits) or replaced (--discard-edits), never dropped silently."""
     root = _git_repo(tmp_path / "empty")
     (root / ".gitignore").write_text("/my-own-rule\n")
     first = _init(root, *DEMO)
     assert first.returncode == 0, first.stderr
     assert "ran `dvc init`" in first.stdout
-    assert (root / ".dvc" / "config").is_file()
+    assert (root / ".dvc" / "config").is_file() and (root / ".vmapcheck" / "init.json").is_file()
     assert (root / ".gitignore").read_text().startswith("/my-own-rule\n")
-    written = {rel: (root / rel).read_bytes() for rel in ("dvc.yaml", "params.yaml")}
 
     second = _init(root, *DEMO)
-    assert second.returncode == 1
-    for rel in (
-        "dvc.yaml",
-        "conf/config.yaml",
-        "params.yaml",
-        "VMAPCHECK.md",
-        ".dvc/plots/offline.html",
-    ):
-        assert f"  {rel}\n" in second.stderr, second.stderr
-    assert ".gitignore (its vmapcheck block)" in second.stderr
-    assert "--force" in second.stderr
-    assert written == {rel: (root / rel).read_bytes() for rel in written}
+    assert second.returncode == 0, second.stderr
+    assert "unchanged: " in second.stdout and "wrote:" not in second.stdout
+
+    config = root / "conf" / "config.yaml"
+    config.write_text(config.read_text().replace("seed: 0\n", "seed: 0\nmy_key: 1\n"))
+    dvc_yaml = root / "dvc.yaml"
+    dvc_yaml.write_text(
+        dvc_yaml.read_text().replace(
+            "    cmd: python stages/train.py\n",
+            "    cmd: python stages/train.py\n    desc: my own words\n",
+        )
+    )
+    edited = {rel: (root / rel).read_text() for rel in ("conf/config.yaml", "dvc.yaml")}
+    plain = _init(root, *DEMO)
+    assert plain.returncode == 1
+    assert "  conf/config.yaml (edited)" in plain.stderr
+    assert "  dvc.yaml stage train (edited)" in plain.stderr and "--force" in plain.stderr
 
     forced = _init(root, *DEMO, "--force")
-    assert forced.returncode == 0, forced.stderr
-    assert "dvc init" not in forced.stdout
+    assert forced.returncode == 1
+    assert "-my_key: 1" in forced.stderr and "-  desc: my own words" in forced.stderr
+    assert "--keep-edits" in forced.stderr and "nothing was written" in forced.stderr
+    assert edited == {rel: (root / rel).read_text() for rel in edited}
+
+    kept = _init(root, *DEMO, "--force", "--keep-edits")
+    assert kept.returncode == 0, kept.stderr
+    assert "kept your edits:\n    conf/config.yaml\n    dvc.yaml stage train" in kept.stdout
+    assert edited == {rel: (root / rel).read_text() for rel in edited}
+
+    discarded = _init(root, *DEMO, "--force", "--discard-edits")
+    assert discarded.returncode == 0, discarded.stderr
+    assert "discarded your edits" in discarded.stdout and "-my_key: 1" in discarded.stdout
+    assert "my_key" not in config.read_text() and "my own words" not in dvc_yaml.read_text()
     # The block is replaced, never appended twice; the user's rules stay.
     gitignore = (root / ".gitignore").read_text()
     assert gitignore.count(BLOCK_START) == 1 and "/my-own-rule" in gitignore
+
+
+# A project of the user's: its own DVC stage reading its own params.
+USER_PIPELINE = textwrap.dedent(
+    """\
+    # My pipeline: this comment stays.
+    stages:
+      featurize:
+        cmd: python featurize.py
+        params:
+          - lr
+          - epochs
+        outs:
+          - features.txt
+    """
+)
+USER_PARAMS = "# my settings\nlr: 0.01\nepochs: 3\n"
+
+
+def _project_repo(path: Path, pipeline: str = USER_PIPELINE, params: str = USER_PARAMS) -> Path:
+    root = _git_repo(path)
+    (root / "dvc.yaml").write_text(pipeline)
+    (root / "params.yaml").write_text(params)
+    return root
+
+
+def test_init_joins_a_projects_pipeline_and_keeps_its_params_in_the_composition(tmp_path):
+    root = _project_repo(tmp_path / "project")
+    done = _init(root, *DEMO)
+    assert done.returncode == 0, done.stderr
+    assert "joined your pipeline: dvc.yaml keeps your stages featurize" in done.stdout
+    assert "your params lr, epochs: conf/project.yaml (moved there from params.yaml)" in (
+        done.stdout
+    )
+    pipeline = (root / "dvc.yaml").read_text()
+    assert pipeline.startswith("# My pipeline: this comment stays.\nstages:\n  featurize:")
+    stages = yaml.safe_load(pipeline)["stages"]
+    assert list(stages)[:2] == ["featurize", "code"] and "track" in stages
+    assert stages["featurize"]["params"] == ["lr", "epochs"]
+    # The user's params, text and comments, in the file the composition reads first ...
+    assert (root / "conf" / "project.yaml").read_text().endswith(USER_PARAMS)
+    config = yaml.safe_load((root / "conf" / "config.yaml").read_text())
+    assert config["defaults"][0] == "project" and config["project_keys"] == ["lr", "epochs"]
+    # ... so params.yaml, which `dvc exp run -S` rebuilds from conf/, keeps them.
+    params = yaml.safe_load((root / "params.yaml").read_text())
+    assert params["lr"] == 0.01 and params["epochs"] == 3 and params["precision"]["name"] == "f32"
+    from vmapcheck.config import validate_config
+
+    assert validate_config(params).project_keys == ["lr", "epochs"]
+    # The same again: nothing changes, the user's file is left alone.
+    again = _init(root, *DEMO)
+    assert again.returncode == 0 and "unchanged: " in again.stdout, again.stderr
+    assert (root / "conf" / "project.yaml").read_text().endswith(USER_PARAMS)
+
+
+@pytest.mark.parametrize(
+    ("pipeline", "params", "expected"),
+    [
+        (
+            USER_PIPELINE.replace("featurize:", "train:"),
+            USER_PARAMS,
+            "your pipeline has stages named as vmapcheck's (train)",
+        ),
+        (
+            USER_PIPELINE.replace("features.txt", "reports"),
+            USER_PARAMS,
+            "your stage 'featurize' writes reports, vmapcheck's 'code' reports/code/prepare.json",
+        ),
+        (USER_PIPELINE, USER_PARAMS + "seed: 3\n", "keys named as vmapcheck's (seed)"),
+    ],
+)
+def test_a_project_colliding_with_vmapcheck_is_refused_naming_what(
+    tmp_path, pipeline, params, expected
+):
+    root = _project_repo(tmp_path / "project", pipeline, params)
+    done = _init(root, *DEMO)
+    assert done.returncode != 0
+    assert expected in done.stderr, done.stderr
+    assert (root / "dvc.yaml").read_text() == pipeline
+    assert (root / "params.yaml").read_text() == params
+    assert not (root / "conf").exists()
 
 
 def test_a_users_factory_gets_its_model_file_and_its_code_tracked(tmp_path):

@@ -135,6 +135,8 @@ def _init(args: argparse.Namespace, layout: Layout) -> int:
         factory_args=args.factory_arg or [],
         model_code=args.model_code or [],
         force=args.force,
+        keep_edits=args.keep_edits,
+        discard_edits=args.discard_edits,
         table={
             "table": args.data_path,
             "features": args.features,
@@ -269,7 +271,23 @@ def build_parser() -> argparse.ArgumentParser:
         help="a file or folder of your model's code for DVC to track (repeatable; default: "
         "the factory's top-level package)",
     )
-    init.add_argument("--force", action="store_true", help="overwrite the files that exist")
+    init.add_argument(
+        "--force",
+        action="store_true",
+        help="rewrite init's own files that exist (each change printed as a diff); "
+        "an edit of yours is refused unless --keep-edits or --discard-edits",
+    )
+    edits = init.add_mutually_exclusive_group()
+    edits.add_argument(
+        "--keep-edits",
+        action="store_true",
+        help="with --force: keep your edits of init's files and stages, rewrite the rest",
+    )
+    edits.add_argument(
+        "--discard-edits",
+        action="store_true",
+        help="with --force: replace your edits of init's files with vmapcheck's (diffs printed)",
+    )
     _root_flag(init)
 
     sub["diagnose"].add_argument(

@@ -700,6 +700,11 @@ class Config(_Strict):
     tracking: TrackingConfig
     registry: RegistryConfig
     reference: ReferenceConfig
+    # The top-level keys of params.yaml that belong to the project vmapcheck joined (its
+    # own stages read them; `vmapcheck init` lists them from the project's params, which
+    # it keeps in conf/project.yaml). vmapcheck leaves them alone; any other unknown key
+    # is refused (a typo of one of vmapcheck's).
+    project_keys: list[str] = []
 
     @model_validator(mode="after")
     def _data_fits_model(self) -> Config:
@@ -783,7 +788,13 @@ def _describe(errors: list[dict[str, Any]], source: str, raw: Any = None) -> str
         if err["type"] == "extra_forbidden":
             found = err["input"]
             what = _shown(found) if isinstance(found, dict) else f"value {_shown(found)}"
-            lines.append(f"  {key}: unknown key (found {what})")
+            hint = (
+                " (a key of your project's own, read by its stages: list it in project_keys, "
+                "conf/config.yaml)"
+                if len(err["loc"]) == 1
+                else ""
+            )
+            lines.append(f"  {key}: unknown key (found {what}){hint}")
         elif err["type"] == "missing":
             lines.append(f"  {key}: required key is missing")
         elif err["type"] == "union_tag_invalid":
@@ -818,10 +829,33 @@ def validate_config(raw: Any, source: str = "params.yaml") -> Config:
         raise ConfigError(
             f"{source}: expected a mapping at the top level, found {type(raw).__name__}"
         )
+    raw = without_project_keys(raw, source)
     try:
         return Config.model_validate(raw)
     except ValidationError as exc:
         raise ConfigError(_describe(exc.errors(), source, raw)) from None
+
+
+def without_project_keys(raw: dict[str, Any], source: str = "params.yaml") -> dict[str, Any]:
+    """``raw`` without the project's own keys (``project_keys``: a list of names, none of
+    them one of vmapcheck's), which vmapcheck does not read.
+
+    Raises:
+        ConfigError: ``project_keys`` is not a list of names, or names a key of vmapcheck's.
+    """
+    keys = raw.get("project_keys", [])
+    if not isinstance(keys, list) or not all(isinstance(k, str) for k in keys):
+        raise ConfigError(
+            f"{source}: project_keys: expected a list of the project's own top-level keys, "
+            f"found {keys!r}"
+        )
+    clash = sorted(set(keys) & (set(Config.model_fields) - {"project_keys"}))
+    if clash:
+        raise ConfigError(
+            f"{source}: project_keys: {', '.join(clash)} is vmapcheck's own key, not the "
+            "project's: rename the project's key (conf/project.yaml and the stages reading it)"
+        )
+    return {k: v for k, v in raw.items() if k not in keys}
 
 
 def load_config(path: str | Path = "params.yaml") -> Config:

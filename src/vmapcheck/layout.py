@@ -41,6 +41,18 @@ class Layout:
         return self.conf / group / f"{option}.yaml"
 
     @property
+    def project_params(self) -> Path:
+        """The project's own params, composed into params.yaml (``vmapcheck init`` moves
+        them here from the params.yaml of a project it joins; the project's file)."""
+        return self.conf / "project.yaml"
+
+    @property
+    def init_manifest(self) -> Path:
+        """What ``vmapcheck init`` wrote last: each file's and stage's sha256
+        (:mod:`vmapcheck.project.merge`)."""
+        return self.root / ".vmapcheck" / "init.json"
+
+    @property
     def plots_template(self) -> Path:
         """The log-log Vega-Lite template dvc.yaml's plots name (``template: loglog``)."""
         return self.root / ".dvc" / "plots" / "loglog.json"

@@ -17,6 +17,7 @@ import time
 from pathlib import Path
 
 import pytest
+import yaml
 
 from tests.helpers.chromium import OFFLINE, render
 from tests.helpers.config import ROOT
@@ -260,3 +261,82 @@ def test_a_planted_batching_mistake_fails_the_check(user_repo):
         "r = mlflow.search_runs(search_all_experiments=True); print(*sorted(r['tags.verdict']))",
     ).stdout.split()
     assert verdicts == ["failed", "passed"], verdicts
+
+
+# A project of the user's own before vmapcheck: one DVC stage reading its own params.
+THEIR_PIPELINE = textwrap.dedent(
+    """\
+    # Our features: this comment stays.
+    stages:
+      featurize:
+        cmd: python featurize.py
+        deps:
+          - featurize.py
+        params:
+          - lr
+          - epochs
+        outs:
+          - features.txt
+    """
+)
+THEIR_PARAMS = "# our training settings\nlr: 0.01\nepochs: 3\n"
+FEATURIZE = textwrap.dedent(
+    """\
+    import yaml
+
+    params = yaml.safe_load(open("params.yaml"))
+    open("features.txt", "w").write(f"lr={params['lr']} epochs={params['epochs']}\\n")
+    """
+)
+
+
+def test_init_joins_a_repository_with_its_own_pipeline_and_params(user_repo, tmp_path):
+    """The wheel's init in a DVC project of the user's: `dvc repro` runs both pipelines,
+    `dvc exp run -S precision=f64` keeps the user's params, `dvc exp run featurize` still
+    works, and `init --force` keeps the user's stage and prints what it changed."""
+    repo = UserRepository(tmp_path / "their-project", user_repo.venv)
+    repo.root.mkdir()
+    repo.run("git", "init", "-q")
+    (repo.root / "dvc.yaml").write_text(THEIR_PIPELINE)
+    (repo.root / "params.yaml").write_text(THEIR_PARAMS)
+    (repo.root / "featurize.py").write_text(FEATURIZE)
+    repo.run("dvc", "init", "-q")
+    repo.run("git", "add", "-A")
+    repo.run("git", "commit", "-qm", "our pipeline")
+
+    init = repo.run("vmapcheck", "init", "--model", "mlp", label="init (join)")
+    assert "joined your pipeline: dvc.yaml keeps your stages featurize" in init.stdout
+    assert "your params lr, epochs: conf/project.yaml" in init.stdout
+    repo.run("git", "add", "-A")
+    repo.run("git", "commit", "-qm", "vmapcheck init")
+
+    repro = repo.run("dvc", "repro", label="dvc repro (both pipelines)")
+    assert "Running stage 'featurize'" in repro.stdout and "Running stage 'track'" in repro.stdout
+    assert (repo.root / "features.txt").read_text() == "lr=0.01 epochs=3\n"
+    assert repo.run("vmapcheck", "summary").stdout.startswith("verdict: PASSED")
+    repo.run("git", "add", "-A")
+    repo.run("git", "commit", "-qm", "first run")
+
+    f64 = repo.run("dvc", "exp", "run", "-S", "precision=f64", label="dvc exp run -S precision=f64")
+    assert "float64" in f64.stdout, f64.stdout
+    params = yaml.safe_load((repo.root / "params.yaml").read_text())
+    assert (params["lr"], params["epochs"], params["precision"]["name"]) == (0.01, 3, "f64")
+
+    featurize = repo.run("dvc", "exp", "run", "featurize", "-S", "lr=0.5")
+    assert "Running stage 'featurize'" in featurize.stdout, featurize.stdout
+    assert (repo.root / "features.txt").read_text() == "lr=0.5 epochs=3\n"
+
+    # An upgrade's init --force: the user's stage and comment stay; init's own files
+    # as it wrote them are unchanged, an edit of the user's in them is shown, then kept.
+    repo.run("git", "checkout", "-q", "--", ".")
+    config = repo.root / "conf" / "config.yaml"
+    config.write_text(config.read_text().replace("seed: 0\n", "seed: 0  # ours\n"))
+    refused = repo.run("vmapcheck", "init", "--model", "mlp", "--force", check=False)
+    assert refused.returncode == 1 and "-seed: 0  # ours" in refused.stderr, refused.stderr
+    kept = repo.run("vmapcheck", "init", "--model", "mlp", "--force", "--keep-edits")
+    assert "kept your edits:\n    conf/config.yaml" in kept.stdout, kept.stdout
+    assert "dvc.yaml keeps your stages featurize" in kept.stdout
+    pipeline = (repo.root / "dvc.yaml").read_text()
+    assert pipeline.startswith("# Our features: this comment stays.\nstages:\n  featurize:")
+    assert "seed: 0  # ours" in config.read_text()
+    print("timings (s):", {k: round(v, 1) for k, v in repo.timings.items()})

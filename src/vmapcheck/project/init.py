@@ -19,8 +19,15 @@ It writes, relative to the repository's root (the current folder):
 
 It runs ``dvc init`` when the repository is not a DVC repository yet, and turns on DVC's
 Hydra composition (``dvc config hydra.enabled true``) and names the offline plots page
-(``dvc config plots.html_template plots/offline.html``). It refuses to overwrite a file
-that exists, naming each, unless ``force``; nothing is written then.
+(``dvc config plots.html_template plots/offline.html``).
+
+In a project with a pipeline and params of its own, it joins them
+(:mod:`vmapcheck.project.merge`): its stages go beside the project's in ``dvc.yaml``, and
+the project's params move to ``conf/project.yaml``, composed into ``params.yaml``. It
+writes ``.vmapcheck/init.json``, the sha256 of what it wrote; run again, it rewrites
+(with ``force``) only its own files still as it wrote them, printing each diff, and
+refuses an edit of the user's unless told to keep or to discard it. Nothing is written
+when it refuses.
 """
 
 from __future__ import annotations
@@ -42,11 +49,25 @@ from jinja2 import Environment, PackageLoader, StrictUndefined
 
 from vmapcheck import __version__
 from vmapcheck.compose import compose_yaml
-from vmapcheck.config import validate_config
+from vmapcheck.config import Config, validate_config
 from vmapcheck.errors import ConfigError
 from vmapcheck.io import atomic_write_text
 from vmapcheck.layout import Layout
 from vmapcheck.project.code import STAGE_CODE
+from vmapcheck.project.merge import (
+    EDITED,
+    NEW,
+    UNCHANGED,
+    UPDATED,
+    Manifest,
+    classify,
+    digest,
+    join_pipeline,
+    load_round_trip,
+    project_params,
+    stage_digest,
+    unified_diff,
+)
 from vmapcheck.project.plots_page import HTML_TEMPLATE_KEY, HTML_TEMPLATE_VALUE, page_template
 
 # The lines init owns in .gitignore (and .dvcignore), between these markers.
@@ -497,9 +518,65 @@ def _yaml_file(header: str, content: dict[str, Any]) -> str:
     return header + yaml.safe_dump(content, sort_keys=False)
 
 
-def plan(root: Path, model: ModelChoice, data: DataChoice) -> Plan:
+@dataclass(frozen=True)
+class ProjectParams:
+    """The params of the project init joins: its top-level keys, and the text of
+    conf/project.yaml to write (None: that file exists already, and is the project's)."""
+
+    keys: list[str]
+    text: str | None = None
+
+
+def project_params_of(root: Path) -> ProjectParams | None:
+    """The project's own params: from its params.yaml when it holds keys that are not
+    vmapcheck's (moved to conf/project.yaml, text and comments as they are), else from
+    conf/project.yaml when an earlier init wrote it; None when the project has none.
+
+    Raises:
+        ConfigError: the two disagree about a key's presence, or a key of the project's
+            has one of vmapcheck's names (:func:`vmapcheck.project.merge.project_params`).
+    """
+    layout = Layout(root)
+    ours = set(Config.model_fields)
+    existing = (
+        layout.params_yaml.read_text(encoding="utf-8") if layout.params_yaml.is_file() else None
+    )
+    found = project_params(existing, ours)
+    if layout.project_params.is_file():
+        text = layout.project_params.read_text(encoding="utf-8")
+        doc = yaml.safe_load(text) or {}
+        if not isinstance(doc, dict):
+            raise ConfigError(f"{layout.project_params}: expected a mapping of your params")
+        keys = [str(k) for k in doc]
+        clash = sorted(set(keys) & ours)
+        if clash:
+            raise ConfigError(
+                f"{layout.project_params}: {', '.join(clash)} is one of vmapcheck's keys: "
+                "rename yours (and the stages that read it)"
+            )
+        if found is not None and set(found[1]) - set(keys):
+            raise ConfigError(
+                f"params.yaml holds {', '.join(sorted(set(found[1]) - set(keys)))}, which "
+                f"{layout.project_params} lacks: `dvc exp run -S` would drop it; add it there"
+            )
+        return ProjectParams(keys=keys) if keys else None
+    if found is None:
+        return None
+    text, keys = found
+    header = (
+        "# Your project's own params, moved here from params.yaml by `vmapcheck init`:\n"
+        "# `dvc exp run -S` composes params.yaml from conf/ (DVC's Hydra composition),\n"
+        "# this file included, so edit them here. Yours: vmapcheck never rewrites it.\n"
+    )
+    return ProjectParams(keys=keys, text=header + text)
+
+
+def plan(
+    root: Path, model: ModelChoice, data: DataChoice, project: ProjectParams | None = None
+) -> Plan:
     """Every file init writes for ``model`` and ``data`` (paths relative to ``root``, named
-    by :class:`~vmapcheck.layout.Layout`), and the ignore-file blocks."""
+    by :class:`~vmapcheck.layout.Layout`), and the ignore-file blocks. ``project``: the
+    params of the project it joins (composed into params.yaml)."""
     layout = Layout(root)
 
     def rel(path: Path) -> str:
@@ -518,8 +595,14 @@ def plan(root: Path, model: ModelChoice, data: DataChoice) -> Plan:
     for stage in ("code", *STAGE_CODE):
         out.files[rel(layout.stage_entry(stage))] = _render("stage_entry.py.j2", stage=stage)
     out.files[rel(layout.config_yaml)] = _render(
-        "config.yaml.j2", model=model.name, data=data.name, hidden=_target_hidden(model)
+        "config.yaml.j2",
+        model=model.name,
+        data=data.name,
+        hidden=_target_hidden(model),
+        project_keys=project.keys if project else [],
     )
+    if project is not None and project.text is not None:
+        out.files[rel(layout.project_params)] = project.text
     if model.config is not None:
         out.files[rel(layout.conf_option("model", model.name))] = _yaml_file(
             "# Your model, written by `vmapcheck init` from what its factory returned. The\n"
@@ -551,7 +634,7 @@ def plan(root: Path, model: ModelChoice, data: DataChoice) -> Plan:
     out.files[rel(layout.raw_readme)] = _render("data_raw_README.md.j2")
     # params.yaml: composed from the conf/ planned above, as `dvc exp run` will; the
     # reference folder is where its reference.dir says.
-    params = _compose_planned(out)
+    params = _compose_planned(out, layout)
     reference_root = root / yaml.safe_load(params)["reference"]["dir"]
     out.files[rel(reference_root / "README.md")] = _render("data_reference_README.md.j2")
     out.files[rel(layout.next_steps)] = _render(
@@ -560,16 +643,36 @@ def plan(root: Path, model: ModelChoice, data: DataChoice) -> Plan:
     out.blocks[".gitignore"] = GITIGNORE_RULES
     out.blocks[".dvcignore"] = DVCIGNORE_RULES
     out.files[rel(layout.params_yaml)] = params
+    # What init wrote, for the next init to tell its own files from the user's edits
+    # (params.yaml is DVC's to recompose, conf/project.yaml the project's: neither).
+    ours = {
+        path: digest(text)
+        for path, text in out.files.items()
+        if path not in (rel(layout.params_yaml), rel(layout.project_params))
+    }
+    ours.update({f"{path}#block": digest(block_text(rules)) for path, rules in out.blocks.items()})
+    stages = load_round_trip(out.files[rel(layout.dvc_yaml)], "dvc.yaml")["stages"]
+    out.files[rel(layout.init_manifest)] = Manifest(
+        files=ours,
+        stages={name: stage_digest(stage) for name, stage in stages.items()},
+        version=__version__,
+    ).text()
     return out
 
 
-def _compose_planned(out: Plan) -> str:
-    """Compose params.yaml from the planned conf/ files (in a scratch folder: nothing is
-    written before every check passed)."""
+def _compose_planned(out: Plan, layout: Layout) -> str:
+    """Compose params.yaml from the planned conf/ files, and the project's own
+    conf/project.yaml where it exists (in a scratch folder: nothing is written before
+    every check passed)."""
+    import shutil
     import tempfile
 
     with tempfile.TemporaryDirectory() as scratch:
         conf = Path(scratch) / "conf"
+        project = layout.project_params
+        if project.is_file():
+            conf.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(project, conf / project.name)
         for rel, text in out.files.items():
             if rel.startswith("conf/"):
                 (Path(scratch) / rel).parent.mkdir(parents=True, exist_ok=True)
@@ -596,14 +699,116 @@ def _with_block(existing: str, rules: tuple[str, ...]) -> str:
     return existing + sep + ("\n" if existing else "") + block
 
 
-def conflicts(root: Path, planned: Plan) -> list[str]:
-    """The files init would overwrite (and ignore files already holding its block)."""
-    found = [rel for rel in planned.files if (root / rel).exists()]
-    for rel in planned.blocks:
+# A diff longer than this many lines is cut when printed (the HTML page is 1 MB).
+DIFF_LINES_SHOWN = 40
+
+
+@dataclass
+class Review:
+    """What init would change: per item (a file, a dvc.yaml stage, an ignore-file block)
+    its status (:data:`vmapcheck.project.merge.NEW` ...), the diffs of updated and edited
+    items, the text each file gets (a file absent from ``texts`` is left as it is), and
+    the project's own stages kept in dvc.yaml."""
+
+    statuses: dict[str, str] = field(default_factory=dict)
+    diffs: dict[str, str] = field(default_factory=dict)
+    texts: dict[str, str] = field(default_factory=dict)
+    project_stages: list[str] = field(default_factory=list)
+
+    def having(self, status: str) -> list[str]:
+        return [item for item, s in self.statuses.items() if s == status]
+
+
+def _block_of(text: str) -> str | None:
+    if BLOCK_START not in text or BLOCK_END not in text:
+        return None
+    inner = text.split(BLOCK_START, 1)[1].split(BLOCK_END, 1)[0]
+    return BLOCK_START + inner + BLOCK_END + "\n"
+
+
+def review(
+    root: Path, planned: Plan, manifest: Manifest, keep_edits: bool, joining: bool = False
+) -> Review:
+    """Each planned file, dvc.yaml stage and block against what the repository holds and
+    what init last wrote (``manifest``); ``keep_edits``: the texts leave the user's edits
+    as they are (else they take vmapcheck's). ``joining``: the project's params.yaml is
+    being moved to conf/project.yaml (its values stay in the params.yaml init writes)."""
+    layout = Layout(root)
+    out = Review()
+
+    def note(item: str, status: str, current: str | None, new: str, rel: str) -> None:
+        out.statuses[item] = status
+        if status in (UPDATED, EDITED):
+            old_label = "yours" if status == EDITED else "as init wrote it"
+            out.diffs[item] = unified_diff(rel, current or "", new, old_label, "vmapcheck's")
+
+    special = {"dvc.yaml", "params.yaml", layout.init_manifest.relative_to(root).as_posix()}
+    for rel, text in planned.files.items():
         path = root / rel
-        if path.is_file() and BLOCK_START in path.read_text(encoding="utf-8"):
-            found.append(f"{rel} (its vmapcheck block)")
-    return found
+        current = path.read_text(encoding="utf-8") if path.is_file() else None
+        if rel in special:
+            continue
+        status = classify(current, text, manifest.files.get(rel))
+        note(rel, status, current, text, rel)
+        if not (status == EDITED and keep_edits):
+            out.texts[rel] = text
+    # params.yaml: DVC recomposes it from conf/ at every `dvc exp run -S`; only a value of
+    # the project's own keys that conf/project.yaml does not hold would be lost.
+    params_text = planned.files["params.yaml"]
+    current = (
+        layout.params_yaml.read_text(encoding="utf-8") if layout.params_yaml.is_file() else None
+    )
+    if current is None or current == params_text:
+        status = NEW if current is None else UNCHANGED
+    else:
+        mine, theirs = yaml.safe_load(params_text) or {}, yaml.safe_load(current) or {}
+        keys = mine.get("project_keys") or []
+        status = EDITED if any(mine.get(k) != theirs.get(k) for k in keys) else UPDATED
+        if status == UPDATED and joining:
+            # The project's own params.yaml, its values kept in the composition: written
+            # anew, nothing of it lost (its text is conf/project.yaml now).
+            status = NEW
+    note("params.yaml", status, current, params_text, "params.yaml")
+    if not (status == EDITED and keep_edits):
+        out.texts["params.yaml"] = params_text
+    # dvc.yaml: vmapcheck's stages, joined with the project's.
+    ours = planned.files["dvc.yaml"]
+    current = layout.dvc_yaml.read_text(encoding="utf-8") if layout.dvc_yaml.is_file() else None
+    joined = join_pipeline(current, ours, manifest.stages, keep_edits)
+    out.project_stages = joined.project_stages
+    for name, status in joined.statuses.items():
+        item = f"dvc.yaml stage {name}"
+        out.statuses[item] = status
+        if name in joined.diffs:
+            out.diffs[item] = joined.diffs[name]
+    kept_stage = keep_edits and EDITED in joined.statuses.values()
+    if current is not None and not joined.project_stages and EDITED not in joined.statuses.values():
+        # Every stage as init wrote it: a difference left is in the comments or layout.
+        status = classify(current, ours, manifest.files.get("dvc.yaml"))
+        if status == EDITED:
+            note("dvc.yaml", EDITED, current, ours, "dvc.yaml")
+            kept_stage = kept_stage or keep_edits
+    out.texts["dvc.yaml"] = joined.text if joined.project_stages or kept_stage else ours
+    for rel, rules in planned.blocks.items():
+        path = root / rel
+        whole = path.read_text(encoding="utf-8") if path.is_file() else ""
+        block, wanted = _block_of(whole), block_text(rules)
+        status = classify(block, wanted, manifest.files.get(f"{rel}#block"))
+        note(f"{rel} (vmapcheck block)", status, block, wanted, rel)
+        if not (status == EDITED and keep_edits):
+            out.texts[rel] = _with_block(whole, rules)
+    manifest_rel = layout.init_manifest.relative_to(root).as_posix()
+    out.texts[manifest_rel] = planned.files[manifest_rel]
+    return out
+
+
+def _shown(diff: str) -> str:
+    lines = diff.splitlines()
+    if len(lines) <= DIFF_LINES_SHOWN:
+        return diff.rstrip("\n")
+    return "\n".join(
+        [*lines[:DIFF_LINES_SHOWN], f"... ({len(lines) - DIFF_LINES_SHOWN} more lines)"]
+    )
 
 
 def _git_root(root: Path) -> Path:
@@ -645,24 +850,51 @@ def run_init(
     model_code: list[str] | None = None,
     force: bool = False,
     table: dict[str, str | None] | None = None,
+    keep_edits: bool = False,
+    discard_edits: bool = False,
 ) -> int:
-    """``vmapcheck init``: check everything, then write (see the module docstring).
+    """``vmapcheck init``: check everything, then write (see the module docstring and
+    :mod:`vmapcheck.project.merge`).
 
-    Returns 0, or 1 when files exist and ``force`` is not set (each named, nothing written).
+    Returns 0, or 1 when it would rewrite a file that exists and ``force`` is not set, or
+    would drop an edit of the user's and neither ``keep_edits`` nor ``discard_edits`` is
+    set (each named, diffs shown, nothing written).
 
     Raises:
         ConfigError: not a git repository's root, an unknown option, a model that cannot
-            be built (:func:`resolve_model`).
+            be built (:func:`resolve_model`), a project pipeline or params that collide
+            with vmapcheck's.
     """
+    if keep_edits and discard_edits:
+        raise ConfigError("vmapcheck init: --keep-edits and --discard-edits exclude each other")
     root = _git_root(root)
+    layout = Layout(root)
     choice = resolve_model(root, model, name, factory_args, model_code)
     data_choice = resolve_data(root, data, **(table or {}))
-    planned = plan(root, choice, data_choice)
-    existing = conflicts(root, planned)
-    if existing and not force:
+    project = project_params_of(root)
+    planned = plan(root, choice, data_choice, project)
+    manifest = Manifest.read(layout.init_manifest) or Manifest()
+    joining = project is not None and project.text is not None
+    found = review(root, planned, manifest, keep_edits, joining)
+    edited, updated = found.having(EDITED), found.having(UPDATED)
+    if (edited or updated) and not force:
         print(
-            "vmapcheck init: refusing to overwrite what exists (run again with --force to "
-            "overwrite):\n" + "\n".join(f"  {rel}" for rel in existing),
+            "vmapcheck init: refusing to rewrite what exists (run again with --force to "
+            "rewrite init's own files; an edit of yours is then refused unless "
+            "--keep-edits or --discard-edits):\n"
+            + "\n".join(f"  {item} ({found.statuses[item]})" for item in edited + updated),
+            file=sys.stderr,
+        )
+        return 1
+    if edited and not (keep_edits or discard_edits):
+        print(
+            "vmapcheck init: these differ from what init wrote, edits of yours that "
+            "--force would drop:\n"
+            + "\n".join(f"  {item}" for item in edited)
+            + "\n"
+            + "\n".join(_shown(found.diffs[item]) for item in edited if found.diffs.get(item))
+            + "\nrun again with --keep-edits to keep them (init rewrites only the rest), or "
+            "--discard-edits to replace them with vmapcheck's; nothing was written",
             file=sys.stderr,
         )
         return 1
@@ -673,17 +905,35 @@ def run_init(
     for key, value in DVC_SETTINGS.items():
         _dvc(root, "config", key, value)
     said.append(f"DVC settings: {', '.join(f'{k}={v}' for k, v in DVC_SETTINGS.items())}")
-    for rel, text in planned.files.items():
+    if found.project_stages:
+        said.append(
+            f"joined your pipeline: dvc.yaml keeps your stages {', '.join(found.project_stages)}"
+        )
+    if project is not None:
+        moved = " (moved there from params.yaml)" if project.text is not None else ""
+        said.append(
+            f"your params {', '.join(project.keys)}: conf/project.yaml{moved}, composed into "
+            "params.yaml (project_keys in conf/config.yaml)"
+        )
+    for rel, text in found.texts.items():
         atomic_write_text(root / rel, text)
-    for rel, rules in planned.blocks.items():
-        path = root / rel
-        old = path.read_text(encoding="utf-8") if path.is_file() else ""
-        atomic_write_text(path, _with_block(old, rules))
-    written = [*planned.files, *(f"{rel} (vmapcheck block)" for rel in planned.blocks)]
     print(f"vmapcheck init: vmapcheck {__version__}, model {choice.name}, data {data_choice.name}")
     for line in said:
         print(f"  {line}")
-    print("  wrote:\n" + "\n".join(f"    {rel}" for rel in written))
+    for status, title in ((NEW, "wrote"), (UPDATED, "updated (init's own text, rewritten)")):
+        items = found.having(status)
+        if items:
+            print(f"  {title}:\n" + "\n".join(f"    {item}" for item in items))
+    if found.having(UNCHANGED):
+        print(f"  unchanged: {len(found.having(UNCHANGED))} files, stages and blocks")
+    if edited:
+        title = (
+            "kept your edits" if keep_edits else "discarded your edits (replaced by vmapcheck's)"
+        )
+        print(f"  {title}:\n" + "\n".join(f"    {item}" for item in edited))
+    for item in updated + ([] if keep_edits else edited):
+        if found.diffs.get(item):
+            print(_shown(found.diffs[item]))
     if choice.code:
         print(f"  your model's code, a dep of the stages that run it: {', '.join(choice.code)}")
     print("next: `dvc repro`, then read VMAPCHECK.md")
