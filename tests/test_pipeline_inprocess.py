@@ -179,3 +179,38 @@ def test_a_rerun_of_track_moves_the_alias_a_dead_track_left_pending(project, cap
     assert "the same inputs were logged before (not again)" in out
     assert str(client.get_model_version_by_alias(name, VERIFIED).version) == str(version)
     assert TAG_ALIAS_PENDING not in client.get_model_version(name, version).tags
+
+
+def test_a_run_whose_params_changed_under_it_is_never_logged(project, tmp_path, capsys):
+    """As when a second `dvc exp run` rewrites params.yaml while the first runs: train ran
+    with one learning rate, track reads another. track refuses before it opens the
+    store, naming the stage and key; the store keeps only the earlier runs, and alias
+    `verified` does not move."""
+    import shutil
+
+    from mlflow.tracking import MlflowClient
+
+    root = tmp_path / "copy"
+    shutil.copytree(project.layout.root, root, symlinks=True)
+    layout = Layout(root)
+    config = load_config(layout.params_yaml)
+    client = MlflowClient(tracking_uri=tracking_uri(config.tracking, root))
+
+    def logged() -> tuple[set[str], dict[str, str]]:
+        runs = {
+            run.info.run_id
+            for experiment in client.search_experiments()
+            for run in client.search_runs([experiment.experiment_id])
+        }
+        aliases = {m.name: dict(m.aliases) for m in client.search_registered_models()}
+        return runs, aliases
+
+    before = logged()
+    assert before[0], "the module's pipeline logged its run"
+    write_params(root, *OVERRIDES, f"train.learning_rate={config.train.learning_rate * 2}")
+    assert run_stage(root, "track") == 2
+    err = capsys.readouterr().err
+    assert "track: error: params.yaml changed during this run" in err
+    assert "(other values than track read, of train: train; check: train)" in err, err
+    assert "Nothing is logged or registered" in err and "`dvc queue start`" in err
+    assert logged() == before

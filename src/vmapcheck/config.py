@@ -858,8 +858,12 @@ def without_project_keys(raw: dict[str, Any], source: str = "params.yaml") -> di
     return {k: v for k, v in raw.items() if k not in keys}
 
 
-def load_config(path: str | Path = "params.yaml") -> Config:
-    """Read and validate params.yaml (the composed Hydra config)."""
+def read_params(path: str | Path = "params.yaml") -> tuple[str, Any]:
+    """params.yaml's text and what it parses to (not validated).
+
+    Raises:
+        ConfigError: the file is missing or not YAML.
+    """
     path = Path(path)
     try:
         text = path.read_text(encoding="utf-8")
@@ -868,9 +872,14 @@ def load_config(path: str | Path = "params.yaml") -> Config:
             f"{path}: not found; run `vmapcheck params` to compose it from conf/"
         ) from None
     try:
-        raw = yaml.safe_load(text)
+        return text, yaml.safe_load(text)
     except yaml.YAMLError as exc:
         raise ConfigError(f"{path}: not valid YAML: {exc}") from None
+
+
+def load_config(path: str | Path = "params.yaml") -> Config:
+    """Read and validate params.yaml (the composed Hydra config)."""
+    _, raw = read_params(path)
     return validate_config(raw, source=str(path))
 
 

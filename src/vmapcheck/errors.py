@@ -42,6 +42,11 @@ class TrackingStoreError(VmapcheckError):
     """The MLflow store (a tracking server or the local sqlite file) cannot be reached or used."""
 
 
+class SettingsChangedError(VmapcheckError):
+    """params.yaml changed during a pipeline run (another ``dvc exp run`` in the same
+    workspace): its stages ran with different settings, and it is not logged as one run."""
+
+
 class UnsupportedVersionError(VmapcheckError):
     """An installed package vmapcheck depends on (jax, jaxlib) is outside the version range
     vmapcheck declares for it (:mod:`vmapcheck.versions`)."""

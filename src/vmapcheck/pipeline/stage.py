@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+import hashlib
+import json
 import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import yaml
 from jax.errors import KeyReuseError
 
-from vmapcheck.config import Config, load_config
+from vmapcheck.config import Config, read_params, validate_config
 from vmapcheck.core.runtime import enable_compile_cache
 from vmapcheck.errors import INTERRUPTED, ArtifactError, VmapcheckError
 from vmapcheck.io import atomic_write_json, read_json
@@ -20,11 +23,17 @@ StageBody = Callable[[Config, Layout], int | None]
 
 
 def write_stage_time(
-    layout: Layout, name: str, start: float, end: float | None, exit_code: int | None
+    layout: Layout,
+    name: str,
+    start: float,
+    end: float | None,
+    exit_code: int | None,
+    params: dict[str, Any] | None = None,
 ) -> None:
     """``reports/stages/<name>.json``: ``{"stage", "start", "end", "wall_s",
-    "exit_code"}``, times in seconds since the epoch; ``end``/``wall_s``/``exit_code``
-    None while the stage runs."""
+    "exit_code", "params"}``, times in seconds since the epoch; ``end``/``wall_s``/
+    ``exit_code`` None while the stage runs; ``params``: what :func:`params_record`
+    made of the params.yaml the stage ran with."""
     atomic_write_json(
         layout.stage_time(name),
         {
@@ -33,8 +42,76 @@ def write_stage_time(
             "end": end,
             "wall_s": None if end is None else round(end - start, 3),
             "exit_code": exit_code,
+            "params": params,
         },
     )
+
+
+def declared_params(layout: Layout) -> dict[str, list[str]]:
+    """Each dvc.yaml stage's params keys of params.yaml (dotted, as dvc.yaml lists them);
+    empty when there is no readable dvc.yaml (a stage run outside a pipeline)."""
+    try:
+        stages = (yaml.safe_load(layout.dvc_yaml.read_text(encoding="utf-8")) or {})["stages"]
+    except (OSError, yaml.YAMLError, KeyError, TypeError):
+        return {}
+    declared: dict[str, list[str]] = {}
+    for stage_name, stage in stages.items() if isinstance(stages, dict) else ():
+        keys: list[str] = []
+        for entry in (stage or {}).get("params", []) or []:
+            if isinstance(entry, str):
+                keys.append(entry)
+            elif isinstance(entry, dict):
+                keys += [k for k in entry.get(layout.params_yaml.name) or [] if isinstance(k, str)]
+        declared[str(stage_name)] = keys
+    return declared
+
+
+def _value_at(raw: dict[str, Any], key: str) -> Any:
+    node: Any = raw
+    for part in key.split("."):
+        if not isinstance(node, dict) or part not in node:
+            return None
+        node = node[part]
+    return node
+
+
+def params_record(layout: Layout, name: str, text: str, raw: dict[str, Any]) -> dict[str, Any]:
+    """What a stage records of the params.yaml it ran with (``text``, parsed ``raw``):
+    ``{"keys": its own dvc.yaml params keys, "sha256": {key: sha256 of its value} for
+    every key any stage declares, "file_sha256": of the whole text}``. track compares
+    each stage's keys with its own record (:func:`settings_changed`): a run whose
+    params.yaml was rewritten under it (a second ``dvc exp run`` in the same workspace)
+    is never logged as one run."""
+    declared = declared_params(layout)
+    every = sorted({key for keys in declared.values() for key in keys})
+    return {
+        "keys": declared.get(name, []),
+        "sha256": {
+            key: hashlib.sha256(
+                json.dumps(_value_at(raw, key), sort_keys=True, default=str).encode()
+            ).hexdigest()
+            for key in every
+        },
+        "file_sha256": hashlib.sha256(text.encode("utf-8")).hexdigest(),
+    }
+
+
+def settings_changed(stages: dict[str, dict[str, Any]], own: str) -> dict[str, list[str]]:
+    """Per stage, the params keys it ran with other values of than stage ``own`` (track)
+    read: empty when the whole run saw one params.yaml (a stage DVC skipped kept its
+    record, whose keys DVC found unchanged). Records without params (written before
+    stages kept them) are not compared."""
+    mine = (stages.get(own) or {}).get("params") or {}
+    digests = mine.get("sha256") or {}
+    changed: dict[str, list[str]] = {}
+    for name, record in stages.items():
+        theirs = record.get("params") if name != own else None
+        if not theirs or not digests:
+            continue
+        keys = [k for k in theirs.get("keys", []) if theirs["sha256"].get(k) != digests.get(k)]
+        if keys:
+            changed[name] = keys
+    return changed
 
 
 def read_stage_times(layout: Layout) -> dict[str, dict[str, Any]]:
@@ -80,9 +157,12 @@ def run_stage(
     start = time.time()
     timed = False
     code: int | None = None
+    params: dict[str, Any] | None = None
     try:
-        config = load_config(layout.params_yaml)
-        write_stage_time(layout, name, start, None, None)
+        text, raw = read_params(layout.params_yaml)
+        config = validate_config(raw, source=str(layout.params_yaml))
+        params = params_record(layout, name, text, raw)
+        write_stage_time(layout, name, start, None, None, params)
         timed = True
         if compile_cache:
             enable_compile_cache(layout.compile_cache)
@@ -116,4 +196,4 @@ def run_stage(
         return code
     finally:
         if timed:
-            write_stage_time(layout, name, start, time.time(), code)
+            write_stage_time(layout, name, start, time.time(), code, params)

@@ -12,6 +12,7 @@ taken as the baseline (only complete runs are).
 """
 
 import contextlib
+import hashlib
 import os
 import tempfile
 import time
@@ -22,11 +23,11 @@ from typing import Any
 from vmapcheck.bench.baseline import MODEL_CONTRACT_TAG, record_from_details, resolve_baseline
 from vmapcheck.bench.verdict import compare, format_table
 from vmapcheck.check.schema import read_check_details
-from vmapcheck.config import Config
-from vmapcheck.errors import VmapcheckError
+from vmapcheck.config import Config, read_params
+from vmapcheck.errors import SettingsChangedError, VmapcheckError
 from vmapcheck.io import atomic_write_json, atomic_write_text, read_json
 from vmapcheck.layout import Layout
-from vmapcheck.pipeline.stage import read_stage_times
+from vmapcheck.pipeline.stage import read_stage_times, settings_changed
 from vmapcheck.report.html import render_report
 from vmapcheck.report.summary import review_url, verdict_line
 from vmapcheck.tracking.log import (
@@ -125,7 +126,43 @@ def report_line(layout: Layout) -> str:
     )
 
 
+# How to run several experiments without one rewriting the settings of another.
+ONE_AT_A_TIME = (
+    "run experiments one after another in this workspace, or queue them: `dvc exp run "
+    "--queue -S ...` for each, then `dvc queue start` (each in its own copy; vmapcheck docs: "
+    "server-and-sweeps.md)"
+)
+
+
+def refuse_changed_settings(layout: Layout, stages: dict[str, dict[str, Any]]) -> None:
+    """Refuse to log a run whose stages did not all run with the params.yaml track read
+    (:func:`vmapcheck.pipeline.stage.settings_changed`), or whose params.yaml changed
+    since track read it (the artifact logged would not be what track ran with).
+
+    Raises:
+        SettingsChangedError: naming each stage and key, or the file.
+    """
+    changed = settings_changed(stages, "track")
+    if changed:
+        where = "; ".join(f"{stage}: {', '.join(keys)}" for stage, keys in changed.items())
+        raise SettingsChangedError(
+            "params.yaml changed during this run, so its stages ran with different settings "
+            f"(other values than track read, of {where}): another `dvc exp run` in this "
+            "workspace rewrote it? Nothing is logged or registered; " + ONE_AT_A_TIME
+        )
+    mine = ((stages.get("track") or {}).get("params") or {}).get("file_sha256")
+    if mine is not None:
+        text, _ = read_params(layout.params_yaml)
+        if hashlib.sha256(text.encode("utf-8")).hexdigest() != mine:
+            raise SettingsChangedError(
+                f"{layout.params_yaml} changed while track ran: the settings it would log "
+                "are not the ones it read. Nothing is logged or registered; " + ONE_AT_A_TIME
+            )
+
+
 def run(config: Config, layout: Layout) -> int:
+    # First: a run whose settings changed under it is never logged (nor its store opened).
+    refuse_changed_settings(layout, read_stage_times(layout))
     # MLflow draws a progress bar for each artifact it downloads (the registry's checks of
     # a few kB of params): noise among the stage's lines, unless the user asked for them.
     os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
@@ -212,6 +249,8 @@ def track(config: Config, layout: Layout) -> int:
         layout.params_yaml,
         layout.dvc_lock,
     ]
+    # Again just before logging: params.yaml is logged as it is on disk now.
+    refuse_changed_settings(layout, read_stage_times(layout))
     if earlier is None:
         # Datasets (full sha256 digests), dvc.lock digest, DVC experiment name, environment/.
         with tempfile.TemporaryDirectory() as scratch:
