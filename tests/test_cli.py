@@ -152,3 +152,13 @@ def test_diagnose_writes_under_the_project_root_by_default(tmp_path, monkeypatch
         (tmp_path, tmp_path / "reports" / "diagnosis-on-demand.json"),
         (tmp_path, tmp_path / "elsewhere" / "d.json"),
     ]
+
+
+@pytest.mark.parametrize("port", ["99999", "80", "abc"])
+def test_ui_refuses_a_port_it_cannot_open(port, capsys):
+    """`vmapcheck ui --port 99999` printed URLs, then an OverflowError, and exited 0."""
+    with pytest.raises(SystemExit) as info:
+        cli.main(["ui", "--port", port])
+    assert info.value.code == 2
+    err = capsys.readouterr().err
+    assert "argument --port: expected a port number 1024-65535, found" in err and port in err

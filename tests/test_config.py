@@ -494,3 +494,25 @@ def test_the_projects_own_keys_are_left_to_it_and_never_shadow_vmapchecks():
     assert "project_keys: seed is vmapcheck's own key" in _error(raw)
     raw["project_keys"] = "lr"
     assert "project_keys: expected a list of the project's own top-level keys" in _error(raw)
+
+
+def test_a_tracking_uri_with_credentials_is_refused_without_showing_them():
+    raw = _raw()
+    raw["tracking"]["tracking_uri"] = "http://alice:s3cret@127.0.0.1:5000"
+    message = _error(raw)
+    assert "tracking.tracking_uri: a user or password in the URL" in message
+    assert "MLFLOW_TRACKING_USERNAME and MLFLOW_TRACKING_PASSWORD" in message
+    assert "s3cret" not in message and "alice" not in message
+    assert "found 'http://***@127.0.0.1:5000'" in message
+
+
+@pytest.mark.parametrize("key", ["tolerance", "cross_run_tolerance"])
+@pytest.mark.parametrize("which", ["rtol", "atol"])
+def test_a_tolerance_too_loose_to_detect_a_mistake_is_refused(key, which):
+    """`-S precision.tolerance.rtol=1e300` used to pass every mistake (and overflow)."""
+    raw = _raw()
+    raw["precision"][key][which] = 1e300
+    message = _error(raw)
+    assert f"precision.{key}.{which}: Input should be less than or equal to 0.1" in message
+    raw["precision"][key][which] = 0.1
+    validate_config(raw)

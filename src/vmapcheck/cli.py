@@ -118,6 +118,18 @@ def _ui(args: argparse.Namespace, layout: Layout) -> int:
     return run_ui(layout, args.port)
 
 
+def _port(text: str) -> int:
+    """A TCP port a user may open: 1024-65535 (argparse prints the refusal, exit 2)."""
+    try:
+        port = int(text)
+    except ValueError:
+        expected = f"expected a port number 1024-65535, found {text!r}"
+        raise argparse.ArgumentTypeError(expected) from None
+    if not 1024 <= port <= 65535:
+        raise argparse.ArgumentTypeError(f"expected a port number 1024-65535, found {port}")
+    return port
+
+
 def _params(args: argparse.Namespace, layout: Layout) -> int:
     from vmapcheck.compose import run_params
 
@@ -414,7 +426,12 @@ def build_parser() -> argparse.ArgumentParser:
     chosen.add_argument("--version", help="the version's number (`vmapcheck registry` lists them)")
     chosen.add_argument("--run", help="the MLflow run id whose registered version to promote")
 
-    sub["ui"].add_argument("--port", type=int, default=5000)
+    sub["ui"].add_argument(
+        "--port",
+        type=_port,
+        default=5000,
+        help="the TCP port on 127.0.0.1 (1024-65535; default 5000)",
+    )
 
     sub["params"].add_argument("overrides", nargs="*", help="Hydra overrides, e.g. model=toy")
 

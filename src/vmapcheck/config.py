@@ -11,6 +11,8 @@ from __future__ import annotations
 import hashlib
 import itertools
 import json
+import re
+import urllib.parse
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -319,12 +321,20 @@ class BackendConfig(_Strict):
 ToleranceScale = Literal["terms", "output"]
 
 
+# The loosest rtol and atol a check accepts. Past it a check no longer tells a batching
+# mistake from rounding: bfloat16, the coarsest dtype here, rounds to 2^-8 (0.4%) and its
+# shipped tolerances are 1.6e-2 to 3.2e-2 (conf/precision/bf16.yaml); an rtol of 1e300
+# passed every mistake (and overflowed).
+MAX_TOLERANCE = 0.1
+
+
 class ToleranceConfig(_Strict):
     """Agreement between two outputs a, b, elementwise: ``|a - b|`` within ``atol`` plus
-    ``rtol`` times the magnitude ``scale`` names (the rule: vmapcheck.core.compare)."""
+    ``rtol`` times the magnitude ``scale`` names (the rule: vmapcheck.core.compare).
+    Both at most :data:`MAX_TOLERANCE`."""
 
-    rtol: NonNegativeFloat
-    atol: NonNegativeFloat
+    rtol: Annotated[float, Field(ge=0.0, le=MAX_TOLERANCE)]
+    atol: Annotated[float, Field(ge=0.0, le=MAX_TOLERANCE)]
     # conf/precision/*.yaml set it ("terms"); the default serves tolerances built in code.
     scale: ToleranceScale = "terms"
 
@@ -573,6 +583,15 @@ def tracking_uri_problem(uri: str) -> str | None:
             return "expected sqlite:///<path to a .db file>, with a path"
         return None
     if uri.startswith(HTTP_SCHEMES):
+        parts = urllib.parse.urlsplit(uri)
+        if parts.username is not None or parts.password is not None:
+            # Said without the secret: the error is printed, and logs keep it.
+            return (
+                "a user or password in the URL would be stored in params.yaml, dvc.lock "
+                "and MLflow's tags: give the URL without them, and the credentials in "
+                "MLFLOW_TRACKING_USERNAME and MLFLOW_TRACKING_PASSWORD (or "
+                "MLFLOW_TRACKING_TOKEN), which MLflow reads"
+            )
         return None
     if "://" not in uri or uri.startswith("file:"):
         path = uri.removeprefix("file://").removeprefix("file:").rstrip("/") or "."
@@ -766,11 +785,15 @@ def _key_path(loc: tuple[Any, ...], raw: Any = None) -> str:
 _SHOWN_CHARS = 80
 
 
+_USERINFO = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*://)[^/@\s]+@")
+
+
 def _shown(value: Any) -> str:
     """A value found in the config as an error shows it: its repr, cut; ``a mapping``."""
     if isinstance(value, dict):
         return "a mapping"
-    text = repr(value)
+    # A URL's user and password are never shown (the error is printed, and kept in logs).
+    text = _USERINFO.sub(r"\1***@", repr(value))
     return text if len(text) <= _SHOWN_CHARS else text[: _SHOWN_CHARS - 3] + "..."
 
 
