@@ -138,7 +138,7 @@ def test_init_again_changes_nothing_and_force_refuses_to_drop_an_edit(tmp_path):
     assert "unchanged: " in second.stdout and "wrote:" not in second.stdout
 
     config = root / "conf" / "config.yaml"
-    config.write_text(config.read_text().replace("seed: 0\n", "seed: 0\nmy_key: 1\n"))
+    config.write_text(config.read_text() + "my_key: 1\n")
     dvc_yaml = root / "dvc.yaml"
     dvc_yaml.write_text(
         dvc_yaml.read_text().replace(

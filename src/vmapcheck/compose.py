@@ -15,6 +15,7 @@ from omegaconf.errors import OmegaConfBaseException
 from vmapcheck.errors import ConfigError
 from vmapcheck.io import atomic_write_text
 from vmapcheck.layout import Layout
+from vmapcheck.pipeline.running import register as register_run_guard
 
 
 def compose_yaml(conf_dir: Path, overrides: list[str] | None = None) -> str:
@@ -25,6 +26,8 @@ def compose_yaml(conf_dir: Path, overrides: list[str] | None = None) -> str:
             ``+``, an option no file of the group has, a malformed override), with
             Hydra's own message, which names the override.
     """
+    # conf/config.yaml's seed goes through it (one pipeline run at a time in a workspace).
+    register_run_guard()
     try:
         with initialize_config_dir(str(conf_dir.resolve()), version_base=None):
             cfg = compose(config_name="config", overrides=list(overrides or []))

@@ -47,6 +47,12 @@ class Layout:
         return self.conf / "project.yaml"
 
     @property
+    def running_record(self) -> Path:
+        """The ``dvc`` process running this workspace's pipeline now
+        (:mod:`vmapcheck.pipeline.running`), in DVC's own temporary folder."""
+        return self.root / ".dvc" / "tmp" / "vmapcheck-run.json"
+
+    @property
     def init_manifest(self) -> Path:
         """What ``vmapcheck init`` wrote last: each file's and stage's sha256
         (:mod:`vmapcheck.project.merge`)."""

@@ -114,3 +114,54 @@ def test_every_experiment_appears_in_exp_show_with_its_metrics(project):
         assert rows[name]["passed"] == "True" and rows[name]["n_failures"] == "0", rows[name]
     assert rows["toy-exp"]["model.in_features"] == "3"
     assert rows["two-tower-exp"]["model.name"] == "two_tower"
+
+
+def test_a_second_experiment_is_refused_while_one_runs_in_the_workspace(project):
+    """Two `dvc exp run` at once used to swap settings: the second rewrote params.yaml
+    under the first, which logged the second's. Now the second is refused before it
+    writes anything, and the first logs its own settings."""
+    import subprocess
+    import time
+
+    from tests.helpers.project import project_env
+
+    tiny = [arg for override in TINY for arg in ("-S", override)]
+    record = project / ".dvc" / "tmp" / "vmapcheck-run.json"
+    first = subprocess.Popen(
+        ["dvc", "exp", "run", "-S", "train.learning_rate=0.02", *tiny],
+        cwd=project,
+        env=project_env(project),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    deadline = time.monotonic() + 300
+    while not record.is_file() and first.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert record.is_file(), "the first run's code stage records its dvc process"
+    params = (project / "params.yaml").read_text()
+    second = run(project, "dvc", "exp", "run", "-S", "train.learning_rate=0.03", *tiny, check=False)
+    said = second.stdout + second.stderr
+    assert second.returncode != 0
+    assert "vmapcheck: a pipeline is running in this workspace" in said, said
+    assert f"pid {first.pid}" in said or "dvc exp run -S train.learning_rate=0.02" in said
+    assert (project / "params.yaml").read_text() == params
+    output, _ = first.communicate(timeout=600)
+    assert first.returncode == 0, output
+    assert not record.exists(), "track removes the record when the run ends"
+
+    import mlflow
+    import yaml
+
+    client = mlflow_client(project)
+    newest = client.search_runs(
+        [e.experiment_id for e in client.search_experiments()],
+        order_by=["attributes.start_time DESC"],
+        max_results=1,
+    )[0]
+    logged = mlflow.artifacts.download_artifacts(
+        run_id=newest.info.run_id,
+        artifact_path="params.yaml",
+        tracking_uri=f"sqlite:///{project / 'mlflow.db'}",
+    )
+    assert yaml.safe_load(Path(logged).read_text())["train"]["learning_rate"] == 0.02

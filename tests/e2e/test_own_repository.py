@@ -330,13 +330,13 @@ def test_init_joins_a_repository_with_its_own_pipeline_and_params(user_repo, tmp
     # as it wrote them are unchanged, an edit of the user's in them is shown, then kept.
     repo.run("git", "checkout", "-q", "--", ".")
     config = repo.root / "conf" / "config.yaml"
-    config.write_text(config.read_text().replace("seed: 0\n", "seed: 0  # ours\n"))
+    config.write_text(config.read_text() + "# ours\n")
     refused = repo.run("vmapcheck", "init", "--model", "mlp", "--force", check=False)
-    assert refused.returncode == 1 and "-seed: 0  # ours" in refused.stderr, refused.stderr
+    assert refused.returncode == 1 and "-# ours" in refused.stderr, refused.stderr
     kept = repo.run("vmapcheck", "init", "--model", "mlp", "--force", "--keep-edits")
     assert "kept your edits:\n    conf/config.yaml" in kept.stdout, kept.stdout
     assert "dvc.yaml keeps your stages featurize" in kept.stdout
     pipeline = (repo.root / "dvc.yaml").read_text()
     assert pipeline.startswith("# Our features: this comment stays.\nstages:\n  featurize:")
-    assert "seed: 0  # ours" in config.read_text()
+    assert config.read_text().endswith("# ours\n")
     print("timings (s):", {k: round(v, 1) for k, v in repo.timings.items()})

@@ -18,8 +18,11 @@ from vmapcheck.core.runtime import enable_compile_cache
 from vmapcheck.errors import INTERRUPTED, ArtifactError, VmapcheckError
 from vmapcheck.io import atomic_write_json, read_json
 from vmapcheck.layout import Layout
+from vmapcheck.pipeline.running import clear_running
 
 StageBody = Callable[[Config, Layout], int | None]
+# The pipeline's last stage (dvc.yaml): when it ends, the run is over.
+LAST_STAGE = "track"
 
 
 def write_stage_time(
@@ -197,3 +200,6 @@ def run_stage(
     finally:
         if timed:
             write_stage_time(layout, name, start, time.time(), code, params)
+        if name == LAST_STAGE:
+            # The run is over, whatever its outcome: another may compose params.yaml.
+            clear_running(layout)

@@ -24,6 +24,7 @@ from vmapcheck import __version__
 from vmapcheck.errors import ArtifactError
 from vmapcheck.io import atomic_write_json, read_json
 from vmapcheck.layout import Layout
+from vmapcheck.pipeline.running import mark_running
 
 # Every stage loads these: the config, the errors, atomic I/O, the layout, the stage runner.
 _SHARED = (
@@ -36,6 +37,7 @@ _SHARED = (
     "stages/__init__.py",
     "pipeline/__init__.py",
     "pipeline/stage.py",
+    "pipeline/running.py",
 )
 # The shipped example models (imported only when configured, model=flax_mlp, ...): every
 # stage that builds a model lists them, though no default import shows them.
@@ -158,6 +160,9 @@ def write_records(layout: Layout) -> dict[str, str]:
 def run(root: Path | None = None) -> int:
     """The ``code`` stage: write the records, say which stages' code changed."""
     layout = Layout(Path.cwd() if root is None else root)
+    # The first stage of every run: from here until track ends, a second `dvc exp run`
+    # in this workspace is refused before it rewrites params.yaml.
+    mark_running(layout)
     changes = write_records(layout)
     changed = [stage for stage, change in changes.items() if change != "same"]
     if changed:

@@ -1,0 +1,157 @@
+"""One pipeline run at a time in a workspace: a second ``dvc exp run`` is refused before
+it rewrites ``params.yaml`` under the first.
+
+DVC composes ``params.yaml`` from ``conf/`` (its Hydra integration) before it finds a
+pipeline already running in the workspace, so a second ``dvc exp run`` started meanwhile
+rewrote the first one's settings, and only then was refused. vmapcheck closes that gap:
+
+- the ``code`` stage, the first of every run, records the ``dvc`` process running it
+  (:func:`mark_running`: pid, start time, command line) in ``.dvc/tmp/vmapcheck-run.json``;
+  ``track``, the last, removes the record (:func:`clear_running`), whatever its outcome;
+- ``conf/config.yaml`` reads ``seed`` through the resolver ``vmapcheck_idle``
+  (:func:`idle`), which the composition of every ``dvc exp run -S``/``--queue`` and
+  ``vmapcheck params`` evaluates. It refuses, naming the run, while the recorded ``dvc``
+  process is alive and is not the caller's own: nothing has been written yet then.
+  DVC's process finds the resolver through the Hydra plugin that this package installs
+  (``hydra_plugins.vmapcheck_run_guard``); vmapcheck registers it too (:func:`register`).
+
+A run that died leaves a record whose process is gone (or whose pid now belongs to
+another process, told apart by its start time): it refuses nothing. Nothing here imports
+JAX. track's check of the settings each stage ran with
+(:func:`vmapcheck.pipeline.stage.settings_changed`) stays as the last line of defence.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import psutil
+
+from vmapcheck.io import atomic_write_json
+from vmapcheck.layout import Layout
+
+RESOLVER = "vmapcheck_idle"
+# The names of DVC's command, as its process shows in a command line.
+_DVC_NAMES = ("dvc", "dvc.exe")
+
+
+class PipelineRunningError(RuntimeError):
+    """A vmapcheck pipeline is running in this workspace (raised inside the composition:
+    OmegaConf and DVC show its message)."""
+
+
+def _is_dvc(process: psutil.Process) -> bool:
+    try:
+        cmdline = process.cmdline()
+    except (psutil.Error, OSError):
+        return False
+    words = [Path(word).name for word in cmdline[:3]]
+    return any(word in _DVC_NAMES for word in words) or (
+        len(cmdline) >= 3 and cmdline[1] == "-m" and cmdline[2] == "dvc"
+    )
+
+
+def dvc_ancestor() -> psutil.Process | None:
+    """The nearest ``dvc`` process above this one (the one running this stage); None
+    when a stage runs by hand."""
+    try:
+        process = psutil.Process(os.getpid()).parent()
+        while process is not None:
+            if _is_dvc(process):
+                return process
+            process = process.parent()
+    except (psutil.Error, OSError):
+        return None
+    return None
+
+
+def mark_running(layout: Layout) -> None:
+    """Record the ``dvc`` process running this pipeline (nothing when none: a stage run
+    by hand, or a repository without ``.dvc/``)."""
+    process = dvc_ancestor()
+    if process is None or not layout.running_record.parent.parent.is_dir():
+        return
+    layout.running_record.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write_json(
+        layout.running_record,
+        {
+            "pid": process.pid,
+            "create_time": process.create_time(),
+            "cmdline": " ".join(process.cmdline()),
+        },
+    )
+
+
+def clear_running(layout: Layout) -> None:
+    """Remove this run's record (only this run's: a record of another live process
+    stays)."""
+    record = _read(layout.running_record)
+    process = dvc_ancestor()
+    if record is None or (process is not None and record.get("pid") != process.pid):
+        return
+    layout.running_record.unlink(missing_ok=True)
+
+
+def _read(path: Path) -> dict[str, Any] | None:
+    try:
+        record = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return record if isinstance(record, dict) else None
+
+
+def running_elsewhere(layout: Layout) -> dict[str, Any] | None:
+    """The record of a pipeline running in this workspace in another process tree than
+    the caller's, or None (no record, its process gone or replaced, or an ancestor)."""
+    record = _read(layout.running_record)
+    if record is None or not isinstance(record.get("pid"), int):
+        return None
+    try:
+        process = psutil.Process(record["pid"])
+        if abs(process.create_time() - float(record.get("create_time", 0))) > 1.0:
+            return None  # the pid was reused
+        ours = {p.pid for p in psutil.Process(os.getpid()).parents()} | {os.getpid()}
+    except (psutil.Error, OSError, ValueError, TypeError):
+        return None
+    return None if process.pid in ours else record
+
+
+def _project_root(start: Path) -> Path | None:
+    for folder in (start, *start.parents):
+        if (folder / ".dvc").is_dir():
+            return folder
+    return None
+
+
+def idle(value: Any = 0) -> Any:
+    """The resolver ``${vmapcheck_idle:<value>}``: ``value`` unchanged, unless a pipeline
+    runs in this workspace in another process (the project: the nearest folder above the
+    working directory holding ``.dvc/``).
+
+    Raises:
+        PipelineRunningError: naming the running ``dvc`` process and what to do.
+    """
+    root = _project_root(Path.cwd())
+    record = running_elsewhere(Layout(root)) if root is not None else None
+    if record is not None:
+        began = datetime.datetime.fromtimestamp(float(record["create_time"])).strftime("%H:%M:%S")
+        raise PipelineRunningError(
+            f"vmapcheck: a pipeline is running in this workspace (`{record.get('cmdline')}`, "
+            f"pid {record['pid']}, since {began}); composing params.yaml now would change its "
+            "settings under it, so nothing was written. Wait until it ends (or stop it), "
+            "then run this again; to run several experiments, queue them all first "
+            "(`dvc exp run --queue -S ...`) and start them with `dvc queue start`"
+        )
+    return value
+
+
+def register() -> None:
+    """Register :func:`idle` with OmegaConf (once; a second call changes nothing)."""
+    from omegaconf import OmegaConf
+
+    if not OmegaConf.has_resolver(RESOLVER):
+        OmegaConf.register_new_resolver(RESOLVER, idle, use_cache=False)
