@@ -220,6 +220,8 @@ def check_batching(
     import jax
     import jax.numpy as jnp
 
+    from vmapcheck.core.contract import output_contract_problem
+    from vmapcheck.core.forms import cast_tree
     from vmapcheck.core.models import Model
 
     if not isinstance(model, Model):
@@ -238,6 +240,10 @@ def check_batching(
         dtype = jnp.dtype(config.dtype)
         _check_params(model, params)
         x = _checked_examples(model, examples, dtype)
+        # Shapes only: an output off the contract is named, not a traceback from a path.
+        problem = output_contract_problem(model, cast_tree(params, dtype), x)
+        if problem:
+            raise ConfigError(f"model {model.name!r}: {problem}")
         cases = _cases(model, x, dtype, selected, edge_cases)
         outputs, regrouped, record = _forward(model, params, cases, dtype, selected)
     oracle, magnitudes = _float64_side(model, params, cases, config)
@@ -291,7 +297,9 @@ def assert_batching_consistent(
             paths that disagree with the plain loop; one line per case (``[shape] worst
             pair: max_abs= max_rel= (<fraction> of its bound, rule ...)``); the invalid
             inputs refused; then the first ten ``failure:`` lines of the check.
-        ConfigError: ``model`` is no Model, ``precision`` no shipped option, an
+        ConfigError: ``model`` is no Model or returns outputs off its contract (a
+            tuple, another shape, a non-float dtype: found from shapes, before any
+            compute), ``precision`` no shipped option, an
             ``rtol``/``atol`` refused, or ``paths`` names a path that is unknown or that
             the model does not provide.
         ArtifactError: ``params`` do not match the model's params (the leaf named,

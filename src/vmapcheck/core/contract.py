@@ -488,3 +488,33 @@ def from_leaf_arrays(arrays: Mapping[str, Any]) -> Any:
     if set(arrays) == {VECTOR_LEAF}:
         return arrays[VECTOR_LEAF]
     return dict(arrays)
+
+
+def output_contract_problem(model: Any, params: Any, batch: Any) -> str | None:
+    """Why ``model``'s outputs break its contract, found with ``jax.eval_shape`` (no
+    compute), or None: ``forward_one(params, one example)`` must be one float array of
+    shape ``(out_features,)``, and ``forward_batch(params, batch)`` (if the model has
+    one) one of ``(rows, out_features)``. ``batch``: examples with the batch on axis 0
+    (the contract's leaves); ``params``: arrays or their shapes."""
+    out = model.out_features
+    n = rows(batch)
+    checks = [("forward_one", model.forward_one, take(batch, 0), (out,), "one example")]
+    if model.forward_batch is not None:
+        checks.append(("forward_batch", model.forward_batch, batch, (n, out), f"{n} rows"))
+    for name, fn, x, expected, what in checks:
+        try:
+            shape = jax.eval_shape(fn, params, x)
+        except Exception as exc:  # the model's own code: any error is its problem
+            first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+            return f"{name} fails on {what} of its input contract: {type(exc).__name__}: {first}"
+        if not isinstance(shape, jax.ShapeDtypeStruct):
+            kind = type(shape).__name__
+            return f"{name} returns a {kind}, expected one array of shape {expected}"
+        if tuple(shape.shape) != expected:
+            return (
+                f"{name} returns shape {tuple(shape.shape)} for {what}, expected {expected} "
+                f"(out_features={out})"
+            )
+        if not jnp.issubdtype(shape.dtype, jnp.floating):
+            return f"{name} returns dtype {shape.dtype}, expected a float array"
+    return None

@@ -22,6 +22,7 @@ from vmapcheck.core.contract import rows as batch_rows
 from vmapcheck.core.contract import take
 from vmapcheck.core.models import Model, Params
 from vmapcheck.core.state import ParamsPartition, partition
+from vmapcheck.errors import NonFiniteOutputError
 
 
 def make_loss(model: Model):
@@ -106,6 +107,11 @@ def fit(
     train_x, train_y = splits["train"]
     val_x, val_y = splits["val"]
     best = {"step": 0, "val_loss": float(loss(params, val_x, val_y)), "params": params}
+    if not np.isfinite(best["val_loss"]):
+        raise NonFiniteOutputError(
+            f"model {model.name!r}: the validation loss of its initial params is "
+            f"{best['val_loss']}: its forward gives NaN or Inf before any training step"
+        )
     if model.trainable and config.steps > 0:
         optimizer = make_optimizer(config)
         update = jax.jit(make_update(model, optimizer, leaves))
@@ -120,7 +126,12 @@ def fit(
             if step % config.eval_every == 0 or step == config.steps:
                 val_loss = float(loss(params, val_x, val_y))
                 if not np.isfinite(val_loss):
-                    raise FloatingPointError(f"validation loss is {val_loss} at step {step}")
+                    raise NonFiniteOutputError(
+                        f"model {model.name!r}: the validation loss is {val_loss} at step "
+                        f"{step} (train.eval_every={config.eval_every}): its training "
+                        "diverged or its forward gives NaN or Inf; try a lower "
+                        "train.learning_rate"
+                    )
                 if val_loss < best["val_loss"]:
                     best = {"step": step, "val_loss": val_loss, "params": params}
     chosen = best["params"]

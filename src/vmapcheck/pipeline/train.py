@@ -19,12 +19,14 @@ import numpy as np
 from jax.errors import KeyReuseError
 
 from vmapcheck.config import Config, config_digest
+from vmapcheck.core.contract import output_contract_problem
 from vmapcheck.core.keys import KEY_NAMES, named_keys
 from vmapcheck.core.models import build_model
 from vmapcheck.core.runtime import configure_cpu_float32
 from vmapcheck.core.state import declared_state
 from vmapcheck.core.training import fit
 from vmapcheck.data.regression import SPLITS, load_split
+from vmapcheck.errors import ConfigError
 from vmapcheck.io import atomic_dir, atomic_write_json, read_json
 from vmapcheck.layout import Layout
 from vmapcheck.params_io import (
@@ -48,6 +50,13 @@ def run(config: Config, layout: Layout) -> None:
     for name in SPLITS:
         table, targets = load_split(layout.prepared, name)
         splits[name] = (model.contract.from_table(table, features), targets)
+    # Before any work (no compute: shapes only): an output of the wrong shape, dtype or
+    # kind is the model's problem, named, not a traceback from the loss.
+    problem = output_contract_problem(
+        model, jax.eval_shape(model.init, jax.random.key(0)), splits["train"][0]
+    )
+    if problem:
+        raise ConfigError(f"model {model.name!r} (model.factory): {problem}")
     if config.train.params_file is not None:
         template = jax.eval_shape(model.init, jax.random.key(0))
         params = read_params_file(

@@ -1,0 +1,105 @@
+"""A model's outputs against its contract, before any work (issue 34, case 5): train
+used to stop with a traceback from the loss (a tuple, a wrong shape), or run the whole
+pipeline on int32 outputs and fail at the end; a NaN in training now names the model."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from vmapcheck.config import TrainConfig
+from vmapcheck.core.contract import output_contract_problem
+from vmapcheck.core.models import Model
+from vmapcheck.core.training import fit
+from vmapcheck.errors import NonFiniteOutputError
+
+
+def _model(one, batch=None) -> Model:
+    return Model(
+        name="user_model",
+        in_features=4,
+        out_features=3,
+        forward_one=one,
+        forward_batch=batch,
+        init=lambda key: {"W": jax.random.normal(key, (4, 3), jnp.float32)},
+    )
+
+
+PARAMS = {"W": jnp.ones((4, 3), jnp.float32)}
+BATCH = np.ones((5, 4), np.float32)
+
+
+def test_a_model_within_its_contract_has_no_problem():
+    good = _model(lambda p, x: x @ p["W"], lambda p, x: x @ p["W"])
+    assert output_contract_problem(good, PARAMS, BATCH) is None
+
+
+def _first_two(p, x):
+    return (x @ p["W"])[:2]
+
+
+def _as_int(p, x):
+    return (x @ p["W"]).astype(jnp.int32)
+
+
+def _summed(p, x):
+    return (x @ p["W"]).sum(axis=0)
+
+
+@pytest.mark.parametrize(
+    ("one", "batch", "expected"),
+    [
+        (
+            lambda p, x: (x @ p["W"], x),
+            None,
+            "forward_one returns a tuple, expected one array of shape (3,)",
+        ),
+        (_first_two, None, "forward_one returns shape (2,) for one example, expected (3,)"),
+        (_as_int, None, "forward_one returns dtype int32, expected a float array"),
+        (
+            lambda p, x: x @ p["W"].T,
+            None,
+            "forward_one fails on one example of its input contract: TypeError",
+        ),
+        (
+            lambda p, x: x @ p["W"],
+            _summed,
+            "forward_batch returns shape (3,) for 5 rows, expected (5, 3)",
+        ),
+    ],
+)
+def test_an_output_off_its_contract_is_named(one, batch, expected):
+    problem = output_contract_problem(_model(one, batch), PARAMS, BATCH)
+    assert problem is not None and problem.startswith(expected), problem
+
+
+def test_a_nan_in_training_names_the_model_and_the_step():
+    config = TrainConfig.model_validate(
+        {
+            "optimizer": "adam",
+            "learning_rate": 1e-3,
+            "steps": 4,
+            "batch_size": 4,
+            "eval_every": 2,
+            "params_file": None,
+            "params_sha256": None,
+            "params_source": None,
+        }
+    )
+    splits = {name: (BATCH, np.zeros((5, 3), np.float32)) for name in ("train", "val", "test")}
+    nan_at_init = _model(lambda p, x: x @ p["W"] * jnp.nan)
+    with pytest.raises(
+        NonFiniteOutputError, match="'user_model': the validation loss of its initial params is nan"
+    ):
+        fit(nan_at_init, PARAMS, splits, config, jax.random.key(0))
+
+
+def test_the_python_api_names_an_output_off_the_contract():
+    from vmapcheck.errors import ConfigError
+    from vmapcheck.testing import assert_batching_consistent
+
+    tupled = _model(lambda p, x: (x @ p["W"], x))
+    with pytest.raises(ConfigError, match="forward_one returns a tuple"):
+        assert_batching_consistent(tupled, PARAMS, BATCH)
