@@ -450,3 +450,94 @@ def test_the_printed_run_url_never_carries_the_stores_credentials():
     assert "secret" not in server and "ci:" not in server
     local = review_url(track | {"tracking_uri": "sqlite:////tmp/x/mlflow.db"})
     assert local.startswith("vmapcheck ui, then http://127.0.0.1:5000/#/experiments/3/runs/abc")
+
+
+def test_a_corrupt_store_is_named_by_track_store_probe_and_the_readers(
+    tmp_path, monkeypatch, capsys
+):
+    """`file is not a database` used to be a traceback from track and `vmapcheck registry`,
+    and `store probe` said "not a server; nothing to probe" and exited 0."""
+    from vmapcheck.cli import main
+    from vmapcheck.tracking.store import require_existing_store
+
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    monkeypatch.delenv("DVC_ROOT", raising=False)
+    (tmp_path / "params.yaml").write_text((ROOT / "params.yaml").read_text())
+    store = tmp_path / "mlflow.db"
+    store.write_bytes(b"this is no sqlite database, but text" * 200)
+    with pytest.raises(TrackingStoreError) as info:
+        open_store(tracking(), tmp_path)
+    message = str(info.value)
+    assert f"the MLflow store {store} is not a readable SQLite database" in message
+    assert "vmapcheck store init" in message and len(message.splitlines()) == 1
+    with pytest.raises(TrackingStoreError, match="is not a readable SQLite database"):
+        require_existing_store(f"sqlite:///{store}", "vmapcheck registry")
+    assert main(["store", "probe", "--root", str(tmp_path)]) == 2
+    assert "store: error: the MLflow store" in capsys.readouterr().err
+    assert store.read_bytes().startswith(b"this is no sqlite")  # nothing written to it
+
+
+def test_store_probe_checks_a_sound_local_store(tmp_path, monkeypatch, capsys):
+    from vmapcheck.cli import main
+
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    monkeypatch.delenv("DVC_ROOT", raising=False)
+    (tmp_path / "params.yaml").write_text((ROOT / "params.yaml").read_text())
+    assert main(["store", "probe", "--root", str(tmp_path)]) == 0
+    assert "no store there yet" in capsys.readouterr().out
+    open_store(tracking(), tmp_path)
+    assert main(["store", "probe", "--root", str(tmp_path)]) == 0
+    assert "an SQLite store, integrity ok, writable" in capsys.readouterr().out
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root writes a read-only file (CI runs as root)")
+def test_a_read_only_store_is_refused_before_logging(tmp_path, monkeypatch):
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    monkeypatch.delenv("DVC_ROOT", raising=False)
+    open_store(tracking(), tmp_path)
+    (tmp_path / "mlflow.db").chmod(0o444)
+    with pytest.raises(TrackingStoreError, match="is read-only here"):
+        open_store(tracking(), tmp_path)
+
+
+FILL_THE_DISK = """
+import resource, signal, sys
+from pathlib import Path
+from vmapcheck.config import TrackingConfig
+from vmapcheck.errors import TrackingStoreError
+from vmapcheck.tracking.store import open_store, store_faults
+import mlflow
+root = Path(sys.argv[1])
+tracking = TrackingConfig.model_validate(eval(sys.argv[2]))
+uri = open_store(tracking, root)
+# As `ulimit -f` does: a write past the limit fails (SIGXFSZ ignored, as MLflow's
+# sqlite sees it: a disk I/O error), like a full disk.
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+size = (root / "mlflow.db").stat().st_size
+resource.setrlimit(resource.RLIMIT_FSIZE, (size + 4096, size + 4096))
+try:
+    with store_faults(uri):
+        mlflow.set_tracking_uri(uri)
+        with mlflow.start_run():
+            for i in range(200):
+                mlflow.log_param(f"p{i}", "x" * 400)
+except TrackingStoreError as exc:
+    print("REFUSED", exc)
+"""
+
+
+def test_a_full_disk_while_logging_is_one_line_naming_the_store(tmp_path, monkeypatch):
+    """`ulimit -f` during track used to give five tracebacks ending `disk I/O error`."""
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    monkeypatch.delenv("DVC_ROOT", raising=False)
+    settings = repr(tracking().model_dump())
+    done = subprocess.run(
+        [sys.executable, "-c", FILL_THE_DISK, str(tmp_path), settings],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert "REFUSED the MLflow store" in done.stdout, done.stdout + done.stderr
+    line = done.stdout.split("REFUSED ", 1)[1].strip()
+    assert "failed while this run was logged" in line and "the next `track` marks it FAILED" in line
+    assert "Traceback" not in done.stdout

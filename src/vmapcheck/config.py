@@ -583,15 +583,6 @@ def tracking_uri_problem(uri: str) -> str | None:
             return "expected sqlite:///<path to a .db file>, with a path"
         return None
     if uri.startswith(HTTP_SCHEMES):
-        parts = urllib.parse.urlsplit(uri)
-        if parts.username is not None or parts.password is not None:
-            # Said without the secret: the error is printed, and logs keep it.
-            return (
-                "a user or password in the URL would be stored in params.yaml, dvc.lock "
-                "and MLflow's tags: give the URL without them, and the credentials in "
-                "MLFLOW_TRACKING_USERNAME and MLFLOW_TRACKING_PASSWORD (or "
-                "MLFLOW_TRACKING_TOKEN), which MLflow reads"
-            )
         return None
     if "://" not in uri or uri.startswith("file:"):
         path = uri.removeprefix("file://").removeprefix("file:").rstrip("/") or "."
@@ -640,6 +631,16 @@ class TrackingConfig(_Strict):
         problem = tracking_uri_problem(uri)
         if problem:
             raise ValueError(problem)
+        parts = urllib.parse.urlsplit(uri)
+        if parts.username is not None or parts.password is not None:
+            # Said without the secret: the error is printed, and logs keep it. (The
+            # environment's MLFLOW_TRACKING_URI may hold them: it is never written.)
+            raise ValueError(
+                "a user or password in the URL would be stored in params.yaml, dvc.lock "
+                "and MLflow's tags: give the URL without them, and the credentials in "
+                "MLFLOW_TRACKING_USERNAME and MLFLOW_TRACKING_PASSWORD (or "
+                "MLFLOW_TRACKING_TOKEN), which MLflow reads"
+            )
         return uri
 
     @model_validator(mode="after")

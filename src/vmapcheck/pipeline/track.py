@@ -60,6 +60,7 @@ from vmapcheck.tracking.store import (
     reaching,
     settle_earlier_attempts,
     shown,
+    store_faults,
     store_root,
     writer_lock,
 )
@@ -169,7 +170,7 @@ def run(config: Config, layout: Layout) -> int:
     # Before any work: a stopped server fails here, naming its URI. The lock makes parallel
     # experiments (dvc queue start -j N) take turns on a sqlite store.
     uri = open_store(config.tracking, layout.root)
-    with reaching(uri, config.tracking), writer_lock(uri):
+    with reaching(uri, config.tracking), writer_lock(uri), store_faults(uri):
         return track(config, layout)
 
 

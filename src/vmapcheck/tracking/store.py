@@ -237,6 +237,99 @@ def sqlite_file(uri: str) -> Path | None:
     return Path(uri[len(SQLITE) :].split("?", 1)[0])
 
 
+# Below this much free space on a sqlite store's disk, logging a run (a few MB of
+# artifacts and rows) is refused before it starts.
+MIN_FREE_MB = 64
+
+
+def sqlite_problem(path: Path, write: bool = True) -> str | None:
+    """Why the sqlite store ``path`` cannot be used now, with the way out; None when it
+    can (or does not exist yet: it is created). Checks, without changing the file: that
+    it is an SQLite database passing ``PRAGMA quick_check``, and with ``write`` that it
+    and its folder are writable (SQLite writes a journal beside it) and that the disk
+    has :data:`MIN_FREE_MB` free."""
+    import sqlite3
+
+    if not path.exists():
+        return None
+    try:
+        with contextlib.closing(sqlite3.connect(f"file:{path}?mode=ro", uri=True)) as db:
+            verdict = db.execute("PRAGMA quick_check").fetchone()[0]
+    except sqlite3.DatabaseError as exc:
+        return (
+            f"is not a readable SQLite database ({first_line(exc)}): restore it from a "
+            f"backup ({path.name}.bak-* beside it, if any), or move it aside and make a new "
+            "store with `vmapcheck store init`"
+        )
+    if verdict != "ok":
+        return (
+            f"fails SQLite's integrity check ({first_line(verdict)}): restore it from a "
+            f"backup ({path.name}.bak-* beside it, if any) before logging to it"
+        )
+    if not write:
+        return None
+    if not os.access(path, os.W_OK) or not os.access(path.parent, os.W_OK):
+        which = path if not os.access(path, os.W_OK) else path.parent
+        return (
+            f"is read-only here ({which} is not writable by this user): make it writable "
+            "(chmod u+w), or set tracking.tracking_uri to a store you can write"
+        )
+    free_mb = shutil.disk_usage(path.parent).free / 2**20
+    if free_mb < MIN_FREE_MB:
+        return (
+            f"has {free_mb:.0f} MB free on its disk, under the {MIN_FREE_MB} MB a run needs: "
+            "free space there, or set tracking.tracking_uri to a store on another disk"
+        )
+    return None
+
+
+def require_usable_store(uri: str, write: bool = True) -> None:
+    """Refuse a local store that is corrupt, read-only or on a full disk, in one line
+    naming it, the fault and the way out (:func:`sqlite_problem`); a server is probed
+    elsewhere (:func:`probe`).
+
+    Raises:
+        TrackingStoreError: the store's problem.
+    """
+    path = sqlite_file(uri)
+    problem = sqlite_problem(path, write) if path is not None else None
+    if problem:
+        raise TrackingStoreError(f"the MLflow store {path} {problem}")
+
+
+@contextlib.contextmanager
+def store_faults(uri: str) -> Iterator[None]:
+    """A local store failing while it is written (disk full, I/O error, read-only, a
+    corrupt page) becomes one :class:`TrackingStoreError` naming the store and the fault;
+    the run it was logging is left unfinished, and the next ``track`` marks it FAILED
+    (:func:`settle_earlier_attempts`). Any other error passes unchanged."""
+    path = sqlite_file(uri)
+    try:
+        yield
+    except TrackingStoreError:
+        raise
+    except Exception as exc:
+        text = f"{type(exc).__name__}: {exc}"
+        faults = {
+            "database or disk is full": "the disk is full",
+            "disk I/O error": "a disk I/O error (a full disk, or a file size limit)",
+            "readonly database": "it is read-only",
+            "file is not a database": "it is not an SQLite database (corrupt?)",
+            "database disk image is malformed": "it is corrupt",
+            "No space left on device": "the disk is full",
+            "File too large": "a file size limit was reached",
+        }
+        found = next((why for key, why in faults.items() if key in text), None)
+        if path is None or found is None:
+            raise
+        raise TrackingStoreError(
+            f"the MLflow store {path} failed while this run was logged: {found} "
+            f"({first_line(exc)}); the run is left unfinished and the next `track` marks "
+            "it FAILED. Free space or fix the file, then `dvc repro` again "
+            "(`vmapcheck store probe` checks the store)"
+        ) from None
+
+
 def require_existing_store(uri: str, action: str) -> None:
     """Refuse a sqlite store whose file does not exist, for ``action`` (what needed it),
     rather than letting MLflow create an empty store where a user mistyped its path.
@@ -251,6 +344,8 @@ def require_existing_store(uri: str, action: str) -> None:
             f"set): {action} needs an existing one, and none is created here; check the "
             "path, or make the store with `vmapcheck store init` or a first `dvc repro`"
         )
+    # Read: a corrupt file is named here rather than by a traceback from MLflow.
+    require_usable_store(uri, write=False)
 
 
 # --- how long ---------------------------------------------------------------------------
@@ -473,7 +568,8 @@ def open_store(tracking: TrackingConfig, project_root: Path) -> str:
     if is_http(uri):
         probe(uri, tracking)
     elif sqlite_file(uri) is not None:
-        with writer_lock(uri):
+        require_usable_store(uri)
+        with writer_lock(uri), store_faults(uri):
             create_sqlite_store(uri, artifact_root=artifact_location(tracking, project_root))
     return uri
 
@@ -763,10 +859,16 @@ def run_store(layout: Layout, verb: str) -> int:
             probe(uri, tracking)
             print(f"{shown(uri)} answers")
         elif verb == "probe":
-            print(f"{shown(uri)} is not a server; nothing to probe")
+            path = sqlite_file(uri)
+            if path is None or not path.is_file():
+                print(f"{shown(uri)}: no store there yet (the first `dvc repro` makes it)")
+                return 0
+            require_usable_store(uri)
+            print(f"{shown(uri)}: an SQLite store, integrity ok, writable")
             return 0
         if verb == "init":
-            with writer_lock(uri):
+            require_usable_store(uri)
+            with writer_lock(uri), store_faults(uri):
                 if sqlite_file(uri) is not None:
                     create_sqlite_store(uri, migrate=True, artifact_root=location)
                 # One experiment for every model (with experiment_per_model, the other
