@@ -417,11 +417,16 @@ class EarlyStopConfig(_Strict):
     paired_looks: Annotated[int, Field(ge=1, le=10)]
 
 
+MAX_REPEATS = 100_000
+
+
 class BenchConfig(_Strict):
     name: str
     batch_sizes: Annotated[list[PositiveInt], Field(min_length=1)]
     warmup: PositiveInt
-    repeats: Annotated[int, Field(ge=5)]
+    # At most MAX_REPEATS: the timing keeps a float per sample and cell, and the rounds
+    # stop early long before (bench.early_stop); 1e9 was killed for memory after 132 s.
+    repeats: Annotated[int, Field(ge=5, le=MAX_REPEATS)]
     loop_max_batch: PositiveInt
     # Of the bootstrap confidence interval reported for each median.
     confidence_level: Annotated[float, Field(gt=0.5, lt=1.0)]

@@ -47,6 +47,10 @@ class SettingsChangedError(VmapcheckError):
     workspace): its stages ran with different settings, and it is not logged as one run."""
 
 
+class ResourceError(VmapcheckError):
+    """A stage's work cannot fit in this machine's memory: refused before it starts."""
+
+
 class UnsupportedVersionError(VmapcheckError):
     """An installed package vmapcheck depends on (jax, jaxlib) is outside the version range
     vmapcheck declares for it (:mod:`vmapcheck.versions`)."""

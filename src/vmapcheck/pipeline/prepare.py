@@ -9,6 +9,7 @@ is validated before anything is written, so a bad input leaves no outputs behind
 from vmapcheck.config import Config
 from vmapcheck.core.contract import InputSpec
 from vmapcheck.core.keys import named_keys
+from vmapcheck.core.memory import check_table_memory
 from vmapcheck.core.runtime import configure_cpu_float32
 from vmapcheck.data.anonymize import anonymize
 from vmapcheck.data.regression import SPLITS, regression_cases, write_cases
@@ -22,6 +23,15 @@ PERSONAL_ROLES = ("identifier", "quasi_identifier")
 def run(config: Config, layout: Layout) -> None:
     configure_cpu_float32()
     keys = named_keys(config.seed)
+    if config.data.source == "synthetic":
+        # Generated from the config: its size is known before a row is made.
+        data = config.data
+        check_table_memory(
+            data.n_rows,
+            data.n_features + data.n_targets,
+            f"data.n_rows={data.n_rows}, data.n_features={data.n_features}, "
+            f"data.n_targets={data.n_targets}",
+        )
     raw = load_raw(config.data, keys["data"], layout.root)
     table = anonymize(raw, anonymize_policy(config.data))
     del raw  # nothing personal beyond this point

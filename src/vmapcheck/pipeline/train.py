@@ -21,6 +21,7 @@ from jax.errors import KeyReuseError
 from vmapcheck.config import Config, config_digest
 from vmapcheck.core.contract import output_contract_problem
 from vmapcheck.core.keys import KEY_NAMES, named_keys
+from vmapcheck.core.memory import check_train_memory
 from vmapcheck.core.models import build_model
 from vmapcheck.core.runtime import configure_cpu_float32
 from vmapcheck.core.state import declared_state
@@ -44,6 +45,9 @@ def run(config: Config, layout: Layout) -> None:
     runtime = configure_cpu_float32()
     keys = named_keys(config.seed)
     model = build_model(config.model)
+    # Before any array is made: a model too big for this machine is refused, with both
+    # figures, rather than killed by the system minutes later.
+    check_train_memory(model, f"model.hidden={config.model.hidden}, model.factory")
     features = read_json(layout.prepared_manifest)["features"]
     # Each split's feature table as batches of the model's input contract (batch axis 0).
     splits = {}
