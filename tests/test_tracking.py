@@ -249,3 +249,33 @@ def test_the_compare_url_opens_the_ml_mode():
     assert query["experiments"] == ['["1","2"]']
     with pytest.raises(ValueError, match="no run"):
         compare_url("http://x", [])
+
+
+def test_a_run_whose_bench_was_not_rerun_gets_no_new_benchmark_verdict():
+    """`-S precision.tolerance.rtol=2e-5` reruns code, check and track only: track used to
+    judge the old bench_details.json against the run that made it (every ratio 1.000)."""
+    from vmapcheck.pipeline.track import NOT_RERUN, bench_not_rerun, judge_performance
+
+    def record(start: float, wall: float) -> dict:
+        return {"start": start, "end": start + wall, "wall_s": wall, "exit_code": 0}
+
+    days_ago = 1_700_000_000.0
+    fresh = days_ago + 3 * 86400
+    stages = {
+        "prepare": record(days_ago, 5),
+        "train": record(days_ago + 6, 5),
+        "forward": record(days_ago + 12, 5),
+        "bench": record(days_ago + 18, 20),
+        "check": record(fresh, 4),
+        "track": {"start": fresh + 5, "end": None, "wall_s": None, "exit_code": None},
+    }
+    why = bench_not_rerun(stages)
+    assert why is not None and "bench not rerun: DVC skipped it" in why
+    assert "2023-11-14" in why  # when its timing was made
+    # The verdict comes before any baseline is looked for: nothing is compared.
+    perf = judge_performance(None, None, {}, stages=stages)  # type: ignore[arg-type]
+    assert perf == {"verdict": NOT_RERUN, "why": why}
+    # bench in this run's chain of stages: its timing is fresh.
+    stages["bench"] = record(fresh - 25, 20)
+    assert bench_not_rerun(stages) is None
+    assert bench_not_rerun({}) is None

@@ -17,6 +17,7 @@ import os
 import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -65,16 +66,46 @@ from vmapcheck.tracking.store import (
     writer_lock,
 )
 
+# The verdict of a run whose bench DVC skipped: its timing was judged when it was made.
+NOT_RERUN = "bench not rerun"
+
+
+def bench_not_rerun(stages: dict[str, dict[str, Any]]) -> str | None:
+    """Why this run has no timing of its own (None: bench ran in this pipeline run): DVC
+    skipped bench (its inputs unchanged, e.g. only a tolerance changed), so its
+    bench_details.json is an earlier run's, and comparing it would judge that timing
+    against itself or again. A run without stage records (track called by hand) is
+    treated as fresh."""
+    bench, own = stages.get("bench"), stages.get("track")
+    if bench is None or own is None:
+        return None
+    if float(bench["start"]) >= run_start(stages, float(own["start"])):
+        return None
+    when = datetime.fromtimestamp(float(bench["start"]), UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+    return (
+        f"bench not rerun: DVC skipped it (its inputs are unchanged), so the timing is the "
+        f"one it made at {when}, judged when that run was logged; no new benchmark verdict"
+    )
+
 
 def judge_performance(
-    config: Config, layout: Layout, bench: dict[str, Any], exclude: str | None = None
+    config: Config,
+    layout: Layout,
+    bench: dict[str, Any],
+    exclude: str | None = None,
+    stages: dict[str, dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
     """This run's benchmark (``bench``: its bench_details.json, parsed) against
-    bench.regression.baseline (None: not compared).
+    bench.regression.baseline (None: not compared). ``stages``: the stage time records;
+    a run whose bench did not run now gets no verdict (:func:`bench_not_rerun`).
 
     A regression is reported (and logged), not fatal: latency on a shared machine is
     judged by people; the agreement checks gate the pipeline.
     """
+    stale = bench_not_rerun(stages or {})
+    if stale is not None:
+        print(f"track: {stale}")
+        return {"verdict": NOT_RERUN, "why": stale}
     spec = config.bench.regression.baseline
     if spec is None:
         return {"verdict": "not compared", "why": "bench.regression.baseline is null"}
@@ -196,13 +227,15 @@ def track(config: Config, layout: Layout) -> int:
     train = read_json(layout.train_report)
     contract = read_json(layout.contract)
     git = git_state(layout.root)
-    perf = judge_performance(config, layout, bench, exclude=earlier["run_id"] if earlier else None)
-    atomic_write_json(layout.perf_verdict, perf)
-    # One name for the report and the run: it carries the DVC experiment's name, if any.
-    name = run_name(config, check["runtime"], git, dvc_exp_name())
     # The run spans this pipeline run: from the start of its first stage that ran now (not
     # one DVC skipped: its record is an earlier run's) to the end of this one.
     stages = read_stage_times(layout)
+    perf = judge_performance(
+        config, layout, bench, exclude=earlier["run_id"] if earlier else None, stages=stages
+    )
+    atomic_write_json(layout.perf_verdict, perf)
+    # One name for the report and the run: it carries the DVC experiment's name, if any.
+    name = run_name(config, check["runtime"], git, dvc_exp_name())
     start_ms = int(1000 * run_start(stages, time.time()))
     # Written before logging: a failed check is reported (and logged) like a passed one.
     report = render_report(
