@@ -801,3 +801,37 @@ def test_no_store_means_no_baseline_at_once_and_no_store_is_made(tmp_path):
     with pytest.raises(ArtifactError, match="no MLflow store"):
         resolve_baseline("0" * 32, tracking_uri=f"sqlite:///{store}")
     assert not store.exists()
+
+
+def test_direction_labels_need_the_adjusted_significance_and_below_means_wholly_below():
+    """Seen in A/A (2026-12-06): cells labelled `faster` or `slower (below the factor)` at
+    adjusted p 0.027-0.19, and one `below the factor` whose interval reached 1.103."""
+    from vmapcheck.bench.labels import FASTER, NO_DIFFERENCE, SLOWER, UNDERPOWERED, cell_label
+
+    def cell(ratio, low, high, p_slower=0.5, p_faster=0.5):
+        return {
+            "ratio": ratio,
+            "ci_low": low,
+            "ci_high": high,
+            "p_slower_adjusted": p_slower,
+            "p_faster_adjusted": p_faster,
+        }
+
+    alpha, factor = 0.01, 1.1
+    assert cell_label(cell(1.04, 1.01, 1.07, p_slower=0.19), factor, False, False, alpha) == (
+        NO_DIFFERENCE
+    )
+    assert cell_label(cell(1.04, 1.01, 1.07, p_slower=0.001), factor, False, False, alpha) == (
+        SLOWER
+    )
+    # Significant, but the interval reaches the factor: a slowdown of the factor's size
+    # is not ruled out.
+    assert cell_label(cell(1.05, 1.01, 1.103, p_slower=0.001), factor, False, False, alpha) == (
+        UNDERPOWERED
+    )
+    assert cell_label(cell(0.96, 0.93, 0.99, p_faster=0.027), factor, False, False, alpha) == (
+        NO_DIFFERENCE
+    )
+    assert cell_label(cell(0.96, 0.93, 0.99, p_faster=0.002), factor, False, False, alpha) == (
+        FASTER
+    )

@@ -384,7 +384,7 @@ def judge_paired(
             and cell["p_faster_adjusted"] < alpha
             and cell["processes_faster"] >= majority
         )
-        cell["status"] = cell_label(cell, factor, slower, faster)
+        cell["status"] = cell_label(cell, factor, slower, faster, alpha)
         cell["min_detectable_ratio"] = min_detectable_ratio(
             cell["ci_low"], cell["ci_high"], confidence, alpha
         )

@@ -407,7 +407,7 @@ def compare(
         cell = cells[path][label]
         slower = cell["ratio"] > factor and cell["p_slower_adjusted"] < alpha
         faster = cell["ratio"] < 1.0 / factor and cell["p_faster_adjusted"] < alpha
-        cell["status"] = cell_label(cell, factor, slower, faster)
+        cell["status"] = cell_label(cell, factor, slower, faster, alpha)
         cell["min_detectable_ratio"] = min_detectable_ratio(
             cell["ci_low"], cell["ci_high"], confidence, alpha
         )
