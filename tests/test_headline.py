@@ -82,3 +82,34 @@ def test_a_busy_benchmark_puts_its_caveat_with_the_load_into_the_verdict_line():
     )
     assert noisy_caveat({"machine": {"noisy": False, "before": quiet, "after": quiet}}) is None
     assert noisy_caveat({}) is None  # no conditions recorded: no caveat invented
+
+
+def test_headline_keys_are_fixed_by_the_profile_not_by_what_ran():
+    """Seen under load: loop_jit left out at 128 rows (its projected compile past the
+    budget) moved bench.json's keys from `*@b0128` to `*@b0016`, and the console said
+    nothing. The keys stay; the figure is empty; the reason is said."""
+    from vmapcheck.pipeline.bench import dvc_metrics
+    from vmapcheck.report.headline import bench_headline
+
+    why = "loop_jit left out at 128 rows: its compile (from 0.5 s at 16 rows), about 4 s"
+    bench = {
+        "bench": {"batch_sizes": [1, 16, 128], "loop_max_batch": 128},
+        "speedup": {
+            "b0016": {"vmap_over_loop": 3.0, "vmap_over_direct": 1.0, "vmap_over_map": 1.2},
+            "b0128": {"vmap_over_direct": 1.01, "vmap_over_map": 1.5},
+        },
+        "skipped": {"loop_jit": {"b0128": why}},
+    }
+    assert dvc_metrics(bench) == {
+        "vmap_over_loop@b0128": None,
+        "vmap_over_direct@b0128": 1.01,
+        "vmap_over_map@b0128": 1.5,
+    }
+    assert bench_headline(bench)["left_out"] == {"vmap_over_loop": why}
+    # The profile's largest size within loop_max_batch, whatever ran.
+    bench["bench"]["loop_max_batch"] = 64
+    assert set(dvc_metrics(bench)) == {
+        "vmap_over_loop@b0016",
+        "vmap_over_direct@b0016",
+        "vmap_over_map@b0016",
+    }

@@ -135,32 +135,46 @@ def test_a_second_experiment_is_refused_while_one_runs_in_the_workspace(project)
         stderr=subprocess.STDOUT,
         text=True,
     )
-    deadline = time.monotonic() + 300
-    while not record.is_file() and first.poll() is None and time.monotonic() < deadline:
-        time.sleep(0.2)
-    assert record.is_file(), "the first run's code stage records its dvc process"
-    params = (project / "params.yaml").read_text()
-    second = run(project, "dvc", "exp", "run", "-S", "train.learning_rate=0.03", *tiny, check=False)
-    said = second.stdout + second.stderr
-    assert second.returncode != 0
-    assert "vmapcheck: a pipeline is running in this workspace" in said, said
-    assert f"pid {first.pid}" in said or "dvc exp run -S train.learning_rate=0.02" in said
-    assert (project / "params.yaml").read_text() == params
-    output, _ = first.communicate(timeout=600)
+
+    def recorded_pid() -> int | None:
+        try:
+            return json.loads(record.read_text())["pid"]
+        except (OSError, ValueError, KeyError):
+            return None
+
+    try:
+        # The first's own record (an earlier run that stopped before track may have left
+        # one of a process long gone): its code stage has started, its params composed.
+        deadline = time.monotonic() + 300
+        while recorded_pid() != first.pid and first.poll() is None:
+            assert time.monotonic() < deadline, "no record of the first run"
+            time.sleep(0.2)
+        assert recorded_pid() == first.pid, "the first run's code stage records its dvc process"
+        params = (project / "params.yaml").read_text()
+        assert "learning_rate: 0.02" in params
+        second = run(
+            project, "dvc", "exp", "run", "-S", "train.learning_rate=0.03", *tiny, check=False
+        )
+        said = second.stdout + second.stderr
+        assert second.returncode != 0
+        assert "vmapcheck: a pipeline is running in this workspace" in said, said
+        assert f"pid {first.pid}" in said
+        assert (project / "params.yaml").read_text() == params
+        output, _ = first.communicate(timeout=600)
+    finally:
+        if first.poll() is None:
+            first.kill()
+            first.communicate()
     assert first.returncode == 0, output
     assert not record.exists(), "track removes the record when the run ends"
 
     import mlflow
     import yaml
 
-    client = mlflow_client(project)
-    newest = client.search_runs(
-        [e.experiment_id for e in client.search_experiments()],
-        order_by=["attributes.start_time DESC"],
-        max_results=1,
-    )[0]
+    # The first's run (its track report, applied to the workspace with its results).
+    run_id = json.loads((project / "reports" / "track.json").read_text())["run_id"]
     logged = mlflow.artifacts.download_artifacts(
-        run_id=newest.info.run_id,
+        run_id=run_id,
         artifact_path="params.yaml",
         tracking_uri=f"sqlite:///{project / 'mlflow.db'}",
     )

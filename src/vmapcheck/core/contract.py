@@ -491,16 +491,15 @@ def from_leaf_arrays(arrays: Mapping[str, Any]) -> Any:
 
 
 def output_contract_problem(model: Any, params: Any, batch: Any) -> str | None:
-    """Why ``model``'s outputs break its contract, found with ``jax.eval_shape`` (no
-    compute), or None: ``forward_one(params, one example)`` must be one float array of
-    shape ``(out_features,)``, and ``forward_batch(params, batch)`` (if the model has
-    one) one of ``(rows, out_features)``. ``batch``: examples with the batch on axis 0
-    (the contract's leaves); ``params``: arrays or their shapes."""
+    """Why ``model.forward_one``'s output breaks its contract, found with
+    ``jax.eval_shape`` (no compute), or None: on one example of ``batch`` (examples with
+    the batch on axis 0, the contract's leaves) it must return one float array of shape
+    ``(out_features,)``. ``params``: arrays or their shapes.
+
+    ``forward_batch`` is not judged here: a hand-batched forward that breaks is what the
+    check finds and the diagnosis locates (a wrong broadcast, say), path by path."""
     out = model.out_features
-    n = rows(batch)
     checks = [("forward_one", model.forward_one, take(batch, 0), (out,), "one example")]
-    if model.forward_batch is not None:
-        checks.append(("forward_batch", model.forward_batch, batch, (n, out), f"{n} rows"))
     for name, fn, x, expected, what in checks:
         try:
             shape = jax.eval_shape(fn, params, x)

@@ -107,11 +107,6 @@ def fit(
     train_x, train_y = splits["train"]
     val_x, val_y = splits["val"]
     best = {"step": 0, "val_loss": float(loss(params, val_x, val_y)), "params": params}
-    if not np.isfinite(best["val_loss"]):
-        raise NonFiniteOutputError(
-            f"model {model.name!r}: the validation loss of its initial params is "
-            f"{best['val_loss']}: its forward gives NaN or Inf before any training step"
-        )
     if model.trainable and config.steps > 0:
         optimizer = make_optimizer(config)
         update = jax.jit(make_update(model, optimizer, leaves))

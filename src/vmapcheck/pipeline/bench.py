@@ -23,22 +23,29 @@ from vmapcheck.data.regression import STANDARD_CASE, load_cases
 from vmapcheck.io import atomic_dir, atomic_write_json, read_json
 from vmapcheck.layout import Layout
 from vmapcheck.params_io import contract_digest, load_model_params
-from vmapcheck.report.headline import batch_label, bench_headline
+from vmapcheck.report.headline import HEADLINE_SPEEDUPS, batch_label, bench_headline
 
 
-def dvc_metrics(result: dict[str, Any]) -> dict[str, float]:
+def dvc_metrics(result: dict[str, Any]) -> dict[str, float | None]:
     """``reports/bench.json``, the DVC metrics of the benchmark: vmap's p50 speed-ups at
     the headline batch (:func:`vmapcheck.report.headline.bench_headline`), named as the
     MLflow run's ``summary/*`` speed-ups without the prefix, e.g. ``vmap_over_loop@b0128``
     (the batch in the name: a ratio at another batch size is another column, never
-    compared with this one). Only measured ratios appear. The latencies, their confidence
+    compared with this one). The keys are fixed by the profile: a ratio not measured is
+    null. The latencies, their confidence
     intervals, compile times and the matmul peak are in ``reports/bench_details.json``
     and in MLflow.
     """
     speed = bench_headline(result)
+    if speed["batch"] is None:
+        return {}
+    # Every headline name, always: a figure left out stays as its key, empty (null), so
+    # `dvc metrics diff` never compares one batch size with another.
     return {
-        f"{name}@{batch_label(speed['batch'])}": figure["ratio"]
-        for name, figure in speed["speedups"].items()
+        f"{name}@{batch_label(speed['batch'])}": (
+            speed["speedups"][name]["ratio"] if name in speed["speedups"] else None
+        )
+        for name in HEADLINE_SPEEDUPS
     }
 
 

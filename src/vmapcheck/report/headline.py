@@ -127,9 +127,18 @@ def noisy_caveat(bench: dict[str, Any]) -> str | None:
 
 
 def headline_batch(bench: dict[str, Any]) -> int | None:
-    """The batch size the headline speed-ups are read at: the largest one at which
-    vmap over the per-row loop was measured (the loop is capped by
-    ``bench.loop_max_batch``), else the largest with any speed-up."""
+    """The batch size the headline speed-ups are read at, fixed by the bench profile
+    (``bench_details.json``'s ``bench``), never by what ran: the largest of its
+    ``batch_sizes`` within ``loop_max_batch`` (where the loop is planned), else its
+    largest. A cell left out there (a budget, a compile) leaves its figure empty, not
+    the headline moved to another size. A record without its profile (older runs): the
+    largest batch where vmap over the loop was measured, else any speed-up."""
+    profile = bench.get("bench") if isinstance(bench.get("bench"), dict) else {}
+    sizes = profile.get("batch_sizes")
+    if sizes:
+        cap = profile.get("loop_max_batch")
+        within = [b for b in sizes if cap is None or b <= cap]
+        return max(within or sizes)
     speedups = bench.get("speedup", {})
     with_loop = [batch_from_label(b) for b, r in speedups.items() if "vmap_over_loop" in r]
     measured = with_loop or [batch_from_label(b) for b in speedups]
@@ -143,11 +152,11 @@ def bench_headline(bench: dict[str, Any]) -> dict[str, Any]:
     ``[low, high]`` or None. Names are those of :data:`HEADLINE_SPEEDUPS` measured."""
     batch = headline_batch(bench)
     if batch is None:
-        return {"batch": None, "speedups": {}}
+        return {"batch": None, "speedups": {}, "left_out": {}}
     # bench_details.json may label batches either way (older runs: unpadded).
-    label = next(b for b in bench["speedup"] if batch_from_label(b) == batch)
-    ratios = bench["speedup"][label]
-    intervals = bench.get("speedup_ci", {}).get(label, {})
+    label = next((b for b in bench.get("speedup", {}) if batch_from_label(b) == batch), None)
+    ratios = bench.get("speedup", {}).get(label, {}) if label else {}
+    intervals = bench.get("speedup_ci", {}).get(label, {}) if label else {}
     return {
         "batch": batch,
         "speedups": {
@@ -155,7 +164,29 @@ def bench_headline(bench: dict[str, Any]) -> dict[str, Any]:
             for name in HEADLINE_SPEEDUPS
             if name in ratios
         },
+        # The figures the bench left out there, with the reason it gave (a record that
+        # never timed a path, e.g. from before it existed, says nothing).
+        "left_out": {
+            name: why
+            for name in HEADLINE_SPEEDUPS
+            if name not in ratios and (why := _why_left_out(bench, name, batch))
+        },
     }
+
+
+def _why_left_out(bench: dict[str, Any], name: str, batch: int) -> str | None:
+    """The reason the bench gave for leaving out one of speed-up ``name``'s paths at
+    ``batch``, or None."""
+    from vmapcheck.core.paths import SPEEDUPS
+
+    entry = next((s for s in SPEEDUPS if s.name == name), None)
+    paths = (entry.slower, entry.faster) if entry is not None else ()
+    skipped = bench.get("skipped", {})
+    for path in paths:
+        for label, why in (skipped.get(path) or {}).items():
+            if batch_from_label(label) == batch:
+                return str(why)
+    return None
 
 
 def summary_metrics(check: dict[str, Any], bench: dict[str, Any] | None = None) -> dict[str, float]:

@@ -156,6 +156,8 @@ def _speedup_card(check: CheckDetails, bench: dict[str, Any]) -> dict[str, Any]:
         absent = [p for p in (entry.slower, entry.faster) if p in missing]
         if absent:  # say why it is not there: the model has no such path
             lines.append(f"{label}: {', '.join(absent)} not provided by the model")
+        elif entry.name in speed["left_out"]:  # the bench left a cell out, and said why
+            lines.append(f"{label}: left out ({speed['left_out'][entry.name]})")
     return _card("fs-speedups", f"vmap speed-ups at batch {speed['batch']} (p50)", "", lines)
 
 

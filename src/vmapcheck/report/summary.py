@@ -19,7 +19,7 @@ from vmapcheck.report.check_sections import (
     not_provided_lines,
 )
 from vmapcheck.report.elements import shape_text
-from vmapcheck.report.headline import batch_from_label, noisy_caveat
+from vmapcheck.report.headline import batch_from_label, bench_headline, noisy_caveat
 from vmapcheck.tracking.ui import run_url, ui_base
 
 
@@ -153,6 +153,11 @@ def summarize(layout: Layout) -> str:
             lines.append(
                 f"  speed at batch {batch_from_label(label)} (p50 ratios, same run): {shown}"
             )
+        # A headline figure the bench left out is said, with why (bench.json keeps its
+        # key, empty).
+        head = bench_headline(bench)
+        for name, why in head["left_out"].items():
+            lines.append(f"  left out: {name} at batch {head['batch']}: {why}")
         for path, entry in launch.items():
             lines.append(f"  launch-bound: {path} {launch_bound_text(entry)}")
     track_path = layout.track_report
