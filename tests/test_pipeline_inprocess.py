@@ -185,7 +185,8 @@ def test_a_run_whose_params_changed_under_it_is_never_logged(project, tmp_path, 
     """As when a second `dvc exp run` rewrites params.yaml while the first runs: train ran
     with one learning rate, track reads another. track refuses before it opens the
     store, naming the stage and key; the store keeps only the earlier runs, and alias
-    `verified` does not move."""
+    `verified` does not move. (Stages of earlier pipeline runs are not compared: `dvc
+    repro --single-item track` after a change of train's params is DVC's to flag.)"""
     import shutil
 
     from mlflow.tracking import MlflowClient
@@ -207,10 +208,12 @@ def test_a_run_whose_params_changed_under_it_is_never_logged(project, tmp_path, 
 
     before = logged()
     assert before[0], "the module's pipeline logged its run"
+    # train runs now with one learning rate; then params.yaml is rewritten under the run.
+    assert run_stage(root, "train") == 0
     write_params(root, *OVERRIDES, f"train.learning_rate={config.train.learning_rate * 2}")
     assert run_stage(root, "track") == 2
     err = capsys.readouterr().err
     assert "track: error: params.yaml changed during this run" in err
-    assert "(other values than track read, of train: train; check: train)" in err, err
+    assert "other values than track read, of " in err and "train: train" in err, err
     assert "Nothing is logged or registered" in err and "`dvc queue start`" in err
     assert logged() == before

@@ -168,13 +168,19 @@ ONE_AT_A_TIME = (
 
 def refuse_changed_settings(layout: Layout, stages: dict[str, dict[str, Any]]) -> None:
     """Refuse to log a run whose stages did not all run with the params.yaml track read
-    (:func:`vmapcheck.pipeline.stage.settings_changed`), or whose params.yaml changed
-    since track read it (the artifact logged would not be what track ran with).
+    (:func:`vmapcheck.pipeline.stage.settings_changed`; the stages of this pipeline run,
+    :func:`vmapcheck.tracking.log.run_start`), or whose params.yaml changed since track
+    read it (the artifact logged would not be what track ran with).
 
     Raises:
         SettingsChangedError: naming each stage and key, or the file.
     """
-    changed = settings_changed(stages, "track")
+    # Only the stages of this pipeline run: one DVC skipped, or that `dvc repro
+    # --single-item` left as it was, ran with settings DVC tracks itself (`dvc status`).
+    since = run_start(stages, time.time())
+    changed = settings_changed(
+        {name: r for name, r in stages.items() if float(r["start"]) >= since}, "track"
+    )
     if changed:
         where = "; ".join(f"{stage}: {', '.join(keys)}" for stage, keys in changed.items())
         raise SettingsChangedError(
