@@ -69,6 +69,16 @@ def dvc_ancestor() -> psutil.Process | None:
     return None
 
 
+def dvc_run_began() -> float | None:
+    """When the ``dvc`` process running this stage started (seconds since the epoch): the
+    stages that started after it are this pipeline run's. None outside DVC."""
+    process = dvc_ancestor()
+    try:
+        return None if process is None else float(process.create_time())
+    except (psutil.Error, OSError):
+        return None
+
+
 def mark_running(layout: Layout) -> None:
     """Record the ``dvc`` process running this pipeline (nothing when none: a stage run
     by hand, or a repository without ``.dvc/``)."""

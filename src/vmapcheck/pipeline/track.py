@@ -28,6 +28,7 @@ from vmapcheck.config import Config, read_params
 from vmapcheck.errors import SettingsChangedError, VmapcheckError
 from vmapcheck.io import atomic_write_json, atomic_write_text, read_json
 from vmapcheck.layout import Layout
+from vmapcheck.pipeline.running import dvc_run_began
 from vmapcheck.pipeline.stage import read_stage_times, settings_changed
 from vmapcheck.report.html import render_report
 from vmapcheck.report.summary import review_url, verdict_line
@@ -168,18 +169,24 @@ ONE_AT_A_TIME = (
 
 def refuse_changed_settings(layout: Layout, stages: dict[str, dict[str, Any]]) -> None:
     """Refuse to log a run whose stages did not all run with the params.yaml track read
-    (:func:`vmapcheck.pipeline.stage.settings_changed`; the stages of this pipeline run,
-    :func:`vmapcheck.tracking.log.run_start`), or whose params.yaml changed since track
-    read it (the artifact logged would not be what track ran with).
+    (:func:`vmapcheck.pipeline.stage.settings_changed`; the stages the ``dvc`` process
+    running track ran, :func:`vmapcheck.pipeline.running.dvc_run_began`), or whose
+    params.yaml changed since track read it (the artifact logged would not be what track
+    ran with).
 
     Raises:
         SettingsChangedError: naming each stage and key, or the file.
     """
-    # Only the stages of this pipeline run: one DVC skipped, or that `dvc repro
-    # --single-item` left as it was, ran with settings DVC tracks itself (`dvc status`).
-    since = run_start(stages, time.time())
-    changed = settings_changed(
-        {name: r for name, r in stages.items() if float(r["start"]) >= since}, "track"
+    # Only the stages this `dvc` process ran (outside DVC: none): one DVC skipped, or that
+    # `dvc repro --single-item` left as it was, ran with settings DVC tracks (`dvc status`).
+    began = dvc_run_began()
+    changed = (
+        settings_changed(
+            {name: r for name, r in stages.items() if float(r["start"]) >= began - 1.0},
+            "track",
+        )
+        if began is not None
+        else {}
     )
     if changed:
         where = "; ".join(f"{stage}: {', '.join(keys)}" for stage, keys in changed.items())
