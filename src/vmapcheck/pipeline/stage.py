@@ -50,6 +50,11 @@ def write_stage_time(
     )
 
 
+def text_sha256(text: str) -> str:
+    """sha256 of a params.yaml text as a stage read it (UTF-8), hex."""
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
 def declared_params(layout: Layout) -> dict[str, list[str]]:
     """Each dvc.yaml stage's params keys of params.yaml (dotted, as dvc.yaml lists them);
     empty when there is no readable dvc.yaml (a stage run outside a pipeline)."""
@@ -95,7 +100,7 @@ def params_record(layout: Layout, name: str, text: str, raw: dict[str, Any]) -> 
             ).hexdigest()
             for key in every
         },
-        "file_sha256": hashlib.sha256(text.encode("utf-8")).hexdigest(),
+        "file_sha256": text_sha256(text),
     }
 
 

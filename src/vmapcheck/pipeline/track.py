@@ -12,7 +12,6 @@ taken as the baseline (only complete runs are).
 """
 
 import contextlib
-import hashlib
 import os
 import tempfile
 import time
@@ -29,7 +28,7 @@ from vmapcheck.errors import SettingsChangedError, VmapcheckError
 from vmapcheck.io import atomic_write_json, atomic_write_text, read_json
 from vmapcheck.layout import Layout
 from vmapcheck.pipeline.running import dvc_run_began
-from vmapcheck.pipeline.stage import read_stage_times, settings_changed
+from vmapcheck.pipeline.stage import LAST_STAGE, read_stage_times, settings_changed, text_sha256
 from vmapcheck.report.html import render_report
 from vmapcheck.report.summary import review_url, verdict_line
 from vmapcheck.tracking.log import (
@@ -77,7 +76,7 @@ def bench_not_rerun(stages: dict[str, dict[str, Any]]) -> str | None:
     bench_details.json is an earlier run's, and comparing it would judge that timing
     against itself or again. A run without stage records (track called by hand) is
     treated as fresh."""
-    bench, own = stages.get("bench"), stages.get("track")
+    bench, own = stages.get("bench"), stages.get(LAST_STAGE)
     if bench is None or own is None:
         return None
     if float(bench["start"]) >= run_start(stages, float(own["start"])):
@@ -183,7 +182,7 @@ def refuse_changed_settings(layout: Layout, stages: dict[str, dict[str, Any]]) -
     changed = (
         settings_changed(
             {name: r for name, r in stages.items() if float(r["start"]) >= began - 1.0},
-            "track",
+            LAST_STAGE,
         )
         if began is not None
         else {}
@@ -195,10 +194,10 @@ def refuse_changed_settings(layout: Layout, stages: dict[str, dict[str, Any]]) -
             f"(other values than track read, of {where}): another `dvc exp run` in this "
             "workspace rewrote it? Nothing is logged or registered; " + ONE_AT_A_TIME
         )
-    mine = ((stages.get("track") or {}).get("params") or {}).get("file_sha256")
+    mine = ((stages.get(LAST_STAGE) or {}).get("params") or {}).get("file_sha256")
     if mine is not None:
         text, _ = read_params(layout.params_yaml)
-        if hashlib.sha256(text.encode("utf-8")).hexdigest() != mine:
+        if text_sha256(text) != mine:
             raise SettingsChangedError(
                 f"{layout.params_yaml} changed while track ran: the settings it would log "
                 "are not the ones it read. Nothing is logged or registered; " + ONE_AT_A_TIME

@@ -148,7 +148,6 @@ class JoinedPipeline:
     project_stages: list[str]
     statuses: dict[str, str]
     diffs: dict[str, str]
-    digests: dict[str, str]
 
 
 def join_pipeline(
@@ -174,7 +173,7 @@ def join_pipeline(
     our_stages = plain_ours["stages"]
     digests = {name: stage_digest(stage) for name, stage in our_stages.items()}
     if existing is None or not existing.strip():
-        return JoinedPipeline(ours, [], {n: NEW for n in our_stages}, {}, digests)
+        return JoinedPipeline(ours, [], {n: NEW for n in our_stages}, {})
     doc = load_round_trip(existing, "dvc.yaml")
     if not isinstance(doc, dict) or not isinstance(doc.get("stages", {}), dict):
         raise ConfigError("dvc.yaml: expected a mapping with a `stages:` mapping, found otherwise")
@@ -225,7 +224,7 @@ def join_pipeline(
             doc[key] = value
         elif isinstance(doc[key], list) and isinstance(value, list):
             doc[key].extend(v for v in value if _plain(v) not in _plain(doc[key]))
-    return JoinedPipeline(dump_round_trip(doc), project, statuses, diffs, digests)
+    return JoinedPipeline(dump_round_trip(doc), project, statuses, diffs)
 
 
 def _runs_vmapcheck(stage: Any, name: str) -> bool:
