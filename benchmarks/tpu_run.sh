@@ -16,13 +16,17 @@
 #                                then `dvc repro [TARGET]`; its verdict and figures collected
 #   isolation                    prepare, train and check (the float64 oracle) run while
 #                                another process holds the chip: they must never open it
-#   numerics                     benchmarks/tpu_numerics.py: model x precision x path
+#   numerics[:MODELS]            benchmarks/tpu_numerics.py: model x precision x path
+#                                (MODELS: comma-separated, default every model; with
+#                                MODELS the planted mistake is left to `planted`, and the
+#                                JSON is tpu_numerics_<models>.json)
 #   probe:MODEL:SIZES[:PREC]     benchmarks/tpu_compile_probe.py: each jit path's compile
 #                                seconds at each batch size (comma-separated), at matmul
 #                                precision PREC (default: the backend's)
 #   planted                      tpu_numerics.py's planted mistake only (softmax over the
 #                                batch axis) at f32 and bf16: its check must FAIL
-#   paired                       verdict-paired on the chip: A/A, then ~40% more work
+#   paired[:SIDES]               verdict-paired on the chip: A/A, then ~40% more work
+#                                (SIDES: aa, slow40 or both, the default)
 # The machine has Python 3.11, JAX 0.10.2 and libtpu preinstalled, no sockets, and one
 # process at a time may hold the chip.
 set -uo pipefail
@@ -124,10 +128,15 @@ step_isolation() {
 
 step_numerics() {
     # Cells that finish are saved as they go; the budget keeps the call inside its limit.
-    python "$REPO/benchmarks/tpu_numerics.py" --out "$OUT/tpu_numerics.json" \
-        --budget-s "${NUMERICS_BUDGET_S:-220}" > "$OUT/tpu_numerics.txt" 2>&1
+    local out="$OUT/tpu_numerics" extra=()
+    if [ -n "${1:-}" ]; then
+        out="$OUT/tpu_numerics_${1//,/_}"
+        extra=(--no-planted --models ${1//,/ })
+    fi
+    python "$REPO/benchmarks/tpu_numerics.py" --out "$out.json" "${extra[@]}" \
+        --budget-s "${NUMERICS_BUDGET_S:-220}" > "$out.txt" 2>&1
     local rc=$?
-    tail -n 40 "$OUT/tpu_numerics.txt"
+    tail -n 40 "$out.txt"
     return $rc
 }
 
@@ -146,6 +155,7 @@ step_planted() {
 }
 
 step_paired() {
+    local sides=${1:-both}
     # A wide MLP at batch sizes where the chip is busy: at the default width every jit
     # path is launch-bound on a TPU and 40% more work costs no time.
     local common=(model.hidden=[2048,2048] train.steps=0 data.n_rows=240 data.standard_batch=8 backend=tpu)
@@ -157,17 +167,21 @@ step_paired() {
             vmapcheck params model=mlp_slow model.factory.extra_work=0.4 "${common[@]}"; fi
         python -m vmapcheck.stages.prepare > /dev/null && python -m vmapcheck.stages.train > /dev/null || return 1
     done
-    cd "$WORK/paired_a" || return 1
     # vmap_jit and direct_jit only: by default every single-device jit path is timed, and
     # map_jit (lax.map, one row a step) takes over a second a call at 65,536 rows of this
     # width on a TPU; a run with it did not reach its verdict in 4 minutes (2026-12-06).
-    vmapcheck verdict-paired --baseline-project "$WORK/paired_a" --batch-sizes 16384,65536 \
-        --paths vmap_jit,direct_jit --out "$OUT/tpu_paired_aa.json" 2>&1 | stamped
-    echo "paired A/A exit ${PIPESTATUS[0]}"
-    cd "$WORK/paired_b" || return 1
-    vmapcheck verdict-paired --baseline-project "$WORK/paired_a" --batch-sizes 16384,65536 \
-        --paths vmap_jit,direct_jit --out "$OUT/tpu_paired_slow40.json" 2>&1 | stamped
-    echo "paired +40% exit ${PIPESTATUS[0]}"
+    if [ "$sides" != slow40 ]; then
+        cd "$WORK/paired_a" || return 1
+        vmapcheck verdict-paired --baseline-project "$WORK/paired_a" --batch-sizes 16384,65536 \
+            --paths vmap_jit,direct_jit --out "$OUT/tpu_paired_aa.json" 2>&1 | stamped
+        echo "paired A/A exit ${PIPESTATUS[0]}"
+    fi
+    if [ "$sides" != aa ]; then
+        cd "$WORK/paired_b" || return 1
+        vmapcheck verdict-paired --baseline-project "$WORK/paired_a" --batch-sizes 16384,65536 \
+            --paths vmap_jit,direct_jit --out "$OUT/tpu_paired_slow40.json" 2>&1 | stamped
+        echo "paired +40% exit ${PIPESTATUS[0]}"
+    fi
     cd "$REPO" || return 1
 }
 
