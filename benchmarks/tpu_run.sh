@@ -86,7 +86,7 @@ step_pipeline() {
     vmapcheck summary --repro-status "$rc"
     python "$REPO/benchmarks/tpu_collect.py" "$dir" --repro-status "$rc" \
         --wall-s "$(python3 -c "import time; print(time.time() - $began)")" \
-        --out "$OUT/tpu_pipeline_$model.json"
+        --out "$OUT/tpu_pipeline_${model}${target:+_$target}.json"
     cd "$REPO" || return 1
 }
 
@@ -132,6 +132,11 @@ step_numerics() {
     if [ -n "${1:-}" ]; then
         out="$OUT/tpu_numerics_${1//,/_}"
         extra=(--no-planted --models ${1//,/ })
+    fi
+    # NUMERICS_PRECISIONS (space-separated): those precisions only, named in the file.
+    if [ -n "${NUMERICS_PRECISIONS:-}" ]; then
+        out="${out}_${NUMERICS_PRECISIONS// /_}"
+        extra+=(--precisions $NUMERICS_PRECISIONS)
     fi
     python "$REPO/benchmarks/tpu_numerics.py" --out "$out.json" "${extra[@]}" \
         --budget-s "${NUMERICS_BUDGET_S:-220}" > "$out.txt" 2>&1

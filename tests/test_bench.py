@@ -29,6 +29,9 @@ from vmapcheck.bench.timing import (
     samples_per_round,
     warm_up,
 )
+from vmapcheck.bench.timing import (
+    out_of_device_memory as timing_out_of_device_memory,
+)
 from vmapcheck.bench.verdict import BLOCKS, blocks_of
 from vmapcheck.config import BenchConfig, EarlyStopConfig, ModelConfig, RegressionConfig
 from vmapcheck.core.models import build_model
@@ -472,6 +475,83 @@ def test_a_jit_path_is_left_out_where_its_projected_compile_would_end_past_the_b
     assert compile_over_budget("vmap_jit", 16384, {}, None, 60.0, 59.0) is None
 
 
+def test_a_cheap_compile_at_this_size_does_not_hide_a_paths_own_dearer_one():
+    """As on a TPU v5e (benchmarks/tpu_pipeline_flax_cnn.json, 2026-12-06): lax.map's
+    program compiled first at 16,384 rows in 0.5 s, and vmap_jit, which had taken 34.9 s
+    at 4,096 rows, was projected at 0.5 s and compiled past the budget. The projection is
+    the larger of the two floors."""
+    why = compile_over_budget("vmap_jit", 16384, {"map_jit": 0.5}, (4096, 34.9), 60.0, 50.0)
+    assert why is not None and "about 34.9 s (as it took at 4096 rows)" in why
+    why = compile_over_budget("direct_jit", 4096, {"vmap_jit": 37.1}, (256, 0.8), 60.0, 48.0)
+    assert why is not None and "(as vmap_jit took at this size)" in why
+    # An eager path's first call is named as such.
+    why = compile_over_budget(
+        "vmap_eager", 16384, {}, (4096, 20.0), 60.0, 50.0, what="its first call"
+    )
+    assert why is not None and why.startswith(
+        "vmap_eager left out at 16384 rows: its first call would take about 20 s"
+    )
+
+
+def _hungry_direct_mlp(from_rows: int):
+    """The built-in MLP whose hand-batched forward, from ``from_rows`` rows on, also
+    materializes a (rows, 2**40) float32 buffer (4 TiB a row): a real allocation failure
+    of the device (the CPU here), as a TPU's compile failed for the transformer at
+    16,384 rows (HLO temporaries of 16.52G against 15.75G of HBM)."""
+    import dataclasses
+
+    model = build_model(ModelConfig(name="mlp", in_features=4, hidden=[8], out_features=2))
+    batched = model.forward_batch
+
+    def forward_batch(params, x):
+        out = batched(params, x)
+        if x.shape[0] < from_rows:
+            return out
+        huge = jax.lax.optimization_barrier(jnp.broadcast_to(x[:, :1], (x.shape[0], 2**40)))
+        return out + 0.0 * huge[:, :2]
+
+    return dataclasses.replace(model, forward_batch=forward_batch)
+
+
+def test_out_of_device_memory_is_xlas_resource_exhausted_and_nothing_else():
+    model = _hungry_direct_mlp(2)
+    params = model.init(jax.random.key(0))
+    with pytest.raises(jax.errors.JaxRuntimeError) as caught:
+        jax.block_until_ready(jax.jit(model.forward_batch)(params, jnp.ones((4, 4))))
+    words = timing_out_of_device_memory(caught.value)
+    assert words is not None and words.startswith("RESOURCE_EXHAUSTED")
+    assert timing_out_of_device_memory(ValueError("RESOURCE_EXHAUSTED")) is None
+    assert timing_out_of_device_memory(jax.errors.JaxRuntimeError("INTERNAL: boom")) is None
+
+
+def test_a_size_the_device_has_no_memory_for_is_left_out_with_xlas_words_and_so_are_larger():
+    """The transformer's bench on a TPU v5e died with a traceback at 16,384 rows
+    (RESOURCE_EXHAUSTED at compile, 2026-12-06): now that cell, and the path's larger
+    sizes, are left out naming the device's words, and the other paths are timed."""
+    model = _hungry_direct_mlp(16)
+    params = model.init(jax.random.key(0))
+    rows = np.random.default_rng(0).normal(size=(5, 4)).astype(np.float32)
+    log = io.StringIO()
+    result = run_bench(
+        model,
+        params,
+        rows,
+        _budgeted([1, 16, 32], None),
+        jnp.float32,
+        progress=Progress(PlainLines("bench", log)),
+    )
+    for name in ("direct_jit", "direct_eager"):
+        assert set(result["latency_ms"][name]) == {"b1"}
+        why = result["skipped"][name]["b16"]
+        assert why.startswith(f"{name} left out at 16 rows: the device ran out of memory (")
+        assert "RESOURCE_EXHAUSTED" in why and why in log.getvalue()
+        assert result["skipped"][name]["b32"].startswith(
+            f"{name} left out at 32 rows: the device ran out of memory for it at 16 rows"
+        )
+    assert set(result["latency_ms"]["vmap_jit"]) == {"b1", "b16", "b32"}
+    assert set(result["latency_ms"]["map_jit"]) == {"b1", "b16", "b32"}
+
+
 def test_the_bench_asks_the_projection_before_each_compile_past_the_first_size(monkeypatch):
     """run_bench with a real model asks compile_over_budget before each jit compile past
     the first size, with what that size's compiles so far took; a path it leaves out
@@ -483,9 +563,14 @@ def test_the_bench_asks_the_projection_before_each_compile_past_the_first_size(m
     rows = np.random.default_rng(0).normal(size=(5, 4)).astype(np.float32)
     asked: list[tuple[str, int, dict[str, float]]] = []
 
-    def projection(name, rows, at_this_size, own_last, budget_s, spent_s):
-        asked.append((name, rows, dict(at_this_size)))
+    def projection(name, rows, at_this_size, own_last, budget_s, spent_s, what="compiling it"):
         assert own_last is not None and own_last[0] == 1 and budget_s == 600
+        if what != "compiling it":  # an eager path's first call
+            assert not get(name).jit and set(at_this_size) <= {
+                p for p in path_names("batch") if not get(p).jit
+            }
+            return None
+        asked.append((name, rows, dict(at_this_size)))
         return "direct_jit left out: projected" if name == "direct_jit" else None
 
     monkeypatch.setattr(timing, "compile_over_budget", projection)

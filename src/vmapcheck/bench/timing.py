@@ -538,35 +538,51 @@ def compile_over_budget(
     own_last: tuple[int, float] | None,
     budget_s: float | None,
     spent_s: float,
+    what: str = "compiling it",
 ) -> str | None:
-    """Why jit path ``name`` is left out at ``rows`` (None: it is compiled): its compile,
+    """Why path ``name`` is left out at ``rows`` (None: it is compiled): its compile,
     projected, would end past the bench's budget (``budget_s``, less ``spent_s``, the
     seconds the bench has run so far; None: never left out).
 
-    The projection is the dearest compile another path has taken at this batch size
-    (``at_this_size``: path -> seconds; the vmap, direct and sharded programs of one
-    model are near-identical, and on a TPU v5e each took 37 s at 4,096 rows of the CNN
-    where 256 rows took 0.8 s), else this path's own last compile (``own_last``: rows,
-    seconds) at a smaller size, a compile's cost only growing with its rows. One
-    compile can still overrun: its cost is known only once it is done."""
+    The projection is the larger of two floors: the dearest compile another path of its
+    kind has taken at this batch size (``at_this_size``: path -> seconds; the vmap,
+    direct and sharded programs of one model are near-identical, and on a TPU v5e each
+    took 35-37 s at 4,096 rows of the CNN at matmul precision highest where 256 rows
+    took 1.4 s), and this path's own last compile (``own_last``: rows, seconds) at a
+    smaller size, a compile's cost only growing with its rows. Either alone misleads: a
+    ``lax.map`` compiled first at a size (0.5 s whatever its rows) said nothing of
+    vmap_jit's 35 s there. ``what``: the compile's name in the reason (an eager path's
+    first call, which compiles each operation it meets). One compile can still overrun:
+    its cost is known only once it is done."""
     if budget_s is None:
         return None
+    floors: list[tuple[float, str]] = []
     if at_this_size:
-        like, projected = max(at_this_size.items(), key=lambda item: item[1])
-        basis = f"as {like} took at this size"
-    elif own_last is not None:
-        projected = own_last[1]
-        basis = f"as it took at {own_last[0]} rows"
-    else:
+        like, seconds = max(at_this_size.items(), key=lambda item: item[1])
+        floors.append((seconds, f"as {like} took at this size"))
+    if own_last is not None:
+        floors.append((own_last[1], f"as it took at {own_last[0]} rows"))
+    if not floors:
         return None
+    projected, basis = max(floors, key=lambda floor: floor[0])
     left = budget_s - spent_s
     if projected <= left:
         return None
     return (
-        f"{name} left out at {rows} rows: compiling it would take about {projected:.3g} s "
+        f"{name} left out at {rows} rows: {what} would take about {projected:.3g} s "
         f"({basis}), more than the {max(left, 0.0):.3g} s left of the bench's budget of "
         f"{budget_s:g} s (bench.early_stop.time_budget_s; compiling and warm-up count)"
     )
+
+
+def out_of_device_memory(error: Exception) -> str | None:
+    """XLA's own words when ``error`` is the device running out of memory (a TPU refuses
+    the compile: "the total memory required for HLO temporaries (16.52G) exceeds
+    available HBM (15.75G)"; a CPU or GPU fails the allocation at the first call), else
+    None: any other error is the bench's to raise."""
+    if isinstance(error, jax.errors.JaxRuntimeError) and "RESOURCE_EXHAUSTED" in str(error):
+        return str(error).strip().splitlines()[0]
+    return None
 
 
 def run_bench(
@@ -623,6 +639,14 @@ def run_bench(
     # (path -> seconds): what compile_over_budget projects from.
     compile_last: dict[str, tuple[int, float]] = {}
     compiled_at: dict[int, dict[str, float]] = {rows: {} for rows in config.batch_sizes}
+    # The same for the eager paths' first calls, which compile each operation they meet
+    # at a new shape (the CNN's vmap_eager on a TPU: tens of seconds at 16,384 rows),
+    # and every cell's first call, made here so that the budget governs it.
+    first_last: dict[str, tuple[int, float]] = {}
+    first_at: dict[int, dict[str, float]] = {rows: {} for rows in config.batch_sizes}
+    first_calls: dict[tuple[str, str], float] = {}
+    # Path -> (rows, XLA's words) where the device ran out of memory: no larger size.
+    out_of_memory: dict[str, tuple[int, str]] = {}
     # Compile times are not known before (an unrolled loop's grows with its rows): a
     # count, no ETA.
     with progress.phase("compiling", len(config.batch_sizes), unit="batch sizes") as step:
@@ -637,6 +661,13 @@ def run_bench(
                 calls = by_mode[path.mode]
                 if name in absent:
                     skipped[name][label] = f"not provided: {absent[name]}"
+                    continue
+                if name in out_of_memory:
+                    at, words = out_of_memory[name]
+                    skipped[name][label] = (
+                        f"{name} left out at {rows} rows: the device ran out of memory "
+                        f"for it at {at} rows ({words})"
+                    )
                     continue
                 cap = getattr(config, path.bench_cap) if path.bench_cap else None
                 if cap is not None and rows > cap:
@@ -660,11 +691,23 @@ def run_bench(
                         "(bench.early_stop.time_budget_s)"
                     )
                     continue
-                # And so is a jit path whose compile, projected, would end past it.
-                if path.jit and not path.bench_cap and rows != config.batch_sizes[0]:
-                    over = compile_over_budget(
-                        name, rows, compiled_at[rows], compile_last.get(name), budget, spent
-                    )
+                # And so is a path whose compile (a jit program, or an eager path's
+                # first call), projected, would end past it.
+                if not path.bench_cap and rows != config.batch_sizes[0]:
+                    if path.jit:
+                        over = compile_over_budget(
+                            name, rows, compiled_at[rows], compile_last.get(name), budget, spent
+                        )
+                    else:
+                        over = compile_over_budget(
+                            name,
+                            rows,
+                            first_at[rows],
+                            first_last.get(name),
+                            budget,
+                            spent,
+                            what="its first call (compiling each operation it meets)",
+                        )
                     if over:
                         skipped[name][label] = over
                         continue
@@ -672,32 +715,50 @@ def run_bench(
                 # On its device(s) already (a distributed path: split over the mesh), as
                 # every path's batch is before it is timed.
                 args = compiled.place(run_params, x)
-                if path.jit:
+                try:
+                    if path.jit:
+                        start = time.perf_counter()
+                        lowered = compiled.fn.lower(*args).compile()
+                        cost = _cost(lowered)
+                        figures[cell] = {
+                            "compile_ms": (time.perf_counter() - start) * 1e3,
+                            **(_spread_cost(cost, compiled, rows) if path.distributed else cost),
+                        }
                     start = time.perf_counter()
-                    lowered = compiled.fn.lower(*args).compile()
-                    cost = _cost(lowered)
-                    figures[cell] = {
-                        "compile_ms": (time.perf_counter() - start) * 1e3,
-                        **(_spread_cost(cost, compiled, rows) if path.distributed else cost),
-                    }
+                    jax.block_until_ready(compiled.fn(*args))
+                    first_calls[cell] = time.perf_counter() - start
+                    if path.bench_cap and not path.jit and budget is not None:
+                        grown[name] = (rows, warm_call_s(compiled.fn, args))
+                except jax.errors.JaxRuntimeError as error:
+                    words = out_of_device_memory(error)
+                    if words is None:
+                        raise
+                    figures.pop(cell, None)
+                    out_of_memory[name] = (rows, words)
+                    skipped[name][label] = (
+                        f"{name} left out at {rows} rows: the device ran out of memory ({words})"
+                    )
+                    progress.note(skipped[name][label])
+                    continue
+                if path.jit:
                     grown[name] = (rows, figures[cell]["compile_ms"] / 1e3)
                     compile_last[name] = grown[name]
                     # A per-row loop's compile grows with its rows: no yardstick for
                     # the batched programs.
                     if not path.bench_cap:
                         compiled_at[rows][name] = grown[name][1]
-                    # A compile this slow is where an accelerator's budget goes (a TPU
-                    # compiled the unrolled loop_jit of a CNN in 24 s at 256 rows): named
-                    # as it happens, not only in bench_details once the bench is done.
-                    if figures[cell]["compile_ms"] > SLOW_COMPILE_S * 1e3:
-                        progress.note(
-                            f"compiling {name} at {rows} rows took "
-                            f"{figures[cell]['compile_ms'] / 1e3:.1f} s"
-                        )
+                    seconds, what = figures[cell]["compile_ms"] / 1e3, "compiling"
                 else:
                     figures[cell] = {}
-                    if path.bench_cap and config.early_stop.time_budget_s is not None:
-                        grown[name] = (rows, warm_call_s(compiled.fn, args))
+                    if not path.bench_cap:
+                        first_last[name] = (rows, first_calls[cell])
+                        first_at[rows][name] = first_calls[cell]
+                    seconds, what = first_calls[cell], "the first call of"
+                # A compile this slow is where an accelerator's budget goes (a TPU
+                # compiled the unrolled loop_jit of a CNN in 24 s at 256 rows): named as
+                # it happens, not only in bench_details once the bench is done.
+                if seconds > SLOW_COMPILE_S:
+                    progress.note(f"{what} {name} at {rows} rows took {seconds:.1f} s")
                 # Timed through the (jitted) function, as users call it: its C++ dispatch
                 # path is faster than calling the AOT-compiled object from Python.
                 calls[cell] = lambda f=compiled.fn, a=args: f(*a)
@@ -717,7 +778,8 @@ def run_bench(
     with progress.phase("warming up", cells, unit="cells") as warming:
         for group in groups:
             f, i = warm_up(group, config.warmup, per_call)
-            first |= f
+            # The first call made after each compile, not warm-up's (a second) one.
+            first |= f | {cell: first_calls[cell] for cell in group if cell in first_calls}
             inner |= i
             warming.advance(len(group), len(group))
     warm_up_s = time.perf_counter() - phase_began
