@@ -6,11 +6,11 @@ import csv
 import numpy as np
 import pytest
 
-from vmapcheck.bench.plots import write_latency_csvs, write_speedup_csvs
 from vmapcheck.core.paths import SPEEDUPS
 from vmapcheck.pipeline.bench import dvc_metrics as bench_metrics
 from vmapcheck.pipeline.check import dvc_metrics as check_metrics
 from vmapcheck.report.headline import summary_metrics
+from vmapcheck.report.plots import write_latency_csvs, write_speedup_csvs
 
 
 def _check(reference_max_rel=1e-7):

@@ -25,7 +25,6 @@ import pytest
 
 from tests.helpers.chromium import png_size, render
 from tests.helpers.config import ROOT, compose_config
-from vmapcheck.bench.plots import latency_png
 from vmapcheck.check.diagnosis import Probe, Subject, diagnose
 from vmapcheck.check.schema import CheckDetails, read_check_details
 from vmapcheck.core.composition import REGROUPINGS
@@ -37,6 +36,7 @@ from vmapcheck.report.check_sections import forms_compared
 from vmapcheck.report.elements import code_spans
 from vmapcheck.report.headline import check_headline
 from vmapcheck.report.html import render_report
+from vmapcheck.report.plots import latency_png
 from vmapcheck.report.summary import summarize
 
 HOSTILE = '<script>alert("x")</script>'

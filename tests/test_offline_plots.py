@@ -25,17 +25,17 @@ import yaml
 
 from tests.helpers.chromium import OFFLINE, render
 from tests.helpers.config import ROOT
-from vmapcheck.bench.plots import (
-    write_latency_csvs,
-    write_latency_png,
-    write_speedup_csvs,
-    write_speedup_png,
-)
 from vmapcheck.core.paths import SPEEDUPS, path_names
 from vmapcheck.errors import ArtifactError, ConfigError
 from vmapcheck.layout import Layout
 from vmapcheck.project import plots_page
 from vmapcheck.project.plots_page import bundle, page_template, remote_resources, run_plots
+from vmapcheck.report.plots import (
+    write_latency_csvs,
+    write_latency_png,
+    write_speedup_csvs,
+    write_speedup_png,
+)
 
 BATCHES = (1, 8, 64, 512)
 

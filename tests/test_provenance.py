@@ -2,7 +2,7 @@
 
 import subprocess
 
-from vmapcheck.tracking.provenance import git_state
+from vmapcheck.provenance import git_state
 
 
 def _git(repo, *args):

@@ -17,28 +17,12 @@ import numpy as np
 from safetensors import SafetensorError
 from safetensors.numpy import load_file, save_file
 
+from vmapcheck.core.state import leaf_name, partition
 from vmapcheck.errors import ArtifactError
 from vmapcheck.io import atomic_path, atomic_write_json, read_json, sha256_file
 
 PARAMS_FILE = "params.safetensors"
 MANIFEST_FILE = "manifest.json"
-
-
-def leaf_name(path: tuple[Any, ...]) -> str:
-    """A leaf's path as a reader writes it: ``layers[1].W`` (keys dotted, indices bracketed)."""
-    name = ""
-    for key in path:
-        if isinstance(key, jax.tree_util.SequenceKey):
-            name += f"[{key.idx}]"
-        elif isinstance(key, jax.tree_util.DictKey):
-            name += f".{key.key}" if name else str(key.key)
-        elif isinstance(key, jax.tree_util.GetAttrKey):
-            name += f".{key.name}" if name else key.name
-        elif isinstance(key, jax.tree_util.FlattenedIndexKey):
-            name += f"[{key.key}]"
-        else:  # a custom pytree's own key type
-            name += f".{key}" if name else str(key)
-    return name or "<root>"
 
 
 def leaf_paths(params: Any) -> dict[str, Any]:
@@ -242,7 +226,6 @@ def model_contract(model: Any, params: Any, features: list[str]) -> dict[str, An
             + ", ".join(f"{leaf.name}: {leaf.shape} {leaf.dtype}" for leaf in spec.leaves)
             + "}",
         }
-    from vmapcheck.core.state import partition  # core.state names leaves with leaf_name
 
     return {
         "model": model.name,

@@ -29,9 +29,6 @@ from vmapcheck.layout import Layout
 from vmapcheck.tracking.store import complete_filter, incomplete_because
 
 LAST_VERIFIED = "last-verified"
-# The MLflow tag of a run's model contract digest (vmapcheck.params_io.contract_digest):
-# last-verified takes only a run with the judged run's (tracking.log sets it).
-MODEL_CONTRACT_TAG = "model_contract_sha256"
 BENCH_ARTIFACT = "bench_details.json"
 
 

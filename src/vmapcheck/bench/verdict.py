@@ -68,7 +68,6 @@ from scipy import stats
 from vmapcheck.bench.baseline import (
     CONTEXT,
     CONTEXT_KEYS,
-    MODEL_CONTRACT_TAG,
     BenchRecord,
     NoBaselineError,
     resolve_baseline,
@@ -620,7 +619,11 @@ def run_verdict(
     ``bench.regression``; ``require_same``: optional context keys that must be equal too
     (:func:`compare`)."""
     from vmapcheck.config import load_config
-    from vmapcheck.tracking.store import model_experiments, resolve_tracking_uri
+    from vmapcheck.tracking.store import (
+        MODEL_CONTRACT_TAG,
+        model_experiments,
+        resolve_tracking_uri,
+    )
 
     current = str(layout.bench_details) if current is None else current
     try:

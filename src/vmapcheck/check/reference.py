@@ -38,7 +38,7 @@ from vmapcheck.io import (
     sha256_file,
 )
 from vmapcheck.layout import Layout
-from vmapcheck.tracking.provenance import git_state
+from vmapcheck.provenance import git_state
 
 META = "meta.json"
 FILES = ("params.safetensors", "manifest.json", "inputs.npz", "outputs.npz")

@@ -35,8 +35,8 @@ from jax.sharding import PartitionSpec as P
 from vmapcheck.core import contract
 from vmapcheck.core.models import Model, Params
 from vmapcheck.core.runtime import check_device_count
+from vmapcheck.core.state import leaf_name
 from vmapcheck.errors import InvalidInputError
-from vmapcheck.params_io import leaf_name
 
 Path = Callable[[Params, Any], jax.Array]
 

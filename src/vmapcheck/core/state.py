@@ -3,7 +3,7 @@
 A model's params pytree may hold leaves that are not weights: BatchNorm running
 statistics, step counters (Haiku's int32 ``counter``), RNG state. The model declares them
 in ``Model.state_leaves`` (docs/state-leaves.md), each entry a leaf path as the params file
-names it (``bn1.mean``, :func:`vmapcheck.params_io.leaf_name`) or the path of a subtree,
+names it (``bn1.mean``, :func:`leaf_name`) or the path of a subtree,
 covering every leaf under it (``state``, ``bn1``). Declared leaves, of any dtype and
 shape, stay in the params: the forward reads them, the params file, the contract, the
 reference and the registry keep them. Training leaves them bit-identical: they are not
@@ -26,7 +26,24 @@ import jax.numpy as jnp
 import numpy as np
 
 from vmapcheck.errors import ConfigError
-from vmapcheck.params_io import leaf_name
+
+
+def leaf_name(path: tuple[Any, ...]) -> str:
+    """A leaf's path as a reader writes it: ``layers[1].W`` (keys dotted, indices bracketed)."""
+    name = ""
+    for key in path:
+        if isinstance(key, jax.tree_util.SequenceKey):
+            name += f"[{key.idx}]"
+        elif isinstance(key, jax.tree_util.DictKey):
+            name += f".{key.key}" if name else str(key.key)
+        elif isinstance(key, jax.tree_util.GetAttrKey):
+            name += f".{key.name}" if name else key.name
+        elif isinstance(key, jax.tree_util.FlattenedIndexKey):
+            name += f"[{key.key}]"
+        else:  # a custom pytree's own key type
+            name += f".{key}" if name else str(key)
+    return name or "<root>"
+
 
 # Where a user reads how to declare state leaves; named in every refusal.
 STATE_LEAVES_DOC = "docs/state-leaves.md"

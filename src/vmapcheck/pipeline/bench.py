@@ -6,12 +6,6 @@ import jax.numpy as jnp
 
 from vmapcheck.bench.bounds import LAUNCH_BOUND_MEANING, launch_bound_text
 from vmapcheck.bench.guard import replay_figures, replay_summary, run_replay
-from vmapcheck.bench.plots import (
-    write_latency_csvs,
-    write_latency_png,
-    write_speedup_csvs,
-    write_speedup_png,
-)
 from vmapcheck.bench.progress import open_progress
 from vmapcheck.bench.timing import STOP_ALL, run_bench
 from vmapcheck.config import Config
@@ -24,6 +18,12 @@ from vmapcheck.io import atomic_dir, atomic_write_json, read_json
 from vmapcheck.layout import Layout
 from vmapcheck.params_io import contract_digest, load_model_params
 from vmapcheck.report.headline import HEADLINE_SPEEDUPS, batch_label, bench_headline
+from vmapcheck.report.plots import (
+    write_latency_csvs,
+    write_latency_png,
+    write_speedup_csvs,
+    write_speedup_png,
+)
 
 
 def dvc_metrics(result: dict[str, Any]) -> dict[str, float | None]:

@@ -20,7 +20,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from vmapcheck.bench.baseline import MODEL_CONTRACT_TAG, record_from_details, resolve_baseline
+from vmapcheck.bench.baseline import record_from_details, resolve_baseline
 from vmapcheck.bench.verdict import compare, format_table
 from vmapcheck.check.schema import read_check_details
 from vmapcheck.config import Config, read_params
@@ -29,6 +29,7 @@ from vmapcheck.io import atomic_write_json, atomic_write_text, read_json
 from vmapcheck.layout import Layout
 from vmapcheck.pipeline.running import dvc_run_began
 from vmapcheck.pipeline.stage import LAST_STAGE, read_stage_times, settings_changed, text_sha256
+from vmapcheck.provenance import git_state
 from vmapcheck.report.html import render_report
 from vmapcheck.report.summary import review_url, verdict_line
 from vmapcheck.tracking.log import (
@@ -42,7 +43,6 @@ from vmapcheck.tracking.log import (
     run_start,
     verdict_note,
 )
-from vmapcheck.tracking.provenance import git_state
 from vmapcheck.tracking.registry import (
     move_verified_alias,
     outcome_line,
@@ -51,6 +51,7 @@ from vmapcheck.tracking.registry import (
 )
 from vmapcheck.tracking.run_inputs import dvc_exp_name, gather_run_inputs, pip_freeze
 from vmapcheck.tracking.store import (
+    MODEL_CONTRACT_TAG,
     PIPELINE_KEY_TAG,
     first_line,
     mark_complete,

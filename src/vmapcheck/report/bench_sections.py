@@ -14,10 +14,10 @@ from collections.abc import Mapping
 from typing import Any
 
 from vmapcheck.bench.bounds import launch_bound_text
-from vmapcheck.bench.plots import latency_png, speedup_png
 from vmapcheck.core.paths import SPEEDUPS, speedup_text
 from vmapcheck.report.elements import by_batch, in_path_order, kv_table, num, table
 from vmapcheck.report.headline import batch_from_label
+from vmapcheck.report.plots import latency_png, speedup_png
 
 # The check's own limits; the benchmark's come from bench_details.json ("limits").
 CHECK_LIMITS = (

@@ -13,7 +13,7 @@ autoescaping on: every value is escaped (case, path, leaf and feature names can 
 from the user). Python prepares plain data (:mod:`vmapcheck.report.check_sections`,
 :mod:`vmapcheck.report.bench_sections`); the template only lays it out. The page needs
 nothing but itself: the CSS is inline and the plots are PNG data URIs drawn by
-:mod:`vmapcheck.bench.plots`, so it opens from the MLflow artifact store, a mail
+:mod:`vmapcheck.report.plots`, so it opens from the MLflow artifact store, a mail
 attachment or a CI artifact alike.
 
 Inputs are the stage reports as written: ``check`` = ``reports/check_details.json``
@@ -207,7 +207,7 @@ def render_report(
 
     ``perf``: the benchmark's verdict against its baseline (reports/perf_verdict.json;
     None: not judged); ``git``: {"git_commit", "git_dirty"}
-    (:func:`vmapcheck.tracking.provenance.git_state`); ``run``: extra rows shown first in
+    (:func:`vmapcheck.provenance.git_state`); ``run``: extra rows shown first in
     the environment table (e.g. model, MLflow run name); ``drawn_plots``: the bench
     stage's PNGs of the same figures, by plot id (``plot-latency``, ``plot-speedup``),
     embedded as they are (None: drawn here from ``bench``).

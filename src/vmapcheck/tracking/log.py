@@ -28,7 +28,6 @@ from typing import Any
 
 import numpy as np
 
-from vmapcheck.bench.baseline import MODEL_CONTRACT_TAG
 from vmapcheck.check.schema import CheckDetails
 from vmapcheck.config import Config, flatten
 from vmapcheck.core.composition import REGROUPINGS
@@ -36,6 +35,7 @@ from vmapcheck.core.paths import speedup_text
 from vmapcheck.core.runtime import runtime_tags
 from vmapcheck.errors import ConfigError
 from vmapcheck.params_io import contract_digest
+from vmapcheck.provenance import git_state
 from vmapcheck.report.check_sections import forms_compared
 from vmapcheck.report.headline import (
     batch_from_label,
@@ -46,8 +46,12 @@ from vmapcheck.report.headline import (
     summary_metrics,
 )
 from vmapcheck.tracking import store
-from vmapcheck.tracking.provenance import git_state
-from vmapcheck.tracking.store import experiment_name, resolve_artifact_root, resolve_tracking_uri
+from vmapcheck.tracking.store import (
+    MODEL_CONTRACT_TAG,
+    experiment_name,
+    resolve_artifact_root,
+    resolve_tracking_uri,
+)
 
 MAX_BATCH = 1000  # MLflow's per-request limit for metrics (params: 100)
 # The config keys logged as params: the knobs runs are compared and searched by (the

@@ -187,9 +187,9 @@ def code_sources(model: ModelConfig) -> list[Path]:
     Raises:
         ArtifactError: the factory's package cannot be found.
     """
-    import vmapcheck
-
-    sources = [Path(vmapcheck.__file__).parent]
+    # The package's folder, this file's grandparent (not ``import vmapcheck``: the
+    # package's top imports every floor, and tracking sits below it).
+    sources = [Path(__file__).resolve().parents[1]]
     top = _factory_package(model)
     if top is not None:
         spec = importlib.util.find_spec(top)

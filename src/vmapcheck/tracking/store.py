@@ -96,6 +96,9 @@ from vmapcheck.layout import Layout
 PIPELINE_KEY_TAG = "pipeline_key"
 COMPLETE_TAG = "pipeline_complete"
 VERDICT_TAG = "verdict"
+# A run's model contract digest (vmapcheck.params_io.contract_digest): last-verified
+# takes only a run with the judged run's (tracking.log sets it).
+MODEL_CONTRACT_TAG = "model_contract_sha256"
 # Which track process a run belongs to (set when it is created): a run left unfinished by a
 # process that is gone is abandoned, one of a live process (a parallel experiment) is not.
 PID_TAG = "vmapcheck.track_pid"

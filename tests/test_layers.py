@@ -1,0 +1,115 @@
+"""The package's floors (docs/development.md, "Dependency rules"): every module imports
+only from its own floor or the floors below, and no two modules import each other, even
+through others. Read from the source with ``ast``, lazy imports inside functions
+included: an import inside a function is still an arrow between concepts."""
+
+from __future__ import annotations
+
+import ast
+import re
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGE = ROOT / "src" / "vmapcheck"
+DOC = ROOT / "docs" / "development.md"
+
+# Arrows up a floor not yet taken down (issue 36), each a debt: fixing one means taking
+# it off this list, and a new one fails the test.
+KNOWN_UP = {
+    # bench's last-verified baseline reads the MLflow store: it belongs with tracking.
+    ("vmapcheck.bench.baseline", "vmapcheck.tracking.store"),
+    ("vmapcheck.bench.verdict", "vmapcheck.tracking.store"),
+    # The printed summary names the run's MLflow page and the registry's outcome.
+    ("vmapcheck.report.summary", "vmapcheck.tracking.ui"),
+    ("vmapcheck.report.summary", "vmapcheck.tracking.registry"),
+}
+
+
+def floors() -> dict[str, int]:
+    """Room -> floor (0 at the bottom), from the ```floors block of docs/development.md:
+    one line a floor, bottom first, rooms separated by spaces."""
+    found = re.search(r"```floors\n(.*?)```", DOC.read_text(), re.S)
+    assert found, f"{DOC}: expected a ```floors block listing the package's floors"
+    lines = [line.split("#")[0].split() for line in found.group(1).splitlines()]
+    return {room: i for i, rooms in enumerate(r for r in lines if r) for room in rooms}
+
+
+def module_of(path: Path) -> str:
+    parts = list(path.relative_to(PACKAGE.parent).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def room_of(module: str) -> str:
+    """``vmapcheck.bench.timing`` -> ``bench``; ``vmapcheck.io`` -> ``io``; the package
+    itself -> ``__init__``."""
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else "__init__"
+
+
+def imports() -> dict[str, set[str]]:
+    """Module -> the vmapcheck modules it imports (``from a import b`` counts ``a.b``
+    when that is a module, else ``a``)."""
+    modules = {module_of(p): p for p in PACKAGE.rglob("*.py")}
+    arrows: dict[str, set[str]] = {}
+    for module, path in modules.items():
+        package = module if path.name == "__init__.py" else module.rsplit(".", 1)[0]
+        found: set[str] = set()
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Import):
+                found |= {a.name for a in node.names}
+            elif isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:
+                    up = package.split(".")[: len(package.split(".")) - node.level + 1]
+                    base = ".".join([*up, *([node.module] if node.module else [])])
+                for alias in node.names:
+                    found.add(f"{base}.{alias.name}" if f"{base}.{alias.name}" in modules else base)
+        arrows[module] = {m for m in found if m in modules and m != module}
+    return arrows
+
+
+def test_every_room_of_the_package_has_a_floor():
+    level = floors()
+    rooms = {room_of(m) for m in imports()}
+    assert rooms - set(level) == set(), f"rooms with no floor in {DOC.name}"
+    assert set(level) - rooms == set(), f"floors in {DOC.name} name rooms that do not exist"
+
+
+def test_no_module_imports_from_a_floor_above_its_own():
+    level = floors()
+    up = {
+        (module, target)
+        for module, targets in imports().items()
+        for target in targets
+        if level[room_of(target)] > level[room_of(module)]
+    }
+    assert up - KNOWN_UP == set(), "new imports up a floor: move the concept down"
+    assert KNOWN_UP - up == set(), "taken down: remove these from KNOWN_UP"
+
+
+def test_no_import_cycle_between_modules():
+    arrows = imports()
+
+    def reach(start: str) -> set[str]:
+        """Every module ``start`` imports, directly or through others."""
+        seen: set[str] = set()
+        stack = list(arrows[start])
+        while stack:
+            module = stack.pop()
+            if module not in seen:
+                seen.add(module)
+                stack += arrows[module]
+        return seen
+
+    # A module on a cycle reaches itself (core.state and params_io did, issue 36).
+    on_cycle = sorted(m for m in arrows if m in reach(m))
+    assert on_cycle == [], f"modules on an import cycle: {on_cycle}"
+
+
+@pytest.mark.parametrize("module", ["vmapcheck.core.state", "vmapcheck.core.forms"])
+def test_core_reads_no_file_format(module):
+    """core is pure JAX: the leaf naming it needs lives in core.state, params_io
+    (safetensors) imports it from there."""
+    assert not {m for m in imports()[module] if room_of(m) == "params_io"}
