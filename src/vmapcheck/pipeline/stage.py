@@ -11,7 +11,6 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from jax.errors import KeyReuseError
 
 from vmapcheck.config import Config, read_params, validate_config
 from vmapcheck.core.runtime import enable_compile_cache
@@ -142,6 +141,13 @@ def read_stage_times(layout: Layout) -> dict[str, dict[str, Any]]:
     return dict(sorted(records.items(), key=lambda item: item[1]["start"]))
 
 
+def _key_reuse(error: BaseException) -> bool:
+    """Whether ``error`` is JAX's KeyReuseError. Only a stage that imported JAX can raise
+    it, so the stages that run no JAX (code, track) never load JAX (1.6 s) for this."""
+    errors = sys.modules.get("jax.errors")
+    return errors is not None and isinstance(error, errors.KeyReuseError)
+
+
 def run_stage(
     name: str, body: StageBody, root: Path | None = None, compile_cache: bool = False
 ) -> int:
@@ -180,7 +186,9 @@ def run_stage(
         print(f"{name}: error: {exc}", file=sys.stderr)
         code = 2
         return code
-    except KeyReuseError as exc:
+    except Exception as exc:
+        if not _key_reuse(exc):
+            raise
         first_line = str(exc).splitlines()[0]
         # The params leaves that share the key, when train could name them.
         shared_by = getattr(exc, "shared_by", None)
