@@ -24,6 +24,7 @@ from vmapcheck.layout import Layout
 from vmapcheck.project import code
 from vmapcheck.project.code import EXAMPLES, STAGE_CODE
 from vmapcheck.project.init import DataChoice, ModelChoice, plan
+from vmapcheck.report.plots import colour_scheme, plotted_series
 
 DVC_YAML = yaml.safe_load((ROOT / "dvc.yaml").read_text())
 STAGES = DVC_YAML["stages"]
@@ -174,8 +175,35 @@ def test_plots_draw_every_path_and_speedup_through_the_log_log_template():
     encoding = template["encoding"]
     assert encoding["x"]["scale"]["type"] == encoding["y"]["scale"]["type"] == "log"
     # One colour per path: a scheme with a colour for each of them, never reused.
-    assert encoding["color"]["scale"]["scheme"] == "tableau10"
-    assert len(path_names("batch")) <= 10, "tableau10 has 10 colours: choose a larger scheme"
+    # Sized from the registries: a colour for each series, in the DVC plot and the PNGs.
+    assert encoding["color"]["scale"]["scheme"] == colour_scheme(plotted_series())[0]
+
+
+def test_the_colour_scheme_grows_with_the_registry():
+    """An 11th path gets a colour of its own (tableau10 ran out at the 11th, issue 36)."""
+    assert plotted_series() == max(len(path_names("batch")), len(SPEEDUPS))
+    assert colour_scheme(10) == ("tableau10", "tab10")
+    assert colour_scheme(11) == ("tableau20", "tab20")
+    with pytest.raises(ValueError, match="21 series"):
+        colour_scheme(21)
+
+
+def test_an_added_path_reaches_the_plots_without_editing_the_template(monkeypatch):
+    """init renders the plots' series from PATHS and SPEEDUPS: a new batch path (here a
+    copy of vmap_jit under another name, registered for the test only) gets its CSV in
+    dvc.yaml and a colour, with no edit to the template."""
+    import dataclasses
+
+    from vmapcheck.core import paths
+
+    extra = dataclasses.replace(paths.PATHS["vmap_jit"], name="extra_jit")
+    monkeypatch.setattr(paths, "PATHS", {**paths.PATHS, "extra_jit": extra})
+    assert plotted_series() == len(path_names("batch")) == 11
+    planned = plan(ROOT, ModelChoice(name="mlp"), DataChoice(name="synthetic"))
+    rendered = yaml.safe_load(planned.files["dvc.yaml"])
+    latency = next(p for p in rendered["plots"] if "latency_p50_ms_vs_batch_size" in p)
+    assert "reports/plots/extra_jit.csv" in latency["latency_p50_ms_vs_batch_size"]["y"]
+    assert '"scheme": "tableau20"' in planned.files[".dvc/plots/loglog.json"]
 
 
 @pytest.mark.parametrize("stage", ["code", *STAGE_CODE])

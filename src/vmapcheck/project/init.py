@@ -582,6 +582,10 @@ def plan(
     def rel(path: Path) -> str:
         return path.relative_to(root).as_posix()
 
+    # The registries the plots' series come from (they load JAX: only here).
+    from vmapcheck.core.paths import SPEEDUPS, batch_paths
+    from vmapcheck.report.plots import colour_scheme, plotted_series
+
     out = Plan()
     lock = rel(layout.requirements_lock) if layout.requirements_lock.is_file() else None
     raw = rel(layout.raw)
@@ -591,6 +595,9 @@ def plan(
         model_code=list(model.code),
         data_deps=[raw] + ([data.dep] if data.dep and not data.dep.startswith(f"{raw}/") else []),
         lock_file=lock,
+        # The plots' series, one per registry entry (a new path needs no edit here).
+        bench_paths=batch_paths(),
+        speedups=[speedup.name for speedup in SPEEDUPS],
     )
     for stage in ("code", *STAGE_CODE):
         out.files[rel(layout.stage_entry(stage))] = _render("stage_entry.py.j2", stage=stage)
@@ -627,9 +634,12 @@ def plan(
             "# The other keys are the shipped csv option's (vmapcheck docs: regression-set.md).\n",
             data.config,
         )
+    # One colour per series: the scheme sized by how many series a plot draws.
     out.files[rel(layout.plots_template)] = (
-        files("vmapcheck.project") / "templates" / "loglog.json"
-    ).read_text(encoding="utf-8")
+        (files("vmapcheck.project") / "templates" / "loglog.json")
+        .read_text(encoding="utf-8")
+        .replace('"scheme": "tableau10"', f'"scheme": "{colour_scheme(plotted_series())[0]}"')
+    )
     out.files[rel(layout.plots_page)] = page_template()
     out.files[rel(layout.raw_readme)] = _render("data_raw_README.md.j2")
     # params.yaml: composed from the conf/ planned above, as `dvc exp run` will; the

@@ -9,9 +9,37 @@ import io
 from pathlib import Path
 from typing import Any
 
-from vmapcheck.core.paths import PATHS, SPEEDUPS
+from vmapcheck.core.paths import PATHS, SPEEDUPS, batch_paths
 from vmapcheck.io import atomic_path, atomic_write_text
 from vmapcheck.report.headline import batch_from_label
+
+# Qualitative colour schemes by size, (Vega's name, matplotlib's colormap, colours): a
+# plot gets the smallest one with a colour for each of its series, so the registry can
+# grow past ten paths without two sharing a colour.
+COLOUR_SCHEMES = (("tableau10", "tab10", 10), ("tableau20", "tab20", 20))
+
+
+def colour_scheme(series: int) -> tuple[str, str]:
+    """(Vega scheme, matplotlib colormap) with at least ``series`` colours.
+
+    Raises:
+        ValueError: more series than the largest scheme has colours.
+    """
+    for vega, matplotlib, colours in COLOUR_SCHEMES:
+        if series <= colours:
+            return vega, matplotlib
+    raise ValueError(f"{series} series: no qualitative scheme has that many colours")
+
+
+def plotted_series() -> int:
+    """The most series one plot draws: a line per batch path (latency) or per speed-up."""
+    return max(len(batch_paths()), len(SPEEDUPS))
+
+
+def _colours(plt: Any) -> list[Any]:
+    """One colour per series, from the scheme sized by :func:`plotted_series`."""
+    cmap = plt.get_cmap(colour_scheme(plotted_series())[1])
+    return [cmap(i) for i in range(cmap.N)]
 
 
 def _rows_by_batch(by_label: dict[str, Any]) -> list[tuple[int, Any]]:
@@ -80,6 +108,7 @@ def latency_figure(latency: dict[str, dict[str, Any]], title: str) -> Any:
     """
     plt = _pyplot()
     fig, ax = plt.subplots(figsize=(7, 4.5), dpi=110)
+    ax.set_prop_cycle(color=_colours(plt))
     for path, by_batch in latency.items():
         if not by_batch:
             continue
@@ -108,14 +137,16 @@ def latency_figure(latency: dict[str, dict[str, Any]], title: str) -> Any:
 
 
 def speedup_figure(speedup: dict[str, dict[str, float]], title: str) -> Any:
-    """p50 ratios vs batch size (``vmap_over_loop``, ``vmap_over_direct``), 1.0 marked.
+    """p50 ratios vs batch size, one line per :data:`vmapcheck.core.paths.SPEEDUPS` entry,
+    1.0 marked.
 
     ``speedup``: ``b<rows>`` -> ratio name -> value (see :func:`vmapcheck.bench.timing.speedups`).
     """
     plt = _pyplot()
     fig, ax = plt.subplots(figsize=(7, 4), dpi=110)
+    ax.set_prop_cycle(color=_colours(plt))
     labels = sorted(speedup, key=lambda label: int(label[1:]))
-    for name in ("vmap_over_loop", "vmap_over_direct"):
+    for name in (s.name for s in SPEEDUPS):
         points = [
             (int(label[1:]), speedup[label][name]) for label in labels if name in speedup[label]
         ]
