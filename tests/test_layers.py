@@ -113,3 +113,26 @@ def test_core_reads_no_file_format(module):
     """core is pure JAX: the leaf naming it needs lives in core.state, params_io
     (safetensors) imports it from there."""
     assert not {m for m in imports()[module] if room_of(m) == "params_io"}
+
+
+@pytest.mark.parametrize(
+    "module",
+    [
+        "vmapcheck.cli",  # `vmapcheck --help` and the verbs that run no JAX
+        "vmapcheck.report.summary",  # `vmapcheck summary`
+        "vmapcheck.report.html",
+        "vmapcheck.core.paths",  # the registry's facts
+        "vmapcheck.pipeline.stage",  # every stage, code and track included
+        "vmapcheck.project.code",
+    ],
+)
+def test_what_runs_no_jax_does_not_import_it(module):
+    """Importing JAX costs 0.5-1.5 s on these machines: `vmapcheck summary` took 1.3-1.6 s
+    with it and 0.4 s without (2026-12-06, 2 cores, load 7)."""
+    import subprocess
+    import sys
+
+    probe = f"import sys, {module}; print('jax' in sys.modules)"
+    result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "False", f"importing {module} loads JAX"

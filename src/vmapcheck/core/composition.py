@@ -20,12 +20,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-import jax.numpy as jnp
 import numpy as np
 
-from vmapcheck.core.cases import case_rows, kind_of
-from vmapcheck.core.contract import rows, take
 from vmapcheck.core.paths import Forward, output_key
+
+# REGROUPINGS is read by the report (check_sections), which runs no JAX: JAX and the
+# case and contract helpers are imported where a regrouping runs or a case is judged.
 
 
 @dataclass(frozen=True)
@@ -60,12 +60,20 @@ def split_at(rows: int) -> int:
 
 
 def _permuted(path: Forward, params: Any, x: Any) -> Any:
+    import jax.numpy as jnp
+
+    from vmapcheck.core.contract import rows, take
+
     order = permutation(rows(x))
     out = path(params, take(x, order))
     return jnp.asarray(out)[np.argsort(order)]  # back to x's row order
 
 
 def _split(path: Forward, params: Any, x: Any) -> Any:
+    import jax.numpy as jnp
+
+    from vmapcheck.core.contract import rows, take
+
     k = split_at(rows(x))
     first, second = path(params, take(x, slice(None, k))), path(params, take(x, slice(k, None)))
     return jnp.concatenate([jnp.asarray(first), jnp.asarray(second)])
@@ -95,6 +103,8 @@ def applies(case: dict[str, Any], name: str = "") -> bool:
     """Whether ``case`` (a case or its manifest entry) is regrouped: its kind
     (:data:`~vmapcheck.core.cases.CASE_KINDS`) is judged on its outputs and takes a
     batch, and the batch has at least 2 rows (one row has no batch-mates)."""
+    from vmapcheck.core.cases import case_rows, kind_of
+
     kind = kind_of(case, name)
     if not (kind.valid and kind.takes == "batch"):
         return False

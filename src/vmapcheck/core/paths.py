@@ -14,18 +14,37 @@ To add a path: write its form in :mod:`vmapcheck.core.forms` and add one entry b
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
-import jax
-from jax.sharding import Mesh
-
-from vmapcheck.core import contract, forms
-from vmapcheck.core.models import Model, Params
 from vmapcheck.errors import ConfigError
 
-Forward = Callable[[Params, Any], jax.Array]
+# The registry's facts (names, modes, caps, what each path computes) are read by the
+# report, track's HTML and the CLI, which run no JAX: JAX, the forms and the models are
+# imported only where a path is built or run.
+if TYPE_CHECKING:
+    import jax
+    from jax.sharding import Mesh
+
+    from vmapcheck.core import forms
+    from vmapcheck.core.models import Model, Params
+
+    Forward = Callable[[Params, Any], jax.Array]
+else:
+    Forward = Callable[..., Any]
+
+
+def _form(name: str) -> Callable[..., Any]:
+    """``vmapcheck.core.forms.<name>``, imported at its first call (see above)."""
+
+    def call(*args: Any, **kwargs: Any) -> Any:
+        return getattr(importlib.import_module("vmapcheck.core.forms"), name)(*args, **kwargs)
+
+    call.__name__ = call.__qualname__ = name
+    call.__doc__ = f"vmapcheck.core.forms.{name}, imported at its first call."
+    return call
 
 
 @dataclass(frozen=True)
@@ -47,10 +66,14 @@ class Compiled:
     about: dict[str, Any] | None = None
 
     def __call__(self, params: Params, x: Any) -> jax.Array:
-        return self.finish(self.fn(*self.place(params, x)), contract.rows(x))
+        from vmapcheck.core.contract import rows
+
+        return self.finish(self.fn(*self.place(params, x)), rows(x))
 
 
 def _single_device(path: ForwardPath, model: Model, _mesh: Mesh | None) -> Compiled | None:
+    import jax
+
     fn = path.forward(model)
     if fn is None:
         return None
@@ -58,6 +81,8 @@ def _single_device(path: ForwardPath, model: Model, _mesh: Mesh | None) -> Compi
 
 
 def _sharded(path: ForwardPath, model: Model, mesh: Mesh | None) -> Compiled:
+    from vmapcheck.core import forms
+
     mesh = mesh if mesh is not None else forms.data_mesh()
     sharded = forms.ShardedForward(model, mesh, path.name)
     return Compiled(
@@ -176,8 +201,8 @@ PATHS: dict[str, ForwardPath] = {
             "loop",
             "stack([forward_one(params, x) for x in X])",
             takes="batch",
-            forward=forms.loop_forward,
-            activations=forms.loop_activations,
+            forward=_form("loop_forward"),
+            activations=_form("loop_activations"),
             plain=True,
             # One Python-level forward per row, unrolled by jit: capped in the benchmark,
             # and in the forward stage by the budget.
@@ -191,8 +216,8 @@ PATHS: dict[str, ForwardPath] = {
             takes="batch",
             about="jax.jit(lax.map(lambda x: forward_one(params, x), X)): the per-row loop "
             "compiled once, as a scan over the rows",
-            forward=forms.map_forward,
-            activations=forms.map_activations,
+            forward=_form("map_forward"),
+            activations=_form("map_activations"),
             # A stored reference made before this path existed stands in with the loop's.
             same_program_as="loop_jit",
             no_eager="outside jit, lax.map traces and compiles its body on every call",
@@ -202,24 +227,24 @@ PATHS: dict[str, ForwardPath] = {
             "vmap",
             "vmap(forward_one, in_axes=(None, 0))(params, X)",
             takes="batch",
-            forward=forms.vmap_forward,
-            activations=forms.vmap_activations,
+            forward=_form("vmap_forward"),
+            activations=_form("vmap_activations"),
             headline=True,
         ),
         *_eager_and_jit(
             "vmap_of_jit",
             "vmap(jit(forward_one), in_axes=(None, 0))(params, X)",
             takes="batch",
-            forward=forms.vmap_of_jit_forward,
-            activations=forms.vmap_of_jit_activations,
+            forward=_form("vmap_of_jit_forward"),
+            activations=_form("vmap_of_jit_activations"),
             same_form_as="vmap",
         ),
         *_eager_and_jit(
             "direct",
             "forward_batch(params, X), the model's hand-batched form",
             takes="batch",
-            forward=forms.direct_forward,
-            activations=forms.direct_activations,
+            forward=_form("direct_forward"),
+            activations=_form("direct_activations"),
             missing=_NO_DIRECT,
             headline=True,
         ),
@@ -230,7 +255,7 @@ PATHS: dict[str, ForwardPath] = {
             takes="batch",
             about="jit(vmap(forward_one)) with the batch axis split over a device mesh "
             "(data parallelism, not vmap)",
-            forward=forms.vmap_forward,
+            forward=_form("vmap_forward"),
             build=_sharded,
             same_program_as="vmap_jit",
             distributed=True,
@@ -239,7 +264,7 @@ PATHS: dict[str, ForwardPath] = {
             "one",
             "forward_one(params, x) on one unbatched example",
             takes="vector",
-            forward=forms.one_forward,
+            forward=_form("one_forward"),
         ),
     ]
 }
@@ -379,6 +404,8 @@ def build(
             (:func:`vmapcheck.core.contract.float_dtype_problem`), or ``takes`` is neither
             "batch" nor "vector".
     """
+    from vmapcheck.core import contract, forms
+
     problem = contract.float_dtype_problem(dtype)
     if problem:
         raise ConfigError(f"dtype (the run's precision): {problem}")

@@ -48,6 +48,7 @@ from vmapcheck.report.headline import (
 from vmapcheck.tracking import store
 from vmapcheck.tracking.store import (
     MODEL_CONTRACT_TAG,
+    VIEW_KEY,
     experiment_name,
     resolve_artifact_root,
     resolve_tracking_uri,
@@ -88,11 +89,10 @@ NOTE_TAG = "mlflow.note.content"
 # (mlflow/server/js: ExperimentKind.CUSTOM_MODEL_DEVELOPMENT).
 EXPERIMENT_KIND_TAG = "mlflow.experimentKind"
 EXPERIMENT_KIND = "custom_model_development"
-# A saved runs-table view (its columns), listed under the runs table's "Views" menu and
-# loaded when the URL holds ``viewStateShareKey=<key>``: MLflow 3.17 keeps it in the
-# experiment tag ``mlflow.sharedViewState.<key>`` as an envelope {name, createdAt,
-# updatedAt, state}, ``state`` the view as a JSON string (mlflow/server/js, saved views).
-VIEW_KEY = "vmapcheck-summary"
+# The saved runs-table view (its columns, tracking.store.VIEW_KEY), listed under the
+# runs table's "Views" menu: MLflow 3.17 keeps it in the experiment tag
+# ``mlflow.sharedViewState.<key>`` as an envelope {name, createdAt, updatedAt, state},
+# ``state`` the view as a JSON string (mlflow/server/js, saved views).
 VIEW_NAME = "vmapcheck summary"
 VIEW_TAG_PREFIX = "mlflow.sharedViewState."
 # The tags shown as that view's first columns (the verdict, then what tells runs of one

@@ -99,6 +99,9 @@ VERDICT_TAG = "verdict"
 # A run's model contract digest (vmapcheck.params_io.contract_digest): last-verified
 # takes only a run with the judged run's (tracking.log sets it).
 MODEL_CONTRACT_TAG = "model_contract_sha256"
+# The saved runs-table view vmapcheck writes (tracking.log), loaded when a URL holds
+# ``viewStateShareKey=<key>`` (tracking.ui builds such URLs).
+VIEW_KEY = "vmapcheck-summary"
 # Which track process a run belongs to (set when it is created): a run left unfinished by a
 # process that is gone is abandoned, one of a live process (a parallel experiment) is not.
 PID_TAG = "vmapcheck.track_pid"

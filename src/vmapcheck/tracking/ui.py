@@ -16,8 +16,8 @@ from urllib.parse import urlencode
 
 from vmapcheck.config import load_config
 from vmapcheck.layout import Layout
-from vmapcheck.tracking.log import VIEW_KEY
 from vmapcheck.tracking.store import (
+    VIEW_KEY,
     experiment_name,
     is_http,
     resolve_artifact_root,
