@@ -106,7 +106,20 @@ def test_the_verdict_note_reads_like_the_reports_first_screen():
     assert "vs float64: max_rel 3e-06 (vmap_jit, case standard)" in note
     assert "invalid inputs refused by every path: 1/1" in note
     assert "at 128 rows: vmap over loop 9.50x (CI 8.00-11.00)" in note
-    assert "benchmark vs baseline: no baseline" in note
+    assert "benchmark vs baseline: NO BASELINE" in note
+    # A mixed result is said as such (issue 35), in the words of the console's headline;
+    # a run without fresh timing says where its timing came from.
+    mixed = {
+        "verdict": "regression",
+        "cells": {
+            "vmap_jit": {"b256": {"status": "regression"}, "b4096": {"status": "faster"}},
+        },
+    }
+    note = verdict_note(check, bench, mixed)
+    assert "benchmark vs baseline: REGRESSION at 256 rows; faster at 4,096 rows" in note
+    stale = {"verdict": "bench not rerun", "why": "bench not rerun: DVC skipped it"}
+    note = verdict_note(check, bench, stale)
+    assert "benchmark vs baseline: BENCH NOT RERUN\n  (bench not rerun: DVC skipped it)" in note
     failed = {**check, "passed": False, "failures": [f"failure {i}" for i in range(7)]}
     note = verdict_note(failed, bench)
     assert note.startswith("**FAILED**") and "- failure: failure 4" in note

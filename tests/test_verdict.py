@@ -126,6 +126,52 @@ def test_only_the_slowed_path_is_flagged_and_a_speedup_is_an_improvement():
     assert result["differences"] == {"jax_version": [None, "0.12.0"]}
 
 
+def _sized(medians: dict[int, float], seed: int) -> dict[str, np.ndarray]:
+    return {f"b{rows}": _lognormal(ms, 80, seed + rows, sigma=0.05) for rows, ms in medians.items()}
+
+
+def test_a_mixed_result_is_headlined_as_such():
+    """Issue 35 (3): slower at 256 and 1,024 rows, faster at 4,096: the headline says
+    both, in the words the console, the HTML report and the MLflow description share."""
+    base = _record(
+        {
+            "vmap_jit": _sized({256: 1.0, 1024: 2.0, 4096: 8.0}, 0),
+            "direct_jit": _sized({256: 1.0, 1024: 2.0, 4096: 8.0}, 10),
+        }
+    )
+    cur = _record(
+        {
+            "vmap_jit": _sized({256: 1.4, 1024: 2.8, 4096: 6.0}, 20),
+            "direct_jit": _sized({256: 1.4, 1024: 2.8, 4096: 6.0}, 30),
+        }
+    )
+    result = compare(base, cur, factor=1.1, alpha=0.01)
+    assert result["verdict"] == "regression"
+    headline = labels.verdict_headline(result)
+    assert headline == "REGRESSION at 256 and 1,024 rows; faster at 4,096 rows"
+    assert format_table(result).startswith(f"benchmark verdict: {headline}")
+
+
+def test_a_headline_names_the_paths_where_a_size_is_split():
+    cells = {
+        "vmap_jit": {"b256": {"status": REGRESSION}, "b1024": {"status": NO_DIFFERENCE}},
+        "direct_jit": {"b256": {"status": REGRESSION}, "b1024": {"status": REGRESSION}},
+    }
+    assert labels.verdict_headline({"verdict": "regression", "cells": cells}) == (
+        "REGRESSION at 256 rows and 1,024 rows in direct_jit"
+    )
+    # The paired verdict's flat cells; an inconclusive verdict says what it withheld.
+    flat = {"vmap_jit/b256": {"status": REGRESSION}, "vmap_jit/b1024": {"status": labels.SLOWER}}
+    assert labels.verdict_headline({"verdict": "inconclusive", "cells": flat}) == (
+        "INCONCLUSIVE: slower beyond the factor at 256 rows, withheld; "
+        "slower (below the factor) at 1,024 rows"
+    )
+    # No direction found, or no cells at all: the word alone.
+    quiet = {"vmap_jit": {"b256": {"status": UNDERPOWERED}}}
+    assert labels.verdict_headline({"verdict": "no regression", "cells": quiet}) == "NO REGRESSION"
+    assert labels.verdict_headline({"verdict": "bench not rerun"}) == "BENCH NOT RERUN"
+
+
 def test_cells_in_one_run_only_are_listed_not_compared():
     base = _record({"loop_jit": {"b1": _lognormal(1.0, 20, 0)}})
     cur = _record({"loop_jit": {"b1": _lognormal(1.0, 20, 1), "b256": _lognormal(9.0, 20, 2)}})

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from vmapcheck.bench.baseline import MODEL_CONTRACT_TAG, record_from_details, resolve_baseline
+from vmapcheck.bench.labels import verdict_headline
 from vmapcheck.bench.verdict import compare, format_table
 from vmapcheck.check.schema import read_check_details
 from vmapcheck.config import Config, read_params
@@ -264,7 +265,7 @@ def track(config: Config, layout: Layout) -> int:
                 f"{config.model.name}, {config.precision.name}, {config.backend.name}, "
                 f"{config.bench.name}"
             ),
-            "benchmark vs baseline": perf["verdict"],
+            "benchmark vs baseline": verdict_headline(perf),
         },
         # The bench stage drew them from the same bench_details.json: not drawn again.
         drawn_plots={
