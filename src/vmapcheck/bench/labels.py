@@ -124,10 +124,9 @@ def verdict_headline(result: dict[str, Any]) -> str:
     ``INCONCLUSIVE``, ...), then where each direction was found, by batch size:
     ``REGRESSION at 256 and 1,024 rows; faster at 4,096 rows``. An inconclusive verdict
     says why (its ``reasons``) and where its regressions were found and withheld.
-    ``result``: a verdict of
-    :func:`vmapcheck.bench.verdict.compare` or the paired verdict (cells labelled by
-    :func:`cell_label`), or one without cells (``not compared``, ``bench not rerun``,
-    ...): its word alone (its ``why`` is said beside it)."""
+    ``result``: a verdict of :func:`vmapcheck.bench.verdict.compare` or the paired verdict
+    (cells labelled by :func:`cell_label`), or one without cells (``not compared``,
+    ``bench not rerun``, ...): its word alone (its ``why`` is said beside it)."""
     verdict = str(result["verdict"])
     places: dict[str, dict[int, list[str]]] = {label: {} for label in HEADLINE_LABELS}
     paths_at: dict[int, set[str]] = {}

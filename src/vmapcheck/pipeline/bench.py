@@ -6,6 +6,12 @@ import jax.numpy as jnp
 
 from vmapcheck.bench.bounds import LAUNCH_BOUND_MEANING, launch_bound_text
 from vmapcheck.bench.guard import replay_figures, replay_summary, run_replay
+from vmapcheck.bench.machine import (
+    ConditionsSampler,
+    conditions,
+    conditions_line,
+    machine_record,
+)
 from vmapcheck.bench.plots import (
     write_latency_csvs,
     write_latency_png,
@@ -111,11 +117,17 @@ def run(config: Config, layout: Layout) -> None:
     rows = load_cases(layout.cases)[STANDARD_CASE]["x"]
     dtype = jnp.dtype(config.precision.dtype)
     mesh = data_mesh(config.backend.num_devices)
-    # Progress bars on a terminal, plain lines in a log (dvc repro piped, CI).
-    with open_progress("bench") as progress:
-        result = run_bench(model, params, rows, config.bench, dtype, progress=progress, mesh=mesh)
+    # Progress bars on a terminal, plain lines in a log (dvc repro piped, CI). The load
+    # and CPU frequency are sampled over all of it: compiles, warm-up, timing, replays.
+    with open_progress("bench") as progress, ConditionsSampler() as sampler:
+        result = run_bench(
+            model, params, rows, config.bench, dtype, progress=progress, mesh=mesh, sampler=sampler
+        )
         # Serving: a stream of requests of random sizes (and invalid ones) through the guard.
         replay = run_replay(model, params, rows, dtype, config.guard, progress=progress)
+    # Noisy or not by the highest load of the whole bench, the replays included.
+    machine = result["machine"]
+    result["machine"] = machine_record(machine["before"], conditions(), sampler.summary())
     # Where the bench's own time went, so that a profile's bound can be read off every run.
     result["phases_s"] = {
         **result["phases_s"],
@@ -151,6 +163,7 @@ def run(config: Config, layout: Layout) -> None:
         write_latency_png(folder / layout.latency_png.name, result["latency_ms"], title)
         if result["speedup"]:
             write_speedup_png(folder / layout.speedup_png.name, result["speedup"], title)
+    print(f"bench: conditions: {conditions_line(result['machine'])}")
     if result["machine"]["noisy"]:
         print("bench: WARNING: load average above the core count: figures are noisy")
     print(f"bench: {peak_line(result['peak'])}")

@@ -79,6 +79,7 @@ STAGE_CODE: dict[str, tuple[str, ...]] = {
         "check",
         "tracking",
         "report/__init__.py",
+        "report/elements.py",
         "report/headline.py",
         EXAMPLES,
     ),
