@@ -166,6 +166,12 @@ def test_a_headline_names_the_paths_where_a_size_is_split():
         "INCONCLUSIVE: slower beyond the factor at 256 rows, withheld; "
         "slower (below the factor) at 1,024 rows"
     )
+    # Beyond three paths at a size, their count (seen: all 10 jit paths of a run, named
+    # one by one, made a headline of 300 characters); one row is a row.
+    many = {f"path{i}": {"b1": {"status": FASTER if i < 5 else NO_DIFFERENCE}} for i in range(10)}
+    assert labels.verdict_headline({"verdict": "no regression", "cells": many}) == (
+        "NO REGRESSION; faster at 1 row in 5 of 10 paths"
+    )
     # No direction found, or no cells at all: the word alone.
     quiet = {"vmap_jit": {"b256": {"status": UNDERPOWERED}}}
     assert labels.verdict_headline({"verdict": "no regression", "cells": quiet}) == "NO REGRESSION"

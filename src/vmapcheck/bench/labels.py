@@ -101,18 +101,36 @@ def _rows(label: str) -> int | None:
     return int(digits) if digits.isdigit() else None
 
 
+# The most paths a headline names at one size; beyond it, their count (the table names
+# every cell).
+NAMED_PATHS = 3
+
+
 def _sizes_text(places: dict[int, list[str]], paths_at: dict[int, set[str]]) -> str:
     """``256 and 1,024 rows``; where only some of a size's paths got the label, each size
-    is said with its rows and those paths named: ``256 rows and 1,024 rows in direct_jit``."""
+    is said with its rows and those paths: ``256 rows and 1,024 rows in direct_jit``
+    (``in 5 of 11 paths`` beyond :data:`NAMED_PATHS`)."""
     sizes = sorted(places)
     partial = {rows for rows in sizes if set(places[rows]) != paths_at[rows]}
-    if partial:
-        items = [
-            f"{rows:,} rows" + (f" in {', '.join(places[rows])}" if rows in partial else "")
-            for rows in sizes
-        ]
-        return _joined(items)
-    return f"{_joined([f'{rows:,}' for rows in sizes])} rows"
+    if not partial:
+        return f"{_joined([f'{rows:,}' for rows in sizes])} {_rows_word(sizes[-1])}"
+    items = []
+    for rows in sizes:
+        text = f"{rows:,} {_rows_word(rows)}"
+        named = places[rows]
+        if rows in partial:
+            which = (
+                ", ".join(named)
+                if len(named) <= NAMED_PATHS
+                else f"{len(named)} of {len(paths_at[rows])} paths"
+            )
+            text += f" in {which}"
+        items.append(text)
+    return _joined(items)
+
+
+def _rows_word(rows: int) -> str:
+    return "row" if rows == 1 else "rows"
 
 
 def _joined(items: list[str]) -> str:
