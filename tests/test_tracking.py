@@ -288,6 +288,13 @@ def test_a_run_whose_bench_was_not_rerun_gets_no_new_benchmark_verdict():
     # The verdict comes before any baseline is looked for: nothing is compared.
     perf = judge_performance(None, None, {}, stages=stages)  # type: ignore[arg-type]
     assert perf == {"verdict": NOT_RERUN, "why": why}
+    # Under DVC, the dvc process's start decides: a bench that ended a minute before this
+    # run began (a tolerance changed right after a full run) is not this run's, though
+    # the chain of stages would take it in.
+    soon = {**stages, "bench": record(fresh - 60, 20)}
+    assert bench_not_rerun(soon) is None  # outside DVC: the chain (gap under 120 s)
+    assert "bench not rerun" in (bench_not_rerun(soon, dvc_began=fresh - 1) or "")
+    assert bench_not_rerun({**stages, "bench": record(fresh - 0.5, 0.4)}, fresh - 1) is None
     # bench in this run's chain of stages: its timing is fresh.
     stages["bench"] = record(fresh - 25, 20)
     assert bench_not_rerun(stages) is None

@@ -71,18 +71,32 @@ from vmapcheck.tracking.store import (
 NOT_RERUN = "bench not rerun"
 
 
-def bench_not_rerun(stages: dict[str, dict[str, Any]]) -> str | None:
+def bench_not_rerun(
+    stages: dict[str, dict[str, Any]], dvc_began: float | None = None
+) -> str | None:
     """Why this run has no timing of its own (None: bench ran in this pipeline run): DVC
     skipped bench (its inputs unchanged, e.g. only a tolerance changed), so its
     bench_details.json is an earlier run's, and comparing it would judge that timing
-    against itself or again. A run without stage records (track called by hand) is
-    treated as fresh."""
+    against itself or again.
+
+    ``dvc_began``: when the ``dvc`` process running track started
+    (:func:`vmapcheck.pipeline.running.dvc_run_began`); a bench that started before it
+    is an earlier run's. None (track outside DVC): the chain of stages that ran one after
+    another up to track (:func:`vmapcheck.tracking.log.run_start`), which cannot tell a
+    skipped bench from one that ended less than ``RUN_GAP_S`` before (a tolerance changed
+    a minute after a full run got a verdict of the old timing against itself). A run
+    without stage records (track called by hand) is treated as fresh."""
     bench, own = stages.get("bench"), stages.get(LAST_STAGE)
     if bench is None or own is None:
         return None
-    if float(bench["start"]) >= run_start(stages, float(own["start"])):
+    began = float(bench["start"])
+    # The same second of slack as refuse_changed_settings: a process's start time is
+    # rounded, a stage's is not.
+    if dvc_began is not None and began >= dvc_began - 1.0:
         return None
-    when = datetime.fromtimestamp(float(bench["start"]), UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+    if dvc_began is None and began >= run_start(stages, float(own["start"])):
+        return None
+    when = datetime.fromtimestamp(began, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
     return (
         f"bench not rerun: DVC skipped it (its inputs are unchanged), so the timing is the "
         f"one it made at {when}, judged when that run was logged; no new benchmark verdict"
@@ -103,7 +117,7 @@ def judge_performance(
     A regression is reported (and logged), not fatal: latency on a shared machine is
     judged by people; the agreement checks gate the pipeline.
     """
-    stale = bench_not_rerun(stages or {})
+    stale = bench_not_rerun(stages or {}, dvc_run_began())
     if stale is not None:
         print(f"track: {stale}")
         return {"verdict": NOT_RERUN, "why": stale}
