@@ -69,12 +69,16 @@ def test_the_gradient_line_leads_with_its_bound_ratio_and_leaf():
         "bound_ratio": 0.00025,
         "scale_at_worst": 1e-10,
         "worst_pair": "attn.key.bias",
+        "per_example_vs_batch": {
+            "attn.key.bias": {"max_rel": 1.66, "max_abs": 2e-10, "bound_ratio": 0.00025},
+            "attn.key.kernel": {"max_rel": 1e-6, "max_abs": 4e-10, "bound_ratio": 0.0001},
+        },
     }
     line = gradients_line(grads, TOLERANCE)
     assert line == (
-        "  ok   gradients        mean per-example vs batch gradient: bound_ratio=0.00025 "
-        "(atol decided) max_rel=1.66 max_abs=4e-10 (leaf attn.key.bias); loss 2.346; "
-        "NaN target detected"
+        "  ok   gradients        mean per-example vs batch gradient (leaf by leaf): "
+        "bound_ratio=0.00025 (attn.key.bias; atol decided) max_rel=1.66 (attn.key.bias) "
+        "max_abs=4e-10 (attn.key.kernel); loss 2.346; NaN target detected"
     )
 
 

@@ -66,8 +66,9 @@ def figure_text(
     """A check's figures in the order they decide: ``bound_ratio=0.00025 max_rel=1.66
     max_abs=2e-10``. The bound ratio (``|a - b| / (atol + rtol * S)`` at the worst
     element, above 1 a failure) decides the check; max_rel and max_abs follow as
-    context. ``decided_by_atol`` (:func:`atol_decided`) adds ``(atol decided)`` after the
-    ratio; ``cases``: the case each of the three figures comes from, named after it."""
+    context. ``decided_by_atol`` (:func:`atol_decided`) adds ``atol decided`` to the
+    ratio; ``cases``: where each of the three figures comes from (a case, a leaf), named
+    after it: ``bound_ratio=0.0078 (embed; atol decided) max_rel=1.96 (attn.key.bias)``."""
     where = cases or (None, None, None)
     parts = []
     for (name, value), case in zip(
@@ -75,10 +76,11 @@ def figure_text(
         where,
         strict=True,
     ):
-        text = f"{name}={num(value) if value is not None else 'None'}"
+        notes = [case] if case else []
         if name == "bound_ratio" and decided_by_atol and value:
-            text += " (atol decided)"
-        parts.append(text + (f" ({case})" if case else ""))
+            notes.append("atol decided")
+        text = f"{name}={num(value) if value is not None else 'None'}"
+        parts.append(text + (f" ({'; '.join(notes)})" if notes else ""))
     return " ".join(parts)
 
 
