@@ -5,7 +5,9 @@ import re
 
 import pytest
 
+from tests.helpers.config import compose_config
 from vmapcheck.errors import ArtifactError
+from vmapcheck.layout import Layout
 from vmapcheck.tracking.log import collect_metrics, metric_name, run_name, verdict_note
 from vmapcheck.tracking.run_inputs import dvc_exp_name
 
@@ -117,9 +119,9 @@ def test_the_verdict_note_reads_like_the_reports_first_screen():
     }
     note = verdict_note(check, bench, mixed)
     assert "benchmark vs baseline: REGRESSION at 256 rows; faster at 4,096 rows" in note
-    stale = {"verdict": "bench not rerun", "why": "bench not rerun: DVC skipped it"}
+    stale = {"verdict": "bench not rerun", "why": "bench not rerun: timing from run 4d67f809"}
     note = verdict_note(check, bench, stale)
-    assert "benchmark vs baseline: BENCH NOT RERUN\n  (bench not rerun: DVC skipped it)" in note
+    assert "vs baseline: BENCH NOT RERUN\n  (bench not rerun: timing from run 4d67f809)" in note
     failed = {**check, "passed": False, "failures": [f"failure {i}" for i in range(7)]}
     note = verdict_note(failed, bench)
     assert note.startswith("**FAILED**") and "- failure: failure 4" in note
@@ -264,7 +266,7 @@ def test_the_compare_url_opens_the_ml_mode():
         compare_url("http://x", [])
 
 
-def test_a_run_whose_bench_was_not_rerun_gets_no_new_benchmark_verdict():
+def test_a_run_whose_bench_was_not_rerun_gets_no_new_benchmark_verdict(tmp_path):
     """`-S precision.tolerance.rtol=2e-5` reruns code, check and track only: track used to
     judge the old bench_details.json against the run that made it (every ratio 1.000)."""
     from vmapcheck.pipeline.track import NOT_RERUN, bench_not_rerun, judge_performance
@@ -283,10 +285,13 @@ def test_a_run_whose_bench_was_not_rerun_gets_no_new_benchmark_verdict():
         "track": {"start": fresh + 5, "end": None, "wall_s": None, "exit_code": None},
     }
     why = bench_not_rerun(stages)
-    assert why is not None and "bench not rerun: DVC skipped it" in why
-    assert "2023-11-14" in why  # when its timing was made
-    # The verdict comes before any baseline is looked for: nothing is compared.
-    perf = judge_performance(None, None, {}, stages=stages)  # type: ignore[arg-type]
+    assert why is not None and why.startswith("bench not rerun: timing made at 2023-11-14")
+    assert "(DVC skipped bench: its inputs are unchanged)" in why
+    named = bench_not_rerun(stages, timing_run="4d67f809")
+    assert (named or "").startswith("bench not rerun: timing from run 4d67f809, made at 2023")
+    # The verdict comes before any baseline is looked for: nothing is compared (no
+    # reports/track.json here: no run named).
+    perf = judge_performance(compose_config(), Layout(tmp_path), {}, stages=stages)
     assert perf == {"verdict": NOT_RERUN, "why": why}
     # Under DVC, the dvc process's start decides: a bench that ended a minute before this
     # run began (a tolerance changed right after a full run) is not this run's, though

@@ -675,6 +675,34 @@ def _complete_run(client, experiment: str, details: dict, start_time: int, verdi
     return run.info.run_id
 
 
+def test_the_run_that_logged_a_timing_is_found_by_its_span_and_its_artifact(
+    tmp_path, empty_mlflow_store
+):
+    """A track rerun without bench (issue 35) names the run whose timing it holds: DVC
+    removed reports/track.json before track ran, so the run is looked for in the store,
+    a complete run whose span holds the bench's start and whose artifact is the file."""
+    from mlflow.tracking import MlflowClient
+
+    from vmapcheck.bench.baseline import run_of_timing
+
+    assert run_of_timing(f"sqlite:///{tmp_path / 'none.db'}", ["x"], tmp_path, 1.0) is None
+    uri = empty_mlflow_store(tmp_path / "mlflow.db")
+    client = MlflowClient(tracking_uri=uri)
+    experiment = client.create_experiment(
+        "vmapcheck", artifact_location=(tmp_path / "mlartifacts").as_uri()
+    )
+    older, timing = _details(1.0, 0), _details(1.0, 1)
+    first = _complete_run(client, experiment, older, start_time=1_000)
+    second = _complete_run(client, experiment, timing, start_time=2_000)  # both end now
+    details = tmp_path / "bench_details.json"
+    details.write_text(json.dumps(timing))
+    # Both spans hold 2.5 s: the artifact tells them apart.
+    assert run_of_timing(uri, ["vmapcheck", "absent"], details, made_at=2.5) == second
+    details.write_text(json.dumps(older))
+    assert run_of_timing(uri, ["vmapcheck"], details, made_at=2.5) == first
+    assert run_of_timing(uri, ["vmapcheck"], details, made_at=0.5) is None  # before any run
+
+
 def test_last_verified_is_a_run_of_the_judged_runs_bench_profile(
     tmp_path, root, empty_mlflow_store, monkeypatch, capsys
 ):

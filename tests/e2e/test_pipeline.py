@@ -351,12 +351,12 @@ def test_changing_only_a_tolerance_reruns_check_and_track(project):
 
     track = json.loads((project / "reports" / "track.json").read_text())
     assert track["perf_verdict"] == "bench not rerun"
-    assert "track: bench not rerun: DVC skipped it" in result.stdout
+    assert "track: bench not rerun: timing from run " in result.stdout
     assert "benchmark verdict:" not in result.stdout
     run_ = mlflow_client(project).get_run(track["run_id"])
     assert not any(name.startswith("perf/") for name in run_.data.metrics)
     assert run_.data.tags["perf_verdict"] == "bench not rerun"
-    assert run_.data.tags["perf_baseline"].startswith("bench not rerun: DVC skipped it")
+    assert run_.data.tags["perf_baseline"].startswith("bench not rerun: timing from run ")
     assert "benchmark vs baseline: BENCH NOT RERUN" in run_.data.tags["mlflow.note.content"]
     perf = json.loads((project / "reports" / "perf_verdict.json").read_text())
     assert perf["verdict"] == "bench not rerun" and "cells" not in perf
