@@ -120,6 +120,7 @@ def summary(kind: str, result: dict[str, Any]) -> dict[str, Any]:
                     "ci_low",
                     "ci_high",
                     "p_slower_adjusted",
+                    "p_faster_adjusted",
                     "process_ratios",
                     "pair_ratios",
                     "p_slower",
@@ -232,6 +233,7 @@ def tables(
 
     one_look = [d for d in done if d["kind"] == "A/A1" and "error" not in d]
     return {
+        "label_counts": {"A/A": label_counts(aa, alpha), "A/B": label_counts(ab, alpha)},
         "wall_s": {"A/A": walls(aa), "A/A1": walls(one_look), "A/B": walls(ab)},
         "load_1m": {"A/A1": load_range(one_look)},
         "aa_one_look_regressions": sum(d["verdict"] == "regression" for d in one_look),
@@ -259,6 +261,32 @@ def tables(
         "failed": [{"kind": d["kind"], "error": d["error"]} for d in done if "error" in d],
         "inconclusive": 0,  # the paired verdict has none (module docstring)
         "mean_load_1m": {"min": min(loads), "max": max(loads)} if loads else None,
+    }
+
+
+def label_counts(ds: list[dict[str, Any]], alpha: float) -> dict[str, Any]:
+    """Every label (:data:`vmapcheck.bench.labels.LABELS`, a label never given counted 0)
+    over all cells of ``ds``, and the direction labels whose own adjusted p (p slower for
+    ``slower (below the factor)`` and ``regression``, p faster for ``faster``) is not below
+    ``alpha``: each one a direction said without significance (issue 35; none expected)."""
+    from vmapcheck.bench.labels import FASTER, LABELS, REGRESSION, SLOWER
+
+    counts = dict.fromkeys(LABELS, 0)
+    unsupported = []
+    direction = {FASTER: "p_faster_adjusted", SLOWER: "p_slower_adjusted"}
+    direction[REGRESSION] = "p_slower_adjusted"
+    for i, d in enumerate(ds):
+        for c, v in d["cells"].items():
+            status = v.get("status", "?")
+            counts[status] = counts.get(status, 0) + 1
+            key = direction.get(status)
+            # Older files lack p_faster_adjusted: such a cell cannot be checked, it is named.
+            if key is not None and not (v.get(key) is not None and v[key] < alpha):
+                unsupported.append({"comparison": i, "cell": c, "status": status, key: v.get(key)})
+    return {
+        "cells": sum(counts.values()),
+        "by_label": counts,
+        "direction_without_significance": unsupported,
     }
 
 
@@ -294,6 +322,14 @@ def markdown(report: dict[str, Any]) -> str:
     for kind, by_cell in (t.get("labels") or {}).items():
         for cell, counts in by_cell.items():
             lines.append(f"{kind} {cell}: {counts}")
+    for kind, total in (t.get("label_counts") or {}).items():
+        if not total["cells"]:
+            continue
+        lines += ["", f"{kind}: every label over {total['cells']} cells", "", "| label | cells |"]
+        lines.append("|---|---:|")
+        lines += [f"| {label} | {n} |" for label, n in total["by_label"].items()]
+        wrong = total["direction_without_significance"]
+        lines.append(f"{kind}: direction labels without adjusted significance: {len(wrong)}")
     return "\n".join(lines)
 
 

@@ -22,6 +22,7 @@ from vmapcheck.core.models import Model
 from vmapcheck.core.paths import PATHS
 from vmapcheck.errors import ArtifactError, ConfigError, InvalidInputError
 from vmapcheck.testing import (
+    EDGE_CASES,
     BatchingCheckError,
     assert_batching_consistent,
     check_batching,
@@ -192,7 +193,7 @@ def test_a_planted_batching_mistake_fails_naming_the_paths(mistake, regrouping, 
     assert "disagree with loop_eager (the plain per-example loop): direct_eager, direct_jit\n" in (
         message
     )
-    assert "  FAIL examples         [8x4] worst pair: max_abs=" in message
+    assert "  FAIL examples         [8x4] worst pair: bound_ratio=" in message
     assert "  FAIL composition      examples: outputs depend on batch composition in " in (message)
     # The check's own failure lines, the first ten of them.
     failures = [line for line in message.splitlines() if line.startswith("  failure: ")]
@@ -352,6 +353,58 @@ def test_the_edge_cases_run_when_asked():
     }  # fmt: skip
     assert cases["boundary"]["shape"] == [2, IN] and cases["denormal"]["kind"] == "denormal"
     assert all(case["passed"] for case in cases.values())
+
+
+def _reversed_sum_model() -> Model:
+    """A linear model whose batch path sums the same terms in the reverse order: the same
+    maths, other roundings, so that the paths differ by float32's rounding everywhere:
+    about 1e-7 on the examples, about 1e12 on the large_magnitude case (+/-1.8e19)."""
+
+    def init_linear(key: jax.Array) -> dict[str, jax.Array]:
+        return {"W": jax.random.normal(key, (IN, OUT), jnp.float32)}
+
+    return Model(
+        name="reversed_sum",
+        in_features=IN,
+        out_features=OUT,
+        forward_one=lambda params, x: x @ params["W"],
+        forward_batch=lambda params, X: X[:, ::-1] @ params["W"][::-1],
+        init=init_linear,
+    )
+
+
+def test_the_examples_figures_are_the_examples_own_and_the_edge_cases_apart():
+    """Issue 35 (5): ``report.pairs`` and ``report.worst`` showed max_abs=2.2e12 with
+    case 'examples': that figure was the large_magnitude case's. The examples' figures
+    are reported apart from the edge cases', each figure naming its case."""
+    model = _reversed_sum_model()
+    params = model.init(jax.random.key(0))
+    report = assert_batching_consistent(
+        model, params, EXAMPLES, paths=["loop_eager", "direct_jit"], edge_cases=True
+    )
+    large = report.details["cases"]["large_magnitude"]["pairs"]["loop_eager-vs-direct_jit"]
+    assert large["max_abs"] > 1e9  # huge in absolute terms, within its bound
+    own = report.details["cases"]["examples"]["pairs"]["loop_eager-vs-direct_jit"]
+    pair = report.pairs["loop_eager-vs-direct_jit"]
+    # The examples' own figure, named as the examples'.
+    assert pair.max_abs == own["max_abs"] < 1e-5 and pair.max_abs_case == "examples"
+    assert pair.max_rel_case in ("examples", "single") and pair.case in ("examples", "single")
+    # The edge cases' figures apart, each named by its case.
+    edge = report.edge_pairs["loop_eager-vs-direct_jit"]
+    assert edge.max_abs == large["max_abs"] and edge.max_abs_case == "large_magnitude"
+    assert edge.case in EDGE_CASES and edge.max_rel_case in EDGE_CASES
+    # The worst pair over both groups says where its figures come from.
+    worst = report.worst
+    assert worst is not None and worst.bound_ratio == report.worst_bound_ratio
+    assert f"max_abs={worst.max_abs:.3g} ({worst.max_abs_case})" in str(worst)
+    assert str(pair).startswith(f"bound_ratio={pair.bound_ratio:.3g} ({pair.case}) ")
+    # The summary: the examples' lines, then the edge cases under their own heading.
+    lines = report.summary.splitlines()
+    heading = lines.index("  edge cases (edge_cases=True), built from the examples:")
+    assert any(line.startswith("  ok   examples ") for line in lines[:heading])
+    assert any(line.startswith("  ok   large_magnitude ") for line in lines[heading:])
+    assert "e+12" not in "\n".join(lines[:heading])  # no 1e12 among the examples' lines
+    assert set(report.oracle) == set(report.edge_oracle) == {"loop_eager", "direct_jit"}
 
 
 # --- invalid input: vmapcheck validates what the model would silently take ---------------

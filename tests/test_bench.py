@@ -117,6 +117,9 @@ def test_run_bench_covers_every_path_and_caps_the_loop():
         k: set(v) for k, v in result["speedup"].items()
     }
     assert result["machine"]["before"]["logical_cores"] >= 1
+    # The load sampled from this call's start to its end, not only around the timing.
+    during = result["machine"]["during"]
+    assert during["samples"] >= 2 and during["span_s"] >= sum(result["phases_s"].values()) - 0.01
     # The DVC metrics: the speed-ups at the largest batch the loop ran at, named by it.
     assert dvc_metrics(result) == {
         f"{name}@b0001": ratio for name, ratio in result["speedup"]["b1"].items()

@@ -84,6 +84,45 @@ def test_a_busy_benchmark_puts_its_caveat_with_the_load_into_the_verdict_line():
     assert noisy_caveat({}) is None  # no conditions recorded: no caveat invented
 
 
+def test_the_noisy_caveat_covers_the_whole_bench():
+    """Issue 35 (6): the load figure covered the timing rounds only ("13.2-13.2" inside a
+    45 s run). Sampled from the bench's start to its end, the highest load of any phase
+    (here the replays, after the timing) makes it noisy, and the caveat says the range."""
+    import time
+
+    from vmapcheck.bench.machine import ConditionsSampler, conditions_line, machine_record
+    from vmapcheck.report.headline import noisy_caveat
+
+    quiet = {"load_avg_1m": 0.4, "usable_cores": 2}
+    during = {
+        "covers": ["compile", "warm-up", "timing", "peak sweep", "replays"],
+        "span_s": 45.2,
+        "samples": 46,
+        "interval_s": 1.0,
+        "load_avg_1m": {"min": 0.4, "max": 13.2, "mean": 5.0},
+        "cpu_mhz": {"min": 2600.0, "max": 2600.0, "mean": 2600.0},
+    }
+    machine = machine_record(quiet, quiet, during)
+    assert machine["noisy"]  # quiet before and after the timing; not in between
+    assert not machine_record(quiet, quiet, {**during, "load_avg_1m": None})["noisy"]
+    assert noisy_caveat({"machine": machine}) == (
+        "speed figures noisy: load average 0.4-13.2 on 2 usable cores over the whole "
+        "benchmark (compile, warm-up, timing, peak sweep, replays; 45 s)"
+    )
+    assert conditions_line(machine) == (
+        "load 0.4-13.2 (1-minute average, 46 samples over 45 s: compile, warm-up, timing, "
+        "peak sweep, replays) on 2 usable cores; CPU 2600-2600 MHz as the OS reports it; "
+        "noisy (load above the usable cores)"
+    )
+    # The sampler itself: a reading at each end and one each interval between.
+    with ConditionsSampler(interval_s=0.05) as sampler:
+        time.sleep(0.3)
+    summary = sampler.summary()
+    assert summary["samples"] >= 4 and summary["span_s"] >= 0.3
+    assert summary["load_avg_1m"]["min"] <= summary["load_avg_1m"]["max"]
+    assert summary["covers"][0] == "compile" and summary["covers"][-1] == "replays"
+
+
 def test_headline_keys_are_fixed_by_the_profile_not_by_what_ran():
     """Seen under load: loop_jit left out at 128 rows (its projected compile past the
     budget) moved bench.json's keys from `*@b0128` to `*@b0016`, and the console said

@@ -695,6 +695,25 @@ def test_the_first_figures_are_the_headline_ones(failed):
     assert "baseline: run 4d67f809c2f14671808e61d678392840" in text["fs-perf"]
 
 
+def test_a_mixed_benchmark_verdict_is_said_as_such_on_the_first_screen():
+    """Issue 35 (3): slower at small batches and faster at a large one is not headlined
+    by one word: the card says where each was found, as the console and MLflow do."""
+    check, bench, train, contract = make_inputs(failed=False)
+    perf = perf_verdict("regression") | {
+        "cells": {
+            "vmap_jit": {
+                "b256": {"status": "regression"},
+                "b1024": {"status": "regression"},
+                "b4096": {"status": "faster"},
+            }
+        }
+    }
+    page = parse(render_report(check, bench, train, contract, perf=perf))
+    text = page.text("fs-perf")
+    assert text.startswith("Benchmark vs baseline regression")
+    assert "REGRESSION at 256 and 1,024 rows; faster at 4,096 rows" in text
+
+
 def test_no_headline_figure_is_made_up():
     """Figures the run does not have say so: no oracle, no reference, no benchmark
     ratio, no perf verdict."""

@@ -2,7 +2,8 @@
 with the stored reference names its worst figure and bound, and always has a
 ``failure:`` line, however many pairs failed before it."""
 
-from vmapcheck.report.summary import reference_line, shown_failures
+from vmapcheck.pipeline.check import gradients_line
+from vmapcheck.report.summary import case_line, reference_line, shown_failures
 
 MESSAGE = "reference made with jax 0.11.2 on cpu, compared with jax 0.10.2 on tpu"
 
@@ -25,7 +26,60 @@ def test_a_failed_reference_names_its_worst_case_path_and_bound():
     }
     line = reference_line(reference)
     assert line.startswith(f"  FAIL reference        {MESSAGE}; worst: standard/vmap_jit ")
-    assert "max_abs=0.001 max_rel=0.002 (4.5 of its bound, rule terms)" in line
+    assert line.endswith(
+        "worst: standard/vmap_jit bound_ratio=4.5 max_rel=0.002 max_abs=0.001 (rule terms)"
+    )
+
+
+TOLERANCE = {"rtol": 1e-5, "atol": 1e-6, "scale": "output"}
+
+
+def test_a_case_line_leads_with_the_bound_ratio_then_max_rel_and_max_abs():
+    """Issue 35 (7): the figure that decides first, so that a large max_rel of values
+    within atol is never read as the verdict."""
+    case = {
+        "passed": True,
+        "shape": [8, 4],
+        "max_abs": 2e-10,
+        "max_rel": 1.66,
+        "bound_ratio": 0.00025,
+        "scale_at_worst": 3e-9,  # rtol * S = 3e-14, far under atol: atol decided
+        "rule": "output",
+    }
+    line = case_line("examples", case, TOLERANCE)
+    assert line == (
+        "  ok   examples         [8x4] worst pair: bound_ratio=0.00025 (atol decided) "
+        "max_rel=1.66 max_abs=2e-10 (rule output)"
+    )
+    # Where rtol * S outweighs atol, the ratio is rtol's: nothing more is said.
+    line = case_line("examples", {**case, "scale_at_worst": 10.0}, TOLERANCE)
+    assert "worst pair: bound_ratio=0.00025 max_rel=1.66 max_abs=2e-10" in line
+
+
+def test_the_gradient_line_leads_with_its_bound_ratio_and_leaf():
+    """The transformer's gradient line read ``max_rel=1.66`` and ``ok`` (issue 35): the
+    gradient of attn.key.bias is about 2e-10, under atol. It now shows the figure that
+    decided first, at the leaf where it is reached."""
+    grads = {
+        "status": "ok",
+        "passed": True,
+        "loss": 2.3456,
+        "max_abs": 4e-10,
+        "max_rel": 1.66,
+        "bound_ratio": 0.00025,
+        "scale_at_worst": 1e-10,
+        "worst_pair": "attn.key.bias",
+        "per_example_vs_batch": {
+            "attn.key.bias": {"max_rel": 1.66, "max_abs": 2e-10, "bound_ratio": 0.00025},
+            "attn.key.kernel": {"max_rel": 1e-6, "max_abs": 4e-10, "bound_ratio": 0.0001},
+        },
+    }
+    line = gradients_line(grads, TOLERANCE)
+    assert line == (
+        "  ok   gradients        mean per-example vs batch gradient (leaf by leaf): "
+        "bound_ratio=0.00025 (attn.key.bias; atol decided) max_rel=1.66 (attn.key.bias) "
+        "max_abs=4e-10 (attn.key.kernel); loss 2.346; NaN target detected"
+    )
 
 
 def test_a_passed_or_uncompared_reference_keeps_its_one_clause():

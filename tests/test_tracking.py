@@ -5,7 +5,9 @@ import re
 
 import pytest
 
+from tests.helpers.config import compose_config
 from vmapcheck.errors import ArtifactError
+from vmapcheck.layout import Layout
 from vmapcheck.tracking.log import collect_metrics, metric_name, run_name, verdict_note
 from vmapcheck.tracking.run_inputs import dvc_exp_name
 
@@ -106,7 +108,20 @@ def test_the_verdict_note_reads_like_the_reports_first_screen():
     assert "vs float64: max_rel 3e-06 (vmap_jit, case standard)" in note
     assert "invalid inputs refused by every path: 1/1" in note
     assert "at 128 rows: vmap over loop 9.50x (CI 8.00-11.00)" in note
-    assert "benchmark vs baseline: no baseline" in note
+    assert "benchmark vs baseline: NO BASELINE" in note
+    # A mixed result is said as such (issue 35), in the words of the console's headline;
+    # a run without fresh timing says where its timing came from.
+    mixed = {
+        "verdict": "regression",
+        "cells": {
+            "vmap_jit": {"b256": {"status": "regression"}, "b4096": {"status": "faster"}},
+        },
+    }
+    note = verdict_note(check, bench, mixed)
+    assert "benchmark vs baseline: REGRESSION at 256 rows; faster at 4,096 rows" in note
+    stale = {"verdict": "bench not rerun", "why": "bench not rerun: timing from run 4d67f809"}
+    note = verdict_note(check, bench, stale)
+    assert "vs baseline: BENCH NOT RERUN\n  (bench not rerun: timing from run 4d67f809)" in note
     failed = {**check, "passed": False, "failures": [f"failure {i}" for i in range(7)]}
     note = verdict_note(failed, bench)
     assert note.startswith("**FAILED**") and "- failure: failure 4" in note
@@ -251,7 +266,7 @@ def test_the_compare_url_opens_the_ml_mode():
         compare_url("http://x", [])
 
 
-def test_a_run_whose_bench_was_not_rerun_gets_no_new_benchmark_verdict():
+def test_a_run_whose_bench_was_not_rerun_gets_no_new_benchmark_verdict(tmp_path):
     """`-S precision.tolerance.rtol=2e-5` reruns code, check and track only: track used to
     judge the old bench_details.json against the run that made it (every ratio 1.000)."""
     from vmapcheck.pipeline.track import NOT_RERUN, bench_not_rerun, judge_performance
@@ -270,11 +285,21 @@ def test_a_run_whose_bench_was_not_rerun_gets_no_new_benchmark_verdict():
         "track": {"start": fresh + 5, "end": None, "wall_s": None, "exit_code": None},
     }
     why = bench_not_rerun(stages)
-    assert why is not None and "bench not rerun: DVC skipped it" in why
-    assert "2023-11-14" in why  # when its timing was made
-    # The verdict comes before any baseline is looked for: nothing is compared.
-    perf = judge_performance(None, None, {}, stages=stages)  # type: ignore[arg-type]
+    assert why is not None and why.startswith("bench not rerun: timing made at 2023-11-14")
+    assert "(DVC skipped bench: its inputs are unchanged)" in why
+    named = bench_not_rerun(stages, timing_run="4d67f809")
+    assert (named or "").startswith("bench not rerun: timing from run 4d67f809, made at 2023")
+    # The verdict comes before any baseline is looked for: nothing is compared (no
+    # reports/track.json here: no run named).
+    perf = judge_performance(compose_config(), Layout(tmp_path), {}, stages=stages)
     assert perf == {"verdict": NOT_RERUN, "why": why}
+    # Under DVC, the dvc process's start decides: a bench that ended a minute before this
+    # run began (a tolerance changed right after a full run) is not this run's, though
+    # the chain of stages would take it in.
+    soon = {**stages, "bench": record(fresh - 60, 20)}
+    assert bench_not_rerun(soon) is None  # outside DVC: the chain (gap under 120 s)
+    assert "bench not rerun" in (bench_not_rerun(soon, dvc_began=fresh - 1) or "")
+    assert bench_not_rerun({**stages, "bench": record(fresh - 0.5, 0.4)}, fresh - 1) is None
     # bench in this run's chain of stages: its timing is fresh.
     stages["bench"] = record(fresh - 25, 20)
     assert bench_not_rerun(stages) is None

@@ -126,6 +126,58 @@ def test_only_the_slowed_path_is_flagged_and_a_speedup_is_an_improvement():
     assert result["differences"] == {"jax_version": [None, "0.12.0"]}
 
 
+def _sized(medians: dict[int, float], seed: int) -> dict[str, np.ndarray]:
+    return {f"b{rows}": _lognormal(ms, 80, seed + rows, sigma=0.05) for rows, ms in medians.items()}
+
+
+def test_a_mixed_result_is_headlined_as_such():
+    """Issue 35 (3): slower at 256 and 1,024 rows, faster at 4,096: the headline says
+    both, in the words the console, the HTML report and the MLflow description share."""
+    base = _record(
+        {
+            "vmap_jit": _sized({256: 1.0, 1024: 2.0, 4096: 8.0}, 0),
+            "direct_jit": _sized({256: 1.0, 1024: 2.0, 4096: 8.0}, 10),
+        }
+    )
+    cur = _record(
+        {
+            "vmap_jit": _sized({256: 1.4, 1024: 2.8, 4096: 6.0}, 20),
+            "direct_jit": _sized({256: 1.4, 1024: 2.8, 4096: 6.0}, 30),
+        }
+    )
+    result = compare(base, cur, factor=1.1, alpha=0.01)
+    assert result["verdict"] == "regression"
+    headline = labels.verdict_headline(result)
+    assert headline == "REGRESSION at 256 and 1,024 rows; faster at 4,096 rows"
+    assert format_table(result).startswith(f"benchmark verdict: {headline}")
+
+
+def test_a_headline_names_the_paths_where_a_size_is_split():
+    cells = {
+        "vmap_jit": {"b256": {"status": REGRESSION}, "b1024": {"status": NO_DIFFERENCE}},
+        "direct_jit": {"b256": {"status": REGRESSION}, "b1024": {"status": REGRESSION}},
+    }
+    assert labels.verdict_headline({"verdict": "regression", "cells": cells}) == (
+        "REGRESSION at 256 rows and 1,024 rows in direct_jit"
+    )
+    # The paired verdict's flat cells; an inconclusive verdict says what it withheld.
+    flat = {"vmap_jit/b256": {"status": REGRESSION}, "vmap_jit/b1024": {"status": labels.SLOWER}}
+    assert labels.verdict_headline({"verdict": "inconclusive", "cells": flat}) == (
+        "INCONCLUSIVE: slower beyond the factor at 256 rows, withheld; "
+        "slower (below the factor) at 1,024 rows"
+    )
+    # Beyond three paths at a size, their count (seen: all 10 jit paths of a run, named
+    # one by one, made a headline of 300 characters); one row is a row.
+    many = {f"path{i}": {"b1": {"status": FASTER if i < 5 else NO_DIFFERENCE}} for i in range(10)}
+    assert labels.verdict_headline({"verdict": "no regression", "cells": many}) == (
+        "NO REGRESSION; faster at 1 row in 5 of 10 paths"
+    )
+    # No direction found, or no cells at all: the word alone.
+    quiet = {"vmap_jit": {"b256": {"status": UNDERPOWERED}}}
+    assert labels.verdict_headline({"verdict": "no regression", "cells": quiet}) == "NO REGRESSION"
+    assert labels.verdict_headline({"verdict": "bench not rerun"}) == "BENCH NOT RERUN"
+
+
 def test_cells_in_one_run_only_are_listed_not_compared():
     base = _record({"loop_jit": {"b1": _lognormal(1.0, 20, 0)}})
     cur = _record({"loop_jit": {"b1": _lognormal(1.0, 20, 1), "b256": _lognormal(9.0, 20, 2)}})
@@ -621,6 +673,34 @@ def _complete_run(client, experiment: str, details: dict, start_time: int, verdi
     client.set_tag(run.info.run_id, "pipeline_complete", "true")
     client.set_terminated(run.info.run_id)
     return run.info.run_id
+
+
+def test_the_run_that_logged_a_timing_is_found_by_its_span_and_its_artifact(
+    tmp_path, empty_mlflow_store
+):
+    """A track rerun without bench (issue 35) names the run whose timing it holds: DVC
+    removed reports/track.json before track ran, so the run is looked for in the store,
+    a complete run whose span holds the bench's start and whose artifact is the file."""
+    from mlflow.tracking import MlflowClient
+
+    from vmapcheck.bench.baseline import run_of_timing
+
+    assert run_of_timing(f"sqlite:///{tmp_path / 'none.db'}", ["x"], tmp_path, 1.0) is None
+    uri = empty_mlflow_store(tmp_path / "mlflow.db")
+    client = MlflowClient(tracking_uri=uri)
+    experiment = client.create_experiment(
+        "vmapcheck", artifact_location=(tmp_path / "mlartifacts").as_uri()
+    )
+    older, timing = _details(1.0, 0), _details(1.0, 1)
+    first = _complete_run(client, experiment, older, start_time=1_000)
+    second = _complete_run(client, experiment, timing, start_time=2_000)  # both end now
+    details = tmp_path / "bench_details.json"
+    details.write_text(json.dumps(timing))
+    # Both spans hold 2.5 s: the artifact tells them apart.
+    assert run_of_timing(uri, ["vmapcheck", "absent"], details, made_at=2.5) == second
+    details.write_text(json.dumps(older))
+    assert run_of_timing(uri, ["vmapcheck"], details, made_at=2.5) == first
+    assert run_of_timing(uri, ["vmapcheck"], details, made_at=0.5) is None  # before any run
 
 
 def test_last_verified_is_a_run_of_the_judged_runs_bench_profile(

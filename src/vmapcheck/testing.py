@@ -117,14 +117,17 @@ def precision_config(
 
 @dataclass(frozen=True)
 class PairFigures:
-    """One pair of paths, its worst figures over the cases it was compared on.
+    """One pair of paths, its worst figures over a group of cases (the examples the
+    caller passed, or the edge cases), each figure with the case it comes from.
 
     ``pair``: ``"<pathA>-vs-<pathB>"`` as the check names it (``one_jit-vs-single.
     vmap_jit``: ``forward_one`` on the first example against row 0 of a batch path on the
-    batch of one). ``max_abs`` / ``max_rel``: the largest errors; ``bound_ratio``: the
-    largest fraction of its bound that a difference uses (``compare``'s ``bound_ratio``;
-    at most 1 when they agree) and ``case`` the case where it was reached; ``passed``:
-    agreed on every case.
+    batch of one). ``bound_ratio``: the largest fraction of its bound that a difference
+    uses (``compare``'s ``bound_ratio``; at most 1 when they agree), reached on case
+    ``case``; ``max_rel`` / ``max_abs``: the largest errors, reached on ``max_rel_case`` /
+    ``max_abs_case`` (a figure is never shown beside another case's name: a
+    large_magnitude case's absolute error of 1e12 is its own); ``passed``: agreed on
+    every case of the group.
     """
 
     pair: str
@@ -133,6 +136,20 @@ class PairFigures:
     bound_ratio: float | None
     case: str | None
     passed: bool
+    max_abs_case: str | None = None
+    max_rel_case: str | None = None
+
+    def __str__(self) -> str:
+        """``bound_ratio=0.031 (examples) max_rel=2.1e-07 (single) max_abs=2.4e-07
+        (examples)``: the deciding figure first, each with its case."""
+        from vmapcheck.report.elements import figure_text  # no JAX at import (module doc)
+
+        return figure_text(
+            self.bound_ratio,
+            self.max_rel,
+            self.max_abs,
+            cases=(self.case, self.max_rel_case, self.max_abs_case),
+        )
 
 
 @dataclass(frozen=True)
@@ -146,10 +163,18 @@ class BatchingReport:
             between paths and against the float64 oracle.
         paths: the paths run, in registry order; ``not_run``: path -> why not (not
             provided by the model, or left out by ``paths=``).
-        pairs: ``"<pathA>-vs-<pathB>"`` -> :class:`PairFigures`, worst over the cases.
-        oracle: path -> worst ``max_rel`` against the float64 oracle (empty for f64).
+        pairs: ``"<pathA>-vs-<pathB>"`` -> :class:`PairFigures`, worst over the cases
+            of the examples the caller passed (``examples``, its first row as a batch of
+            one, ``single``, and unbatched, ``single_vector``), each figure naming its case.
+        edge_pairs: the same over the edge cases (:data:`EDGE_CASES`, with
+            ``edge_cases=True``; else empty): reported apart, so that an edge batch's
+            figures (a large_magnitude case's absolute errors) never read as the
+            examples'.
+        oracle: path -> worst ``max_rel`` against the float64 oracle over the examples'
+            cases (empty for f64); ``edge_oracle`` the same over the edge cases.
         composition: path -> regrouping (``permuted``, ``split``) -> ``max_abs`` of the
-            path's outputs on the regrouped batch against its own on the batch as given.
+            path's outputs on the regrouped batch against its own on the batch as given,
+            over the examples' cases; ``edge_composition`` the same over the edge cases.
         refused / invalid_total: invalid inputs refused by every path, of how many.
         failures: every failed check, in the pipeline's wording.
         summary: the verdict as text (the lines an AssertionError shows).
@@ -172,11 +197,19 @@ class BatchingReport:
     failures: tuple[str, ...]
     summary: str = field(repr=False)
     details: Mapping[str, Any] = field(repr=False)
+    edge_pairs: Mapping[str, PairFigures] = field(default_factory=dict)
+    edge_oracle: Mapping[str, float] = field(default_factory=dict)
+    edge_composition: Mapping[str, Mapping[str, float | None]] = field(default_factory=dict)
 
     @property
     def worst(self) -> PairFigures | None:
-        """The pair closest to (or furthest past) its bound: the largest ``bound_ratio``."""
-        judged = [p for p in self.pairs.values() if p.bound_ratio is not None]
+        """The pair closest to (or furthest past) its bound: the largest ``bound_ratio``,
+        over :attr:`pairs` and :attr:`edge_pairs` (its ``case`` says which)."""
+        judged = [
+            p
+            for p in (*self.pairs.values(), *self.edge_pairs.values())
+            if p.bound_ratio is not None
+        ]
         return max(judged, key=lambda p: p.bound_ratio) if judged else None
 
     @property
@@ -636,35 +669,74 @@ def _judge(
 # --- the report --------------------------------------------------------------------------
 
 
-def _pair_figures(details: Mapping[str, Any]) -> dict[str, PairFigures]:
-    """Every pair's worst figures over the cases."""
+def _pair_figures(details: Mapping[str, Any], cases: Iterable[str]) -> dict[str, PairFigures]:
+    """Every pair's worst figures over ``cases`` (names of ``details["cases"]``), each
+    figure with the case where it was reached."""
     merged: dict[str, dict[str, Any]] = {}
-    for case_name, case in details["cases"].items():
-        for pair, result in case["pairs"].items():
-            entry = merged.setdefault(
-                pair,
-                {"max_abs": None, "max_rel": None, "bound_ratio": None, "case": None, "ok": True},
-            )
-            for stat in ("max_abs", "max_rel"):
-                if result.get(stat) is not None:
-                    entry[stat] = max(entry[stat] or 0.0, result[stat])
-            ratio = result.get("bound_ratio")
-            if ratio is not None and (entry["bound_ratio"] is None or ratio > entry["bound_ratio"]):
-                entry["bound_ratio"], entry["case"] = ratio, case_name
+    for case_name in cases:
+        for pair, result in details["cases"][case_name]["pairs"].items():
+            entry = merged.setdefault(pair, {"ok": True})
+            for stat, where in (
+                ("max_abs", "max_abs_case"),
+                ("max_rel", "max_rel_case"),
+                ("bound_ratio", "case"),
+            ):
+                value = result.get(stat)
+                if value is not None and (entry.get(stat) is None or value > entry[stat]):
+                    entry[stat], entry[where] = value, case_name
             if not result["passed"]:
                 entry["ok"] = False
-                entry["case"] = entry["case"] or case_name
+                entry["case"] = entry.get("case") or case_name
     return {
         pair: PairFigures(
             pair=pair,
-            max_abs=e["max_abs"],
-            max_rel=e["max_rel"],
-            bound_ratio=e["bound_ratio"],
-            case=e["case"],
+            max_abs=e.get("max_abs"),
+            max_rel=e.get("max_rel"),
+            bound_ratio=e.get("bound_ratio"),
+            case=e.get("case"),
             passed=e["ok"],
+            max_abs_case=e.get("max_abs_case"),
+            max_rel_case=e.get("max_rel_case"),
         )
         for pair, e in merged.items()
     }
+
+
+def _oracle_figures(details: Mapping[str, Any], cases: Iterable[str]) -> dict[str, float]:
+    """Every path's worst ``max_rel`` against the float64 oracle over ``cases``."""
+    oracle: dict[str, float] = {}
+    for case_name in cases:
+        for path, result in details["cases"][case_name].get("oracle", {}).items():
+            if result.get("max_rel") is not None:
+                oracle[path] = max(oracle.get(path, 0.0), result["max_rel"])
+    return oracle
+
+
+def _composition_figures(
+    details: Mapping[str, Any], cases: Iterable[str]
+) -> dict[str, dict[str, float | None]]:
+    """Every batch path's worst ``max_abs`` against itself regrouped, per regrouping,
+    over ``cases``."""
+    composition: dict[str, dict[str, float | None]] = {}
+    judged = details.get("composition", {})
+    for case_name in cases:
+        for path, result in judged.get(case_name, {}).items():
+            into = composition.setdefault(path, {})
+            for regrouping, figures in result.items():
+                if regrouping == "passed":
+                    continue
+                value = figures.get("max_abs")
+                before = into.get(regrouping)
+                into[regrouping] = (
+                    value if before is None else before if value is None else max(before, value)
+                )
+    return composition
+
+
+def _groups(details: Mapping[str, Any]) -> tuple[list[str], list[str]]:
+    """The judged cases split: (the examples the caller passed, the edge cases)."""
+    names = list(details["cases"])
+    return [n for n in names if n not in EDGE_CASES], [n for n in names if n in EDGE_CASES]
 
 
 def first_diverging_pair(details: Mapping[str, Any]) -> str | None:
@@ -730,7 +802,14 @@ def _summary(model: Model, details: Mapping[str, Any], precision: PrecisionConfi
         )
         + ", batch axis 0"
     )
-    lines += [case_line(name, case) for name, case in details["cases"].items()]
+    # The caller's examples first, the edge batches built from them apart: a figure of
+    # one group is never read as the other's.
+    examples, edges = _groups(details)
+    tol = details["tolerance"]
+    lines += [case_line(name, details["cases"][name], tol) for name in examples]
+    if edges:
+        lines.append("  edge cases (edge_cases=True), built from the examples:")
+        lines += [case_line(name, details["cases"][name], tol) for name in edges]
     lines += [
         composition_line(name, by_path) for name, by_path in details.get("composition", {}).items()
     ]
@@ -748,23 +827,7 @@ def _summary(model: Model, details: Mapping[str, Any], precision: PrecisionConfi
 def _report(
     model: Model, precision: PrecisionConfig, details: dict[str, Any], selected: Sequence[str]
 ) -> BatchingReport:
-    oracle: dict[str, float] = {}
-    for case in details["cases"].values():
-        for path, result in case.get("oracle", {}).items():
-            if result.get("max_rel") is not None:
-                oracle[path] = max(oracle.get(path, 0.0), result["max_rel"])
-    composition: dict[str, dict[str, float | None]] = {}
-    for by_path in details.get("composition", {}).values():
-        for path, result in by_path.items():
-            into = composition.setdefault(path, {})
-            for regrouping, figures in result.items():
-                if regrouping == "passed":
-                    continue
-                value = figures.get("max_abs")
-                before = into.get(regrouping)
-                into[regrouping] = (
-                    value if before is None else before if value is None else max(before, value)
-                )
+    examples, edges = _groups(details)
     negative = details["negative"]
     return BatchingReport(
         passed=bool(details["passed"]),
@@ -774,12 +837,15 @@ def _report(
         cross_run_tolerance=details["cross_run_tolerance"],
         paths=tuple(selected),
         not_run=details["not_provided"],
-        pairs=_pair_figures(details),
-        oracle=oracle,
-        composition=composition,
+        pairs=_pair_figures(details, examples),
+        oracle=_oracle_figures(details, examples),
+        composition=_composition_figures(details, examples),
         refused=sum(bool(n["passed"]) for n in negative.values()),
         invalid_total=len(negative),
         failures=tuple(details["failures"]),
         summary=_summary(model, details, precision),
         details=details,
+        edge_pairs=_pair_figures(details, edges),
+        edge_oracle=_oracle_figures(details, edges),
+        edge_composition=_composition_figures(details, edges),
     )

@@ -345,15 +345,21 @@ def test_changing_only_a_tolerance_reruns_check_and_track(project):
     compose(project, "precision.tolerance.rtol=2e-05")
     result = run(project, "dvc", "repro")
     assert stages_run(result) == {"check", "track"}
-    # bench did not rerun: this run's latencies are the baseline's, sample for sample.
+    # bench did not rerun: its latencies are the run before's, so no new verdict (issue
+    # 35: this run used to be judged "no regression", every ratio 1.000, against itself).
     import json
 
     track = json.loads((project / "reports" / "track.json").read_text())
-    assert track["perf_verdict"] == "no regression"
+    assert track["perf_verdict"] == "bench not rerun"
+    assert "track: bench not rerun: timing from run " in result.stdout
+    assert "benchmark verdict:" not in result.stdout
     run_ = mlflow_client(project).get_run(track["run_id"])
-    assert run_.data.metrics["perf/vmap_jit/b0008/ratio"] == 1.0
-    assert run_.data.tags["perf_verdict"] == "no regression"
-    assert run_.data.tags["perf_baseline"].startswith("run ")
+    assert not any(name.startswith("perf/") for name in run_.data.metrics)
+    assert run_.data.tags["perf_verdict"] == "bench not rerun"
+    assert run_.data.tags["perf_baseline"].startswith("bench not rerun: timing from run ")
+    assert "benchmark vs baseline: BENCH NOT RERUN" in run_.data.tags["mlflow.note.content"]
+    perf = json.loads((project / "reports" / "perf_verdict.json").read_text())
+    assert perf["verdict"] == "bench not rerun" and "cells" not in perf
     verdict = run(
         project, sys.executable, "-m", "vmapcheck", "verdict", "--baseline", "last-verified"
     )

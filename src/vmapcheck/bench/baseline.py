@@ -371,6 +371,46 @@ def resolve_baseline(
     )
 
 
+def run_of_timing(
+    tracking_uri: str, experiments: Sequence[str], details: Path, made_at: float
+) -> str | None:
+    """The complete MLflow run that logged the timing in ``details`` (a
+    ``bench_details.json``) made at ``made_at`` (seconds since the epoch: the bench
+    stage's start): a run of ``experiments`` whose span (the pipeline run, from its first
+    stage to its track) holds that moment and whose ``bench_details.json`` artifact is
+    this very file. None when none is found, or the store does not exist.
+
+    A rerun track cannot read the run from ``reports/track.json``: DVC removes a stage's
+    outputs before it runs it."""
+    if missing_store(tracking_uri):
+        return None
+    from mlflow.exceptions import MlflowException
+
+    client = _client(tracking_uri)
+    ids = [e.experiment_id for e in map(client.get_experiment_by_name, experiments) if e]
+    if not ids:
+        return None
+    moment = int(made_at * 1000)
+    runs = client.search_runs(
+        ids,
+        filter_string=complete_filter(f"attributes.start_time <= {moment}"),
+        order_by=["attributes.start_time DESC"],
+        max_results=5,
+    )
+    wanted = details.read_bytes()
+    for run in runs:
+        if run.info.end_time is None or run.info.end_time < moment:
+            continue
+        with tempfile.TemporaryDirectory() as tmp:
+            try:
+                logged = client.download_artifacts(run.info.run_id, BENCH_ARTIFACT, tmp)
+            except (MlflowException, OSError):
+                continue
+            if Path(logged).read_bytes() == wanted:
+                return run.info.run_id
+    return None
+
+
 def run_of_reports(layout: Layout, tracking_uri: str) -> str | None:
     """The MLflow run that logged the benchmark now in ``layout.bench_details``: the run
     ``reports/track.json`` names, when that run's ``bench_details.json`` artifact is this

@@ -83,7 +83,7 @@ from typing import Any
 import numpy as np
 
 from vmapcheck.bench.baseline import CONTEXT, BenchRecord
-from vmapcheck.bench.labels import STYLES
+from vmapcheck.bench.labels import STYLES, verdict_headline
 from vmapcheck.bench.pairs import (
     ALL_PAIRS,
     BASELINE,
@@ -919,10 +919,10 @@ def format_paired(result: dict[str, Any]) -> str:
     from rich.console import Console
     from rich.table import Table
 
-    title = f"paired benchmark verdict: {result['verdict'].upper()}"
+    title = f"paired benchmark verdict: {verdict_headline(result)}"
     if "cells" not in result:
         return f"{title}: {'; '.join(result['reasons'])}; nothing timed"
-    table = Table(title=title)
+    table = Table()  # the headline above it, unwrapped (as vmapcheck.bench.verdict's)
     for column in ("path", "batch", "base p50 ms", "cur p50 ms", "ratio", "ratio CI", "p slower"):
         table.add_column(column, justify="left" if column in ("path", "batch") else "right")
     table.add_column("min det.", justify="right")
@@ -949,6 +949,7 @@ def format_paired(result: dict[str, Any]) -> str:
     Console(file=buffer, width=150, force_terminal=False).print(table)
     design, load = result["design"], result["load"]
     lines = [
+        title,
         buffer.getvalue().rstrip(),
         f"design: {design['name']}; {_pairs_text(result)}",
         *_sequential_lines(result),

@@ -57,7 +57,7 @@ from jax.sharding import Mesh
 from scipy import stats
 
 from vmapcheck.bench.bounds import launch_bound, roofline_share
-from vmapcheck.bench.machine import conditions
+from vmapcheck.bench.machine import ConditionsSampler, conditions, machine_record
 from vmapcheck.bench.progress import Eta, Progress, silent
 from vmapcheck.config import BENCH_ROUNDS, MIN_SAMPLES, BenchConfig, EarlyStopConfig
 from vmapcheck.core import contract
@@ -593,6 +593,7 @@ def run_bench(
     dtype: Any,
     progress: Progress | None = None,
     mesh: Mesh | None = None,
+    sampler: ConditionsSampler | None = None,
 ) -> dict[str, Any]:
     """Time every path at every batch size; returns figures, skips and conditions.
 
@@ -602,8 +603,14 @@ def run_bench(
     ``mesh``: the devices of the data-parallel ``sharded_jit`` path (None: all present).
     It is timed on its padded batch already split over the mesh, as every other path's
     batch is already on its device; its flops count every device's share.
+    ``sampler``: a running :class:`~vmapcheck.bench.machine.ConditionsSampler` whose span
+    covers more than this call (None: one from the start of this call to its end).
     """
     progress = progress or silent()
+    # The load and frequency from here to the end (a caller timing more, the bench stage
+    # with its replays, passes its own sampler, started before and stopped after).
+    own_sampler = sampler is None
+    sampler = (sampler or ConditionsSampler()).start()
     # Where the bench's own time goes (the profile's bound is read off these); the time
     # budget counts from here: compiling, warm-up and the peak sweep spend it too.
     bench_began = phase_began = time.perf_counter()
@@ -926,7 +933,8 @@ def run_bench(
             "roofline": roofline_share(gflops, peak["gflops"]),
         }
     after = conditions()
-    busy = max(before["load_avg_1m"], after["load_avg_1m"]) > (before["usable_cores"] or 1)
+    if own_sampler:
+        sampler.stop()
     return {
         "batch_sizes": list(config.batch_sizes),
         "latency_ms": latency,
@@ -942,7 +950,9 @@ def run_bench(
         # stopped early has fewer rounds), and why each cell's timing ended.
         "round_sizes": round_sizes,
         "early_stop": {"settings": config.early_stop.model_dump(), "cells": stopping},
-        "machine": {"before": before, "after": after, "noisy": busy},
+        # Noisy: the highest load over the whole bench (so far, for a caller's sampler
+        # still running: vmapcheck.pipeline.bench records it again at its end).
+        "machine": machine_record(before, after, sampler.summary()),
         "limits": list(LIMITS),
         "phases_s": {
             "compile": round(compile_s, 3),

@@ -73,7 +73,7 @@ from vmapcheck.bench.baseline import (
     resolve_baseline,
     run_of_reports,
 )
-from vmapcheck.bench.labels import STYLES, cell_label, min_detectable_ratio
+from vmapcheck.bench.labels import STYLES, cell_label, min_detectable_ratio, verdict_headline
 from vmapcheck.errors import ConfigError, VmapcheckError
 from vmapcheck.io import atomic_write_json
 from vmapcheck.layout import Layout
@@ -529,7 +529,7 @@ def format_table(result: dict[str, Any]) -> str:
     from rich.console import Console
     from rich.table import Table
 
-    title = f"benchmark verdict: {result['verdict'].upper()}"
+    title = f"benchmark verdict: {verdict_headline(result)}"
     if "cells" not in result:  # not comparable: nothing was compared
         lines = [f"{title}: {'; '.join(result['reasons'])}"]
         lines.append(
@@ -538,9 +538,9 @@ def format_table(result: dict[str, Any]) -> str:
             f"{', '.join(result['required_same'])} (docs/benchmark.md)"
         )
         return "\n".join(lines)
-    if result.get("reasons"):
-        title += f" ({'; '.join(result['reasons'])})"
-    table = Table(title=title)
+    # The headline on a line of its own, above the table: a table's title is wrapped to
+    # the table's width, and the headline is read first.
+    table = Table()
     columns = ("path", "batch", "base p50 ms", "cur p50 ms", "ratio", "ratio CI", "p slower")
     for column in (*columns, "min det."):
         table.add_column(column, justify="left" if column in ("path", "batch") else "right")
@@ -561,7 +561,7 @@ def format_table(result: dict[str, Any]) -> str:
             )
     buffer = io.StringIO()
     Console(file=buffer, width=120, force_terminal=False).print(table)
-    lines = [buffer.getvalue().rstrip()]
+    lines = [title, buffer.getvalue().rstrip()]
     lines.append(
         f"regression = ratio of medians > {result['factor']} and Mann-Whitney p on block medians "
         f"(BH-adjusted) < {result['alpha']}; baseline: {result['baseline']['source']}"

@@ -6,6 +6,12 @@ import jax.numpy as jnp
 
 from vmapcheck.bench.bounds import LAUNCH_BOUND_MEANING, launch_bound_text
 from vmapcheck.bench.guard import replay_figures, replay_summary, run_replay
+from vmapcheck.bench.machine import (
+    ConditionsSampler,
+    conditions,
+    conditions_line,
+    machine_record,
+)
 from vmapcheck.bench.progress import open_progress
 from vmapcheck.bench.timing import STOP_ALL, run_bench
 from vmapcheck.config import Config
@@ -111,11 +117,17 @@ def run(config: Config, layout: Layout) -> None:
     rows = load_cases(layout.cases)[STANDARD_CASE]["x"]
     dtype = jnp.dtype(config.precision.dtype)
     mesh = data_mesh(config.backend.num_devices)
-    # Progress bars on a terminal, plain lines in a log (dvc repro piped, CI).
-    with open_progress("bench") as progress:
-        result = run_bench(model, params, rows, config.bench, dtype, progress=progress, mesh=mesh)
+    # Progress bars on a terminal, plain lines in a log (dvc repro piped, CI). The load
+    # and CPU frequency are sampled over all of it: compiles, warm-up, timing, replays.
+    with open_progress("bench") as progress, ConditionsSampler() as sampler:
+        result = run_bench(
+            model, params, rows, config.bench, dtype, progress=progress, mesh=mesh, sampler=sampler
+        )
         # Serving: a stream of requests of random sizes (and invalid ones) through the guard.
         replay = run_replay(model, params, rows, dtype, config.guard, progress=progress)
+    # Noisy or not by the highest load of the whole bench, the replays included.
+    machine = result["machine"]
+    result["machine"] = machine_record(machine["before"], conditions(), sampler.summary())
     # Where the bench's own time went, so that a profile's bound can be read off every run.
     result["phases_s"] = {
         **result["phases_s"],
@@ -124,22 +136,23 @@ def run(config: Config, layout: Layout) -> None:
     # Devices and mesh shape of the data-parallel path.
     sharded = describe_distributed(model, mesh)
     result["replay"] = {**replay, "figures": replay_figures(replay)}
-    atomic_write_json(layout.bench_report, dvc_metrics(result))
-    atomic_write_json(
-        layout.bench_details,
-        {
-            "model": config.model.name,
-            # What the model is, not its name: the verdict never compares two networks of
-            # one name (vmapcheck.bench.baseline.CONTEXT).
-            "model_contract": contract_digest(read_json(layout.contract)),
-            "precision": config.precision.name,
-            "dtype": dtype.name,
-            "runtime": runtime.as_dict(),
-            "bench": config.bench.model_dump(),
-            "sharded": sharded,
-            **result,
-        },
-    )
+    details = {
+        "model": config.model.name,
+        # What the model is, not its name: the verdict never compares two networks of
+        # one name (vmapcheck.bench.baseline.CONTEXT).
+        "model_contract": contract_digest(read_json(layout.contract)),
+        "precision": config.precision.name,
+        "dtype": dtype.name,
+        "runtime": runtime.as_dict(),
+        "bench": config.bench.model_dump(),
+        "sharded": sharded,
+        **result,
+    }
+    # From the details, which hold the profile: the headline batch is the profile's, not
+    # the largest one measured (a budget that left out every cell past 1 row moved the
+    # keys to @b0001, seen 2026-12-06).
+    atomic_write_json(layout.bench_report, dvc_metrics(details))
+    atomic_write_json(layout.bench_details, details)
     with atomic_dir(layout.plots) as folder:
         write_latency_csvs(folder, result["latency_ms"])
         write_speedup_csvs(folder / "speedup", result["speedup"])
@@ -151,6 +164,7 @@ def run(config: Config, layout: Layout) -> None:
         write_latency_png(folder / layout.latency_png.name, result["latency_ms"], title)
         if result["speedup"]:
             write_speedup_png(folder / layout.speedup_png.name, result["speedup"], title)
+    print(f"bench: conditions: {conditions_line(result['machine'])}")
     if result["machine"]["noisy"]:
         print("bench: WARNING: load average above the core count: figures are noisy")
     print(f"bench: {peak_line(result['peak'])}")

@@ -26,6 +26,7 @@ from vmapcheck.errors import ArtifactError
 from vmapcheck.io import atomic_write_json, load_npz, read_json, sha256_file
 from vmapcheck.layout import Layout
 from vmapcheck.params_io import load_model_params
+from vmapcheck.report.elements import atol_decided, figure_text
 from vmapcheck.report.headline import check_headline
 
 
@@ -64,6 +65,34 @@ def _reference(config: Config, layout: Layout, record: dict, model, run_dtype) -
         "current": load_npz(layout.reference_outputs),
         "magnitudes": magnitudes,
     }
+
+
+def gradients_line(grads: dict[str, Any], tolerance: dict[str, Any]) -> str:
+    """The gradient check's line: the mean per-example gradient against the batch
+    gradient, its bound ratio first (with the leaf where it is reached), then max_rel and
+    max_abs; the loss; the NaN probe. ``grads``: check_details.json's ``gradients``."""
+    mark = "ok  " if grads["passed"] else "FAIL"
+    if grads.get("status") == "not run":
+        return f"  {mark} gradients        not run"
+    # Each figure with its own leaf: the largest max_rel is often another leaf's, of
+    # values near 0 (the transformer's: attn.key.bias, about 2e-10).
+    leaves = grads.get("per_example_vs_batch") or {}
+
+    def leaf_of(stat: str) -> str | None:
+        judged = {k: r[stat] for k, r in leaves.items() if r.get(stat) is not None}
+        return max(judged, key=judged.__getitem__) if judged else None
+
+    figures = figure_text(
+        grads.get("bound_ratio"),
+        grads.get("max_rel"),
+        grads.get("max_abs"),
+        decided_by_atol=atol_decided(tolerance, grads.get("scale_at_worst")),
+        cases=(grads.get("worst_pair"), leaf_of("max_rel"), leaf_of("max_abs")),
+    )
+    return (
+        f"  {mark} gradients        mean per-example vs batch gradient (leaf by leaf): "
+        f"{figures}; loss {grads.get('loss'):.4g}; NaN target detected"
+    )
 
 
 def _g(value: float | None) -> str:
@@ -158,9 +187,15 @@ def run(config: Config, layout: Layout) -> None:
     for name, case in report["cases"].items():
         mark = "ok  " if case["passed"] else "FAIL"
         fallbacks = f" fallbacks={','.join(case['fallbacks'])}" if case["fallbacks"] else ""
+        # The bound ratio first: it decides; max_rel of values within atol does not.
+        figures = figure_text(
+            case["bound_ratio"],
+            case["max_rel"],
+            case["max_abs"],
+            decided_by_atol=atol_decided(tol, case["scale_at_worst"]),
+        )
         print(
-            f"  {mark} {name:<16} max_abs={_g(case['max_abs'])} max_rel={_g(case['max_rel'])} "
-            f"bound_ratio={_g(case['bound_ratio'])} (rule {case['rule']}, "
+            f"  {mark} {name:<16} {figures} (rule {case['rule']}, "
             f"S at worst={_g(case['scale_at_worst'])}){fallbacks}"
         )
     # What a budget capped: named with the rows covered and the key, never silent.
@@ -178,11 +213,7 @@ def run(config: Config, layout: Layout) -> None:
         mark = "ok  " if case["passed"] else "FAIL"
         print(f"  {mark} {name:<16} refused: {' ... '.join(case['expect'])}")
     grads = report["gradients"]
-    print(
-        f"  {'ok  ' if grads['passed'] else 'FAIL'} gradients        loss {grads.get('loss'):.4g}; "
-        f"mean per-example vs batch gradient max_rel={_g(grads.get('max_rel'))}; NaN target "
-        "detected"
-    )
+    print(gradients_line(grads, tol))
     for name, by_path in report.get("composition", {}).items():
         print(composition_line(name, by_path))
     ref = report["reference"]

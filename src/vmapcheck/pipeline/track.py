@@ -20,7 +20,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from vmapcheck.bench.baseline import record_from_details, resolve_baseline
+from vmapcheck.bench.baseline import record_from_details, resolve_baseline, run_of_timing
+from vmapcheck.bench.labels import verdict_headline
 from vmapcheck.bench.verdict import compare, format_table
 from vmapcheck.check.schema import read_check_details
 from vmapcheck.config import Config, read_params
@@ -71,21 +72,42 @@ from vmapcheck.tracking.store import (
 NOT_RERUN = "bench not rerun"
 
 
-def bench_not_rerun(stages: dict[str, dict[str, Any]]) -> str | None:
+def bench_not_rerun(
+    stages: dict[str, dict[str, Any]],
+    dvc_began: float | None = None,
+    timing_run: str | None = None,
+) -> str | None:
     """Why this run has no timing of its own (None: bench ran in this pipeline run): DVC
     skipped bench (its inputs unchanged, e.g. only a tolerance changed), so its
     bench_details.json is an earlier run's, and comparing it would judge that timing
-    against itself or again. A run without stage records (track called by hand) is
-    treated as fresh."""
+    against itself or again.
+
+    ``dvc_began``: when the ``dvc`` process running track started
+    (:func:`vmapcheck.pipeline.running.dvc_run_began`); a bench that started before it
+    is an earlier run's. None (track outside DVC): the chain of stages that ran one after
+    another up to track (:func:`vmapcheck.tracking.log.run_start`), which cannot tell a
+    skipped bench from one that ended less than ``RUN_GAP_S`` before (a tolerance changed
+    a minute after a full run got a verdict of the old timing against itself). A run
+    without stage records (track called by hand) is treated as fresh. ``timing_run``:
+    the MLflow run that logged that timing, named when known
+    (:func:`vmapcheck.bench.baseline.run_of_timing`)."""
     bench, own = stages.get("bench"), stages.get(LAST_STAGE)
     if bench is None or own is None:
         return None
-    if float(bench["start"]) >= run_start(stages, float(own["start"])):
+    began = float(bench["start"])
+    # The same second of slack as refuse_changed_settings: a process's start time is
+    # rounded, a stage's is not.
+    if dvc_began is not None and began >= dvc_began - 1.0:
         return None
-    when = datetime.fromtimestamp(float(bench["start"]), UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+    if dvc_began is None and began >= run_start(stages, float(own["start"])):
+        return None
+    when = datetime.fromtimestamp(began, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+    source = (
+        f"timing from run {timing_run}, made at {when}" if timing_run else f"timing made at {when}"
+    )
     return (
-        f"bench not rerun: DVC skipped it (its inputs are unchanged), so the timing is the "
-        f"one it made at {when}, judged when that run was logged; no new benchmark verdict"
+        f"bench not rerun: {source} (DVC skipped bench: its inputs are unchanged), judged when "
+        "it was first logged; no new benchmark verdict"
     )
 
 
@@ -103,8 +125,17 @@ def judge_performance(
     A regression is reported (and logged), not fatal: latency on a shared machine is
     judged by people; the agreement checks gate the pipeline.
     """
-    stale = bench_not_rerun(stages or {})
+    stale = bench_not_rerun(stages or {}, dvc_run_began())
     if stale is not None:
+        # The run that logged that timing, by its span and its artifact (None: not in
+        # this store).
+        logged = run_of_timing(
+            resolve_tracking_uri(config.tracking, layout.root),
+            model_experiments(config),
+            layout.bench_details,
+            float((stages or {})["bench"]["start"]),
+        )
+        stale = bench_not_rerun(stages or {}, dvc_run_began(), timing_run=logged)
         print(f"track: {stale}")
         return {"verdict": NOT_RERUN, "why": stale}
     spec = config.bench.regression.baseline
@@ -265,7 +296,7 @@ def track(config: Config, layout: Layout) -> int:
                 f"{config.model.name}, {config.precision.name}, {config.backend.name}, "
                 f"{config.bench.name}"
             ),
-            "benchmark vs baseline": perf["verdict"],
+            "benchmark vs baseline": verdict_headline(perf),
         },
         # The bench stage drew them from the same bench_details.json: not drawn again.
         drawn_plots={

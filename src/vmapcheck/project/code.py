@@ -79,6 +79,7 @@ STAGE_CODE: dict[str, tuple[str, ...]] = {
         "data",
         "check",
         "report/__init__.py",
+        "report/elements.py",
         "report/headline.py",
         EXAMPLES,
     ),

@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from vmapcheck.bench.bounds import launch_bound_text
+from vmapcheck.bench.machine import conditions_line
 from vmapcheck.core.paths import SPEEDUPS, speedup_text
 from vmapcheck.report.elements import by_batch, in_path_order, kv_table, num, table
 from vmapcheck.report.headline import batch_from_label
@@ -201,13 +202,15 @@ def machine(bench: dict[str, Any]) -> dict[str, Any]:
         return num(value, 4) if isinstance(value, float) else value
 
     noisy = bool(conditions["noisy"])
+    # From the bench's start to its end where sampled (vmapcheck.bench.machine).
+    over = conditions_line(conditions)
     return {
         "recorded": True,
         "noisy": noisy,
         "said": (
-            "YES: load average above the usable cores; treat the latencies as rough"
+            f"YES: load average above the usable cores; treat the latencies as rough ({over})"
             if noisy
-            else "no"
+            else f"no ({over})"
         ),
         "table": table(
             ("what", "before", "after"),

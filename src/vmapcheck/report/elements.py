@@ -45,6 +45,45 @@ def num(value: Any, digits: int = 3) -> str:
     return f"{value:.{digits}g}" if math.isfinite(value) else str(value)
 
 
+def atol_decided(tolerance: Mapping[str, Any], scale_at_worst: float | None) -> bool:
+    """Whether the bound at the deciding element (the worst by bound ratio, whose
+    magnitude ``S`` is ``scale_at_worst``) is mostly atol: ``atol >= rtol * S``. There a
+    large ``max_rel`` of tiny values says nothing: the values are within atol of each
+    other (a gradient of 2e-10 read as max_rel 1.66, issue 35)."""
+    if scale_at_worst is None:
+        return False
+    return float(tolerance["atol"]) >= float(tolerance["rtol"]) * float(scale_at_worst)
+
+
+def figure_text(
+    bound_ratio: float | None,
+    max_rel: float | None,
+    max_abs: float | None,
+    *,
+    decided_by_atol: bool = False,
+    cases: tuple[str | None, str | None, str | None] | None = None,
+) -> str:
+    """A check's figures in the order they decide: ``bound_ratio=0.00025 max_rel=1.66
+    max_abs=2e-10``. The bound ratio (``|a - b| / (atol + rtol * S)`` at the worst
+    element, above 1 a failure) decides the check; max_rel and max_abs follow as
+    context. ``decided_by_atol`` (:func:`atol_decided`) adds ``atol decided`` to the
+    ratio; ``cases``: where each of the three figures comes from (a case, a leaf), named
+    after it: ``bound_ratio=0.0078 (embed; atol decided) max_rel=1.96 (attn.key.bias)``."""
+    where = cases or (None, None, None)
+    parts = []
+    for (name, value), case in zip(
+        (("bound_ratio", bound_ratio), ("max_rel", max_rel), ("max_abs", max_abs)),
+        where,
+        strict=True,
+    ):
+        notes = [case] if case else []
+        if name == "bound_ratio" and decided_by_atol and value:
+            notes.append("atol decided")
+        text = f"{name}={num(value) if value is not None else 'None'}"
+        parts.append(text + (f" ({'; '.join(notes)})" if notes else ""))
+    return " ".join(parts)
+
+
 def cell(value: Any, numeric: bool = False, **extra: Any) -> dict[str, Any]:
     """A table cell: ``value`` as text (a figure via :func:`num` when ``numeric``);
     ``extra``: ``cls``, ``title``, ``lines``, ``prose`` (see the module docstring)."""

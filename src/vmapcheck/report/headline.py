@@ -119,10 +119,21 @@ def noisy_caveat(bench: dict[str, Any]) -> str | None:
     if not conditions.get("noisy"):
         return None
     before, after = conditions["before"], conditions["after"]
+    cores = before["usable_cores"]
+    # The load sampled from the bench's start to its end (compile, warm-up, timing,
+    # replays), the figure that made it noisy; a record from before the sampling has
+    # the snapshots before and after the timing only.
+    during = conditions.get("during") or {}
+    load = during.get("load_avg_1m")
+    if load:
+        return (
+            f"speed figures noisy: load average {load['min']:.1f}-{load['max']:.1f} on {cores} "
+            f"usable cores over the whole benchmark ({', '.join(during['covers'])}; "
+            f"{during['span_s']:.0f} s)"
+        )
     load = max(before["load_avg_1m"], after["load_avg_1m"])
     return (
-        f"speed figures noisy: load average {load:.1f} on {before['usable_cores']} usable "
-        "cores during the benchmark"
+        f"speed figures noisy: load average {load:.1f} on {cores} usable cores during the benchmark"
     )
 
 

@@ -30,6 +30,7 @@ from typing import Any
 
 from jinja2 import Environment, PackageLoader, StrictUndefined, select_autoescape
 
+from vmapcheck.bench.labels import verdict_headline
 from vmapcheck.check.schema import CheckDetails
 from vmapcheck.core.paths import SPEEDUPS, speedup_text
 from vmapcheck.report import bench_sections, check_sections
@@ -165,6 +166,11 @@ def _perf_card(perf: dict[str, Any] | None) -> dict[str, Any]:
     if perf is None:
         return _card("fs-perf", "Benchmark vs baseline", "not judged", [])
     lines = []
+    # The verdict's sentence where it says more than its word: a mixed result (slower at
+    # one size, faster at another) is never shown as the one word of the card.
+    headline = verdict_headline(perf)
+    if headline != perf["verdict"].upper():
+        lines.append(headline)
     if perf.get("why"):
         lines.append(str(perf["why"]))
     regressions = perf.get("regressions") or []

@@ -18,7 +18,7 @@ from vmapcheck.report.check_sections import (
     leaves_text,
     not_provided_lines,
 )
-from vmapcheck.report.elements import shape_text
+from vmapcheck.report.elements import atol_decided, figure_text, shape_text
 from vmapcheck.report.headline import batch_from_label, bench_headline, noisy_caveat
 from vmapcheck.tracking.ui import run_url, ui_base
 
@@ -40,16 +40,24 @@ def verdict_line(check: dict[str, Any], bench: dict[str, Any] | None = None) -> 
     )
 
 
-def case_line(name: str, case: dict[str, Any]) -> str:
-    """One regression case: its worst pair, the fraction of its bound, the float64 oracle."""
+def case_line(name: str, case: dict[str, Any], tolerance: dict[str, Any] | None = None) -> str:
+    """One regression case: its worst pair's bound ratio first (the fraction of its bound
+    used: it decides; ``(atol decided)`` where the bound there is mostly atol, given the
+    ``tolerance`` it was judged at), then max_rel and max_abs; the float64 oracle."""
     if case["max_abs"] is None:
         return f"  FAIL {name:<16} no comparable outputs"
     oracle = [r["max_rel"] for r in case.get("oracle", {}).values() if r["max_rel"] is not None]
-    ratio = case.get("bound_ratio")
+    figures = figure_text(
+        case.get("bound_ratio"),
+        case["max_rel"],
+        case["max_abs"],
+        decided_by_atol=tolerance is not None
+        and atol_decided(tolerance, case.get("scale_at_worst")),
+    )
     return (
         f"  {'ok  ' if case['passed'] else 'FAIL'} {name:<16} [{shape_text(case['shape'])}] "
-        f"worst pair: max_abs={case['max_abs']:.3g} max_rel={case['max_rel']:.3g}"
-        + (f" ({ratio:.2g} of its bound, rule {case.get('rule')})" if ratio is not None else "")
+        f"worst pair: {figures}"
+        + (f" (rule {case.get('rule')})" if case.get("bound_ratio") is not None else "")
         + (f"; vs float64: max_rel={max(oracle):.3g}" if oracle else "")
     )
 
@@ -67,11 +75,8 @@ def reference_line(reference: dict[str, Any]) -> str:
     if reference["passed"] or worst is None:
         return line
     case, path, result = worst
-    return (
-        f"{line}; worst: {case}/{path} max_abs={result['max_abs']:.3g} "
-        f"max_rel={result['max_rel']:.3g} ({result['bound_ratio']:.3g} of its bound, "
-        f"rule {result.get('rule')})"
-    )
+    figures = figure_text(result["bound_ratio"], result["max_rel"], result["max_abs"])
+    return f"{line}; worst: {case}/{path} {figures} (rule {result.get('rule')})"
 
 
 # The failure lines the verdict prints: the first ones, and the reference's first where
@@ -124,7 +129,8 @@ def summarize(layout: Layout) -> str:
             )
             + ", batch axis 0"
         )
-    lines += [case_line(name, case) for name, case in check["cases"].items()]
+    tol = check["tolerance"]
+    lines += [case_line(name, case, tol) for name, case in check["cases"].items()]
     # What a budget capped (src/vmapcheck/conf/budget/), never left unsaid.
     lines += [f"  cap  {line}" for line in budget_lines(check)]
     lines.append(refusals_line(check["negative"]))

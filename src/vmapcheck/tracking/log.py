@@ -315,7 +315,13 @@ def verdict_note(
         )
         lines.append(f"- at {speed['batch']} rows: {shown}")
     if perf is not None:
-        lines.append(f"- benchmark vs baseline: {perf['verdict']}")
+        # Here, not at the top: stages that import this module only to name metrics
+        # (check) do not load the verdict's statistics (scipy).
+        from vmapcheck.bench.labels import verdict_headline
+
+        lines.append(f"- benchmark vs baseline: {verdict_headline(perf)}")
+        if perf.get("why"):  # e.g. bench not rerun: where the timing came from
+            lines.append(f"  ({perf['why']})")
     failures = check["failures"]
     for failure in failures[:5]:
         lines.append(f"- failure: {failure}")

@@ -219,7 +219,8 @@ def _walk(
         return _finding(
             stage,
             f"{role} {name} diverges on {probe.label} ({mode}): {left} vs {right}: "
-            f"max_abs {result['max_abs']:.3g}, max_rel {result['max_rel']:.3g}, "
+            f"{result['bound_ratio']:.3g} of its bound, max_rel {result['max_rel']:.3g}, "
+            f"max_abs {result['max_abs']:.3g}, "
             f"{result['max_ulp']} ULP ({result['ulp_dtype']}) at element "
             f"{tuple(result['element'])}; tolerance rtol={subject.tolerance.rtol:g} "
             f"atol={subject.tolerance.atol:g} (precision.tolerance, not widened)",

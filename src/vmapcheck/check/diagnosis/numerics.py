@@ -183,8 +183,9 @@ def _compare_trees(
             if not result["passed"]:
                 return _finding(
                     stage,
-                    f"{what} of leaf {leaf} diverges on {probe.label}: {pair}: max_abs "
-                    f"{result['max_abs']:.3g}, max_rel {result['max_rel']:.3g}, "
+                    f"{what} of leaf {leaf} diverges on {probe.label}: {pair}: "
+                    f"{result['bound_ratio']:.3g} of its bound, max_rel {result['max_rel']:.3g}, "
+                    f"max_abs {result['max_abs']:.3g}, "
                     f"{result['max_ulp']} ULP ({result['ulp_dtype']}); tolerance "
                     f"rtol={subject.tolerance.rtol:g} atol={subject.tolerance.atol:g} "
                     "(precision.tolerance, not widened)",

@@ -169,8 +169,11 @@ def _figures(finding: dict[str, Any]) -> str:
     if finding.get("max_abs") is None:
         return ""
     tol = finding.get("tolerance") or {}
+    ratio = finding.get("bound_ratio")
+    # The deciding figure first (issue 35): the fraction of its bound, then the errors.
     return (
-        f"max_abs {finding['max_abs']:.3g}, max_rel {finding['max_rel']:.3g}, "
+        (f"{ratio:.3g} of its bound, " if ratio is not None else "")
+        + f"max_rel {finding['max_rel']:.3g}, max_abs {finding['max_abs']:.3g}, "
         f"{finding['max_ulp']} ULP ({finding['ulp_dtype']})"
         + (f" at element {tuple(finding['element'])}" if finding.get("element") else "")
         + (f"; tolerance rtol={tol['rtol']:g} atol={tol['atol']:g} ({tol['from']})" if tol else "")
