@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 
 from vmapcheck.errors import ArtifactError
+from vmapcheck.pause import pause_point
 
 
 def _umask() -> int:
@@ -65,6 +66,7 @@ def atomic_path(path: Path) -> Iterator[Path]:
             # mkstemp makes the file private (0600); outputs get the usual permissions.
             os.chmod(tmp, 0o666 & ~_umask())
             yield tmp_path
+            pause_point(f"write {path.name}")  # a test may kill the stage here
             os.replace(tmp_path, path)
         finally:
             tmp_path.unlink(missing_ok=True)
@@ -99,6 +101,7 @@ def atomic_dir(path: Path) -> Iterator[Path]:
         try:
             os.chmod(tmp, 0o777 & ~_umask())
             yield tmp
+            pause_point(f"write {path.name}/")  # a test may kill the stage here
             old = None
             if path.exists():
                 old = path.with_name(f".{path.name}.old-{os.getpid()}")

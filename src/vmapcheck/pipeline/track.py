@@ -27,6 +27,7 @@ from vmapcheck.config import Config, read_params
 from vmapcheck.errors import SettingsChangedError, VmapcheckError
 from vmapcheck.io import atomic_write_json, atomic_write_text, read_json
 from vmapcheck.layout import Layout
+from vmapcheck.pause import pause_point
 from vmapcheck.pipeline.running import dvc_run_began
 from vmapcheck.pipeline.stage import LAST_STAGE, read_stage_times, settings_changed, text_sha256
 from vmapcheck.report.html import render_report
@@ -317,6 +318,7 @@ def track(config: Config, layout: Layout) -> int:
                 start_time=start_ms,
                 note=verdict_note(check, bench, perf),
             )
+        pause_point("run created")  # RUNNING, not complete: a test may kill track here
         try:
             log_perf_verdict(info["tracking_uri"], info["run_id"], perf)
             log_diagnosis(info["tracking_uri"], info["run_id"], read_json(layout.diagnosis))
@@ -326,6 +328,7 @@ def track(config: Config, layout: Layout) -> int:
             info["registry"] = register_if_verified(
                 config, info, check["runtime"], layout.params, move_alias=False
             )
+            pause_point("registered")
             # This stage's own record has no end yet: it ends now, as the run does.
             log_timeline(info["tracking_uri"], info["run_id"], stages, time.time())
             # The run's last writes (pipeline_complete, then FINISHED): an attempt that dies
@@ -339,6 +342,7 @@ def track(config: Config, layout: Layout) -> int:
                     f"track failed before completing it: {type(exc).__name__}: {first_line(exc)}",
                 )
             raise
+        pause_point("run complete")  # the alias move (if any) not yet made
         if info["registry"].get("verified_alias") == "pending":
             move_verified_alias(info["tracking_uri"], info["registry"])
             info["registry"]["verified_alias"] = "moved"

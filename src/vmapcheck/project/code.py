@@ -33,6 +33,7 @@ _SHARED = (
     "errors.py",
     "versions.py",
     "io.py",
+    "pause.py",
     "layout.py",
     "stages/__init__.py",
     "pipeline/__init__.py",

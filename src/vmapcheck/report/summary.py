@@ -12,6 +12,7 @@ from vmapcheck.core.runtime import device_text
 from vmapcheck.errors import ArtifactError
 from vmapcheck.io import read_json
 from vmapcheck.layout import Layout
+from vmapcheck.pipeline.running import killed_stages
 from vmapcheck.report.check_sections import (
     budget_lines,
     forms_compared,
@@ -200,6 +201,9 @@ def run_summary(layout: Layout, repro_status: int = 0) -> int:
             "error above), the figures below are from an earlier run: `dvc status` lists "
             "what is stale."
         )
+    # A stage the system killed (out of memory: DVC says only "exited with -9") is named.
+    for line in killed_stages(layout):
+        print(f"summary: {line}")
     try:
         print(summarize(layout))
     except ArtifactError as exc:
