@@ -379,6 +379,20 @@ class RegressionConfig(_Strict):
     # id, or null for no comparison.
     baseline: str | None
 
+    @field_validator("baseline", mode="after")
+    @classmethod
+    def _a_baseline_track_can_find(cls, spec: str | None) -> str | None:
+        # Judged in track, after the whole pipeline: a value that can name nothing is
+        # refused here, before any work (a file's existence is track's to check).
+        if spec is None or spec == "last-verified" or spec.endswith(".json"):
+            return spec
+        if re.fullmatch(r"[0-9a-f]{32}", spec):
+            return spec
+        raise ValueError(
+            "expected last-verified, an MLflow run id (32 hex digits), a path to a "
+            "bench_details.json, or null (no comparison)"
+        )
+
 
 # Rounds the bench stage times every cell in (vmapcheck.bench.timing.ROUNDS): a cell
 # stopped early has fewer (EarlyStopConfig), never more.
@@ -842,6 +856,13 @@ def _describe(errors: list[dict[str, Any]], source: str, raw: Any = None) -> str
             found = err.get("input")
             shown = "" if isinstance(found, dict) else f", found {_shown(found)}"
             lines.append(f"  {key}: {message}{shown}")
+        elif key.endswith("secret_env"):
+            # The name of a variable is asked for: a value that is not one may be the
+            # secret itself, pasted in, and is not shown.
+            lines.append(
+                f"  {key}: {err['msg']} (the name of an environment variable), found a "
+                "value that is not one (not shown: it may be the secret itself)"
+            )
         else:
             found = err.get("input")
             lines.append(f"  {key}: {err['msg']}, found {_shown(found)}")

@@ -22,7 +22,7 @@ from vmapcheck.core.paths import describe_distributed, not_provided
 from vmapcheck.core.runtime import configure_jax
 from vmapcheck.data.regression import STANDARD_CASE, load_cases
 from vmapcheck.errors import ArtifactError
-from vmapcheck.io import atomic_dir, atomic_save_npz, atomic_write_json, read_json
+from vmapcheck.io import atomic_dir, atomic_save_npz, atomic_write_json, read_json_object
 from vmapcheck.layout import Layout
 from vmapcheck.params_io import check_features, load_model_params
 
@@ -61,7 +61,9 @@ def run(config: Config, layout: Layout) -> None:
     model = build_model(config.model)
     params, manifest = load_model_params(model, layout.params)
     cases = load_cases(layout.cases)
-    check_features(read_json(layout.cases_manifest)["features"], manifest, "data/cases")
+    check_features(
+        read_json_object(layout.cases_manifest, ("features",))["features"], manifest, "data/cases"
+    )
     dtype = jnp.dtype(config.precision.dtype)
     mesh = data_mesh(config.backend.num_devices)
     sharded = describe_distributed(model, mesh)

@@ -17,7 +17,7 @@ from jax.errors import KeyReuseError
 
 from vmapcheck.config import Config, read_params, validate_config
 from vmapcheck.core.runtime import enable_compile_cache
-from vmapcheck.errors import INTERRUPTED, ArtifactError, VmapcheckError
+from vmapcheck.errors import INTERRUPTED, ArtifactError, VmapcheckError, redacted_output
 from vmapcheck.io import atomic_write_json, read_json
 from vmapcheck.layout import Layout
 from vmapcheck.pause import pause_point, set_stage
@@ -168,6 +168,12 @@ def run_stage(
     its own start there) and again when it ends, whatever the outcome (``exit_code`` None:
     it raised). A refused config writes nothing: the stage did no work.
     """
+    # No line the stage prints shows a URL's credentials (MLFLOW_TRACKING_URI may hold them).
+    with redacted_output():
+        return _run_stage(name, body, root, compile_cache)
+
+
+def _run_stage(name: str, body: StageBody, root: Path | None, compile_cache: bool) -> int:
     layout = Layout(Path.cwd() if root is None else root)
     set_stage(name)
     start = time.time()

@@ -25,7 +25,7 @@ from vmapcheck.bench.verdict import compare, format_table
 from vmapcheck.check.schema import read_check_details
 from vmapcheck.config import Config, read_params
 from vmapcheck.errors import SettingsChangedError, VmapcheckError
-from vmapcheck.io import atomic_write_json, atomic_write_text, read_json
+from vmapcheck.io import atomic_write_json, atomic_write_text, read_json, read_json_object
 from vmapcheck.layout import Layout
 from vmapcheck.pause import pause_point
 from vmapcheck.pipeline.running import dvc_run_began
@@ -236,9 +236,9 @@ def track(config: Config, layout: Layout) -> int:
         for line in settle_pending_alias(uri, config.registry.registered_model):
             print(f"track: registry: {line}")
     check = read_check_details(layout.check_details)
-    bench = read_json(layout.bench_details)
-    train = read_json(layout.train_report)
-    contract = read_json(layout.contract)
+    bench = read_json_object(layout.bench_details)
+    train = read_json_object(layout.train_report)
+    contract = read_json_object(layout.contract)
     git = git_state(layout.root)
     # The run spans this pipeline run: from the start of its first stage that ran now (not
     # one DVC skipped: its record is an earlier run's) to the end of this one.

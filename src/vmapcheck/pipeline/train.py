@@ -28,7 +28,7 @@ from vmapcheck.core.state import declared_state
 from vmapcheck.core.training import fit
 from vmapcheck.data.regression import SPLITS, load_split
 from vmapcheck.errors import ConfigError
-from vmapcheck.io import atomic_dir, atomic_write_json, read_json
+from vmapcheck.io import atomic_dir, atomic_write_json, read_json_object
 from vmapcheck.layout import Layout
 from vmapcheck.params_io import (
     check_features,
@@ -48,7 +48,7 @@ def run(config: Config, layout: Layout) -> None:
     # Before any array is made: a model too big for this machine is refused, with both
     # figures, rather than killed by the system minutes later.
     check_train_memory(model, f"model.hidden={config.model.hidden}, model.factory")
-    features = read_json(layout.prepared_manifest)["features"]
+    features = read_json_object(layout.prepared_manifest, ("features",))["features"]
     # Each split's feature table as batches of the model's input contract (batch axis 0).
     splits = {}
     for name in SPLITS:

@@ -10,7 +10,7 @@ from vmapcheck.check.schema import read_check_details
 from vmapcheck.core.paths import speedup_text
 from vmapcheck.core.runtime import device_text
 from vmapcheck.errors import ArtifactError
-from vmapcheck.io import read_json
+from vmapcheck.io import read_json, read_json_object
 from vmapcheck.layout import Layout
 from vmapcheck.pipeline.running import killed_stages
 from vmapcheck.report.check_sections import (
@@ -115,7 +115,7 @@ def summarize(layout: Layout) -> str:
     lines = [verdict_line(check, bench)]
     lines += [f"  -    {line}" for line in not_provided_lines(check)]
     if layout.contract.exists():
-        inputs = read_json(layout.contract)["inputs"]
+        inputs = read_json_object(layout.contract, ("inputs",))["inputs"]
         lines.append(
             "  inputs: "
             + (

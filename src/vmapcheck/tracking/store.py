@@ -237,6 +237,10 @@ def sqlite_file(uri: str) -> Path | None:
     return Path(uri[len(SQLITE) :].split("?", 1)[0])
 
 
+# Tables every MLflow sqlite store has (a database with tables but none of these is not
+# an MLflow store).
+MLFLOW_TABLES = {"experiments", "runs", "alembic_version"}
+
 # Below this much free space on a sqlite store's disk, logging a run (a few MB of
 # artifacts and rows) is refused before it starts.
 MIN_FREE_MB = 64
@@ -252,9 +256,15 @@ def sqlite_problem(path: Path, write: bool = True) -> str | None:
 
     if not path.exists():
         return None
+    if not path.is_file():
+        return (
+            "is a folder (or another kind of file), not an SQLite database file: move it "
+            "aside, or set tracking.tracking_uri to a file"
+        )
     try:
         with contextlib.closing(sqlite3.connect(f"file:{path}?mode=ro", uri=True)) as db:
             verdict = db.execute("PRAGMA quick_check").fetchone()[0]
+            tables = {n for (n,) in db.execute("SELECT name FROM sqlite_master WHERE type='table'")}
     except sqlite3.DatabaseError as exc:
         return (
             f"is not a readable SQLite database ({first_line(exc)}): restore it from a "
@@ -265,6 +275,13 @@ def sqlite_problem(path: Path, write: bool = True) -> str | None:
         return (
             f"fails SQLite's integrity check ({first_line(verdict)}): restore it from a "
             f"backup ({path.name}.bak-* beside it, if any) before logging to it"
+        )
+    if tables and not tables & MLFLOW_TABLES:
+        # Another program's database: MLflow would add its own tables into it.
+        listed = ", ".join(sorted(tables)[:5]) + (", ..." if len(tables) > 5 else "")
+        return (
+            f"is another program's SQLite database (tables {listed}; none of MLflow's "
+            "experiments, runs): set tracking.tracking_uri to a file of its own"
         )
     if not write:
         return None
@@ -860,11 +877,17 @@ def run_store(layout: Layout, verb: str) -> int:
             print(f"{shown(uri)} answers")
         elif verb == "probe":
             path = sqlite_file(uri)
-            if path is None or not path.is_file():
+            if path is None or not path.exists():
                 print(f"{shown(uri)}: no store there yet (the first `dvc repro` makes it)")
                 return 0
             require_usable_store(uri)
-            print(f"{shown(uri)}: an SQLite store, integrity ok, writable")
+            if path.stat().st_size == 0:
+                print(
+                    f"{shown(uri)}: an empty file, writable (the first `dvc repro` makes "
+                    "the store in it)"
+                )
+            else:
+                print(f"{shown(uri)}: an SQLite store, integrity ok, writable")
             return 0
         if verb == "init":
             require_usable_store(uri)

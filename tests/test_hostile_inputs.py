@@ -1,0 +1,130 @@
+"""What issue 34's battery (benchmarks/hardening_battery.py) found, each now refused in one
+line naming the key or file, what was expected and what was found: library functions
+called directly, on real files and real sqlite stores."""
+
+from __future__ import annotations
+
+import io
+import sqlite3
+import sys
+import zipfile
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tests.helpers.config import compose_config
+from tests.helpers.servers import free_port
+from vmapcheck import cli
+from vmapcheck.config import validate_config
+from vmapcheck.errors import ArtifactError, ConfigError, Redacting, redact
+from vmapcheck.io import atomic_save_npz, load_npz, read_json_object
+from vmapcheck.tracking.store import sqlite_problem
+
+
+@pytest.mark.parametrize("cut", ["half", "empty", "text"])
+def test_an_npz_cut_short_or_not_an_npz_is_refused_naming_the_file(tmp_path, cut):
+    path = tmp_path / "composition.npz"
+    atomic_save_npz(path, {"x": np.arange(1000.0)})
+    data = path.read_bytes()
+    path.write_bytes({"half": data[: len(data) // 2], "empty": b"", "text": b"no\n"}[cut])
+    with pytest.raises(ArtifactError, match=f"{path}: not a whole .npz file") as caught:
+        load_npz(path)
+    assert "`dvc repro`" in str(caught.value)
+    assert not isinstance(caught.value, zipfile.BadZipFile)
+
+
+def test_a_json_report_that_is_not_an_object_is_refused_naming_the_file(tmp_path):
+    path = tmp_path / "train.json"
+    path.write_text("[1, 2, 3]\n")
+    with pytest.raises(ArtifactError, match=f"{path}: expected a JSON object, found a list"):
+        read_json_object(path)
+    path.write_text('{"other": 1}\n')
+    with pytest.raises(ArtifactError, match=f"{path}: expected the keys features"):
+        read_json_object(path, ("features",))
+    assert read_json_object(path) == {"other": 1}
+
+
+def test_a_baseline_that_names_nothing_is_refused_before_any_work():
+    raw = compose_config().model_dump(mode="json")
+    for fine in ("last-verified", "a" * 32, "reports/bench_details.json", None):
+        raw["bench"]["regression"]["baseline"] = fine
+        validate_config(raw)
+    raw["bench"]["regression"]["baseline"] = "nosuch-run"
+    with pytest.raises(ConfigError) as caught:
+        validate_config(raw)
+    message = str(caught.value)
+    assert "bench.regression.baseline: expected last-verified, an MLflow run id" in message
+    assert "found 'nosuch-run'" in message
+
+
+def test_a_secret_pasted_for_secret_env_is_not_shown():
+    raw = compose_config().model_dump(mode="json")
+    raw["data"]["anonymize"]["secret_env"] = "hunter2-the-secret!"
+    with pytest.raises(ConfigError) as caught:
+        validate_config(raw)
+    message = str(caught.value)
+    assert "data.anonymize.secret_env:" in message and "not shown" in message
+    assert "hunter2" not in message
+
+
+def test_a_folder_or_another_programs_database_is_not_taken_for_a_store(tmp_path):
+    folder = tmp_path / "mlflow.db"
+    folder.mkdir()
+    assert "is a folder" in sqlite_problem(folder, write=False)
+    other = tmp_path / "other.db"
+    with sqlite3.connect(other) as db:
+        db.execute("CREATE TABLE customers (name TEXT)")
+    problem = sqlite_problem(other, write=False)
+    assert "another program's SQLite database (tables customers" in problem
+    empty = tmp_path / "empty.db"
+    empty.write_bytes(b"")
+    assert sqlite_problem(empty) is None  # a new store: MLflow makes its tables there
+
+
+@pytest.mark.parametrize(
+    ("flag", "value", "expected"),
+    [("--factor", "-1", "a factor above 1"), ("--alpha", "7", "a significance level")],
+)
+def test_verdict_refuses_a_factor_or_alpha_out_of_range_at_once(capsys, flag, value, expected):
+    with pytest.raises(SystemExit) as exited:
+        cli.main(["verdict", "--baseline", "last-verified", flag, value])
+    assert exited.value.code == 2
+    err = capsys.readouterr().err
+    assert f"argument {flag}: expected {expected}" in err and f"found '{value}'" in err
+
+
+def test_no_message_shows_a_urls_password():
+    assert redact("from http://user:pw@host:5000/api") == "from http://***@host:5000/api"
+    assert (
+        redact("sqlite:///a/b.db and https://tok@x.io") == "sqlite:///a/b.db and https://***@x.io"
+    )
+    out = io.StringIO()
+    Redacting(out).write("postgresql://me:secret@db/mlflow failed")
+    assert out.getvalue() == "postgresql://***@db/mlflow failed"
+
+
+def test_compare_against_a_server_given_with_a_password_does_not_show_it(
+    tmp_path, monkeypatch, capsys
+):
+    """The supported way to give credentials (MLFLOW_TRACKING_URI), the server down: the
+    error names the server without them."""
+    from tests.helpers.inprocess import write_params
+
+    write_params(
+        tmp_path, "tracking=server", "tracking.http_max_retries=0", "tracking.http_timeout_s=2"
+    )
+    port = free_port()
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"http://user:pa55word@127.0.0.1:{port}")
+    monkeypatch.chdir(tmp_path)
+    code = cli.main(["compare"])
+    captured = capsys.readouterr()
+    assert code == 2
+    assert "pa55word" not in captured.err + captured.out
+    assert f"http://***@127.0.0.1:{port}" in captured.err or f"127.0.0.1:{port}" in captured.err
+
+
+def test_redacting_keeps_the_streams_other_attributes():
+    stream = Redacting(sys.__stderr__)
+    assert stream.fileno() == sys.__stderr__.fileno()
+    assert Path(__file__).is_file()
