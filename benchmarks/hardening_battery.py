@@ -302,6 +302,8 @@ CONFIG_BAD = [
     ("data.noise_std=nan", "data.noise_std"),
     ("data.split.train=0.9", "data.split"),
     ("data.split.val=-0.1", "data.split"),
+    ("data.n_targets=3", "model.out_features"),  # the model still gives 2 outputs
+    ("data.n_features=7", "model.in_features"),  # the model still takes 8 features
     ("data.standard_batch=0", "data.standard_batch"),
     ("data.standard_batch=100000", "data.standard_batch"),
     ("data.source=nosuch", "data"),
@@ -385,6 +387,8 @@ CONFIG_FINE = [
 # The stage that first reads a group (every stage validates the whole config at its
 # start: a refusal there is at the door).
 READER = {
+    "data.n_targets": "train",
+    "data.n_features": "train",
     "data": "prepare",
     "model": "train",
     "train": "train",
@@ -418,7 +422,7 @@ def config_cases(base: Path, tmp: Path) -> None:
                     return Outcome(1, "", f"composition refused: {type(exc).__name__}: {exc}")
                 result = stage(root, "prepare")
                 key = override.lstrip("+").split("=", 1)[0]
-                reader = READER.get(key.split(".", 1)[0], "prepare")
+                reader = READER.get(key, READER.get(key.split(".", 1)[0], "prepare"))
                 if result.code != 0 or result.raised is not None or reader == "prepare":
                     return result
                 # As DVC would: every stage from prepare up to the reader (their deps
@@ -507,6 +511,8 @@ def data_cases(work: Path) -> None:
         ("3 rows only", "\n".join([head, *body[:3]])),
     ]  # fmt: skip
     for what, text in csv_cases:
+        # The split that a table of 3 rows cannot fill is named by its key.
+        names = ("data.split",) if what.startswith("3 rows") else ("table.csv",)
         root = work.parent / f"csv-{len(ROWS)}"
         root.mkdir()
         table = root / "table.csv"
@@ -522,7 +528,7 @@ def data_cases(work: Path) -> None:
                 return Outcome(1, "", f"composition refused: {type(exc).__name__}: {exc}")
             return stage(root, "prepare")
 
-        record("data", f"CSV: {what}; stage prepare", "refuse", call, names=("table.csv",))
+        record("data", f"CSV: {what}; stage prepare", "refuse", call, names=names)
 
     # 3. artifacts: what train, forward, check and bench leave for the next stage.
     params_dir = layout.params
@@ -546,9 +552,9 @@ def data_cases(work: Path) -> None:
     for path in outputs[:2]:
         rel = str(path.relative_to(work))
         art += [(f"{rel} truncated", path, path.read_bytes()[:100]), (f"{rel} removed", path, None)]
-    consumer = {
-        "params": "forward",
+    consumer = {  # the first key in a path's name wins
         "contract": "track",
+        "params": "forward",
         "check_details": "track",
         "bench_details": "track",
         "train": "track",
@@ -674,8 +680,10 @@ def store_cases(base: Path, tmp: Path) -> None:
         for args in commands:
             root = copy_of(base, tmp / f"store-{len(ROWS)}")
             damage(root)
-            # Read-only: root ignores file permissions (the row is then service, not a fault).
-            expect = "any" if what.startswith(("mlartifacts", "mlflow.db read-only")) else "refuse"
+            # Read-only: root ignores file permissions (the row is then service, not a
+            # fault); an empty file is a new store (MLflow makes its tables there).
+            fine = ("mlartifacts", "mlflow.db read-only", "mlflow.db empty")
+            expect = "any" if what.startswith(fine) else "refuse"
             record(
                 "store",
                 f"{what}; vmapcheck {' '.join(args)}",
@@ -962,7 +970,7 @@ def kill_cases(base: Path, tmp: Path) -> None:
             params = root / "params.yaml"
             params.write_text(params.read_text() + "# a state for the kill\n")
             commit_all(root, "a new state")
-        at = f"{name}:write {name}.json#1" if name != "track" else "track:run created#1"
+        at = f"{name}:start#1" if name != "track" else "track:run created#1"
         lock = (root / "dvc.lock").read_text()
 
         def call(name=name, at=at, lock=lock) -> Outcome:

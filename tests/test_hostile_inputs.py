@@ -128,3 +128,50 @@ def test_redacting_keeps_the_streams_other_attributes():
     stream = Redacting(sys.__stderr__)
     assert stream.fileno() == sys.__stderr__.fileno()
     assert Path(__file__).is_file()
+
+
+def test_a_token_in_the_tracking_urls_query_is_refused_and_not_shown():
+    raw = compose_config().model_dump(mode="json")
+    raw["tracking"] |= {"name": "server", "tracking_uri": "http://127.0.0.1:5000/?token=hunter2"}
+    with pytest.raises(ConfigError) as caught:
+        validate_config(raw)
+    message = str(caught.value)
+    assert "tracking.tracking_uri: expected a URL without a query or fragment" in message
+    assert "MLFLOW_TRACKING_TOKEN" in message and "hunter2" not in message
+    # Elsewhere in a message, a query parameter named like a credential is masked.
+    assert redact("GET http://h/x?api_key=abc&page=2") == "GET http://h/x?api_key=***&page=2"
+
+
+HALF_WRITTEN = """
+import sqlite3, sys, time
+db = sqlite3.connect(sys.argv[1], isolation_level=None)
+db.execute("PRAGMA cache_size=1")  # spill the transaction's pages into the file
+db.execute("BEGIN")
+db.executemany("INSERT INTO runs VALUES (?)", ((str(i) * 50,) for i in range(20000)))
+print("inside", flush=True)
+time.sleep(600)
+"""
+
+
+def test_a_store_left_with_a_hot_journal_is_recovered_not_called_corrupt(tmp_path):
+    """A write cut short (here a process SIGKILLed inside its transaction, as a full disk
+    or a kill leaves it) leaves a hot journal: the store is whole once SQLite rolls it
+    back, which a read-only look cannot do."""
+    import signal
+    import subprocess
+
+    path = tmp_path / "mlflow.db"
+    with sqlite3.connect(path) as db:
+        db.execute("CREATE TABLE runs (run_uuid TEXT)")
+        db.execute("INSERT INTO runs VALUES ('kept')")
+    writer = subprocess.Popen(
+        [sys.executable, "-c", HALF_WRITTEN, str(path)], stdout=subprocess.PIPE, text=True
+    )
+    assert writer.stdout.readline().strip() == "inside"
+    writer.send_signal(signal.SIGKILL)
+    writer.wait()
+    writer.stdout.close()
+    assert (tmp_path / "mlflow.db-journal").stat().st_size > 0
+    assert sqlite_problem(path) is None
+    with sqlite3.connect(path) as db:
+        assert db.execute("SELECT run_uuid FROM runs").fetchall() == [("kept",)]

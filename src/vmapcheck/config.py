@@ -27,7 +27,7 @@ from pydantic import (
     model_validator,
 )
 
-from vmapcheck.errors import ConfigError
+from vmapcheck.errors import ConfigError, redact
 
 PositiveInt = Annotated[int, Field(gt=0)]
 Fraction = Annotated[float, Field(gt=0.0, lt=1.0)]
@@ -660,6 +660,13 @@ class TrackingConfig(_Strict):
                 "MLFLOW_TRACKING_USERNAME and MLFLOW_TRACKING_PASSWORD (or "
                 "MLFLOW_TRACKING_TOKEN), which MLflow reads"
             )
+        if parts.query or parts.fragment:
+            # A token in a query string is a credential stored in params.yaml as well.
+            raise ValueError(
+                "expected a URL without a query or fragment (?... or #...): a token there "
+                "would be stored in params.yaml, dvc.lock and MLflow's tags; give a token in "
+                "MLFLOW_TRACKING_TOKEN, which MLflow reads"
+            )
         return uri
 
     @model_validator(mode="after")
@@ -805,15 +812,12 @@ def _key_path(loc: tuple[Any, ...], raw: Any = None) -> str:
 _SHOWN_CHARS = 80
 
 
-_USERINFO = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*://)[^/@\s]+@")
-
-
 def _shown(value: Any) -> str:
     """A value found in the config as an error shows it: its repr, cut; ``a mapping``."""
     if isinstance(value, dict):
         return "a mapping"
     # A URL's user and password are never shown (the error is printed, and kept in logs).
-    text = _USERINFO.sub(r"\1***@", repr(value))
+    text = redact(repr(value))
     return text if len(text) <= _SHOWN_CHARS else text[: _SHOWN_CHARS - 3] + "..."
 
 

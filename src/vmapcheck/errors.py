@@ -72,9 +72,17 @@ INTERRUPTED = 130
 _USERINFO = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*://)[^/@\s'\"]+@")
 
 
+# A credential in a URL's query (``?token=...``, ``&api_key=...``): never shown either.
+_QUERY_SECRET = re.compile(
+    r"([?&#][\w.-]*(?:token|key|password|passwd|secret|sig|auth)[\w.-]*=)[^&#\s'\"]+",
+    re.IGNORECASE,
+)
+
+
 def redact(text: str) -> str:
-    """``text`` with the user name and password of every URL in it replaced by ``***``."""
-    return _USERINFO.sub(r"\1***@", text)
+    """``text`` with the user name and password of every URL in it, and the value of any
+    query parameter named like a credential (token, key, password, ...), as ``***``."""
+    return _QUERY_SECRET.sub(r"\1***", _USERINFO.sub(r"\1***@", text))
 
 
 class Redacting:

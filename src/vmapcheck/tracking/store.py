@@ -72,6 +72,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import hashlib
+import logging
 import os
 import shutil
 import socket
@@ -261,8 +262,15 @@ def sqlite_problem(path: Path, write: bool = True) -> str | None:
             "is a folder (or another kind of file), not an SQLite database file: move it "
             "aside, or set tracking.tracking_uri to a file"
         )
+    # A write cut short (a full disk, a killed process) leaves a hot journal beside the
+    # file, which a read-only connection cannot roll back: SQLite does it on the next
+    # read-write open, as MLflow's would. Opened so here, the store is judged as MLflow
+    # will find it, not called corrupt.
+    journal = path.with_name(path.name + "-journal")
+    recover = journal.is_file() and journal.stat().st_size > 0 and os.access(path, os.W_OK)
+    opened = str(path) if recover else f"file:{path}?mode=ro"
     try:
-        with contextlib.closing(sqlite3.connect(f"file:{path}?mode=ro", uri=True)) as db:
+        with contextlib.closing(sqlite3.connect(opened, uri=not recover)) as db:
             verdict = db.execute("PRAGMA quick_check").fetchone()[0]
             tables = {n for (n,) in db.execute("SELECT name FROM sqlite_master WHERE type='table'")}
     except sqlite3.DatabaseError as exc:
@@ -321,6 +329,11 @@ def store_faults(uri: str) -> Iterator[None]:
     the run it was logging is left unfinished, and the next ``track`` marks it FAILED
     (:func:`settle_earlier_attempts`). Any other error passes unchanged."""
     path = sqlite_file(uri)
+    # MLflow logs each database error with its traceback before it raises it again: the
+    # error itself is reported below (one line), or passes on unchanged.
+    db_log = logging.getLogger("mlflow.store.db.utils")
+    level = db_log.level
+    db_log.setLevel(logging.CRITICAL)
     try:
         yield
     except TrackingStoreError:
@@ -345,6 +358,8 @@ def store_faults(uri: str) -> Iterator[None]:
             "it FAILED. Free space or fix the file, then `dvc repro` again "
             "(`vmapcheck store probe` checks the store)"
         ) from None
+    finally:
+        db_log.setLevel(level)
 
 
 def require_existing_store(uri: str, action: str) -> None:
