@@ -791,6 +791,7 @@ def server_cases(base: Path, tmp: Path, with_server: bool) -> None:
     if with_server:
         from tests.helpers.servers import MlflowServer
 
+        (tmp / "mlflow-server").mkdir(exist_ok=True)
         server = MlflowServer(tmp / "mlflow-server")
         server.start()
         try:
@@ -1111,24 +1112,28 @@ def main() -> int:
         else:
             print("base project: dvc repro (tiny settings)...", file=sys.stderr, flush=True)
             base = base_project(args.base or tmp)
-        if want("config"):
-            config_cases(base, tmp)
-        if want("data"):
-            data_cases(copy_of(base, tmp / "data-work"))
-        if want("cli"):
-            cli_cases(copy_of(base, tmp / "cli-base"), tmp)
-        if want("store"):
-            store_cases(base, tmp)
-        if want("server"):
-            server_cases(base, tmp, with_server=not args.quick)
-        if want("secrets"):
-            secret_cases(base, tmp)
-        if want("served"):
-            served_cases(copy_of(base, tmp / "served"))
-        if not args.quick and want("kill"):
-            kill_cases(base, tmp)
-        if not args.quick and want("concurrent"):
-            concurrent_cases(base, tmp)
+        groups: list[tuple[str, Callable[[], None]]] = [
+            ("config", lambda: config_cases(base, tmp)),
+            ("data", lambda: data_cases(copy_of(base, tmp / "data-work"))),
+            ("cli", lambda: cli_cases(copy_of(base, tmp / "cli-base"), tmp)),
+            ("store", lambda: store_cases(base, tmp)),
+            ("server", lambda: server_cases(base, tmp, with_server=not args.quick)),
+            ("secrets", lambda: secret_cases(base, tmp)),
+            ("served", lambda: served_cases(copy_of(base, tmp / "served"))),
+        ]
+        if not args.quick:
+            groups += [
+                ("kill", lambda: kill_cases(base, tmp)),
+                ("concurrent", lambda: concurrent_cases(base, tmp)),
+            ]
+        for group, run_group in groups:
+            if not want(group):
+                continue
+            try:
+                run_group()
+            except Exception:  # the battery's own failure: said, the other groups go on
+                traceback.print_exc()
+                print(f"battery: group {group} stopped early (above)", file=sys.stderr)
     path = write_table(started, (load0, os.getloadavg()[0]), args.out)
     counts = {c: sum(r.outcome == c for r in ROWS) for c in CLASSES}
     print(f"{len(ROWS)} inputs: {counts}; table: {path}")

@@ -175,3 +175,34 @@ def test_a_store_left_with_a_hot_journal_is_recovered_not_called_corrupt(tmp_pat
     assert sqlite_problem(path) is None
     with sqlite3.connect(path) as db:
         assert db.execute("SELECT run_uuid FROM runs").fetchall() == [("kept",)]
+
+
+def test_a_reference_dir_outside_the_project_is_named_whole(tmp_path):
+    from vmapcheck.check.reference import shown_reference_dir
+    from vmapcheck.layout import Layout
+
+    config = compose_config()
+    inside = config.model_copy(
+        update={"reference": config.reference.model_copy(update={"dir": "data/reference"})}
+    )
+    outside = config.model_copy(
+        update={"reference": config.reference.model_copy(update={"dir": "/nonexistent"})}
+    )
+    layout = Layout(tmp_path)
+    assert shown_reference_dir(inside, layout) == Path("data/reference") / config.model.name
+    assert shown_reference_dir(outside, layout) == Path("/nonexistent") / config.model.name
+
+
+def test_a_store_another_process_holds_locked_is_said_to_be_locked_not_corrupt(tmp_path):
+    path = tmp_path / "mlflow.db"
+    with sqlite3.connect(path) as db:
+        db.execute("CREATE TABLE runs (run_uuid TEXT)")
+    holder = sqlite3.connect(path, timeout=0.1)
+    holder.execute("BEGIN EXCLUSIVE")
+    try:
+        problem = sqlite_problem(path, write=False)
+    finally:
+        holder.rollback()
+        holder.close()
+    assert problem is not None and "is locked by another process writing it" in problem
+    assert "restore it" not in problem

@@ -10,7 +10,7 @@ compare this run (this JAX, this backend) with the verified run that made it.
 import jax
 import jax.numpy as jnp
 
-from vmapcheck.check.reference import load_reference, reference_dir
+from vmapcheck.check.reference import load_reference, reference_dir, shown_reference_dir
 from vmapcheck.config import Config
 from vmapcheck.core import contract
 from vmapcheck.core.cases import case_input
@@ -32,7 +32,7 @@ def _run_reference(config: Config, layout: Layout, model, dtype, mesh, built):
     the cases ran on (vmapcheck.core.forward.build_all), reused so that a jit path is
     not compiled again for a shape the cases already had."""
     folder = reference_dir(config, layout)
-    where = folder.relative_to(layout.root)
+    where = shown_reference_dir(config, layout)
     try:
         reference = load_reference(folder)
     except ArtifactError as exc:

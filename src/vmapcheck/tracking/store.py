@@ -274,6 +274,11 @@ def sqlite_problem(path: Path, write: bool = True) -> str | None:
             verdict = db.execute("PRAGMA quick_check").fetchone()[0]
             tables = {n for (n,) in db.execute("SELECT name FROM sqlite_master WHERE type='table'")}
     except sqlite3.DatabaseError as exc:
+        if "locked" in str(exc):  # another writer holds it: not a fault of the file
+            return (
+                f"is locked by another process writing it ({first_line(exc)}): a `track` "
+                "or `vmapcheck store init` running? Try again once it ends"
+            )
         return (
             f"is not a readable SQLite database ({first_line(exc)}): restore it from a "
             f"backup ({path.name}.bak-* beside it, if any), or move it aside and make a new "
