@@ -913,7 +913,11 @@ def served_cases(base: Path) -> None:
         ("huge values 1e30", np.full((2, 8), 1e30, np.float32), "any"),
     ]  # fmt: skip
     for what, x, expect in requests:
-        record("served", f"predict: {what}", expect, predict(x))
+        row = record("served", f"predict: {what}", expect, predict(x))
+        if "Failed to enforce schema of data '" in row.shown:
+            # MLflow's own schema check, before vmapcheck's guard: its message holds the
+            # request's values (issue 15: no data value in a message). Left: see the doc.
+            row.note = "MLflow's schema message echoes the request's values"
     # The registered artifact changed after it was verified: refused when loaded.
     from mlflow.tracking import MlflowClient
 

@@ -14,7 +14,10 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
+
+import psutil
 
 from tests.helpers.inprocess import write_params
 from vmapcheck.io import read_json
@@ -32,9 +35,11 @@ STAGE = (
 )
 
 
-def sigkill_a_stage(root: Path) -> int:
+def sigkill_a_stage(root: Path, before_reaped: Callable[[], None] | None = None) -> int:
     """Start stage ``train`` in a process of its own, hold it once it has started (its
-    time record written), SIGKILL it there; its exit status (-9)."""
+    time record written), SIGKILL it there; its exit status (-9). ``before_reaped``:
+    called while the killed process is a zombie (killed, not yet waited for: what a stage
+    whose DVC was killed with it stays, where nothing reaps orphans)."""
     paused = root / "paused.json"
     env = {**os.environ, PAUSE_AT: "train:start#1", PAUSE_FILE: str(paused)}
     proc = subprocess.Popen([sys.executable, "-c", STAGE, str(root)], env=env)
@@ -46,6 +51,12 @@ def sigkill_a_stage(root: Path) -> int:
             time.sleep(0.05)
         assert json.loads(paused.read_text())["pid"] == proc.pid
         proc.send_signal(signal.SIGKILL)
+        if before_reaped is not None:
+            deadline = time.monotonic() + 30
+            while psutil.Process(proc.pid).status() != psutil.STATUS_ZOMBIE:
+                assert time.monotonic() < deadline
+                time.sleep(0.05)
+            before_reaped()
         return proc.wait(timeout=30)
     finally:
         if proc.poll() is None:
@@ -113,3 +124,13 @@ def test_the_out_of_memory_killers_count_names_memory(tmp_path, monkeypatch):
     # Unchanged: killed, most likely for memory, said without the certainty.
     line = killed_stage(record | {"oom_kills": {"source": str(counter), "count": 4}})
     assert line is not None and "most likely the system, for lack of memory" in line
+
+
+def test_a_killed_stage_not_yet_reaped_is_named_as_killed(tmp_path):
+    """DVC killed with its stage leaves the stage a zombie where nothing reaps orphans
+    (PID 1 of a container): it has ended, and is named so."""
+    write_params(tmp_path)
+    seen: list[list[str]] = []
+    code = sigkill_a_stage(tmp_path, lambda: seen.append(killed_stages(Layout(tmp_path))))
+    assert code == -signal.SIGKILL
+    assert len(seen) == 1 and len(seen[0]) == 1 and seen[0][0].startswith("stage train ")

@@ -204,7 +204,12 @@ def _still_running(record: dict[str, Any]) -> bool:
     if not isinstance(pid, int):
         return False
     try:
-        return psutil.Process(pid).create_time() <= float(record["start"]) + 1.0
+        process = psutil.Process(pid)
+        # A killed process that nobody has reaped yet (its parent, DVC, killed with it)
+        # is a zombie: it ended.
+        if process.status() == psutil.STATUS_ZOMBIE:
+            return False
+        return process.create_time() <= float(record["start"]) + 1.0
     except (psutil.Error, OSError, ValueError):
         return False
 
