@@ -720,6 +720,7 @@ def store_cases(base: Path, tmp: Path) -> None:
         "refuse",
         lambda: proc(root, sys.executable, "-c", limited),
         loss=loss_check(root / db_name),
+        late="a disk that fills while track logs cannot be known before it writes",
     )
     # A store that another writer holds locked (a sqlite write transaction open).
     root = copy_of(base, tmp / "store-locked")
@@ -999,7 +1000,8 @@ def kill_cases(base: Path, tmp: Path) -> None:
             return Outcome(-9, "", lines[0] + "; dvc repro recovered")
 
         record("kill", f"SIGKILL {name} (dvc repro, held at {at})", "refuse", call,
-               names=(f"stage {name}", "killed"), loss=loss_check(root / "mlflow.db"))  # fmt: skip
+               names=(f"stage {name}", "killed"), loss=loss_check(root / "mlflow.db"),
+               late="a kill comes during the work: named after it")  # fmt: skip
 
 
 def concurrent_cases(base: Path, tmp: Path) -> None:
