@@ -206,3 +206,50 @@ def test_a_store_another_process_holds_locked_is_said_to_be_locked_not_corrupt(t
         holder.close()
     assert problem is not None and "is locked by another process writing it" in problem
     assert "restore it" not in problem
+
+
+def test_a_learning_rate_no_step_survives_is_refused_at_the_door():
+    raw = compose_config().model_dump(mode="json")
+    raw["train"]["learning_rate"] = 1e300
+    with pytest.raises(ConfigError, match=r"train\.learning_rate: Input should be less than"):
+        validate_config(raw)
+
+
+def test_params_without_conf_says_so(tmp_path):
+    from vmapcheck.compose import run_params
+    from vmapcheck.layout import Layout
+
+    with pytest.raises(ConfigError, match=r"conf: not found; `vmapcheck params` composes"):
+        run_params(Layout(tmp_path), ["train.steps=3"])
+    assert not (tmp_path / "params.yaml").exists()
+
+
+def test_the_health_probe_sends_a_urls_credentials_as_basic_auth():
+    """MLFLOW_TRACKING_URI=http://user:pw@host: the probe reaches the host (urllib alone
+    takes `user:pw@host` for the host name: "name or service not known")."""
+    import base64
+    import http.server
+    import threading
+
+    from vmapcheck.tracking.store import health
+
+    seen: list[str | None] = []
+
+    class Health(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            seen.append(self.headers.get("Authorization"))
+            self.send_response(200)
+            self.end_headers()
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Health)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        port = server.server_address[1]
+        assert health(f"http://me:p%40ss@127.0.0.1:{port}", 5) is None
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert seen == ["Basic " + base64.b64encode(b"me:p@ss").decode()]

@@ -40,6 +40,11 @@ def compose_yaml(conf_dir: Path, overrides: list[str] | None = None) -> str:
 def run_params(layout: Layout, overrides: list[str] | None = None) -> int:
     """``vmapcheck params``: rewrite ``layout.params_yaml`` from ``layout.conf``."""
     overrides = list(overrides or [])
+    if not layout.conf.is_dir():
+        raise ConfigError(
+            f"{layout.conf}: not found; `vmapcheck params` composes params.yaml from the "
+            "project's conf/ (`vmapcheck init` writes it)"
+        )
     text = compose_yaml(layout.conf, overrides)
     atomic_write_text(layout.params_yaml, text)
     print(f"params.yaml composed from conf/ with overrides {overrides or '[]'}")

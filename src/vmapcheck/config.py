@@ -265,11 +265,16 @@ MODELS_URI_PATTERN = (
 )
 
 
+MAX_LEARNING_RATE = 10.0
+
+
 class TrainConfig(_Strict):
     optimizer: Literal["adam", "sgd"]
     steps: Annotated[int, Field(ge=0)]
     batch_size: PositiveInt
-    learning_rate: Annotated[float, Field(gt=0.0)]
+    # Above MAX_LEARNING_RATE no optimizer step stays finite on any model here: refused
+    # at the door, not as a NaN loss after the work has started.
+    learning_rate: Annotated[float, Field(gt=0.0, le=MAX_LEARNING_RATE)]
     eval_every: PositiveInt
     # Bring your own params: a safetensors file and its expected sha256 (both or neither).
     # When given, nothing is trained: the file is verified and evaluated.

@@ -69,6 +69,7 @@ still differ in their benchmark timings, hence in their key).
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import fcntl
 import hashlib
@@ -85,7 +86,7 @@ from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import unquote, urlsplit, urlunsplit
 
 import yaml
 
@@ -375,7 +376,7 @@ def require_existing_store(uri: str, action: str) -> None:
         TrackingStoreError: naming the file, what it was needed for and how it is made.
     """
     path = sqlite_file(uri)
-    if path is not None and not path.is_file():
+    if path is not None and not path.exists():
         raise TrackingStoreError(
             f"no MLflow store at {path} (tracking.tracking_uri, or MLFLOW_TRACKING_URI when "
             f"set): {action} needs an existing one, and none is created here; check the "
@@ -420,9 +421,15 @@ def worst_request_s(tracking: TrackingConfig) -> float:
 
 def health(uri: str, timeout_s: float) -> str | None:
     """Why ``GET <uri>/health`` failed (one attempt), or None when the server answers OK."""
-    url = uri.rstrip("/") + "/health"
+    # A user and password in the URL (MLFLOW_TRACKING_URI may hold them) go as HTTP basic
+    # auth, as MLflow sends them; urllib would take them for part of the host name.
+    parts = urlsplit(uri)
+    request = urllib.request.Request(shown(uri).rstrip("/") + "/health")
+    if parts.username is not None or parts.password is not None:
+        pair = f"{unquote(parts.username or '')}:{unquote(parts.password or '')}"
+        request.add_header("Authorization", "Basic " + base64.b64encode(pair.encode()).decode())
     try:
-        with urllib.request.urlopen(url, timeout=timeout_s) as response:
+        with urllib.request.urlopen(request, timeout=timeout_s) as response:
             if response.status == 200:
                 return None
             return f"HTTP {response.status}"
