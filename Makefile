@@ -72,8 +72,9 @@ test: $(STAMP) lint browser
 	python -m pytest -m "not faults" $(PYTEST_WORKERS)
 
 # The long part of the fault-injection matrix (tests/test_faults.py: SIGKILL of every
-# stage, the tracking server stopped around every MLflow call of track), ~30-60 min on
-# two cores: run by the nightly workflow, and before a change to io, store or track.
+# stage, the tracking server stopped around every MLflow call of track), 16 cases in
+# 4.5-6.5 min on two cores (2026-12-06, docs/development.md): run by the nightly
+# workflow, and before a change to io, store or track.
 test-faults: $(STAMP)
 	python -m pytest -s -m faults tests/test_faults.py
 

@@ -2,7 +2,10 @@
 no partial output is accepted, the store holds no RUNNING run and no state logged twice,
 and the registry alias ``verified`` is only ever on a version whose run is complete.
 
-- every stage SIGKILLed (with DVC, its whole process group) at a seeded random point;
+- every stage SIGKILLed (with DVC, its whole process group) at a seeded random choice of
+  its pause points (vmapcheck.pause: its start, each output's temp file complete and not
+  yet renamed, its end, track's run created, registered, complete): the stage is held at
+  the point, and killed there, however fast or slow it runs;
 - the tracking server killed before and during each kind of MLflow call ``track`` makes;
 - an output folder the stage may not write;
 - a disk too small for the stage's outputs (a tmpfs);
@@ -21,7 +24,6 @@ import json
 import random
 import re
 import shutil
-import sqlite3
 import subprocess
 import sys
 import time
@@ -29,6 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+import yaml
 
 from tests.helpers.fault_injection import (
     ClientFaults,
@@ -104,20 +107,28 @@ class Project:
     root: Path
     durations: dict[str, float]  # seconds each stage's process ran in the first repro
     pristine: Path  # a copy right after the first repro (reports complete, store of 1 run)
+    events: list[str]  # the pause points the first repro passed, in order
+
+
+def stage_events(events: list[str], stage: str) -> list[str]:
+    return [e for e in events if e.startswith(f"{stage}:")]
 
 
 @pytest.fixture(scope="module")
 def project(tmp_path_factory) -> Project:
-    """One small project, every stage run once with `dvc repro` (timed per stage)."""
+    """One small project, every stage run once with `dvc repro` (timed per stage, its
+    pause points traced)."""
     base = tmp_path_factory.mktemp("faults")
     root = committed_project(base / "repo", *TINY)
-    first = run_watched(root, "dvc", "repro", stages=STAGES)
+    first = run_watched(root, "dvc", "repro", stages=STAGES, trace=True)
     assert first.returncode == 0, first.output
     assert stages_run(first.output) == set(STAGES)
+    for stage in STAGES:
+        assert stage_events(first.events, stage), (stage, first.events)
     pristine = base / "pristine"
     shutil.copytree(root, pristine, symlinks=True)
     print(f"\nstage durations (s): {first.durations()}")
-    return Project(root, first.durations(), pristine)
+    return Project(root, first.durations(), pristine, first.events)
 
 
 def assert_recovered(project: Path, result: subprocess.CompletedProcess) -> None:
@@ -137,8 +148,8 @@ def assert_recovered(project: Path, result: subprocess.CompletedProcess) -> None
 def test_a_stage_sigkilled_at_a_random_point_recovers_with_dvc_repro(project, stage):
     root = project.root
     rng = random.Random(f"{SEED}/{stage}")
-    # A point inside the stage's expected run (its duration in the first repro).
-    at_s = rng.uniform(0.15, 0.9) * project.durations[stage]
+    # One of the stage's pause points in the first repro: it reaches the same ones again.
+    at = rng.choice(stage_events(project.events, stage))
     if stage == "track":
         # A pipeline state never logged (params.yaml is a file dep of track alone): on a
         # logged one track finds its complete run and creates none, so there is no
@@ -155,9 +166,10 @@ def test_a_stage_sigkilled_at_a_random_point_recovers_with_dvc_repro(project, st
         "--single-item",
         stage,
         stages=(stage,),
-        kill=lambda name, elapsed: name == stage and elapsed >= at_s,
+        kill_at=at,
     )
-    assert killed.killed_stage, f"{stage} ended before the kill at {at_s:.1f} s:\n{killed.output}"
+    assert killed.killed_at == at, f"{stage} ended without reaching {at}:\n{killed.output}"
+    assert killed.killed_stage, killed
     # Nothing of the killed attempt was accepted: DVC recorded nothing, and whatever the
     # stage left reads back whole.
     assert (root / "dvc.lock").read_text() == lock_before
@@ -173,7 +185,7 @@ def test_a_stage_sigkilled_at_a_random_point_recovers_with_dvc_repro(project, st
     assert_recovered(root, result)
     row(
         f"SIGKILL {stage} (process group: dvc + stage)",
-        f"{killed.killed_after_s:.1f} s into {project.durations[stage]:.1f} s"
+        f"at {at}, {killed.killed_after_s:.1f} s into {project.durations[stage]:.1f} s"
         + (f"; temp files left: {litter}" if litter else ""),
         "dvc repro (" + ("restored from DVC's run-cache" if restored else "stage rerun") + ")",
         store_summary(local_uri(root)),
@@ -190,7 +202,6 @@ def test_a_half_logged_run_is_never_trusted_by_the_next_run_on_another_state(pro
 
     root = project.root
     uri = local_uri(root)
-    db = uri.removeprefix("sqlite:///")
     client = MlflowClient(tracking_uri=uri)
     experiments = [e.experiment_id for e in client.search_experiments()]
     before = {r.info.run_id for r in client.search_runs(experiments, max_results=1000)}
@@ -207,23 +218,8 @@ def test_a_half_logged_run_is_never_trusted_by_the_next_run_on_another_state(pro
     write_params(root, *TINY, "precision.tolerance.rtol=2e-05")
     run(root, "dvc", "repro", "check")
 
-    def run_row_written(stage: str, _elapsed: float) -> bool:
-        """Whether track's run row exists and is RUNNING, looked up in the store's sqlite
-        file (MLflow's ``runs`` table) while track is stopped: a millisecond, where an
-        MlflowClient search takes a tenth of a second of the stopped stage's time."""
-        if stage != "track":
-            return False
-        try:
-            store = sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=0.2)
-            with contextlib.closing(store) as con:
-                rows = con.execute("SELECT run_uuid FROM runs WHERE status = 'RUNNING'")
-                return bool({run_id for (run_id,) in rows} - before)
-        except sqlite3.OperationalError:
-            return False  # stopped in the middle of a write, track holds the lock: next look
-
-    killed = run_watched(
-        root, "dvc", "repro", stages=("track",), kill=run_row_written, pause_to_decide=True
-    )
+    # Held where its run exists, RUNNING, not complete (vmapcheck.pause), and killed there.
+    killed = run_watched(root, "dvc", "repro", stages=("track",), kill_at="track:run created#1")
     assert killed.killed_stage, killed.output
     half = new_running_run()
     assert half is not None
@@ -440,6 +436,28 @@ CASES = [("before", m, n) for m, n in CALL_POINTS] + [
 ]
 
 
+# The calls track makes only when it registers a new version: a run that serves what
+# `@verified` already serves re-verifies that version instead (no call of either).
+REGISTRY_CALLS = ("create_model_version", "set_registered_model_alias")
+
+
+def unverify(uri: str, params: Path) -> None:
+    """Take alias ``verified`` off the registered model (if it has it), so that the next
+    track registers a version and moves the alias: each registry case makes both calls,
+    whatever the cases before it left."""
+    from mlflow.exceptions import MlflowException
+    from mlflow.tracking import MlflowClient
+
+    from vmapcheck.tracking.registry import VERIFIED
+
+    name = yaml.safe_load(params.read_text())["registry"]["registered_model"]
+    # No such model or alias yet: the next track registers the first version.
+    with contextlib.suppress(MlflowException):
+        MlflowClient(tracking_uri=uri, registry_uri=uri).delete_registered_model_alias(
+            name, VERIFIED
+        )
+
+
 @pytest.mark.e2e
 @pytest.mark.faults
 @pytest.mark.parametrize(("when", "method", "occurrence"), CASES)
@@ -453,6 +471,8 @@ def test_the_server_stopped_around_an_mlflow_call_fails_track_fast_and_a_rerun_r
     # case logs afresh rather than finding its state logged before.
     params = root / "params.yaml"
     params.write_text(params.read_text() + f"# fault case: {when} {method}\n")
+    if method in REGISTRY_CALLS:
+        unverify(server.uri, params)
     rng = random.Random(f"{SEED}/{when}/{method}")
     faults = ClientFaults(server, method, occurrence, when, delay_s=rng.uniform(0.0, 0.05))
     if method == "health":

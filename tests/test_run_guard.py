@@ -1,4 +1,4 @@
-"""One pipeline run at a time in a workspace (vmapcheck.pipeline.running): while the
+"""One pipeline run at a time in a workspace (vmapcheck.running): while the
 `dvc` process that runs a pipeline lives, composing params.yaml there is refused, before
 anything is written; a record left by a run that died refuses nothing.
 (tests/e2e/test_experiments.py starts two real `dvc exp run` at once.)"""
@@ -18,7 +18,7 @@ from vmapcheck.compose import compose_yaml
 from vmapcheck.errors import ConfigError
 from vmapcheck.io import atomic_write_json
 from vmapcheck.layout import Layout
-from vmapcheck.pipeline.running import PipelineRunningError, idle, running_elsewhere
+from vmapcheck.running import PipelineRunningError, idle, running_elsewhere
 
 
 @pytest.fixture

@@ -13,11 +13,12 @@ error (argparse's one-line message) or a failure the command reports on stderr a
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from vmapcheck.errors import INTERRUPTED, VmapcheckError
+from vmapcheck.errors import INTERRUPTED, VmapcheckError, redacted_output
 from vmapcheck.layout import Layout
 from vmapcheck.versions import require_supported_jax
 
@@ -49,6 +50,23 @@ def _reference(args: argparse.Namespace, layout: Layout) -> int:
     if args.verb == "make":
         return reference.run_make(layout, args.reason)
     return reference.run_show(layout)
+
+
+def _number_in(expected: str, low: float, high: float) -> Callable[[str], float]:
+    """An argparse type: a finite number above ``low`` and at most ``high`` (below it
+    when ``high`` is 1), refused as ``expected, found <text>`` otherwise."""
+
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            value = math.nan
+        inside = low < value < high if high == 1 else low < value <= high
+        if not inside:
+            raise argparse.ArgumentTypeError(f"expected {expected}, found {text!r}")
+        return value
+
+    return parse
 
 
 def _verdict(args: argparse.Namespace, layout: Layout) -> int:
@@ -326,8 +344,16 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help="the run to judge: a bench_details.json or an MLflow run id",
     )
-    verdict.add_argument("--factor", type=float, help="default: bench.regression.factor")
-    verdict.add_argument("--alpha", type=float, help="default: bench.regression.alpha")
+    verdict.add_argument(
+        "--factor",
+        type=_number_in("a factor above 1 and at most 10 (as bench.regression.factor)", 1.0, 10.0),
+        help="default: bench.regression.factor",
+    )
+    verdict.add_argument(
+        "--alpha",
+        type=_number_in("a significance level between 0 and 1 (as bench.regression.alpha)", 0, 1),
+        help="default: bench.regression.alpha",
+    )
     verdict.add_argument("--out", type=Path, help="also write the verdict as JSON here")
     verdict.add_argument(
         "--require-same",
@@ -469,7 +495,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         # Every command: most import JAX (directly, or through MLflow and the report).
         require_supported_jax()
-        return args.func(args, layout)
+        # No message shows a URL's credentials (MLFLOW_TRACKING_URI may hold them).
+        with redacted_output():
+            return args.func(args, layout)
     except VmapcheckError as exc:  # a command that does not report its own errors
         print(f"{args.command}: error: {exc}", file=sys.stderr)
         return 2

@@ -15,7 +15,7 @@ from omegaconf.errors import OmegaConfBaseException
 from vmapcheck.errors import ConfigError
 from vmapcheck.io import atomic_write_text
 from vmapcheck.layout import Layout
-from vmapcheck.pipeline.running import register as register_run_guard
+from vmapcheck.running import register as register_run_guard
 
 
 def compose_yaml(conf_dir: Path, overrides: list[str] | None = None) -> str:
@@ -40,6 +40,11 @@ def compose_yaml(conf_dir: Path, overrides: list[str] | None = None) -> str:
 def run_params(layout: Layout, overrides: list[str] | None = None) -> int:
     """``vmapcheck params``: rewrite ``layout.params_yaml`` from ``layout.conf``."""
     overrides = list(overrides or [])
+    if not layout.conf.is_dir():
+        raise ConfigError(
+            f"{layout.conf}: not found; `vmapcheck params` composes params.yaml from the "
+            "project's conf/ (`vmapcheck init` writes it)"
+        )
     text = compose_yaml(layout.conf, overrides)
     atomic_write_text(layout.params_yaml, text)
     print(f"params.yaml composed from conf/ with overrides {overrides or '[]'}")

@@ -27,7 +27,7 @@ from pydantic import (
     model_validator,
 )
 
-from vmapcheck.errors import ConfigError
+from vmapcheck.errors import ConfigError, redact
 
 PositiveInt = Annotated[int, Field(gt=0)]
 Fraction = Annotated[float, Field(gt=0.0, lt=1.0)]
@@ -265,11 +265,16 @@ MODELS_URI_PATTERN = (
 )
 
 
+MAX_LEARNING_RATE = 10.0
+
+
 class TrainConfig(_Strict):
     optimizer: Literal["adam", "sgd"]
     steps: Annotated[int, Field(ge=0)]
     batch_size: PositiveInt
-    learning_rate: Annotated[float, Field(gt=0.0)]
+    # Above MAX_LEARNING_RATE no optimizer step stays finite on any model here: refused
+    # at the door, not as a NaN loss after the work has started.
+    learning_rate: Annotated[float, Field(gt=0.0, le=MAX_LEARNING_RATE)]
     eval_every: PositiveInt
     # Bring your own params: a safetensors file and its expected sha256 (both or neither).
     # When given, nothing is trained: the file is verified and evaluated.
@@ -378,6 +383,20 @@ class RegressionConfig(_Strict):
     # the same model, backend and precision in the store), a bench_details.json, a run
     # id, or null for no comparison.
     baseline: str | None
+
+    @field_validator("baseline", mode="after")
+    @classmethod
+    def _a_baseline_track_can_find(cls, spec: str | None) -> str | None:
+        # Judged in track, after the whole pipeline: a value that can name nothing is
+        # refused here, before any work (a file's existence is track's to check).
+        if spec is None or spec == "last-verified" or spec.endswith(".json"):
+            return spec
+        if re.fullmatch(r"[0-9a-f]{32}", spec):
+            return spec
+        raise ValueError(
+            "expected last-verified, an MLflow run id (32 hex digits), a path to a "
+            "bench_details.json, or null (no comparison)"
+        )
 
 
 # Rounds the bench stage times every cell in (vmapcheck.bench.timing.ROUNDS): a cell
@@ -646,6 +665,13 @@ class TrackingConfig(_Strict):
                 "MLFLOW_TRACKING_USERNAME and MLFLOW_TRACKING_PASSWORD (or "
                 "MLFLOW_TRACKING_TOKEN), which MLflow reads"
             )
+        if parts.query or parts.fragment:
+            # A token in a query string is a credential stored in params.yaml as well.
+            raise ValueError(
+                "expected a URL without a query or fragment (?... or #...): a token there "
+                "would be stored in params.yaml, dvc.lock and MLflow's tags; give a token in "
+                "MLFLOW_TRACKING_TOKEN, which MLflow reads"
+            )
         return uri
 
     @model_validator(mode="after")
@@ -791,15 +817,12 @@ def _key_path(loc: tuple[Any, ...], raw: Any = None) -> str:
 _SHOWN_CHARS = 80
 
 
-_USERINFO = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*://)[^/@\s]+@")
-
-
 def _shown(value: Any) -> str:
     """A value found in the config as an error shows it: its repr, cut; ``a mapping``."""
     if isinstance(value, dict):
         return "a mapping"
     # A URL's user and password are never shown (the error is printed, and kept in logs).
-    text = _USERINFO.sub(r"\1***@", repr(value))
+    text = redact(repr(value))
     return text if len(text) <= _SHOWN_CHARS else text[: _SHOWN_CHARS - 3] + "..."
 
 
@@ -842,6 +865,13 @@ def _describe(errors: list[dict[str, Any]], source: str, raw: Any = None) -> str
             found = err.get("input")
             shown = "" if isinstance(found, dict) else f", found {_shown(found)}"
             lines.append(f"  {key}: {message}{shown}")
+        elif key.endswith("secret_env"):
+            # The name of a variable is asked for: a value that is not one may be the
+            # secret itself, pasted in, and is not shown.
+            lines.append(
+                f"  {key}: {err['msg']} (the name of an environment variable), found a "
+                "value that is not one (not shown: it may be the secret itself)"
+            )
         else:
             found = err.get("input")
             lines.append(f"  {key}: {err['msg']}, found {_shown(found)}")

@@ -1,5 +1,13 @@
 """Exceptions whose messages name what was wrong, where, what was expected and found."""
 
+from __future__ import annotations
+
+import contextlib
+import re
+import sys
+from collections.abc import Iterator
+from typing import TextIO
+
 
 class VmapcheckError(Exception):
     """Base class: every error the tool raises on bad input or a failed precondition."""
@@ -58,3 +66,47 @@ class UnsupportedVersionError(VmapcheckError):
 
 # The exit code of a stage or command stopped by Ctrl-C: 128 + SIGINT, as a shell reports it.
 INTERRUPTED = 130
+
+
+# A URL's user name and password (``scheme://user:password@host``): never shown.
+_USERINFO = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*://)[^/@\s'\"]+@")
+
+
+# A credential in a URL's query (``?token=...``, ``&api_key=...``): never shown either.
+_QUERY_SECRET = re.compile(
+    r"([?&#][\w.-]*(?:token|key|password|passwd|secret|sig|auth)[\w.-]*=)[^&#\s'\"]+",
+    re.IGNORECASE,
+)
+
+
+def redact(text: str) -> str:
+    """``text`` with the user name and password of every URL in it, and the value of any
+    query parameter named like a credential (token, key, password, ...), as ``***``."""
+    return _QUERY_SECRET.sub(r"\1***", _USERINFO.sub(r"\1***@", text))
+
+
+class Redacting:
+    """A text stream that writes to ``stream`` what :func:`redact` leaves: the command
+    line and the stages print through it, so that no message (theirs, or a library's
+    error they pass on) shows a tracking server's credentials (MLFLOW_TRACKING_URI)."""
+
+    def __init__(self, stream: TextIO) -> None:
+        self._stream = stream
+
+    def write(self, text: str) -> int:
+        self._stream.write(redact(text))
+        return len(text)
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self._stream, name)
+
+
+@contextlib.contextmanager
+def redacted_output() -> Iterator[None]:
+    """Inside, sys.stdout and sys.stderr go through :class:`Redacting`."""
+    out, err = sys.stdout, sys.stderr
+    sys.stdout, sys.stderr = Redacting(out), Redacting(err)  # type: ignore[assignment]
+    try:
+        yield
+    finally:
+        sys.stdout, sys.stderr = out, err

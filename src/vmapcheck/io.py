@@ -14,6 +14,7 @@ import json
 import os
 import shutil
 import tempfile
+import zipfile
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -21,6 +22,7 @@ from typing import Any
 import numpy as np
 
 from vmapcheck.errors import ArtifactError
+from vmapcheck.pause import pause_point
 
 
 def _umask() -> int:
@@ -65,6 +67,7 @@ def atomic_path(path: Path) -> Iterator[Path]:
             # mkstemp makes the file private (0600); outputs get the usual permissions.
             os.chmod(tmp, 0o666 & ~_umask())
             yield tmp_path
+            pause_point(f"write {path.name}")  # a test may kill the stage here
             os.replace(tmp_path, path)
         finally:
             tmp_path.unlink(missing_ok=True)
@@ -99,6 +102,7 @@ def atomic_dir(path: Path) -> Iterator[Path]:
         try:
             os.chmod(tmp, 0o777 & ~_umask())
             yield tmp
+            pause_point(f"write {path.name}/")  # a test may kill the stage here
             old = None
             if path.exists():
                 old = path.with_name(f".{path.name}.old-{os.getpid()}")
@@ -131,13 +135,46 @@ def read_json(path: Path) -> Any:
         raise ArtifactError(f"{path}: not UTF-8 text (byte {exc.start}): not JSON") from None
 
 
+def read_json_object(path: Path, keys: tuple[str, ...] = ()) -> dict[str, Any]:
+    """:func:`read_json` of a file that must hold a JSON object (with ``keys``).
+
+    Raises:
+        ArtifactError: not found, not JSON, not an object, or a key missing; naming it.
+    """
+    found = read_json(path)
+    if not isinstance(found, dict):
+        raise ArtifactError(
+            f"{path}: expected a JSON object, found a {type(found).__name__}; rerun the "
+            "stage that writes it (`dvc repro`)"
+        )
+    missing = [k for k in keys if k not in found]
+    if missing:
+        raise ArtifactError(
+            f"{path}: expected the keys {', '.join(missing)}, found none of them; rerun the "
+            "stage that writes it (`dvc repro`)"
+        )
+    return found
+
+
 def load_npz(path: Path) -> dict[str, np.ndarray]:
     """Load every array of an .npz file; object arrays (pickle) are refused."""
     path = Path(path)
     try:
-        with np.load(path, allow_pickle=False) as data:
-            return {key: data[key] for key in data.files}
+        # Opened here, so that a file np.load refuses is closed too.
+        with open(path, "rb") as fh:
+            # An .npz is a zip archive: anything else np.load would try as a pickle.
+            if fh.read(4) not in (b"PK\x03\x04", b"PK\x05\x06"):
+                raise zipfile.BadZipFile("it does not begin as a zip archive does")
+            fh.seek(0)
+            with np.load(fh, allow_pickle=False) as data:
+                return {key: data[key] for key in data.files}
     except FileNotFoundError:
         raise ArtifactError(f"{path}: not found; has the stage that writes it run?") from None
     except ValueError as exc:
         raise ArtifactError(f"{path}: refused ({exc})") from None
+    except (zipfile.BadZipFile, EOFError, OSError) as exc:
+        # Cut short, emptied or not an .npz at all (the file the stage before wrote).
+        raise ArtifactError(
+            f"{path}: not a whole .npz file ({type(exc).__name__}: {exc}); rerun the stage "
+            "that writes it (`dvc repro`)"
+        ) from None

@@ -49,7 +49,7 @@ class Layout:
     @property
     def running_record(self) -> Path:
         """The ``dvc`` process running this workspace's pipeline now
-        (:mod:`vmapcheck.pipeline.running`), in DVC's own temporary folder."""
+        (:mod:`vmapcheck.running`), in DVC's own temporary folder."""
         return self.root / ".dvc" / "tmp" / "vmapcheck-run.json"
 
     @property

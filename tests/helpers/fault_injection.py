@@ -31,6 +31,7 @@ import yaml
 
 from tests.helpers.project import project_env
 from tests.helpers.servers import MlflowServer
+from vmapcheck.pause import PAUSE_AT, PAUSE_FILE, PAUSE_TRACE
 
 # --- processes ---------------------------------------------------------------------------
 
@@ -64,31 +65,47 @@ class Watched:
     seen_s: dict[str, tuple[float, float]] = field(default_factory=dict)  # first, last
     killed_stage: bool = False  # the SIGKILL landed while the stage's process ran
     killed_after_s: float | None = None  # seconds after the stage's process appeared
+    killed_at: str | None = None  # the pause point it was killed at (vmapcheck.pause)
+    events: list[str] = field(default_factory=list)  # the pause points passed (trace=True)
 
     def durations(self) -> dict[str, float]:
         return {name: last - first for name, (first, last) in self.seen_s.items()}
+
+
+PAUSED = ".fault-paused.json"  # where a stage held at its pause point says so
+TRACE = ".fault-trace.txt"  # the pause points a traced run passed
 
 
 def run_watched(
     project: Path,
     *args: str,
     stages: tuple[str, ...],
-    kill: Callable[[str, float], bool] | None = None,
+    kill_at: str | None = None,
+    trace: bool = False,
     timeout_s: float = 600,
-    pause_to_decide: bool = False,
 ) -> Watched:
     """Run ``args`` in ``project`` in a new process group, polling every 50 ms for the
-    processes of ``stages``. ``kill(stage, seconds since its process appeared)``: True
-    SIGKILLs the whole group (DVC and the stage) at once, as an OOM killer or a power cut
-    of the job would. ``pause_to_decide``: the group is stopped (SIGSTOP) while ``kill``
-    looks, and goes on (SIGCONT) when it says False, so the kill lands on the state it saw
-    (a stage that ends its MLflow run between a look and the kill would otherwise leave
-    nothing half done). A look must then be quick: the stage waits for each."""
+    processes of ``stages``.
+
+    ``kill_at``: a pause point's label (``<stage>:<event>#<n>``, :mod:`vmapcheck.pause`).
+    The stage that reaches it is held there, says so in :data:`PAUSED`, and the whole
+    group (DVC and the stage) is SIGKILLed at once, as an OOM killer or a power cut of
+    the job would: the kill lands at that event, however fast or slow the stage runs.
+    ``trace``: every pause point passed is listed in ``Watched.events`` (to choose from).
+    """
+    paused, traced = project / PAUSED, project / TRACE
+    paused.unlink(missing_ok=True)
+    traced.unlink(missing_ok=True)
+    env = project_env(project)
+    if kill_at is not None:
+        env.update({PAUSE_AT: kill_at, PAUSE_FILE: str(paused)})
+    if trace:
+        env[PAUSE_TRACE] = str(traced)
     with open(project / ".fault-run.log", "w+") as log:
         proc = subprocess.Popen(
             list(args),
             cwd=project,
-            env=project_env(project),
+            env=env,
             stdout=log,
             stderr=subprocess.STDOUT,
             start_new_session=True,
@@ -105,17 +122,15 @@ def run_watched(
                     if stage in running:
                         first, _ = watched.seen_s.get(stage, (now, now))
                         watched.seen_s[stage] = (first, now)
-                        if kill is None:
-                            continue
-                        if pause_to_decide:
-                            os.killpg(proc.pid, signal.SIGSTOP)
-                        if not kill(stage, now - first):
-                            if pause_to_decide:
-                                os.killpg(proc.pid, signal.SIGCONT)
-                            continue
-                        os.killpg(proc.pid, signal.SIGKILL)
-                        watched.killed_stage = True
-                        watched.killed_after_s = now - first
+                if kill_at is not None and paused.exists():
+                    held = json.loads(paused.read_text())
+                    stage = held["label"].split(":", 1)[0]
+                    first, _ = watched.seen_s.get(stage, (now, now))
+                    os.killpg(proc.pid, signal.SIGKILL)
+                    watched.killed_stage = stage in stages
+                    watched.killed_after_s = now - first
+                    watched.killed_at = held["label"]
+                    break
                 time.sleep(0.05)
         finally:
             if proc.poll() is None:
@@ -124,9 +139,13 @@ def run_watched(
             # Nothing of the group may outlive it (a stage's own children included).
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(proc.pid, signal.SIGKILL)
+            paused.unlink(missing_ok=True)
         log.seek(0)
         watched.output = log.read()
         watched.returncode = proc.returncode
+    if trace and traced.exists():
+        watched.events = [line for line in traced.read_text().splitlines() if line]
+        traced.unlink()
     return watched
 
 

@@ -49,6 +49,13 @@ def reference_dir(config: Config, layout: Layout) -> Path:
     return layout.root / config.reference.dir / config.model.name
 
 
+def shown_reference_dir(config: Config, layout: Layout) -> Path:
+    """:func:`reference_dir` as messages show it: relative to the project root when it
+    lies under it, else whole (an absolute ``reference.dir`` elsewhere)."""
+    folder = reference_dir(config, layout)
+    return folder.relative_to(layout.root) if folder.is_relative_to(layout.root) else folder
+
+
 def mse(outputs: np.ndarray, targets: np.ndarray) -> float:
     """Mean squared error in float64 (the loss the model is trained on), over the rows
     ``outputs`` has: a path the budget capped ran a case's first rows only."""
@@ -184,7 +191,7 @@ def run_make(layout: Layout, reason: str) -> int:
         return 2
     print(
         f"reference for model {meta['model']} written to "
-        f"{reference_dir(config, layout).relative_to(layout.root)} (jax "
+        f"{shown_reference_dir(config, layout)} (jax "
         f"{meta['runtime']['jax_version']}, {meta['runtime']['backend']}, "
         f"{meta['dtype']}); commit it with git"
     )

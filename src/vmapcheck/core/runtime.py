@@ -212,6 +212,16 @@ def configure_jax(backend: BackendConfig, precision: PrecisionConfig) -> Runtime
             f"available on this machine ({type(exc).__name__}: {reason}). Backends present: "
             f"{', '.join(present) or 'none'}; choose one, e.g. `dvc exp run -S backend=cpu`."
         ) from None
+    # JAX already running on another platform in this process (jax_platforms is read
+    # once, when JAX starts): it would run there, and the run would claim this backend.
+    wanted = _PLATFORM_TO_BACKEND.get(backend.platform, backend.platform)
+    if _PLATFORM_TO_BACKEND.get(devices[0].platform, devices[0].platform) != wanted:
+        raise BackendUnavailableError(
+            f"backend.platform={backend.platform!r} (backend.name={backend.name!r}) was "
+            f"asked for, found JAX already started on {devices[0].platform!r} in this "
+            "process (the platform is chosen once, when JAX starts): run it in a process "
+            "of its own, or choose that backend"
+        )
     check_device_count(backend.num_devices, devices)
     return RuntimeInfo(
         backend=backend.name,

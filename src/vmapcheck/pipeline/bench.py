@@ -20,7 +20,7 @@ from vmapcheck.core.models import build_model
 from vmapcheck.core.paths import PATHS, describe_distributed, speedup_text
 from vmapcheck.core.runtime import configure_jax
 from vmapcheck.data.regression import STANDARD_CASE, load_cases
-from vmapcheck.io import atomic_dir, atomic_write_json, read_json
+from vmapcheck.io import atomic_dir, atomic_write_json, read_json_object
 from vmapcheck.layout import Layout
 from vmapcheck.params_io import contract_digest, load_model_params
 from vmapcheck.report.headline import HEADLINE_SPEEDUPS, batch_label, bench_headline
@@ -140,7 +140,7 @@ def run(config: Config, layout: Layout) -> None:
         "model": config.model.name,
         # What the model is, not its name: the verdict never compares two networks of
         # one name (vmapcheck.bench.baseline.CONTEXT).
-        "model_contract": contract_digest(read_json(layout.contract)),
+        "model_contract": contract_digest(read_json_object(layout.contract)),
         "precision": config.precision.name,
         "dtype": dtype.name,
         "runtime": runtime.as_dict(),

@@ -23,7 +23,7 @@ from vmapcheck.core.oracle import float64_outputs
 from vmapcheck.core.runtime import configure_cpu_float64
 from vmapcheck.data.regression import load_cases
 from vmapcheck.errors import ArtifactError
-from vmapcheck.io import atomic_write_json, load_npz, read_json, sha256_file
+from vmapcheck.io import atomic_write_json, load_npz, read_json_object, sha256_file
 from vmapcheck.layout import Layout
 from vmapcheck.params_io import load_model_params
 from vmapcheck.report.elements import atol_decided, figure_text
@@ -160,7 +160,7 @@ def run(config: Config, layout: Layout) -> None:
     key_stream = key_stream_stage(model, config.seed)
     report = run_checks(
         config,
-        read_json(layout.cases_manifest),
+        read_json_object(layout.cases_manifest),
         load_npz(layout.outputs),
         record,
         oracle=oracle,

@@ -10,7 +10,7 @@ compare this run (this JAX, this backend) with the verified run that made it.
 import jax
 import jax.numpy as jnp
 
-from vmapcheck.check.reference import load_reference, reference_dir
+from vmapcheck.check.reference import load_reference, reference_dir, shown_reference_dir
 from vmapcheck.config import Config
 from vmapcheck.core import contract
 from vmapcheck.core.cases import case_input
@@ -22,7 +22,7 @@ from vmapcheck.core.paths import describe_distributed, not_provided
 from vmapcheck.core.runtime import configure_jax
 from vmapcheck.data.regression import STANDARD_CASE, load_cases
 from vmapcheck.errors import ArtifactError
-from vmapcheck.io import atomic_dir, atomic_save_npz, atomic_write_json, read_json
+from vmapcheck.io import atomic_dir, atomic_save_npz, atomic_write_json, read_json_object
 from vmapcheck.layout import Layout
 from vmapcheck.params_io import check_features, load_model_params
 
@@ -32,7 +32,7 @@ def _run_reference(config: Config, layout: Layout, model, dtype, mesh, built):
     the cases ran on (vmapcheck.core.forward.build_all), reused so that a jit path is
     not compiled again for a shape the cases already had."""
     folder = reference_dir(config, layout)
-    where = folder.relative_to(layout.root)
+    where = shown_reference_dir(config, layout)
     try:
         reference = load_reference(folder)
     except ArtifactError as exc:
@@ -61,7 +61,9 @@ def run(config: Config, layout: Layout) -> None:
     model = build_model(config.model)
     params, manifest = load_model_params(model, layout.params)
     cases = load_cases(layout.cases)
-    check_features(read_json(layout.cases_manifest)["features"], manifest, "data/cases")
+    check_features(
+        read_json_object(layout.cases_manifest, ("features",))["features"], manifest, "data/cases"
+    )
     dtype = jnp.dtype(config.precision.dtype)
     mesh = data_mesh(config.backend.num_devices)
     sharded = describe_distributed(model, mesh)

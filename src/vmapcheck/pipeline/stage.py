@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
+import os
 import sys
 import time
 from collections.abc import Callable
@@ -14,10 +16,11 @@ import yaml
 
 from vmapcheck.config import Config, read_params, validate_config
 from vmapcheck.core.runtime import enable_compile_cache
-from vmapcheck.errors import INTERRUPTED, ArtifactError, VmapcheckError
+from vmapcheck.errors import INTERRUPTED, ArtifactError, VmapcheckError, redacted_output
 from vmapcheck.io import atomic_write_json, read_json
 from vmapcheck.layout import Layout
-from vmapcheck.pipeline.running import clear_running
+from vmapcheck.pause import pause_point, set_stage
+from vmapcheck.running import clear_running, killed_stage, oom_kills
 
 StageBody = Callable[[Config, Layout], int | None]
 # The pipeline's last stage (dvc.yaml): when it ends, the run is over.
@@ -31,11 +34,13 @@ def write_stage_time(
     end: float | None,
     exit_code: int | None,
     params: dict[str, Any] | None = None,
+    oom: dict[str, Any] | None = None,
 ) -> None:
     """``reports/stages/<name>.json``: ``{"stage", "start", "end", "wall_s",
-    "exit_code", "params"}``, times in seconds since the epoch; ``end``/``wall_s``/
-    ``exit_code`` None while the stage runs; ``params``: what :func:`params_record`
-    made of the params.yaml the stage ran with."""
+    "exit_code", "params", "pid", "oom_kills"}``, times in seconds since the epoch;
+    ``end``/``wall_s``/``exit_code`` None while the stage runs (and for ever when it is
+    killed: :func:`killed_stage`); ``params``: what :func:`params_record` made of the
+    params.yaml the stage ran with; ``oom_kills``: :func:`oom_kills` when it started."""
     atomic_write_json(
         layout.stage_time(name),
         {
@@ -45,6 +50,8 @@ def write_stage_time(
             "wall_s": None if end is None else round(end - start, 3),
             "exit_code": exit_code,
             "params": params,
+            "pid": os.getpid(),
+            "oom_kills": oom,
         },
     )
 
@@ -167,7 +174,14 @@ def run_stage(
     its own start there) and again when it ends, whatever the outcome (``exit_code`` None:
     it raised). A refused config writes nothing: the stage did no work.
     """
+    # No line the stage prints shows a URL's credentials (MLFLOW_TRACKING_URI may hold them).
+    with redacted_output():
+        return _run_stage(name, body, root, compile_cache)
+
+
+def _run_stage(name: str, body: StageBody, root: Path | None, compile_cache: bool) -> int:
     layout = Layout(Path.cwd() if root is None else root)
+    set_stage(name)
     start = time.time()
     timed = False
     code: int | None = None
@@ -176,11 +190,22 @@ def run_stage(
         text, raw = read_params(layout.params_yaml)
         config = validate_config(raw, source=str(layout.params_yaml))
         params = params_record(layout, name, text, raw)
-        write_stage_time(layout, name, start, None, None, params)
+        oom = oom_kills()
+        # This stage's previous run, if the system killed it (its record has no end):
+        # said once, before its record is replaced.
+        previous = layout.stage_time(name)
+        if previous.is_file():
+            with contextlib.suppress(ArtifactError):
+                killed = killed_stage(read_json(previous))
+                if killed is not None:
+                    print(f"{name}: note: its previous run: {killed}", file=sys.stderr)
+        write_stage_time(layout, name, start, None, None, params, oom)
         timed = True
+        pause_point("start")
         if compile_cache:
             enable_compile_cache(layout.compile_cache)
         code = body(config, layout) or 0
+        pause_point("end")
         return code
     except VmapcheckError as exc:
         print(f"{name}: error: {exc}", file=sys.stderr)
@@ -212,7 +237,7 @@ def run_stage(
         return code
     finally:
         if timed:
-            write_stage_time(layout, name, start, time.time(), code, params)
+            write_stage_time(layout, name, start, time.time(), code, params, oom)
         if name == LAST_STAGE:
             # The run is over, whatever its outcome: another may compose params.yaml.
             clear_running(layout)

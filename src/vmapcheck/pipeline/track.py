@@ -26,13 +26,14 @@ from vmapcheck.bench.verdict import compare, format_table
 from vmapcheck.check.schema import read_check_details
 from vmapcheck.config import Config, read_params
 from vmapcheck.errors import SettingsChangedError, VmapcheckError
-from vmapcheck.io import atomic_write_json, atomic_write_text, read_json
+from vmapcheck.io import atomic_write_json, atomic_write_text, read_json, read_json_object
 from vmapcheck.layout import Layout
-from vmapcheck.pipeline.running import dvc_run_began
+from vmapcheck.pause import pause_point
 from vmapcheck.pipeline.stage import LAST_STAGE, read_stage_times, settings_changed, text_sha256
 from vmapcheck.provenance import git_state
 from vmapcheck.report.html import render_report
 from vmapcheck.report.summary import review_url, verdict_line
+from vmapcheck.running import dvc_run_began
 from vmapcheck.tracking.log import (
     experiment_name,
     log_diagnosis,
@@ -83,7 +84,7 @@ def bench_not_rerun(
     against itself or again.
 
     ``dvc_began``: when the ``dvc`` process running track started
-    (:func:`vmapcheck.pipeline.running.dvc_run_began`); a bench that started before it
+    (:func:`vmapcheck.running.dvc_run_began`); a bench that started before it
     is an earlier run's. None (track outside DVC): the chain of stages that ran one after
     another up to track (:func:`vmapcheck.tracking.log.run_start`), which cannot tell a
     skipped bench from one that ended less than ``RUN_GAP_S`` before (a tolerance changed
@@ -201,7 +202,7 @@ ONE_AT_A_TIME = (
 def refuse_changed_settings(layout: Layout, stages: dict[str, dict[str, Any]]) -> None:
     """Refuse to log a run whose stages did not all run with the params.yaml track read
     (:func:`vmapcheck.pipeline.stage.settings_changed`; the stages the ``dvc`` process
-    running track ran, :func:`vmapcheck.pipeline.running.dvc_run_began`), or whose
+    running track ran, :func:`vmapcheck.running.dvc_run_began`), or whose
     params.yaml changed since track read it (the artifact logged would not be what track
     ran with).
 
@@ -267,9 +268,9 @@ def track(config: Config, layout: Layout) -> int:
         for line in settle_pending_alias(uri, config.registry.registered_model):
             print(f"track: registry: {line}")
     check = read_check_details(layout.check_details)
-    bench = read_json(layout.bench_details)
-    train = read_json(layout.train_report)
-    contract = read_json(layout.contract)
+    bench = read_json_object(layout.bench_details)
+    train = read_json_object(layout.train_report)
+    contract = read_json_object(layout.contract)
     git = git_state(layout.root)
     # The run spans this pipeline run: from the start of its first stage that ran now (not
     # one DVC skipped: its record is an earlier run's) to the end of this one.
@@ -349,6 +350,7 @@ def track(config: Config, layout: Layout) -> int:
                 start_time=start_ms,
                 note=verdict_note(check, bench, perf),
             )
+        pause_point("run created")  # RUNNING, not complete: a test may kill track here
         try:
             log_perf_verdict(info["tracking_uri"], info["run_id"], perf)
             log_diagnosis(info["tracking_uri"], info["run_id"], read_json(layout.diagnosis))
@@ -358,6 +360,7 @@ def track(config: Config, layout: Layout) -> int:
             info["registry"] = register_if_verified(
                 config, info, check["runtime"], layout.params, move_alias=False
             )
+            pause_point("registered")
             # This stage's own record has no end yet: it ends now, as the run does.
             log_timeline(info["tracking_uri"], info["run_id"], stages, time.time())
             # The run's last writes (pipeline_complete, then FINISHED): an attempt that dies
@@ -371,6 +374,7 @@ def track(config: Config, layout: Layout) -> int:
                     f"track failed before completing it: {type(exc).__name__}: {first_line(exc)}",
                 )
             raise
+        pause_point("run complete")  # the alias move (if any) not yet made
         if info["registry"].get("verified_alias") == "pending":
             move_verified_alias(info["tracking_uri"], info["registry"])
             info["registry"]["verified_alias"] = "moved"

@@ -27,8 +27,8 @@ from vmapcheck.core.runtime import configure_cpu_float32
 from vmapcheck.core.state import declared_state
 from vmapcheck.core.training import fit
 from vmapcheck.data.regression import SPLITS, load_split
-from vmapcheck.errors import ConfigError
-from vmapcheck.io import atomic_dir, atomic_write_json, read_json
+from vmapcheck.errors import ArtifactError, ConfigError
+from vmapcheck.io import atomic_dir, atomic_write_json, read_json_object
 from vmapcheck.layout import Layout
 from vmapcheck.params_io import (
     check_features,
@@ -48,12 +48,19 @@ def run(config: Config, layout: Layout) -> None:
     # Before any array is made: a model too big for this machine is refused, with both
     # figures, rather than killed by the system minutes later.
     check_train_memory(model, f"model.hidden={config.model.hidden}, model.factory")
-    features = read_json(layout.prepared_manifest)["features"]
+    features = read_json_object(layout.prepared_manifest, ("features",))["features"]
     # Each split's feature table as batches of the model's input contract (batch axis 0).
     splits = {}
     for name in SPLITS:
         table, targets = load_split(layout.prepared, name)
-        splits[name] = (model.contract.from_table(table, features), targets)
+        try:
+            splits[name] = (model.contract.from_table(table, features), targets)
+        except ArtifactError as exc:
+            # The model's inputs and the prepared table disagree: both sides named.
+            raise ArtifactError(
+                f"{layout.prepared / name}.npz against model.in_features (or model.inputs): "
+                f"{exc}; make data.n_features (or data.features) match"
+            ) from None
     # Before any work (no compute: shapes only): an output of the wrong shape, dtype or
     # kind is the model's problem, named, not a traceback from the loss.
     problem = output_contract_problem(
@@ -61,6 +68,19 @@ def run(config: Config, layout: Layout) -> None:
     )
     if problem:
         raise ConfigError(f"model {model.name!r} (model.factory): {problem}")
+    # Targets the loss would compare with outputs of another width (a raw broadcasting
+    # error from inside the loss, otherwise): both keys named.
+    targets = np.asarray(splits["train"][1])
+    if (
+        targets.ndim == 2
+        and np.issubdtype(targets.dtype, np.floating)
+        and targets.shape[1] != model.out_features
+    ):
+        raise ConfigError(
+            f"model.out_features={model.out_features}: expected the prepared targets "
+            f"({layout.prepared}, data.n_targets or data.targets) to have as many columns, "
+            f"found {targets.shape[1]}"
+        )
     if config.train.params_file is not None:
         template = jax.eval_shape(model.init, jax.random.key(0))
         params = read_params_file(

@@ -24,7 +24,7 @@ from vmapcheck import __version__
 from vmapcheck.errors import ArtifactError
 from vmapcheck.io import atomic_write_json, read_json
 from vmapcheck.layout import Layout
-from vmapcheck.pipeline.running import mark_running
+from vmapcheck.running import mark_running
 
 # Every stage loads these: the config, the errors, atomic I/O, the layout, the stage runner.
 _SHARED = (
@@ -33,11 +33,12 @@ _SHARED = (
     "errors.py",
     "versions.py",
     "io.py",
+    "pause.py",
     "layout.py",
     "stages/__init__.py",
     "pipeline/__init__.py",
     "pipeline/stage.py",
-    "pipeline/running.py",
+    "running.py",
 )
 # The shipped example models (imported only when configured, model=flax_mlp, ...): every
 # stage that builds a model lists them, though no default import shows them.

@@ -10,7 +10,7 @@ from vmapcheck.check.schema import read_check_details
 from vmapcheck.core.paths import speedup_text
 from vmapcheck.core.runtime import device_text
 from vmapcheck.errors import ArtifactError
-from vmapcheck.io import read_json
+from vmapcheck.io import read_json, read_json_object
 from vmapcheck.layout import Layout
 from vmapcheck.report.check_sections import (
     budget_lines,
@@ -20,6 +20,7 @@ from vmapcheck.report.check_sections import (
 )
 from vmapcheck.report.elements import atol_decided, figure_text, shape_text
 from vmapcheck.report.headline import batch_from_label, bench_headline, noisy_caveat
+from vmapcheck.running import killed_stages
 from vmapcheck.tracking.ui import run_url, ui_base
 
 
@@ -119,7 +120,7 @@ def summarize(layout: Layout) -> str:
     lines = [verdict_line(check, bench)]
     lines += [f"  -    {line}" for line in not_provided_lines(check)]
     if layout.contract.exists():
-        inputs = read_json(layout.contract)["inputs"]
+        inputs = read_json_object(layout.contract, ("inputs",))["inputs"]
         lines.append(
             "  inputs: "
             + (
@@ -206,6 +207,9 @@ def run_summary(layout: Layout, repro_status: int = 0) -> int:
             "error above), the figures below are from an earlier run: `dvc status` lists "
             "what is stale."
         )
+    # A stage the system killed (out of memory: DVC says only "exited with -9") is named.
+    for line in killed_stages(layout):
+        print(f"summary: {line}")
     try:
         print(summarize(layout))
     except ArtifactError as exc:

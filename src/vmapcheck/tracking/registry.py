@@ -77,6 +77,8 @@ from vmapcheck.params_io import (
 )
 from vmapcheck.tracking.store import (
     incomplete_because,
+    is_http,
+    probe,
     require_existing_store,
     resolve_tracking_uri,
 )
@@ -1054,6 +1056,10 @@ def _command(layout: Layout, model: str | None, action: Callable[[str, str], Non
         config = load_config(layout.params_yaml)
         uri = resolve_tracking_uri(config.tracking, layout.root)
         require_existing_store(uri, "the registry")
+        if is_http(uri):
+            # A server that does not answer is said so: its reads would otherwise look
+            # like an empty registry ("no registered model").
+            probe(uri, config.tracking)
         name = model or config.registry.registered_model
         if name is None:
             raise ConfigError("registry.registered_model is null and no --model was given")

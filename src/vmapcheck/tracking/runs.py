@@ -344,12 +344,15 @@ def run_compare(
     ``width`` columns (None: the terminal's width, 80 when it has none); exit 2 with a
     message when there is nothing to compare."""
     from vmapcheck.config import load_config
-    from vmapcheck.tracking.store import resolve_tracking_uri
+    from vmapcheck.tracking.store import require_usable_store, resolve_tracking_uri
 
     try:
         config = load_config(layout.params_yaml)
+        uri = resolve_tracking_uri(config.tracking, layout.root)
+        # A corrupt local store is named here, not by a traceback from MLflow's reads.
+        require_usable_store(uri, write=False)
         selection = select_runs(
-            resolve_tracking_uri(config.tracking, layout.root),
+            uri,
             n=n,
             filter_string=filter_string.strip() or None,
             prefix=None if all_experiments else config.tracking.experiment,

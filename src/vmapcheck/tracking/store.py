@@ -69,9 +69,11 @@ still differ in their benchmark timings, hence in their key).
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import fcntl
 import hashlib
+import logging
 import os
 import shutil
 import socket
@@ -84,7 +86,7 @@ from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import unquote, urlsplit, urlunsplit
 
 import yaml
 
@@ -243,6 +245,10 @@ def sqlite_file(uri: str) -> Path | None:
     return Path(uri[len(SQLITE) :].split("?", 1)[0])
 
 
+# Tables every MLflow sqlite store has (a database with tables but none of these is not
+# an MLflow store).
+MLFLOW_TABLES = {"experiments", "runs", "alembic_version"}
+
 # Below this much free space on a sqlite store's disk, logging a run (a few MB of
 # artifacts and rows) is refused before it starts.
 MIN_FREE_MB = 64
@@ -258,10 +264,28 @@ def sqlite_problem(path: Path, write: bool = True) -> str | None:
 
     if not path.exists():
         return None
+    if not path.is_file():
+        return (
+            "is a folder (or another kind of file), not an SQLite database file: move it "
+            "aside, or set tracking.tracking_uri to a file"
+        )
+    # A write cut short (a full disk, a killed process) leaves a hot journal beside the
+    # file, which a read-only connection cannot roll back: SQLite does it on the next
+    # read-write open, as MLflow's would. Opened so here, the store is judged as MLflow
+    # will find it, not called corrupt.
+    journal = path.with_name(path.name + "-journal")
+    recover = journal.is_file() and journal.stat().st_size > 0 and os.access(path, os.W_OK)
+    opened = str(path) if recover else f"file:{path}?mode=ro"
     try:
-        with contextlib.closing(sqlite3.connect(f"file:{path}?mode=ro", uri=True)) as db:
+        with contextlib.closing(sqlite3.connect(opened, uri=not recover)) as db:
             verdict = db.execute("PRAGMA quick_check").fetchone()[0]
+            tables = {n for (n,) in db.execute("SELECT name FROM sqlite_master WHERE type='table'")}
     except sqlite3.DatabaseError as exc:
+        if "locked" in str(exc):  # another writer holds it: not a fault of the file
+            return (
+                f"is locked by another process writing it ({first_line(exc)}): a `track` "
+                "or `vmapcheck store init` running? Try again once it ends"
+            )
         return (
             f"is not a readable SQLite database ({first_line(exc)}): restore it from a "
             f"backup ({path.name}.bak-* beside it, if any), or move it aside and make a new "
@@ -271,6 +295,13 @@ def sqlite_problem(path: Path, write: bool = True) -> str | None:
         return (
             f"fails SQLite's integrity check ({first_line(verdict)}): restore it from a "
             f"backup ({path.name}.bak-* beside it, if any) before logging to it"
+        )
+    if tables and not tables & MLFLOW_TABLES:
+        # Another program's database: MLflow would add its own tables into it.
+        listed = ", ".join(sorted(tables)[:5]) + (", ..." if len(tables) > 5 else "")
+        return (
+            f"is another program's SQLite database (tables {listed}; none of MLflow's "
+            "experiments, runs): set tracking.tracking_uri to a file of its own"
         )
     if not write:
         return None
@@ -310,6 +341,11 @@ def store_faults(uri: str) -> Iterator[None]:
     the run it was logging is left unfinished, and the next ``track`` marks it FAILED
     (:func:`settle_earlier_attempts`). Any other error passes unchanged."""
     path = sqlite_file(uri)
+    # MLflow logs each database error with its traceback before it raises it again: the
+    # error itself is reported below (one line), or passes on unchanged.
+    db_log = logging.getLogger("mlflow.store.db.utils")
+    level = db_log.level
+    db_log.setLevel(logging.CRITICAL)
     try:
         yield
     except TrackingStoreError:
@@ -334,6 +370,8 @@ def store_faults(uri: str) -> Iterator[None]:
             "it FAILED. Free space or fix the file, then `dvc repro` again "
             "(`vmapcheck store probe` checks the store)"
         ) from None
+    finally:
+        db_log.setLevel(level)
 
 
 def require_existing_store(uri: str, action: str) -> None:
@@ -344,7 +382,7 @@ def require_existing_store(uri: str, action: str) -> None:
         TrackingStoreError: naming the file, what it was needed for and how it is made.
     """
     path = sqlite_file(uri)
-    if path is not None and not path.is_file():
+    if path is not None and not path.exists():
         raise TrackingStoreError(
             f"no MLflow store at {path} (tracking.tracking_uri, or MLFLOW_TRACKING_URI when "
             f"set): {action} needs an existing one, and none is created here; check the "
@@ -389,9 +427,15 @@ def worst_request_s(tracking: TrackingConfig) -> float:
 
 def health(uri: str, timeout_s: float) -> str | None:
     """Why ``GET <uri>/health`` failed (one attempt), or None when the server answers OK."""
-    url = uri.rstrip("/") + "/health"
+    # A user and password in the URL (MLFLOW_TRACKING_URI may hold them) go as HTTP basic
+    # auth, as MLflow sends them; urllib would take them for part of the host name.
+    parts = urlsplit(uri)
+    request = urllib.request.Request(shown(uri).rstrip("/") + "/health")
+    if parts.username is not None or parts.password is not None:
+        pair = f"{unquote(parts.username or '')}:{unquote(parts.password or '')}"
+        request.add_header("Authorization", "Basic " + base64.b64encode(pair.encode()).decode())
     try:
-        with urllib.request.urlopen(url, timeout=timeout_s) as response:
+        with urllib.request.urlopen(request, timeout=timeout_s) as response:
             if response.status == 200:
                 return None
             return f"HTTP {response.status}"
@@ -866,11 +910,17 @@ def run_store(layout: Layout, verb: str) -> int:
             print(f"{shown(uri)} answers")
         elif verb == "probe":
             path = sqlite_file(uri)
-            if path is None or not path.is_file():
+            if path is None or not path.exists():
                 print(f"{shown(uri)}: no store there yet (the first `dvc repro` makes it)")
                 return 0
             require_usable_store(uri)
-            print(f"{shown(uri)}: an SQLite store, integrity ok, writable")
+            if path.stat().st_size == 0:
+                print(
+                    f"{shown(uri)}: an empty file, writable (the first `dvc repro` makes "
+                    "the store in it)"
+                )
+            else:
+                print(f"{shown(uri)}: an SQLite store, integrity ok, writable")
             return 0
         if verb == "init":
             require_usable_store(uri)

@@ -23,6 +23,7 @@ JAX. track's check of the settings each stage ran with
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import json
 import os
@@ -31,7 +32,8 @@ from typing import Any
 
 import psutil
 
-from vmapcheck.io import atomic_write_json
+from vmapcheck.errors import ArtifactError
+from vmapcheck.io import atomic_write_json, read_json
 from vmapcheck.layout import Layout
 
 RESOLVER = "vmapcheck_idle"
@@ -165,3 +167,92 @@ def register() -> None:
 
     if not OmegaConf.has_resolver(RESOLVER):
         OmegaConf.register_new_resolver(RESOLVER, idle, use_cache=False)
+
+
+# --- a stage the system killed ------------------------------------------------------
+
+
+# Where the kernel counts the processes its out-of-memory killer ended, with the key:
+# this cgroup's (v2, then v1), else the whole machine's.
+OOM_COUNTERS = (
+    (Path("/sys/fs/cgroup/memory.events"), "oom_kill"),
+    (Path("/sys/fs/cgroup/memory/memory.oom_control"), "oom_kill"),
+    (Path("/proc/vmstat"), "oom_kill"),
+)
+
+
+def oom_kills() -> dict[str, Any] | None:
+    """``{"source": file, "count": n}``: how many processes the out-of-memory killer has
+    ended so far, from the first of :data:`OOM_COUNTERS` that is readable; None on a
+    system that counts none (macOS, Windows)."""
+    for path, key in OOM_COUNTERS:
+        try:
+            lines = path.read_text().splitlines()
+        except OSError:
+            continue
+        for line in lines:
+            parts = line.split()
+            if len(parts) == 2 and parts[0] == key and parts[1].isdigit():
+                return {"source": str(path), "count": int(parts[1])}
+    return None
+
+
+def _still_running(record: dict[str, Any]) -> bool:
+    """Whether the process that wrote ``record`` still runs (the pid alone could be
+    another process's since: its start time tells them apart)."""
+    pid = record.get("pid")
+    if not isinstance(pid, int):
+        return False
+    try:
+        process = psutil.Process(pid)
+        # A killed process that nobody has reaped yet (its parent, DVC, killed with it)
+        # is a zombie: it ended.
+        if process.status() == psutil.STATUS_ZOMBIE:
+            return False
+        return process.create_time() <= float(record["start"]) + 1.0
+    except (psutil.Error, OSError, ValueError):
+        return False
+
+
+def killed_stage(record: dict[str, Any]) -> str | None:
+    """Why the stage of time record ``record`` ended without an exit of its own (one
+    line naming it), or None: it ended (well or with its error), or is still running.
+
+    A stage writes its record's end whatever happens in Python, an error or Ctrl-C
+    included; only a kill that no program can catch (SIGKILL: the system's
+    out-of-memory killer, or a job's limit) or a native crash leaves it without one. The
+    out-of-memory killer's count (:func:`oom_kills`) then says whether it was memory."""
+    if record.get("end") is not None or _still_running(record):
+        return None
+    name = record.get("stage", "?")
+    started = float(record["start"])
+    when = datetime.datetime.fromtimestamp(started, datetime.UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+    before, now = record.get("oom_kills"), oom_kills()
+    head = f"stage {name} (started {when}) was killed before it finished, without an error"
+    if before and now and now["source"] == before["source"] and now["count"] > before["count"]:
+        return (
+            f"{head}: the system's out-of-memory killer ended {now['count'] - before['count']}"
+            f" process(es) since it started ({now['source']}: oom_kill {before['count']} -> "
+            f"{now['count']}); it needs more memory than this machine gives it: a smaller "
+            "model, data or batch setting, or a machine with more memory"
+        )
+    return (
+        f"{head} of its own (SIGKILL, exit -9 or 137: most likely the system, for lack of "
+        "memory, or a job's time limit; no out-of-memory kill counted here"
+        + (f", {now['source']}" if now else "")
+        + "); `dvc repro` runs it again"
+    )
+
+
+def killed_stages(layout: Layout) -> list[str]:
+    """:func:`killed_stage` for every stage record there is, oldest first: the stages
+    of the last pipeline run that the system killed."""
+    records = []
+    folder = layout.stage_times
+    for path in sorted(folder.glob("*.json")) if folder.is_dir() else []:
+        with contextlib.suppress(ArtifactError):
+            record = read_json(path)
+            if isinstance(record, dict) and isinstance(record.get("start"), int | float):
+                records.append(record)
+    records.sort(key=lambda r: r["start"])
+    return [line for r in records if (line := killed_stage(r)) is not None]
