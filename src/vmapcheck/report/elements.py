@@ -64,7 +64,7 @@ def figure_text(
     cases: tuple[str | None, str | None, str | None] | None = None,
 ) -> str:
     """A check's figures in the order they decide: ``bound_ratio=0.00025 max_rel=1.66
-    max_abs=2e-10``. The bound ratio (``|a - b| / (atol + rtol * S)`` at the worst
+    max_abs=2e-10``. The bound ratio (``|a - b|`` over the rule's bound at the worst
     element, above 1 a failure) decides the check; max_rel and max_abs follow as
     context. ``decided_by_atol`` (:func:`atol_decided`) adds ``atol decided`` to the
     ratio; ``cases``: where each of the three figures comes from (a case, a leaf), named
