@@ -48,7 +48,9 @@ from __future__ import annotations
 import contextlib
 import math
 import time
+from collections import defaultdict
 from collections.abc import Callable, Hashable, Iterable, Iterator
+from dataclasses import dataclass, field
 from typing import Any
 
 import jax
@@ -585,6 +587,383 @@ def out_of_device_memory(error: Exception) -> str | None:
     return None
 
 
+Cell = tuple[str, str]  # (path, "b<rows>")
+
+
+class _DeviceFull(Exception):
+    """A cell the device has no memory for; its message is the reason it is left out."""
+
+
+@dataclass
+class _Compiler:
+    """The compile phase of :func:`run_bench`: which cells are left out and why, and each
+    kept cell compiled (a jit path) and called once, its first call, which for an eager
+    path compiles each operation it meets at the new shape. What each cost is what the
+    budget's projections (:func:`over_budget`, :func:`compile_over_budget`) read.
+
+    ``built``: path -> its :class:`Compiled` (absent ones in ``absent``: path -> why);
+    ``began``: when the bench began (perf_counter), from which the budget counts;
+    ``least``: the fewest samples a round a cell keeps (:func:`over_budget`)."""
+
+    built: dict[str, Compiled | None]
+    absent: dict[str, str]
+    run_params: Params
+    config: BenchConfig
+    began: float
+    least: int
+    progress: Progress
+    # Cell -> its compile_ms and XLA's cost analysis ({} for an eager cell).
+    figures: dict[Cell, dict[str, float]] = field(default_factory=dict)
+    # Cell -> seconds of its first call, made here so that the budget governs it.
+    first_calls: dict[Cell, float] = field(default_factory=dict)
+    # What each path whose cost grows with its rows (a bench_cap path) cost at the last
+    # batch size: (rows, seconds), its compile (jit) or one warm call (eager).
+    grown: dict[str, tuple[int, float]] = field(default_factory=dict)
+    # Every jit path's last compile (rows, seconds), and each size's compiles so far
+    # (rows -> path -> seconds); the same for the eager paths' first calls (the CNN's
+    # vmap_eager on a TPU: tens of seconds at 16,384 rows).
+    compile_last: dict[str, tuple[int, float]] = field(default_factory=dict)
+    compiled_at: defaultdict[int, dict[str, float]] = field(
+        default_factory=lambda: defaultdict(dict)
+    )
+    first_last: dict[str, tuple[int, float]] = field(default_factory=dict)
+    first_at: defaultdict[int, dict[str, float]] = field(default_factory=lambda: defaultdict(dict))
+    # Path -> (rows, XLA's words) where the device ran out of memory: no larger size.
+    out_of_memory: dict[str, tuple[int, str]] = field(default_factory=dict)
+
+    def left_out(self, path: ForwardPath, rows: int) -> str | None:
+        """Why ``path`` is not timed at ``rows`` (None: it is compiled)."""
+        name, config = path.name, self.config
+        budget = config.early_stop.time_budget_s
+        first_size = rows == config.batch_sizes[0]
+        if name in self.absent:
+            return f"not provided: {self.absent[name]}"
+        if name in self.out_of_memory:
+            at, words = self.out_of_memory[name]
+            return (
+                f"{name} left out at {rows} rows: the device ran out of memory for it at "
+                f"{at} rows ({words})"
+            )
+        cap = getattr(config, path.bench_cap) if path.bench_cap else None
+        if cap is not None and rows > cap:
+            return (
+                f"{name} capped at {cap} rows (bench.{path.bench_cap}): one Python-level "
+                "forward per row, unrolled by jit"
+            )
+        spent = time.perf_counter() - self.began
+        if path.bench_cap and name in self.grown:
+            over = over_budget(path, rows, self.grown[name], config, self.least, spent)
+            if over:
+                return over
+        # Every path is timed at the first batch size; past it, once compiling has
+        # spent the whole budget, the sizes still to compile are left out.
+        if budget is not None and not first_size and spent > budget:
+            return (
+                f"{name} left out at {rows} rows: compiling had spent {spent:.3g} s, the "
+                f"bench's whole budget of {budget:g} s (bench.early_stop.time_budget_s)"
+            )
+        # And so is a path whose compile (a jit program, or an eager path's first
+        # call), projected, would end past it.
+        if path.bench_cap or first_size:
+            return None
+        if path.jit:
+            return compile_over_budget(
+                name, rows, self.compiled_at[rows], self.compile_last.get(name), budget, spent
+            )
+        return compile_over_budget(
+            name,
+            rows,
+            self.first_at[rows],
+            self.first_last.get(name),
+            budget,
+            spent,
+            what="its first call (compiling each operation it meets)",
+        )
+
+    def compile(self, path: ForwardPath, rows: int, x: Any) -> Callable[[], Any]:
+        """``path`` compiled at ``rows`` (``x``: the batch) and called once; returns the
+        call to time.
+
+        Raises:
+            _DeviceFull: the device has no memory for it (XLA's RESOURCE_EXHAUSTED); the
+                path's larger sizes are left out too.
+        """
+        name, cell = path.name, (path.name, f"b{rows}")
+        compiled = self.built[name]
+        assert compiled is not None  # absent paths are left out before
+        # On its device(s) already (a distributed path: split over the mesh), as every
+        # path's batch is before it is timed.
+        args = compiled.place(self.run_params, x)
+        try:
+            if path.jit:
+                start = time.perf_counter()
+                cost = _cost(compiled.fn.lower(*args).compile())
+                self.figures[cell] = {
+                    "compile_ms": (time.perf_counter() - start) * 1e3,
+                    **(_spread_cost(cost, compiled, rows) if path.distributed else cost),
+                }
+            start = time.perf_counter()
+            jax.block_until_ready(compiled.fn(*args))
+            self.first_calls[cell] = time.perf_counter() - start
+            if path.bench_cap and not path.jit and self.config.early_stop.time_budget_s is not None:
+                self.grown[name] = (rows, warm_call_s(compiled.fn, args))
+        except jax.errors.JaxRuntimeError as error:
+            words = out_of_device_memory(error)
+            if words is None:
+                raise
+            self.figures.pop(cell, None)
+            self.out_of_memory[name] = (rows, words)
+            raise _DeviceFull(
+                f"{name} left out at {rows} rows: the device ran out of memory ({words})"
+            ) from error
+        if path.jit:
+            seconds, what = self.figures[cell]["compile_ms"] / 1e3, "compiling"
+            self.grown[name] = self.compile_last[name] = (rows, seconds)
+            # A per-row loop's compile grows with its rows: no yardstick for the
+            # batched programs.
+            if not path.bench_cap:
+                self.compiled_at[rows][name] = seconds
+        else:
+            self.figures[cell] = {}
+            seconds, what = self.first_calls[cell], "the first call of"
+            if not path.bench_cap:
+                self.first_last[name] = (rows, seconds)
+                self.first_at[rows][name] = seconds
+        # A compile this slow is where an accelerator's budget goes (a TPU compiled the
+        # unrolled loop_jit of a CNN in 24 s at 256 rows): named as it happens, not only
+        # in bench_details once the bench is done.
+        if seconds > SLOW_COMPILE_S:
+            self.progress.note(f"{what} {name} at {rows} rows took {seconds:.1f} s")
+        # Timed through the (jitted) function, as users call it: its C++ dispatch path
+        # is faster than calling the AOT-compiled object from Python.
+        return lambda f=compiled.fn, a=args: f(*a)
+
+
+@dataclass
+class _Rounds:
+    """What :func:`_time_rounds` measured: ``secs`` (cell -> seconds per sample, NaN
+    where the cell took none), ``rounds`` (each round's sample indices), ``quota`` (cell
+    -> samples a round), ``timed_rounds`` (cell -> rounds it took), ``stopped`` (cell ->
+    why it stopped early) and the phase's wall ``seconds``."""
+
+    secs: dict[Cell, np.ndarray]
+    rounds: list[range]
+    quota: dict[Cell, int]
+    timed_rounds: dict[Cell, int]
+    stopped: dict[Cell, str]
+    seconds: float
+
+
+def _time_rounds(
+    groups: list[dict[Cell, Callable[[], Any]]],
+    cells: int,
+    per_call: dict[Cell, float],
+    inner: dict[Cell, int],
+    config: BenchConfig,
+    timing_budget: float | None,
+    least: int,
+    bench_began: float,
+    progress: Progress,
+) -> _Rounds:
+    """Time ``groups`` (the control's first, then one per batch size and mode; ``cells``
+    of them besides the control) in rounds (a spell of interference from another tenant
+    of a shared machine then lands on a round or two of every cell, not on every sample
+    of one batch size; within a group the paths take turns in a balanced order, each
+    timed call right after a discarded call of its own: :func:`sample_passes`), within
+    ``timing_budget`` seconds (None: no bound), each cell leaving at a round boundary
+    once :func:`early_stops` says so.
+    ``per_call`` and ``inner``: each cell's cost and inner loop from warm-up;
+    ``bench_began``: when the bench began (the budget covers compiling and warm-up)."""
+    # NaN where a cell took no sample: a cell of a reduced quota fills a prefix of
+    # each round's indices.
+    secs = {cell: np.full(config.repeats, np.nan) for group in groups for cell in group}
+    rounds = round_slices(config.repeats)
+    # The ETA's units: planned seconds (each sample's calls at the cell's measured cost).
+    sample_s = {cell: sample_cost(per_call[cell], inner[cell]) for cell in secs}
+    # The time budget binds from the first round: the dearest cells take fewer samples
+    # a round (samples_per_round), not only fewer rounds once min_rounds are done.
+    quota = samples_per_round(
+        sample_s,
+        max(len(r) for r in rounds),
+        len(rounds),
+        timing_budget,
+        keep=[CONTROL],
+        # A cell stopped at min_rounds still holds the samples a run's reader requires.
+        least=least,
+    )
+    planned = sum(sample_s[c] * sum(min(quota[c], len(r)) for r in rounds) for c in secs)
+    planned_samples = sum(min(quota[c], len(r)) for c in secs for r in rounds)
+    # Early stopping (bench.early_stop, :func:`early_stops`): a cell leaves the rounds at
+    # a round boundary, so it keeps whole rounds for the verdict. The control never stops:
+    # the verdict compares it round by round.
+    timed_rounds: dict[tuple[str, str], int] = {cell: len(rounds) for cell in secs}
+    stopped: dict[tuple[str, str], str] = {}
+    with (
+        no_compiles(f"{cells} cells"),
+        progress.phase(
+            f"timing {cells} cells and the control in {len(rounds)} rounds",
+            planned,
+            planned_samples,
+            unit="samples",
+            eta=Eta(planned, prior_rate=1.0),
+        ) as timing,
+    ):
+        began = time.perf_counter()
+        for done, indices in enumerate(rounds, start=1):
+            for group in groups:
+                for i in indices:
+                    # A cell of quota q takes the first q indices of every round.
+                    active = {
+                        c: f
+                        for c, f in group.items()
+                        if c not in stopped and i - indices.start < quota[c]
+                    }
+                    if not active:  # every cell of this batch size and mode is done
+                        continue
+                    sample_passes(
+                        active,
+                        inner,
+                        secs,
+                        range(i, i + 1),
+                        on_sample=lambda c: timing.advance(sample_s[c]),
+                    )
+            going = [c for c in secs if c != CONTROL and c not in stopped]
+            # Since the bench began: the budget covers compiling and warm-up too.
+            elapsed = time.perf_counter() - bench_began
+            # A round's cost as planned in warm-up, scaled by how much slower (or faster)
+            # than planned the machine has been so far: under load the plan is low.
+            pace = (time.perf_counter() - began) / timing.done if timing.done > 0 else 1.0
+            now = early_stops(
+                {
+                    c: [float(np.nanmedian(secs[c][r.start : r.stop])) for r in rounds[:done]]
+                    for c in going
+                },
+                {c: pace * sample_s[c] * min(quota[c], len(indices)) for c in going},
+                done,
+                len(rounds),
+                elapsed,
+                config.early_stop,
+                config.confidence_level,
+            )
+            for cell, why in now.items():
+                stopped[cell] = why
+                timed_rounds[cell] = done
+                # The work it leaves is no longer planned: the ETA counts what is left.
+                left = sum(min(quota[cell], len(r)) for r in rounds[done:])
+                timing.drop(left * sample_s[cell], left)
+        if stopped:
+            reasons = sorted(set(stopped.values()))
+            progress.note(
+                f"stopped early: {len(stopped)} of {cells} cells "
+                f"({', '.join(f'{sum(w == r for w in stopped.values())} {r}' for r in reasons)})"
+            )
+    return _Rounds(secs, rounds, quota, timed_rounds, stopped, time.perf_counter() - began)
+
+
+def _cell_results(
+    names: list[str],
+    figures: dict[Cell, dict[str, float]],
+    first: dict[Cell, float],
+    inner: dict[Cell, int],
+    timed: _Rounds,
+    peak_gflops: float,
+    config: BenchConfig,
+) -> dict[str, dict[str, dict[str, Any]]]:
+    """Each timed cell's figures, by kind ("figures", "latency", "samples",
+    "round_sizes", "stopping"), each path -> "b<rows>" -> value, for the paths
+    ``names``: its latency distribution over the whole rounds it kept, its samples (ms),
+    how its timing ended, and its compile, first call, flops and share of the
+    ``peak_gflops``."""
+    per_path: dict[str, dict[str, Any]] = {name: {} for name in names}
+    latency: dict[str, dict[str, Any]] = {name: {} for name in names}
+    samples: dict[str, dict[str, list[float]]] = {name: {} for name in names}
+    round_sizes: dict[str, dict[str, list[int]]] = {name: {} for name in names}
+    stopping: dict[str, dict[str, dict[str, Any]]] = {name: {} for name in names}
+    secs, rounds, quota = timed.secs, timed.rounds, timed.quota
+    for cell in figures:
+        name, label = cell
+        rows = int(label[1:])
+        kept = rounds[: timed.timed_rounds[cell]]
+        # Whole rounds, each the prefix of its indices the cell's quota took.
+        by_round = [secs[cell][r.start : r.stop][: quota[cell]] for r in kept]
+        taken = np.concatenate(by_round)
+        stats_ = latency_stats(taken, rows, config.confidence_level)
+        latency[name][label] = stats_
+        samples[name][label] = [float(v * 1e3) for v in taken]
+        round_sizes[name][label] = [len(r) for r in by_round]
+        medians = [float(np.median(r)) for r in by_round]
+        low, high = median_interval(np.asarray(medians), config.confidence_level)
+        stopping[name][label] = {
+            "rounds": len(kept),
+            "samples": int(taken.size),
+            "stopped": timed.stopped.get(cell, STOP_ALL),
+            # Samples a round it took: fewer than the round's size when the time budget
+            # made it give some up (samples_per_round).
+            "samples_per_round": min(quota[cell], max(len(r) for r in kept)),
+            "interval_half_width": (high - low) / (2.0 * float(np.median(medians))),
+        }
+        # Eager paths do the same arithmetic as their jit twin: use its flop count; a
+        # path whose loop XLA counts once uses the count of its flops_as path.
+        jit_twin = twin(PATHS[name])
+        twin_figures = figures.get((jit_twin.name, label), {}) if jit_twin else {}
+        flops = figures[cell].get("flops", twin_figures.get("flops", float("nan")))
+        if PATHS[name].flops_as is not None:
+            flops = figures.get((PATHS[name].flops_as, label), {}).get("flops", float("nan"))
+        gflops = flops / (stats_["p50"] / 1e3) / 1e9
+        per_path[name][label] = {
+            **figures[cell],
+            "first_call_ms": first[cell] * 1e3,
+            "inner_loop": inner[cell],
+            "flops": flops,
+            "gflops": gflops,
+            "roofline": roofline_share(gflops, peak_gflops),
+        }
+    return {
+        "figures": per_path,
+        "latency": latency,
+        "samples": samples,
+        "round_sizes": round_sizes,
+        "stopping": stopping,
+    }
+
+
+def _warm_groups(
+    groups: list[dict[Cell, Callable[[], Any]]],
+    warmup: int,
+    first_calls: dict[Cell, float],
+    progress: Progress,
+) -> tuple[dict[Cell, float], dict[Cell, int], dict[Cell, float]]:
+    """Every cell of ``groups`` warmed up (:func:`warm_up`): (first-call seconds, inner
+    loop, per-call seconds) by cell, the first call being the one made right after its
+    compile (``first_calls``) where there was one."""
+    first: dict[Cell, float] = {}
+    inner: dict[Cell, int] = {}
+    per_call: dict[Cell, float] = {}
+    with progress.phase("warming up", sum(len(g) for g in groups), unit="cells") as warming:
+        for group in groups:
+            f, i = warm_up(group, warmup, per_call)
+            first |= f | {cell: first_calls[cell] for cell in group if cell in first_calls}
+            inner |= i
+            warming.advance(len(group), len(group))
+    return first, inner, per_call
+
+
+def _measure_peak(
+    dtype: Any, start_size: int, budget: float | None, progress: Progress
+) -> dict[str, Any]:
+    """The device's peak (:func:`peak_sweep`), in the run's dtype and matmul precision, at
+    sizes that fill it; a tenth of the bench's ``budget`` at most (its first size always
+    runs)."""
+    with progress.phase("measuring the matmul peak", 1, unit="sweep") as sweeping:
+        peak = peak_sweep(dtype, start_size, None if budget is None else budget / 10)
+        sweeping.advance()
+    progress.note(
+        f"matmul peak {peak['gflops']:.1f} GFLOP/s ({peak['size']}^3 {peak['dtype']}, "
+        f"matmul precision {peak['matmul_precision']}; sweep stopped: {peak['stopped']})"
+    )
+    return peak
+
+
 def run_bench(
     model: Model,
     params: Params,
@@ -632,28 +1011,14 @@ def run_bench(
     # dispatches would otherwise leave a tiny jit call behind them measurably slower),
     # one batch size at a time (a batch-1 call right after a batch-4096 one would be
     # timed with the caches the big one left): one group per batch size and mode.
-    groups: list[dict[tuple[str, str], Callable[[], Any]]] = [control]
-    figures: dict[tuple[str, str], dict[str, float]] = {}
-    # Samples a round a cell keeps at least (samples_per_round), and what each path whose
-    # cost grows with its rows (a bench_cap path) cost at the last batch size it was
-    # compiled at: (rows, seconds), its compile (jit) or one warm call (eager).
+    groups: list[dict[Cell, Callable[[], Any]]] = [control]
+    # Samples a round a cell keeps at least (samples_per_round).
     least = min(
         max(len(r) for r in round_slices(config.repeats)),
         math.ceil(MIN_SAMPLES / min(config.early_stop.min_rounds, ROUNDS)),
     )
-    grown: dict[str, tuple[int, float]] = {}
-    # Every jit path's last compile (rows, seconds), and each size's compiles so far
-    # (path -> seconds): what compile_over_budget projects from.
-    compile_last: dict[str, tuple[int, float]] = {}
-    compiled_at: dict[int, dict[str, float]] = {rows: {} for rows in config.batch_sizes}
-    # The same for the eager paths' first calls, which compile each operation they meet
-    # at a new shape (the CNN's vmap_eager on a TPU: tens of seconds at 16,384 rows),
-    # and every cell's first call, made here so that the budget governs it.
-    first_last: dict[str, tuple[int, float]] = {}
-    first_at: dict[int, dict[str, float]] = {rows: {} for rows in config.batch_sizes}
-    first_calls: dict[tuple[str, str], float] = {}
-    # Path -> (rows, XLA's words) where the device ran out of memory: no larger size.
-    out_of_memory: dict[str, tuple[int, str]] = {}
+    compiler = _Compiler(built, absent, run_params, config, bench_began, least, progress)
+    figures = compiler.figures
     # Compile times are not known before (an unrolled loop's grows with its rows): a
     # count, no ETA.
     with progress.phase("compiling", len(config.batch_sizes), unit="batch sizes") as step:
@@ -661,284 +1026,44 @@ def run_bench(
             x = bench_input(template_rows, rows, dtype)
             validate_batch(x, model, dtype)
             label = f"b{rows}"
-            by_mode: dict[str, dict[tuple[str, str], Callable[[], Any]]] = {"jit": {}, "eager": {}}
+            by_mode: dict[str, dict[Cell, Callable[[], Any]]] = {"jit": {}, "eager": {}}
             for path in paths:
-                name = path.name
-                cell = (name, label)
-                calls = by_mode[path.mode]
-                if name in absent:
-                    skipped[name][label] = f"not provided: {absent[name]}"
-                    continue
-                if name in out_of_memory:
-                    at, words = out_of_memory[name]
-                    skipped[name][label] = (
-                        f"{name} left out at {rows} rows: the device ran out of memory "
-                        f"for it at {at} rows ({words})"
-                    )
-                    continue
-                cap = getattr(config, path.bench_cap) if path.bench_cap else None
-                if cap is not None and rows > cap:
-                    skipped[name][label] = (
-                        f"{name} capped at {cap} rows (bench.{path.bench_cap}): "
-                        "one Python-level forward per row, unrolled by jit"
-                    )
-                    continue
-                spent = time.perf_counter() - bench_began
-                if path.bench_cap and name in grown:
-                    over = over_budget(path, rows, grown[name], config, least, spent)
-                    if over:
-                        skipped[name][label] = over
-                        continue
-                # Every path is timed at the first batch size; past it, once compiling
-                # has spent the whole budget, the sizes still to compile are left out.
-                if budget is not None and rows != config.batch_sizes[0] and spent > budget:
-                    skipped[name][label] = (
-                        f"{name} left out at {rows} rows: compiling had spent {spent:.3g} s, "
-                        f"the bench's whole budget of {budget:g} s "
-                        "(bench.early_stop.time_budget_s)"
-                    )
-                    continue
-                # And so is a path whose compile (a jit program, or an eager path's
-                # first call), projected, would end past it.
-                if not path.bench_cap and rows != config.batch_sizes[0]:
-                    if path.jit:
-                        over = compile_over_budget(
-                            name, rows, compiled_at[rows], compile_last.get(name), budget, spent
-                        )
-                    else:
-                        over = compile_over_budget(
-                            name,
-                            rows,
-                            first_at[rows],
-                            first_last.get(name),
-                            budget,
-                            spent,
-                            what="its first call (compiling each operation it meets)",
-                        )
-                    if over:
-                        skipped[name][label] = over
-                        continue
-                compiled = built[name]
-                # On its device(s) already (a distributed path: split over the mesh), as
-                # every path's batch is before it is timed.
-                args = compiled.place(run_params, x)
-                try:
-                    if path.jit:
-                        start = time.perf_counter()
-                        lowered = compiled.fn.lower(*args).compile()
-                        cost = _cost(lowered)
-                        figures[cell] = {
-                            "compile_ms": (time.perf_counter() - start) * 1e3,
-                            **(_spread_cost(cost, compiled, rows) if path.distributed else cost),
-                        }
-                    start = time.perf_counter()
-                    jax.block_until_ready(compiled.fn(*args))
-                    first_calls[cell] = time.perf_counter() - start
-                    if path.bench_cap and not path.jit and budget is not None:
-                        grown[name] = (rows, warm_call_s(compiled.fn, args))
-                except jax.errors.JaxRuntimeError as error:
-                    words = out_of_device_memory(error)
-                    if words is None:
-                        raise
-                    figures.pop(cell, None)
-                    out_of_memory[name] = (rows, words)
-                    skipped[name][label] = (
-                        f"{name} left out at {rows} rows: the device ran out of memory ({words})"
-                    )
-                    progress.note(skipped[name][label])
-                    continue
-                if path.jit:
-                    grown[name] = (rows, figures[cell]["compile_ms"] / 1e3)
-                    compile_last[name] = grown[name]
-                    # A per-row loop's compile grows with its rows: no yardstick for
-                    # the batched programs.
-                    if not path.bench_cap:
-                        compiled_at[rows][name] = grown[name][1]
-                    seconds, what = figures[cell]["compile_ms"] / 1e3, "compiling"
-                else:
-                    figures[cell] = {}
-                    if not path.bench_cap:
-                        first_last[name] = (rows, first_calls[cell])
-                        first_at[rows][name] = first_calls[cell]
-                    seconds, what = first_calls[cell], "the first call of"
-                # A compile this slow is where an accelerator's budget goes (a TPU
-                # compiled the unrolled loop_jit of a CNN in 24 s at 256 rows): named as
-                # it happens, not only in bench_details once the bench is done.
-                if seconds > SLOW_COMPILE_S:
-                    progress.note(f"{what} {name} at {rows} rows took {seconds:.1f} s")
-                # Timed through the (jitted) function, as users call it: its C++ dispatch
-                # path is faster than calling the AOT-compiled object from Python.
-                calls[cell] = lambda f=compiled.fn, a=args: f(*a)
+                why = compiler.left_out(path, rows)
+                if why is None:
+                    try:
+                        by_mode[path.mode][(path.name, label)] = compiler.compile(path, rows, x)
+                    except _DeviceFull as full:
+                        why = str(full)
+                        progress.note(why)
+                if why is not None:
+                    skipped[path.name][label] = why
             groups += [group for group in by_mode.values() if group]
             step.advance()
     compile_s = time.perf_counter() - phase_began
     phase_began = time.perf_counter()
-    # Timed in ROUNDS rounds over all the groups: a spell of interference from another
-    # tenant of a shared machine then lands on a round or two of every cell, not on
-    # every sample of one batch size. Within a group the paths take turns in a balanced
-    # order, each timed call right after a discarded call of its own (sample_passes): no
-    # path's leftovers land on the next one's timed call.
-    first: dict[tuple[str, str], float] = {}
-    inner: dict[tuple[str, str], int] = {}
-    per_call: dict[tuple[str, str], float] = {}
-    cells = sum(len(group) for group in groups)
-    with progress.phase("warming up", cells, unit="cells") as warming:
-        for group in groups:
-            f, i = warm_up(group, config.warmup, per_call)
-            # The first call made after each compile, not warm-up's (a second) one.
-            first |= f | {cell: first_calls[cell] for cell in group if cell in first_calls}
-            inner |= i
-            warming.advance(len(group), len(group))
+    first, inner, per_call = _warm_groups(groups, config.warmup, compiler.first_calls, progress)
     warm_up_s = time.perf_counter() - phase_began
-    # The device's peak, in the run's dtype and matmul precision, at sizes that fill it;
-    # a tenth of the budget at most (its first size always runs).
     phase_began = time.perf_counter()
-    with progress.phase("measuring the matmul peak", 1, unit="sweep") as sweeping:
-        peak = peak_sweep(dtype, config.peak_matmul_size, None if budget is None else budget / 10)
-        sweeping.advance()
+    peak = _measure_peak(dtype, config.peak_matmul_size, budget, progress)
     peak_s = time.perf_counter() - phase_began
-    progress.note(
-        f"matmul peak {peak['gflops']:.1f} GFLOP/s ({peak['size']}^3 {peak['dtype']}, "
-        f"matmul precision {peak['matmul_precision']}; sweep stopped: {peak['stopped']})"
-    )
     # What the timing may still spend: compiling, warm-up and the sweep came first.
     before_timing_s = time.perf_counter() - bench_began
     timing_budget = None if budget is None else max(budget - before_timing_s, 0.0)
-    # NaN where a cell took no sample: a cell of a reduced quota fills a prefix of
-    # each round's indices.
-    secs = {cell: np.full(config.repeats, np.nan) for group in groups for cell in group}
-    rounds = round_slices(config.repeats)
-    # The ETA's units: planned seconds (each sample's calls at the cell's measured cost).
-    sample_s = {cell: sample_cost(per_call[cell], inner[cell]) for cell in secs}
-    # The time budget binds from the first round: the dearest cells take fewer samples
-    # a round (samples_per_round), not only fewer rounds once min_rounds are done.
-    quota = samples_per_round(
-        sample_s,
-        max(len(r) for r in rounds),
-        len(rounds),
-        timing_budget,
-        keep=[CONTROL],
-        # A cell stopped at min_rounds still holds the samples a run's reader requires.
-        least=least,
+    timed = _time_rounds(
+        groups, len(figures), per_call, inner, config, timing_budget, least, bench_began, progress
     )
-    planned = sum(sample_s[c] * sum(min(quota[c], len(r)) for r in rounds) for c in secs)
-    planned_samples = sum(min(quota[c], len(r)) for c in secs for r in rounds)
-    # Early stopping (bench.early_stop, :func:`early_stops`): a cell leaves the rounds at
-    # a round boundary, so it keeps whole rounds for the verdict. The control never stops:
-    # the verdict compares it round by round.
-    timed_rounds: dict[tuple[str, str], int] = {cell: len(rounds) for cell in secs}
-    stopped: dict[tuple[str, str], str] = {}
-    with (
-        no_compiles(f"{len(figures)} cells"),
-        progress.phase(
-            f"timing {len(figures)} cells and the control in {len(rounds)} rounds",
-            planned,
-            planned_samples,
-            unit="samples",
-            eta=Eta(planned, prior_rate=1.0),
-        ) as timing,
-    ):
-        began = time.perf_counter()
-        for done, indices in enumerate(rounds, start=1):
-            for group in groups:
-                for i in indices:
-                    # A cell of quota q takes the first q indices of every round.
-                    active = {
-                        c: f
-                        for c, f in group.items()
-                        if c not in stopped and i - indices.start < quota[c]
-                    }
-                    if not active:  # every cell of this batch size and mode is done
-                        continue
-                    sample_passes(
-                        active,
-                        inner,
-                        secs,
-                        range(i, i + 1),
-                        on_sample=lambda c: timing.advance(sample_s[c]),
-                    )
-            going = [c for c in figures if c not in stopped]
-            # Since the bench began: the budget covers compiling and warm-up too.
-            elapsed = time.perf_counter() - bench_began
-            # A round's cost as planned in warm-up, scaled by how much slower (or faster)
-            # than planned the machine has been so far: under load the plan is low.
-            pace = (time.perf_counter() - began) / timing.done if timing.done > 0 else 1.0
-            now = early_stops(
-                {
-                    c: [float(np.nanmedian(secs[c][r.start : r.stop])) for r in rounds[:done]]
-                    for c in going
-                },
-                {c: pace * sample_s[c] * min(quota[c], len(indices)) for c in going},
-                done,
-                len(rounds),
-                elapsed,
-                config.early_stop,
-                config.confidence_level,
-            )
-            for cell, why in now.items():
-                stopped[cell] = why
-                timed_rounds[cell] = done
-                # The work it leaves is no longer planned: the ETA counts what is left.
-                left = sum(min(quota[cell], len(r)) for r in rounds[done:])
-                timing.drop(left * sample_s[cell], left)
-        if stopped:
-            reasons = sorted(set(stopped.values()))
-            progress.note(
-                f"stopped early: {len(stopped)} of {len(figures)} cells "
-                f"({', '.join(f'{sum(w == r for w in stopped.values())} {r}' for r in reasons)})"
-            )
-    timing_s = time.perf_counter() - began
-    control_ = control_figures(config.peak_matmul_size, secs[CONTROL])
-    per_path: dict[str, dict[str, Any]] = {p.name: {} for p in paths}
-    latency: dict[str, dict[str, Any]] = {p.name: {} for p in paths}
-    samples: dict[str, dict[str, list[float]]] = {p.name: {} for p in paths}
-    round_sizes: dict[str, dict[str, list[int]]] = {p.name: {} for p in paths}
-    stopping: dict[str, dict[str, dict[str, Any]]] = {p.name: {} for p in paths}
-    for cell in figures:
-        name, label = cell
-        rows = int(label[1:])
-        kept = rounds[: timed_rounds[cell]]
-        # Whole rounds, each the prefix of its indices the cell's quota took.
-        by_round = [secs[cell][r.start : r.stop][: quota[cell]] for r in kept]
-        taken = np.concatenate(by_round)
-        stats_ = latency_stats(taken, rows, config.confidence_level)
-        latency[name][label] = stats_
-        samples[name][label] = [float(v * 1e3) for v in taken]
-        round_sizes[name][label] = [len(r) for r in by_round]
-        medians = [float(np.median(r)) for r in by_round]
-        low, high = median_interval(np.asarray(medians), config.confidence_level)
-        stopping[name][label] = {
-            "rounds": len(kept),
-            "samples": int(taken.size),
-            "stopped": stopped.get(cell, STOP_ALL),
-            # Samples a round it took: fewer than the round's size when the time budget
-            # made it give some up (samples_per_round).
-            "samples_per_round": min(quota[cell], max(len(r) for r in kept)),
-            "interval_half_width": (high - low) / (2.0 * float(np.median(medians))),
-        }
-        # Eager paths do the same arithmetic as their jit twin: use its flop count; a
-        # path whose loop XLA counts once uses the count of its flops_as path.
-        jit_twin = twin(PATHS[name])
-        twin_figures = figures.get((jit_twin.name, label), {}) if jit_twin else {}
-        flops = figures[cell].get("flops", twin_figures.get("flops", float("nan")))
-        if PATHS[name].flops_as is not None:
-            flops = figures.get((PATHS[name].flops_as, label), {}).get("flops", float("nan"))
-        gflops = flops / (stats_["p50"] / 1e3) / 1e9
-        per_path[name][label] = {
-            **figures[cell],
-            "first_call_ms": first[cell] * 1e3,
-            "inner_loop": inner[cell],
-            "flops": flops,
-            "gflops": gflops,
-            "roofline": roofline_share(gflops, peak["gflops"]),
-        }
+    control_ = control_figures(config.peak_matmul_size, timed.secs[CONTROL])
+    cells_by_path = _cell_results(
+        [p.name for p in paths], figures, first, inner, timed, peak["gflops"], config
+    )
+    latency, samples = cells_by_path["latency"], cells_by_path["samples"]
     after = conditions()
     if own_sampler:
         sampler.stop()
     return {
         "batch_sizes": list(config.batch_sizes),
         "latency_ms": latency,
-        "figures": per_path,
+        "figures": cells_by_path["figures"],
         "speedup": speedups(latency),
         "speedup_ci": speedup_intervals(samples, config.confidence_level),
         "peak": peak,
@@ -948,8 +1073,11 @@ def run_bench(
         "samples_ms": samples,
         # Samples in each of a cell's rounds, in order (the verdict's blocks; a cell
         # stopped early has fewer rounds), and why each cell's timing ended.
-        "round_sizes": round_sizes,
-        "early_stop": {"settings": config.early_stop.model_dump(), "cells": stopping},
+        "round_sizes": cells_by_path["round_sizes"],
+        "early_stop": {
+            "settings": config.early_stop.model_dump(),
+            "cells": cells_by_path["stopping"],
+        },
         # Noisy: the highest load over the whole bench (so far, for a caller's sampler
         # still running: vmapcheck.pipeline.bench records it again at its end).
         "machine": machine_record(before, after, sampler.summary()),
@@ -958,7 +1086,7 @@ def run_bench(
             "compile": round(compile_s, 3),
             "warm_up": round(warm_up_s, 3),
             "peak_sweep": round(peak_s, 3),
-            "timing": round(timing_s, 3),
+            "timing": round(timed.seconds, 3),
         },
     }
 
