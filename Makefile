@@ -73,8 +73,8 @@ test: $(STAMP) lint browser
 
 # The long part of the fault-injection matrix (tests/test_faults.py: SIGKILL of every
 # stage, the tracking server stopped around every MLflow call of track), 16 cases in
-# 4.5-6.5 min on two cores (2026-12-06, docs/development.md): run by the nightly
-# workflow, and before a change to io, store or track.
+# 3.3 min on two quiet cores, up to 8.5 min under load (2026-12-06, docs/development.md):
+# run by the nightly workflow, and before a change to io, store or track.
 test-faults: $(STAMP)
 	python -m pytest -s -m faults tests/test_faults.py
 
