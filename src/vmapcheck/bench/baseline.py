@@ -29,7 +29,8 @@ from vmapcheck.layout import Layout
 from vmapcheck.tracking.store import complete_filter, incomplete_because
 
 LAST_VERIFIED = "last-verified"
-BENCH_ARTIFACT = "bench_details.json"
+# Logged by track under its own file name (Layout.bench_details).
+BENCH_ARTIFACT = Layout(Path()).bench_details.name
 
 
 @dataclass(frozen=True)

@@ -487,15 +487,6 @@ def samples_per_round(
     return quota
 
 
-def warm_call_s(fn: Callable[..., Any], args: tuple[Any, ...]) -> float:
-    """Seconds of one call of ``fn(*args)`` after one discarded call (an eager path's
-    first call compiles each primitive it meets)."""
-    jax.block_until_ready(fn(*args))
-    start = time.perf_counter()
-    jax.block_until_ready(fn(*args))
-    return time.perf_counter() - start
-
-
 def over_budget(
     path: ForwardPath,
     rows: int,
@@ -706,7 +697,11 @@ class _Compiler:
             jax.block_until_ready(compiled.fn(*args))
             self.first_calls[cell] = time.perf_counter() - start
             if path.bench_cap and not path.jit and self.config.early_stop.time_budget_s is not None:
-                self.grown[name] = (rows, warm_call_s(compiled.fn, args))
+                # One warm call (the first compiled each primitive it met): what a
+                # per-row loop's cost at a larger size is projected from.
+                start = time.perf_counter()
+                jax.block_until_ready(compiled.fn(*args))
+                self.grown[name] = (rows, time.perf_counter() - start)
         except jax.errors.JaxRuntimeError as error:
             words = out_of_device_memory(error)
             if words is None:

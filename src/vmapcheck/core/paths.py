@@ -64,24 +64,27 @@ class Compiled:
     devices: int = 1
     rows_run: Callable[[int], int] = lambda rows: rows
     about: dict[str, Any] | None = None
+    # The batch's row count (vmapcheck.core.contract.rows), given by the builder, which
+    # has JAX loaded already: no import on a call.
+    rows_of: Callable[[Any], int] = field(kw_only=True)
 
     def __call__(self, params: Params, x: Any) -> jax.Array:
-        from vmapcheck.core.contract import rows
-
-        return self.finish(self.fn(*self.place(params, x)), rows(x))
+        return self.finish(self.fn(*self.place(params, x)), self.rows_of(x))
 
 
 def _single_device(path: ForwardPath, model: Model, _mesh: Mesh | None) -> Compiled | None:
     import jax
 
+    from vmapcheck.core.contract import rows
+
     fn = path.forward(model)
     if fn is None:
         return None
-    return Compiled(jax.jit(fn) if path.jit else fn)
+    return Compiled(jax.jit(fn) if path.jit else fn, rows_of=rows)
 
 
 def _sharded(path: ForwardPath, model: Model, mesh: Mesh | None) -> Compiled:
-    from vmapcheck.core import forms
+    from vmapcheck.core import contract, forms
 
     mesh = mesh if mesh is not None else forms.data_mesh()
     sharded = forms.ShardedForward(model, mesh, path.name)
@@ -92,6 +95,7 @@ def _sharded(path: ForwardPath, model: Model, mesh: Mesh | None) -> Compiled:
         devices=sharded.devices,
         rows_run=sharded.padded_rows,
         about=sharded.describe(),
+        rows_of=contract.rows,
     )
 
 

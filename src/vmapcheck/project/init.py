@@ -635,10 +635,12 @@ def plan(
             data.config,
         )
     # One colour per series: the scheme sized by how many series a plot draws.
-    out.files[rel(layout.plots_template)] = (
-        (files("vmapcheck.project") / "templates" / "loglog.json")
-        .read_text(encoding="utf-8")
-        .replace('"scheme": "tableau10"', f'"scheme": "{colour_scheme(plotted_series())[0]}"')
+    loglog = (files("vmapcheck.project") / "templates" / "loglog.json").read_text("utf-8")
+    shipped_scheme = '"scheme": "tableau10"'
+    if shipped_scheme not in loglog:  # the template changed: the sizing must follow it
+        raise RuntimeError(f"templates/loglog.json: expected {shipped_scheme} to size")
+    out.files[rel(layout.plots_template)] = loglog.replace(
+        shipped_scheme, f'"scheme": "{colour_scheme(plotted_series())[0]}"'
     )
     out.files[rel(layout.plots_page)] = page_template()
     out.files[rel(layout.raw_readme)] = _render("data_raw_README.md.j2")
