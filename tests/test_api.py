@@ -22,7 +22,7 @@ from vmapcheck.core.models import Model
 from vmapcheck.core.paths import PATHS
 from vmapcheck.errors import ArtifactError, ConfigError, InvalidInputError
 from vmapcheck.testing import (
-    EDGE_CASES,
+    EDGE_KINDS,
     BatchingCheckError,
     assert_batching_consistent,
     check_batching,
@@ -392,7 +392,8 @@ def test_the_examples_figures_are_the_examples_own_and_the_edge_cases_apart():
     # The edge cases' figures apart, each named by its case.
     edge = report.edge_pairs["loop_eager-vs-direct_jit"]
     assert edge.max_abs == large["max_abs"] and edge.max_abs_case == "large_magnitude"
-    assert edge.case in EDGE_CASES and edge.max_rel_case in EDGE_CASES
+    kinds = {name: case["kind"] for name, case in report.details["cases"].items()}
+    assert kinds[edge.case] in EDGE_KINDS and kinds[edge.max_rel_case] in EDGE_KINDS
     # The worst pair over both groups says where its figures come from.
     worst = report.worst
     assert worst is not None and worst.bound_ratio == report.worst_bound_ratio

@@ -63,13 +63,8 @@ def test_regression_cases(tmp_path):
     )
     cases = regression_cases(train, test, test_y, standard_batch=8)
     kinds = {name: case["kind"] for name, case in cases.items()}
-    assert [n for n, k in kinds.items() if k == "batch"] == [
-        "standard",
-        "single",
-        "zeros",
-        "boundary",
-        "large_magnitude",
-    ]
+    assert [n for n, k in kinds.items() if k == "batch"] == ["standard", "single"]
+    assert [n for n, k in kinds.items() if k == "edge"] == ["zeros", "boundary", "large_magnitude"]
     assert [n for n, k in kinds.items() if k == "vector"] == ["single_vector"]
     assert sorted(n for n, k in kinds.items() if k == "invalid") == sorted(
         [

@@ -6,8 +6,8 @@ regression set, in this process, and raises ``AssertionError`` with the pipeline
 wording when a check fails (docs/python-api.md):
 
 - every forward path of the registry :data:`vmapcheck.core.paths.PATHS` the model
-  provides (loop, map, vmap, vmap_of_jit, direct, each eager and jit; sharded_jit over
-  the devices present; ``forward_one`` on one example), each pair judged by the one
+  provides (the distributed one over the devices present; ``forward_one`` on one
+  example; docs/checks.md lists them), each pair judged by the one
   tolerance rule (:mod:`vmapcheck.core.compare`, scaled by the terms' magnitude of
   :mod:`vmapcheck.core.magnitude` when the precision says ``scale: terms``);
 - every path against the float64 oracle (:mod:`vmapcheck.core.oracle`), for a float32
@@ -37,6 +37,7 @@ import yaml
 from pydantic import ValidationError
 
 from vmapcheck.config import PrecisionConfig, _describe
+from vmapcheck.core.cases import CASE_KINDS, kind_of
 from vmapcheck.errors import ConfigError
 from vmapcheck.versions import require_supported_jax
 
@@ -58,9 +59,9 @@ SHOWN_FAILURES = 10
 # (vmapcheck.data.regression.SINGLE_CASE).
 EXAMPLES_CASE = "examples"
 SINGLE_VECTOR_CASE = "single_vector"
-# The regression set's cases kept from regression_cases() with edge_cases=True (built
-# from the examples, as prepare builds them from the table); invalid cases always.
-EDGE_CASES = ("zeros", "boundary", "large_magnitude", "denormal")
+# The case kinds whose regression cases run with edge_cases=True (built from the
+# examples, as prepare builds them from the table); invalid cases always.
+EDGE_KINDS = tuple(kind.name for kind in CASE_KINDS.values() if kind.edge)
 
 
 # --- precision ---------------------------------------------------------------------------
@@ -166,7 +167,7 @@ class BatchingReport:
         pairs: ``"<pathA>-vs-<pathB>"`` -> :class:`PairFigures`, worst over the cases
             of the examples the caller passed (``examples``, its first row as a batch of
             one, ``single``, and unbatched, ``single_vector``), each figure naming its case.
-        edge_pairs: the same over the edge cases (:data:`EDGE_CASES`, with
+        edge_pairs: the same over the edge cases (those of :data:`EDGE_KINDS`, with
             ``edge_cases=True``; else empty): reported apart, so that an edge batch's
             figures (a large_magnitude case's absolute errors) never read as the
             examples'.
@@ -472,7 +473,6 @@ def _cases(
     keys the check reads (kind, shape, about; expect and runs_on for a refusal)."""
     import numpy as np
 
-    from vmapcheck.core.cases import kind_of
     from vmapcheck.core.contract import rows, take
     from vmapcheck.core.paths import PATHS
     from vmapcheck.data.regression import SINGLE_CASE, regression_cases
@@ -508,7 +508,7 @@ def _cases(
     )
     for name, case in regression.items():
         kind = kind_of(case, name)
-        if kind.valid and not (edge_cases and name in EDGE_CASES):
+        if kind.valid and not (edge_cases and kind.edge):
             continue
         if not any(p in selected for p in kind.paths(case)):
             continue  # no path selected takes it
@@ -735,8 +735,9 @@ def _composition_figures(
 
 def _groups(details: Mapping[str, Any]) -> tuple[list[str], list[str]]:
     """The judged cases split: (the examples the caller passed, the edge cases)."""
-    names = list(details["cases"])
-    return [n for n in names if n not in EDGE_CASES], [n for n in names if n in EDGE_CASES]
+    cases = details["cases"]
+    edge = [name for name, case in cases.items() if kind_of(case, name).edge]
+    return [name for name in cases if name not in edge], edge
 
 
 def first_diverging_pair(details: Mapping[str, Any]) -> str | None:

@@ -12,6 +12,7 @@ from typing import Any
 
 import numpy as np
 
+from vmapcheck.check.rules import judge_case
 from vmapcheck.check.schema import CheckDetails, ForwardRecord
 from vmapcheck.config import Config, ToleranceConfig
 from vmapcheck.core.cases import CaseKind, case_rows, kind_of
@@ -228,6 +229,9 @@ def _valid_case(
     failures = [f"{name}/{p}: {msg}" for p, msgs in contract.items() for msg in msgs]
     failures += [f"{name}/{p}: non-finite output" for p, ok in finite.items() if not ok]
     failures += [f"{name}/{pair}: {r['reason']}" for pair, r in pairs.items() if not r["passed"]]
+    # The rules its kind adds to agreement (vmapcheck.check.rules), each on every path.
+    rules = judge_case(name, kind.rules, present, tolerance)
+    failures += [line for result in rules.values() for line in result.failures]
     report: dict[str, Any] = {
         "kind": kind.name,
         "shape": meta["shape"],
@@ -242,6 +246,8 @@ def _valid_case(
         **_rule(tolerance, magnitude),
         **_worst_element(pairs),
     }
+    if rules:
+        report["rules"] = {rule: result.to_json() for rule, result in rules.items()}
     if oracle is not None and name in oracle:
         cross = config.precision.cross_run_tolerance
         scale = _scale_for(cross, magnitude)

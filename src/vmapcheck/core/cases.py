@@ -16,11 +16,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Literal
 
-import jax.numpy as jnp
-
-from vmapcheck.core.contract import cast_floats, rows
 from vmapcheck.core.paths import path_names
 from vmapcheck.errors import ArtifactError
+
+# The registry is read by the Python API at import (its edge kinds), which loads no JAX
+# until a check runs: JAX and the contract are imported where a case's input is built.
 
 
 @dataclass(frozen=True)
@@ -38,6 +38,11 @@ class CaseKind:
         oracle: the float64 oracle computes its output (judging every path).
         in_reference: ``make reference`` stores its outputs, compared on later runs.
         about: one line for the report.
+        edge: an edge case (values at or past the data's range, or a batch built to
+            expose a batching bug): the Python API runs it with ``edge_cases=True``
+            and reports its figures apart from the caller's examples.
+        rules: the rules that judge it besides agreement, by name
+            (:data:`vmapcheck.check.rules.CASE_RULES`).
     """
 
     name: str
@@ -46,6 +51,8 @@ class CaseKind:
     oracle: bool
     in_reference: bool
     about: str
+    edge: bool = False
+    rules: tuple[str, ...] = ()
 
     def paths(self, case: dict[str, Any] | None = None) -> tuple[str, ...]:
         """The paths a case of this kind runs through (``case``: its manifest entry,
@@ -81,6 +88,16 @@ CASE_KINDS: dict[str, CaseKind] = {
             about="one valid example, unbatched, for forward_one",
         ),
         CaseKind(
+            "edge",
+            takes="batch",
+            judged="agreement",
+            oracle=True,
+            in_reference=True,
+            about="a batch of edge values: zeros, the train split's bounds, large "
+            "magnitudes (each float leaf; ids and masks at their extremes)",
+            edge=True,
+        ),
+        CaseKind(
             "denormal",
             takes="batch",
             judged="agreement",
@@ -88,6 +105,7 @@ CASE_KINDS: dict[str, CaseKind] = {
             in_reference=True,
             about="a batch of subnormal float inputs: a path that flushes them to zero "
             "(or mishandles them) disagrees with the others and with the oracle",
+            edge=True,
         ),
         CaseKind(
             "invalid",
@@ -106,6 +124,10 @@ def case_input(case: dict[str, Any], dtype: Any) -> Any:
     cast to it, ids and masks as stored; a case with ``cast`` False (a wrong dtype to be
     refused) exactly as stored, and the leaves named in its ``keep`` (the one leaf given
     a wrong dtype) as stored while the others are cast."""
+    import jax.numpy as jnp
+
+    from vmapcheck.core.contract import cast_floats
+
     if not case.get("cast", True):
         return case["x"]
     x = cast_floats(case["x"], dtype)
@@ -117,6 +139,8 @@ def case_rows(case: dict[str, Any]) -> int:
     """A batch case's rows: axis 0 of its ``x``, else of its manifest entry's ``shape`` (a
     list, or a dict of per-leaf shapes); 0 for a shape of rank 0."""
     if "x" in case:
+        from vmapcheck.core.contract import rows
+
         return rows(case["x"])
     shape = case["shape"]
     if isinstance(shape, dict):

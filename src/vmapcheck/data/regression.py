@@ -68,12 +68,12 @@ def regression_cases(
     ``columns`` (their names, for errors).
 
     ``x`` is a batch of the contract (every leaf with batch axis 0: ``(rows,
-    n_features)`` for a flat vector, a dict of leaves otherwise) for kind "batch" and
-    "denormal", one example for "vector", and for "invalid" an input to refuse
-    (``expect`` lists substrings the error message must contain, ``runs_on`` says which
-    paths get it, and ``cast`` False keeps its stored dtype instead of casting float
-    leaves to the run's). Cases drawn from the test split carry their targets ``y``
-    (rows, n_targets) so a loss can be compared too.
+    n_features)`` for a flat vector, a dict of leaves otherwise) for the batch kinds
+    (:data:`vmapcheck.core.cases.CASE_KINDS`), one example for "vector", and for
+    "invalid" an input to refuse (``expect`` lists substrings the error message must
+    contain, ``runs_on`` says which paths get it, and ``cast`` False keeps its stored
+    dtype instead of casting float leaves to the run's). Cases drawn from the test split
+    carry their targets ``y`` (rows, n_targets) so a loss can be compared too.
 
     Per leaf kind: float leaves get zeros, the train split's min and max, large
     magnitudes and subnormals; id leaves 0 and vocab-1; masks all padding and no
@@ -89,8 +89,8 @@ def regression_cases(
         )
     build = _CaseBuilder(contract, train_x, test_x, columns)
 
-    def batch(x, about, y=None):
-        case = {"x": x, "kind": "batch", "about": about}
+    def batch(x, about, y=None, kind="batch"):
+        case = {"x": x, "kind": kind, "about": about}
         if y is not None:
             case["y"] = np.asarray(y, dtype=np.float32)
         return case
@@ -109,14 +109,15 @@ def regression_cases(
             "kind": "vector",
             "about": "the same row unbatched, for forward_one",
         },
-        "zeros": batch(build.zeros(4), build.zeros_about()),
-        "boundary": batch(build.boundary(), build.boundary_about()),
+        "zeros": batch(build.zeros(4), build.zeros_about(), kind="edge"),
+        "boundary": batch(build.boundary(), build.boundary_about(), kind="edge"),
     }
     if contract.has("float"):
         cases["large_magnitude"] = batch(
             build.large(),
             f"+/-{LARGE_MAGNITUDE:.3g} (sqrt of float32's max) in every float element"
             + build.others_about(),
+            kind="edge",
         )
         cases["denormal"] = {
             "x": build.subnormal(),

@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from vmapcheck.check.rules import rule
 from vmapcheck.check.schema import CheckDetails
 from vmapcheck.core.composition import REGROUPINGS
 from vmapcheck.core.paths import PATHS
@@ -254,6 +255,7 @@ def agreement(check: CheckDetails) -> dict[str, Any]:
             row_class="pair",
         )
         losses = case.get("loss", {})
+        rules = case.get("rules", {})
         cases.append(
             {
                 "name": name,
@@ -266,6 +268,31 @@ def agreement(check: CheckDetails) -> dict[str, Any]:
                     numeric=(1,),
                 )
                 if losses
+                else None,
+                # The rules its kind adds to agreement (vmapcheck.check.rules), each shown
+                # alike: what it checks, what it found, its figures.
+                "rules": table(
+                    ("rule", "what it checks", "found", "figures", "result"),
+                    (
+                        (
+                            [
+                                name,
+                                rule(name).about,
+                                r["text"],
+                                "; ".join(
+                                    f"{k} {num(v) if v is not None else 'not measured'}"
+                                    for k, v in r["figures"].items()
+                                ),
+                                result_cell(r["passed"]),
+                            ],
+                            r["passed"],
+                        )
+                        for name, r in rules.items()
+                    ),
+                    table_id=f"rules-{name}",
+                    row_class="rule",
+                )
+                if rules
                 else None,
             }
         )

@@ -6,6 +6,7 @@ import sys
 from typing import Any
 
 from vmapcheck.bench.bounds import launch_bound_text, ratio_launch_bound
+from vmapcheck.check.rules import summary_lines as rule_lines
 from vmapcheck.check.schema import read_check_details
 from vmapcheck.core.paths import speedup_text
 from vmapcheck.core.runtime import device_text
@@ -132,6 +133,7 @@ def summarize(layout: Layout) -> str:
         )
     tol = check["tolerance"]
     lines += [case_line(name, case, tol) for name, case in check["cases"].items()]
+    lines += rule_lines(check["cases"])  # the rules case kinds add (vmapcheck.check.rules)
     # What a budget capped (src/vmapcheck/conf/budget/), never left unsaid.
     lines += [f"  cap  {line}" for line in budget_lines(check)]
     lines.append(refusals_line(check["negative"]))

@@ -28,6 +28,7 @@ from typing import Any
 
 import numpy as np
 
+from vmapcheck.check.rules import metrics as rule_metrics
 from vmapcheck.check.schema import CheckDetails
 from vmapcheck.config import Config, flatten
 from vmapcheck.core.composition import REGROUPINGS
@@ -194,6 +195,7 @@ def collect_metrics(
         oracle = _worst(r["max_rel"] for r in report.get("oracle", {}).values())
         if oracle is not None:
             metrics[f"oracle/{case}/max_rel"] = oracle
+    metrics |= rule_metrics(check["cases"])  # the rules case kinds add
     gradients = check.get("gradients", {})
     if gradients.get("status") == "ok":
         metrics["gradients/passed"] = float(gradients["passed"])

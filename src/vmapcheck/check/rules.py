@@ -1,0 +1,146 @@
+"""The rules a case kind adds to agreement: one :data:`CASE_RULES` entry per rule.
+
+Every valid case is judged by agreement (each pair of paths, the float64 oracle, the
+stored reference: :mod:`vmapcheck.check.checks`). A case kind may name further rules in
+its ``rules`` (:class:`vmapcheck.core.cases.CaseKind`): each is an entry here holding
+its rule (``judge``), the figures it reports, and the line that shows it. check stores
+each result under the case's ``rules`` in ``reports/check_details.json``; the printed
+summary, the HTML report and MLflow (metrics ``rule/<case>/<rule>/<figure>``) show
+every entry the same way, so a new rule needs no edit there.
+
+To add a case kind with a rule of its own (docs/development.md): its entry in
+:data:`vmapcheck.core.cases.CASE_KINDS` naming the rule, its cases in
+:func:`vmapcheck.data.regression.regression_cases`, and the rule below.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import numpy as np
+
+from vmapcheck.config import ToleranceConfig
+from vmapcheck.errors import ArtifactError
+
+
+@dataclass(frozen=True)
+class RuleResult:
+    """One rule's verdict on one case.
+
+    Attributes:
+        passed: the rule held on every path.
+        figures: name -> value (None where nothing was measured), the rule's
+            :attr:`CaseRule.figures` in that order; logged to MLflow.
+        text: one line saying what was found, for the summary and the HTML report.
+        failures: one line per failure (``case/path: what``), empty when passed.
+    """
+
+    passed: bool
+    figures: dict[str, float | None]
+    text: str
+    failures: list[str] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any], where: str) -> RuleResult:
+        """A result read back from check_details.json (``where`` names it in errors)."""
+        missing = [k for k in ("passed", "figures", "text") if k not in data]
+        if missing:
+            raise ArtifactError(f"{where}: expected keys {missing} in a rule's result")
+        return cls(
+            passed=bool(data["passed"]),
+            figures=dict(data["figures"]),
+            text=str(data["text"]),
+            failures=list(data.get("failures", [])),
+        )
+
+
+# A rule's judge: (case name, path -> its output on the case (rows, ...), batch axis 0,
+# the tolerance pairs are judged at) -> its result.
+Judge = Callable[[str, Mapping[str, np.ndarray], ToleranceConfig], RuleResult]
+
+
+@dataclass(frozen=True)
+class CaseRule:
+    """A rule a case kind adds to agreement.
+
+    Attributes:
+        name: as case kinds name it in ``rules``.
+        about: what it checks, one line (the HTML report, docs/checks.md).
+        figures: the figures its result carries, in order.
+        judge: the rule itself (see :data:`Judge`).
+    """
+
+    name: str
+    about: str
+    figures: tuple[str, ...]
+    judge: Judge
+
+    def line(self, case: str, result: RuleResult) -> str:
+        """The summary's line for ``result`` on ``case``."""
+        return f"  {'ok  ' if result.passed else 'FAIL'} {case:<16} {self.name}: {result.text}"
+
+    def metrics(self, case: str, result: RuleResult) -> dict[str, float]:
+        """MLflow metrics: ``rule/<case>/<rule>/passed`` and each measured figure."""
+        prefix = f"rule/{case}/{self.name}"
+        found = {f"{prefix}/passed": float(result.passed)}
+        found |= {f"{prefix}/{k}": float(v) for k, v in result.figures.items() if v is not None}
+        return found
+
+
+CASE_RULES: dict[str, CaseRule] = {}
+
+
+def rule(name: str) -> CaseRule:
+    """The registry entry ``name``; an error naming the rules known otherwise."""
+    if name not in CASE_RULES:
+        raise ArtifactError(
+            f"case rule {name!r} is not registered; expected one of "
+            f"{', '.join(CASE_RULES) or '(none)'} (vmapcheck.check.rules.CASE_RULES)"
+        )
+    return CASE_RULES[name]
+
+
+def judge_case(
+    case: str,
+    rules: tuple[str, ...],
+    outputs: Mapping[str, np.ndarray],
+    tolerance: ToleranceConfig,
+) -> dict[str, RuleResult]:
+    """Every rule of ``rules`` (a case kind's) on ``case``'s outputs (path -> (rows,
+    ...)); a case no path produced an output for fails each rule, saying so."""
+    results = {}
+    for name in rules:
+        if not outputs:
+            results[name] = RuleResult(
+                passed=False,
+                figures=dict.fromkeys(rule(name).figures),
+                text="no path produced an output to judge",
+                failures=[f"{case}: {name}: no path produced an output"],
+            )
+        else:
+            results[name] = rule(name).judge(case, outputs, tolerance)
+    return results
+
+
+def summary_lines(cases: Mapping[str, Mapping[str, Any]]) -> list[str]:
+    """One line per rule result of every case in check_details' ``cases``."""
+    return [
+        rule(name).line(case, RuleResult.from_json(data, f"cases.{case}.rules.{name}"))
+        for case, report in cases.items()
+        for name, data in report.get("rules", {}).items()
+    ]
+
+
+def metrics(cases: Mapping[str, Mapping[str, Any]]) -> dict[str, float]:
+    """Every rule result's MLflow metrics (see :meth:`CaseRule.metrics`)."""
+    found: dict[str, float] = {}
+    for case, report in cases.items():
+        for name, data in report.get("rules", {}).items():
+            result = RuleResult.from_json(data, f"cases.{case}.rules.{name}")
+            found |= rule(name).metrics(case, result)
+    return found
