@@ -567,7 +567,7 @@ def test_the_headline_names_the_paths_that_ran_and_only_those():
     # The verdict word and the headline are adjacent divs: their texts join.
     headline = parse(render_report(check, bench, train, contract)).text("verdict")
     assert headline.startswith(
-        "PASSEDloop, map, vmap, vmap_of_jit and direct forwards (eager and jit), and "
+        "PASSEDloop, map, scan, vmap, vmap_of_jit and direct forwards (eager and jit), and "
         "sharded_jit (data-parallel over 2 device(s), not vmap) on cpu (cpu), float32"
     )
     # An Equinox module has no hand-batched forward: the headline does not claim one.
@@ -578,7 +578,7 @@ def test_the_headline_names_the_paths_that_ran_and_only_those():
     check["sharded"] = None  # and when no distributed path ran, none is named
     headline = parse(render_report(check, bench, train, contract)).text("verdict")
     assert headline.startswith(
-        "PASSEDloop, map, vmap and vmap_of_jit forwards (eager and jit) on cpu (cpu), float32"
+        "PASSEDloop, map, scan, vmap and vmap_of_jit forwards (eager and jit) on cpu (cpu), float32"
     )
     assert "direct" not in headline and "sharded" not in headline
     assert forms_compared(check) in headline
@@ -596,7 +596,7 @@ def test_the_terminal_summary_says_what_the_headline_says(tmp_path):
     layout.check_details.write_text(json.dumps(check), encoding="utf-8")
     first = summarize(layout).splitlines()[0]
     assert first == (
-        "verdict: PASSED - loop, map, vmap and vmap_of_jit forwards (eager and jit), and "
+        "verdict: PASSED - loop, map, scan, vmap and vmap_of_jit forwards (eager and jit), and "
         "sharded_jit (data-parallel over 2 device(s), not vmap) on cpu (cpu), float32, "
         "rtol=1e-05 atol=1e-06, jax 0.11.2 / jaxlib 0.11.2"
     )
@@ -845,7 +845,7 @@ def test_a_model_without_a_direct_path_is_never_said_to_have_one(tmp_path):
     page = parse(page_html)
     headline = page.text("verdict")
     assert headline.startswith(
-        "PASSEDloop, map, vmap and vmap_of_jit forwards (eager and jit), and sharded_jit "
+        "PASSEDloop, map, scan, vmap and vmap_of_jit forwards (eager and jit), and sharded_jit "
         "(data-parallel over 2 device(s), not vmap) on cpu (cpu)"
     )
     assert "direct" not in headline

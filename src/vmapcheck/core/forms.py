@@ -250,6 +250,18 @@ def map_forward(model: Model) -> Path:
     return mapped
 
 
+def scan_forward(model: Model) -> Path:
+    """``lax.scan`` over axis 0 of every leaf, ``forward_one`` on each row, no carry:
+    what a user writes to keep one row's activations in memory at a time (a streaming
+    or recurrent-style loop); like ``lax.map``, it compiles once for any batch size."""
+    forward_one = model.forward_one
+
+    def scanned(params: Params, batch: Any) -> jax.Array:
+        return jax.lax.scan(lambda carry, row: (carry, forward_one(params, row)), None, batch)[1]
+
+    return scanned
+
+
 def vmap_forward(model: Model) -> Path:
     """``vmap(forward_one, in_axes=(None, 0))``: params shared, rows mapped over axis 0."""
     return jax.vmap(model.forward_one, in_axes=(None, 0))
@@ -331,6 +343,16 @@ def map_activations(model: Model) -> Activations:
         return jax.lax.map(lambda row: one(params, row), batch)
 
     return Layers(lambda p, x: _named(one, mapped(p, x))), per_layer
+
+
+def scan_activations(model: Model) -> Activations:
+    """``activations_one`` row by row under ``lax.scan`` (each layer stacked on axis 0)."""
+    one, per_layer = _per_row(model)
+
+    def scanned(params: Params, batch: Any) -> list[jax.Array]:
+        return jax.lax.scan(lambda carry, row: (carry, one(params, row)), None, batch)[1]
+
+    return Layers(lambda p, x: _named(one, scanned(p, x))), per_layer
 
 
 def vmap_activations(model: Model) -> Activations:

@@ -227,6 +227,19 @@ PATHS: dict[str, ForwardPath] = {
             no_eager="outside jit, lax.map traces and compiles its body on every call",
             flops_as="vmap_jit",
         ),
+        ForwardPath(
+            name="scan_jit",
+            form="scan",
+            jit=True,
+            takes="batch",
+            about="jax.jit(lax.scan(lambda _, x: (_, forward_one(params, x)), None, X)): one "
+            "row at a time in a compiled loop, no carry",
+            forward=_form("scan_forward"),
+            activations=_form("scan_activations"),
+            same_program_as="loop_jit",
+            no_eager="outside jit, lax.scan traces and compiles its body on every call",
+            flops_as="vmap_jit",
+        ),
         *_eager_and_jit(
             "vmap",
             "vmap(forward_one, in_axes=(None, 0))(params, X)",
