@@ -187,7 +187,11 @@ def test_a_planted_batching_mistake_fails_naming_the_paths(mistake, regrouping, 
     with pytest.raises(AssertionError) as caught:
         assert_batching_consistent(planted(**mistake), PARAMS, EXAMPLES, paths=paths)
     message = str(caught.value)
-    forms = "loop, map, scan, vmap, vmap_of_jit and direct" if paths is None else "loop, vmap and direct"
+    forms = (
+        "loop, map, scan, vmap, vmap_of_jit and direct"
+        if paths is None
+        else "loop, vmap and direct"
+    )
     assert message.startswith(f"verdict: FAILED - {forms} forwards (eager and jit)")
     assert "  first diverging pair: examples/loop_eager-vs-direct_eager\n" in message
     assert "disagree with loop_eager (the plain per-example loop): direct_eager, direct_jit\n" in (
