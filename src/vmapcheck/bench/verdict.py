@@ -46,18 +46,19 @@ The baseline is a ``bench_details.json`` file, an MLflow run id, or ``last-verif
 the newest complete run in the store that passed its checks with the same model, backend
 and precision (and, from ``vmapcheck verdict``, bench profile), other than the run being
 judged. A run is read only when complete (vmapcheck.tracking.store.COMPLETE_FILTER: a
-``track`` that was killed leaves an incomplete one). ``vmapcheck verdict --baseline ...``
-(``make verdict``) prints the table and exits 1 on a regression (0 for "no regression",
-"inconclusive" and "not comparable"). Judging the
-reports on disk, the run that logged them (:func:`run_of_reports`) is never their
-baseline; when ``last-verified`` finds no other run it says so and exits 0.
+``track`` that was killed leaves an incomplete one); the store is read by
+:mod:`vmapcheck.tracking.baselines`, which hands the records down here.
+``vmapcheck verdict --baseline ...`` (``make verdict``) prints the table
+(:func:`report_verdict`) and exits 1 on a regression (0 for "no regression",
+"inconclusive" and "not comparable"). Judging the reports on disk, the run that logged
+them (:func:`vmapcheck.tracking.baselines.run_of_reports`) is never their baseline; when
+``last-verified`` finds no other run it says so and exits 0.
 """
 
 from __future__ import annotations
 
 import io
 import math
-import sys
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -65,18 +66,10 @@ from typing import Any
 import numpy as np
 from scipy import stats
 
-from vmapcheck.bench.baseline import (
-    CONTEXT,
-    CONTEXT_KEYS,
-    BenchRecord,
-    NoBaselineError,
-    resolve_baseline,
-    run_of_reports,
-)
+from vmapcheck.bench.baseline import CONTEXT, CONTEXT_KEYS, BenchRecord
 from vmapcheck.bench.labels import STYLES, cell_label, min_detectable_ratio, verdict_headline
-from vmapcheck.errors import ConfigError, VmapcheckError
+from vmapcheck.errors import ConfigError
 from vmapcheck.io import atomic_write_json
-from vmapcheck.layout import Layout
 
 NOT_COMPARABLE = "not comparable"
 # Blocks of consecutive samples per run and cell: the statistics' unit (module docstring).
@@ -603,74 +596,10 @@ def control_line(control: dict[str, Any]) -> str:
     return text + " (not a slowdown of the machine beyond the factor)"
 
 
-def run_verdict(
-    layout: Layout,
-    baseline: str,
-    current: str | None = None,
-    factor: float | None = None,
-    alpha: float | None = None,
-    out: Path | None = None,
-    require_same: Iterable[str] = (),
-) -> int:
-    """``vmapcheck verdict``: judge ``current`` (default: ``layout.bench_details``) against
-    ``baseline`` and print the table. Exit 1 on a regression, 2 when either cannot be
-    read, else 0 (also when ``last-verified`` finds no run to compare with, and when the
-    runs are not comparable: it says so and why). ``factor``/``alpha`` None: the config's
-    ``bench.regression``; ``require_same``: optional context keys that must be equal too
-    (:func:`compare`)."""
-    from vmapcheck.config import load_config
-    from vmapcheck.tracking.store import (
-        MODEL_CONTRACT_TAG,
-        model_experiments,
-        resolve_tracking_uri,
-    )
-
-    current = str(layout.bench_details) if current is None else current
-    try:
-        config = load_config(layout.params_yaml)
-        uri = resolve_tracking_uri(config.tracking, layout.root)
-        tags = {
-            "model": config.model.name,
-            "backend": config.backend.name,
-            "precision": config.precision.name,
-        }
-        # This model's runs in the project's experiment and in its own from before.
-        experiment = model_experiments(config)
-        judged = resolve_baseline(current, uri, experiment, tags, role="current run")
-        exclude = _run_id(current)
-        if exclude is None and Path(current).resolve() == layout.bench_details.resolve():
-            exclude = run_of_reports(layout, uri)
-        # last-verified: a run of the judged run's bench profile and of the same network
-        # (another is not comparable; a run recorded before contracts were is not taken).
-        profile = {"bench.name": judged.context["bench"]} if judged.context.get("bench") else {}
-        if judged.context.get("model_contract"):
-            tags[MODEL_CONTRACT_TAG] = judged.context["model_contract"]
-        try:
-            base = resolve_baseline(
-                baseline, uri, experiment, tags, exclude=exclude, params=profile
-            )
-        except NoBaselineError as exc:
-            print(f"verdict: no baseline to judge against: {exc}. Nothing compared.")
-            if out:
-                atomic_write_json(out, {"verdict": "no baseline", "why": str(exc)})
-            return 0
-        regression = config.bench.regression
-        result = compare(
-            base,
-            judged,
-            factor if factor is not None else regression.factor,
-            alpha if alpha is not None else regression.alpha,
-            config.bench.confidence_level,
-            require_same=require_same,
-        )
-    except VmapcheckError as exc:
-        print(f"verdict: error: {exc}", file=sys.stderr)
-        return 2
+def report_verdict(result: dict[str, Any], out: Path | None = None) -> int:
+    """Print ``result`` (:func:`compare`) as its table, write it to ``out`` when given,
+    and return ``vmapcheck verdict``'s exit code: 1 on a regression, else 0."""
     print(format_table(result))
     if out:
         atomic_write_json(out, result)
     return 1 if result["verdict"] == "regression" else 0
-
-
-def _run_id(spec: str) -> str | None:
-    return None if Path(spec).is_file() else spec
