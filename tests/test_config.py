@@ -6,7 +6,7 @@ import pytest
 import yaml
 
 from tests.helpers.config import PACKAGE_CONF, ROOT, compose_config
-from vmapcheck.bench.timing import early_stops
+from vmapcheck.bench.budget import early_stops
 from vmapcheck.compose import compose_yaml
 from vmapcheck.config import load_config, validate_config
 from vmapcheck.errors import ConfigError

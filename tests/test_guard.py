@@ -23,7 +23,7 @@ from vmapcheck.bench.guard import (
     run_replay,
 )
 from vmapcheck.bench.progress import PlainLines, Progress
-from vmapcheck.bench.timing import _CompileCounter
+from vmapcheck.bench.sampling import CompileCounter
 from vmapcheck.config import GuardConfig, GuardReplayConfig, ModelConfig
 from vmapcheck.core.models import Model, build_model
 from vmapcheck.data.anonymize import find_canaries
@@ -82,10 +82,10 @@ def test_a_long_random_stream_compiles_at_most_once_per_bucket(model, params, ro
     config = guard_config()
     guard = Guard(model, params, jnp.float32, config)
     assert guard.compiles == 0  # precompile off: buckets compile on first use
-    _CompileCounter.start()
-    before = _CompileCounter.count
+    CompileCounter.start()
+    before = CompileCounter.count
     report = replay(guard, request_stream(rows, jnp.float32, config))
-    process_compiles = _CompileCounter.count - before
+    process_compiles = CompileCounter.count - before
 
     assert report["requests"] == 10_000
     assert report["mismatched"] == {}

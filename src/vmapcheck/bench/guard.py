@@ -60,8 +60,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from vmapcheck.bench.latency import latency_stats
 from vmapcheck.bench.progress import Eta, Phase, Progress, silent
-from vmapcheck.bench.timing import _CompileCounter, latency_stats
+from vmapcheck.bench.sampling import CompileCounter
 from vmapcheck.config import GuardConfig, byte_limit_problem
 from vmapcheck.core.contract import (
     EXTRA_LEAF,
@@ -163,7 +164,7 @@ class Guard:
         self._per_bucket: Counter[int] = Counter()
         self._histogram = np.zeros(len(self._edges_ms) + 1, dtype=np.int64)
         self._window: deque[float] = deque(maxlen=config.latency_window)
-        _CompileCounter.start()
+        CompileCounter.start()
         if bucketed and config.precompile:
             self.warmup()
 
@@ -277,12 +278,12 @@ class Guard:
         return rows
 
     def _run(self, batch: Any) -> np.ndarray:
-        before_n, before_s = _CompileCounter.count, _CompileCounter.seconds
+        before_n, before_s = CompileCounter.count, CompileCounter.seconds
         # np.asarray waits for the result and brings it to the host, where the slice and
         # the finiteness check run (a device-side slice would compile once per size).
         out = np.asarray(self._forward(self._params, batch))
-        self._compiles += _CompileCounter.count - before_n
-        self._compile_s += _CompileCounter.seconds - before_s
+        self._compiles += CompileCounter.count - before_n
+        self._compile_s += CompileCounter.seconds - before_s
         return out
 
     def metrics(self) -> dict[str, Any]:

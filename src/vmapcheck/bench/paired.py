@@ -576,7 +576,7 @@ def _run_one_at_a_time(
     of the two contexts and the rounds needed are checked, as :func:`run_paired` does
     once its workers are ready).
     """
-    from vmapcheck.bench.timing import balanced_orders
+    from vmapcheck.bench.sampling import balanced_orders
 
     # Refused before any process opens the device: a bad factor or alpha, or rounds too
     # few for even one cell (the cells' own bound is checked once both sides are known).
@@ -730,7 +730,7 @@ def _time_blocks(
     ``plan``: at each of its looks, every cell still timed that its
     :meth:`~vmapcheck.bench.pairs.SequentialPlan.decision` decides is timed no more;
     when none is left the rounds end (fewer than ``rounds``)."""
-    from vmapcheck.bench.timing import balanced_orders
+    from vmapcheck.bench.sampling import balanced_orders
 
     design = balanced_orders(len(cells))
     order = schedule(rounds)
