@@ -11,18 +11,16 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from vmapcheck.bench.guard import (
-    INVALID_KINDS,
-    REASONS,
+from vmapcheck.bench.guard import INVALID_KINDS, REASONS, Guard
+from vmapcheck.bench.progress import PlainLines, Progress
+from vmapcheck.bench.replay import (
     REQUEST_CANARY,
     SERVED,
-    Guard,
     replay,
     replay_summary,
     request_stream,
     run_replay,
 )
-from vmapcheck.bench.progress import PlainLines, Progress
 from vmapcheck.bench.sampling import CompileCounter
 from vmapcheck.config import GuardConfig, GuardReplayConfig, ModelConfig
 from vmapcheck.core.models import Model, build_model

@@ -6,7 +6,6 @@ import jax.numpy as jnp
 
 from vmapcheck.bench.bounds import LAUNCH_BOUND_MEANING, launch_bound_text
 from vmapcheck.bench.budget import STOP_ALL
-from vmapcheck.bench.guard import replay_figures, replay_summary, run_replay
 from vmapcheck.bench.machine import (
     ConditionsSampler,
     conditions,
@@ -14,6 +13,7 @@ from vmapcheck.bench.machine import (
     machine_record,
 )
 from vmapcheck.bench.progress import open_progress
+from vmapcheck.bench.replay import replay_figures, replay_summary, run_replay
 from vmapcheck.bench.timing import run_bench
 from vmapcheck.config import Config
 from vmapcheck.core.forms import data_mesh
