@@ -489,6 +489,44 @@ def _cell_results(
     }
 
 
+def _compile_groups(
+    compiler: _Compiler,
+    paths: list[ForwardPath],
+    model: Model,
+    template_rows: Any,
+    dtype: Any,
+    skipped: dict[str, dict[str, str]],
+    progress: Progress,
+) -> list[dict[Cell, Callable[[], Any]]]:
+    """Every cell compiled (and first called) by ``compiler``, one batch size at a time
+    (``template_rows`` tiled to it, batch axis 0), in groups of one batch size and mode
+    (jit, eager) for :func:`run_bench`'s timing. Fills ``skipped[path][label]`` with why
+    a cell is left out (the budget, the device's memory)."""
+    groups: list[dict[Cell, Callable[[], Any]]] = []
+    batch_sizes = compiler.config.batch_sizes
+    # Compile times are not known before (an unrolled loop's grows with its rows): a
+    # count, no ETA.
+    with progress.phase("compiling", len(batch_sizes), unit="batch sizes") as step:
+        for rows in batch_sizes:
+            x = bench_input(template_rows, rows, dtype)
+            validate_batch(x, model, dtype)
+            label = f"b{rows}"
+            by_mode: dict[str, dict[Cell, Callable[[], Any]]] = {"jit": {}, "eager": {}}
+            for path in paths:
+                why = compiler.left_out(path, rows)
+                if why is None:
+                    try:
+                        by_mode[path.mode][(path.name, label)] = compiler.compile(path, rows, x)
+                    except _DeviceFull as full:
+                        why = str(full)
+                        progress.note(why)
+                if why is not None:
+                    skipped[path.name][label] = why
+            groups += [group for group in by_mode.values() if group]
+            step.advance()
+    return groups
+
+
 def _warm_groups(
     groups: list[dict[Cell, Callable[[], Any]]],
     warmup: int,
@@ -581,26 +619,7 @@ def run_bench(
     )
     compiler = _Compiler(built, absent, run_params, config, bench_began, least, progress)
     figures = compiler.figures
-    # Compile times are not known before (an unrolled loop's grows with its rows): a
-    # count, no ETA.
-    with progress.phase("compiling", len(config.batch_sizes), unit="batch sizes") as step:
-        for rows in config.batch_sizes:
-            x = bench_input(template_rows, rows, dtype)
-            validate_batch(x, model, dtype)
-            label = f"b{rows}"
-            by_mode: dict[str, dict[Cell, Callable[[], Any]]] = {"jit": {}, "eager": {}}
-            for path in paths:
-                why = compiler.left_out(path, rows)
-                if why is None:
-                    try:
-                        by_mode[path.mode][(path.name, label)] = compiler.compile(path, rows, x)
-                    except _DeviceFull as full:
-                        why = str(full)
-                        progress.note(why)
-                if why is not None:
-                    skipped[path.name][label] = why
-            groups += [group for group in by_mode.values() if group]
-            step.advance()
+    groups += _compile_groups(compiler, paths, model, template_rows, dtype, skipped, progress)
     compile_s = time.perf_counter() - phase_began
     phase_began = time.perf_counter()
     first, inner, per_call = _warm_groups(groups, config.warmup, compiler.first_calls, progress)
