@@ -175,7 +175,7 @@ def record_from_details(details: Any, source: str) -> BenchRecord:
         peak,
         control,
         control_size=int(size) if isinstance(size, int) and size > 0 else None,
-        # The control is timed at the run's dtype (vmapcheck.bench.timing.matmul_call).
+        # The control is timed at the run's dtype (vmapcheck.bench.control.matmul_call).
         control_dtype=details.get("dtype"),
         round_sizes=round_sizes,
     )

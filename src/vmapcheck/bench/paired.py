@@ -20,7 +20,7 @@ params.yaml, data/params, data/cases, and, where the folder has one, its own ``s
   two blocks of its samples, A first or B first alternately. A block lasts at least
   :data:`MIN_BLOCK_MS` (more samples for a short call), every timed call right after a
   discarded call of the same cell. ``"interleaved"``: whole rounds of every cell, A B B A,
-  in the bench stage's passes (vmapcheck.bench.timing.sample_passes).
+  in the bench stage's passes (vmapcheck.bench.sampling.sample_passes).
 - Pair ``r`` is timed by process (pair) ``r mod processes``: they take turns, so each one
   spans the whole comparison.
 - On a backend whose device one process at a time may hold (``backend.exclusive_device``,
