@@ -144,7 +144,7 @@ def case_half_logged_run() -> tuple[str, bool]:
     """SIGKILL a track after its run row exists; the next track on another state."""
     from mlflow.tracking import MlflowClient
 
-    from vmapcheck.bench.baseline import last_verified_run
+    from vmapcheck.tracking.baselines import last_verified_run
     from vmapcheck.tracking.runs import compare_rows, select_runs
     from vmapcheck.tracking.store import (
         PIPELINE_KEY_TAG,

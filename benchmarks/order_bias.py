@@ -72,7 +72,7 @@ def reference(rows_n: int, calls: int, bench_option: str) -> str:
     import jax
     import numpy as np
 
-    from vmapcheck.bench.timing import bench_input
+    from vmapcheck.bench.sampling import bench_input
     from vmapcheck.core.forms import cast_tree
     from vmapcheck.core.paths import PATHS
 

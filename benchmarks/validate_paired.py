@@ -419,8 +419,9 @@ def main() -> int:
         print(markdown(report))
         return 0
 
-    from vmapcheck.bench.paired import run_paired, side_spec
+    from vmapcheck.bench.paired import run_paired
     from vmapcheck.bench.pairs import BASELINE, CURRENT
+    from vmapcheck.bench.sides import side_spec
     from vmapcheck.compose import compose_yaml
     from vmapcheck.errors import VmapcheckError
 

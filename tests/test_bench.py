@@ -9,25 +9,29 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from vmapcheck.bench.progress import PlainLines, Progress
-from vmapcheck.bench.timing import (
-    ROUNDS,
+from vmapcheck.bench.budget import (
     STOP_BUDGET,
     STOP_CI,
-    balanced_orders,
     compile_over_budget,
     early_stops,
-    latency_stats,
     median_interval,
-    no_compiles,
     over_budget,
+    samples_per_round,
+)
+from vmapcheck.bench.control import peak_sweep
+from vmapcheck.bench.latency import latency_stats
+from vmapcheck.bench.progress import PlainLines, Progress
+from vmapcheck.bench.sampling import (
+    balanced_orders,
+    no_compiles,
     pass_orders,
-    peak_sweep,
+    sample_passes,
+    warm_up,
+)
+from vmapcheck.bench.timing import (
+    ROUNDS,
     round_slices,
     run_bench,
-    sample_passes,
-    samples_per_round,
-    warm_up,
 )
 from vmapcheck.bench.timing import (
     out_of_device_memory as timing_out_of_device_memory,
@@ -169,7 +173,7 @@ def test_the_median_comes_with_a_confidence_interval():
 
 
 def test_a_call_below_the_timer_resolution_gets_an_inner_loop():
-    from vmapcheck.bench.timing import inner_loop_size
+    from vmapcheck.bench.sampling import inner_loop_size
 
     assert inner_loop_size(1.0) == 1
     assert inner_loop_size(1e-12) > 1
@@ -200,7 +204,7 @@ def test_rounds_are_the_verdicts_blocks(repeats):
 
 
 def test_a_speedup_comes_with_its_confidence_interval():
-    from vmapcheck.bench.timing import ratio_interval
+    from vmapcheck.bench.latency import ratio_interval
 
     rng = np.random.default_rng(1)
     slower, faster = rng.normal(2.0, 0.1, 100), rng.normal(1.0, 0.05, 100)
@@ -236,7 +240,7 @@ BASE_S, PENALTY_S = 1e-3, 3e-3
 
 
 class _PlayedTime:
-    """Stands in for the ``time`` module of vmapcheck.bench.timing: ``perf_counter`` is
+    """Stands in for the ``time`` module of vmapcheck.bench.sampling: ``perf_counter`` is
     a clock that moves only when a simulated call says how long it took, so a test of
     the timing's order is exact on a loaded machine (time.sleep overshoots there)."""
 
@@ -250,10 +254,10 @@ class _PlayedTime:
 
 @pytest.fixture
 def played(monkeypatch) -> _PlayedTime:
-    import vmapcheck.bench.timing as timing
+    import vmapcheck.bench.sampling as sampling
 
     clock = _PlayedTime()
-    monkeypatch.setattr(timing, "time", clock)
+    monkeypatch.setattr(sampling, "time", clock)
     return clock
 
 

@@ -114,8 +114,8 @@ def test_help_loads_neither_jax_nor_mlflow():
 
 
 def test_the_help_constants_are_the_modules_own():
-    from vmapcheck.bench.baseline import LAST_VERIFIED
     from vmapcheck.bench.paired import DEFAULT_PROCESSES, DEFAULT_ROUNDS, DEFAULT_SAMPLES
+    from vmapcheck.tracking.baselines import LAST_VERIFIED
     from vmapcheck.tracking.runs import DEFAULT_N
 
     assert cli.LAST_VERIFIED == LAST_VERIFIED and cli.COMPARE_DEFAULT_N == DEFAULT_N

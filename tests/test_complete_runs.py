@@ -15,8 +15,8 @@ import numpy as np
 import pytest
 
 from tests.helpers.config import ROOT
-from vmapcheck.bench.baseline import last_verified_run, resolve_baseline
 from vmapcheck.errors import ArtifactError
+from vmapcheck.tracking.baselines import last_verified_run, resolve_baseline
 from vmapcheck.tracking.runs import compare_rows, select_runs
 from vmapcheck.tracking.store import (
     ABANDONED_AFTER_S,

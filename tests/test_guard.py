@@ -11,19 +11,17 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from vmapcheck.bench.guard import (
-    INVALID_KINDS,
-    REASONS,
+from vmapcheck.bench.guard import INVALID_KINDS, REASONS, Guard
+from vmapcheck.bench.progress import PlainLines, Progress
+from vmapcheck.bench.replay import (
     REQUEST_CANARY,
     SERVED,
-    Guard,
     replay,
     replay_summary,
     request_stream,
     run_replay,
 )
-from vmapcheck.bench.progress import PlainLines, Progress
-from vmapcheck.bench.timing import _CompileCounter
+from vmapcheck.bench.sampling import CompileCounter
 from vmapcheck.config import GuardConfig, GuardReplayConfig, ModelConfig
 from vmapcheck.core.models import Model, build_model
 from vmapcheck.data.anonymize import find_canaries
@@ -82,10 +80,10 @@ def test_a_long_random_stream_compiles_at_most_once_per_bucket(model, params, ro
     config = guard_config()
     guard = Guard(model, params, jnp.float32, config)
     assert guard.compiles == 0  # precompile off: buckets compile on first use
-    _CompileCounter.start()
-    before = _CompileCounter.count
+    CompileCounter.start()
+    before = CompileCounter.count
     report = replay(guard, request_stream(rows, jnp.float32, config))
-    process_compiles = _CompileCounter.count - before
+    process_compiles = CompileCounter.count - before
 
     assert report["requests"] == 10_000
     assert report["mismatched"] == {}

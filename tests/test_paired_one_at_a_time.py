@@ -12,8 +12,8 @@ import time
 import psutil
 import pytest
 
-from vmapcheck.bench import paired
-from vmapcheck.bench.paired import format_paired
+from vmapcheck.bench import paired, sides
+from vmapcheck.bench.paired_report import format_paired
 from vmapcheck.bench.pairs import (
     BASELINE,
     CURRENT,
@@ -79,7 +79,7 @@ def test_a_worker_that_finds_the_device_still_held_is_started_again(monkeypatch,
 
         def receive(self, timeout: float) -> dict:
             if len(started) < 3:
-                raise paired.WorkerError(f"baseline worker (x): {self.error}")
+                raise sides.WorkerError(f"baseline worker (x): {self.error}")
             return {"event": "ready"}
 
         def close(self) -> None:
@@ -94,7 +94,7 @@ def test_a_worker_that_finds_the_device_still_held_is_started_again(monkeypatch,
     assert len(lines) == 2 and "the device is still held" in lines[0]
     started.clear()
     _FakeWorker.error = "ValueError: no cell to time"
-    with pytest.raises(paired.WorkerError, match="no cell to time"):
+    with pytest.raises(sides.WorkerError, match="no cell to time"):
         paired._start_alone(None, [], tmp_path / "log", lines.append)
     assert len(started) == 1 and started[0].closed
 
@@ -107,13 +107,13 @@ def test_a_worker_on_this_interpreter_keeps_its_pythonpath_after_its_sides_code(
     on a side's own interpreter gets its code alone, as before."""
     import sys
 
-    spec = paired.SideSpec(BASELINE, tmp_path, sys.executable, "/side/src", False)
+    spec = sides.SideSpec(BASELINE, tmp_path, sys.executable, "/side/src", False)
     monkeypatch.setenv("PYTHONPATH", "/opt/jax")
-    assert paired.worker_pythonpath(spec) == os.pathsep.join(["/side/src", "/opt/jax"])
-    other = paired.SideSpec(BASELINE, tmp_path, "/other/.venv/bin/python", "/side/src", False)
-    assert paired.worker_pythonpath(other) == "/side/src"
+    assert sides.worker_pythonpath(spec) == os.pathsep.join(["/side/src", "/opt/jax"])
+    other = sides.SideSpec(BASELINE, tmp_path, "/other/.venv/bin/python", "/side/src", False)
+    assert sides.worker_pythonpath(other) == "/side/src"
     monkeypatch.delenv("PYTHONPATH")
-    assert paired.worker_pythonpath(spec) == "/side/src"
+    assert sides.worker_pythonpath(spec) == "/side/src"
 
 
 class _Lifetimes:
@@ -204,8 +204,8 @@ def test_sides_apart_run_one_process_after_another(exclusive_project, monkeypatc
     rounds = min_pairs(2, 0.01)
     with _Lifetimes(monkeypatch) as lifetimes:
         result = paired.run_paired(
-            paired.side_spec(BASELINE, exclusive_project),
-            paired.side_spec(CURRENT, exclusive_project),
+            sides.side_spec(BASELINE, exclusive_project),
+            sides.side_spec(CURRENT, exclusive_project),
             ["vmap_jit", "direct_jit"],
             [16],
             factor=1.5,
@@ -240,8 +240,8 @@ def test_sides_apart_run_one_process_after_another(exclusive_project, monkeypatc
 def test_sides_that_share_a_process_get_one_whatever_processes_asks(exclusive_project, monkeypatch):
     with _Lifetimes(monkeypatch) as lifetimes:
         result = paired.run_paired(
-            paired.side_spec(BASELINE, exclusive_project),
-            paired.side_spec(CURRENT, exclusive_project),
+            sides.side_spec(BASELINE, exclusive_project),
+            sides.side_spec(CURRENT, exclusive_project),
             ["vmap_jit"],
             [16],
             factor=1.5,

@@ -15,7 +15,7 @@ from vmapcheck.bench.progress import (
     clock_text,
     open_progress,
 )
-from vmapcheck.bench.timing import pass_orders, sample_cost
+from vmapcheck.bench.sampling import pass_orders, sample_cost
 
 
 class FakeClock:

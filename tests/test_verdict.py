@@ -17,7 +17,6 @@ from vmapcheck.bench.baseline import (
     BenchRecord,
     read_bench_file,
     record_from_details,
-    resolve_baseline,
 )
 from vmapcheck.bench.labels import FASTER, NO_DIFFERENCE, REGRESSION, UNDERPOWERED
 from vmapcheck.bench.verdict import (
@@ -30,6 +29,7 @@ from vmapcheck.bench.verdict import (
 from vmapcheck.cli import main as cli_main
 from vmapcheck.errors import ArtifactError, ConfigError
 from vmapcheck.layout import Layout
+from vmapcheck.tracking.baselines import resolve_baseline
 
 
 def _lognormal(median_ms: float, n: int, seed: int, sigma: float = 0.1) -> np.ndarray:
@@ -683,7 +683,7 @@ def test_the_run_that_logged_a_timing_is_found_by_its_span_and_its_artifact(
     a complete run whose span holds the bench's start and whose artifact is the file."""
     from mlflow.tracking import MlflowClient
 
-    from vmapcheck.bench.baseline import run_of_timing
+    from vmapcheck.tracking.baselines import run_of_timing
 
     assert run_of_timing(f"sqlite:///{tmp_path / 'none.db'}", ["x"], tmp_path, 1.0) is None
     uri = empty_mlflow_store(tmp_path / "mlflow.db")
@@ -873,7 +873,7 @@ def test_malformed_round_sizes_name_the_key():
 
 
 def test_no_store_means_no_baseline_at_once_and_no_store_is_made(tmp_path):
-    from vmapcheck.bench.baseline import NoBaselineError
+    from vmapcheck.tracking.baselines import NoBaselineError
 
     store = tmp_path / "mlflow.db"
     with pytest.raises(NoBaselineError, match=f"no MLflow store at {store}"):

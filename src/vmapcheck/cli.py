@@ -24,7 +24,7 @@ from vmapcheck.versions import require_supported_jax
 
 # Kept here so --help needs no heavy import; tests/test_cli.py checks they match the
 # modules' own constants.
-LAST_VERIFIED = "last-verified"  # vmapcheck.bench.baseline.LAST_VERIFIED
+LAST_VERIFIED = "last-verified"  # vmapcheck.tracking.baselines.LAST_VERIFIED
 COMPARE_DEFAULT_N = 10  # vmapcheck.tracking.runs.DEFAULT_N
 DIAGNOSIS_ON_DEMAND = "diagnosis-on-demand.json"  # under reports/
 PAIRED_ROUNDS = 40  # vmapcheck.bench.paired.DEFAULT_ROUNDS
@@ -70,7 +70,7 @@ def _number_in(expected: str, low: float, high: float) -> Callable[[str], float]
 
 
 def _verdict(args: argparse.Namespace, layout: Layout) -> int:
-    from vmapcheck.bench.verdict import run_verdict
+    from vmapcheck.tracking.baselines import run_verdict
 
     return run_verdict(
         layout,

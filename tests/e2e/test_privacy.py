@@ -24,7 +24,7 @@ from tests.helpers.project import (
     planted,
     run,
 )
-from vmapcheck.bench.guard import REQUEST_CANARY
+from vmapcheck.bench.replay import REQUEST_CANARY
 from vmapcheck.data.anonymize import find_canaries
 from vmapcheck.data.builtin import synthetic_raw_table, write_csv
 

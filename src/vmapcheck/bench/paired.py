@@ -20,7 +20,7 @@ params.yaml, data/params, data/cases, and, where the folder has one, its own ``s
   two blocks of its samples, A first or B first alternately. A block lasts at least
   :data:`MIN_BLOCK_MS` (more samples for a short call), every timed call right after a
   discarded call of the same cell. ``"interleaved"``: whole rounds of every cell, A B B A,
-  in the bench stage's passes (vmapcheck.bench.timing.sample_passes).
+  in the bench stage's passes (vmapcheck.bench.sampling.sample_passes).
 - Pair ``r`` is timed by process (pair) ``r mod processes``: they take turns, so each one
   spans the whole comparison.
 - On a backend whose device one process at a time may hold (``backend.exclusive_device``,
@@ -65,27 +65,20 @@ against the others still passes); fewer is refused (:class:`InsufficientRoundsEr
 
 from __future__ import annotations
 
-import contextlib
-import io
-import json
 import os
-import queue
-import subprocess
 import sys
 import tempfile
-import threading
 import time
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from vmapcheck.bench.baseline import CONTEXT, BenchRecord
-from vmapcheck.bench.labels import STYLES, verdict_headline
+from vmapcheck.bench.baseline import BenchRecord
+from vmapcheck.bench.paired_report import design_head, finished, format_paired
 from vmapcheck.bench.pairs import (
-    ALL_PAIRS,
     BASELINE,
     CURRENT,
     SequentialPlan,
@@ -96,6 +89,18 @@ from vmapcheck.bench.pairs import (
     schedule,
     session_pairs,
     sessions,
+)
+from vmapcheck.bench.sides import (
+    START_TIMEOUT_S,
+    Channel,
+    SideSpec,
+    Worker,
+    WorkerError,
+    keep_off_device,
+    nothing_to_compare,
+    one_at_a_time,
+    side_spec,
+    why_not_one_process,
 )
 from vmapcheck.bench.verdict import NOT_COMPARABLE, comparability
 from vmapcheck.bench.worker import BLOCKS, cell_name
@@ -114,9 +119,6 @@ DEFAULT_PROCESSES = 3
 # A cell's block of samples lasts at least this long (vmapcheck.bench.worker.Side): a time
 # slice given to another tenant (milliseconds) then hits a minority of a block's samples.
 MIN_BLOCK_MS = 25.0
-# Seconds a worker may take to start (import, compile, warm up), and to time one round.
-START_TIMEOUT_S = 600.0
-ROUND_TIMEOUT_S = 300.0
 PAIRED_REPORT = "perf_verdict_paired.json"
 # One at a time on the device: a worker that finds it still held (the previous one just
 # ended: the chip can refuse a process started right after another) is started again,
@@ -125,214 +127,7 @@ DEVICE_BUSY = ("lockfile", "resource busy", "already in use")
 START_TRIES, RESTART_WAIT_S = 3, 5.0
 
 
-class WorkerError(VmapcheckError):
-    """A side's worker process failed, stopped or answered out of protocol."""
-
-
-# --- the driver: two worker processes ------------------------------------------------
-
-
-@dataclass
-class SideSpec:
-    """One side: its project folder, and the interpreter and code its worker runs."""
-
-    role: str
-    project: Path
-    python: str
-    pythonpath: str | None
-    own_code: bool
-    context: dict[str, Any] = field(default_factory=dict)
-
-    def describe(self) -> dict[str, Any]:
-        return {
-            "project": str(self.project),
-            "python": self.python,
-            "pythonpath": self.pythonpath,
-            "code": "the project's own src/" if self.own_code else "the driver's vmapcheck",
-        }
-
-
-def side_spec(role: str, project: Path, python: str | None = None) -> SideSpec:
-    """How to start ``project``'s worker: ``python`` (default: the project's
-    ``.venv/bin/python`` when present, else this interpreter) with the project's own
-    ``src/`` first on the path when it holds a vmapcheck with a worker (another revision's
-    code), else this process's vmapcheck (plug-in models still come from the project).
-
-    Raises:
-        ConfigError: ``project`` has no params.yaml, or ``python`` is not a file.
-    """
-    from vmapcheck.layout import Layout
-
-    project = Path(project).resolve()
-    if not Layout(project).params_yaml.is_file():
-        raise ConfigError(
-            f"{role} project {project}: no params.yaml (expected a vmapcheck project folder "
-            "after `dvc repro train`: params.yaml, data/params, data/cases)"
-        )
-    venv = project / ".venv" / "bin" / "python"
-    chosen = python or (str(venv) if venv.is_file() else sys.executable)
-    if not Path(chosen).is_file():
-        raise ConfigError(f"{role} python {chosen!r}: no such file")
-    own = (project / "src" / "vmapcheck" / "bench" / "worker.py").is_file()
-    here = str(Path(__file__).resolve().parents[2])  # the src/ this driver runs from
-    return SideSpec(role, project, chosen, str(project / "src") if own else here, own)
-
-
-def worker_pythonpath(spec: SideSpec) -> str:
-    """A worker's PYTHONPATH: its side's code first (``spec.pythonpath``); then, for a
-    worker on this interpreter, this process's own PYTHONPATH, where a machine may provide
-    JAX and its accelerator runtime (this workplace's TPU machines put JAX and libtpu
-    there). A worker on another interpreter (a side's own ``.venv``) gets its code alone:
-    its own packages, not those of this process's environment."""
-    paths = [spec.pythonpath] if spec.pythonpath else []
-    inherited = os.environ.get("PYTHONPATH", "")
-    if inherited and spec.python == sys.executable:
-        paths.append(inherited)
-    return os.pathsep.join(paths)
-
-
-class Worker:
-    """A running worker process and a thread reading its JSON lines."""
-
-    def __init__(self, spec: SideSpec, args: list[str], log: Path) -> None:
-        self.spec = spec
-        env = {**os.environ, "PYTHONPATH": worker_pythonpath(spec)}
-        self.log = log
-        self._log_file = log.open("w")
-        self.proc = subprocess.Popen(
-            [spec.python, "-m", "vmapcheck.bench.worker", "--project", str(spec.project), *args],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=self._log_file,
-            text=True,
-            cwd=spec.project,
-            env=env,
-        )
-        self._lines: queue.Queue[str | None] = queue.Queue()
-        self._reader = threading.Thread(target=self._read, daemon=True)
-        self._reader.start()
-
-    def _read(self) -> None:
-        assert self.proc.stdout is not None
-        for line in self.proc.stdout:
-            self._lines.put(line)
-        self._lines.put(None)
-
-    def receive(self, timeout: float) -> dict[str, Any]:
-        """The next message; raises WorkerError on an error message, exit or timeout."""
-        try:
-            line = self._lines.get(timeout=timeout)
-        except queue.Empty:
-            raise WorkerError(
-                f"{self.spec.role} worker ({self.spec.project}): no answer in {timeout:.0f} s"
-            ) from None
-        if line is None:
-            raise WorkerError(
-                f"{self.spec.role} worker ({self.spec.project}) exited "
-                f"({self.proc.wait()}): {self._tail()}"
-            )
-        message = json.loads(line)
-        if message.get("event") == "error":
-            raise WorkerError(
-                f"{self.spec.role} worker ({self.spec.project}): {message['message']}"
-            )
-        return message
-
-    def send(self, message: dict[str, Any]) -> None:
-        assert self.proc.stdin is not None
-        try:
-            self.proc.stdin.write(json.dumps(message) + "\n")
-            self.proc.stdin.flush()
-        except BrokenPipeError:
-            raise WorkerError(f"{self.spec.role} worker exited: {self._tail()}") from None
-
-    def _tail(self) -> str:
-        self._log_file.flush()
-        lines = self.log.read_text(errors="replace").strip().splitlines()
-        return " | ".join(lines[-5:]) or "nothing on its stderr"
-
-    def close(self) -> None:
-        """Ask the worker to quit; stop it if it does not within 10 s."""
-        if self.proc.poll() is None:
-            with contextlib.suppress(WorkerError):
-                self.send({"cmd": "quit"})
-            try:
-                self.proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        self._reader.join(timeout=10)  # it ends at the end of the worker's output
-        for stream in (self.proc.stdin, self.proc.stdout):
-            if stream is not None:
-                with contextlib.suppress(OSError):  # a pipe the worker already broke
-                    stream.close()
-        self._log_file.close()
-
-
-@dataclass
-class Channel:
-    """One side's rounds in one worker process: ``side`` is the project's position in a
-    worker that holds both (None: the worker holds this side only)."""
-
-    worker: Worker
-    side: int | None = None
-
-    def round(self, index: int, cells: Sequence[str] | None = None) -> dict[str, list[float]]:
-        message: dict[str, Any] = {"cmd": "round", "index": index}
-        if cells is not None:
-            message["cells"] = list(cells)
-        if self.side is not None:
-            message["side"] = self.side
-        self.worker.send(message)
-        return self.worker.receive(ROUND_TIMEOUT_S)["samples_ms"]
-
-
-def why_not_one_process(baseline: SideSpec, current: SideSpec) -> str | None:
-    """Why the two sides cannot share a worker process, or None when they can: the same
-    interpreter and code, the same backend and precision (set once per process), and no
-    plug-in model module outside vmapcheck that the two folders could each hold under
-    one name."""
-    from vmapcheck.config import load_config
-    from vmapcheck.layout import Layout
-
-    if (baseline.python, baseline.pythonpath) != (current.python, current.pythonpath):
-        return "the sides run different interpreters or code"
-    configs = [load_config(Layout(s.project).params_yaml) for s in (baseline, current)]
-    for key in ("backend", "precision"):
-        if getattr(configs[0], key) != getattr(configs[1], key):
-            return f"{key} differs (set once per process)"
-    if baseline.project != current.project:
-        for spec, config in zip((baseline, current), configs, strict=True):
-            target = (config.model.factory or {}).get("_target_", "vmapcheck.")
-            if not target.startswith("vmapcheck."):
-                return f"{spec.role}'s model comes from its own module ({target})"
-    return None
-
-
-def one_at_a_time(baseline: SideSpec, current: SideSpec) -> str | None:
-    """Why the worker processes must hold the device one at a time, or None where they
-    may run at once: a side's backend has ``exclusive_device`` (vmapcheck.config.
-    BackendConfig; absent from its params.yaml, every platform but cpu)."""
-    from vmapcheck.config import load_config
-    from vmapcheck.layout import Layout
-
-    for spec in (baseline, current):
-        backend = load_config(Layout(spec.project).params_yaml).backend
-        if backend.exclusive_device:
-            return (
-                f"one process at a time (backend {backend.name} allows one process on the device)"
-            )
-    return None
-
-
-def keep_off_device() -> None:
-    """This process (the driver) starts JAX's CPU backend only, if any: it reads files and
-    judges, and a device it opened would be held from its workers. Its environment is
-    left as it is, so its workers' is too (they pick their backend, vmapcheck.core.runtime.
-    configure_jax)."""
-    import jax
-
-    jax.config.update("jax_platforms", "cpu")
+# --- the driver: worker processes taking turns ----------------------------------------
 
 
 def _load() -> float:
@@ -386,23 +181,7 @@ def run_paired(
         WorkerError: a worker failed (its message and stderr's tail).
     """
     say = log or (lambda _line: None)
-    from vmapcheck.core.paths import PATHS
-
-    unknown = [p for p in paths if p not in PATHS or PATHS[p].takes != "batch"]
-    if unknown or not paths:
-        known = ", ".join(n for n, p in PATHS.items() if p.takes == "batch")
-        raise ConfigError(f"paths: unknown batch path(s) {', '.join(unknown)}; known: {known}")
-    if not batch_sizes or any(b < 1 for b in batch_sizes):
-        raise ConfigError(f"batch sizes: expected positive row counts, found {list(batch_sizes)}")
-    for name, value in (("rounds", rounds), ("samples", samples)):
-        if value < 1:  # checked first: the processes' bound below is the rounds
-            raise ConfigError(f"{name}: expected a whole number of at least 1, found {value}")
-    if not 1 <= processes <= rounds:
-        raise ConfigError(
-            f"processes: expected 1 to {rounds} (the rounds a side), found {processes}"
-        )
-    if not 1 <= looks <= rounds:
-        raise ConfigError(f"looks: expected 1 to {rounds} (the rounds a side), found {looks}")
+    _check_arguments(paths, batch_sizes, rounds, samples, processes, looks)
     early = nothing_to_compare(baseline, current, require_same)
     if early is not None:
         return early
@@ -435,67 +214,35 @@ def run_paired(
     args = _worker_args(paths, batch_sizes, samples, warmup, order)
     started = time.time()
     with tempfile.TemporaryDirectory(prefix="vmapcheck-paired-") as tmp:
-        # channels[role][k]: side ``role`` in process pair k (one process holding both
-        # sides, or one process a side).
         apart = why_not_one_process(baseline, current) if share else "asked for (--no-share)"
         workers: list[Worker] = []
-        channels: dict[str, list[Channel]] = {BASELINE: [], CURRENT: []}
         try:
-            for k in range(processes):
-                if apart is None:
-                    # The baseline's spec starts it; the current project is its side 1.
-                    both = replace(baseline, role=f"{BASELINE} and {CURRENT}")
-                    extra = [*args, "--project", str(current.project)]
-                    worker = Worker(both, extra, Path(tmp) / f"both-{k}.log")
-                    workers.append(worker)
-                    channels[BASELINE].append(Channel(worker, 0))
-                    channels[CURRENT].append(Channel(worker, 1))
-                    continue
-                for spec in (baseline, current):
-                    worker = Worker(spec, args, Path(tmp) / f"{spec.role}-{k}.log")
-                    workers.append(worker)
-                    channels[spec.role].append(Channel(worker))
+            channels = _start_workers(baseline, current, processes, apart, args, Path(tmp), workers)
             shape = "both sides in each" if apart is None else "one a side"
             shape += f"; {alone}" if alone is not None else ""
             say(f"paired verdict: starting {len(workers)} worker process(es), {shape}")
             ready = _ready(workers, apart is None)
             for spec in (baseline, current):
                 spec.context = ready[spec.role]["context"]
-            design = {"rounds_per_side": rounds, "samples_per_round": samples, "warmup": warmup}
-            design |= {"within_round": order, "process_pairs": processes}
-            design |= {"one_process_for_both": apart is None, "why_apart": apart}
-            if alone is not None:
-                design |= {"one_at_a_time": alone, "processes_asked": asked}
+            design = _design(rounds, samples, warmup, order, processes, apart, alone, asked)
             head, refusal = _comparison_head(
                 baseline, current, ready, paths, batch_sizes, design, order, require_same
             )
             if refusal is not None:
                 return refusal
             shared = sorted(set(ready[BASELINE]["cells"]) & set(ready[CURRENT]["cells"]))
-            needed = min_pairs(len(shared), alpha)
-            if rounds < needed:  # refuse before spending the time
+            if rounds < min_pairs(len(shared), alpha):  # refuse before spending the time
                 judge_paired(
                     schedule(rounds), [{c: [1.0] for c in shared}] * (2 * rounds), factor, alpha
                 )
-            # One discarded round per side and process: the first after warm-up pays for
-            # its idle wait.
-            for channel in channels[BASELINE] + channels[CURRENT]:
-                channel.round(0)
-            sides = schedule(rounds)
-            loads = [_load()]
-            if order == BLOCKS:
-                plan = SequentialPlan(rounds, looks, alpha, confidence) if looks > 1 else None
-                taken = _time_blocks(
-                    channels, shared, rounds, processes, loads, say, plan=plan, factor=factor
-                )
-            else:
-                looks = 1  # whole rounds of every cell: no cell can leave early
-                taken = _time_rounds(channels, sides, processes, loads, say)
+            taken, loads, looks = _time_pairs(
+                channels, shared, rounds, processes, order, looks, factor, alpha, confidence, say
+            )
         finally:
             for w in workers:
                 w.close()
     result = judge_paired(
-        sides[: len(taken)],
+        schedule(rounds)[: len(taken)],
         taken,
         factor,
         alpha,
@@ -504,7 +251,124 @@ def run_paired(
         looks=looks,
         planned_pairs=rounds,
     )
-    return _finished(result, head, ready, loads, cores, started)
+    return finished(result, head, ready, loads, cores, started)
+
+
+def _design(
+    rounds: int,
+    samples: int,
+    warmup: int,
+    order: str,
+    processes: int,
+    apart: str | None,
+    alone: str | None,
+    asked: int,
+) -> dict[str, Any]:
+    """The report's ``design`` of :func:`run_paired`'s workers running at once: its
+    settings, whether one process holds both sides (``apart``: why not), and where the
+    device takes one process at a time (``alone``), the processes ``asked`` for."""
+    design = {"rounds_per_side": rounds, "samples_per_round": samples, "warmup": warmup}
+    design |= {"within_round": order, "process_pairs": processes}
+    design |= {"one_process_for_both": apart is None, "why_apart": apart}
+    if alone is not None:
+        design |= {"one_at_a_time": alone, "processes_asked": asked}
+    return design
+
+
+def _check_arguments(
+    paths: Sequence[str],
+    batch_sizes: Sequence[int],
+    rounds: int,
+    samples: int,
+    processes: int,
+    looks: int,
+) -> None:
+    """Refuse what :func:`run_paired` cannot run, before anything starts.
+
+    Raises:
+        ConfigError: an unknown batch path, a batch size below 1, rounds or samples
+            below 1, or processes or looks outside 1 to ``rounds``.
+    """
+    from vmapcheck.core.paths import PATHS
+
+    unknown = [p for p in paths if p not in PATHS or PATHS[p].takes != "batch"]
+    if unknown or not paths:
+        known = ", ".join(n for n, p in PATHS.items() if p.takes == "batch")
+        raise ConfigError(f"paths: unknown batch path(s) {', '.join(unknown)}; known: {known}")
+    if not batch_sizes or any(b < 1 for b in batch_sizes):
+        raise ConfigError(f"batch sizes: expected positive row counts, found {list(batch_sizes)}")
+    for name, value in (("rounds", rounds), ("samples", samples)):
+        if value < 1:  # checked first: the processes' bound below is the rounds
+            raise ConfigError(f"{name}: expected a whole number of at least 1, found {value}")
+    if not 1 <= processes <= rounds:
+        raise ConfigError(
+            f"processes: expected 1 to {rounds} (the rounds a side), found {processes}"
+        )
+    if not 1 <= looks <= rounds:
+        raise ConfigError(f"looks: expected 1 to {rounds} (the rounds a side), found {looks}")
+
+
+def _start_workers(
+    baseline: SideSpec,
+    current: SideSpec,
+    processes: int,
+    apart: str | None,
+    args: list[str],
+    tmp: Path,
+    workers: list[Worker],
+) -> dict[str, list[Channel]]:
+    """Start ``processes`` worker processes holding both sides (``apart`` None: why they
+    cannot share one), else ``processes`` a side, each logging its stderr in ``tmp``.
+    Returns ``channels[role][k]``: side ``role`` in process pair k. Each worker is
+    appended to ``workers`` as it starts, so that the caller closes every one started
+    when a later one fails."""
+    channels: dict[str, list[Channel]] = {BASELINE: [], CURRENT: []}
+    for k in range(processes):
+        if apart is None:
+            # The baseline's spec starts it; the current project is its side 1.
+            both = replace(baseline, role=f"{BASELINE} and {CURRENT}")
+            extra = [*args, "--project", str(current.project)]
+            worker = Worker(both, extra, tmp / f"both-{k}.log")
+            workers.append(worker)
+            channels[BASELINE].append(Channel(worker, 0))
+            channels[CURRENT].append(Channel(worker, 1))
+            continue
+        for spec in (baseline, current):
+            worker = Worker(spec, args, tmp / f"{spec.role}-{k}.log")
+            workers.append(worker)
+            channels[spec.role].append(Channel(worker))
+    return channels
+
+
+def _time_pairs(
+    channels: dict[str, list[Channel]],
+    shared: Sequence[str],
+    rounds: int,
+    processes: int,
+    order: str,
+    looks: int,
+    factor: float,
+    alpha: float,
+    confidence: float,
+    say,
+) -> tuple[list[dict[str, list[float]]], list[float], int]:
+    """The pairs of :func:`run_paired`'s workers, after a discarded round per side and
+    process: blocks of the ``shared`` cells (:func:`_time_blocks`, its looks) or whole
+    rounds (:func:`_time_rounds`, one look). Returns the rounds taken (of
+    :func:`schedule`), the 1-minute load averages over them, and the looks taken."""
+    # One discarded round per side and process: the first after warm-up pays for its idle
+    # wait.
+    for channel in channels[BASELINE] + channels[CURRENT]:
+        channel.round(0)
+    loads = [_load()]
+    if order == BLOCKS:
+        plan = SequentialPlan(rounds, looks, alpha, confidence) if looks > 1 else None
+        taken = _time_blocks(
+            channels, shared, rounds, processes, loads, say, plan=plan, factor=factor
+        )
+        return taken, loads, looks
+    # Whole rounds of every cell: no cell can leave early.
+    return _time_rounds(channels, schedule(rounds), processes, loads, say), loads, 1
 
 
 def _worker_args(
@@ -576,7 +440,7 @@ def _run_one_at_a_time(
     of the two contexts and the rounds needed are checked, as :func:`run_paired` does
     once its workers are ready).
     """
-    from vmapcheck.bench.timing import balanced_orders
+    from vmapcheck.bench.sampling import balanced_orders
 
     # Refused before any process opens the device: a bad factor or alpha, or rounds too
     # few for even one cell (the cells' own bound is checked once both sides are known).
@@ -639,67 +503,7 @@ def _run_one_at_a_time(
     shared_cells = set(ready[BASELINE]["cells"]) & set(ready[CURRENT]["cells"])
     taken = [{c: v for c, v in half.items() if c in shared_cells} for half in taken]
     result = judge_paired(schedule(rounds), taken, factor, alpha, confidence, groups)
-    return _finished(result, head, ready, loads, cores, started)
-
-
-def static_context(spec: SideSpec) -> dict[str, Any]:
-    """What a side's files say of its context before any worker starts: its model
-    contract (the digest the worker computes from the same file) and dtype.
-
-    Raises:
-        ConfigError: the project lacks the params, cases or contract a worker loads
-            (naming the missing files and the command that makes them).
-    """
-    from vmapcheck.config import load_config
-    from vmapcheck.io import read_json
-    from vmapcheck.layout import Layout
-    from vmapcheck.params_io import contract_digest
-
-    layout = Layout(spec.project)
-    # The contract lives in the params folder: named only when the folder is there.
-    missing = [p for p in (layout.params, layout.cases) if not p.exists()] or [
-        p for p in (layout.contract,) if not p.exists()
-    ]
-    if missing:
-        names = ", ".join(str(p.relative_to(layout.root)) for p in missing)
-        raise ConfigError(
-            f"{spec.role} project {spec.project}: nothing to time: no {names} (run `dvc repro "
-            "train` there first: a paired verdict times the params and cases it makes)"
-        )
-    config = load_config(layout.params_yaml)
-    return {
-        "model": config.model.name,
-        "model_contract": contract_digest(read_json(layout.contract)),
-        "dtype": config.precision.dtype,
-    }
-
-
-def nothing_to_compare(
-    baseline: SideSpec, current: SideSpec, require_same: Iterable[str] = ()
-) -> dict[str, Any] | None:
-    """The report of sides that cannot be compared, known from their files alone (another
-    model contract or dtype: :func:`static_context`), before any worker starts: a second
-    instead of every worker's start, compile and warm-up. None when they may compare (the
-    workers' full context is checked again once they are ready)."""
-    contexts = [static_context(s) for s in (baseline, current)]
-    records = [
-        BenchRecord(s.role, {}, c) for s, c in zip((baseline, current), contexts, strict=True)
-    ]
-    reasons, differences = comparability(*records, require_same)
-    if not reasons:
-        return None
-    return {
-        "verdict": NOT_COMPARABLE,
-        "reasons": reasons,
-        "why": f"{NOT_COMPARABLE}: {'; '.join(reasons)}",
-        "regressions": [],
-        "improvements": [],
-        "differences": differences,
-        "baseline": {**baseline.describe(), **contexts[0]},
-        "current": {**current.describe(), **contexts[1]},
-        "required_same": [k.name for k in CONTEXT if k.required],
-        "timed": False,
-    }
+    return finished(result, head, ready, loads, cores, started)
 
 
 def _ready(workers: list[Worker], both: bool) -> dict[str, dict[str, Any]]:
@@ -730,7 +534,7 @@ def _time_blocks(
     ``plan``: at each of its looks, every cell still timed that its
     :meth:`~vmapcheck.bench.pairs.SequentialPlan.decision` decides is timed no more;
     when none is left the rounds end (fewer than ``rounds``)."""
-    from vmapcheck.bench.timing import balanced_orders
+    from vmapcheck.bench.sampling import balanced_orders
 
     design = balanced_orders(len(cells))
     order = schedule(rounds)
@@ -790,32 +594,6 @@ def _time_rounds(
     return taken
 
 
-def _finished(
-    result: dict[str, Any],
-    head: dict[str, Any],
-    ready: dict[str, dict[str, Any]],
-    loads: list[float],
-    cores: int,
-    started: float,
-) -> dict[str, Any]:
-    """The paired verdict's whole result: the judgement, the head, the cells only one
-    side has, the load over the rounds (1-minute averages, ``cores`` usable) and the
-    wall seconds since ``started`` (``time.time()``)."""
-    only = sorted(set(ready[BASELINE]["cells"]) ^ set(ready[CURRENT]["cells"]))
-    return {
-        **result,
-        **head,
-        "only_one_side": only,
-        "load": {
-            "load_avg_1m_min": min(loads),
-            "load_avg_1m_max": max(loads),
-            "load_avg_1m_mean": float(np.mean(loads)),
-            "usable_cores": cores,
-        },
-        "wall_s": time.time() - started,
-    }
-
-
 def _comparison_head(
     baseline: SideSpec,
     current: SideSpec,
@@ -832,7 +610,7 @@ def _comparison_head(
     if order == BLOCKS:
         design["min_block_ms"] = MIN_BLOCK_MS
         design["block_samples"] = ready[CURRENT].get("block_samples")
-    head = _head(baseline, current, paths, batch_sizes, design)
+    head = design_head(baseline, current, paths, batch_sizes, design)
     records = [BenchRecord(s.role, {}, s.context) for s in (baseline, current)]
     not_comparable, differences = comparability(*records, require_same)
     head["differences"] = differences
@@ -847,170 +625,6 @@ def _comparison_head(
         "improvements": [],
         **head,
     }
-
-
-def _head(
-    baseline: SideSpec,
-    current: SideSpec,
-    paths: Sequence[str],
-    batch_sizes: Sequence[int],
-    design: dict[str, Any],
-) -> dict[str, Any]:
-    """What the report says of the design (``design``: rounds_per_side,
-    samples_per_round, warmup, within_round, process_pairs, one_process_for_both,
-    why_apart) and the two sides."""
-    pairs = design["process_pairs"]
-    shape = (
-        f"{pairs} processes, each holding both sides"
-        if design["one_process_for_both"]
-        else f"{pairs} processes a side ({design['why_apart']})"
-    )
-    turns = "the process pairs taking turns"
-    order = (
-        "A B B A A B B A ... (A: baseline, B: current), pair i timed by process pair i mod "
-        "process_pairs, after a discarded round per side and process"
-    )
-    processes = pairs if design["one_process_for_both"] else 2 * pairs
-    unit = (
-        "a pair of adjacent blocks of a cell's samples, one of each side"
-        if design["within_round"] == BLOCKS
-        else "a pair of adjacent rounds, one of each side"
-    )
-    if design.get("one_at_a_time") and design["one_process_for_both"]:
-        shape = f"{pairs} process holding both sides; {design['one_at_a_time']}"
-    if "sessions" in design:  # one after another (vmapcheck.bench.pairs.sessions)
-        letters = " ".join("A" if s == BASELINE else "B" for s in design["sessions"])
-        processes = len(design["sessions"])
-        shape = (
-            f"{processes} processes one after another ({letters}; {design['why_apart']}); "
-            f"{design['one_at_a_time']}"
-        )
-        turns = "each pair's halves in consecutive processes"
-        unit = unit.replace("adjacent ", "") + ", in consecutive processes"
-        order = (
-            f"A B B A A B B A ... (A: baseline, B: current), processes {letters} one after "
-            "another, each after a discarded round of its own: pair i timed by the process "
-            "pair i mod process_pairs (processes k and k + 1), its first half in process k, "
-            "its second in process k + 1"
-        )
-    return {
-        "design": {
-            "name": f"paired, {shape}, ABBA, {turns}",
-            "processes": processes,
-            **design,
-            "order": order,
-            "paths": list(paths),
-            "batch_sizes": list(batch_sizes),
-            "unit": unit,
-            "statistic": "exp(median of log(current round median / baseline round median))",
-            "test": "one-sided Wilcoxon signed-rank on the pairs' log ratios, "
-            "Benjamini-Hochberg over the cells",
-            "rule": "regression: adjusted p_slower < alpha AND ratio > factor AND the ratio "
-            "beyond factor in a majority of the process pairs",
-        },
-        "baseline": {**baseline.describe(), **baseline.context},
-        "current": {**current.describe(), **current.context},
-        "required_same": [k.name for k in CONTEXT if k.required],
-    }
-
-
-def format_paired(result: dict[str, Any]) -> str:
-    """The paired verdict as text: the verdict, one line per cell, the design and load."""
-    from rich.console import Console
-    from rich.table import Table
-
-    title = f"paired benchmark verdict: {verdict_headline(result)}"
-    if "cells" not in result:
-        return f"{title}: {'; '.join(result['reasons'])}; nothing timed"
-    table = Table()  # the headline above it, unwrapped (as vmapcheck.bench.verdict's)
-    for column in ("path", "batch", "base p50 ms", "cur p50 ms", "ratio", "ratio CI", "p slower"):
-        table.add_column(column, justify="left" if column in ("path", "batch") else "right")
-    table.add_column("min det.", justify="right")
-    table.add_column("slower pairs", justify="right")
-    table.add_column("per process", justify="right")
-    table.add_column("status")
-    for name, cell in result["cells"].items():
-        path, _, label = name.rpartition("/")
-        table.add_row(
-            path,
-            label,
-            f"{cell['baseline_p50_ms']:.4g}",
-            f"{cell['current_p50_ms']:.4g}",
-            f"{cell['ratio']:.3f}",
-            f"[{cell['ci_low']:.3f}, {cell['ci_high']:.3f}]",
-            f"{cell['p_slower_adjusted']:.2g}",
-            f"{cell['min_detectable_ratio']:.2f}x",
-            f"{cell['pairs_slower']}/{cell['pairs']}",
-            " ".join(f"{r:.2f}" for r in cell.get("process_ratios", [])),
-            cell["status"],
-            style=STYLES.get(cell["status"], ""),
-        )
-    buffer = io.StringIO()
-    Console(file=buffer, width=150, force_terminal=False).print(table)
-    design, load = result["design"], result["load"]
-    lines = [
-        title,
-        buffer.getvalue().rstrip(),
-        f"design: {design['name']}; {_pairs_text(result)}",
-        *_sequential_lines(result),
-        f"regression = ratio > {result['factor']} and one-sided Wilcoxon p on the pairs "
-        f"(BH-adjusted) < {result['alpha']} and the ratio beyond {result['factor']} in a "
-        f"majority of the {result.get('processes', 1)} process pairs ('per process')",
-        f"load during the rounds: {load['load_avg_1m_min']:.1f}-{load['load_avg_1m_max']:.1f} "
-        f"(1-min average) on {load['usable_cores']} cores; "
-        + (
-            "each pair's halves saw it in consecutive processes"
-            if "sessions" in design
-            else "both sides saw it alike"
-        ),
-        f"baseline: {result['baseline']['project']} ({result['baseline']['code']}); "
-        f"current: {result['current']['project']} ({result['current']['code']})",
-    ]
-    for key, (base, cur) in result["differences"].items():
-        lines.append(f"note: {key} differs (compared): baseline {base!r}, current {cur!r}")
-    for cell, why in result.get("skipped", {}).items():
-        lines.append(f"note: {cell} not timed: {why}")
-    return "\n".join(lines)
-
-
-def _sequential_lines(result: dict[str, Any]) -> list[str]:
-    """The group-sequential test in words, and every cell that stopped at a look."""
-    plan = result.get("sequential") or {"looks": 1}
-    if plan["looks"] == 1:
-        return ["sequential: one look (every planned pair of every cell)"]
-    early = {
-        c: cell
-        for c, cell in result["cells"].items()
-        if cell.get("stopped") not in (None, ALL_PAIRS)
-    }
-    lines = [
-        f"sequential: {plan['looks']} looks at {plan['pairs_at_looks']} pairs; p slower: "
-        f"O'Brien-Fleming-type spending of alpha; a cell stops when its slowdown is ruled "
-        f"below the factor (Pocock-type spending of {plan['below']['level']:.3g}) or shown "
-        f"beyond it (O'Brien-Fleming-type, {plan['beyond']['level']:.3g}); "
-        f"{result.get('pairs_taken', result['pairs'])} of {result['pairs']} pairs taken"
-    ]
-    for name, cell in early.items():
-        lines.append(f"stopped early: {name} after {cell['pairs']} pairs: {cell['stopped']}")
-    return lines
-
-
-def _pairs_text(result: dict[str, Any]) -> str:
-    """How the pairs were taken, in words."""
-    design = result["design"]
-    if design.get("within_round") == BLOCKS:
-        counts = sorted(set((design.get("block_samples") or {}).values())) or [
-            design["samples_per_round"]
-        ]
-        samples = f"{counts[0]}" if len(counts) == 1 else f"{counts[0]}-{counts[-1]}"
-        return (
-            f"{result['pairs']} pairs of blocks per cell, {samples} samples a block "
-            f"(at least {design['samples_per_round']}, lasting {design.get('min_block_ms')} ms)"
-        )
-    return (
-        f"{design['rounds_per_side']} rounds a side of {design['samples_per_round']} samples "
-        f"per cell (interleaved within a round), {result['pairs']} pairs"
-    )
 
 
 def run_verdict_paired(

@@ -3,8 +3,8 @@
 Method, for every path and batch size:
 
 - jit paths are compiled ahead of time (``jax.jit(f).lower(...).compile()``): that
-  compile is timed apart and gives XLA's cost analysis; every path's first call is
-  timed apart too (for jit it builds the dispatch cache; eager fills per-op caches);
+  compile is timed apart and gives XLA's cost analysis; every path's first call is timed
+  apart too (for jit it builds the dispatch cache; eager fills per-op caches);
 - ``warmup`` calls are discarded, then ``repeats`` samples are taken, each timed to
   ``block_until_ready`` (JAX dispatches asynchronously: without it we would time the
   dispatch, not the work). The samples are taken in ``ROUNDS`` rounds over every batch
@@ -13,31 +13,33 @@ Method, for every path and batch size:
   a round or two of every cell instead of on every sample of one batch size, and the
   regression verdict tests the rounds' medians (``vmapcheck.bench.verdict``); each
   cell's samples are stored in time order;
-- the order of the paths within a pass follows a balanced Latin square (Williams
-  design, :func:`balanced_orders`): over its passes every path directly follows every
-  other equally often and takes every position equally often (:func:`pass_orders`
-  shuffles the design's passes, seeded, so the joins between passes are balanced on
-  average). And every timed call comes right after one discarded call of the *same*
-  path, which takes whatever the previous path left (caches, allocator, thread pool):
-  timed right after the unrolled ``loop_jit``, ``vmap_jit`` came out measurably slower
-  than alone (docs/benchmark.md);
-- when one call is too short for the timer (under ``MIN_SAMPLE_TICKS`` of its
-  resolution) a sample times a calibrated inner loop of calls and divides;
+- the order of the paths within a pass follows a balanced Latin square (Williams design,
+  :func:`~vmapcheck.bench.sampling.balanced_orders`): over its passes every path
+  directly follows every other equally often and takes every position equally often
+  (:func:`~vmapcheck.bench.sampling.pass_orders` shuffles the design's passes, seeded,
+  so the joins between passes are balanced on average). And every timed call comes right
+  after one discarded call of the *same* path, which takes whatever the previous path
+  left (caches, allocator, thread pool): timed right after the unrolled ``loop_jit``,
+  ``vmap_jit`` came out measurably slower than alone (docs/benchmark.md);
+- when one call is too short for the timer (under
+  ``vmapcheck.bench.sampling.MIN_SAMPLE_TICKS`` of its resolution) a sample times a
+  calibrated inner loop of calls and divides;
 - a cell may stop early, at a round boundary and never before
-  ``bench.early_stop.min_rounds`` rounds (:func:`early_stops`: its median's interval is
-  tight enough, or the time budget asks for it); it keeps whole rounds, and
-  ``round_sizes`` records them for the verdict;
+  ``bench.early_stop.min_rounds`` rounds (:func:`vmapcheck.bench.budget.early_stops`:
+  its median's interval is tight enough, or the time budget asks for it); it keeps whole
+  rounds, and ``round_sizes`` records them for the verdict;
 - no compilation may happen while samples are taken (counted through
   ``jax.monitoring``): a recompile is a harness bug, and the run stops;
 - XLA's ``cost_analysis`` gives each jit path's flops and bytes; against the device's
-  matmul peak measured in the same run (:func:`peak_sweep`: square products in the run's
-  dtype and matmul precision, doubled in size until the device is busy) that gives the
-  achieved share of the peak. A path cannot exceed the peak: where its figure would,
-  the share is left out and the report says why (:func:`vmapcheck.bench.bounds.roofline_share`);
-- the time budget (``bench.early_stop.time_budget_s``) covers the whole bench: compiling,
-  warm-up, the peak sweep and the timing. A path whose cost grows with its rows (the
-  loop) is left out at a batch size where its projected compile or calls exceed what is
-  left of it (:func:`over_budget`);
+  matmul peak measured in the same run (:func:`vmapcheck.bench.control.peak_sweep`:
+  square products in the run's dtype and matmul precision, doubled in size until the
+  device is busy) that gives the achieved share of the peak. A path cannot exceed the
+  peak: where its figure would, the share is left out and the report says why
+  (:func:`vmapcheck.bench.bounds.roofline_share`);
+- the time budget (``bench.early_stop.time_budget_s``) covers the whole bench:
+  compiling, warm-up, the peak sweep and the timing. A path whose cost grows with its
+  rows (the loop) is left out at a batch size where its projected compile or calls
+  exceed what is left of it (:func:`vmapcheck.bench.budget.over_budget`);
 - a path whose p50 stays flat as the batch grows is launch-bound there
   (:func:`vmapcheck.bench.bounds.launch_bound`): its time is dispatch and transfer, not
   compute, so its ratios say nothing about the work and its rows/s are what matters.
@@ -45,29 +47,36 @@ Method, for every path and batch size:
 
 from __future__ import annotations
 
-import contextlib
 import math
 import time
 from collections import defaultdict
-from collections.abc import Callable, Hashable, Iterable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 import jax
 import numpy as np
 from jax.sharding import Mesh
-from scipy import stats
 
 from vmapcheck.bench.bounds import launch_bound, roofline_share
+from vmapcheck.bench.budget import (
+    STOP_ALL,
+    compile_over_budget,
+    early_stops,
+    median_interval,
+    over_budget,
+    samples_per_round,
+)
+from vmapcheck.bench.control import control_figures, matmul_call, peak_sweep
+from vmapcheck.bench.latency import latency_stats, speedup_intervals, speedups
 from vmapcheck.bench.machine import ConditionsSampler, conditions, machine_record
 from vmapcheck.bench.progress import Eta, Progress, silent
-from vmapcheck.config import BENCH_ROUNDS, MIN_SAMPLES, BenchConfig, EarlyStopConfig
-from vmapcheck.core import contract
+from vmapcheck.bench.sampling import bench_input, no_compiles, sample_cost, sample_passes, warm_up
+from vmapcheck.config import BENCH_ROUNDS, MIN_SAMPLES, BenchConfig
 from vmapcheck.core.forms import cast_tree, validate_batch
 from vmapcheck.core.models import Model, Params
 from vmapcheck.core.paths import (
     PATHS,
-    SPEEDUPS,
     Compiled,
     ForwardPath,
     batch_paths,
@@ -75,16 +84,10 @@ from vmapcheck.core.paths import (
     twin,
 )
 
-COMPILE_EVENT = "/jax/core/compile/backend_compile_duration"
-# A sample shorter than this many timer ticks is below the timer's resolution.
-MIN_SAMPLE_TICKS = 1000
 # Samples are taken in this many rounds spread over the run (module docstring); the
 # regression verdict tests the rounds' medians (vmapcheck.bench.verdict.BLOCKS, equal).
 # A cell stopped early (bench.early_stop) has fewer, whole rounds.
 ROUNDS = BENCH_ROUNDS
-# Why a cell's timing ended (bench_details.json's ``early_stop``): it reached its interval
-# target, the time budget stopped it, or it took every round.
-STOP_CI, STOP_BUDGET, STOP_ALL = "interval within target", "time budget", "all rounds"
 # Key of the control matmul among the timed calls (cells are keyed (path, "b<rows>")).
 CONTROL = ("control", "matmul")
 # A single compile longer than this many seconds is named in the bench's log as it ends.
@@ -97,179 +100,6 @@ LIMITS = (
 )
 
 
-class _CompileCounter:
-    """Counts XLA compilations in this process (persistent-cache hits count too), and
-    the seconds they took in all."""
-
-    count = 0
-    seconds = 0.0
-    _registered = False
-
-    @classmethod
-    def start(cls) -> None:
-        if not cls._registered:
-            jax.monitoring.register_event_duration_secs_listener(cls._on_event)
-            cls._registered = True
-
-    @classmethod
-    def _on_event(cls, event: str, duration: float, **_: Any) -> None:
-        if event == COMPILE_EVENT:
-            cls.count += 1
-            cls.seconds += duration
-
-
-def latency_stats(samples_s: np.ndarray, rows: int, confidence: float = 0.95) -> dict[str, float]:
-    """Distribution of per-call latency (samples in seconds) in milliseconds.
-
-    ``median_ci_low``/``median_ci_high``: a bootstrap confidence interval of the median
-    (percentile method, fixed seed so the report is reproducible).
-    """
-    ms = np.asarray(samples_s, dtype=np.float64) * 1e3
-    p50, p90, p99 = np.percentile(ms, [50, 90, 99])
-    if ms.size > 1 and np.ptp(ms) > 0:
-        ci = stats.bootstrap(
-            (ms,),
-            np.median,
-            confidence_level=confidence,
-            n_resamples=1000,
-            method="percentile",
-            rng=np.random.default_rng(0),
-        ).confidence_interval
-        low, high = float(ci.low), float(ci.high)
-    else:
-        low = high = float(p50)
-    return {
-        "p50": float(p50),
-        "p90": float(p90),
-        "p99": float(p99),
-        "mean": float(ms.mean()),
-        "std": float(ms.std(ddof=1)) if ms.size > 1 else 0.0,
-        "min": float(ms.min()),
-        "max": float(ms.max()),
-        "n": int(ms.size),
-        "median_ci_low": low,
-        "median_ci_high": high,
-        "rows_per_s": float(rows / (p50 / 1e3)) if p50 > 0 else float("inf"),
-    }
-
-
-def inner_loop_size(one_call_s: float) -> int:
-    """Calls per sample so that one sample spans at least MIN_SAMPLE_TICKS timer ticks."""
-    resolution = time.get_clock_info("perf_counter").resolution
-    return max(1, math.ceil(MIN_SAMPLE_TICKS * resolution / max(one_call_s, 1e-12)))
-
-
-def warm_up(
-    calls: dict[Hashable, Callable[[], Any]],
-    warmup: int,
-    per_call: dict[Hashable, float] | None = None,
-) -> tuple[dict[Hashable, float], dict[Hashable, int]]:
-    """Each call's first run timed apart, ``warmup`` runs discarded, then one timed run
-    to size the inner loop. Returns (first-call seconds, inner-loop size) by name; fills
-    ``per_call`` (when given) with each call's median seconds over its discarded runs and
-    that timed one: the cost the progress's ETA plans with (vmapcheck.bench.progress)."""
-    first: dict[Hashable, float] = {}
-    inner: dict[Hashable, int] = {}
-    for name, fn in calls.items():
-        start = time.perf_counter()
-        jax.block_until_ready(fn())
-        first[name] = time.perf_counter() - start
-        seconds = []
-        for _ in range(warmup + 1):
-            start = time.perf_counter()
-            jax.block_until_ready(fn())
-            seconds.append(time.perf_counter() - start)
-        inner[name] = inner_loop_size(seconds[-1])
-        if per_call is not None:
-            per_call[name] = float(np.median(seconds))
-    return first, inner
-
-
-def balanced_orders(n: int) -> list[list[int]]:
-    """Orders of ``range(n)`` forming a Williams design: over all of them, every index
-    directly follows every other index equally often (once in ``n`` orders for even
-    ``n``; twice in ``2n`` for odd ``n``, the orders and their mirror images) and takes
-    every position equally often."""
-    if n < 1:
-        return []
-    # First order 0, 1, n-1, 2, n-2, ...: its steps (mod n) are all different, so the
-    # shifted orders hold every ordered pair once (when n is even).
-    first, low, high = [0], 1, n - 1
-    while len(first) < n:
-        if len(first) % 2:
-            first.append(low)
-            low += 1
-        else:
-            first.append(high)
-            high -= 1
-    orders = [[(v + shift) % n for v in first] for shift in range(n)]
-    return orders + [order[::-1] for order in orders] if n % 2 else orders
-
-
-def pass_orders(n: int, passes: int, seed: int = 0) -> list[list[int]]:
-    """The order of ``range(n)`` in each of ``passes`` passes: cycles of
-    :func:`balanced_orders`, each cycle's orders shuffled (seeded) so that the joins
-    between passes (a pass's first after the previous pass's last) are balanced too, on
-    average."""
-    design = balanced_orders(n)
-    rng = np.random.default_rng(seed)
-    orders: list[list[int]] = []
-    while len(orders) < passes:
-        orders += [design[k] for k in rng.permutation(len(design))]
-    return orders[:passes]
-
-
-def sample_passes(
-    calls: dict[Hashable, Callable[[], Any]],
-    inner: dict[Hashable, int],
-    samples: dict[Hashable, np.ndarray],
-    indices: range,
-    isolate: bool = True,
-    on_sample: Callable[[Hashable], None] | None = None,
-) -> None:
-    """Fill ``samples[name][i]`` (seconds per call) for every ``i`` in ``indices``: one
-    pass over all calls per index, pass ``i`` in order ``i`` of :func:`pass_orders`. With
-    ``isolate``, each timed sample comes right after one discarded call of the same
-    function, which takes what the call before it left behind. ``on_sample(name)`` runs
-    after each sample is taken (progress), outside the timed span."""
-    names = list(calls)
-    orders = pass_orders(len(names), indices.stop)
-    for i in indices:
-        for k in orders[i]:
-            name = names[k]
-            fn, n = calls[name], inner[name]
-            if isolate:
-                jax.block_until_ready(fn())
-            start = time.perf_counter()
-            for _ in range(n):
-                out = fn()
-            jax.block_until_ready(out)
-            samples[name][i] = (time.perf_counter() - start) / n
-            if on_sample is not None:
-                on_sample(name)
-
-
-@contextlib.contextmanager
-def no_compiles(what: str) -> Iterator[None]:
-    """Raises RuntimeError when anything compiled inside the block (``what``: the calls
-    being timed, for the message): a call at an already-seen shape must compile nothing."""
-    _CompileCounter.start()
-    before = _CompileCounter.count
-    yield
-    recompiles = _CompileCounter.count - before
-    if recompiles:
-        raise RuntimeError(
-            f"{recompiles} compilation(s) happened while timing {what} after warm-up: "
-            "a call at an already-seen shape must compile nothing"
-        )
-
-
-def sample_cost(per_call_s: float, inner: int, isolate: bool = True) -> float:
-    """Planned seconds of one sample of :func:`sample_passes`: its inner loop of
-    ``inner`` calls, and the discarded call before it when ``isolate``."""
-    return per_call_s * (inner + (1 if isolate else 0))
-
-
 def round_slices(repeats: int, rounds: int = ROUNDS) -> list[range]:
     """Sample indices of each round: ``repeats`` cut into ``min(rounds, repeats)``
     contiguous, near-equal ranges (``np.array_split``'s cut, which the verdict's blocks
@@ -278,70 +108,6 @@ def round_slices(repeats: int, rounds: int = ROUNDS) -> list[range]:
         range(int(c[0]), int(c[-1]) + 1)
         for c in np.array_split(np.arange(repeats), min(rounds, repeats))
     ]
-
-
-def median_interval(values: np.ndarray, confidence: float) -> tuple[float, float]:
-    """A distribution-free interval of the median of ``values`` (n,): the order
-    statistics ``x_(j)``, ``x_(n+1-j)`` with the largest ``j`` whose binomial coverage is
-    at least ``confidence`` ([min, max] for 7 values at 95%: coverage 98.4%). No
-    resampling: it runs at every round boundary of every cell."""
-    x = np.sort(np.asarray(values, float))
-    n = x.size
-    j = 1
-    while j < (n + 1) // 2 and 2 * stats.binom.cdf(j, n, 0.5) <= 1.0 - confidence:
-        j += 1
-    return float(x[j - 1]), float(x[n - j])
-
-
-def early_stops(
-    round_medians: dict[Hashable, list[float]],
-    round_cost_s: dict[Hashable, float],
-    rounds_done: int,
-    rounds_total: int,
-    elapsed_s: float,
-    config: EarlyStopConfig,
-    confidence: float,
-) -> dict[Hashable, str]:
-    """Which of the cells still being timed stop now, at the boundary after round
-    ``rounds_done`` (1-based) of ``rounds_total``, and why (:data:`STOP_CI`,
-    :data:`STOP_BUDGET`).
-
-    ``round_medians``: per cell, the median of each of its rounds so far (all
-    ``rounds_done`` of them); ``round_cost_s``: per cell, the seconds one round of it
-    costs (its samples' planned cost); ``elapsed_s``: the bench so far (compiling and
-    warm-up included: the budget covers them).
-
-    No cell stops before ``config.min_rounds`` rounds. A cell stops when its median's
-    interval over its round medians (:func:`median_interval`) has a relative half-width
-    within ``config.ci_target``. Then, when finishing every remaining round of the cells
-    left would end beyond ``config.time_budget_s``, the dearest cells stop (dearest
-    first: the cheap ones cost the budget nothing and keep the verdict's rounds) until
-    the rest fits or none may stop.
-    """
-    if rounds_done < config.min_rounds or rounds_done >= rounds_total:
-        return {}
-    stops: dict[Hashable, str] = {}
-    for cell, medians in round_medians.items():
-        low, high = median_interval(np.asarray(medians), confidence)
-        center = float(np.median(medians))
-        if center > 0 and (high - low) / (2.0 * center) <= config.ci_target:
-            stops[cell] = STOP_CI
-    if config.time_budget_s is not None:
-        left = rounds_total - rounds_done
-        going = sorted((c for c in round_medians if c not in stops), key=lambda c: -round_cost_s[c])
-        projected = elapsed_s + left * sum(round_cost_s[c] for c in going)
-        for cell in going:
-            if projected <= config.time_budget_s:
-                break
-            stops[cell] = STOP_BUDGET
-            projected -= left * round_cost_s[cell]
-    return stops
-
-
-def bench_input(template_rows: Any, rows: int, dtype: Any) -> Any:
-    """A batch of ``rows`` rows tiled from real rows (every leaf, batch axis 0; float
-    leaves at ``dtype``), on the device before timing."""
-    return jax.device_put(contract.cast_floats(contract.tile_rows(template_rows, rows), dtype))
 
 
 def _cost(compiled: Any) -> dict[str, float]:
@@ -367,205 +133,6 @@ def _spread_cost(cost: dict[str, float], compiled: Compiled, rows: int) -> dict[
         "devices": float(compiled.devices),
         "padded_rows": float(compiled.rows_run(rows)),
     }
-
-
-def matmul_call(dtype: Any, size: int) -> Callable[[], Any]:
-    """A compiled (size x size) @ (size x size) matmul, ready to time: the control."""
-    a = jax.device_put(jax.numpy.ones((size, size), dtype=dtype))
-    compiled = jax.jit(lambda x, y: x @ y).lower(a, a).compile()
-    return lambda: compiled(a, a)
-
-
-def control_figures(size: int, samples_s: np.ndarray) -> dict[str, Any]:
-    """The control matmul's figures from its samples (seconds): its size, p50 (ms),
-    GFLOP/s at p50 and every sample (ms), which the verdict compares round by round."""
-    p50 = float(np.median(samples_s))
-    return {
-        "size": size,
-        "p50_ms": p50 * 1e3,
-        "gflops": 2 * size**3 / p50 / 1e9,
-        "samples_ms": [float(v * 1e3) for v in samples_s],
-    }
-
-
-# The peak sweep (:func:`peak_sweep`): a size is timed this many times (after two
-# discarded calls), the sweep doubles the size while the throughput still grows by at
-# least PEAK_GROWTH and one call stays under PEAK_MAX_CALL_S, up to PEAK_MAX_SIZE (three
-# float32 matrices of 16,384^2 take 3 GiB).
-PEAK_SAMPLES = 7
-PEAK_GROWTH = 1.1
-PEAK_MAX_CALL_S = 0.25
-PEAK_MAX_SIZE = 16384
-
-
-def peak_sweep(dtype: Any, start_size: int, budget_s: float | None = None) -> dict[str, Any]:
-    """The device's matmul peak in the run's dtype and matmul precision (JAX's default
-    matmul precision, as :func:`vmapcheck.core.runtime.configure_jax` set it): square
-    products of ``start_size`` (``bench.peak_matmul_size``), doubled while the throughput
-    grows by :data:`PEAK_GROWTH` or more, a call takes under :data:`PEAK_MAX_CALL_S` and
-    the size is at most :data:`PEAK_MAX_SIZE`; stops early when ``budget_s`` seconds are
-    spent. A small product measures launch overhead, not the device: on a TPU v5e a 512^3
-    float32 product ran at 0.4 TFLOP/s and an 8,192^3 one at 148 (2026-12-06).
-
-    Returns ``{"gflops", "size", "p50_ms", "sweep": [{"size", "p50_ms", "gflops"}],
-    "dtype", "matmul_precision", "stopped"}``: the best p50 throughput of the sweep, and
-    why the sweep stopped (the throughput levelled off, a call grew too long, the size
-    cap, the device ran out of memory, or the budget).
-    """
-    began = time.perf_counter()
-    sweep: list[dict[str, float]] = []
-    size, stopped = start_size, f"size cap {PEAK_MAX_SIZE}"
-    while size <= PEAK_MAX_SIZE:
-        try:
-            call = matmul_call(dtype, size)
-            for _ in range(2):
-                jax.block_until_ready(call())
-            samples = []
-            for _ in range(PEAK_SAMPLES):
-                start = time.perf_counter()
-                jax.block_until_ready(call())
-                samples.append(time.perf_counter() - start)
-        except Exception as exc:  # XlaRuntimeError RESOURCE_EXHAUSTED: the device is full
-            if "RESOURCE_EXHAUSTED" not in str(exc) and "out of memory" not in str(exc).lower():
-                raise
-            stopped = f"out of device memory at {size}^3"
-            break
-        del call
-        p50 = float(np.median(samples))
-        sweep.append({"size": size, "p50_ms": p50 * 1e3, "gflops": 2 * size**3 / p50 / 1e9})
-        if len(sweep) > 1 and sweep[-1]["gflops"] < PEAK_GROWTH * sweep[-2]["gflops"]:
-            stopped = f"throughput levelled off at {size}^3"
-            break
-        if p50 > PEAK_MAX_CALL_S:
-            stopped = f"a {size}^3 call took {p50:.2g} s"
-            break
-        if budget_s is not None and time.perf_counter() - began > budget_s:
-            stopped = f"its budget of {budget_s:.3g} s"
-            break
-        size *= 2
-    best = max(sweep, key=lambda entry: entry["gflops"])
-    return {
-        **best,
-        "sweep": sweep,
-        "dtype": np.dtype(dtype).name,
-        "matmul_precision": str(jax.config.jax_default_matmul_precision),
-        "stopped": stopped,
-    }
-
-
-def samples_per_round(
-    sample_s: dict[Hashable, float],
-    round_size: int,
-    rounds: int,
-    budget_s: float | None,
-    keep: Iterable[Hashable] = (),
-    least: int = 1,
-) -> dict[Hashable, int]:
-    """How many samples of each cell every round takes (``least`` to ``round_size``) so that
-    the planned timing, ``rounds`` rounds of each cell's quota at its ``sample_s``
-    seconds a sample, fits ``budget_s`` (None: every cell takes whole rounds).
-
-    The dearest cell gives up a sample a round first, then whichever is dearest again,
-    until the plan fits or every cell is down to ``least``: cheap cells cost the budget
-    nothing and keep their samples, and a cell of a second a call no longer holds the
-    others' rounds hostage. ``keep``: cells never reduced (the control, which the
-    verdict compares round by round)."""
-    quota = dict.fromkeys(sample_s, round_size)
-    if budget_s is None:
-        return quota
-    kept = set(keep)
-
-    def planned() -> float:
-        return rounds * sum(quota[c] * sample_s[c] for c in quota)
-
-    while planned() > budget_s:
-        reducible = [c for c in quota if quota[c] > least and c not in kept]
-        if not reducible:
-            break
-        dearest = max(reducible, key=lambda c: quota[c] * sample_s[c])
-        quota[dearest] -= 1
-    return quota
-
-
-def over_budget(
-    path: ForwardPath,
-    rows: int,
-    last: tuple[int, float],
-    config: BenchConfig,
-    least: int,
-    spent_s: float = 0.0,
-) -> str | None:
-    """Why ``path`` is left out at ``rows`` (None: it is timed): a path whose cost grows
-    with its rows (one forward per row), projected linearly from ``last`` (rows,
-    seconds) at a smaller batch size, would alone take more than what is left of the
-    bench's budget (``bench.early_stop.time_budget_s`` less ``spent_s``, the seconds the
-    bench has run so far: compiling and warm-up count; None: never left out). A jit
-    path's projection is its compile; an eager path's, its warm-up calls and the fewest
-    samples its rounds keep (``least`` a round over ``min_rounds``, each after a
-    discarded call)."""
-    budget = config.early_stop.time_budget_s
-    if budget is None:
-        return None
-    left = budget - spent_s
-    last_rows, last_s = last
-    scaled = last_s * rows / last_rows
-    if path.jit:
-        projected, what = scaled, f"its compile (from {last_s:.2g} s at {last_rows} rows)"
-    else:
-        calls = config.warmup + 2 + 2 * least * config.early_stop.min_rounds
-        projected = scaled * calls
-        what = f"{calls} calls of {scaled:.2g} s (from {last_s:.2g} s at {last_rows} rows)"
-    if projected <= left:
-        return None
-    return (
-        f"{path.name} left out at {rows} rows: {what}, about {projected:.3g} s, exceeds the "
-        f"{max(left, 0.0):.3g} s left of the bench's budget of {budget:g} s "
-        "(bench.early_stop.time_budget_s; compiling and warm-up count)"
-    )
-
-
-def compile_over_budget(
-    name: str,
-    rows: int,
-    at_this_size: dict[str, float],
-    own_last: tuple[int, float] | None,
-    budget_s: float | None,
-    spent_s: float,
-    what: str = "compiling it",
-) -> str | None:
-    """Why path ``name`` is left out at ``rows`` (None: it is compiled): its compile,
-    projected, would end past the bench's budget (``budget_s``, less ``spent_s``, the
-    seconds the bench has run so far; None: never left out).
-
-    The projection is the larger of two floors: the dearest compile another path of its
-    kind has taken at this batch size (``at_this_size``: path -> seconds; the vmap,
-    direct and sharded programs of one model are near-identical, and on a TPU v5e each
-    took 35-37 s at 4,096 rows of the CNN at matmul precision highest where 256 rows
-    took 1.4 s), and this path's own last compile (``own_last``: rows, seconds) at a
-    smaller size, a compile's cost only growing with its rows. Either alone misleads: a
-    ``lax.map`` compiled first at a size (0.5 s whatever its rows) said nothing of
-    vmap_jit's 35 s there. ``what``: the compile's name in the reason (an eager path's
-    first call, which compiles each operation it meets). One compile can still overrun:
-    its cost is known only once it is done."""
-    if budget_s is None:
-        return None
-    floors: list[tuple[float, str]] = []
-    if at_this_size:
-        like, seconds = max(at_this_size.items(), key=lambda item: item[1])
-        floors.append((seconds, f"as {like} took at this size"))
-    if own_last is not None:
-        floors.append((own_last[1], f"as it took at {own_last[0]} rows"))
-    if not floors:
-        return None
-    projected, basis = max(floors, key=lambda floor: floor[0])
-    left = budget_s - spent_s
-    if projected <= left:
-        return None
-    return (
-        f"{name} left out at {rows} rows: {what} would take about {projected:.3g} s "
-        f"({basis}), more than the {max(left, 0.0):.3g} s left of the bench's budget of "
-        f"{budget_s:g} s (bench.early_stop.time_budget_s; compiling and warm-up count)"
-    )
 
 
 def out_of_device_memory(error: Exception) -> str | None:
@@ -922,6 +489,44 @@ def _cell_results(
     }
 
 
+def _compile_groups(
+    compiler: _Compiler,
+    paths: list[ForwardPath],
+    model: Model,
+    template_rows: Any,
+    dtype: Any,
+    skipped: dict[str, dict[str, str]],
+    progress: Progress,
+) -> list[dict[Cell, Callable[[], Any]]]:
+    """Every cell compiled (and first called) by ``compiler``, one batch size at a time
+    (``template_rows`` tiled to it, batch axis 0), in groups of one batch size and mode
+    (jit, eager) for :func:`run_bench`'s timing. Fills ``skipped[path][label]`` with why
+    a cell is left out (the budget, the device's memory)."""
+    groups: list[dict[Cell, Callable[[], Any]]] = []
+    batch_sizes = compiler.config.batch_sizes
+    # Compile times are not known before (an unrolled loop's grows with its rows): a
+    # count, no ETA.
+    with progress.phase("compiling", len(batch_sizes), unit="batch sizes") as step:
+        for rows in batch_sizes:
+            x = bench_input(template_rows, rows, dtype)
+            validate_batch(x, model, dtype)
+            label = f"b{rows}"
+            by_mode: dict[str, dict[Cell, Callable[[], Any]]] = {"jit": {}, "eager": {}}
+            for path in paths:
+                why = compiler.left_out(path, rows)
+                if why is None:
+                    try:
+                        by_mode[path.mode][(path.name, label)] = compiler.compile(path, rows, x)
+                    except _DeviceFull as full:
+                        why = str(full)
+                        progress.note(why)
+                if why is not None:
+                    skipped[path.name][label] = why
+            groups += [group for group in by_mode.values() if group]
+            step.advance()
+    return groups
+
+
 def _warm_groups(
     groups: list[dict[Cell, Callable[[], Any]]],
     warmup: int,
@@ -1014,26 +619,7 @@ def run_bench(
     )
     compiler = _Compiler(built, absent, run_params, config, bench_began, least, progress)
     figures = compiler.figures
-    # Compile times are not known before (an unrolled loop's grows with its rows): a
-    # count, no ETA.
-    with progress.phase("compiling", len(config.batch_sizes), unit="batch sizes") as step:
-        for rows in config.batch_sizes:
-            x = bench_input(template_rows, rows, dtype)
-            validate_batch(x, model, dtype)
-            label = f"b{rows}"
-            by_mode: dict[str, dict[Cell, Callable[[], Any]]] = {"jit": {}, "eager": {}}
-            for path in paths:
-                why = compiler.left_out(path, rows)
-                if why is None:
-                    try:
-                        by_mode[path.mode][(path.name, label)] = compiler.compile(path, rows, x)
-                    except _DeviceFull as full:
-                        why = str(full)
-                        progress.note(why)
-                if why is not None:
-                    skipped[path.name][label] = why
-            groups += [group for group in by_mode.values() if group]
-            step.advance()
+    groups += _compile_groups(compiler, paths, model, template_rows, dtype, skipped, progress)
     compile_s = time.perf_counter() - phase_began
     phase_began = time.perf_counter()
     first, inner, per_call = _warm_groups(groups, config.warmup, compiler.first_calls, progress)
@@ -1084,62 +670,3 @@ def run_bench(
             "timing": round(timed.seconds, 3),
         },
     }
-
-
-def speedups(latency: dict[str, dict[str, Any]]) -> dict[str, dict[str, float]]:
-    """Ratios of p50 latencies measured in the same run (robust to a slow machine), one
-    per :data:`vmapcheck.core.paths.SPEEDUPS` entry and batch size both paths ran at:
-    ``vmap_over_loop`` (how many times faster vmap is than the loop, jit vs jit) and
-    ``vmap_over_direct`` (vmap's cost relative to the hand-batched form; 1.0 = free).
-    """
-    labels = dict.fromkeys(label for by_batch in latency.values() for label in by_batch)
-    out: dict[str, dict[str, float]] = {}
-    for label in labels:
-        entry = {
-            s.name: latency[s.slower][label]["p50"] / latency[s.faster][label]["p50"]
-            for s in SPEEDUPS
-            if label in latency.get(s.slower, {}) and label in latency.get(s.faster, {})
-        }
-        out[label] = entry
-    return out
-
-
-def ratio_interval(
-    slower_ms: np.ndarray, faster_ms: np.ndarray, confidence: float, seed: int = 0
-) -> tuple[float, float]:
-    """A bootstrap confidence interval (percentile, 999 resamples) of ``median(slower) /
-    median(faster)``, the two samples resampled independently."""
-    slower_ms, faster_ms = np.asarray(slower_ms, float), np.asarray(faster_ms, float)
-    if np.ptp(slower_ms) == 0 and np.ptp(faster_ms) == 0:  # nothing to resample
-        ratio = float(np.median(slower_ms) / np.median(faster_ms))
-        return ratio, ratio
-    result = stats.bootstrap(
-        (np.asarray(slower_ms), np.asarray(faster_ms)),
-        lambda a, b, axis=-1: np.median(a, axis=axis) / np.median(b, axis=axis),
-        paired=False,
-        vectorized=True,
-        n_resamples=999,
-        confidence_level=confidence,
-        method="percentile",
-        rng=np.random.default_rng(seed),
-    ).confidence_interval
-    return float(result.low), float(result.high)
-
-
-def speedup_intervals(
-    samples_ms: dict[str, dict[str, list[float]]], confidence: float
-) -> dict[str, dict[str, list[float]]]:
-    """``{label: {speedup: [low, high]}}``: the confidence interval of each
-    :data:`~vmapcheck.core.paths.SPEEDUPS` ratio at each batch size both paths ran at.
-    An interval that contains 1.0 is no measurable difference."""
-    out: dict[str, dict[str, list[float]]] = {}
-    labels = dict.fromkeys(label for by_batch in samples_ms.values() for label in by_batch)
-    for label in labels:
-        out[label] = {
-            s.name: list(
-                ratio_interval(samples_ms[s.slower][label], samples_ms[s.faster][label], confidence)
-            )
-            for s in SPEEDUPS
-            if label in samples_ms.get(s.slower, {}) and label in samples_ms.get(s.faster, {})
-        }
-    return out

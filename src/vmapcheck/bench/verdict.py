@@ -46,18 +46,19 @@ The baseline is a ``bench_details.json`` file, an MLflow run id, or ``last-verif
 the newest complete run in the store that passed its checks with the same model, backend
 and precision (and, from ``vmapcheck verdict``, bench profile), other than the run being
 judged. A run is read only when complete (vmapcheck.tracking.store.COMPLETE_FILTER: a
-``track`` that was killed leaves an incomplete one). ``vmapcheck verdict --baseline ...``
-(``make verdict``) prints the table and exits 1 on a regression (0 for "no regression",
-"inconclusive" and "not comparable"). Judging the
-reports on disk, the run that logged them (:func:`run_of_reports`) is never their
-baseline; when ``last-verified`` finds no other run it says so and exits 0.
+``track`` that was killed leaves an incomplete one); the store is read by
+:mod:`vmapcheck.tracking.baselines`, which hands the records down here.
+``vmapcheck verdict --baseline ...`` (``make verdict``) prints the table
+(:func:`report_verdict`) and exits 1 on a regression (0 for "no regression",
+"inconclusive" and "not comparable"). Judging the reports on disk, the run that logged
+them (:func:`vmapcheck.tracking.baselines.run_of_reports`) is never their baseline; when
+``last-verified`` finds no other run it says so and exits 0.
 """
 
 from __future__ import annotations
 
 import io
 import math
-import sys
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -65,18 +66,10 @@ from typing import Any
 import numpy as np
 from scipy import stats
 
-from vmapcheck.bench.baseline import (
-    CONTEXT,
-    CONTEXT_KEYS,
-    BenchRecord,
-    NoBaselineError,
-    resolve_baseline,
-    run_of_reports,
-)
+from vmapcheck.bench.baseline import CONTEXT, CONTEXT_KEYS, BenchRecord
 from vmapcheck.bench.labels import STYLES, cell_label, min_detectable_ratio, verdict_headline
-from vmapcheck.errors import ConfigError, VmapcheckError
+from vmapcheck.errors import ConfigError
 from vmapcheck.io import atomic_write_json
-from vmapcheck.layout import Layout
 
 NOT_COMPARABLE = "not comparable"
 # Blocks of consecutive samples per run and cell: the statistics' unit (module docstring).
@@ -368,72 +361,20 @@ def compare(
             "improvements": [],
             "machine_slowdown": None,
         }
-    cells: dict[str, dict[str, dict[str, Any]]] = {}
-    keys: list[tuple[str, str]] = []
     base_rounds = round_index(baseline, blocks) if normalize_rounds else None
     cur_rounds = round_index(current, blocks) if normalize_rounds else None
-    only_base, only_cur = [], []
-    for path in sorted(set(baseline.samples_ms) | set(current.samples_ms)):
-        base_batches = baseline.samples_ms.get(path, {})
-        cur_batches = current.samples_ms.get(path, {})
-        for label in sorted(set(base_batches) | set(cur_batches), key=_batch_order):
-            if label not in cur_batches:
-                only_base.append(f"{path}/{label}")
-            elif label not in base_batches:
-                only_cur.append(f"{path}/{label}")
-            else:
-                cell = compare_cell(
-                    base_batches[label],
-                    cur_batches[label],
-                    confidence,
-                    blocks=blocks,
-                    base_rounds=base_rounds,
-                    cur_rounds=cur_rounds,
-                    base_sizes=baseline.rounds_of(path, label),
-                    cur_sizes=current.rounds_of(path, label),
-                )
-                cells.setdefault(path, {})[label] = cell
-                keys.append((path, label))
-    if keys:
-        # Benjamini-Hochberg over the cells of this comparison, one direction at a time.
-        for direction in ("p_slower", "p_faster"):
-            raw = np.array([cells[p][b][direction] for p, b in keys])
-            adjusted = stats.false_discovery_control(raw, method="bh")
-            for (p, b), q in zip(keys, adjusted, strict=True):
-                cells[p][b][f"{direction}_adjusted"] = float(q)
-    regressions, improvements = [], []
-    for path, label in keys:
-        cell = cells[path][label]
-        slower = cell["ratio"] > factor and cell["p_slower_adjusted"] < alpha
-        faster = cell["ratio"] < 1.0 / factor and cell["p_faster_adjusted"] < alpha
-        cell["status"] = cell_label(cell, factor, slower, faster, alpha)
-        cell["min_detectable_ratio"] = min_detectable_ratio(
-            cell["ci_low"], cell["ci_high"], confidence, alpha
-        )
-        # Whether this cell alone could be a regression with the rounds the two runs
-        # have: its smallest p, adjusted over the cells, must be able to pass alpha.
-        cell["smallest_p"] = smallest_p(cell["blocks_baseline"], cell["blocks_current"])
-        cell["can_reach_alpha_alone"] = cell["smallest_p"] * len(keys) < alpha
-        if slower:
-            regressions.append(f"{path}/{label}")
-        elif faster:
-            improvements.append(f"{path}/{label}")
+    cells, keys, only_base, only_cur = _compare_cells(
+        baseline, current, confidence, blocks, base_rounds, cur_rounds
+    )
+    _adjust_over_cells(cells, keys)
+    regressions, improvements = _label_cells(cells, keys, factor, alpha, confidence)
     rounds = _rounds_compared(cells, keys)
     # The control. Only a machine that got slower can explain a slowdown of the cells;
     # a faster one cannot hide one (a regression found on a faster machine is, if
     # anything, understated), so it withholds nothing.
     control = judge_control(baseline, current, factor, alpha, confidence, blocks)
     noisy = baseline.noisy or current.noisy
-    reasons = []
-    if noisy:
-        sides = [name for name, r in (("baseline", baseline), ("current run", current)) if r.noisy]
-        were = "the baseline and the current run were" if len(sides) == 2 else f"the {sides[0]} was"
-        reasons.append(f"{were} noisy (load above the core count)")
-    if control["slower"]:
-        reasons.append(
-            f"the machine itself was slower: the control matmul took {control['ratio']:.2f}x "
-            "the baseline's time, beyond the factor"
-        )
+    reasons = _withholding_reasons(baseline, current, control)
     if not regressions:
         verdict = "no regression"
     elif reasons:
@@ -460,6 +401,109 @@ def compare(
             "current": None if cur_rounds is None else cur_rounds.tolist(),
         },
     }
+
+
+def _compare_cells(
+    baseline: BenchRecord,
+    current: BenchRecord,
+    confidence: float,
+    blocks: int,
+    base_rounds: np.ndarray | None,
+    cur_rounds: np.ndarray | None,
+) -> tuple[dict[str, dict[str, dict[str, Any]]], list[tuple[str, str]], list[str], list[str]]:
+    """Every cell (path, ``b<batch>`` label) both runs have, compared
+    (:func:`compare_cell`; ``base_rounds``/``cur_rounds``: :func:`round_index`, or None).
+    Returns ``cells[path][label]``, the cells' keys in order (paths sorted, batch sizes
+    ascending), and the ``path/label`` of the cells only the baseline or only the current
+    run has."""
+    cells: dict[str, dict[str, dict[str, Any]]] = {}
+    keys: list[tuple[str, str]] = []
+    only_base, only_cur = [], []
+    for path in sorted(set(baseline.samples_ms) | set(current.samples_ms)):
+        base_batches = baseline.samples_ms.get(path, {})
+        cur_batches = current.samples_ms.get(path, {})
+        for label in sorted(set(base_batches) | set(cur_batches), key=_batch_order):
+            if label not in cur_batches:
+                only_base.append(f"{path}/{label}")
+            elif label not in base_batches:
+                only_cur.append(f"{path}/{label}")
+            else:
+                cell = compare_cell(
+                    base_batches[label],
+                    cur_batches[label],
+                    confidence,
+                    blocks=blocks,
+                    base_rounds=base_rounds,
+                    cur_rounds=cur_rounds,
+                    base_sizes=baseline.rounds_of(path, label),
+                    cur_sizes=current.rounds_of(path, label),
+                )
+                cells.setdefault(path, {})[label] = cell
+                keys.append((path, label))
+    return cells, keys, only_base, only_cur
+
+
+def _adjust_over_cells(
+    cells: dict[str, dict[str, dict[str, Any]]], keys: list[tuple[str, str]]
+) -> None:
+    """Add ``p_slower_adjusted`` and ``p_faster_adjusted`` to every cell: Benjamini-Hochberg
+    over the cells of this comparison, one direction at a time."""
+    if not keys:
+        return
+    for direction in ("p_slower", "p_faster"):
+        raw = np.array([cells[p][b][direction] for p, b in keys])
+        adjusted = stats.false_discovery_control(raw, method="bh")
+        for (p, b), q in zip(keys, adjusted, strict=True):
+            cells[p][b][f"{direction}_adjusted"] = float(q)
+
+
+def _label_cells(
+    cells: dict[str, dict[str, dict[str, Any]]],
+    keys: list[tuple[str, str]],
+    factor: float,
+    alpha: float,
+    confidence: float,
+) -> tuple[list[str], list[str]]:
+    """Give every cell its ``status``, ``min_detectable_ratio``, ``smallest_p`` and
+    ``can_reach_alpha_alone``; return the ``path/label`` of the regressions and of the
+    improvements (significant after the adjustment and beyond ``factor``)."""
+    regressions, improvements = [], []
+    for path, label in keys:
+        cell = cells[path][label]
+        slower = cell["ratio"] > factor and cell["p_slower_adjusted"] < alpha
+        faster = cell["ratio"] < 1.0 / factor and cell["p_faster_adjusted"] < alpha
+        cell["status"] = cell_label(cell, factor, slower, faster, alpha)
+        cell["min_detectable_ratio"] = min_detectable_ratio(
+            cell["ci_low"], cell["ci_high"], confidence, alpha
+        )
+        # Whether this cell alone could be a regression with the rounds the two runs
+        # have: its smallest p, adjusted over the cells, must be able to pass alpha.
+        cell["smallest_p"] = smallest_p(cell["blocks_baseline"], cell["blocks_current"])
+        cell["can_reach_alpha_alone"] = cell["smallest_p"] * len(keys) < alpha
+        if slower:
+            regressions.append(f"{path}/{label}")
+        elif faster:
+            improvements.append(f"{path}/{label}")
+    return regressions, improvements
+
+
+def _withholding_reasons(
+    baseline: BenchRecord, current: BenchRecord, control: dict[str, Any]
+) -> list[str]:
+    """Why regressions found would be ``inconclusive``: a noisy run (load above the core
+    count), or the machine itself slower beyond the factor (``control``:
+    :func:`judge_control`)."""
+    reasons = []
+    if baseline.noisy or current.noisy:
+        sides = [name for name, r in (("baseline", baseline), ("current run", current)) if r.noisy]
+        were = "the baseline and the current run were" if len(sides) == 2 else f"the {sides[0]} was"
+        reasons.append(f"{were} noisy (load above the core count)")
+    if control["slower"]:
+        reasons.append(
+            f"the machine itself was slower: the control matmul took {control['ratio']:.2f}x "
+            "the baseline's time, beyond the factor"
+        )
+    return reasons
 
 
 def _rounds_compared(
@@ -603,74 +647,10 @@ def control_line(control: dict[str, Any]) -> str:
     return text + " (not a slowdown of the machine beyond the factor)"
 
 
-def run_verdict(
-    layout: Layout,
-    baseline: str,
-    current: str | None = None,
-    factor: float | None = None,
-    alpha: float | None = None,
-    out: Path | None = None,
-    require_same: Iterable[str] = (),
-) -> int:
-    """``vmapcheck verdict``: judge ``current`` (default: ``layout.bench_details``) against
-    ``baseline`` and print the table. Exit 1 on a regression, 2 when either cannot be
-    read, else 0 (also when ``last-verified`` finds no run to compare with, and when the
-    runs are not comparable: it says so and why). ``factor``/``alpha`` None: the config's
-    ``bench.regression``; ``require_same``: optional context keys that must be equal too
-    (:func:`compare`)."""
-    from vmapcheck.config import load_config
-    from vmapcheck.tracking.store import (
-        MODEL_CONTRACT_TAG,
-        model_experiments,
-        resolve_tracking_uri,
-    )
-
-    current = str(layout.bench_details) if current is None else current
-    try:
-        config = load_config(layout.params_yaml)
-        uri = resolve_tracking_uri(config.tracking, layout.root)
-        tags = {
-            "model": config.model.name,
-            "backend": config.backend.name,
-            "precision": config.precision.name,
-        }
-        # This model's runs in the project's experiment and in its own from before.
-        experiment = model_experiments(config)
-        judged = resolve_baseline(current, uri, experiment, tags, role="current run")
-        exclude = _run_id(current)
-        if exclude is None and Path(current).resolve() == layout.bench_details.resolve():
-            exclude = run_of_reports(layout, uri)
-        # last-verified: a run of the judged run's bench profile and of the same network
-        # (another is not comparable; a run recorded before contracts were is not taken).
-        profile = {"bench.name": judged.context["bench"]} if judged.context.get("bench") else {}
-        if judged.context.get("model_contract"):
-            tags[MODEL_CONTRACT_TAG] = judged.context["model_contract"]
-        try:
-            base = resolve_baseline(
-                baseline, uri, experiment, tags, exclude=exclude, params=profile
-            )
-        except NoBaselineError as exc:
-            print(f"verdict: no baseline to judge against: {exc}. Nothing compared.")
-            if out:
-                atomic_write_json(out, {"verdict": "no baseline", "why": str(exc)})
-            return 0
-        regression = config.bench.regression
-        result = compare(
-            base,
-            judged,
-            factor if factor is not None else regression.factor,
-            alpha if alpha is not None else regression.alpha,
-            config.bench.confidence_level,
-            require_same=require_same,
-        )
-    except VmapcheckError as exc:
-        print(f"verdict: error: {exc}", file=sys.stderr)
-        return 2
+def report_verdict(result: dict[str, Any], out: Path | None = None) -> int:
+    """Print ``result`` (:func:`compare`) as its table, write it to ``out`` when given,
+    and return ``vmapcheck verdict``'s exit code: 1 on a regression, else 0."""
     print(format_table(result))
     if out:
         atomic_write_json(out, result)
     return 1 if result["verdict"] == "regression" else 0
-
-
-def _run_id(spec: str) -> str | None:
-    return None if Path(spec).is_file() else spec

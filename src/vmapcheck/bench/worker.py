@@ -92,7 +92,7 @@ class Side:
 
         from vmapcheck.bench.baseline import RUNTIME_CONTEXT_KEYS
         from vmapcheck.bench.machine import conditions
-        from vmapcheck.bench.timing import bench_input, warm_up
+        from vmapcheck.bench.sampling import bench_input, warm_up
         from vmapcheck.config import load_config
         from vmapcheck.core.forms import cast_tree, data_mesh, validate_batch
         from vmapcheck.core.models import build_model
@@ -192,7 +192,7 @@ class Side:
         """
         import numpy as np
 
-        from vmapcheck.bench.timing import no_compiles, sample_passes
+        from vmapcheck.bench.sampling import no_compiles, sample_passes
 
         if cells is not None:
             unknown = [c for c in cells if c not in self.calls]
@@ -215,7 +215,7 @@ class Side:
         the named cells one by one; else, interleaved, each batch size's jit then eager
         group whole; else (blocks) each cell alone, in a balanced order that changes from
         round to round within its group."""
-        from vmapcheck.bench.timing import balanced_orders
+        from vmapcheck.bench.sampling import balanced_orders
 
         if cells is not None:
             return [{cell: self.calls[cell]} for cell in cells]

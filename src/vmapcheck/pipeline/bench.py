@@ -5,7 +5,7 @@ from typing import Any
 import jax.numpy as jnp
 
 from vmapcheck.bench.bounds import LAUNCH_BOUND_MEANING, launch_bound_text
-from vmapcheck.bench.guard import replay_figures, replay_summary, run_replay
+from vmapcheck.bench.budget import STOP_ALL
 from vmapcheck.bench.machine import (
     ConditionsSampler,
     conditions,
@@ -13,7 +13,8 @@ from vmapcheck.bench.machine import (
     machine_record,
 )
 from vmapcheck.bench.progress import open_progress
-from vmapcheck.bench.timing import STOP_ALL, run_bench
+from vmapcheck.bench.replay import replay_figures, replay_summary, run_replay
+from vmapcheck.bench.timing import run_bench
 from vmapcheck.config import Config
 from vmapcheck.core.forms import data_mesh
 from vmapcheck.core.models import build_model

@@ -20,7 +20,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from vmapcheck.bench.baseline import record_from_details, resolve_baseline, run_of_timing
+from vmapcheck.bench.baseline import record_from_details
 from vmapcheck.bench.labels import verdict_headline
 from vmapcheck.bench.verdict import compare, format_table
 from vmapcheck.check.schema import read_check_details
@@ -34,6 +34,7 @@ from vmapcheck.provenance import git_state
 from vmapcheck.report.html import render_report
 from vmapcheck.report.summary import review_url, verdict_line
 from vmapcheck.running import dvc_run_began
+from vmapcheck.tracking.baselines import resolve_baseline, run_of_timing
 from vmapcheck.tracking.log import (
     experiment_name,
     log_diagnosis,
@@ -91,7 +92,7 @@ def bench_not_rerun(
     a minute after a full run got a verdict of the old timing against itself). A run
     without stage records (track called by hand) is treated as fresh. ``timing_run``:
     the MLflow run that logged that timing, named when known
-    (:func:`vmapcheck.bench.baseline.run_of_timing`)."""
+    (:func:`vmapcheck.tracking.baselines.run_of_timing`)."""
     bench, own = stages.get("bench"), stages.get(LAST_STAGE)
     if bench is None or own is None:
         return None

@@ -54,9 +54,27 @@ def latency(
     the speed-up table where a ratio needs one; ``drawn``: PNGs of the same figures
     already drawn from ``bench`` (plot id -> bytes: the bench stage's reports/plots/),
     embedded instead of drawing them again (matplotlib costs the track stage ~1.5 s)."""
-    drawn = drawn or {}
-    missing = not_provided or {}
-    entries = {entry.name: entry for entry in SPEEDUPS}
+    skipped = [
+        f"{path} at batch {batch_from_label(label)}: {reason}"
+        for path, reasons in in_path_order(bench.get("skipped", {}))
+        for label, reason in reasons.items()
+    ]
+    return {
+        "intro": _intro(bench),
+        "table": _latency_table(bench),
+        "skipped": skipped,
+        "launch_bound": [
+            f"{path} {launch_bound_text(entry)}"
+            for path, entry in bench.get("launch_bound", {}).items()
+        ],
+        "speedups": _speedup_table(bench, not_provided or {}),
+        "plots": _latency_plots(bench, title, drawn or {}),
+    }
+
+
+def _latency_table(bench: dict[str, Any]) -> dict[str, Any]:
+    """One row per path and batch size: its latency percentiles, the median's interval,
+    throughput, compile and first call, GFLOP/s and share of the matmul peak."""
     by_path, figures = bench["latency_ms"], bench.get("figures", {})
     level = bench.get("bench", {}).get("confidence_level")
     ci = f"median {num(level * 100)}% CI" if level else "median CI"
@@ -85,7 +103,7 @@ def latency(
                     None,
                 )
             )
-    latency_table = table(
+    return table(
         (
             "path",
             "batch",
@@ -105,11 +123,12 @@ def latency(
         table_id="latency-table",
         row_class="latency",
     )
-    skipped = [
-        f"{path} at batch {batch_from_label(label)}: {reason}"
-        for path, reasons in in_path_order(bench.get("skipped", {}))
-        for label, reason in reasons.items()
-    ]
+
+
+def _speedup_table(bench: dict[str, Any], missing: Mapping[str, str]) -> dict[str, Any]:
+    """One row per batch size: each speed-up with its interval, or the paths the model
+    does not provide (``missing``) where a ratio needs one."""
+    entries = {entry.name: entry for entry in SPEEDUPS}
     speedup = bench.get("speedup", {})
     intervals = bench.get("speedup_ci", {})
 
@@ -121,7 +140,7 @@ def latency(
         absent = [p for p in (entry.slower, entry.faster) if p in missing]
         return f"{', '.join(absent)} not provided" if absent else "-"
 
-    speed_table = table(
+    return table(
         ("batch", "vmap over loop (x faster)", "vmap over direct (cost, 1 = free)"),
         (
             (
@@ -137,11 +156,17 @@ def latency(
         numeric=(0,),
         table_id="speedup-table",
     )
-    peak = bench.get("peak")
-    config = bench.get("bench", {})
+
+
+def _latency_plots(
+    bench: dict[str, Any], title: str, drawn: Mapping[str, bytes]
+) -> list[dict[str, str]]:
+    """The latency plot, and the speed-up plot where the run has speed-ups: each the PNG
+    in ``drawn`` (plot id -> bytes) when there, else drawn now."""
+    speedup = bench.get("speedup", {})
     plots = [
         plot(
-            drawn.get("plot-latency") or latency_png(by_path, title),
+            drawn.get("plot-latency") or latency_png(bench["latency_ms"], title),
             "p50 latency per call against batch size, per path",
             "Latency per call against batch size (log-log), p50 with a band to p90.",
             "plot-latency",
@@ -158,36 +183,34 @@ def latency(
                 "plot-speedup",
             )
         )
-    return {
-        "intro": (
-            f"Benchmark `{config.get('name', '?')}`: {config.get('warmup', '?')} warm-up "
-            f"call(s), then {config.get('repeats', '?')} timed calls per path and batch size, "
-            "after compilation (compile time apart). Ratios compare p50s measured in the "
-            "same run, with a bootstrap confidence interval; where it holds 1.0 there is no "
-            "measurable difference."
+    return plots
+
+
+def _intro(bench: dict[str, Any]) -> str:
+    """The section's first paragraph: the bench profile's settings, what the ratios
+    compare, and the matmul peak measured in the same run (when there is one)."""
+    peak = bench.get("peak")
+    config = bench.get("bench", {})
+    return (
+        f"Benchmark `{config.get('name', '?')}`: {config.get('warmup', '?')} warm-up "
+        f"call(s), then {config.get('repeats', '?')} timed calls per path and batch size, "
+        "after compilation (compile time apart). Ratios compare p50s measured in the "
+        "same run, with a bootstrap confidence interval; where it holds 1.0 there is no "
+        "measurable difference."
+        + (
+            f" Matmul peak measured in the same run ({peak['size']}^3"
             + (
-                f" Matmul peak measured in the same run ({peak['size']}^3"
-                + (
-                    f" {peak['dtype']}, matmul precision {peak['matmul_precision']}, the "
-                    f"largest of a sweep that stopped at {peak['stopped']}"
-                    if "sweep" in peak
-                    else ""
-                )
-                + f"): {num(peak['gflops'])} GFLOP/s. A share of it is left out where a "
-                "path's flop count would exceed it."
-                if peak
+                f" {peak['dtype']}, matmul precision {peak['matmul_precision']}, the "
+                f"largest of a sweep that stopped at {peak['stopped']}"
+                if "sweep" in peak
                 else ""
             )
-        ),
-        "table": latency_table,
-        "skipped": skipped,
-        "launch_bound": [
-            f"{path} {launch_bound_text(entry)}"
-            for path, entry in bench.get("launch_bound", {}).items()
-        ],
-        "speedups": speed_table,
-        "plots": plots,
-    }
+            + f"): {num(peak['gflops'])} GFLOP/s. A share of it is left out where a "
+            "path's flop count would exceed it."
+            if peak
+            else ""
+        )
+    )
 
 
 def machine(bench: dict[str, Any]) -> dict[str, Any]:

@@ -140,7 +140,7 @@ def speedup_figure(speedup: dict[str, dict[str, float]], title: str) -> Any:
     """p50 ratios vs batch size, one line per :data:`vmapcheck.core.paths.SPEEDUPS` entry,
     1.0 marked.
 
-    ``speedup``: ``b<rows>`` -> ratio name -> value (see :func:`vmapcheck.bench.timing.speedups`).
+    ``speedup``: ``b<rows>`` -> ratio name -> value (see :func:`vmapcheck.bench.latency.speedups`).
     """
     plt = _pyplot()
     fig, ax = plt.subplots(figsize=(7, 4), dpi=110)
