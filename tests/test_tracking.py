@@ -53,7 +53,7 @@ def _check_and_bench():
         "failures": [],
         "dtype": "float32",
         "tolerance": {"rtol": 1e-5, "atol": 1e-6},
-        "runtime": {"backend": "cpu", "device_kind": "cpu", "jax_version": "0.11.2"},
+        "runtime": {"backend": "cpu", "device_kind": "cpu", "jax_version": "0.11.2", "jaxlib_version": "0.11.2"},
         "cases": {
             "standard": {
                 "passed": True,
@@ -102,7 +102,13 @@ def test_summary_metrics_come_first_and_batch_labels_are_zero_padded():
 def test_the_verdict_note_reads_like_the_reports_first_screen():
     check, bench = _check_and_bench()
     note = verdict_note(check, bench, {"verdict": "no baseline"})
-    assert note.startswith("**PASSED**")
+    # The verdict's sentence is the printed verdict's, written in one place.
+    from vmapcheck.report.check_sections import verdict_sentence
+    from vmapcheck.report.summary import verdict_line
+
+    sentence = verdict_sentence(check)
+    assert note.startswith(f"**PASSED**: {sentence}\n")
+    assert verdict_line(check).startswith(f"verdict: PASSED - {sentence}")
     assert "worst agreement: max_rel 5e-06 (loop_eager vs direct_jit, case zeros)" in note
     assert "vs stored reference: max_rel 1e-07" in note
     assert "vs float64: max_rel 3e-06 (vmap_jit, case standard)" in note

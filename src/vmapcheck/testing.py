@@ -771,6 +771,7 @@ def _summary(model: Model, details: Mapping[str, Any], precision: PrecisionConfi
     """The verdict as the pipeline prints it (``vmapcheck summary``; the composition line
     as the check stage prints it), without what this API does not run (reference,
     benchmark, MLflow), with the first diverging pair named."""
+    from vmapcheck.check.rules import summary_lines as rule_lines
     from vmapcheck.core.composition import composition_line
     from vmapcheck.core.paths import not_provided, plain_path
     from vmapcheck.report.check_sections import leaves_text, not_provided_lines
@@ -811,6 +812,7 @@ def _summary(model: Model, details: Mapping[str, Any], precision: PrecisionConfi
     if edges:
         lines.append("  edge cases (edge_cases=True), built from the examples:")
         lines += [case_line(name, details["cases"][name], tol) for name in edges]
+    lines += rule_lines(details["cases"])  # the rules case kinds add
     lines += [
         composition_line(name, by_path) for name, by_path in details.get("composition", {}).items()
     ]

@@ -14,6 +14,7 @@ import jax.numpy as jnp
 from vmapcheck.check.checks import run_checks
 from vmapcheck.check.diagnosis import for_check, key_stream_stage, write_report
 from vmapcheck.check.reference import load_reference, reference_dir
+from vmapcheck.check.rules import summary_lines as rule_lines
 from vmapcheck.check.schema import read_record
 from vmapcheck.config import Config, config_digest
 from vmapcheck.core.composition import composition_line
@@ -198,6 +199,8 @@ def run(config: Config, layout: Layout) -> None:
             f"  {mark} {name:<16} {figures} (rule {case['rule']}, "
             f"S at worst={_g(case['scale_at_worst'])}){fallbacks}"
         )
+    for line in rule_lines(report["cases"]):  # the rules case kinds add
+        print(line)
     # What a budget capped: named with the rows covered and the key, never silent.
     for name, capped in report["budget"]["cases"].items():
         for what, cap in capped.items():

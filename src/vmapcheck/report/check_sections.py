@@ -84,16 +84,22 @@ def and_list(items: list[str]) -> str:
     return items[0] if len(items) == 1 else f"{', '.join(items[:-1])} and {items[-1]}"
 
 
+def verdict_sentence(check: Mapping[str, Any]) -> str:
+    """What was compared, where, and at what tolerance: the one sentence that the printed
+    verdict, the HTML banner, the MLflow run's description and the Python API's error
+    each put after PASSED or FAILED (``check``: check_details.json)."""
+    runtime, tol = check["runtime"], check["tolerance"]
+    return (
+        f"{forms_compared(check)} on {runtime['backend']} ({device_text(runtime)}), "
+        f"{check['dtype']}, rtol={tol['rtol']:g} atol={tol['atol']:g}, "
+        f"jax {runtime['jax_version']} / jaxlib {runtime['jaxlib_version']}"
+    )
+
+
 def verdict(check: CheckDetails, bench: dict[str, Any]) -> dict[str, Any]:
     """The banner: ``{"passed", "word", "headline", "failures", "more_failures", "notes"}``."""
     passed = bool(check["passed"])
-    runtime, tol = check["runtime"], check["tolerance"]
-    headline = (
-        f"{forms_compared(check)} on {runtime['backend']} "
-        f"({device_text(runtime)}), {check['dtype']}, rtol={num(tol['rtol'])} "
-        f"atol={num(tol['atol'])}, jax {runtime['jax_version']} / jaxlib "
-        f"{runtime['jaxlib_version']}"
-    )
+    headline = verdict_sentence(check)
     failures = list(check["failures"])
     notes = []
     if bench.get("machine", {}).get("noisy"):

@@ -9,15 +9,14 @@ from vmapcheck.bench.bounds import launch_bound_text, ratio_launch_bound
 from vmapcheck.check.rules import summary_lines as rule_lines
 from vmapcheck.check.schema import read_check_details
 from vmapcheck.core.paths import speedup_text
-from vmapcheck.core.runtime import device_text
 from vmapcheck.errors import ArtifactError
 from vmapcheck.io import read_json, read_json_object
 from vmapcheck.layout import Layout
 from vmapcheck.report.check_sections import (
     budget_lines,
-    forms_compared,
     leaves_text,
     not_provided_lines,
+    verdict_sentence,
 )
 from vmapcheck.report.elements import atol_decided, figure_text, shape_text
 from vmapcheck.report.headline import batch_from_label, bench_headline, noisy_caveat
@@ -26,20 +25,13 @@ from vmapcheck.tracking.ui import run_url, ui_base
 
 
 def verdict_line(check: dict[str, Any], bench: dict[str, Any] | None = None) -> str:
-    """The first line: PASSED or FAILED, the forms compared, backend and device (its memory
-    and libtpu or CUDA plugin where recorded: nothing more on CPU), dtype, tolerance, JAX;
-    and the caveat of a benchmark timed on a busy machine (``bench``: bench_details.json)."""
-    runtime = check["runtime"]
-    tol = check["tolerance"]
+    """The first line: PASSED or FAILED and the verdict's sentence (the forms compared,
+    backend and device (its memory and libtpu or CUDA plugin where recorded: nothing
+    more on CPU), dtype, tolerance, JAX: :func:`verdict_sentence`); and the caveat of a
+    benchmark timed on a busy machine (``bench``: bench_details.json)."""
     verdict = "PASSED" if check["passed"] else "FAILED"
     caveat = noisy_caveat(bench or {})
-    return (
-        f"verdict: {verdict} - {forms_compared(check)} "
-        f"on {runtime['backend']} "
-        f"({device_text(runtime)}), {check['dtype']}, rtol={tol['rtol']:g} atol={tol['atol']:g}, "
-        f"jax {runtime['jax_version']} / jaxlib {runtime['jaxlib_version']}"
-        + (f"; {caveat}" if caveat else "")
-    )
+    return f"verdict: {verdict} - {verdict_sentence(check)}" + (f"; {caveat}" if caveat else "")
 
 
 def case_line(name: str, case: dict[str, Any], tolerance: dict[str, Any] | None = None) -> str:

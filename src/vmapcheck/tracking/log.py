@@ -37,7 +37,7 @@ from vmapcheck.core.runtime import runtime_tags
 from vmapcheck.errors import ConfigError
 from vmapcheck.params_io import contract_digest
 from vmapcheck.provenance import git_state
-from vmapcheck.report.check_sections import forms_compared
+from vmapcheck.report.check_sections import verdict_sentence
 from vmapcheck.report.headline import (
     batch_from_label,
     batch_label,
@@ -279,13 +279,7 @@ def verdict_note(
     figures a reviewer reads first (vmapcheck.report.headline), the same as the HTML
     report's first screen."""
     head = check_headline(dict(check))
-    runtime, tol = check["runtime"], check["tolerance"]
-    lines = [
-        f"**{'PASSED' if head['passed'] else 'FAILED'}**: {forms_compared(check)} on "
-        f"{runtime['backend']} ({runtime['device_kind']}), {check['dtype']}, "
-        f"rtol={tol['rtol']:g} atol={tol['atol']:g}, jax {runtime['jax_version']}",
-        "",
-    ]
+    lines = [f"**{'PASSED' if head['passed'] else 'FAILED'}**: {verdict_sentence(check)}", ""]
     caveat = noisy_caveat(bench)
     if caveat:
         lines.append(f"- caveat: {caveat}")
