@@ -353,7 +353,8 @@ def test_the_edge_cases_run_when_asked():
     )
     cases = report.details["cases"]
     assert set(cases) == {
-        "examples", "single", "zeros", "boundary", "large_magnitude", "denormal"
+        "examples", "single", "zeros", "boundary", "large_magnitude", "denormal",
+        "duplicate_rows",
     }  # fmt: skip
     assert cases["boundary"]["shape"] == [2, IN] and cases["denormal"]["kind"] == "denormal"
     assert all(case["passed"] for case in cases.values())

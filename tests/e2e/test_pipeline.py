@@ -77,6 +77,9 @@ def first_run(project) -> subprocess.CompletedProcess:
 ADDED_SINCE = (
     "vmap_of_jit",
     "denormal",
+    "duplicate_rows",  # and its rule's metrics, rule/...
+    "rule/",
+    "scan_jit",
     "tolerance.scale",
     "composition/",
     # The per-row loop as lax.map (map_jit, not vmap_jit) and vmap's speed-up over it.
@@ -455,6 +458,7 @@ def test_check_covers_every_case_kind_and_compares_with_the_reference(project):
         "boundary",
         "large_magnitude",
         "denormal",
+        "duplicate_rows",
     }
     assert set(details["negative"]) == {
         "invalid_features",

@@ -92,7 +92,53 @@ class CaseRule:
         return found
 
 
-CASE_RULES: dict[str, CaseRule] = {}
+def _copies_agree(case: str, outputs: Mapping[str, np.ndarray], tolerance: ToleranceConfig):
+    """Every row of each path's output (rows, ...) against its first row, at the pairs'
+    ``tolerance`` by the output rule: the case's rows are copies of one row."""
+    from vmapcheck.core.compare import compare  # loads JAX: only when a case is judged
+
+    found = {
+        path: compare(out, np.broadcast_to(out[:1], out.shape), tolerance)
+        for path, out in outputs.items()
+    }
+    failures = [
+        f"{case}/{path}: copies of one row get different outputs: {r['reason']}"
+        for path, r in found.items()
+        if not r["passed"]
+    ]
+    measured = {p: r for p, r in found.items() if r["bound_ratio"] is not None}
+    worst = max(measured, key=lambda p: measured[p]["bound_ratio"], default=None)
+    figures = {
+        "bound_ratio": measured[worst]["bound_ratio"] if worst else None,
+        "max_abs": max((r["max_abs"] for r in measured.values()), default=None),
+    }
+    rows = len(next(iter(outputs.values())))
+    if failures:
+        text = f"{rows} copies of one row get different outputs on " + ", ".join(
+            p for p, r in found.items() if not r["passed"]
+        )
+    else:
+        text = (
+            f"{rows} copies of one row, the same output on each of {len(found)} paths "
+            f"(worst bound_ratio={figures['bound_ratio']:.3g} on {worst}, "
+            f"max_abs={figures['max_abs']:.3g})"
+        )
+    return RuleResult(passed=not failures, figures=figures, text=text, failures=failures)
+
+
+CASE_RULES: dict[str, CaseRule] = {
+    r.name: r
+    for r in [
+        CaseRule(
+            "copies_agree",
+            about="every copy of one row in a batch gets the first copy's output, on each "
+            "path, at precision.tolerance (output rule): a batched form that lets a row's "
+            "position or batch-mates change its result fails",
+            figures=("bound_ratio", "max_abs"),
+            judge=_copies_agree,
+        ),
+    ]
+}
 
 
 def rule(name: str) -> CaseRule:

@@ -108,6 +108,16 @@ CASE_KINDS: dict[str, CaseKind] = {
             edge=True,
         ),
         CaseKind(
+            "duplicate_rows",
+            takes="batch",
+            judged="agreement",
+            oracle=True,
+            in_reference=False,
+            about="copies of one row in one batch: each copy must get the same output",
+            edge=True,
+            rules=("copies_agree",),
+        ),
+        CaseKind(
             "invalid",
             takes="per-case",
             judged="refusal",

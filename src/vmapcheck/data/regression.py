@@ -37,6 +37,9 @@ def load_split(folder: Path, name: str) -> tuple[np.ndarray, np.ndarray]:
 # absolute rounding step at this magnitude (~2e12) makes any difference between paths
 # in how they accumulate visible.
 LARGE_MAGNITUDE = float(np.sqrt(np.finfo(np.float32).max))
+# The copies of one row in the duplicate_rows case: enough for a vectorised kernel's
+# tiles and a padded split to put copies in different places.
+DUPLICATE_ROWS = 8
 
 
 def subnormal_rows(n_features: int) -> np.ndarray:
@@ -125,6 +128,11 @@ def regression_cases(
             "about": "subnormal float32 values of both signs, smallest to largest, and zero"
             + build.others_about(),
         }
+    cases["duplicate_rows"] = {
+        "x": build.rows(np.repeat(test_x[:1], DUPLICATE_ROWS, axis=0)),
+        "kind": "duplicate_rows",
+        "about": f"the first row of the test split {DUPLICATE_ROWS} times in one batch",
+    }
     cases.update(build.invalid_cases())
     return cases
 
