@@ -150,13 +150,14 @@ def test_the_verdict_lines_are_the_pipelines(good, tmp_path):
     from vmapcheck.io import atomic_write_json
     from vmapcheck.layout import Layout
     from vmapcheck.report.summary import summarize
+    from vmapcheck.tracking.review import tracked_lines
 
     layout = Layout(tmp_path)
     layout.check_details.parent.mkdir(parents=True)
     # What the check stage adds for `make reference` (no reference here).
     stamped = {**good.details, "config_digest": "", "forward_outputs_sha256": ""}
     atomic_write_json(layout.check_details, stamped)
-    pipeline = summarize(layout).splitlines()
+    pipeline = summarize(layout, tracked_lines(layout)).splitlines()
     ours = good.summary.splitlines()
     assert ours[0].startswith(pipeline[0])
     for name in good.details["cases"]:

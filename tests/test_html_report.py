@@ -38,6 +38,7 @@ from vmapcheck.report.headline import check_headline
 from vmapcheck.report.html import render_report
 from vmapcheck.report.plots import latency_png
 from vmapcheck.report.summary import summarize
+from vmapcheck.tracking.review import tracked_lines
 
 HOSTILE = '<script>alert("x")</script>'
 
@@ -594,7 +595,7 @@ def test_the_terminal_summary_says_what_the_headline_says(tmp_path):
     layout = Layout(tmp_path)
     layout.check_details.parent.mkdir(parents=True)
     layout.check_details.write_text(json.dumps(check), encoding="utf-8")
-    first = summarize(layout).splitlines()[0]
+    first = summarize(layout, tracked_lines(layout)).splitlines()[0]
     assert first == (
         "verdict: PASSED - loop, map, scan, vmap and vmap_of_jit forwards (eager and jit), and "
         "sharded_jit (data-parallel over 2 device(s), not vmap) on cpu (cpu), float32, "
@@ -632,7 +633,7 @@ def test_the_terminal_summary_says_when_verified_stays_off_the_deployment_target
         "registry: registered as models:/vmapcheck-mlp/3; @verified stays at version 1: "
         f"{why} (registry.target in conf/config.yaml); promote it with: vmapcheck promote "
         "--version 3"
-    ) in summarize(layout).splitlines()
+    ) in summarize(layout, tracked_lines(layout)).splitlines()
 
 
 # --- reviewer first ---------------------------------------------------------------------
@@ -861,7 +862,7 @@ def test_a_model_without_a_direct_path_is_never_said_to_have_one(tmp_path):
     layout = Layout(tmp_path)
     layout.check_details.parent.mkdir(parents=True)
     layout.check_details.write_text(json.dumps(check), encoding="utf-8")
-    lines = summarize(layout).splitlines()
+    lines = summarize(layout, tracked_lines(layout)).splitlines()
     assert lines[0].startswith(f"verdict: PASSED - {forms_compared(check)} on cpu")
     assert "direct" not in lines[0]
     assert lines[1:3] == [f"  -    {p} not provided: {reason}" for p in missing]

@@ -25,8 +25,8 @@ from vmapcheck.io import read_json
 from vmapcheck.layout import Layout
 from vmapcheck.pause import PAUSE_AT, PAUSE_FILE
 from vmapcheck.pipeline.stage import run_stage
-from vmapcheck.report.summary import run_summary
 from vmapcheck.running import killed_stage, killed_stages
+from vmapcheck.tracking.review import run_summary
 
 STAGE = (
     "import sys\n"

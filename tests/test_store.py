@@ -442,7 +442,7 @@ def test_mlflow_tracking_uri_naming_no_supported_store_is_refused(tmp_path, monk
 
 
 def test_the_printed_run_url_never_carries_the_stores_credentials():
-    from vmapcheck.report.summary import review_url
+    from vmapcheck.tracking.review import review_url
 
     track = {"experiment_id": "3", "run_id": "abc"}
     server = review_url(track | {"tracking_uri": "https://ci:secret@mlflow.example:8443"})

@@ -53,7 +53,12 @@ def _check_and_bench():
         "failures": [],
         "dtype": "float32",
         "tolerance": {"rtol": 1e-5, "atol": 1e-6},
-        "runtime": {"backend": "cpu", "device_kind": "cpu", "jax_version": "0.11.2", "jaxlib_version": "0.11.2"},
+        "runtime": {
+            "backend": "cpu",
+            "device_kind": "cpu",
+            "jax_version": "0.11.2",
+            "jaxlib_version": "0.11.2",
+        },
         "cases": {
             "standard": {
                 "passed": True,

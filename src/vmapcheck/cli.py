@@ -185,7 +185,7 @@ def _plots(args: argparse.Namespace, layout: Layout) -> int:
 
 
 def _summary(args: argparse.Namespace, layout: Layout) -> int:
-    from vmapcheck.report.summary import run_summary
+    from vmapcheck.tracking.review import run_summary
 
     return run_summary(layout, args.repro_status)
 

@@ -32,7 +32,7 @@ from vmapcheck.pause import pause_point
 from vmapcheck.pipeline.stage import LAST_STAGE, read_stage_times, settings_changed, text_sha256
 from vmapcheck.provenance import git_state
 from vmapcheck.report.html import render_report
-from vmapcheck.report.summary import review_url, verdict_line
+from vmapcheck.report.summary import verdict_line
 from vmapcheck.running import dvc_run_began
 from vmapcheck.tracking.baselines import resolve_baseline, run_of_timing
 from vmapcheck.tracking.log import (
@@ -52,6 +52,7 @@ from vmapcheck.tracking.registry import (
     register_if_verified,
     settle_pending_alias,
 )
+from vmapcheck.tracking.review import review_url
 from vmapcheck.tracking.run_inputs import dvc_exp_name, gather_run_inputs, pip_freeze
 from vmapcheck.tracking.store import (
     MODEL_CONTRACT_TAG,

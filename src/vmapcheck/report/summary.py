@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import sys
+from collections.abc import Sequence
 from typing import Any
 
 from vmapcheck.bench.bounds import launch_bound_text, ratio_launch_bound
 from vmapcheck.check.rules import summary_lines as rule_lines
 from vmapcheck.check.schema import read_check_details
 from vmapcheck.core.paths import speedup_text
-from vmapcheck.errors import ArtifactError
 from vmapcheck.io import read_json, read_json_object
 from vmapcheck.layout import Layout
 from vmapcheck.report.check_sections import (
@@ -20,8 +19,6 @@ from vmapcheck.report.check_sections import (
 )
 from vmapcheck.report.elements import atol_decided, figure_text, shape_text
 from vmapcheck.report.headline import batch_from_label, bench_headline, noisy_caveat
-from vmapcheck.running import killed_stages
-from vmapcheck.tracking.ui import run_url, ui_base
 
 
 def verdict_line(check: dict[str, Any], bench: dict[str, Any] | None = None) -> str:
@@ -97,17 +94,11 @@ def refusals_line(negative: dict[str, dict[str, Any]]) -> str:
     )
 
 
-def review_url(track: dict[str, Any]) -> str:
-    """Where to open the run of ``track`` (reports/track.json): its page on the tracking
-    server, or for the local store `vmapcheck ui`, then its page there (MLflow's ML view,
-    not its GenAI one: vmapcheck.tracking.ui)."""
-    base, first = ui_base(str(track["tracking_uri"]))
-    page = run_url(base, track["experiment_id"], track["run_id"])
-    return f"{first}, then {page}" if first else page
-
-
-def summarize(layout: Layout) -> str:
-    """The verdict of the last run in ``layout`` as text (one line per case, then MLflow)."""
+def summarize(layout: Layout, tracked: Sequence[str] = ()) -> str:
+    """The verdict of the last run in ``layout`` as text: one line per case, the
+    benchmark's figures, then ``tracked`` (where the MLflow run is: the tracking floor
+    above writes those lines, :func:`vmapcheck.tracking.review.tracked_lines`) and the
+    HTML report."""
     check = read_check_details(layout.check_details)
     bench = read_json(layout.bench_details) if layout.bench_details.exists() else {}
     lines = [verdict_line(check, bench)]
@@ -161,52 +152,8 @@ def summarize(layout: Layout) -> str:
             lines.append(f"  left out: {name} at batch {head['batch']}: {why}")
         for path, entry in launch.items():
             lines.append(f"  launch-bound: {path} {launch_bound_text(entry)}")
-    track_path = layout.track_report
-    if track_path.exists():
-        track = read_json(track_path)
-        lines.append(
-            f"MLflow run: {track['run_id']} ({track['run_name']}) in experiment "
-            f"'{track['experiment']}' at {track['tracking_uri']}"
-        )
-        lines.append(f"open it: {review_url(track)}")
-        lines.append("compare it with earlier runs (every model): vmapcheck compare")
-        registered = track.get("registry")  # vmapcheck.tracking.registry.register_if_verified
-        if registered and registered.get("off_target"):
-            from vmapcheck.tracking.registry import outcome_line  # imports jax: only here
-
-            lines.append(f"registry: {outcome_line(registered)}")
-        elif registered and registered["status"] == "registered":
-            lines.append(
-                f"registry: params registered as {registered['uri']}, alias verified moved "
-                "to it (vmapcheck registry lists the versions, vmapcheck rollback moves it back)"
-            )
-        elif registered:
-            lines.append(f"registry: {registered['status']}: {registered['why']}")
-    else:
-        lines.append("MLflow run: none yet (the track stage has not run)")
+    lines += tracked  # the MLflow run's lines (vmapcheck.tracking.review)
     html_path = layout.html_report
     if html_path.exists():
         lines.append(f"HTML report: {html_path} (open it in a browser)")
     return "\n".join(lines)
-
-
-def run_summary(layout: Layout, repro_status: int = 0) -> int:
-    """``vmapcheck summary``: print :func:`summarize`; exit 1 when the reports are missing.
-
-    ``repro_status``: the exit status of the ``dvc repro`` that just ran (``make demo``);
-    when not 0, a note says the figures may be from an earlier run."""
-    if repro_status != 0:
-        print(
-            f"dvc repro exited {repro_status}. If a stage before `track` failed (see its "
-            "error above), the figures below are from an earlier run: `dvc status` lists "
-            "what is stale."
-        )
-    # A stage the system killed (out of memory: DVC says only "exited with -9") is named.
-    for line in killed_stages(layout):
-        print(f"summary: {line}")
-    try:
-        print(summarize(layout))
-    except ArtifactError as exc:
-        print(f"summary: {exc}", file=sys.stderr)
-        return 1
-    return 0

@@ -1,0 +1,80 @@
+"""Where to review a run: the MLflow run's lines of the printed verdict, and
+``vmapcheck summary`` itself (``make demo`` ends with it).
+
+The verdict's own lines (cases, refusals, reference, the benchmark's figures) are
+:func:`vmapcheck.report.summary.summarize`'s; this module adds what only the tracking
+floor knows: the run's page on the tracking server or in ``vmapcheck ui``, and what the
+registry did with its params.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+from vmapcheck.errors import ArtifactError
+from vmapcheck.io import read_json
+from vmapcheck.layout import Layout
+from vmapcheck.report.summary import summarize
+from vmapcheck.running import killed_stages
+from vmapcheck.tracking.ui import run_url, ui_base
+
+
+def review_url(track: dict[str, Any]) -> str:
+    """Where to open the run of ``track`` (reports/track.json): its page on the tracking
+    server, or for the local store `vmapcheck ui`, then its page there (MLflow's ML view,
+    not its GenAI one: vmapcheck.tracking.ui)."""
+    base, first = ui_base(str(track["tracking_uri"]))
+    page = run_url(base, track["experiment_id"], track["run_id"])
+    return f"{first}, then {page}" if first else page
+
+
+def tracked_lines(layout: Layout) -> list[str]:
+    """The MLflow run of ``track`` (reports/track.json): its id, name, experiment and
+    store, where to open it, and what the registry did with its params; a line saying
+    there is none yet when ``track`` has not run."""
+    if not layout.track_report.exists():
+        return ["MLflow run: none yet (the track stage has not run)"]
+    track = read_json(layout.track_report)
+    lines: list[str] = []
+    lines.append(
+        f"MLflow run: {track['run_id']} ({track['run_name']}) in experiment "
+        f"'{track['experiment']}' at {track['tracking_uri']}"
+    )
+    lines.append(f"open it: {review_url(track)}")
+    lines.append("compare it with earlier runs (every model): vmapcheck compare")
+    registered = track.get("registry")  # vmapcheck.tracking.registry.register_if_verified
+    if registered and registered.get("off_target"):
+        from vmapcheck.tracking.registry import outcome_line  # imports jax: only here
+
+        lines.append(f"registry: {outcome_line(registered)}")
+    elif registered and registered["status"] == "registered":
+        lines.append(
+            f"registry: params registered as {registered['uri']}, alias verified moved "
+            "to it (vmapcheck registry lists the versions, vmapcheck rollback moves it back)"
+        )
+    elif registered:
+        lines.append(f"registry: {registered['status']}: {registered['why']}")
+    return lines
+
+
+def run_summary(layout: Layout, repro_status: int = 0) -> int:
+    """``vmapcheck summary``: print :func:`summarize`; exit 1 when the reports are missing.
+
+    ``repro_status``: the exit status of the ``dvc repro`` that just ran (``make demo``);
+    when not 0, a note says the figures may be from an earlier run."""
+    if repro_status != 0:
+        print(
+            f"dvc repro exited {repro_status}. If a stage before `track` failed (see its "
+            "error above), the figures below are from an earlier run: `dvc status` lists "
+            "what is stale."
+        )
+    # A stage the system killed (out of memory: DVC says only "exited with -9") is named.
+    for line in killed_stages(layout):
+        print(f"summary: {line}")
+    try:
+        print(summarize(layout, tracked_lines(layout)))
+    except ArtifactError as exc:
+        print(f"summary: {exc}", file=sys.stderr)
+        return 1
+    return 0
