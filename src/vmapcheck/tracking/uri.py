@@ -10,6 +10,7 @@ SQLITE = "sqlite:///"
 
 
 def is_http(uri: str) -> bool:
+    """Whether ``uri`` names a tracking server (``http://`` or ``https://``)."""
     return uri.startswith(("http://", "https://"))
 
 
