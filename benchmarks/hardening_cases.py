@@ -144,15 +144,11 @@ def case_half_logged_run() -> tuple[str, bool]:
     """SIGKILL a track after its run row exists; the next track on another state."""
     from mlflow.tracking import MlflowClient
 
+    from vmapcheck.tracking.attempts import settle_earlier_attempts
     from vmapcheck.tracking.baselines import last_verified_run
     from vmapcheck.tracking.runs import compare_rows, select_runs
-    from vmapcheck.tracking.store import (
-        PIPELINE_KEY_TAG,
-        create_sqlite_store,
-        mark_complete,
-        owner_tags,
-        settle_earlier_attempts,
-    )
+    from vmapcheck.tracking.sqlite_store import create_sqlite_store
+    from vmapcheck.tracking.store import PIPELINE_KEY_TAG, mark_complete, owner_tags
 
     tags = {"verdict": "passed", "model": "mlp", "backend": "cpu", "precision": "f32"}
     killed_track = (
@@ -291,7 +287,7 @@ def case_server_died() -> tuple[str, bool]:
     from tests.helpers.config import compose_config
     from tests.helpers.servers import free_port
     from vmapcheck.config import TrackingConfig
-    from vmapcheck.tracking.store import apply_http_settings, reaching
+    from vmapcheck.tracking.server import apply_http_settings, reaching
 
     dead = f"http://127.0.0.1:{free_port()}"
     settings = TrackingConfig.model_validate(

@@ -16,21 +16,23 @@ import pytest
 
 from tests.helpers.config import ROOT
 from vmapcheck.errors import ArtifactError
+from vmapcheck.tracking.attempts import (
+    ABANDONED_AFTER_S,
+    abandon_unfinished_runs,
+    settle_earlier_attempts,
+)
 from vmapcheck.tracking.baselines import last_verified_run, resolve_baseline
 from vmapcheck.tracking.runs import compare_rows, select_runs
 from vmapcheck.tracking.store import (
-    ABANDONED_AFTER_S,
     ABANDONED_TAG,
     HOST_TAG,
     PID_START_TAG,
     PID_TAG,
     PIPELINE_KEY_TAG,
-    abandon_unfinished_runs,
     complete_filter,
     is_complete,
     mark_complete,
     owner_tags,
-    settle_earlier_attempts,
 )
 
 TAGS = {"verdict": "passed", "model": "mlp", "backend": "cpu", "precision": "f32"}

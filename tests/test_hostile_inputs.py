@@ -19,7 +19,7 @@ from vmapcheck import cli
 from vmapcheck.config import validate_config
 from vmapcheck.errors import ArtifactError, ConfigError, Redacting, redact
 from vmapcheck.io import atomic_save_npz, load_npz, read_json_object
-from vmapcheck.tracking.store import sqlite_problem
+from vmapcheck.tracking.sqlite_store import sqlite_problem
 
 
 @pytest.mark.parametrize("cut", ["half", "empty", "text"])
@@ -231,7 +231,7 @@ def test_the_health_probe_sends_a_urls_credentials_as_basic_auth():
     import http.server
     import threading
 
-    from vmapcheck.tracking.store import health
+    from vmapcheck.tracking.server import health
 
     seen: list[str | None] = []
 

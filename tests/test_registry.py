@@ -97,7 +97,7 @@ def test_rollback_after_several_moves_skips_versions_rolled_back_from(store):
 
 
 def test_a_version_whose_run_did_not_complete_is_neither_loaded_nor_rolled_back_to(store):
-    from vmapcheck.tracking.store import mark_failed
+    from vmapcheck.tracking.attempts import mark_failed
 
     store.run_and_register(seed=1)
     second = store.run_and_register(seed=2)
@@ -346,7 +346,7 @@ def test_an_alias_move_a_dead_track_left_undone_is_made_by_the_next_one(store):
 
 
 def test_a_pending_alias_move_to_a_version_whose_run_is_not_complete_is_not_made(store):
-    from vmapcheck.tracking.store import mark_failed
+    from vmapcheck.tracking.attempts import mark_failed
 
     store.run_and_register(seed=1)
     folder = store.params_folder(seed=2)
@@ -525,7 +525,7 @@ def test_promote_moves_verified_to_a_chosen_version_and_rollback_still_works(sto
 
 
 def test_promote_refuses_a_version_whose_run_is_not_complete(store):
-    from vmapcheck.tracking.store import mark_failed
+    from vmapcheck.tracking.attempts import mark_failed
 
     store.run_and_register(seed=1)
     dead = stranded(store, seed=2)

@@ -19,29 +19,29 @@ from tests.helpers.servers import free_port
 from vmapcheck.compose import compose_yaml
 from vmapcheck.config import TrackingConfig, validate_config
 from vmapcheck.errors import ConfigError, TrackingStoreError
+from vmapcheck.tracking.attempts import pipeline_key, runs_with_key, settle_earlier_attempts
+from vmapcheck.tracking.server import (
+    HTTP_ENV,
+    apply_http_settings,
+    health,
+    probe,
+    reaching,
+    worst_request_s,
+)
+from vmapcheck.tracking.sqlite_store import writer_lock
 from vmapcheck.tracking.store import (
     ABANDONED_TAG,
     COMPLETE_TAG,
-    HTTP_ENV,
     PIPELINE_KEY_TAG,
-    apply_http_settings,
     artifact_location,
-    health,
     is_complete,
     mark_complete,
     open_store,
     owner_tags,
-    pipeline_key,
-    probe,
-    reaching,
-    runs_with_key,
-    settle_earlier_attempts,
-    shown,
     store_root,
     tracking_uri,
-    worst_request_s,
-    writer_lock,
 )
+from vmapcheck.tracking.uri import shown
 
 
 def tracking(**changes) -> TrackingConfig:
@@ -210,7 +210,7 @@ t = TrackingConfig(name="local", tracking_uri=sys.argv[1], artifact_root="mlarti
     http_max_retries=2, http_backoff_factor=1, http_backoff_jitter=0.5)
 root = Path(sys.argv[2])
 uri = open_store(t, root)
-from vmapcheck.tracking.store import writer_lock
+from vmapcheck.tracking.sqlite_store import writer_lock
 with writer_lock(uri):
     print(ensure_experiment(uri, "vmapcheck", artifact_location(t, root)))
 """
@@ -246,7 +246,7 @@ def test_writer_lock_is_exclusive_between_processes_and_reentrant(tmp_path):
         [
             sys.executable,
             "-c",
-            "import sys, time\nfrom vmapcheck.tracking.store import writer_lock\n"
+            "import sys, time\nfrom vmapcheck.tracking.sqlite_store import writer_lock\n"
             "with writer_lock(sys.argv[1]):\n    print('held', flush=True)\n    time.sleep(30)\n",
             uri,
         ],
@@ -398,7 +398,7 @@ def test_store_command_creates_the_store_once_and_probes_a_server(tmp_path, monk
 
 
 def test_a_long_error_is_shortened_at_spaces_keeping_its_cause():
-    from vmapcheck.tracking.store import first_line
+    from vmapcheck.errors import first_line
 
     line = "word " * 100 + "Connection refused')"
     short = first_line(ValueError(line + "\nsecond line"))
@@ -458,7 +458,7 @@ def test_a_corrupt_store_is_named_by_track_store_probe_and_the_readers(
     """`file is not a database` used to be a traceback from track and `vmapcheck registry`,
     and `store probe` said "not a server; nothing to probe" and exited 0."""
     from vmapcheck.cli import main
-    from vmapcheck.tracking.store import require_existing_store
+    from vmapcheck.tracking.sqlite_store import require_existing_store
 
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
     monkeypatch.delenv("DVC_ROOT", raising=False)
@@ -505,7 +505,8 @@ import resource, signal, sys
 from pathlib import Path
 from vmapcheck.config import TrackingConfig
 from vmapcheck.errors import TrackingStoreError
-from vmapcheck.tracking.store import open_store, store_faults
+from vmapcheck.tracking.sqlite_store import store_faults
+from vmapcheck.tracking.store import open_store
 import mlflow
 root = Path(sys.argv[1])
 tracking = TrackingConfig.model_validate(eval(sys.argv[2]))

@@ -225,42 +225,7 @@ COMMANDS = {
 }
 
 
-def build_parser() -> argparse.ArgumentParser:
-    width = max(map(len, COMMANDS)) + 2
-    listing = "\n".join(f"  {name:<{width}}{text}" for name, text in COMMANDS.items())
-    parser = argparse.ArgumentParser(
-        prog="vmapcheck",
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-        description="Check that JAX vmap agrees with the per-example loop and the\n"
-        "hand-batched forward, and time each (the pipeline itself: dvc repro).",
-        epilog=f"commands:\n{listing}\n\n`vmapcheck <command> --help` describes its flags.",
-    )
-    commands = parser.add_subparsers(
-        dest="command", metavar="<command>", required=True, help="one of the commands below"
-    )
-    funcs: dict[str, Command] = {
-        "init": _init,
-        "diagnose": _diagnose,
-        "reference": _reference,
-        "verdict": _verdict,
-        "verdict-paired": _verdict_paired,
-        "compare": _compare,
-        "registry": _registry,
-        "rollback": _rollback,
-        "promote": _promote,
-        "ui": _ui,
-        "params": _params,
-        "plots": _plots,
-        "summary": _summary,
-        "store": _store,
-    }
-    sub: dict[str, argparse.ArgumentParser] = {}
-    for name, text in COMMANDS.items():
-        # No help= here: the epilog lists the commands (argparse would wrap them).
-        sub[name] = commands.add_parser(name, description=text[0].upper() + text[1:] + ".")
-        sub[name].set_defaults(func=funcs[name])
-
-    init = sub["init"]
+def _init_flags(init: argparse.ArgumentParser) -> None:
     init.add_argument(
         "--model",
         required=True,
@@ -268,6 +233,27 @@ def build_parser() -> argparse.ArgumentParser:
         "shipped option (mlp, toy, flax_mlp, ...)",
     )
     init.add_argument("--data", default=None, help="a shipped data option (default: synthetic)")
+    _init_table_flags(init)
+    init.add_argument("--name", help="your model's name (default: the name its Model gives)")
+    init.add_argument(
+        "--factory-arg",
+        action="append",
+        metavar="KEY=VALUE",
+        help="an argument of your factory, the value read as YAML (repeatable)",
+    )
+    init.add_argument(
+        "--model-code",
+        action="append",
+        metavar="PATH",
+        help="a file or folder of your model's code for DVC to track (repeatable; default: "
+        "the factory's top-level package)",
+    )
+    _init_rewrite_flags(init)
+    _root_flag(init)
+
+
+def _init_table_flags(init: argparse.ArgumentParser) -> None:
+    """init's flags for a table of the user's own (``--data-path`` and its columns)."""
     init.add_argument(
         "--data-path",
         "--path",
@@ -287,20 +273,10 @@ def build_parser() -> argparse.ArgumentParser:
     init.add_argument(
         "--data-name", help="with --data-path: the data option's name (default: the file's stem)"
     )
-    init.add_argument("--name", help="your model's name (default: the name its Model gives)")
-    init.add_argument(
-        "--factory-arg",
-        action="append",
-        metavar="KEY=VALUE",
-        help="an argument of your factory, the value read as YAML (repeatable)",
-    )
-    init.add_argument(
-        "--model-code",
-        action="append",
-        metavar="PATH",
-        help="a file or folder of your model's code for DVC to track (repeatable; default: "
-        "the factory's top-level package)",
-    )
+
+
+def _init_rewrite_flags(init: argparse.ArgumentParser) -> None:
+    """init's flags for a project it has set up before (``--force`` and what to do with edits)."""
     init.add_argument(
         "--force",
         action="store_true",
@@ -318,21 +294,25 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="with --force: replace your edits of init's files with vmapcheck's (diffs printed)",
     )
-    _root_flag(init)
 
-    sub["diagnose"].add_argument(
+
+def _diagnose_flags(diagnose: argparse.ArgumentParser) -> None:
+    diagnose.add_argument(
         "--out",
         default=None,
         help="where to write the report (its summary goes beside it as .txt); the check "
         "stage's own diagnosis is reports/diagnosis.json",
     )
 
-    verbs = sub["reference"].add_subparsers(dest="verb", required=True)
+
+def _reference_verbs(reference: argparse.ArgumentParser) -> None:
+    verbs = reference.add_subparsers(dest="verb", required=True)
     make = verbs.add_parser("make", help="store the current verified run as the reference")
     make.add_argument("--reason", required=True, help="why the reference changes (recorded)")
     verbs.add_parser("show", help="print the reference's metadata")
 
-    verdict = sub["verdict"]
+
+def _verdict_flags(verdict: argparse.ArgumentParser) -> None:
     verdict.add_argument(
         "--baseline",
         required=True,
@@ -364,7 +344,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _root_flag(verdict)
 
-    paired = sub["verdict-paired"]
+
+def _verdict_paired_flags(paired: argparse.ArgumentParser) -> None:
     paired.add_argument(
         "--baseline-project",
         type=Path,
@@ -379,6 +360,32 @@ def build_parser() -> argparse.ArgumentParser:
         "--paths", help="comma-separated paths to time (default: the single-device jit paths)"
     )
     paired.add_argument("--batch-sizes", help="comma-separated rows (default: bench.batch_sizes)")
+    _paired_schedule_flags(paired)
+    paired.add_argument("--factor", type=float, help="default: bench.regression.factor")
+    paired.add_argument("--alpha", type=float, help="default: bench.regression.alpha")
+    paired.add_argument(
+        "--out", type=Path, help="the JSON report (default: reports/perf_verdict_paired.json)"
+    )
+    paired.add_argument("--baseline-python", help="the baseline worker's interpreter")
+    paired.add_argument("--current-python", help="the current worker's interpreter")
+    paired.add_argument(
+        "--require-same",
+        action="append",
+        choices=("jax_version", "jaxlib_version", "model"),  # bench.baseline.OPTIONAL_KEYS
+        help="refuse to compare sides that differ in this (repeatable)",
+    )
+    paired.add_argument(
+        "--order",
+        choices=("blocks", "interleaved"),  # vmapcheck.bench.worker.BLOCKS, INTERLEAVED
+        default="blocks",
+        help="within a round: each cell's samples back to back (blocks), or the bench "
+        "stage's passes over the cells (interleaved)",
+    )
+    _root_flag(paired)
+
+
+def _paired_schedule_flags(paired: argparse.ArgumentParser) -> None:
+    """verdict-paired's flags for how much is timed and by how many processes."""
     paired.add_argument(
         "--rounds", type=int, default=PAIRED_ROUNDS, help="rounds per side (pairs = rounds)"
     )
@@ -404,29 +411,9 @@ def build_parser() -> argparse.ArgumentParser:
         help="one process a side even where both sides could share one (same code, "
         "interpreter, backend and precision)",
     )
-    paired.add_argument("--factor", type=float, help="default: bench.regression.factor")
-    paired.add_argument("--alpha", type=float, help="default: bench.regression.alpha")
-    paired.add_argument(
-        "--out", type=Path, help="the JSON report (default: reports/perf_verdict_paired.json)"
-    )
-    paired.add_argument("--baseline-python", help="the baseline worker's interpreter")
-    paired.add_argument("--current-python", help="the current worker's interpreter")
-    paired.add_argument(
-        "--require-same",
-        action="append",
-        choices=("jax_version", "jaxlib_version", "model"),  # bench.baseline.OPTIONAL_KEYS
-        help="refuse to compare sides that differ in this (repeatable)",
-    )
-    paired.add_argument(
-        "--order",
-        choices=("blocks", "interleaved"),  # vmapcheck.bench.worker.BLOCKS, INTERLEAVED
-        default="blocks",
-        help="within a round: each cell's samples back to back (blocks), or the bench "
-        "stage's passes over the cells (interleaved)",
-    )
-    _root_flag(paired)
 
-    compare = sub["compare"]
+
+def _compare_flags(compare: argparse.ArgumentParser) -> None:
     compare.add_argument(
         "-n", type=int, default=COMPARE_DEFAULT_N, help="how many runs (newest first)"
     )
@@ -443,25 +430,35 @@ def build_parser() -> argparse.ArgumentParser:
         help="fit the table into this many columns (default: the terminal's width)",
     )
 
-    for name in ("registry", "rollback", "promote"):
-        sub[name].add_argument(
-            "--model", help="registered model (default: registry.registered_model in params.yaml)"
-        )
 
-    chosen = sub["promote"].add_mutually_exclusive_group(required=True)
+def _model_flag(parser: argparse.ArgumentParser) -> None:
+    """``--model`` of the registry commands (registry, rollback, promote)."""
+    parser.add_argument(
+        "--model", help="registered model (default: registry.registered_model in params.yaml)"
+    )
+
+
+def _promote_flags(promote: argparse.ArgumentParser) -> None:
+    _model_flag(promote)
+    chosen = promote.add_mutually_exclusive_group(required=True)
     chosen.add_argument("--version", help="the version's number (`vmapcheck registry` lists them)")
     chosen.add_argument("--run", help="the MLflow run id whose registered version to promote")
 
-    sub["ui"].add_argument(
+
+def _ui_flags(ui: argparse.ArgumentParser) -> None:
+    ui.add_argument(
         "--port",
         type=_port,
         default=5000,
         help="the TCP port on 127.0.0.1 (1024-65535; default 5000)",
     )
 
-    sub["params"].add_argument("overrides", nargs="*", help="Hydra overrides, e.g. model=toy")
 
-    plots = sub["plots"]
+def _params_flags(params: argparse.ArgumentParser) -> None:
+    params.add_argument("overrides", nargs="*", help="Hydra overrides, e.g. model=toy")
+
+
+def _plots_flags(plots: argparse.ArgumentParser) -> None:
     plots.add_argument(
         "-o", "--out", default=None, help="the page's folder (default: dvc_plots, as DVC's)"
     )
@@ -473,17 +470,62 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _root_flag(plots)
 
-    sub["summary"].add_argument(
+
+def _summary_flags(summary: argparse.ArgumentParser) -> None:
+    summary.add_argument(
         "--repro-status", type=int, default=0, help="exit status of the dvc repro that just ran"
     )
 
-    sub["store"].add_argument(
+
+def _store_flags(store: argparse.ArgumentParser) -> None:
+    store.add_argument(
         "verb",
         choices=["init", "where", "probe"],
         help="init: create (or migrate) the store and the experiment, e.g. before a sweep; "
         "where: print the store and artifact location; probe: check a server answers",
     )
-    _root_flag(sub["store"])
+    _root_flag(store)
+
+
+# Each command: the function that runs it and the one that adds its flags.
+VERBS: dict[str, tuple[Command, Callable[[argparse.ArgumentParser], None]]] = {
+    "init": (_init, _init_flags),
+    "diagnose": (_diagnose, _diagnose_flags),
+    "reference": (_reference, _reference_verbs),
+    "verdict": (_verdict, _verdict_flags),
+    "verdict-paired": (_verdict_paired, _verdict_paired_flags),
+    "compare": (_compare, _compare_flags),
+    "registry": (_registry, _model_flag),
+    "rollback": (_rollback, _model_flag),
+    "promote": (_promote, _promote_flags),
+    "ui": (_ui, _ui_flags),
+    "params": (_params, _params_flags),
+    "plots": (_plots, _plots_flags),
+    "summary": (_summary, _summary_flags),
+    "store": (_store, _store_flags),
+}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The ``vmapcheck`` parser: one subcommand per entry of :data:`COMMANDS`, in its order."""
+    width = max(map(len, COMMANDS)) + 2
+    listing = "\n".join(f"  {name:<{width}}{text}" for name, text in COMMANDS.items())
+    parser = argparse.ArgumentParser(
+        prog="vmapcheck",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        description="Check that JAX vmap agrees with the per-example loop and the\n"
+        "hand-batched forward, and time each (the pipeline itself: dvc repro).",
+        epilog=f"commands:\n{listing}\n\n`vmapcheck <command> --help` describes its flags.",
+    )
+    commands = parser.add_subparsers(
+        dest="command", metavar="<command>", required=True, help="one of the commands below"
+    )
+    for name, text in COMMANDS.items():
+        func, add_flags = VERBS[name]
+        # No help= here: the epilog lists the commands (argparse would wrap them).
+        sub = commands.add_parser(name, description=text[0].upper() + text[1:] + ".")
+        sub.set_defaults(func=func)
+        add_flags(sub)
     return parser
 
 

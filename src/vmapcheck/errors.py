@@ -110,3 +110,20 @@ def redacted_output() -> Iterator[None]:
         yield
     finally:
         sys.stdout, sys.stderr = out, err
+
+
+def first_line(error: BaseException | str, limit: int = 300) -> str:
+    """The first line of ``error``'s message, at most about ``limit`` characters.
+
+    A longer line keeps its start and its end (where an HTTP client puts the cause, e.g.
+    "Connection refused"), joined by " ... " and cut at spaces, never mid-word.
+    """
+    line = (str(error).splitlines() or [""])[0].strip()
+    if len(line) <= limit:
+        return line
+    half = (limit - 5) // 2
+    head = line[:half]
+    head = head[: head.rfind(" ")] if " " in head else head
+    tail = line[-half:]
+    tail = tail[tail.find(" ") + 1 :] if " " in tail else tail
+    return f"{head.rstrip()} ... {tail.lstrip()}"

@@ -145,7 +145,7 @@ def test_the_pipeline_logs_a_complete_run_to_a_tracking_server(project, server):
 
 
 def test_a_stopped_server_fails_track_fast_and_a_later_repro_logs_one_run(project, server):
-    from vmapcheck.tracking.store import pipeline_key
+    from vmapcheck.tracking.attempts import pipeline_key
 
     server.stop()
     compose(project, server, "precision.tolerance.rtol=2e-05")  # reruns check and track

@@ -28,7 +28,7 @@ from vmapcheck.compose import compose_yaml
 from vmapcheck.config import Config, load_config
 from vmapcheck.layout import Layout
 from vmapcheck.pipeline.stage import run_stage as stage_main
-from vmapcheck.tracking.store import HTTP_ENV
+from vmapcheck.tracking.server import HTTP_ENV
 
 # dvc.yaml's order.
 STAGES = ("prepare", "train", "forward", "check", "bench", "track")

@@ -25,7 +25,7 @@ from vmapcheck.bench.labels import verdict_headline
 from vmapcheck.bench.verdict import compare, format_table
 from vmapcheck.check.schema import read_check_details
 from vmapcheck.config import Config, read_params
-from vmapcheck.errors import SettingsChangedError, VmapcheckError
+from vmapcheck.errors import SettingsChangedError, VmapcheckError, first_line
 from vmapcheck.io import atomic_write_json, atomic_write_text, read_json, read_json_object
 from vmapcheck.layout import Layout
 from vmapcheck.pause import pause_point
@@ -34,6 +34,7 @@ from vmapcheck.provenance import git_state
 from vmapcheck.report.html import render_report
 from vmapcheck.report.summary import verdict_line
 from vmapcheck.running import dvc_run_began
+from vmapcheck.tracking.attempts import mark_failed, pipeline_key, settle_earlier_attempts
 from vmapcheck.tracking.baselines import resolve_baseline, run_of_timing
 from vmapcheck.tracking.log import (
     experiment_name,
@@ -54,22 +55,17 @@ from vmapcheck.tracking.registry import (
 )
 from vmapcheck.tracking.review import review_url
 from vmapcheck.tracking.run_inputs import dvc_exp_name, gather_run_inputs, pip_freeze
+from vmapcheck.tracking.server import reaching
+from vmapcheck.tracking.sqlite_store import store_faults, writer_lock
 from vmapcheck.tracking.store import (
     MODEL_CONTRACT_TAG,
     PIPELINE_KEY_TAG,
-    first_line,
     mark_complete,
-    mark_failed,
     model_experiments,
     open_store,
-    pipeline_key,
-    reaching,
-    settle_earlier_attempts,
-    shown,
-    store_faults,
     store_root,
-    writer_lock,
 )
+from vmapcheck.tracking.uri import shown
 
 # The verdict of a run whose bench DVC skipped: its timing was judged when it was made.
 NOT_RERUN = "bench not rerun"

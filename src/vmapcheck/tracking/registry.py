@@ -75,13 +75,10 @@ from vmapcheck.params_io import (
     contract_of,
     read_params_file,
 )
-from vmapcheck.tracking.store import (
-    incomplete_because,
-    is_http,
-    probe,
-    require_existing_store,
-    resolve_tracking_uri,
-)
+from vmapcheck.tracking.server import probe
+from vmapcheck.tracking.sqlite_store import require_existing_store
+from vmapcheck.tracking.store import incomplete_because, resolve_tracking_uri
+from vmapcheck.tracking.uri import is_http
 
 VERIFIED = "verified"
 # The run artifact folder that holds the params (tracking.log_run logs data/params there).

@@ -344,7 +344,8 @@ def run_compare(
     ``width`` columns (None: the terminal's width, 80 when it has none); exit 2 with a
     message when there is nothing to compare."""
     from vmapcheck.config import load_config
-    from vmapcheck.tracking.store import require_usable_store, resolve_tracking_uri
+    from vmapcheck.tracking.sqlite_store import require_usable_store
+    from vmapcheck.tracking.store import resolve_tracking_uri
 
     try:
         config = load_config(layout.params_yaml)

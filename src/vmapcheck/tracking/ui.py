@@ -19,11 +19,10 @@ from vmapcheck.layout import Layout
 from vmapcheck.tracking.store import (
     VIEW_KEY,
     experiment_name,
-    is_http,
     resolve_artifact_root,
     resolve_tracking_uri,
-    shown,
 )
+from vmapcheck.tracking.uri import is_http, shown
 
 ML_VIEW = {"workflowType": "machine_learning"}
 

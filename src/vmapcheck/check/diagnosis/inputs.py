@@ -299,46 +299,10 @@ def key_stream_stage(model: Model, seed: int | None) -> dict[str, Any]:
     if seed is None:
         return _stage("key_stream", evidence, skipped="no seed given")
     with jax.enable_x64(False), jax.default_matmul_precision("highest"):
-        first, again = named_keys(seed), named_keys(seed)
-        data = {n: np.asarray(jax.random.key_data(k)) for n, k in first.items()}
-        same = all(np.array_equal(data[n], jax.random.key_data(again[n])) for n in KEY_NAMES)
-        evidence.append({"what": "named subkeys re-derived from the seed", "passed": same})
-        if not same:
-            return _stage(
-                "key_stream",
-                evidence,
-                _finding("key_stream", "named_keys(seed) is not reproducible", what="keys"),
-            )
-        for left, right in combinations(KEY_NAMES, 2):
-            distinct = not np.array_equal(data[left], data[right])
-            evidence.append({"what": f"subkeys {left!r} and {right!r} differ", "passed": distinct})
-            if not distinct:
-                return _stage(
-                    "key_stream",
-                    evidence,
-                    _finding(
-                        "key_stream",
-                        f"the named subkeys {left!r} and {right!r} are the same key",
-                        what="keys",
-                        layer=f"keys.{right}",
-                    ),
-                )
-        reuse = None
-        try:
-            with jax.debug_key_reuse(True):
-                params = jax.block_until_ready(model.init(named_keys(seed)["init"]))
-                repeat = model.init(named_keys(seed)["init"])
-                elsewhere = model.init(named_keys(seed + 1)["init"])
-        except KeyReuseError as exc:
-            reuse = _error_line(exc)
-            # Drawn again without the checker, to name the leaves that share a key.
-            with jax.debug_key_reuse(False):
-                params = model.init(named_keys(seed)["init"])
-                repeat = model.init(named_keys(seed)["init"])
-                elsewhere = model.init(named_keys(seed + 1)["init"])
-        evidence.append(
-            {"what": "init under jax_debug_key_reuse", "passed": reuse is None, "reason": reuse}
-        )
+        finding = _named_keys_finding(seed, evidence)
+        if finding is not None:
+            return _stage("key_stream", evidence, finding)
+        params, repeat, elsewhere, reuse = _init_under_reuse_checker(model, seed, evidence)
     pure = all(
         np.array_equal(np.asarray(a), np.asarray(b), equal_nan=True)
         for a, b in zip(jax.tree.leaves(params), jax.tree.leaves(repeat), strict=True)
@@ -351,6 +315,65 @@ def key_stream_stage(model: Model, seed: int | None) -> dict[str, Any]:
         for name, values in _random_leaves(params, elsewhere).items()
         if not declared_state(model, name)
     }
+    finding = _repeated_draw(draws, reuse, evidence) or _init_finding(reuse, pure)
+    return _stage(
+        "key_stream",
+        evidence,
+        finding,
+        summary=f"{len(KEY_NAMES)} named subkeys reproducible and distinct; init consumes "
+        f"no key twice and repeats no draw across {len(draws)} random leaves",
+    )
+
+
+def _named_keys_finding(seed: int, evidence: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The named subkeys re-derive from ``seed`` and differ pairwise, or the finding."""
+    first, again = named_keys(seed), named_keys(seed)
+    data = {n: np.asarray(jax.random.key_data(k)) for n, k in first.items()}
+    same = all(np.array_equal(data[n], jax.random.key_data(again[n])) for n in KEY_NAMES)
+    evidence.append({"what": "named subkeys re-derived from the seed", "passed": same})
+    if not same:
+        return _finding("key_stream", "named_keys(seed) is not reproducible", what="keys")
+    for left, right in combinations(KEY_NAMES, 2):
+        distinct = not np.array_equal(data[left], data[right])
+        evidence.append({"what": f"subkeys {left!r} and {right!r} differ", "passed": distinct})
+        if not distinct:
+            return _finding(
+                "key_stream",
+                f"the named subkeys {left!r} and {right!r} are the same key",
+                what="keys",
+                layer=f"keys.{right}",
+            )
+    return None
+
+
+def _init_under_reuse_checker(
+    model: Model, seed: int, evidence: list[dict[str, Any]]
+) -> tuple[Params, Params, Params, str | None]:
+    """``model.init`` twice from the ``init`` key of ``seed`` and once from ``seed + 1``'s,
+    under ``jax_debug_key_reuse``: the three params and the checker's complaint (None: none)."""
+    reuse = None
+    try:
+        with jax.debug_key_reuse(True):
+            params = jax.block_until_ready(model.init(named_keys(seed)["init"]))
+            repeat = model.init(named_keys(seed)["init"])
+            elsewhere = model.init(named_keys(seed + 1)["init"])
+    except KeyReuseError as exc:
+        reuse = _error_line(exc)
+        # Drawn again without the checker, to name the leaves that share a key.
+        with jax.debug_key_reuse(False):
+            params = model.init(named_keys(seed)["init"])
+            repeat = model.init(named_keys(seed)["init"])
+            elsewhere = model.init(named_keys(seed + 1)["init"])
+    evidence.append(
+        {"what": "init under jax_debug_key_reuse", "passed": reuse is None, "reason": reuse}
+    )
+    return params, repeat, elsewhere, reuse
+
+
+def _repeated_draw(
+    draws: dict[str, np.ndarray], reuse: str | None, evidence: list[dict[str, Any]]
+) -> dict[str, Any] | None:
+    """The first pair of random leaves (flat values) that repeat one draw, as a finding."""
     names = list(draws)
     for i, later in enumerate(names):
         for earlier in names[:i]:
@@ -365,62 +388,54 @@ def key_stream_stage(model: Model, seed: int | None) -> dict[str, Any]:
                 }
             )
             if repeated:
-                return _stage(
+                return _finding(
                     "key_stream",
-                    evidence,
-                    _finding(
-                        "key_stream",
-                        f"init draws {later} with the key already used for {earlier}: their "
-                        f"first {n} values correlate {corr:.6f} (one PRNG key fed both)"
-                        + (f"; the reuse checker also saw it ({reuse})" if reuse else ""),
-                        what="reused PRNG key",
-                        layer=_layer_of(later),
-                        leaf=later,
-                        params_leaves=[earlier, later],
-                        key="init",
-                    ),
+                    f"init draws {later} with the key already used for {earlier}: their "
+                    f"first {n} values correlate {corr:.6f} (one PRNG key fed both)"
+                    + (f"; the reuse checker also saw it ({reuse})" if reuse else ""),
+                    what="reused PRNG key",
+                    layer=_layer_of(later),
+                    leaf=later,
+                    params_leaves=[earlier, later],
+                    key="init",
                 )
+    return None
+
+
+def _init_finding(reuse: str | None, pure: bool) -> dict[str, Any] | None:
+    """init consumed a key twice (the checker's ``reuse``), or is not ``pure``: the finding."""
     if reuse is not None:
-        return _stage(
+        return _finding(
             "key_stream",
-            evidence,
-            _finding(
-                "key_stream",
-                f"init consumed a PRNG key twice ({reuse})",
-                what="reused PRNG key",
-                layer="init",
-                key="init",
-            ),
+            f"init consumed a PRNG key twice ({reuse})",
+            what="reused PRNG key",
+            layer="init",
+            key="init",
         )
     if not pure:
-        return _stage(
+        return _finding(
             "key_stream",
-            evidence,
-            _finding(
-                "key_stream",
-                "init gives different params from the same key: it draws randomness "
-                "outside the key stream (a global RNG, the clock)",
-                what="impure init",
-                layer="init",
-                key="init",
-            ),
+            "init gives different params from the same key: it draws randomness "
+            "outside the key stream (a global RNG, the clock)",
+            what="impure init",
+            layer="init",
+            key="init",
         )
-    return _stage(
-        "key_stream",
-        evidence,
-        summary=f"{len(KEY_NAMES)} named subkeys reproducible and distinct; init consumes "
-        f"no key twice and repeats no draw across {len(draws)} random leaves",
-    )
+    return None
 
 
 # --- 3. shapes and dtypes -------------------------------------------------------------
 
 
-def _abstract(subject: Subject, probe: Probe) -> dict[str, tuple[list[str], list[Any], str]]:
+Forms = dict[str, tuple[list[str], list[Any], str]]
+"""Each form's layer names, their abstract activations and its trace error on one probe."""
+
+
+def _abstract(subject: Subject, probe: Probe) -> Forms:
     """Each form's activation shapes/dtypes on ``probe``, traced, not computed."""
     params = subject.run_params
     x, _ = subject.inputs(probe)
-    out: dict[str, tuple[list[str], list[Any], str]] = {}
+    out: Forms = {}
     for entry in _layered_paths(jit=False):
         path = entry.name
         activations = entry.activations(subject.model)
@@ -448,24 +463,38 @@ def shapes_stage(subject: Subject, check: dict[str, Any] | None = None) -> dict[
     contract and refusals of invalid inputs.
     """
     evidence: list[dict[str, Any]] = []
-    model = subject.model
-    template = jax.eval_shape(model.init, jax.random.key(0))
-    same_tree = jax.tree_util.tree_structure(subject.params) == jax.tree_util.tree_structure(
-        template
+    template = jax.eval_shape(subject.model.init, jax.random.key(0))
+    finding = _params_tree(subject.params, template, evidence)
+    for probe in subject.probes:
+        if finding is not None:
+            break
+        finding = _probe_shapes(subject, probe, evidence)
+    if finding is None:
+        finding = _recorded_contract(check, evidence)
+    return _stage(
+        "shapes",
+        evidence,
+        finding,
+        summary=f"params tree and {len(contract_of(template))} leaves match the contract; "
+        f"every layer's shape and dtype agree in every path on {len(subject.probes)} input(s)",
     )
+
+
+def _params_tree(
+    params: Params, template: Params, evidence: list[dict[str, Any]]
+) -> dict[str, Any] | None:
+    """``params`` against the model's ``template`` (abstract): the tree's structure, then
+    each leaf's shape and dtype; the first difference as a finding."""
+    same_tree = jax.tree_util.tree_structure(params) == jax.tree_util.tree_structure(template)
     evidence.append({"what": "params tree structure against the model's", "passed": same_tree})
     if not same_tree:
-        return _stage(
+        return _finding(
             "shapes",
-            evidence,
-            _finding(
-                "shapes",
-                f"params tree structure {jax.tree_util.tree_structure(subject.params)} is "
-                f"not the model's {jax.tree_util.tree_structure(template)}",
-                what="params tree",
-            ),
+            f"params tree structure {jax.tree_util.tree_structure(params)} is "
+            f"not the model's {jax.tree_util.tree_structure(template)}",
+            what="params tree",
         )
-    found, expected = contract_of(subject.params), contract_of(template)
+    found, expected = contract_of(params), contract_of(template)
     for leaf, want in expected.items():
         got = found.get(leaf)
         ok = got == want
@@ -473,121 +502,127 @@ def shapes_stage(subject: Subject, check: dict[str, Any] | None = None) -> dict[
             {"what": f"params leaf {leaf}", "expected": want, "found": got, "passed": ok}
         )
         if not ok:
-            return _stage(
+            return _finding(
                 "shapes",
-                evidence,
-                _finding(
-                    "shapes",
-                    f"params leaf {leaf}: expected shape {want['shape']} dtype {want['dtype']}, "
-                    f"found {got}",
-                    what="params leaf",
-                    layer=_layer_of(leaf),
-                    leaf=leaf,
-                ),
+                f"params leaf {leaf}: expected shape {want['shape']} dtype {want['dtype']}, "
+                f"found {got}",
+                what="params leaf",
+                layer=_layer_of(leaf),
+                leaf=leaf,
             )
-    run_dtype = np.dtype(subject.dtype).name
-    for probe in subject.probes:
-        forms = _abstract(subject, probe)
-        rows = batch_rows(probe.x)
-        for form, (_, _, error) in forms.items():
-            if error:
-                evidence.append({"what": f"{form} traced on {probe.label}", "passed": False})
-                return _stage(
-                    "shapes",
-                    evidence,
-                    _finding(
-                        "shapes",
-                        f"{form} cannot be traced on {probe.label}: {error}",
-                        what="path raised",
-                        input=probe.label,
-                        paths=[form],
-                    ),
-                )
-        reference_form = next(iter(forms))
-        ref_names, ref_structs, _ = forms[reference_form]
-        layered = {f: v for f, v in forms.items() if v[0] != [OUTPUT] or ref_names == [OUTPUT]}
-        for form, (names, _, _) in layered.items():
-            ok = names == ref_names
-            evidence.append({"what": f"{form} layer names on {probe.label}", "passed": ok})
-            if not ok:
-                return _stage(
-                    "shapes",
-                    evidence,
-                    _finding(
-                        "shapes",
-                        f"{form} names its layers {names}, {reference_form} "
-                        f"{ref_names}: the paths do not compute the same layers",
-                        what="layer names",
-                        input=probe.label,
-                        paths=[form],
-                    ),
-                )
-        leaves = list(leaf_paths(subject.params))
-        for i, name in enumerate(ref_names):
-            last = i == len(ref_names) - 1
-            want = ref_structs[i]
-            for form, (names, structs, _) in forms.items():
-                if names == [OUTPUT] and not last and ref_names != [OUTPUT]:
-                    continue
-                got = structs[-1] if names == [OUTPUT] else structs[i]
-                ok = tuple(got.shape) == tuple(want.shape) and got.dtype == want.dtype
-                evidence.append(
-                    {
-                        "what": f"{name} on {probe.label}",
-                        "path": form,
-                        "shape": list(got.shape),
-                        "dtype": str(np.dtype(got.dtype)),
-                        "passed": ok,
-                    }
-                )
-                if not ok:
-                    return _stage(
-                        "shapes",
-                        evidence,
-                        _finding(
-                            "shapes",
-                            f"layer {name} on {probe.label}: {form} gives shape "
-                            f"{tuple(got.shape)} {np.dtype(got.dtype).name}, "
-                            f"{reference_form} {tuple(want.shape)} "
-                            f"{np.dtype(want.dtype).name}",
-                            what="activation shape/dtype",
-                            input=probe.label,
-                            layer=name,
-                            params_leaves=_params_leaves(name, leaves, len(ref_names)),
-                            paths=[form],
-                            expected={
-                                "shape": list(want.shape),
-                                "dtype": str(np.dtype(want.dtype)),
-                            },
-                            found={"shape": list(got.shape), "dtype": str(np.dtype(got.dtype))},
-                        ),
-                    )
-        out = ref_structs[-1]
-        contract = (rows, model.out_features)
-        ok = tuple(out.shape) == contract and np.dtype(out.dtype).name == run_dtype
-        evidence.append({"what": f"output contract on {probe.label}", "passed": ok})
+    return None
+
+
+def _probe_shapes(
+    subject: Subject, probe: Probe, evidence: list[dict[str, Any]]
+) -> dict[str, Any] | None:
+    """Every form traced on ``probe``: it traces, names the same layers as the first
+    form, gives each layer the same shape and dtype, and ends in the output contract."""
+    rows = batch_rows(probe.x)
+    forms = _abstract(subject, probe)
+    for form, (_, _, error) in forms.items():
+        if error:
+            evidence.append({"what": f"{form} traced on {probe.label}", "passed": False})
+            return _finding(
+                "shapes",
+                f"{form} cannot be traced on {probe.label}: {error}",
+                what="path raised",
+                input=probe.label,
+                paths=[form],
+            )
+    return (
+        _layer_names(forms, probe, evidence)
+        or _layer_shapes(subject, forms, probe, evidence)
+        or _output_contract(subject, forms, probe, rows, evidence)
+    )
+
+
+def _layer_names(
+    forms: Forms, probe: Probe, evidence: list[dict[str, Any]]
+) -> dict[str, Any] | None:
+    """Each layered form names the same layers as the first form (the reference)."""
+    reference_form = next(iter(forms))
+    ref_names = forms[reference_form][0]
+    layered = {f: v for f, v in forms.items() if v[0] != [OUTPUT] or ref_names == [OUTPUT]}
+    for form, (names, _, _) in layered.items():
+        ok = names == ref_names
+        evidence.append({"what": f"{form} layer names on {probe.label}", "passed": ok})
         if not ok:
-            return _stage(
+            return _finding(
                 "shapes",
-                evidence,
-                _finding(
-                    "shapes",
-                    f"every path gives an output of shape {tuple(out.shape)} "
-                    f"{np.dtype(out.dtype).name} on {probe.label}; the contract is "
-                    f"{contract} {run_dtype}",
-                    what="output contract",
-                    input=probe.label,
-                    layer=ref_names[-1],
-                ),
+                f"{form} names its layers {names}, {reference_form} "
+                f"{ref_names}: the paths do not compute the same layers",
+                what="layer names",
+                input=probe.label,
+                paths=[form],
             )
-    finding = _recorded_contract(check, evidence)
-    if finding is not None:
-        return _stage("shapes", evidence, finding)
-    return _stage(
+    return None
+
+
+def _layer_shapes(
+    subject: Subject, forms: Forms, probe: Probe, evidence: list[dict[str, Any]]
+) -> dict[str, Any] | None:
+    """Each form's activation at each layer has the reference form's shape and dtype (a
+    form that gives only its output is compared at the last layer)."""
+    reference_form = next(iter(forms))
+    ref_names, ref_structs, _ = forms[reference_form]
+    leaves = list(leaf_paths(subject.params))
+    for i, name in enumerate(ref_names):
+        last = i == len(ref_names) - 1
+        want = ref_structs[i]
+        for form, (names, structs, _) in forms.items():
+            if names == [OUTPUT] and not last and ref_names != [OUTPUT]:
+                continue
+            got = structs[-1] if names == [OUTPUT] else structs[i]
+            ok = tuple(got.shape) == tuple(want.shape) and got.dtype == want.dtype
+            evidence.append(
+                {
+                    "what": f"{name} on {probe.label}",
+                    "path": form,
+                    "shape": list(got.shape),
+                    "dtype": str(np.dtype(got.dtype)),
+                    "passed": ok,
+                }
+            )
+            if not ok:
+                return _finding(
+                    "shapes",
+                    f"layer {name} on {probe.label}: {form} gives shape "
+                    f"{tuple(got.shape)} {np.dtype(got.dtype).name}, "
+                    f"{reference_form} {tuple(want.shape)} "
+                    f"{np.dtype(want.dtype).name}",
+                    what="activation shape/dtype",
+                    input=probe.label,
+                    layer=name,
+                    params_leaves=_params_leaves(name, leaves, len(ref_names)),
+                    paths=[form],
+                    expected={"shape": list(want.shape), "dtype": str(np.dtype(want.dtype))},
+                    found={"shape": list(got.shape), "dtype": str(np.dtype(got.dtype))},
+                )
+    return None
+
+
+def _output_contract(
+    subject: Subject, forms: Forms, probe: Probe, rows: int, evidence: list[dict[str, Any]]
+) -> dict[str, Any] | None:
+    """The reference form's output is (``rows``: the batch size of ``probe.x``,
+    out_features) in the run's dtype (the other forms agree with it by then)."""
+    ref_names, ref_structs, _ = next(iter(forms.values()))
+    out = ref_structs[-1]
+    run_dtype = np.dtype(subject.dtype).name
+    contract = (rows, subject.model.out_features)
+    ok = tuple(out.shape) == contract and np.dtype(out.dtype).name == run_dtype
+    evidence.append({"what": f"output contract on {probe.label}", "passed": ok})
+    if ok:
+        return None
+    return _finding(
         "shapes",
-        evidence,
-        summary=f"params tree and {len(expected)} leaves match the contract; every layer's "
-        f"shape and dtype agree in every path on {len(subject.probes)} input(s)",
+        f"every path gives an output of shape {tuple(out.shape)} "
+        f"{np.dtype(out.dtype).name} on {probe.label}; the contract is "
+        f"{contract} {run_dtype}",
+        what="output contract",
+        input=probe.label,
+        layer=ref_names[-1],
     )
 
 
