@@ -56,8 +56,6 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-import jax
-
 from vmapcheck.config import (
     MODELS_URI_PATTERN,
     PRECISION_DTYPES,
@@ -538,11 +536,17 @@ def register_if_verified(
             info["run_id"],
             f"the params came from {source['params_source']}; not registered again",
         )
+    if "jax_version" in runtime:
+        jax_version = runtime["jax_version"]
+    else:  # JAX imported only where the run recorded no version: track runs none
+        import jax
+
+        jax_version = jax.__version__
     runtime_tags = {
         "model": config.model.name,
         "backend": runtime.get("backend", config.backend.name),
         "precision": config.precision.name,
-        "jax_version": runtime.get("jax_version", jax.__version__),
+        "jax_version": jax_version,
         "jaxlib_version": runtime.get("jaxlib_version", "unknown"),
     }
     identity = served_identity(config, params_dir, runtime_tags)
@@ -998,6 +1002,8 @@ def load_registered_params(
     Raises:
         ArtifactError / ConfigError: naming ``uri`` and what failed.
     """
+    import jax
+
     require_existing_store(tracking_uri, f"train.params_source={uri}")
     template = jax.eval_shape(model.init, jax.random.key(0))
     with tempfile.TemporaryDirectory() as tmp:
