@@ -23,7 +23,9 @@ from vmapcheck.core.paths import SPEEDUPS, path_names
 from vmapcheck.layout import Layout
 from vmapcheck.project import code
 from vmapcheck.project.code import EXAMPLES, STAGE_CODE
-from vmapcheck.project.init import DataChoice, ModelChoice, plan
+from vmapcheck.project.data_choice import DataChoice
+from vmapcheck.project.init import plan
+from vmapcheck.project.model_choice import ModelChoice
 from vmapcheck.report.plots import colour_scheme, plotted_series
 
 DVC_YAML = yaml.safe_load((ROOT / "dvc.yaml").read_text())

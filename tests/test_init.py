@@ -11,7 +11,9 @@ import yaml
 
 from tests.helpers.config import ROOT
 from vmapcheck.errors import ConfigError
-from vmapcheck.project.init import BLOCK_START, block_text, plan, resolve_data, resolve_model
+from vmapcheck.project.data_choice import resolve_data
+from vmapcheck.project.init import BLOCK_START, block_text, plan
+from vmapcheck.project.model_choice import resolve_model
 
 # The files of this repository that `vmapcheck init --model mlp` writes.
 DEMO = ("--model", "mlp")

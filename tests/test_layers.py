@@ -117,6 +117,7 @@ def test_core_reads_no_file_format(module):
         "vmapcheck.report.html",
         "vmapcheck.core.paths",  # the registry's facts
         "vmapcheck.pipeline.stage",  # every stage, code and track included
+        "vmapcheck.pipeline.track",  # the track stage: MLflow and the reports, no JAX
         "vmapcheck.project.code",
     ],
 )

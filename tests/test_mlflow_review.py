@@ -35,7 +35,8 @@ from tests.helpers.project import FAST_RUN, commit_all
 from vmapcheck.io import atomic_write_json, read_json
 from vmapcheck.layout import Layout
 from vmapcheck.pipeline.stage import read_stage_times
-from vmapcheck.tracking.log import COMPARED_IF_PRESENT, COMPARED_PARAMS, NOTE_TAG
+from vmapcheck.tracking.experiment import NOTE_TAG
+from vmapcheck.tracking.log import COMPARED_IF_PRESENT, COMPARED_PARAMS
 from vmapcheck.tracking.runs import compare_view_line, select_runs
 from vmapcheck.tracking.store import tracking_uri
 from vmapcheck.tracking.ui import compare_url, experiment_url, run_url

@@ -23,7 +23,7 @@ from vmapcheck.config import validate_config
 from vmapcheck.core.models import build_model
 from vmapcheck.errors import ArtifactError, ConfigError
 from vmapcheck.io import read_json, sha256_file
-from vmapcheck.tracking import registry
+from vmapcheck.tracking import registered_params, registry, registry_commands
 
 NAME = "vmapcheck-mlp"
 FEATURES = [f"x{i}" for i in range(8)]
@@ -46,7 +46,7 @@ def test_passing_runs_register_versions_and_move_verified_a_failing_run_does_not
 
     failed = store.run_and_register(seed=3, verdict="failed")
     assert failed["status"] == "not registered" and "check failed" in failed["why"]
-    versions = registry.list_versions(store.uri, NAME)
+    versions = registry_commands.list_versions(store.uri, NAME)
     assert [str(v.version) for v in versions] == ["1", "2"]  # the earlier version stays
     assert store.verified() == "2"  # a failing run never moves the alias
 
@@ -73,7 +73,7 @@ def test_passing_runs_register_versions_and_move_verified_a_failing_run_does_not
 def test_rollback_moves_verified_to_the_previous_verified_version(store):
     first = store.run_and_register(seed=1)
     store.run_and_register(seed=2)
-    moved = registry.rollback(store.uri, NAME)
+    moved = registry_commands.rollback(store.uri, NAME)
     assert (moved["from"], moved["to"]) == ("2", "1")
     assert "moved from version 2" in moved["message"] and "to version 1" in moved["message"]
     assert first["run_id"] in moved["message"]
@@ -81,19 +81,19 @@ def test_rollback_moves_verified_to_the_previous_verified_version(store):
     left = store.client.get_model_version(NAME, "2")
     assert "rolled_back_at" in left.tags and left.tags["rolled_back_to"] == "1"
     with pytest.raises(ArtifactError, match=r"at version 1 .*no earlier version was verified"):
-        registry.rollback(store.uri, NAME)
+        registry_commands.rollback(store.uri, NAME)
     assert store.verified() == "1"
 
 
 def test_rollback_after_several_moves_skips_versions_rolled_back_from(store):
     for seed in (1, 2, 3):
         store.run_and_register(seed)
-    assert registry.rollback(store.uri, NAME)["to"] == "2"
+    assert registry_commands.rollback(store.uri, NAME)["to"] == "2"
     store.run_and_register(seed=4)  # a new passing run moves verified to version 4
     assert store.verified() == "4"
     # Version 3 was rolled back from: the previous verified version of 4 is 2.
-    assert registry.rollback(store.uri, NAME)["to"] == "2"
-    assert registry.rollback(store.uri, NAME)["to"] == "1"
+    assert registry_commands.rollback(store.uri, NAME)["to"] == "2"
+    assert registry_commands.rollback(store.uri, NAME)["to"] == "1"
 
 
 def test_a_version_whose_run_did_not_complete_is_neither_loaded_nor_rolled_back_to(store):
@@ -110,23 +110,23 @@ def test_a_version_whose_run_did_not_complete_is_neither_loaded_nor_rolled_back_
         match=rf"\(version 3\): its run {third['run_id']} is not a complete run: its status "
         r"is FAILED \(left RUNNING.*`vmapcheck rollback --model vmapcheck-mlp`",
     ):
-        registry.load_registered_params(store.model, uri, store.uri)
-    assert f"not loaded: its run {third['run_id']}" in registry.show(store.uri, NAME)
+        registered_params.load_registered_params(store.model, uri, store.uri)
+    assert f"not loaded: its run {third['run_id']}" in registry_commands.show(store.uri, NAME)
     # Version 2's run was deleted since: rollback skips it too.
     store.client.delete_run(second["run_id"])
-    assert registry.rollback(store.uri, NAME)["to"] == "1"
-    assert registry.load_registered_params(store.model, uri, store.uri)[3].version == "1"
+    assert registry_commands.rollback(store.uri, NAME)["to"] == "1"
+    assert registered_params.load_registered_params(store.model, uri, store.uri)[3].version == "1"
 
 
 def test_rollback_with_nothing_to_roll_back_to_errors_clearly(store):
     with pytest.raises(ArtifactError, match=f"no registered model '{NAME}'"):
-        registry.rollback(store.uri, NAME)
+        registry_commands.rollback(store.uri, NAME)
     store.run_and_register(seed=1)
     with pytest.raises(ArtifactError, match="no earlier version was verified"):
-        registry.rollback(store.uri, NAME)
+        registry_commands.rollback(store.uri, NAME)
     store.client.delete_registered_model_alias(NAME, registry.VERIFIED)
     with pytest.raises(ArtifactError, match="no version holds the alias"):
-        registry.rollback(store.uri, NAME)
+        registry_commands.rollback(store.uri, NAME)
 
 
 def test_the_command_line_shows_versions_and_rolls_back(store, root, tmp_path, monkeypatch, capsys):
@@ -152,7 +152,7 @@ def test_the_command_line_shows_versions_and_rolls_back(store, root, tmp_path, m
 def test_loading_by_alias_or_version_verifies_the_params(store):
     first = store.run_and_register(seed=1)
     store.run_and_register(seed=2)
-    params, manifest, contract, info = registry.load_registered_params(
+    params, manifest, contract, info = registered_params.load_registered_params(
         store.model, f"models:/{NAME}@verified", store.uri
     )
     assert (info.version, info.registered_model) == ("2", NAME)
@@ -161,7 +161,7 @@ def test_loading_by_alias_or_version_verifies_the_params(store):
     expected = jax.device_get(store.model.init(jax.random.key(2)))
     for a, b in zip(jax.tree.leaves(expected), jax.tree.leaves(params), strict=True):
         np.testing.assert_array_equal(a, b)
-    pinned = registry.load_registered_params(store.model, f"models:/{NAME}/1", store.uri)
+    pinned = registered_params.load_registered_params(store.model, f"models:/{NAME}/1", store.uri)
     assert pinned[3].version == "1" and pinned[3].run_id == first["run_id"]
 
 
@@ -173,9 +173,9 @@ def test_a_tampered_registered_version_is_refused_naming_the_uri(store):
     stored.write_bytes(bytes(raw))
     uri = f"models:/{NAME}@verified"
     with pytest.raises(ArtifactError, match=r"models:/vmapcheck-mlp@verified \(version 1\): "):
-        registry.load_registered_params(store.model, uri, store.uri)
+        registered_params.load_registered_params(store.model, uri, store.uri)
     with pytest.raises(ArtifactError, match=r"params\.safetensors: sha256 check failed"):
-        registry.load_registered_params(store.model, uri, store.uri)
+        registered_params.load_registered_params(store.model, uri, store.uri)
 
     # Changed params with a manifest made to agree: the registry's own record refuses them.
     arrays = load_file(str(stored))
@@ -186,7 +186,7 @@ def test_a_tampered_registered_version_is_refused_naming_the_uri(store):
     manifest["sha256"] = sha256_file(stored)
     manifest_path.write_text(json.dumps(manifest))
     with pytest.raises(ArtifactError, match="sha256 check failed: the registry recorded"):
-        registry.load_registered_params(store.model, uri, store.uri)
+        registered_params.load_registered_params(store.model, uri, store.uri)
 
 
 def test_params_that_break_the_models_contract_are_refused(store):
@@ -194,25 +194,25 @@ def test_params_that_break_the_models_contract_are_refused(store):
     uri = f"models:/{NAME}/1"
     wider = build_model(compose_config("model.hidden=[16,32]").model)
     with pytest.raises(ArtifactError, match=r"models:/vmapcheck-mlp/1 \(version 1\): .*leaf"):
-        registry.load_registered_params(wider, uri, store.uri)
+        registered_params.load_registered_params(wider, uri, store.uri)
     toy = build_model(compose_config("model=toy").model)
     with pytest.raises(ArtifactError, match=r"params are of model 'mlp'.*'toy'"):
-        registry.load_registered_params(toy, uri, store.uri)
+        registered_params.load_registered_params(toy, uri, store.uri)
 
 
 def test_unknown_unverified_or_malformed_sources_are_refused(store):
     with pytest.raises(ArtifactError, match=r"models:/vmapcheck-mlp@verified: not found"):
-        registry.load_registered_params(store.model, f"models:/{NAME}@verified", store.uri)
+        registered_params.load_registered_params(store.model, f"models:/{NAME}@verified", store.uri)
     first = store.run_and_register(seed=1)
     # A version registered by hand, without the digests a passing run records.
     store.client.create_model_version(NAME, first["source"], run_id=first["run_id"])
     with pytest.raises(ArtifactError, match=r"\(version 2\): not tagged verified=true"):
-        registry.load_registered_params(store.model, f"models:/{NAME}/2", store.uri)
+        registered_params.load_registered_params(store.model, f"models:/{NAME}/2", store.uri)
     with pytest.raises(ArtifactError, match=r"models:/vmapcheck-mlp/7: not found"):
-        registry.load_registered_params(store.model, f"models:/{NAME}/7", store.uri)
+        registered_params.load_registered_params(store.model, f"models:/{NAME}/7", store.uri)
     for bad in ("models:/vmapcheck-mlp", "models:/vmapcheck-mlp/latest", "runs:/abc/params"):
         with pytest.raises(ConfigError, match="expected models:/<name>@<alias>"):
-            registry.parse_models_uri(bad)
+            registered_params.parse_models_uri(bad)
 
 
 def test_registering_refuses_a_run_whose_logged_params_differ(store):
@@ -236,7 +236,7 @@ def test_params_loaded_from_the_registry_are_re_verified_not_registered_again(st
     info = store.logged_run(folder)
     result = registry.register_if_verified(store.config, info, RUNTIME, folder)
     assert result["status"] == "re-verified" and result["version"] == "1"
-    assert [str(v.version) for v in registry.list_versions(store.uri, NAME)] == ["1"]
+    assert [str(v.version) for v in registry_commands.list_versions(store.uri, NAME)] == ["1"]
     assert store.client.get_model_version(NAME, "1").tags["reverified_by_run"] == info["run_id"]
 
 
@@ -299,7 +299,7 @@ def test_a_version_registered_as_a_bare_params_folder_still_loads(store):
     folder = store.client.get_run(first["run_id"]).info.artifact_uri + "/params"
     store.client.create_model_version(NAME, folder, run_id=first["run_id"], tags=tags)
     uri = f"models:/{NAME}/2"
-    params, _, _, info = registry.load_registered_params(store.model, uri, store.uri)
+    params, _, _, info = registered_params.load_registered_params(store.model, uri, store.uri)
     assert info.version == "2"
     for a, b in zip(jax.tree.leaves(store.params(1)), jax.tree.leaves(params), strict=True):
         np.testing.assert_array_equal(a, b)
@@ -323,7 +323,7 @@ def test_an_alias_move_a_dead_track_left_undone_is_made_by_the_next_one(store):
     store.run_and_register(seed=1)
     second = stranded(store, seed=2)
     assert store.verified() == "1" and pending(store, "2")
-    assert "version 2 (alias verified move pending" in registry.show(store.uri, NAME)
+    assert "version 2 (alias verified move pending" in registry_commands.show(store.uri, NAME)
 
     assert registry.settle_pending_alias(store.uri, NAME) == [
         f"alias verified of '{NAME}' moved to version 2 (from version 1): its run "
@@ -366,7 +366,7 @@ def test_rollback_drops_a_pending_alias_move_so_the_next_track_keeps_it(store):
     store.run_and_register(seed=1)
     store.run_and_register(seed=2)
     stranded(store, seed=3)
-    moved = registry.rollback(store.uri, NAME)
+    moved = registry_commands.rollback(store.uri, NAME)
     assert (moved["from"], moved["to"]) == ("2", "1")
     assert moved["message"].endswith("; the pending alias move to version(s) 3 dropped")
     assert registry.settle_pending_alias(store.uri, NAME) == []
@@ -382,13 +382,13 @@ def test_a_run_serving_what_verified_serves_re_verifies_it_instead_of_a_copy(sto
     tags = store.client.get_model_version(NAME, "1").tags
     assert tags["reverified_by_run"] == again["run_id"] != first["run_id"]
     assert tags["verified_by_run"] == first["run_id"]
-    assert [str(v.version) for v in registry.list_versions(store.uri, NAME)] == ["1"]
+    assert [str(v.version) for v in registry_commands.list_versions(store.uri, NAME)] == ["1"]
     assert store.verified() == "1"
     # Served differently (another guard limit): a new version, though the params are equal.
     store.config = compose_config("guard.max_batch=512")
     other = store.run_and_register(seed=1)
     assert (other["status"], other["version"], other["previous"]) == ("registered", "2", "1")
-    versions = registry.list_versions(store.uri, NAME)
+    versions = registry_commands.list_versions(store.uri, NAME)
     assert versions[0].tags["params_sha256"] == versions[1].tags["params_sha256"]
     assert versions[0].tags["served_sha256"] != versions[1].tags["served_sha256"]
     assert store.verified() == "2"
@@ -446,7 +446,7 @@ def test_a_passing_run_off_the_deployment_target_registers_without_moving_verifi
         "runtime (not registered again); @verified stays at version 1: "
     )
     assert store.client.get_model_version(NAME, "2").tags["reverified_by_run"] == again["run_id"]
-    assert len(registry.list_versions(store.uri, NAME)) == 2
+    assert len(registry_commands.list_versions(store.uri, NAME)) == 2
 
     # Each setting of the target is compared, and each difference named.
     for overrides, phrase in (
@@ -467,7 +467,7 @@ def test_a_passing_run_off_the_deployment_target_registers_without_moving_verifi
     assert (third["version"], third["previous"], third["verified_alias"]) == ("3", "1", "moved")
     assert store.verified() == "3"
     # Rollback goes back to the previous version the alias could hold: 1, not 2.
-    assert registry.rollback(store.uri, NAME)["to"] == "1"
+    assert registry_commands.rollback(store.uri, NAME)["to"] == "1"
     assert store.verified() == "1"
 
 
@@ -478,8 +478,9 @@ def test_the_first_run_of_a_model_off_the_target_leaves_the_alias_unset(store):
     assert registry.outcome_line(first).startswith(
         f"registered as models:/{NAME}/1; @verified is on no version: {F64_OFF_TARGET}"
     )
-    assert registry._alias_version(store.client, NAME, registry.VERIFIED) is None
-    assert "(off the deployment target: `vmapcheck promote`" in registry.show(store.uri, NAME)
+    assert registry.alias_version(store.client, NAME, registry.VERIFIED) is None
+    shown = registry_commands.show(store.uri, NAME)
+    assert "(off the deployment target: `vmapcheck promote`" in shown
 
 
 def test_promote_moves_verified_to_a_chosen_version_and_rollback_still_works(store):
@@ -488,7 +489,7 @@ def test_promote_moves_verified_to_a_chosen_version_and_rollback_still_works(sto
     f64 = store.run_and_register(seed=2)
     assert store.verified() == "1"
 
-    promoted = registry.promote(store.uri, NAME, version="2")
+    promoted = registry_commands.promote(store.uri, NAME, version="2")
     assert (promoted["from"], promoted["to"]) == ("1", "2")
     assert promoted["message"] == (
         f"promote: models:/{NAME}@verified moved from version 1 (run "
@@ -501,27 +502,27 @@ def test_promote_moves_verified_to_a_chosen_version_and_rollback_still_works(sto
     assert store.verified() == "2"
     tags = store.client.get_model_version(NAME, "2").tags
     assert tags["promoted_from"] == "1" and "promoted_at" in tags
-    assert "(off the deployment target, promoted)" in registry.show(store.uri, NAME)
-    again = registry.promote(store.uri, NAME, run_id=f64["run_id"])
+    assert "(off the deployment target, promoted)" in registry_commands.show(store.uri, NAME)
+    again = registry_commands.promote(store.uri, NAME, run_id=f64["run_id"])
     assert "is already version 2" in again["message"] and store.verified() == "2"
 
     # A later run of the target moves the alias on; rollback returns to the promoted one.
     store.config = compose_config()
     store.run_and_register(seed=3)
     assert store.verified() == "3"
-    assert registry.rollback(store.uri, NAME)["to"] == "2"
-    assert registry.rollback(store.uri, NAME)["to"] == "1"
+    assert registry_commands.rollback(store.uri, NAME)["to"] == "2"
+    assert registry_commands.rollback(store.uri, NAME)["to"] == "1"
     # Promoting a version rolled back from clears that, so rollback may return to it.
-    registry.promote(store.uri, NAME, version="3")
+    registry_commands.promote(store.uri, NAME, version="3")
     assert "rolled_back_at" not in store.client.get_model_version(NAME, "3").tags
-    assert registry.rollback(store.uri, NAME)["to"] == "1"  # 2 was rolled back from
+    assert registry_commands.rollback(store.uri, NAME)["to"] == "1"  # 2 was rolled back from
 
     with pytest.raises(ArtifactError, match=r"--version 9: no such version .* 1, 2, 3\)"):
-        registry.promote(store.uri, NAME, version="9")
+        registry_commands.promote(store.uri, NAME, version="9")
     with pytest.raises(ArtifactError, match=r"--run nope: registered no version"):
-        registry.promote(store.uri, NAME, run_id="nope")
+        registry_commands.promote(store.uri, NAME, run_id="nope")
     with pytest.raises(ConfigError, match=r"one of --version N or --run RUN_ID, found both"):
-        registry.promote(store.uri, NAME, version="1", run_id="x")
+        registry_commands.promote(store.uri, NAME, version="1", run_id="x")
 
 
 def test_promote_refuses_a_version_whose_run_is_not_complete(store):
@@ -531,7 +532,7 @@ def test_promote_refuses_a_version_whose_run_is_not_complete(store):
     dead = stranded(store, seed=2)
     mark_failed(store.uri, dead["run_id"], "killed")
     with pytest.raises(ArtifactError, match=r"models:/vmapcheck-mlp/2: its run .* not a complete"):
-        registry.promote(store.uri, NAME, version="2")
+        registry_commands.promote(store.uri, NAME, version="2")
     assert store.verified() == "1"
 
 
@@ -612,4 +613,4 @@ def test_a_run_off_the_target_serving_what_verified_serves_re_verifies_it(store)
         "re-verified: version 1 serves the same params, settings, code and runtime; "
         "not registered again"
     )
-    assert len(registry.list_versions(store.uri, NAME)) == 1 and store.verified() == "1"
+    assert len(registry_commands.list_versions(store.uri, NAME)) == 1 and store.verified() == "1"

@@ -31,7 +31,7 @@ from tests.helpers.servers import free_port, start_in_group, wait_until_ok
 from vmapcheck import cli
 from vmapcheck.core.compare import compare
 from vmapcheck.errors import ArtifactError
-from vmapcheck.tracking import registry, serving
+from vmapcheck.tracking import registry_commands, serving
 
 NAME = "vmapcheck-mlp"
 # Two buckets: every load compiles each of them (conf/guard/default.yaml has five).
@@ -386,4 +386,4 @@ def test_mlflow_models_serve_answers_refuses_and_follows_a_rollback(
         assert not compare(served, forward(store, 2, x), tolerance)["passed"]
     finally:
         server.stop()
-    assert registry.list_versions(store.uri, NAME)[1].tags["rolled_back_to"] == "1"
+    assert registry_commands.list_versions(store.uri, NAME)[1].tags["rolled_back_to"] == "1"

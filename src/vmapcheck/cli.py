@@ -113,19 +113,19 @@ def _compare(args: argparse.Namespace, layout: Layout) -> int:
 
 
 def _registry(args: argparse.Namespace, layout: Layout) -> int:
-    from vmapcheck.tracking.registry import run_show
+    from vmapcheck.tracking.registry_commands import run_show
 
     return run_show(layout, args.model)
 
 
 def _rollback(args: argparse.Namespace, layout: Layout) -> int:
-    from vmapcheck.tracking.registry import run_rollback
+    from vmapcheck.tracking.registry_commands import run_rollback
 
     return run_rollback(layout, args.model)
 
 
 def _promote(args: argparse.Namespace, layout: Layout) -> int:
-    from vmapcheck.tracking.registry import run_promote
+    from vmapcheck.tracking.registry_commands import run_promote
 
     return run_promote(layout, args.model, args.version, args.run)
 

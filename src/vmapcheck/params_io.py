@@ -2,6 +2,10 @@
 
 Loading verifies the file's sha256 against the manifest and every leaf's path, shape and
 dtype against the model's template before the params are used.
+
+JAX (and :mod:`vmapcheck.core.state`, which needs it) is imported by the functions that
+walk a pytree, not here: the ``track`` stage reads contracts (:func:`contract_digest`)
+and runs no JAX, and importing it costs about a second.
 """
 
 from __future__ import annotations
@@ -11,13 +15,10 @@ import json
 from pathlib import Path
 from typing import Any
 
-import jax
-import jax.numpy as jnp
 import numpy as np
 from safetensors import SafetensorError
 from safetensors.numpy import load_file, save_file
 
-from vmapcheck.core.state import leaf_name, partition
 from vmapcheck.errors import ArtifactError
 from vmapcheck.io import atomic_path, atomic_write_json, read_json, sha256_file
 
@@ -26,7 +27,12 @@ MANIFEST_FILE = "manifest.json"
 
 
 def leaf_paths(params: Any) -> dict[str, Any]:
-    """Map leaf names (see :func:`leaf_name`) to leaves, in tree order."""
+    """Map leaf names (see :func:`vmapcheck.core.state.leaf_name`) to leaves, in tree
+    order."""
+    import jax
+
+    from vmapcheck.core.state import leaf_name
+
     flat, _ = jax.tree_util.tree_flatten_with_path(params)
     named = {leaf_name(path): leaf for path, leaf in flat}
     if len(named) != len(flat):
@@ -59,6 +65,8 @@ def check_contract(found: dict[str, dict[str, Any]], expected: dict[str, dict[st
 
 def _kind(dtype: Any) -> str:
     """A dtype as :func:`check_params_like` compares it: every float dtype is "float"."""
+    import jax.numpy as jnp
+
     return "float" if jnp.issubdtype(dtype, jnp.floating) else str(dtype)
 
 
@@ -92,6 +100,9 @@ def check_finite(arrays: dict[str, Any], where: str) -> None:
     Raises:
         ArtifactError: the first such leaf, in ``arrays``' order.
     """
+    # jnp's float test: it counts bfloat16 as floating, numpy's does not.
+    import jax.numpy as jnp
+
     for name, leaf in arrays.items():
         host = np.asarray(leaf)
         if not jnp.issubdtype(host.dtype, jnp.floating):
@@ -139,6 +150,8 @@ def read_params_file(path: Path, template: Any, expected_sha256: str) -> Any:
         ArtifactError: naming the check that failed (and the leaf, for the contract and
             for a NaN or Inf).
     """
+    import jax
+
     path = Path(path)
     if not path.is_file():
         raise ArtifactError(f"{path}: not found")
@@ -206,6 +219,8 @@ def model_contract(model: Any, params: Any, features: list[str]) -> dict[str, An
     Written next to the params artifact (contract.json) and checked whenever params or
     inputs cross a stage boundary.
     """
+    from vmapcheck.core.state import partition
+
     spec = model.contract
     if spec.flat:
         inputs = {
@@ -291,5 +306,7 @@ def load_model_params(model: Any, folder: Path) -> tuple[Any, dict[str, Any]]:
     The template's structure, shapes and dtypes come from ``model.init`` traced
     abstractly (no computation), so they do not depend on the key.
     """
+    import jax
+
     template = jax.eval_shape(model.init, jax.random.key(0))
     return load_params(folder, template)

@@ -36,7 +36,8 @@ from typing import TYPE_CHECKING, Any
 import yaml
 from pydantic import ValidationError
 
-from vmapcheck.config import PrecisionConfig, _describe
+from vmapcheck.config import PrecisionConfig
+from vmapcheck.config import describe_errors as _describe
 from vmapcheck.core.cases import CASE_KINDS, kind_of
 from vmapcheck.errors import ConfigError
 from vmapcheck.versions import require_supported_jax

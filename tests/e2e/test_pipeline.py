@@ -190,7 +190,7 @@ def test_repro_runs_every_stage_and_logs_a_complete_mlflow_run(project, first_ru
 def _assert_the_run_reads_at_a_glance(project, run_):
     """Summary metrics, description, user and source, a run spanning every stage, the
     per-stage timeline, and an experiment that says what it holds (issue 13 item 1)."""
-    from vmapcheck.tracking.log import NOTE_TAG
+    from vmapcheck.tracking.experiment import NOTE_TAG
 
     tags, metrics = run_.data.tags, run_.data.metrics
     assert metrics["_summary/passed"] == 1.0

@@ -9,13 +9,17 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from vmapcheck.core.contract import EXTRA_LEAF, InputSpec, Leaf, from_leaf_arrays, leaf_arrays, take
 from vmapcheck.errors import ArtifactError
 from vmapcheck.io import atomic_save_npz, atomic_write_json, load_npz, read_json, sha256_file
+
+# vmapcheck.core.contract (which imports JAX) only where cases are built: the stages that
+# read them back (track among them) run no JAX, and importing it costs about a second.
+if TYPE_CHECKING:
+    from vmapcheck.core.contract import InputSpec, Leaf
 
 SPLITS = ("train", "val", "test")
 CASES_MANIFEST = "manifest.json"
@@ -82,6 +86,8 @@ def regression_cases(
     magnitudes and subnormals; id leaves 0 and vocab-1; masks all padding and no
     padding. A case that varies one kind of leaf keeps the others at real test rows.
     """
+    from vmapcheck.core.contract import InputSpec, take
+
     contract = contract if contract is not None else InputSpec.vector(train_x.shape[1])
     # A dict contract's cases fill the leaves they do not vary with 4 real test rows.
     needed = standard_batch if contract.flat else max(standard_batch, 4)
@@ -143,6 +149,8 @@ class _CaseBuilder:
     def __init__(
         self, contract: InputSpec, train_x: np.ndarray, test_x: np.ndarray, columns: Sequence[str]
     ) -> None:
+        from vmapcheck.core.contract import leaf_arrays
+
         self.contract = contract
         self.columns = list(columns)
         self.train = leaf_arrays(contract.from_table(train_x, self.columns))
@@ -154,6 +162,8 @@ class _CaseBuilder:
     def _tree(self, fill: Callable[[Leaf], np.ndarray | None], n: int) -> Any:
         """A batch of ``n`` rows: ``fill(leaf)`` for a leaf it covers, else the first ``n``
         real test rows of that leaf."""
+        from vmapcheck.core.contract import from_leaf_arrays
+
         arrays = {}
         for leaf in self.contract.leaves:
             made = fill(leaf)
@@ -305,6 +315,8 @@ def _tree_invalid_cases(contract: InputSpec, valid: dict[str, np.ndarray]) -> di
     Inf in floats, an id out of range) and per dict (a missing leaf, an extra leaf, batch
     sizes that disagree, no rows, a wrong example for forward_one). ``valid``: 4 real
     test rows per leaf, the rest of each input."""
+    from vmapcheck.core.contract import EXTRA_LEAF
+
     cases: dict[str, Any] = {}
 
     def with_leaf(name: str, array: np.ndarray) -> dict[str, np.ndarray]:

@@ -23,7 +23,7 @@ from typing import Any
 from vmapcheck.bench.baseline import record_from_details
 from vmapcheck.bench.labels import verdict_headline
 from vmapcheck.bench.verdict import compare, format_table
-from vmapcheck.check.schema import read_check_details
+from vmapcheck.check.schema import CheckDetails, read_check_details
 from vmapcheck.config import Config, read_params
 from vmapcheck.errors import SettingsChangedError, VmapcheckError, first_line
 from vmapcheck.io import atomic_write_json, atomic_write_text, read_json, read_json_object
@@ -281,6 +281,43 @@ def track(config: Config, layout: Layout) -> int:
     name = run_name(config, check["runtime"], git, dvc_exp_name())
     start_ms = int(1000 * run_start(stages, time.time()))
     # Written before logging: a failed check is reported (and logged) like a passed one.
+    write_report(config, layout, check, bench, train, contract, perf, git, name)
+    # Again just before logging: params.yaml is logged as it is on disk now.
+    refuse_changed_settings(layout, read_stage_times(layout))
+    if earlier is None:
+        requirements = frozen.result()
+        freezing.shutdown()
+        info = create_run(
+            config,
+            layout,
+            check,
+            bench,
+            train,
+            contract,
+            perf,
+            extra_tags={PIPELINE_KEY_TAG: key},
+            frozen=requirements,
+            name=name,
+            start_ms=start_ms,
+        )
+        complete_run(config, layout, info, check, perf, stages)
+    else:
+        info = earlier | {"forward_outputs_sha256": check.get("forward_outputs_sha256")}
+    return announce(layout, info, logged_now=earlier is None, check=check, bench=bench)
+
+
+def write_report(
+    config: Config,
+    layout: Layout,
+    check: CheckDetails,
+    bench: dict[str, Any],
+    train: dict[str, Any],
+    contract: dict[str, Any],
+    perf: dict[str, Any],
+    git: dict[str, str],
+    name: str,
+) -> None:
+    """Write the HTML report (layout.html_report) of this run, named ``name``."""
     report = render_report(
         check,
         bench,
@@ -308,7 +345,11 @@ def track(config: Config, layout: Layout) -> int:
         },
     )
     atomic_write_text(layout.html_report, report)
-    artifacts = [
+
+
+def run_artifacts(layout: Layout) -> list[Path]:
+    """The files and folders a run holds (those that exist are logged)."""
+    return [
         layout.html_report,
         layout.check_report,
         layout.check_details,
@@ -326,64 +367,99 @@ def track(config: Config, layout: Layout) -> int:
         layout.params_yaml,
         layout.dvc_lock,
     ]
-    # Again just before logging: params.yaml is logged as it is on disk now.
-    refuse_changed_settings(layout, read_stage_times(layout))
-    if earlier is None:
-        # Datasets (full sha256 digests), dvc.lock digest, DVC experiment name, environment/.
-        with tempfile.TemporaryDirectory() as scratch:
-            inputs = gather_run_inputs(layout, Path(scratch), frozen=frozen.result())
-            freezing.shutdown()
-            info = log_run(
-                config,
-                layout.root,
-                check,
-                bench,
-                train,
-                [*artifacts, inputs.environment],
-                contract,
-                extra_tags={**inputs.tags, PIPELINE_KEY_TAG: key},
-                datasets=inputs.datasets,
-                finish=False,  # RUNNING until mark_complete below
-                name=name,
-                start_time=start_ms,
-                note=verdict_note(check, bench, perf),
+
+
+def create_run(
+    config: Config,
+    layout: Layout,
+    check: CheckDetails,
+    bench: dict[str, Any],
+    train: dict[str, Any],
+    contract: dict[str, Any],
+    perf: dict[str, Any],
+    extra_tags: dict[str, str],
+    frozen: str,
+    name: str,
+    start_ms: int,
+) -> dict[str, Any]:
+    """Log the run with its artifacts, left RUNNING for :func:`complete_run`; return
+    :func:`vmapcheck.tracking.log.log_run`'s ids. ``frozen``: ``pip freeze``'s output."""
+    # Datasets (full sha256 digests), dvc.lock digest, DVC experiment name, environment/.
+    with tempfile.TemporaryDirectory() as scratch:
+        inputs = gather_run_inputs(layout, Path(scratch), frozen=frozen)
+        return log_run(
+            config,
+            layout.root,
+            check,
+            bench,
+            train,
+            [*run_artifacts(layout), inputs.environment],
+            contract,
+            extra_tags={**inputs.tags, **extra_tags},
+            datasets=inputs.datasets,
+            finish=False,  # RUNNING until mark_complete in complete_run
+            name=name,
+            start_time=start_ms,
+            note=verdict_note(check, bench, perf),
+        )
+
+
+def complete_run(
+    config: Config,
+    layout: Layout,
+    info: dict[str, Any],
+    check: CheckDetails,
+    perf: dict[str, Any],
+    stages: dict[str, dict[str, Any]],
+) -> None:
+    """The run's last writes (verdict, diagnosis, registry, timeline), then mark it
+    complete and move alias `verified` if the registry made a version. ``info`` gains
+    ``perf_verdict`` and ``registry``. An error marks the run FAILED, then propagates."""
+    pause_point("run created")  # RUNNING, not complete: a test may kill track here
+    try:
+        log_perf_verdict(info["tracking_uri"], info["run_id"], perf)
+        log_diagnosis(info["tracking_uri"], info["run_id"], read_json(layout.diagnosis))
+        info["perf_verdict"] = perf["verdict"]
+        # Registry: a passing run's params become a new version; alias `verified` moves
+        # to it only once the run is complete (below).
+        info["registry"] = register_if_verified(
+            config, info, check["runtime"], layout.params, move_alias=False
+        )
+        pause_point("registered")
+        # This stage's own record has no end yet: it ends now, as the run does.
+        log_timeline(info["tracking_uri"], info["run_id"], stages, time.time())
+        # The run's last writes (pipeline_complete, then FINISHED): an attempt that dies
+        # before them is marked FAILED by the next track, and this state logged afresh.
+        mark_complete(info["tracking_uri"], info["run_id"])
+    except BaseException as exc:
+        with contextlib.suppress(Exception):  # the store may be what failed
+            mark_failed(
+                info["tracking_uri"],
+                info["run_id"],
+                f"track failed before completing it: {type(exc).__name__}: {first_line(exc)}",
             )
-        pause_point("run created")  # RUNNING, not complete: a test may kill track here
-        try:
-            log_perf_verdict(info["tracking_uri"], info["run_id"], perf)
-            log_diagnosis(info["tracking_uri"], info["run_id"], read_json(layout.diagnosis))
-            info["perf_verdict"] = perf["verdict"]
-            # Registry: a passing run's params become a new version; alias `verified` moves
-            # to it only once the run is complete (below).
-            info["registry"] = register_if_verified(
-                config, info, check["runtime"], layout.params, move_alias=False
-            )
-            pause_point("registered")
-            # This stage's own record has no end yet: it ends now, as the run does.
-            log_timeline(info["tracking_uri"], info["run_id"], stages, time.time())
-            # The run's last writes (pipeline_complete, then FINISHED): an attempt that dies
-            # before them is marked FAILED by the next track, and this state logged afresh.
-            mark_complete(info["tracking_uri"], info["run_id"])
-        except BaseException as exc:
-            with contextlib.suppress(Exception):  # the store may be what failed
-                mark_failed(
-                    info["tracking_uri"],
-                    info["run_id"],
-                    f"track failed before completing it: {type(exc).__name__}: {first_line(exc)}",
-                )
-            raise
-        pause_point("run complete")  # the alias move (if any) not yet made
-        if info["registry"].get("verified_alias") == "pending":
-            move_verified_alias(info["tracking_uri"], info["registry"])
-            info["registry"]["verified_alias"] = "moved"
-        print(f"track: registry: {outcome_line(info['registry'])}")
-    else:
-        info = earlier | {"forward_outputs_sha256": check.get("forward_outputs_sha256")}
+        raise
+    pause_point("run complete")  # the alias move (if any) not yet made
+    if info["registry"].get("verified_alias") == "pending":
+        move_verified_alias(info["tracking_uri"], info["registry"])
+        info["registry"]["verified_alias"] = "moved"
+    print(f"track: registry: {outcome_line(info['registry'])}")
+
+
+def announce(
+    layout: Layout,
+    info: dict[str, Any],
+    logged_now: bool,
+    check: CheckDetails,
+    bench: dict[str, Any],
+) -> int:
+    """Write track_report.json, print where the run and the report are and the verdict;
+    return the stage's exit code (1: the check or the guard's replay failed)."""
     # The report and the terminal name the store without a user name or password: a
     # server's URI may carry them (MLFLOW_TRACKING_URI in a CI job).
     info = info | {"tracking_uri": shown(info["tracking_uri"])}
     atomic_write_json(layout.track_report, info)
-    logged = "logged" if earlier is None else "the same inputs were logged before (not again):"
+    logged = "logged" if logged_now else "the same inputs were logged before (not again):"
     print(f"track: {logged} run {info['run_id']} ({info['run_name']}) to {info['tracking_uri']}")
     print(report_line(layout))
     # The last lines of `dvc repro` and `dvc exp run`: the verdict and where to review it.

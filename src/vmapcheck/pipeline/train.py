@@ -3,10 +3,10 @@
 Or, with `train.params_file`, verify the user's params (sha256, safetensors, contract)
 and evaluate them instead; or, with `train.params_source` (models:/<name>@<alias> or
 models:/<name>/<version>), fetch verified params from the MLflow Model Registry, verify
-them against the digests recorded there and the contract (vmapcheck.tracking.registry), and
-evaluate them (the resolved version and digest go into the manifest). Either way the
-params artifact gets a manifest (sha256, contract, key stream, config digest) and the
-model's contract beside it.
+them against the digests recorded there and the contract
+(vmapcheck.tracking.registered_params), and evaluate them (the resolved version and
+digest go into the manifest). Either way the params artifact gets a manifest (sha256,
+contract, key stream, config digest) and the model's contract beside it.
 """
 
 from dataclasses import replace
@@ -37,7 +37,7 @@ from vmapcheck.params_io import (
     read_params_file,
     save_params,
 )
-from vmapcheck.tracking.registry import load_registered_params, manifest_source
+from vmapcheck.tracking.registered_params import load_registered_params, manifest_source
 from vmapcheck.tracking.store import resolve_tracking_uri
 
 

@@ -29,7 +29,7 @@ from vmapcheck.running import mark_running
 # Every stage loads these: the config, the errors, atomic I/O, the layout, the stage runner.
 _SHARED = (
     "__init__.py",
-    "config.py",
+    "config",
     "errors.py",
     "versions.py",
     "io.py",

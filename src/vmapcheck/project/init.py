@@ -32,11 +32,6 @@ when it refuses.
 
 from __future__ import annotations
 
-import csv
-import importlib
-import inspect
-import json
-import re
 import subprocess
 import sys
 from dataclasses import dataclass, field
@@ -54,6 +49,7 @@ from vmapcheck.errors import ConfigError
 from vmapcheck.io import atomic_write_text
 from vmapcheck.layout import Layout
 from vmapcheck.project.code import STAGE_CODE
+from vmapcheck.project.data_choice import DataChoice, resolve_data, sized_to_table
 from vmapcheck.project.merge import (
     EDITED,
     NEW,
@@ -68,6 +64,7 @@ from vmapcheck.project.merge import (
     stage_digest,
     unified_diff,
 )
+from vmapcheck.project.model_choice import ModelChoice, resolve_model, target_hidden
 from vmapcheck.project.plots_page import HTML_TEMPLATE_KEY, HTML_TEMPLATE_VALUE, page_template
 
 # The lines init owns in .gitignore (and .dvcignore), between these markers.
@@ -101,29 +98,6 @@ DVC_SETTINGS = {
     "hydra.config_name": "config",
     HTML_TEMPLATE_KEY: HTML_TEMPLATE_VALUE,
 }
-_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_-]*$")
-
-
-@dataclass(frozen=True)
-class ModelChoice:
-    """The model the project checks: a shipped option (``mlp``) or the user's factory."""
-
-    name: str
-    # None for a shipped option: conf/model/<name>.yaml of the package holds it.
-    config: dict[str, Any] | None = None
-    # The files and folders of the user's model code, relative to the root (DVC deps).
-    code: tuple[str, ...] = ()
-
-
-@dataclass(frozen=True)
-class DataChoice:
-    """The project's data: a shipped option (``synthetic``) or the user's own table."""
-
-    name: str
-    # None for a shipped option; else conf/data/<name>.yaml's content (source: csv).
-    config: dict[str, Any] | None = None
-    # The table, relative to the root, when it lies inside the repository (a DVC dep).
-    dep: str | None = None
 
 
 @dataclass
@@ -132,375 +106,6 @@ class Plan:
 
     files: dict[str, str] = field(default_factory=dict)
     blocks: dict[str, tuple[str, ...]] = field(default_factory=dict)
-
-
-def _shipped_options(group: str) -> list[str]:
-    folder = files("vmapcheck.conf") / group
-    return sorted(
-        p.name.removesuffix(".yaml") for p in folder.iterdir() if p.name.endswith(".yaml")
-    )
-
-
-def _target_hidden(model: ModelChoice) -> str:
-    """The deployment target's ``hidden`` (registry.target.hidden) as config.yaml writes
-    it: the layer widths of the model's option when it sets them as a list (``[32, 32]``
-    for mlp), else ``null`` (any)."""
-    if model.config is not None:
-        hidden = model.config.get("hidden")
-    else:
-        option = files("vmapcheck.conf") / "model" / f"{model.name}.yaml"
-        hidden = yaml.safe_load(option.read_text(encoding="utf-8")).get("hidden")
-    if not isinstance(hidden, list) or not all(isinstance(n, int) for n in hidden):
-        return "null"
-    return json.dumps(hidden)
-
-
-def _parse_factory_args(pairs: list[str]) -> dict[str, Any]:
-    """``key=value`` pairs (values read as YAML: ``hidden=[64, 64]``, ``width=128``)."""
-    args = {}
-    for pair in pairs:
-        key, sep, value = pair.partition("=")
-        if not sep or not key.isidentifier():
-            raise ConfigError(f"--factory-arg: expected key=value, found {pair!r}")
-        args[key] = yaml.safe_load(value)
-    return args
-
-
-def _import_factory(root: Path, target: str) -> tuple[Any, Any]:
-    """Import ``module:function`` as the stages will (the root first on ``sys.path``, as
-    ``python -m`` puts it); return (module, function)."""
-    module_name, sep, function = target.partition(":")
-    if not sep or not module_name or not function.isidentifier():
-        raise ConfigError(
-            f"--model: expected a shipped option ({', '.join(_shipped_options('model'))}) or "
-            f"your factory as package.module:function, found {target!r}"
-        )
-    sys.path.insert(0, str(root))
-    try:
-        module = importlib.import_module(module_name)
-    except ImportError as exc:
-        raise ConfigError(
-            f"--model {target}: cannot import {module_name!r} from {root} ({exc}). The stages "
-            "import it the same way (`python -m` from the repository's root): keep the package "
-            "at the root, or install it in this environment (pip install -e .)"
-        ) from None
-    finally:
-        sys.path.remove(str(root))
-    if not callable(getattr(module, function, None)):
-        raise ConfigError(f"--model {target}: module {module_name!r} has no function {function!r}")
-    return module, getattr(module, function)
-
-
-def _code_paths(root: Path, module: Any, target: str) -> tuple[str, ...]:
-    """The top-level package (folder) or module file of ``module``, relative to ``root``."""
-    top = importlib.import_module(module.__name__.split(".")[0])
-    origin = Path(top.__file__).resolve()
-    path = origin.parent if origin.name == "__init__.py" else origin
-    try:
-        return (path.relative_to(root.resolve()).as_posix(),)
-    except ValueError:
-        raise ConfigError(
-            f"--model {target}: {module.__name__!r} is installed at {path}, outside this "
-            "repository, so DVC cannot track its code: name the folders to track with "
-            "--model-code PATH (repeatable)"
-        ) from None
-
-
-def _model_config(
-    name: str, target: str, factory: Any, factory_args: dict[str, Any], model: Any
-) -> dict:
-    """conf/model/<name>.yaml's content, from the Model the factory returned. A factory
-    argument named like a width (in_features, out_features) is the config's width,
-    interpolated, so that `-S model.in_features=...` changes both at once."""
-    config: dict[str, Any] = {
-        "name": name,
-        "in_features": int(model.in_features),
-        "out_features": int(model.out_features),
-        "inputs": None,
-    }
-    if model.inputs is not None:
-        config["inputs"] = {
-            leaf.name: {
-                "shape": [int(n) for n in leaf.shape],
-                "dtype": leaf.dtype,
-                **({"vocab": int(leaf.vocab)} if leaf.vocab is not None else {}),
-                "meaning": leaf.meaning,
-            }
-            for leaf in model.inputs.leaves
-        }
-    parameters = inspect.signature(factory).parameters
-    widths = {
-        key: f"${{model.{key}}}" for key in ("in_features", "out_features") if key in parameters
-    }
-    # Every knob with a default is written too, so that `-S model.factory.<knob>=...`
-    # overrides it (Hydra refuses a key the file lacks); a default YAML cannot hold (a
-    # function, an object) is left to the factory.
-    defaults = {
-        key: list(p.default) if isinstance(p.default, tuple) else p.default
-        for key, p in parameters.items()
-        if p.default is not inspect.Parameter.empty
-        and p.kind in (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
-        and key not in factory_args
-        and key not in widths
-        and _plain(p.default)
-    }
-    config["factory"] = {
-        "_target_": target.replace(":", "."),
-        **factory_args,
-        **defaults,
-        **widths,
-    }
-    return config
-
-
-def _plain(value: Any) -> bool:
-    """Whether a factory default is plain data a config file holds: None, a bool, int,
-    float or str, or a list or tuple of them."""
-    if isinstance(value, list | tuple):
-        return all(_plain(item) for item in value)
-    return value is None or isinstance(value, bool | int | float | str)
-
-
-def _check_init_leaves(model: Any, target: str) -> None:
-    """Refuse, naming the leaves, a model whose ``init`` train would refuse after the
-    data stage: leaves that follow JAX's default float dtype (``check`` runs with x64 on,
-    the float64 oracle, where such a leaf is float64 and the stored float32 params no
-    longer match: docs/own-model.md, init), and non-float leaves not declared in
-    ``state_leaves`` (docs/state-leaves.md; the refusal train gives,
-    :func:`vmapcheck.core.state.partition`). ``init`` is evaluated abstractly."""
-    import jax
-
-    from vmapcheck.core.state import partition
-    from vmapcheck.params_io import contract_of
-
-    with jax.enable_x64(True):
-        shapes = contract_of(jax.eval_shape(model.init, jax.random.key(0)))
-    wide = sorted(name for name, leaf in shapes.items() if leaf["dtype"] == "float64")
-    if wide:
-        raise ConfigError(
-            f"--model {target}: init returns float64 leaves when JAX runs in x64 mode "
-            f"(the check stage's float64 oracle): {', '.join(wide)}; expected float32: "
-            "create them with an explicit dtype=jnp.float32 (docs/own-model.md, init)"
-        )
-    try:
-        partition(model, jax.eval_shape(model.init, jax.random.key(0)))
-    except ConfigError as exc:
-        raise ConfigError(f"--model {target}: {exc}") from None
-
-
-def resolve_model(
-    root: Path,
-    target: str,
-    name: str | None = None,
-    factory_args: list[str] | None = None,
-    model_code: list[str] | None = None,
-) -> ModelChoice:
-    """The project's model: a shipped option by name, or ``package.module:function``,
-    imported and called with ``factory_args`` to read its widths and input contract.
-
-    Raises:
-        ConfigError: an unknown option, a factory that cannot be imported or called or
-            that returns no Model, a bad name, model code outside the repository.
-    """
-    from vmapcheck.core.models import Model
-
-    if ":" not in target:
-        if target not in _shipped_options("model"):
-            raise ConfigError(
-                f"--model: expected a shipped option ({', '.join(_shipped_options('model'))}) "
-                f"or your factory as package.module:function, found {target!r}"
-            )
-        if name not in (None, target) or factory_args or model_code:
-            raise ConfigError(
-                f"--model {target} is a shipped option: --name, --factory-arg and "
-                "--model-code are for a factory of your own"
-            )
-        return ModelChoice(name=target)
-    args = _parse_factory_args(factory_args or [])
-    module, factory = _import_factory(root, target)
-    try:
-        model = factory(**args)
-    except Exception as exc:  # the user's code: any failure is reported, named
-        raise ConfigError(
-            f"--model {target}: calling it with {args or 'no arguments'} raised "
-            f"{type(exc).__name__}: {exc} (give its arguments with --factory-arg key=value)"
-        ) from None
-    if not isinstance(model, Model):
-        raise ConfigError(
-            f"--model {target}: expected it to return a vmapcheck.core.models.Model, "
-            f"found {type(model).__name__}"
-        )
-    _check_init_leaves(model, target)
-    name = name or model.name
-    if not _NAME.match(name or ""):
-        raise ConfigError(
-            f"--name: expected a letter, then letters, digits, _ or - (it names "
-            f"data/reference/<name>/ and the MLflow runs), found {name!r}"
-        )
-    if name in _shipped_options("model"):
-        raise ConfigError(
-            f"--name: {name!r} is a shipped model option; choose another name for yours"
-        )
-    code = tuple(model_code) if model_code else _code_paths(root, module, target)
-    for path in code:
-        if not (root / path).exists():
-            raise ConfigError(f"--model-code: {path} does not exist under {root}")
-    return ModelChoice(
-        name=name, config=_model_config(name, target, factory, args, model), code=code
-    )
-
-
-def _columns(path: Path) -> list[str]:
-    """The column names of a .csv (its header) or .parquet table (its schema)."""
-    if path.suffix == ".parquet":
-        import pyarrow.parquet as pq
-
-        return list(pq.read_schema(path).names)
-    with path.open(encoding="utf-8", newline="") as f:
-        header = next(csv.reader(f), None)
-    if not header:
-        raise ConfigError(f"--data-path {path}: expected a header row of column names, found none")
-    return header
-
-
-def _listed(value: str | None) -> list[str]:
-    return [c.strip() for c in (value or "").split(",") if c.strip()]
-
-
-def _quasi_policies(value: str | None) -> dict[str, str]:
-    """``--quasi-identifiers birth_date=year,postcode=prefix2`` as ``{column: policy}``.
-
-    Raises:
-        ConfigError: an entry without ``=``, or a policy vmapcheck does not know, naming
-            it and the policies there are.
-    """
-    from typing import get_args
-
-    from vmapcheck.config import QuasiPolicy
-
-    known = get_args(QuasiPolicy)
-    policies: dict[str, str] = {}
-    for entry in _listed(value):
-        column, _, policy = (part.strip() for part in entry.partition("="))
-        if not column or policy not in known:
-            raise ConfigError(
-                f"--quasi-identifiers: expected column=policy with a policy of "
-                f"{', '.join(known)}, found {entry!r}"
-            )
-        policies[column] = policy
-    return policies
-
-
-def resolve_data(
-    root: Path,
-    data: str | None,
-    table: str | None = None,
-    features: str | None = None,
-    targets: str | None = None,
-    identifiers: str | None = None,
-    name: str | None = None,
-    quasi_identifiers: str | None = None,
-) -> DataChoice:
-    """The project's data: a shipped option by name, or the user's table at ``table``
-    (.csv or .parquet) with every column declared in one role, written as a data option
-    of its own (``conf/data/<name>.yaml``, from the shipped ``csv`` option's settings).
-
-    Raises:
-        ConfigError: an unknown option, a table that does not exist, a column declared
-            twice, declared but absent, or present but undeclared (it could be personal
-            data: prepare would refuse it too).
-    """
-    if table is not None and data not in (None, "csv"):
-        raise ConfigError(
-            f"--data {data} and --data-path {table}: name a shipped option or your own "
-            "table, not both"
-        )
-    data = data or "synthetic"
-    if table is None:
-        if data not in _shipped_options("data"):
-            raise ConfigError(
-                f"--data: expected one of {', '.join(_shipped_options('data'))}, found {data!r}"
-            )
-        if features or targets or identifiers or quasi_identifiers or name:
-            raise ConfigError(
-                "--features, --targets, --identifiers, --quasi-identifiers, --data-name go "
-                "with --data-path"
-            )
-        return DataChoice(name=data)
-    path = (root / table) if not Path(table).is_absolute() else Path(table)
-    if not path.is_file():
-        raise ConfigError(f"--data-path: {table} is not a file (from {root})")
-    quasi = _quasi_policies(quasi_identifiers)
-    roles = {
-        "features": _listed(features),
-        "targets": _listed(targets),
-        "identifiers": _listed(identifiers),
-        "quasi-identifiers": list(quasi),
-    }
-    for role in ("features", "targets"):
-        if not roles[role]:
-            raise ConfigError(f"--data-path: name the table's {role} with --{role} a,b,...")
-    declared = [c for cols in roles.values() for c in cols]
-    twice = sorted({c for c in declared if declared.count(c) > 1})
-    columns = _columns(path)
-    absent = [c for c in declared if c not in columns]
-    undeclared = [c for c in columns if c not in declared]
-    if twice or absent or undeclared:
-        raise ConfigError(
-            f"--data-path {table}: every column in exactly one role (features, targets, "
-            f"identifiers, quasi-identifiers); found declared twice: {twice or 'none'}; "
-            f"declared, not in the table: {absent or 'none'}; in the table, not declared: "
-            f"{undeclared or 'none'} "
-            "(an undeclared column could be personal data: declare it --identifiers to drop it)"
-        )
-    config = yaml.safe_load(files("vmapcheck.conf").joinpath("data", "csv.yaml").read_text())
-    try:
-        rel = path.resolve().relative_to(root.resolve()).as_posix()
-    except ValueError:
-        rel = None
-    config.update(
-        path=rel or str(path),
-        identifiers=roles["identifiers"],
-        quasi_identifiers=quasi,
-        features=roles["features"],
-        targets=roles["targets"],
-    )
-    config["anonymize"]["group_by"] = roles["identifiers"][0] if roles["identifiers"] else None
-    name = name or re.sub(r"[^A-Za-z0-9_-]", "_", path.stem)
-    if not _NAME.match(name) or name in _shipped_options("data"):
-        raise ConfigError(
-            f"--data-name: expected a name of letters, digits, _ or - that no shipped data "
-            f"option has, found {name!r}"
-        )
-    return DataChoice(name=name, config=config, dep=rel)
-
-
-def sized_to_table(model: ModelChoice, data: DataChoice) -> dict[str, Any] | None:
-    """The shipped model option ``model`` sized to the user's table ``data`` (its
-    ``in_features`` = the feature columns, ``out_features`` = the target columns), or
-    None when there is nothing to size: the user's own factory, a shipped data option,
-    or sizes that already match.
-
-    Raises:
-        ConfigError: the shipped model takes an input contract of fixed shape (an image,
-            token ids) that the table's feature columns do not fill, naming both.
-    """
-    if model.config is not None or data.config is None:
-        return None
-    shipped = yaml.safe_load(
-        files("vmapcheck.conf").joinpath("model", f"{model.name}.yaml").read_text()
-    )
-    features, targets = len(data.config["features"]), len(data.config["targets"])
-    if (shipped["in_features"], shipped["out_features"]) == (features, targets):
-        return None
-    if shipped.get("inputs") and shipped["in_features"] != features:
-        raise ConfigError(
-            f"--model {model.name} takes an input contract of {shipped['in_features']} "
-            f"feature columns ({', '.join(shipped['inputs'])}), but --features names "
-            f"{features}: choose a model that takes a flat vector (mlp, flax_mlp, "
-            "equinox_mlp) or a factory of your own (docs/own-model.md)"
-        )
-    return {**shipped, "in_features": features, "out_features": targets}
 
 
 def _render(template: str, **values: Any) -> str:
@@ -605,7 +210,7 @@ def plan(
         "config.yaml.j2",
         model=model.name,
         data=data.name,
-        hidden=_target_hidden(model),
+        hidden=target_hidden(model),
         project_keys=project.keys if project else [],
     )
     if project is not None and project.text is not None:

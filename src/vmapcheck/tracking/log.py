@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import datetime
 import getpass
-import json
 import re
 import time
 from pathlib import Path
@@ -47,9 +46,9 @@ from vmapcheck.report.headline import (
     summary_metrics,
 )
 from vmapcheck.tracking import store
+from vmapcheck.tracking.experiment import NOTE_TAG, describe_experiment
 from vmapcheck.tracking.store import (
     MODEL_CONTRACT_TAG,
-    VIEW_KEY,
     experiment_name,
     resolve_artifact_root,
     resolve_tracking_uri,
@@ -84,43 +83,6 @@ COMPARED_IF_PRESENT = ("data.n_rows",)
 # The description's length: well under MLflow's limit on a run tag's value
 # (mlflow.utils.validation.MAX_TAG_VAL_LENGTH, 8000 in MLflow 3.17); it is read on screen.
 MAX_NOTE_CHARS = 5000
-NOTE_TAG = "mlflow.note.content"
-# Opens the experiment in MLflow's classic ML view ("Runs", "Models"), not the GenAI one
-# ("Traces", "Evaluations"): the value the UI itself writes when one switches
-# (mlflow/server/js: ExperimentKind.CUSTOM_MODEL_DEVELOPMENT).
-EXPERIMENT_KIND_TAG = "mlflow.experimentKind"
-EXPERIMENT_KIND = "custom_model_development"
-# The saved runs-table view (its columns, tracking.store.VIEW_KEY), listed under the
-# runs table's "Views" menu: MLflow 3.17 keeps it in the experiment tag
-# ``mlflow.sharedViewState.<key>`` as an envelope {name, createdAt, updatedAt, state},
-# ``state`` the view as a JSON string (mlflow/server/js, saved views).
-VIEW_NAME = "vmapcheck summary"
-VIEW_TAG_PREFIX = "mlflow.sharedViewState."
-# The tags shown as that view's first columns (the verdict, then what tells runs of one
-# experiment apart: every model's runs share it), and the order of its summary metric
-# columns after them (by name prefix; the speed-ups' names end with their headline batch).
-VIEW_TAGS = ("verdict", "model", "precision", "backend", "bench", "perf_verdict")
-VIEW_ORDER = (
-    "_summary/worst_max_rel",
-    "_summary/worst_vs_reference_max_rel",
-    "_summary/worst_vs_f64_max_rel",
-    "_summary/vmap_over_loop_at_",
-    "_summary/vmap_over_direct_at_",
-    "_summary/vmap_over_map_at_",
-    "_summary/invalid_refused",
-    "_summary/invalid_total",
-    "_summary/passed",
-    "_summary/",
-)
-
-
-def _view_width(name: str) -> int:
-    """A metric column wide enough to show its whole name (pixels; MLflow's own ~110)."""
-    return max(110, 7 * len(name) + 16)
-
-
-def _view_rank(name: str) -> tuple[int, str]:
-    return next(i for i, p in enumerate(VIEW_ORDER) if name.startswith(p)), name
 
 
 def padded_label(label: str) -> str:
@@ -359,120 +321,23 @@ def source_tags(root: Path) -> dict[str, str]:
     }
 
 
-def experiment_description(config: Config) -> str:
-    """What an experiment holds (its ``mlflow.note.content``)."""
-    scope = (
-        f"model `{config.model.name}`"
-        if config.tracking.experiment_per_model
-        else "every model, told apart by tag `model`"
-    )
-    return (
-        f"vmapcheck runs of {scope}: one run per pipeline state (`dvc repro`, "
-        "`dvc exp run`), checking that the per-example loop, jax.vmap and the hand-batched "
-        "forward agree, and timing each. Tag `verdict` says whether every check passed; "
-        "the `_summary/*` metrics are the worst agreement errors, the invalid inputs "
-        "refused and the vmap speed-ups; `timeline/*` the wall time of each stage. "
-        "Metric names: docs/tracking.md. Runs side by side: tick them and click Compare "
-        "(add `&workflowType=machine_learning` to its address if MLflow shows its GenAI "
-        "view), or open the compare view's address that `vmapcheck compare` prints."
-    )
-
-
-def describe_experiment(
-    client: Any, experiment_id: str, config: Config, summary_names: list[str]
-) -> None:
-    """Set the experiment's description, its ML (not GenAI) kind, and the runs-table view
-    (:data:`VIEW_KEY`) whose columns are the verdict tags and the summary metrics.
-
-    The view's metric columns are the union of those already in it and
-    ``summary_names`` (the speed-up names carry the headline batch, which differs
-    between bench profiles)."""
-    experiment = client.get_experiment(experiment_id)
-    view_tag = f"{VIEW_TAG_PREFIX}{VIEW_KEY}"
-    now = int(time.time() * 1000)
-    try:
-        envelope = json.loads(experiment.tags[view_tag])
-        old = json.loads(envelope["state"])["selectedColumns"]
-        created = int(envelope["createdAt"])
-    except (KeyError, ValueError, TypeError):  # absent, or not a view this code wrote
-        old, created = [], now
-    known = {c[len("metrics.`") : -1] for c in old if c.startswith("metrics.`_summary/")}
-    names = sorted(known | set(summary_names), key=_view_rank)
-    metrics = [f"metrics.`{n}`" for n in names]
-    view_tags = [f"tags.`{tag}`" for tag in VIEW_TAGS]
-    columns = [*view_tags, *metrics, "attributes.`Source`"]
-    tags = {NOTE_TAG: experiment_description(config), EXPERIMENT_KIND_TAG: EXPERIMENT_KIND}
-    if columns != old:
-        state = json.dumps(
-            {
-                "selectedColumns": columns,
-                # The order of the columns, and their widths (which apply to the columns
-                # named in columnOrder: mlflow/server/js).
-                "columnOrder": [*view_tags, *metrics],
-                "columnWidths": {c: _view_width(n) for c, n in zip(metrics, names, strict=True)},
-            }
-        )
-        tags[view_tag] = json.dumps(
-            {"name": VIEW_NAME, "createdAt": created, "updatedAt": now, "state": state}
-        )
-    for key, value in tags.items():
-        if experiment.tags.get(key) != value:
-            client.set_experiment_tag(experiment_id, key, value)
-
-
-def log_run(
+def run_tags(
     config: Config,
     root: Path,
     check: CheckDetails,
     bench: dict[str, Any],
-    train: dict[str, Any],
-    artifacts: list[Path],
-    contract: dict[str, Any] | None = None,
-    extra_tags: dict[str, str] | None = None,
-    datasets: list[Any] | None = None,
-    finish: bool = True,
-    name: str | None = None,
-    start_time: int | None = None,
+    contract: dict[str, Any] | None,
+    git: dict[str, str],
     note: str | None = None,
-) -> dict[str, Any]:
-    """Create one MLflow run holding everything; return its ids and where to find it.
-
-    ``name``: the run's name (None: :func:`run_name` now); ``start_time``: its start in
-    ms since the epoch (None: now; ``track`` passes :func:`run_start`, the start of the
-    first stage that ran in this pipeline run); ``note``: its description (None:
-    :func:`verdict_note`). The run ends when it is set FINISHED (by ``track``, last).
-
-    The run is created with tags naming this process (vmapcheck.tracking.store.owner_tags),
-    so a later ``track`` can tell a run left RUNNING by a killed process from one still
-    being logged. ``finish`` False leaves it RUNNING for the caller's last writes
-    (``track`` ends it with ``store.mark_complete``); an error marks it FAILED either way.
-
-    ``extra_tags`` and ``datasets`` (MLflow ``DatasetInput`` objects) come from
-    :func:`vmapcheck.tracking.run_inputs.gather_run_inputs`, and ``extra_tags`` also carry
-    vmapcheck.tracking.store's ``pipeline_key``, set when the run is created so that an attempt
-    that dies half-way can be found and replaced.
+    extra_tags: dict[str, str] | None = None,
+) -> dict[str, str]:
+    """The tags a run is created with: its verdict and note, who made it, what it ran
+    (model, contract, bench, runtime, precision, reference, mesh), the git state,
+    ``extra_tags`` and the tags naming this process (vmapcheck.tracking.store.owner_tags).
     """
-    import mlflow
-    from mlflow.entities import Metric, Param
-    from mlflow.tracking import MlflowClient
-
-    uri = resolve_tracking_uri(config.tracking, root)
-    mlflow.set_tracking_uri(uri)
-    client = MlflowClient(tracking_uri=uri)
-    experiment_label = experiment_name(config)
-    # Created if missing; another process (a parallel experiment) may create it too.
-    experiment_id = store.ensure_experiment(
-        uri, experiment_label, resolve_artifact_root(config.tracking, root)
-    )
     runtime = check["runtime"]
-    git = git_state(root)
-    verdict = "passed" if check["passed"] else "failed"
-    collected = collect_metrics(check, bench, train)
-    describe_experiment(
-        client, experiment_id, config, [k for k in collected if k.startswith("_summary/")]
-    )
-    tags = {
-        "verdict": verdict,
+    return {
+        "verdict": "passed" if check["passed"] else "failed",
         NOTE_TAG: note if note is not None else verdict_note(check, bench),
         **source_tags(root),
         "model": config.model.name,
@@ -522,17 +387,29 @@ def log_run(
         **(extra_tags or {}),
         **store.owner_tags(),
     }
-    if name is None:
-        name = run_name(config, runtime, git, (extra_tags or {}).get("dvc_exp_name"))
-    run = client.create_run(experiment_id, start_time=start_time, run_name=name, tags=tags)
-    run_id = run.info.run_id
+
+
+def fill_run(
+    client: Any,
+    run_id: str,
+    config: Config,
+    metrics: dict[str, float],
+    artifacts: list[Path],
+    datasets: list[Any] | None,
+    finish: bool,
+) -> None:
+    """Log the compared params, ``metrics`` (in batches of :data:`MAX_BATCH`), the
+    datasets and the artifacts (a folder under its own name) to run ``run_id``; set it
+    FINISHED when ``finish``. Any error sets it FAILED, then propagates."""
     try:
+        from mlflow.entities import Metric, Param
+
         params = [Param(k, str(v)) for k, v in compared_params(config).items()]
         client.log_batch(run_id, params=params)
         now = int(time.time() * 1000)
-        metrics = [Metric(k, v, now, 0) for k, v in collected.items()]
-        for i in range(0, len(metrics), MAX_BATCH):
-            client.log_batch(run_id, metrics=metrics[i : i + MAX_BATCH])
+        batch = [Metric(k, v, now, 0) for k, v in metrics.items()]
+        for i in range(0, len(batch), MAX_BATCH):
+            client.log_batch(run_id, metrics=batch[i : i + MAX_BATCH])
         if datasets:
             client.log_inputs(run_id, datasets=datasets)
         for path in artifacts:
@@ -545,13 +422,69 @@ def log_run(
     except BaseException:
         client.set_terminated(run_id, status="FAILED")
         raise
+
+
+def log_run(
+    config: Config,
+    root: Path,
+    check: CheckDetails,
+    bench: dict[str, Any],
+    train: dict[str, Any],
+    artifacts: list[Path],
+    contract: dict[str, Any] | None = None,
+    extra_tags: dict[str, str] | None = None,
+    datasets: list[Any] | None = None,
+    finish: bool = True,
+    name: str | None = None,
+    start_time: int | None = None,
+    note: str | None = None,
+) -> dict[str, Any]:
+    """Create one MLflow run holding everything; return its ids and where to find it.
+
+    ``name``: the run's name (None: :func:`run_name` now); ``start_time``: its start in
+    ms since the epoch (None: now; ``track`` passes :func:`run_start`, the start of the
+    first stage that ran in this pipeline run); ``note``: its description (None:
+    :func:`verdict_note`). The run ends when it is set FINISHED (by ``track``, last).
+
+    The run is created with tags naming this process (vmapcheck.tracking.store.owner_tags),
+    so a later ``track`` can tell a run left RUNNING by a killed process from one still
+    being logged. ``finish`` False leaves it RUNNING for the caller's last writes
+    (``track`` ends it with ``store.mark_complete``); an error marks it FAILED either way.
+
+    ``extra_tags`` and ``datasets`` (MLflow ``DatasetInput`` objects) come from
+    :func:`vmapcheck.tracking.run_inputs.gather_run_inputs`, and ``extra_tags`` also carry
+    vmapcheck.tracking.store's ``pipeline_key``, set when the run is created so that an attempt
+    that dies half-way can be found and replaced.
+    """
+    import mlflow
+    from mlflow.tracking import MlflowClient
+
+    uri = resolve_tracking_uri(config.tracking, root)
+    mlflow.set_tracking_uri(uri)
+    client = MlflowClient(tracking_uri=uri)
+    experiment_label = experiment_name(config)
+    # Created if missing; another process (a parallel experiment) may create it too.
+    experiment_id = store.ensure_experiment(
+        uri, experiment_label, resolve_artifact_root(config.tracking, root)
+    )
+    git = git_state(root)
+    collected = collect_metrics(check, bench, train)
+    describe_experiment(
+        client, experiment_id, config, [k for k in collected if k.startswith("_summary/")]
+    )
+    tags = run_tags(config, root, check, bench, contract, git, note, extra_tags)
+    if name is None:
+        name = run_name(config, check["runtime"], git, (extra_tags or {}).get("dvc_exp_name"))
+    run = client.create_run(experiment_id, start_time=start_time, run_name=name, tags=tags)
+    run_id = run.info.run_id
+    fill_run(client, run_id, config, collected, artifacts, datasets, finish)
     return {
         "run_id": run_id,
         "run_name": run.info.run_name,
         "experiment": experiment_label,
         "experiment_id": experiment_id,
         "tracking_uri": uri,
-        "verdict": verdict,
+        "verdict": "passed" if check["passed"] else "failed",
         # Which outputs this run judged: make_reference links a reference to this run
         # only when it is made from the same outputs.
         "forward_outputs_sha256": check.get("forward_outputs_sha256"),

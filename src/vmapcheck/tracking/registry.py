@@ -10,17 +10,11 @@
 - Each version's tags say what verified it (run id, git commit, jax version, model,
   backend, precision, when) and hold the sha256 of each of its three files, recorded in
   the registry's own store when the run verified them.
-- :func:`rollback` moves ``verified`` back to the newest earlier version that was
-  verified, not itself rolled back from (the version it leaves is tagged so, which is
-  how "the previous verified version" stays findable after several moves), and whose run
-  is complete (vmapcheck.tracking.store.is_complete).
-- :func:`load_registered_params` loads params by ``models:/<name>@<alias>`` or
-  ``models:/<name>/<version>``: it downloads the version's files, checks each against
-  the recorded sha256 and the params against the model's contract, and refuses with an
-  error naming the URI when anything differs, or when the run that registered the version
-  is not complete (a ``track`` killed after registering: ``vmapcheck rollback``).
-  ``train`` uses it (``train.params_source``), so every later stage reads those params
-  from ``data/params`` as usual.
+- :func:`vmapcheck.tracking.registry_commands.rollback` moves ``verified`` back, and
+  :func:`vmapcheck.tracking.registry_commands.promote` to a version on purpose.
+- :func:`vmapcheck.tracking.registered_params.load_registered_params` loads params by
+  ``models:/`` URI (``train.params_source``), each file checked against the digests
+  recorded here.
 
 A version is a real MLflow model: :func:`vmapcheck.tracking.serving.log_verified_model`
 logs a pyfunc into the verified run (the params files as artifacts under
@@ -29,56 +23,39 @@ contract), and the version's source is that logged model's artifact folder. So
 ``mlflow.pyfunc.load_model("models:/<name>@verified")`` predicts through the guard and
 ``mlflow models serve -m models:/<name>@verified`` serves it (docs/registry.md). The tag
 ``params_path`` says where the params files lie within the source (versions registered
-before it pointed at the run's ``params/`` folder itself, and have none). URIs are
-resolved here with an explicit client: MLflow 3.17's ``models:/`` artifact repository
-resolves names against the global registry URI, not the ``tracking_uri`` passed to
-``download_artifacts``.
+before it pointed at the run's ``params/`` folder itself, and have none).
 
 The alias moves to a newly registered version only when its run is the deployment
 target (``registry.target``: :func:`off_target`); any other passing run is registered
-without it, and :func:`promote` moves it on purpose.
+without it, and ``vmapcheck promote`` moves it on purpose.
 
-Usage: ``vmapcheck registry [--model NAME]`` (``make registry``), ``vmapcheck rollback
-[--model NAME]`` (``make rollback``) and ``vmapcheck promote [--model NAME] (--version N
-| --run RUN_ID)`` (``make promote VERSION=N``).
+This module holds the registry's vocabulary (tags, the params artifact's digests, where
+an alias points, whether a version's run is complete) and the registering that ``track``
+does; the commands (``vmapcheck registry``, ``rollback``, ``promote``) are in
+:mod:`vmapcheck.tracking.registry_commands`.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-import re
-import sys
 import tempfile
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-import jax
-
 from vmapcheck.config import (
-    MODELS_URI_PATTERN,
     PRECISION_DTYPES,
-    REGISTERED_MODEL_PATTERN,
     Config,
-    load_config,
 )
-from vmapcheck.errors import ArtifactError, ConfigError, VmapcheckError
+from vmapcheck.errors import ArtifactError
 from vmapcheck.io import read_json, sha256_file
-from vmapcheck.layout import Layout
 from vmapcheck.params_io import (
     MANIFEST_FILE,
     PARAMS_FILE,
-    check_contract,
-    contract_of,
-    read_params_file,
 )
-from vmapcheck.tracking.server import probe
-from vmapcheck.tracking.sqlite_store import require_existing_store
-from vmapcheck.tracking.store import incomplete_because, resolve_tracking_uri
-from vmapcheck.tracking.uri import is_http
+from vmapcheck.tracking.store import incomplete_because
 
 VERIFIED = "verified"
 # The run artifact folder that holds the params (tracking.log_run logs data/params there).
@@ -106,7 +83,7 @@ TAG_PARAMS_PATH = "params_path"
 TAG_SERVED = "served_sha256"
 # On a version whose run was not the deployment target (registry.target): how it differs
 # (:func:`off_target`). It was registered without the alias, and rollback skips it
-# unless it was promoted (:func:`promote`, which tags it ``promoted_at``).
+# unless it was promoted (``vmapcheck promote``, which tags it ``promoted_at``).
 TAG_OFF_TARGET = "off_deployment_target"
 TAG_PROMOTED = "promoted_at"
 # Where the deployment target is set, as messages name it.
@@ -117,45 +94,17 @@ TOLERANCES = ("tolerance", "cross_run_tolerance")
 AWAIT_READY_S = 60
 
 
-def _client(tracking_uri: str) -> Any:
+def registry_client(tracking_uri: str) -> Any:
+    """An ``MlflowClient`` whose registry is the store ``tracking_uri``."""
     from mlflow.tracking import MlflowClient
 
     # The registry lives in the same store as the runs, whatever MLFLOW_REGISTRY_URI says.
     return MlflowClient(tracking_uri=tracking_uri, registry_uri=tracking_uri)
 
 
-def _now() -> str:
+def utc_now() -> str:
+    """Now, as the registry's time tags hold it (ISO 8601, UTC, to the second)."""
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-
-
-@dataclass(frozen=True)
-class ModelsUri:
-    """A parsed ``models:/<name>/<version>`` or ``models:/<name>@<alias>``."""
-
-    name: str
-    version: str | None
-    alias: str | None
-
-    def __str__(self) -> str:
-        return f"models:/{self.name}" + (
-            f"/{self.version}" if self.version is not None else f"@{self.alias}"
-        )
-
-
-def parse_models_uri(uri: str) -> ModelsUri:
-    """Parse the two forms vmapcheck resolves; anything else (a stage, ``latest``, an
-    MLflow 3 logged-model id) is a ConfigError naming the forms."""
-    if not isinstance(uri, str) or not re.fullmatch(MODELS_URI_PATTERN, uri):
-        raise ConfigError(
-            f"params source {uri!r}: expected models:/<name>@<alias> (e.g. "
-            f"models:/vmapcheck-mlp@{VERIFIED}) or a pinned version models:/<name>/<version>"
-        )
-    rest = uri[len("models:/") :]
-    if "@" in rest:
-        name, alias = rest.split("@", 1)
-        return ModelsUri(name, None, alias)
-    name, version = rest.split("/", 1)
-    return ModelsUri(name, version, None)
 
 
 def folder_digests(folder: Path) -> dict[str, str]:
@@ -210,7 +159,7 @@ def verify_folder(folder: Path, expected: dict[str, str], where: str) -> None:
         )
 
 
-def _download(tracking_uri: str, source: str, dest: Path, where: str) -> Path:
+def download_folder(tracking_uri: str, source: str, dest: Path, where: str) -> Path:
     """Copy the artifact folder ``source`` (an artifact URI) into ``dest``; return it."""
     import mlflow.artifacts
     from mlflow.exceptions import MlflowException
@@ -222,6 +171,31 @@ def _download(tracking_uri: str, source: str, dest: Path, where: str) -> Path:
     except (MlflowException, OSError) as exc:
         raise ArtifactError(f"{where}: cannot download its artifact {source}: {exc}") from None
     return Path(local)
+
+
+def alias_version(client: Any, name: str, alias: str) -> Any | None:
+    """The version of ``name`` that ``alias`` points at (None: none, or no such model)."""
+    from mlflow.exceptions import MlflowException
+
+    try:
+        return client.get_model_version_by_alias(name, alias)
+    except MlflowException:
+        return None
+
+
+def untrusted_because(client: Any, version: Any) -> str | None:
+    """Why the run that registered ``version`` is not a complete run (None: it is)."""
+    from mlflow.exceptions import MlflowException
+
+    run_id = version.run_id or version.tags.get(TAG_RUN)
+    if not run_id:
+        return "it names no run that verified it"
+    try:
+        run = client.get_run(run_id)
+    except MlflowException:
+        return f"its run {run_id} is not in the store"
+    why = incomplete_because(run)
+    return None if why is None else f"its run {run_id} is not a complete run: {why}"
 
 
 # --- registering -------------------------------------------------------------------
@@ -244,7 +218,7 @@ def register_verified(
     ``off_target_because`` (how the run differs from the deployment target,
     :func:`off_target`) registers the version without the alias, ever: it is tagged
     ``off_deployment_target`` with the reason, never ``verified_alias_pending``, and only
-    :func:`promote` moves the alias to it.
+    ``vmapcheck promote`` (:mod:`vmapcheck.tracking.registry_commands`) moves the alias to it.
 
     The digests recorded on the version are those of ``params_dir`` (the folder the run
     logged as ``params/``). The run's copy in the artifact store is downloaded and checked
@@ -264,18 +238,20 @@ def register_verified(
 
     from vmapcheck.tracking.serving import PARAMS_PATH, log_verified_model
 
-    client = _client(tracking_uri)
+    client = registry_client(tracking_uri)
     digests = folder_digests(params_dir)
     try:
         run_params = client.get_run(run_id).info.artifact_uri.rstrip("/") + "/" + PARAMS_ARTIFACT
         with tempfile.TemporaryDirectory() as tmp:
             where = f"run {run_id} artifact {PARAMS_ARTIFACT}/"
-            verified = _download(tracking_uri, run_params, Path(tmp) / "run", where)
+            verified = download_folder(tracking_uri, run_params, Path(tmp) / "run", where)
             verify_folder(verified, digests, where)
             logged = log_verified_model(tracking_uri, run_id, verified, config)
             source = logged["artifact_location"]
             where = f"logged model {logged['model_id']} {PARAMS_PATH}/"
-            copy = _download(tracking_uri, f"{source}/{PARAMS_PATH}", Path(tmp) / "model", where)
+            copy = download_folder(
+                tracking_uri, f"{source}/{PARAMS_PATH}", Path(tmp) / "model", where
+            )
             verify_folder(copy, digests, where)
         try:
             client.create_registered_model(
@@ -284,13 +260,13 @@ def register_verified(
         except MlflowException as exc:  # another run (a parallel sweep) created it first
             if exc.error_code != ErrorCode.Name(RESOURCE_ALREADY_EXISTS):
                 raise
-        previous = _alias_version(client, name, VERIFIED)
+        previous = alias_version(client, name, VERIFIED)
         if off_target_because is not None:
             alias_tags, alias_state = {TAG_OFF_TARGET: off_target_because}, "stays"
         elif move_alias:
             alias_tags, alias_state = {}, "moved"
         else:
-            alias_tags, alias_state = {TAG_ALIAS_PENDING: _now()}, "pending"
+            alias_tags, alias_state = {TAG_ALIAS_PENDING: utc_now()}, "pending"
         version = client.create_model_version(
             name,
             source,
@@ -298,7 +274,7 @@ def register_verified(
             tags={
                 TAG_VERIFIED: "true",
                 TAG_RUN: run_id,
-                "verified_at": _now(),
+                "verified_at": utc_now(),
                 TAG_PARAMS_PATH: PARAMS_PATH,
                 **digests,
             }
@@ -344,7 +320,7 @@ def move_verified_alias(tracking_uri: str, registered: dict[str, Any]) -> None:
     from mlflow.exceptions import MlflowException
 
     name, number = registered["registered_model"], registered["version"]
-    client = _client(tracking_uri)
+    client = registry_client(tracking_uri)
     try:
         client.set_registered_model_alias(name, VERIFIED, number)
         client.delete_model_version_tag(name, number, TAG_ALIAS_PENDING)
@@ -397,13 +373,13 @@ def settle_pending_alias(tracking_uri: str, name: str) -> list[str]:
     """
     from mlflow.exceptions import MlflowException
 
-    client = _client(tracking_uri)
+    client = registry_client(tracking_uri)
     lines = []
     try:
         pending = _pending_versions(client, name)
         if not pending:
             return []
-        current = _alias_version(client, name, VERIFIED)
+        current = alias_version(client, name, VERIFIED)
         held = int(current.version) if current is not None else 0
         for version in pending:  # newest first
             number = str(version.version)
@@ -525,7 +501,7 @@ def register_if_verified(
         return {"status": "not registered", "why": "the check failed: the alias stays"}
     if name is None:
         return {"status": "not registered", "why": "registry.registered_model is null"}
-    client = _client(info["tracking_uri"])
+    client = registry_client(info["tracking_uri"])
     source = read_json(Path(params_dir) / MANIFEST_FILE).get("source", {})
     if source.get("registered_model") == name and source.get("version"):
         return _reverified(
@@ -535,15 +511,21 @@ def register_if_verified(
             info["run_id"],
             f"the params came from {source['params_source']}; not registered again",
         )
+    if "jax_version" in runtime:
+        jax_version = runtime["jax_version"]
+    else:  # JAX imported only where the run recorded no version: track runs none
+        import jax
+
+        jax_version = jax.__version__
     runtime_tags = {
         "model": config.model.name,
         "backend": runtime.get("backend", config.backend.name),
         "precision": config.precision.name,
-        "jax_version": runtime.get("jax_version", jax.__version__),
+        "jax_version": jax_version,
         "jaxlib_version": runtime.get("jaxlib_version", "unknown"),
     }
     identity = served_identity(config, params_dir, runtime_tags)
-    current = _alias_version(client, name, VERIFIED)
+    current = alias_version(client, name, VERIFIED)
     # How the run differs from the deployment target (None: it is the target).
     because = "; ".join(off_target(config)) or None
     if because is not None:
@@ -600,7 +582,7 @@ def _reverified(
     again (tags ``reverified_by_run``, ``reverified_at``), instead of a copy registered;
     return the outcome :func:`register_if_verified` reports, with ``extra`` keys."""
     client.set_model_version_tag(name, version, "reverified_by_run", run_id)
-    client.set_model_version_tag(name, version, "reverified_at", _now())
+    client.set_model_version_tag(name, version, "reverified_at", utc_now())
     return {
         "status": "re-verified",
         "registered_model": name,
@@ -632,491 +614,3 @@ def outcome_line(result: dict[str, Any]) -> str:
         moved = f" (from version {result['previous']})" if result["previous"] else ""
         return f"params registered as {result['uri']}; alias {result['alias']} moved to it{moved}"
     return f"{result['status']}: {result['why']}"
-
-
-# --- the alias and rollback --------------------------------------------------------
-
-
-def _alias_version(client: Any, name: str, alias: str) -> Any | None:
-    from mlflow.exceptions import MlflowException
-
-    try:
-        return client.get_model_version_by_alias(name, alias)
-    except MlflowException:
-        return None
-
-
-def list_versions(tracking_uri: str, name: str) -> list[Any]:
-    """Every version of registered model ``name``, oldest first.
-
-    Raises:
-        ArtifactError: no such registered model in the store.
-    """
-    from mlflow.exceptions import MlflowException
-
-    client = _client(tracking_uri)
-    try:
-        client.get_registered_model(name)
-    except MlflowException:
-        raise ArtifactError(
-            f"no registered model {name!r} in {tracking_uri}: a run registers one when "
-            "its check passes"
-        ) from None
-    found, token = [], None
-    while True:
-        page = client.search_model_versions(f"name = '{name}'", page_token=token)
-        found.extend(page)
-        token = page.token
-        if not token:
-            break
-    return sorted(found, key=lambda v: int(v.version))
-
-
-def untrusted_because(client: Any, version: Any) -> str | None:
-    """Why the run that registered ``version`` is not a complete run (None: it is)."""
-    from mlflow.exceptions import MlflowException
-
-    run_id = version.run_id or version.tags.get(TAG_RUN)
-    if not run_id:
-        return "it names no run that verified it"
-    try:
-        run = client.get_run(run_id)
-    except MlflowException:
-        return f"its run {run_id} is not in the store"
-    why = incomplete_because(run)
-    return None if why is None else f"its run {run_id} is not a complete run: {why}"
-
-
-def previous_verified(
-    versions: list[Any],
-    current: str,
-    untrusted: Callable[[Any], str | None] = lambda version: None,
-) -> Any | None:
-    """The newest version before ``current`` that was verified, not rolled back from, not
-    off the deployment target unless it was promoted (the alias never held it otherwise),
-    and not ``untrusted`` (a reason, e.g. :func:`untrusted_because`; None: trusted)."""
-    for v in reversed(versions):
-        if (
-            int(v.version) < int(current)
-            and v.tags.get(TAG_VERIFIED) == "true"
-            and TAG_ROLLED_BACK not in v.tags
-            and (TAG_OFF_TARGET not in v.tags or TAG_PROMOTED in v.tags)
-            and untrusted(v) is None
-        ):
-            return v
-    return None
-
-
-def _describe(version: Any) -> str:
-    run = version.tags.get(TAG_RUN) or version.run_id or "?"
-    digest = version.tags.get("params_sha256", "?")
-    return f"version {version.version} (run {run}, params sha256 {digest[:12]})"
-
-
-def rollback(tracking_uri: str, name: str) -> dict[str, Any]:
-    """Move alias ``verified`` of ``name`` back to the previous verified version.
-
-    The version it leaves gets tags ``rolled_back_at`` and ``rolled_back_to``, so a later
-    rollback goes further back rather than returning to it. An alias move a dead ``track``
-    left pending (:func:`settle_pending_alias`) is dropped, so the next track does not
-    undo the rollback.
-
-    Raises:
-        ArtifactError: no such model, no version holds the alias, or none earlier was verified.
-    """
-    client = _client(tracking_uri)
-    versions = list_versions(tracking_uri, name)
-    current = _alias_version(client, name, VERIFIED)
-    if current is None:
-        raise ArtifactError(
-            f"models:/{name}@{VERIFIED}: no version holds the alias; nothing to roll back"
-        )
-    target = previous_verified(versions, current.version, lambda v: untrusted_because(client, v))
-    if target is None:
-        raise ArtifactError(
-            f"models:/{name}@{VERIFIED} is at {_describe(current)}, and no earlier version "
-            "was verified (or every earlier one was rolled back from, or its run is not "
-            "complete): nothing to roll back to"
-        )
-    client.set_registered_model_alias(name, VERIFIED, target.version)
-    client.set_model_version_tag(name, current.version, TAG_ROLLED_BACK, _now())
-    client.set_model_version_tag(name, current.version, "rolled_back_to", target.version)
-    # A move a dead track left pending would undo this rollback at the next track: it is
-    # dropped (the version keeps its other tags and can be rolled back to).
-    dropped = _drop_pending_moves(client, name, versions)
-    note = f"; the pending alias move to version(s) {', '.join(dropped)} dropped" if dropped else ""
-    return {
-        "registered_model": name,
-        "alias": VERIFIED,
-        "from": str(current.version),
-        "to": str(target.version),
-        "message": (
-            f"rollback: models:/{name}@{VERIFIED} moved from {_describe(current)} "
-            f"to {_describe(target)}{note}"
-        ),
-    }
-
-
-def _drop_pending_moves(client: Any, name: str, versions: list[Any]) -> list[str]:
-    """Drop every alias move a dead track left pending on a complete run's version (it
-    would undo a rollback or a promotion at the next track); the versions dropped."""
-    dropped = [
-        str(v.version)
-        for v in versions
-        if TAG_ALIAS_PENDING in v.tags and untrusted_because(client, v) is None
-    ]
-    for number in dropped:
-        client.delete_model_version_tag(name, number, TAG_ALIAS_PENDING)
-    return dropped
-
-
-def _chosen_version(
-    tracking_uri: str, name: str, versions: list[Any], version: str | None, run_id: str | None
-) -> Any:
-    """The version ``promote`` was given: by number, or the newest one ``run_id`` registered."""
-    if (version is None) == (run_id is None):
-        raise ConfigError(
-            "promote: expected one of --version N or --run RUN_ID, found "
-            + ("both" if version is not None else "neither")
-        )
-    numbers = ", ".join(str(v.version) for v in versions) or "none"
-    if version is not None:
-        chosen = [v for v in versions if str(v.version) == str(version)]
-        if not chosen:
-            raise ArtifactError(
-                f"--version {version}: no such version of {name!r} in {tracking_uri} "
-                f"(its versions: {numbers})"
-            )
-        return chosen[0]
-    chosen = [v for v in versions if run_id in (v.run_id, v.tags.get(TAG_RUN))]
-    if not chosen:
-        raise ArtifactError(
-            f"--run {run_id}: registered no version of {name!r} in {tracking_uri} (a run "
-            f"registers one when its check passes; `vmapcheck registry` lists them)"
-        )
-    return chosen[-1]
-
-
-def promote(
-    tracking_uri: str, name: str, version: str | None = None, run_id: str | None = None
-) -> dict[str, Any]:
-    """Move alias ``verified`` of ``name`` to a version on purpose: ``version`` (its number)
-    or the newest version run ``run_id`` registered. Any verified version whose run is
-    complete may be promoted, one off the deployment target too (a passing run with
-    other settings registers such a version without the alias): the message then says
-    how it differs, since ``@verified`` now serves it (its signature's dtype included).
-
-    The version gets ``promoted_at`` and ``promoted_from`` (the version the alias held,
-    or ``none``) and loses ``rolled_back_at``/``rolled_back_to``, so rollback can return
-    to it; an alias move a dead ``track`` left pending is dropped, as by :func:`rollback`.
-
-    Raises:
-        ConfigError: neither or both of ``version`` and ``run_id``.
-        ArtifactError: no such model or version, a version no passing run verified, or
-            one whose run is not complete.
-    """
-    client = _client(tracking_uri)
-    versions = list_versions(tracking_uri, name)
-    chosen = _chosen_version(tracking_uri, name, versions, version, run_id)
-    number = str(chosen.version)
-    where = f"models:/{name}/{number}"
-    if chosen.tags.get(TAG_VERIFIED) != "true":
-        raise ArtifactError(
-            f"{where}: not tagged {TAG_VERIFIED}=true; only versions a passing vmapcheck run "
-            "registered are promoted"
-        )
-    untrusted = untrusted_because(client, chosen)
-    if untrusted is not None:
-        raise ArtifactError(f"{where}: {untrusted}; only versions of complete runs are promoted")
-    current = _alias_version(client, name, VERIFIED)
-    off = chosen.tags.get(TAG_OFF_TARGET)
-    note = (
-        f"; version {number} is off the deployment target ({TARGET_SETTING}): {off}" if off else ""
-    )
-    if current is not None and str(current.version) == number:
-        return {
-            "registered_model": name,
-            "alias": VERIFIED,
-            "from": number,
-            "to": number,
-            "message": f"promote: models:/{name}@{VERIFIED} is already {_describe(chosen)}; "
-            f"nothing moved{note}",
-        }
-    client.set_registered_model_alias(name, VERIFIED, number)
-    client.set_model_version_tag(name, number, TAG_PROMOTED, _now())
-    previous = str(current.version) if current is not None else "none"
-    client.set_model_version_tag(name, number, "promoted_from", previous)
-    for tag in (TAG_ROLLED_BACK, "rolled_back_to"):
-        if tag in chosen.tags:
-            client.delete_model_version_tag(name, number, tag)
-    dropped = _drop_pending_moves(client, name, versions)
-    pending = (
-        f"; the pending alias move to version(s) {', '.join(dropped)} dropped" if dropped else ""
-    )
-    moved_from = f"from {_describe(current)} " if current is not None else ""
-    return {
-        "registered_model": name,
-        "alias": VERIFIED,
-        "from": str(current.version) if current is not None else None,
-        "to": number,
-        "message": f"promote: models:/{name}@{VERIFIED} moved {moved_from}to "
-        f"{_describe(chosen)}{note}{pending}",
-    }
-
-
-def show(tracking_uri: str, name: str) -> str:
-    """The versions of ``name`` as text: which holds which alias, and their tags."""
-    versions = list_versions(tracking_uri, name)
-    client = _client(tracking_uri)
-    # search_model_versions leaves ModelVersion.aliases empty: the model holds the map.
-    held: dict[str, list[str]] = {}
-    for alias, number in client.get_registered_model(name).aliases.items():
-        held.setdefault(str(number), []).append(alias)
-    lines = [f"registered model {name} in {tracking_uri}: {len(versions)} version(s)"]
-    for v in reversed(versions):
-        names = sorted(held.get(str(v.version), []))
-        aliases = f" @{', @'.join(names)}" if names else ""
-        state = " (rolled back from)" if TAG_ROLLED_BACK in v.tags else ""
-        if TAG_OFF_TARGET in v.tags:
-            state += " (off the deployment target" + (
-                ", promoted)"
-                if TAG_PROMOTED in v.tags
-                else ": `vmapcheck promote` moves the alias to it)"
-            )
-        if TAG_ALIAS_PENDING in v.tags:
-            state += (
-                f" (alias {VERIFIED} move pending: the next track makes it if its run is complete)"
-            )
-        lines.append(f"  version {v.version}{aliases}{state}  source {v.source}")
-        untrusted = untrusted_because(client, v)
-        if untrusted:
-            lines.append(f"      not loaded: {untrusted}")
-        for key in sorted(v.tags):
-            lines.append(f"      {key} = {v.tags[key]}")
-    if not versions:
-        lines.append("  (none)")
-    return "\n".join(lines)
-
-
-# --- loading by models:/ URI -------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class RegisteredParams:
-    """Where verified params came from (recorded in data/params/manifest.json)."""
-
-    params_source: str  # the URI as configured
-    registered_model: str
-    version: str
-    run_id: str | None
-    params_sha256: str
-
-
-def resolve_version(tracking_uri: str, uri: str) -> Any:
-    """The model version ``uri`` names (an alias is resolved now).
-
-    Raises:
-        ConfigError: a malformed URI.
-        ArtifactError: no such model, version or alias in the store (naming the URI).
-    """
-    from mlflow.exceptions import MlflowException
-
-    parsed = parse_models_uri(uri)
-    client = _client(tracking_uri)
-    try:
-        if parsed.alias is not None:
-            return client.get_model_version_by_alias(parsed.name, parsed.alias)
-        return client.get_model_version(parsed.name, parsed.version)
-    except MlflowException as exc:
-        raise ArtifactError(f"{uri}: not found in {tracking_uri} ({exc.message})") from None
-
-
-def fetch_registered_params(
-    tracking_uri: str, uri: str, dest: Path
-) -> tuple[RegisteredParams, Path]:
-    """Download the params artifact ``uri`` names into ``dest`` and check every file
-    against the sha256 digests recorded on the version when it was verified.
-
-    Returns:
-        Where the params came from, and the local folder holding the checked files.
-
-    Raises:
-        ArtifactError: naming ``uri`` and the version: unknown, not verified by vmapcheck,
-            or a file missing or changed since.
-    """
-    version = resolve_version(tracking_uri, uri)
-    where = f"{uri} (version {version.version})"
-    if version.tags.get(TAG_VERIFIED) != "true":
-        raise ArtifactError(
-            f"{where}: not tagged {TAG_VERIFIED}=true; only versions a passing vmapcheck "
-            "run registered are loaded"
-        )
-    untrusted = untrusted_because(_client(tracking_uri), version)
-    if untrusted is not None:
-        raise ArtifactError(
-            f"{where}: {untrusted}; only versions registered by a complete run are loaded "
-            f"(`vmapcheck rollback --model {version.name}` moves @{VERIFIED} to the previous one)"
-        )
-    from mlflow.exceptions import MlflowException
-
-    try:
-        source = _client(tracking_uri).get_model_version_download_uri(version.name, version.version)
-    except MlflowException as exc:
-        raise ArtifactError(f"{where}: no download location ({exc.message})") from None
-    # A servable version holds its params under params_path; an older one is the folder.
-    inner = version.tags.get(TAG_PARAMS_PATH, "").strip("/")
-    source = f"{source.rstrip('/')}/{inner}" if inner else source
-    local = _download(tracking_uri, source, Path(dest), where)
-    verify_folder(local, version.tags, where)
-    info = RegisteredParams(
-        params_source=uri,
-        registered_model=version.name,
-        version=str(version.version),
-        run_id=version.run_id,
-        params_sha256=version.tags["params_sha256"],
-    )
-    return info, local
-
-
-def load_registered_params(
-    model: Any, uri: str, tracking_uri: str
-) -> tuple[Any, dict[str, Any], dict[str, Any], RegisteredParams]:
-    """Verified params for ``model`` (a :class:`vmapcheck.core.models.Model`) from ``uri``.
-
-    Checks, before the params are used: each file's sha256 against the registry's record
-    (:func:`fetch_registered_params`); the manifest's and contract.json's params leaves
-    against ``model``'s template (name, shape, dtype); the params file's sha256 again, its
-    format (safetensors, never unpickled), and every leaf (``read_params_file``).
-
-    Returns:
-        (params pytree shaped like ``model.init``'s, its manifest, its contract, where
-        it came from).
-
-    Raises:
-        ArtifactError / ConfigError: naming ``uri`` and what failed.
-    """
-    require_existing_store(tracking_uri, f"train.params_source={uri}")
-    template = jax.eval_shape(model.init, jax.random.key(0))
-    with tempfile.TemporaryDirectory() as tmp:
-        info, folder = fetch_registered_params(tracking_uri, uri, Path(tmp))
-        where = f"{uri} (version {info.version})"
-        manifest = read_json(folder / MANIFEST_FILE)
-        contract = read_json(folder / CONTRACT_FILE)
-        try:
-            if contract.get("model") != model.name:
-                raise ArtifactError(
-                    f"params are of model {contract.get('model')!r}, the configured model is "
-                    f"{model.name!r}"
-                )
-            expected = contract_of(template)
-            check_contract(manifest.get("contract", {}), expected)
-            check_contract(contract.get("params", {}), expected)
-            params = read_params_file(folder / PARAMS_FILE, template, info.params_sha256)
-        except ArtifactError as exc:
-            raise ArtifactError(f"{where}: {exc}") from None
-    return params, manifest, contract, info
-
-
-def manifest_source(info: RegisteredParams) -> dict[str, Any]:
-    """The ``source`` entry ``train`` writes into the manifest for registry params."""
-    return asdict(info)
-
-
-# --- command line ------------------------------------------------------------------
-
-
-def local_params_note(tracking_uri: str, name: str, params_dir: Path) -> str | None:
-    """A line saying that ``params_dir`` came from an alias of ``name`` that has moved
-    since (DVC cannot see the registry: ``train`` reruns only when params.yaml changes)."""
-    manifest = params_dir / MANIFEST_FILE
-    if not manifest.is_file():
-        return None
-    source = read_json(manifest).get("source", {})
-    if source.get("registered_model") != name or "@" not in source.get("params_source", ""):
-        return None
-    now = resolve_version(tracking_uri, source["params_source"])
-    if str(now.version) == source.get("version"):
-        return f"{params_dir} holds version {now.version}, where {source['params_source']} points"
-    return (
-        f"{params_dir} holds version {source.get('version')} from {source['params_source']}, "
-        f"which now points at version {now.version}: run `dvc repro --force --single-item "
-        "train` then `dvc repro` to use it"
-    )
-
-
-def _command(layout: Layout, model: str | None, action: Callable[[str, str], None]) -> int:
-    """Resolve the store and the registered model, then ``action(uri, name)``; errors go to
-    stderr as ``registry: error: ...`` with exit 2."""
-    from mlflow.exceptions import MlflowException
-
-    try:
-        config = load_config(layout.params_yaml)
-        uri = resolve_tracking_uri(config.tracking, layout.root)
-        require_existing_store(uri, "the registry")
-        if is_http(uri):
-            # A server that does not answer is said so: its reads would otherwise look
-            # like an empty registry ("no registered model").
-            probe(uri, config.tracking)
-        name = model or config.registry.registered_model
-        if name is None:
-            raise ConfigError("registry.registered_model is null and no --model was given")
-        if not re.fullmatch(REGISTERED_MODEL_PATTERN, name):
-            raise ConfigError(
-                f"--model: expected a registered model name matching "
-                f"{REGISTERED_MODEL_PATTERN}, found {name!r}"
-            )
-        action(uri, name)
-    except VmapcheckError as exc:
-        print(f"registry: error: {exc}", file=sys.stderr)
-        return 2
-    except MlflowException as exc:  # the store refused or could not be reached
-        print(f"registry: error: {exc.message}", file=sys.stderr)
-        return 2
-    return 0
-
-
-def target_line(config: Config) -> str:
-    """The deployment target (``registry.target``) as one line, for ``vmapcheck registry``."""
-    target = config.registry.target
-    hidden = "any" if target.hidden is None else str(target.hidden)
-    return (
-        f"deployment target ({TARGET_SETTING}): model {target.model}, hidden {hidden}, "
-        f"backend {target.backend}, precision {target.precision} "
-        f"({PRECISION_DTYPES[target.precision]}), bench {target.bench}; a passing run of it "
-        f"moves @{VERIFIED}, `vmapcheck promote` any other"
-    )
-
-
-def run_show(layout: Layout, model: str | None = None) -> int:
-    """``vmapcheck registry``: the versions of ``model`` (default:
-    ``registry.registered_model``), the deployment target, and whether ``layout.params`` is
-    where its alias points."""
-
-    def action(uri: str, name: str) -> None:
-        print(show(uri, name))
-        print(target_line(load_config(layout.params_yaml)))
-        note = local_params_note(uri, name, layout.params)
-        if note:
-            print(note)
-
-    return _command(layout, model, action)
-
-
-def run_rollback(layout: Layout, model: str | None = None) -> int:
-    """``vmapcheck rollback``: move alias ``verified`` of ``model`` back (:func:`rollback`)."""
-    return _command(layout, model, lambda uri, name: print(rollback(uri, name)["message"]))
-
-
-def run_promote(
-    layout: Layout,
-    model: str | None = None,
-    version: str | None = None,
-    run_id: str | None = None,
-) -> int:
-    """``vmapcheck promote``: move alias ``verified`` of ``model`` to a version on purpose
-    (:func:`promote`)."""
-
-    def action(uri: str, name: str) -> None:
-        print(promote(uri, name, version, run_id)["message"])
-
-    return _command(layout, model, action)

@@ -5,7 +5,7 @@ not the GenAI one (traces, evaluations) that MLflow 3 opens by default: the UI r
 ``workflowType=machine_learning`` from the URL (mlflow/server/js, WorkflowType). The
 experiment's page also loads the runs-table view ``viewStateShareKey=vmapcheck-summary``
 (columns: the verdict tags and the ``summary/*`` metrics), which ``track`` stores on the
-experiment (vmapcheck.tracking.log.describe_experiment).
+experiment (vmapcheck.tracking.experiment.describe_experiment).
 """
 
 from __future__ import annotations

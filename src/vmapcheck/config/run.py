@@ -1,0 +1,116 @@
+"""Config groups ``train``, ``backend`` and ``precision``: how the params are made, on
+which device the model runs, and at which dtype, judged with which tolerances."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import Field, model_validator
+
+from vmapcheck.config.fields import MODELS_URI_PATTERN, PositiveInt, Strict
+
+MAX_LEARNING_RATE = 10.0
+
+
+class TrainConfig(Strict):
+    optimizer: Literal["adam", "sgd"]
+    steps: Annotated[int, Field(ge=0)]
+    batch_size: PositiveInt
+    # Above MAX_LEARNING_RATE no optimizer step stays finite on any model here: refused
+    # at the door, not as a NaN loss after the work has started.
+    learning_rate: Annotated[float, Field(gt=0.0, le=MAX_LEARNING_RATE)]
+    eval_every: PositiveInt
+    # Bring your own params: a safetensors file and its expected sha256 (both or neither).
+    # When given, nothing is trained: the file is verified and evaluated.
+    params_file: str | None = None
+    params_sha256: Annotated[str, Field(pattern=r"^[0-9a-f]{64}$")] | None = None
+    # Or verified params from the MLflow Model Registry (vmapcheck.tracking.registry): a pinned
+    # version models:/<name>/<version>, or an alias models:/<name>@<alias>.
+    params_source: Annotated[str, Field(pattern=MODELS_URI_PATTERN)] | None = None
+
+    @model_validator(mode="after")
+    def _file_with_its_digest(self) -> TrainConfig:
+        if (self.params_file is None) != (self.params_sha256 is None):
+            raise ValueError(
+                "train.params_file and train.params_sha256 go together: a params file is "
+                "used only with the sha256 it must have"
+            )
+        if self.params_file is not None and self.params_source is not None:
+            raise ValueError(
+                "train.params_file and train.params_source both name params: give one of them"
+            )
+        return self
+
+
+class BackendConfig(Strict):
+    name: Literal["cpu", "gpu", "tpu"]
+    platform: Literal["cpu", "cuda", "rocm", "tpu"]
+    # Devices of the data-parallel (sharded_jit) path's 1-D mesh; null: every device present.
+    # On CPU, JAX is started with this many emulated CPU devices (jax_num_cpu_devices).
+    # The other paths run on one device whatever this says.
+    num_devices: PositiveInt | None
+    # Whether one process at a time may open the devices: on a TPU, a process that opens
+    # the chip while another holds it fails (libtpu's lockfile). The paired verdict
+    # (vmapcheck.bench.paired) then never runs two worker processes at once. Absent: true
+    # on every platform but cpu (the validator below), so a backend that does not say is
+    # treated as exclusive.
+    exclusive_device: bool = True
+
+    @model_validator(mode="before")
+    @classmethod
+    def _exclusive_unless_cpu(cls, data: Any) -> Any:
+        if isinstance(data, dict) and "exclusive_device" not in data:
+            return {**data, "exclusive_device": data.get("platform") != "cpu"}
+        return data
+
+
+# What the relative tolerance is relative to (vmapcheck.core.compare.scale_of): "output",
+# max(|a|, |b|); "terms", the magnitude of the terms each output element is made of
+# (vmapcheck.core.magnitude), at least max(|a|, |b|).
+ToleranceScale = Literal["terms", "output"]
+
+
+# The loosest rtol and atol a check accepts. Past it a check no longer tells a batching
+# mistake from rounding: bfloat16, the coarsest dtype here, rounds to 2^-8 (0.4%) and its
+# shipped tolerances are 1.6e-2 to 3.2e-2 (conf/precision/bf16.yaml); an rtol of 1e300
+# passed every mistake (and overflowed).
+MAX_TOLERANCE = 0.1
+
+
+class ToleranceConfig(Strict):
+    """Agreement between two outputs a, b, elementwise: ``|a - b|`` within ``atol`` plus
+    ``rtol`` times the magnitude ``scale`` names (the rule: vmapcheck.core.compare).
+    Both at most :data:`MAX_TOLERANCE`."""
+
+    rtol: Annotated[float, Field(ge=0.0, le=MAX_TOLERANCE)]
+    atol: Annotated[float, Field(ge=0.0, le=MAX_TOLERANCE)]
+    # conf/precision/*.yaml set it ("terms"); the default serves tolerances built in code.
+    scale: ToleranceScale = "terms"
+
+
+# The float dtype each precision option (conf/precision/<name>.yaml) runs in; f32_default
+# is float32 at the backend's own matmul precision (bfloat16 operands on a TPU).
+PRECISION_DTYPES = {
+    "f32": "float32",
+    "f32_default": "float32",
+    "f64": "float64",
+    "bf16": "bfloat16",
+}
+PrecisionName = Literal["f32", "f32_default", "f64", "bf16"]
+
+
+class PrecisionConfig(Strict):
+    name: PrecisionName
+    dtype: Literal["float32", "float64", "bfloat16"]
+    enable_x64: bool
+    matmul_precision: Literal["default", "high", "highest"]
+    # Between forward paths within one run.
+    tolerance: ToleranceConfig
+    # Against the stored reference and the float64 oracle (another run, other numerics).
+    cross_run_tolerance: ToleranceConfig
+
+    @model_validator(mode="after")
+    def _x64_matches_dtype(self) -> PrecisionConfig:
+        if self.dtype == "float64" and not self.enable_x64:
+            raise ValueError("dtype float64 needs enable_x64: true (JAX truncates to float32)")
+        return self

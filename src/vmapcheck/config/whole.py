@@ -1,0 +1,69 @@
+"""The whole validated configuration (:class:`Config`): one field per conf/ group, plus
+the seed, and the checks that span groups."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from pydantic import Field, model_validator
+
+from vmapcheck.config.bench import BenchConfig, BudgetConfig
+from vmapcheck.config.data import DataConfig
+from vmapcheck.config.fields import Strict
+from vmapcheck.config.guard import DTYPE_BYTES, GuardConfig, byte_limit_problem, example_bytes
+from vmapcheck.config.model import ModelConfig
+from vmapcheck.config.run import BackendConfig, PrecisionConfig, TrainConfig
+from vmapcheck.config.tracking import RegistryConfig, TrackingConfig
+
+
+class ReferenceConfig(Strict):
+    dir: Annotated[str, Field(min_length=1)]
+    required: bool
+
+
+class Config(Strict):
+    """The whole validated configuration (one field per conf/ group, plus the seed)."""
+
+    seed: Annotated[int, Field(ge=0)]
+    model: ModelConfig
+    data: DataConfig
+    train: TrainConfig
+    backend: BackendConfig
+    precision: PrecisionConfig
+    bench: BenchConfig
+    guard: GuardConfig
+    budget: BudgetConfig
+    tracking: TrackingConfig
+    registry: RegistryConfig
+    reference: ReferenceConfig
+    # The top-level keys of params.yaml that belong to the project vmapcheck joined (its
+    # own stages read them; `vmapcheck init` lists them from the project's params, which
+    # it keeps in conf/project.yaml). vmapcheck leaves them alone; any other unknown key
+    # is refused (a typo of one of vmapcheck's).
+    # (A pydantic field: pydantic copies the default for each instance.)
+    project_keys: list[str] = []  # noqa: RUF012
+
+    @model_validator(mode="after")
+    def _data_fits_model(self) -> Config:
+        features = "data.n_features" if self.data.source == "synthetic" else "data.features"
+        targets = "data.n_targets" if self.data.source == "synthetic" else "data.targets"
+        if self.data.n_features != self.model.in_features:
+            raise ValueError(
+                f"{features} gives {self.data.n_features} features but model.in_features="
+                f"{self.model.in_features}: the table must have as many features as the model"
+            )
+        if self.data.n_targets != self.model.out_features:
+            raise ValueError(
+                f"{targets} gives {self.data.n_targets} targets but model.out_features="
+                f"{self.model.out_features}"
+            )
+        return self
+
+    @model_validator(mode="after")
+    def _full_batch_within_byte_limit(self) -> Config:
+        problem = byte_limit_problem(
+            self.guard, example_bytes(self.model, DTYPE_BYTES[self.precision.dtype])
+        )
+        if problem:
+            raise ValueError(problem)
+        return self
