@@ -208,100 +208,8 @@ def leaves_text(leaves: list[dict[str, Any]]) -> str:
 
 def agreement(check: CheckDetails) -> dict[str, Any]:
     """``{"intro", "not_provided", "capped", "summary": table, "cases": [{"name", "n_pairs",
-    "passed", "pairs": table, "losses": table | None}]}``."""
+    "passed", "pairs": table, "losses": table | None, "rules": table | None}]}``."""
     tol = check["tolerance"]
-    summary_rows = []
-    cases = []
-    for name, case in check["cases"].items():
-        oracle_rel = [
-            r["max_rel"] for r in case.get("oracle", {}).values() if r["max_rel"] is not None
-        ]
-        problems = [
-            f"{p}: {m}" for p, msgs in in_path_order(case.get("contract", {})) for m in msgs
-        ]
-        problems += [
-            f"{p}: non-finite output" for p, ok in in_path_order(case.get("finite", {})) if not ok
-        ]
-        summary_rows.append(
-            (
-                [
-                    name,
-                    case["kind"],
-                    shape_text(case["shape"]),
-                    case.get("about", ""),
-                    len(case["pairs"]),
-                    case["max_abs"],
-                    case["max_rel"],
-                    max(oracle_rel) if oracle_rel else None,
-                    "; ".join(problems) or "none",
-                    result_cell(case["passed"]),
-                ],
-                case["passed"],
-            )
-        )
-        # Pairs in the order the check made them (every pair of paths, in registry order).
-        pairs = table(
-            ("case", "pair", "max_abs", "max_rel", "result", "reason"),
-            (
-                (
-                    [
-                        name,
-                        pair,
-                        r["max_abs"],
-                        r["max_rel"],
-                        result_cell(r["passed"]),
-                        r.get("reason", ""),
-                    ],
-                    r["passed"],
-                )
-                for pair, r in case["pairs"].items()
-            ),
-            numeric=(2, 3),
-            table_id=f"pairs-{name}",
-            row_class="pair",
-        )
-        losses = case.get("loss", {})
-        rules = case.get("rules", {})
-        cases.append(
-            {
-                "name": name,
-                "n_pairs": len(case["pairs"]),
-                "passed": bool(case["passed"]),
-                "pairs": pairs,
-                "losses": table(
-                    ("path", "MSE on the case's targets"),
-                    (([p, v], None) for p, v in in_path_order(losses)),
-                    numeric=(1,),
-                )
-                if losses
-                else None,
-                # The rules its kind adds to agreement (vmapcheck.check.rules), each shown
-                # alike: what it checks, what it found, its figures.
-                "rules": table(
-                    ("rule", "what it checks", "found", "figures", "result"),
-                    (
-                        (
-                            [
-                                name,
-                                rule(name).about,
-                                r["text"],
-                                "; ".join(
-                                    f"{k} {num(v) if v is not None else 'not measured'}"
-                                    for k, v in r["figures"].items()
-                                ),
-                                result_cell(r["passed"]),
-                            ],
-                            r["passed"],
-                        )
-                        for name, r in rules.items()
-                    ),
-                    table_id=f"rules-{name}",
-                    row_class="rule",
-                )
-                if rules
-                else None,
-            }
-        )
     summary = table(
         (
             "case",
@@ -315,7 +223,7 @@ def agreement(check: CheckDetails) -> dict[str, Any]:
             "contract / finiteness problems",
             "result",
         ),
-        summary_rows,
+        (_case_row(name, case) for name, case in check["cases"].items()),
         numeric=(5, 6, 7),
         table_id="agreement",
         row_class="case",
@@ -331,8 +239,101 @@ def agreement(check: CheckDetails) -> dict[str, Any]:
         # What a budget capped: the rows each capped part covered (conf/budget/).
         "capped": budget_lines(check),
         "summary": summary,
-        "cases": cases,
+        "cases": [_case_tables(name, case) for name, case in check["cases"].items()],
     }
+
+
+def _case_row(name: str, case: Mapping[str, Any]) -> tuple[list[Any], bool]:
+    """A case's row of the agreement table: its worst figures and its problems."""
+    oracle_rel = [r["max_rel"] for r in case.get("oracle", {}).values() if r["max_rel"] is not None]
+    problems = [f"{p}: {m}" for p, msgs in in_path_order(case.get("contract", {})) for m in msgs]
+    problems += [
+        f"{p}: non-finite output" for p, ok in in_path_order(case.get("finite", {})) if not ok
+    ]
+    return (
+        [
+            name,
+            case["kind"],
+            shape_text(case["shape"]),
+            case.get("about", ""),
+            len(case["pairs"]),
+            case["max_abs"],
+            case["max_rel"],
+            max(oracle_rel) if oracle_rel else None,
+            "; ".join(problems) or "none",
+            result_cell(case["passed"]),
+        ],
+        case["passed"],
+    )
+
+
+def _case_tables(name: str, case: Mapping[str, Any]) -> dict[str, Any]:
+    """A case's own tables: every pair (in the order the check made them: registry
+    order), the losses on its targets, and the rules its kind adds."""
+    pairs = table(
+        ("case", "pair", "max_abs", "max_rel", "result", "reason"),
+        (
+            (
+                [
+                    name,
+                    pair,
+                    r["max_abs"],
+                    r["max_rel"],
+                    result_cell(r["passed"]),
+                    r.get("reason", ""),
+                ],
+                r["passed"],
+            )
+            for pair, r in case["pairs"].items()
+        ),
+        numeric=(2, 3),
+        table_id=f"pairs-{name}",
+        row_class="pair",
+    )
+    losses = case.get("loss", {})
+    return {
+        "name": name,
+        "n_pairs": len(case["pairs"]),
+        "passed": bool(case["passed"]),
+        "pairs": pairs,
+        "losses": table(
+            ("path", "MSE on the case's targets"),
+            (([p, v], None) for p, v in in_path_order(losses)),
+            numeric=(1,),
+        )
+        if losses
+        else None,
+        "rules": _rules_table(name, case.get("rules", {})),
+    }
+
+
+def _rules_table(case: str, rules: Mapping[str, Any]) -> Any:
+    """The rules a case's kind adds to agreement (vmapcheck.check.rules), each shown
+    alike: what it checks, what it found, its figures; None when it has none."""
+    if not rules:
+        return None
+    rows = (
+        (
+            [
+                name,
+                rule(name).about,
+                r["text"],
+                "; ".join(
+                    f"{k} {num(v) if v is not None else 'not measured'}"
+                    for k, v in r["figures"].items()
+                ),
+                result_cell(r["passed"]),
+            ],
+            r["passed"],
+        )
+        for name, r in rules.items()
+    )
+    return table(
+        ("rule", "what it checks", "found", "figures", "result"),
+        rows,
+        table_id=f"rules-{case}",
+        row_class="rule",
+    )
 
 
 def scale_text(tolerance: dict[str, Any]) -> str:
