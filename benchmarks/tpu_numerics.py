@@ -20,7 +20,7 @@ Everything runs in one process through the library:
   holds each path's figures against float64 (``details["cases"][case]["oracle"]``) and
   each pair's (``pairs``), but not the paths' outputs, which the CPU and stored
   comparisons need: they are taken from the check's own forward (its step
-  ``vmapcheck.testing._forward`` is wrapped for the call and passes them on unchanged),
+  ``vmapcheck.testing.forward`` is wrapped for the call and passes them on unchanged),
   so the figures describe the very numbers the check judged. Should that step be renamed,
   the outputs are computed again with :func:`vmapcheck.core.forward.run_forward` (the
   JSON says which: ``outputs_from``);
@@ -333,7 +333,7 @@ def hooked_check(config: Any, captured: dict[str, Any]) -> Iterator[None]:
     (``"<case>.<path>" -> array``), unchanged."""
     from vmapcheck import testing
 
-    saved = {name: getattr(testing, name, None) for name in ("precision_config", "_forward")}
+    saved = {name: getattr(testing, name, None) for name in ("precision_config", "forward")}
 
     def precision_config(name: str, *, rtol: Any = None, atol: Any = None) -> Any:
         if rtol is not None or atol is not None:
@@ -341,7 +341,7 @@ def hooked_check(config: Any, captured: dict[str, Any]) -> Iterator[None]:
         return config
 
     testing.precision_config = precision_config
-    forward = saved["_forward"]
+    forward = saved["forward"]
     if forward is not None:
 
         def spy(*args: Any, **kwargs: Any) -> Any:
@@ -349,7 +349,7 @@ def hooked_check(config: Any, captured: dict[str, Any]) -> Iterator[None]:
             captured["outputs"] = dict(result[0])
             return result
 
-        testing._forward = spy
+        testing.forward = spy
     try:
         yield
     finally:

@@ -573,3 +573,13 @@ def test_the_plugin_imports_no_jax():
         [sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=root
     )
     assert out.stdout.strip() == "False"
+
+
+def test_the_api_records_the_runtime_as_the_forward_stage_does(good):
+    """One run core: the API's forward record is built like the pipeline's
+    (vmapcheck.core.record.forward_record, vmapcheck.core.runtime.runtime_info)."""
+    from vmapcheck.core.runtime import RuntimeInfo
+
+    runtime = good.details["runtime"]
+    assert set(runtime) == {f.name for f in dataclasses.fields(RuntimeInfo)}
+    assert runtime["backend"] == "cpu" and runtime["device_count"] >= 1

@@ -13,12 +13,13 @@ from typing import Any
 import numpy as np
 
 from vmapcheck.check.rules import judge_case
-from vmapcheck.check.schema import CheckDetails, ForwardRecord
+from vmapcheck.check.schema import CheckDetails
 from vmapcheck.config import Config, ToleranceConfig
 from vmapcheck.core.cases import CaseKind, case_rows, kind_of
 from vmapcheck.core.compare import compare, looser, within
 from vmapcheck.core.composition import REGROUPINGS, applies, composition_key
 from vmapcheck.core.paths import PATHS, output_key, path_names, plain_path, row_cap
+from vmapcheck.core.record import ForwardRecord
 from vmapcheck.data.regression import SINGLE_CASE, STANDARD_CASE
 
 

@@ -13,45 +13,9 @@ the key, instead of a ``KeyError`` deep in a later stage.
 from pathlib import Path
 from typing import Any, NotRequired, TypedDict, TypeVar, cast
 
+from vmapcheck.core.record import ForwardRecord
 from vmapcheck.errors import ArtifactError
 from vmapcheck.io import read_json
-
-
-class PathRun(TypedDict, total=False):
-    """What one path did with one case: an output's shape and dtype, or a refusal or
-    crash with the error's type and message."""
-
-    refused: bool
-    crashed: bool
-    error: str
-    message: str
-    shape: list[int]
-    dtype: str
-    # A path the budget capped (vmapcheck.core.forward.cap_entry): the first rows_run of
-    # the case's rows_of rows, and the budget.* key that capped it.
-    rows_run: int
-    rows_of: int
-    capped_by: str
-
-
-class ForwardRecord(TypedDict):
-    """``data/forward/record.json``, written by the forward stage."""
-
-    runtime: dict[str, Any]  # backend, device, versions (vmapcheck.core.runtime)
-    dtype: str
-    params_sha256: str
-    not_provided: dict[str, str]  # path -> why the model lacks it
-    sharded: dict[str, Any] | None  # devices and mesh of the distributed path
-    reference: dict[str, Any]  # status of the stored reference's recomputation
-    gradients: dict[str, Any]
-    cases: dict[str, dict[str, PathRun]]  # case -> path -> what it did
-    # The regroupings run (vmapcheck.core.composition): {"regroupings": {name: about},
-    # "cases": {case: {"rows", <regrouping>: its plan, "paths", "raised"}}}. Absent in
-    # records older than it.
-    composition: NotRequired[dict[str, Any]]
-    # The budget the forward stage ran under (vmapcheck.config.BudgetConfig); absent in
-    # records older than it.
-    budget: NotRequired[dict[str, int]]
 
 
 class Comparison(TypedDict):

@@ -191,7 +191,6 @@ def configure_jax(backend: BackendConfig, precision: PrecisionConfig) -> Runtime
             backends that can), or backend.num_devices exceeds the devices present.
     """
     import jax
-    import jaxlib
 
     jax.config.update("jax_platforms", backend.platform)
     jax.config.update("jax_enable_x64", precision.enable_x64)
@@ -223,8 +222,21 @@ def configure_jax(backend: BackendConfig, precision: PrecisionConfig) -> Runtime
             "of its own, or choose that backend"
         )
     check_device_count(backend.num_devices, devices)
+    return runtime_info(backend.name, devices)
+
+
+def runtime_info(backend_name: str, devices: list[Any] | None = None) -> RuntimeInfo:
+    """What JAX runs on in this process now: ``backend_name`` (the config's name for the
+    backend), the first of ``devices`` (default: every device JAX has) and how many,
+    the versions, the float64 and matmul precision settings and ``XLA_FLAGS``. The
+    forward stage records it (after :func:`configure_jax`), and so does the Python API,
+    which configures nothing."""
+    import jax
+    import jaxlib
+
+    devices = devices if devices is not None else jax.devices()
     return RuntimeInfo(
-        backend=backend.name,
+        backend=backend_name,
         platform=devices[0].platform,
         device_kind=devices[0].device_kind,
         device_count=len(devices),

@@ -19,6 +19,7 @@ from vmapcheck.core.forward import build_all, run_composition, run_forward
 from vmapcheck.core.gradients import gradient_probe
 from vmapcheck.core.models import build_model
 from vmapcheck.core.paths import describe_distributed, not_provided
+from vmapcheck.core.record import forward_record
 from vmapcheck.core.runtime import configure_jax
 from vmapcheck.data.regression import STANDARD_CASE, load_cases
 from vmapcheck.errors import ArtifactError
@@ -99,19 +100,19 @@ def run(config: Config, layout: Layout) -> None:
         atomic_save_npz(folder / layout.gradients.name, grad_arrays)
         atomic_write_json(
             folder / layout.record.name,
-            {
-                "runtime": runtime.as_dict(),
-                "dtype": dtype.name,
-                "params_sha256": manifest["sha256"],
-                "not_provided": not_provided(model),
-                "sharded": sharded,
-                "reference": reference_status,
-                "gradients": grad_record,
-                "cases": record,
-                "composition": composition,
+            forward_record(
+                runtime=runtime.as_dict(),
+                dtype=dtype.name,
+                params_sha256=manifest["sha256"],
+                not_provided=not_provided(model),
+                sharded=sharded,
+                reference=reference_status,
+                gradients=grad_record,
+                cases=record,
+                composition=composition,
                 # The budgets this stage applies (dvc.yaml: its params deps).
-                "budget": config.budget.model_dump(include={"loop_max_rows", "gradient_max_rows"}),
-            },
+                budget=config.budget.model_dump(include={"loop_max_rows", "gradient_max_rows"}),
+            ),
         )
     refused = sum(
         entry.get("refused", False) for per_path in record.values() for entry in per_path.values()

@@ -1,0 +1,86 @@
+"""The forward record (``data/forward/record.json``): what each path did with each case,
+where it ran, and what the forward stage ran under, as one type built in one place for
+the pipeline's forward stage and the Python API (:mod:`vmapcheck.testing`), which both
+hand it to :func:`vmapcheck.check.checks.run_checks`.
+
+Loads no JAX: the check's schema (:mod:`vmapcheck.check.schema`) and the report read it.
+"""
+
+# No `from __future__ import annotations` here: TypedDict sees NotRequired only in
+# evaluated annotations (as strings, every key counted as required: a record without
+# `composition` or `budget`, written before they existed, was refused).
+from collections.abc import Mapping
+from typing import Any, NotRequired, TypedDict
+
+
+class PathRun(TypedDict, total=False):
+    """What one path did with one case: an output's shape and dtype, or a refusal or
+    crash with the error's type and message."""
+
+    refused: bool
+    crashed: bool
+    error: str
+    message: str
+    shape: list[int]
+    dtype: str
+    # A path the budget capped (vmapcheck.core.forward.cap_entry): the first rows_run of
+    # the case's rows_of rows, and the budget.* key that capped it.
+    rows_run: int
+    rows_of: int
+    capped_by: str
+
+
+class ForwardRecord(TypedDict):
+    """``data/forward/record.json``, written by the forward stage."""
+
+    runtime: dict[str, Any]  # backend, device, versions (vmapcheck.core.runtime)
+    dtype: str
+    params_sha256: str
+    not_provided: dict[str, str]  # path -> why the model lacks it
+    sharded: dict[str, Any] | None  # devices and mesh of the distributed path
+    reference: dict[str, Any]  # status of the stored reference's recomputation
+    gradients: dict[str, Any] | None  # the gradient probe; None: not run (the Python API)
+    cases: dict[str, dict[str, PathRun]]  # case -> path -> what it did
+    # The regroupings run (vmapcheck.core.composition): {"regroupings": {name: about},
+    # "cases": {case: {"rows", <regrouping>: its plan, "paths", "raised"}}}. Absent in
+    # records older than it.
+    composition: NotRequired[dict[str, Any]]
+    # The budget the forward stage ran under (vmapcheck.config.BudgetConfig); absent in
+    # records older than it.
+    budget: NotRequired[dict[str, int]]
+
+
+def forward_record(
+    *,
+    runtime: Mapping[str, Any],
+    dtype: str,
+    cases: dict[str, dict[str, PathRun]],
+    composition: dict[str, Any],
+    not_provided: dict[str, str],
+    sharded: dict[str, Any] | None,
+    reference: dict[str, Any],
+    gradients: dict[str, Any] | None,
+    params_sha256: str = "",
+    budget: dict[str, int] | None = None,
+) -> ForwardRecord:
+    """The record of one forward run: ``runtime`` (:class:`vmapcheck.core.runtime.
+    RuntimeInfo` as a dict), the run's ``dtype`` name, per case and path what it did
+    (:func:`vmapcheck.core.forward.run_forward`), the regroupings
+    (:func:`vmapcheck.core.forward.run_composition`), the paths not run and why, the
+    distributed path's mesh (None: not run), the stored reference's status, the
+    gradient probe (None: not run), the params' digest ("" where none is stored) and
+    the budget applied (None: none, the Python API)."""
+    record: ForwardRecord = {
+        "runtime": dict(runtime),
+        "dtype": dtype,
+        "params_sha256": params_sha256,
+        "not_provided": not_provided,
+        "sharded": sharded,
+        "reference": reference,
+        "gradients": gradients,
+        "cases": cases,
+        "composition": composition,
+    }
+    if budget is not None:
+        record["budget"] = budget
+    return record

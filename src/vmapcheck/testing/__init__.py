@@ -1,0 +1,265 @@
+"""vmapcheck's batching checks from a test suite, in seconds, without the DVC pipeline.
+
+:func:`assert_batching_consistent` runs a user's :class:`~vmapcheck.core.models.Model`
+on a batch of examples the way the pipeline's ``forward`` and ``check`` stages run the
+regression set, in this process, and raises ``AssertionError`` with the pipeline's own
+wording when a check fails (docs/python-api.md):
+
+- every forward path of the registry :data:`vmapcheck.core.paths.PATHS` the model
+  provides (the distributed one over the devices present; ``forward_one`` on one
+  example; docs/checks.md lists them), each pair judged by the one
+  tolerance rule (:mod:`vmapcheck.core.compare`, scaled by the terms' magnitude of
+  :mod:`vmapcheck.core.magnitude` when the precision says ``scale: terms``);
+- every path against the float64 oracle (:mod:`vmapcheck.core.oracle`), for a float32
+  or bfloat16 run;
+- every batch path against itself on the batch regrouped (rows reversed; split in
+  halves: :mod:`vmapcheck.core.composition`);
+- the regression set's invalid inputs (:func:`vmapcheck.data.regression.regression_cases`,
+  built for the model's input contract) refused by every path, the problem named.
+
+Nothing here judges anything itself: the cases are the pipeline's case kinds, the
+outputs come from :mod:`vmapcheck.core.forward` and the verdict from
+:func:`vmapcheck.check.checks.run_checks`, so a test and a pipeline run of the same model
+fail on the same rule with the same ``failure:`` lines.
+
+Only what needs no JAX is imported at module level (the pytest plugin imports this
+module in every test session; JAX loads on the first check).
+"""
+
+from __future__ import annotations
+
+import importlib.resources
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any
+
+import yaml
+from pydantic import ValidationError
+
+from vmapcheck.config import PrecisionConfig
+from vmapcheck.config import describe_errors as _describe
+from vmapcheck.errors import ConfigError
+from vmapcheck.testing.report import (
+    SHOWN_FAILURES,
+    BatchingCheckError,
+    BatchingReport,
+    PairFigures,
+    build_report,
+    diverging_from_plain,
+    first_diverging_pair,
+)
+from vmapcheck.testing.run import (
+    EDGE_KINDS,
+    EXAMPLES_CASE,
+    SINGLE_VECTOR_CASE,
+    build_cases,
+    check_params,
+    checked_examples,
+    float64_side,
+    forward,
+    judge,
+    select_paths,
+)
+from vmapcheck.versions import require_supported_jax
+
+if TYPE_CHECKING:
+    from vmapcheck.core.models import Model, Params
+
+# The public API (docs/python-api.md); the run's steps are vmapcheck.testing.run's, the
+# report's vmapcheck.testing.report's.
+__all__ = [
+    "DEFAULT_PRECISION",
+    "EDGE_KINDS",
+    "EXAMPLES_CASE",
+    "SHOWN_FAILURES",
+    "SINGLE_VECTOR_CASE",
+    "BatchingCheckError",
+    "BatchingReport",
+    "PairFigures",
+    "assert_batching_consistent",
+    "check_batching",
+    "diverging_from_plain",
+    "first_diverging_pair",
+    "precision_config",
+    "precision_names",
+]
+
+# Where the shipped precision options live: one <name>.yaml each, the same files the
+# pipeline composes (``-S precision=<name>``).
+PRECISION_PACKAGE = "vmapcheck.conf"
+PRECISION_GROUP = "precision"
+DEFAULT_PRECISION = "f32"
+
+
+# --- precision ---------------------------------------------------------------------------
+
+
+def precision_names() -> tuple[str, ...]:
+    """The shipped precision options: the files ``vmapcheck/conf/precision/<name>.yaml``."""
+    folder = importlib.resources.files(PRECISION_PACKAGE) / PRECISION_GROUP
+    return tuple(
+        sorted(p.name.removesuffix(".yaml") for p in folder.iterdir() if p.name.endswith(".yaml"))
+    )
+
+
+def precision_config(
+    name: str = DEFAULT_PRECISION, *, rtol: float | None = None, atol: float | None = None
+) -> PrecisionConfig:
+    """The precision option ``name`` as the pipeline reads it (``precision.*`` of
+    params.yaml), validated by :class:`vmapcheck.config.PrecisionConfig`.
+
+    ``rtol`` / ``atol``: replace ``tolerance.rtol`` / ``tolerance.atol`` (between paths,
+    and a path against itself regrouped) before validation, as ``-S
+    precision.tolerance.rtol=...`` does; ``cross_run_tolerance`` (the float64 oracle)
+    stays the file's.
+
+    Raises:
+        ConfigError: ``name`` is no shipped option (the message lists them), or a value
+            is refused by the config model (the message names the key, expected and
+            found).
+    """
+    names = precision_names()
+    if not isinstance(name, str) or name not in names:
+        raise ConfigError(
+            f"precision={name!r}: expected one of {', '.join(names)} (the files of "
+            f"{PRECISION_PACKAGE.replace('.', '/')}/{PRECISION_GROUP}/)"
+        )
+    source = f"{PRECISION_PACKAGE.replace('.', '/')}/{PRECISION_GROUP}/{name}.yaml"
+    resource = importlib.resources.files(PRECISION_PACKAGE) / PRECISION_GROUP / f"{name}.yaml"
+    raw = yaml.safe_load(resource.read_text(encoding="utf-8"))
+    overrides = {k: v for k, v in (("rtol", rtol), ("atol", atol)) if v is not None}
+    if overrides and isinstance(raw, dict) and isinstance(raw.get("tolerance"), dict):
+        raw = {**raw, "tolerance": {**raw["tolerance"], **overrides}}
+        source += f" with {', '.join(f'{k}={v!r}' for k, v in overrides.items())}"
+    try:
+        return PrecisionConfig.model_validate(raw)
+    except ValidationError as exc:
+        # The keys as params.yaml spells them (precision.tolerance.rtol), in the config
+        # module's own wording.
+        errors = [{**e, "loc": (PRECISION_GROUP, *e["loc"])} for e in exc.errors()]
+        raise ConfigError(_describe(errors, source, {PRECISION_GROUP: raw})) from None
+
+
+# --- the check ---------------------------------------------------------------------------
+
+
+def check_batching(
+    model: Model,
+    params: Params,
+    examples: Any,
+    *,
+    precision: str = DEFAULT_PRECISION,
+    paths: Iterable[str] | None = None,
+    rtol: float | None = None,
+    atol: float | None = None,
+    edge_cases: bool = False,
+) -> BatchingReport:
+    """Run the checks and return the report, passed or not (report first, then assert:
+    :func:`assert_batching_consistent` raises on it). Arguments as there."""
+    # Before JAX loads: a jax/jaxlib outside vmapcheck's ranges is refused, named.
+    require_supported_jax()
+    import jax
+    import jax.numpy as jnp
+
+    from vmapcheck.core.contract import output_contract_problem
+    from vmapcheck.core.forms import cast_tree
+    from vmapcheck.core.models import Model
+
+    if not isinstance(model, Model):
+        raise ConfigError(
+            f"model: expected a vmapcheck.core.models.Model (what a model factory returns, "
+            f"docs/own-model.md), got {type(model).__name__}"
+        )
+    config = precision_config(precision, rtol=rtol, atol=atol)
+    selected = select_paths(model, paths)
+    # The run's numerics as the forward stage pins them (configure_jax), but scoped to
+    # this call: a test suite's other tests keep their own x64 and matmul settings.
+    with (
+        jax.enable_x64(config.enable_x64),
+        jax.default_matmul_precision(config.matmul_precision),
+    ):
+        dtype = jnp.dtype(config.dtype)
+        check_params(model, params)
+        x = checked_examples(model, examples, dtype)
+        # Shapes only: an output off the contract is named, not a traceback from a path.
+        problem = output_contract_problem(model, cast_tree(params, dtype), x)
+        if problem:
+            raise ConfigError(f"model {model.name!r}: {problem}")
+        cases = build_cases(model, x, dtype, selected, edge_cases)
+        outputs, regrouped, record = forward(model, params, cases, dtype, selected)
+    oracle, magnitudes = float64_side(model, params, cases, config)
+    details = judge(model, config, cases, outputs, regrouped, record, oracle, magnitudes)
+    return build_report(model, config, details, selected)
+
+
+def assert_batching_consistent(
+    model: Model,
+    params: Params,
+    examples: Any,
+    *,
+    precision: str = DEFAULT_PRECISION,
+    paths: Iterable[str] | None = None,
+    rtol: float | None = None,
+    atol: float | None = None,
+    edge_cases: bool = False,
+) -> BatchingReport:
+    """Assert that ``model``'s forward paths agree on ``examples``, as the pipeline checks.
+
+    Args:
+        model: a :class:`vmapcheck.core.models.Model` (what a model factory returns):
+            ``forward_one(params, x)`` maps one example to ``(out_features,)``, and the
+            optional ``forward_batch(params, X)`` a batch to ``(batch, out_features)``.
+        params: its params pytree (the leaves of ``jax.eval_shape(model.init, key)``,
+            any float dtype: they are cast to the precision's dtype, shared by every row).
+        examples: a batch with the batch on axis 0: an array ``(n, in_features)``, or
+            for a model with an input contract (``model.inputs``) a dict of its leaves,
+            each ``(n, *leaf.shape)``. ``n >= 1``; the composition check needs ``n >= 2``
+            (one row has no batch-mates), and a few rows (4 to 32) keep it fast. Float
+            arrays are cast to the precision's dtype (as the pipeline casts its cases);
+            int and bool leaves must have the contract's dtype.
+        precision: a shipped precision option (``f32``, ``f64``, ``bf16``): the dtype,
+            matmul precision and tolerances of ``vmapcheck/conf/precision/<name>.yaml``.
+        paths: the names of the paths to run (:data:`vmapcheck.core.paths.PATHS`); None:
+            every path the model provides.
+        rtol, atol: replace the file's ``tolerance.rtol`` / ``tolerance.atol`` (between
+            paths and regroupings; the oracle keeps ``cross_run_tolerance``).
+        edge_cases: also run the regression set's zeros, boundary (the examples' min and
+            max), large-magnitude and subnormal batches, built from the examples as the
+            pipeline builds them from its table.
+
+    Returns:
+        The :class:`BatchingReport`, every check passed: per-pair worst figures, the
+        float64 oracle's, the regroupings', the refusals.
+
+    Raises:
+        BatchingCheckError: (an ``AssertionError``) a check failed; its ``report`` holds
+            every figure and failure. The message is the pipeline's verdict: the
+            forms, backend and tolerance; the first pair of paths that disagrees and the
+            paths that disagree with the plain loop; one line per case (``[shape] worst
+            pair: max_abs= max_rel= (<fraction> of its bound, rule ...)``); the invalid
+            inputs refused; then the first ten ``failure:`` lines of the check.
+        ConfigError: ``model`` is no Model or returns outputs off its contract (a
+            tuple, another shape, a non-float dtype: found from shapes, before any
+            compute), ``precision`` no shipped option, an
+            ``rtol``/``atol`` refused, or ``paths`` names a path that is unknown or that
+            the model does not provide.
+        ArtifactError: ``params`` do not match the model's params (the leaf named,
+            expected and found shape), or hold NaN/Inf.
+        InvalidInputError: ``examples`` do not match the model's input contract (the leaf
+            named, expected and found).
+        UnsupportedVersionError: the installed jax or jaxlib is outside the range
+            vmapcheck supports (:mod:`vmapcheck.versions`; named, with the range).
+    """
+    __tracebackhide__ = True  # pytest shows the caller's line, not this one
+    report = check_batching(
+        model,
+        params,
+        examples,
+        precision=precision,
+        paths=paths,
+        rtol=rtol,
+        atol=atol,
+        edge_cases=edge_cases,
+    )
+    if not report.passed:
+        raise BatchingCheckError(report)
+    return report

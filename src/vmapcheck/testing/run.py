@@ -1,0 +1,317 @@
+"""The Python API's run (:mod:`vmapcheck.testing`): the paths it runs, the inputs it
+checks, the cases built from the caller's examples, and the forward, float64 and check
+steps, each the pipeline's own function (:mod:`vmapcheck.core.forward`,
+:mod:`vmapcheck.core.oracle`, :func:`vmapcheck.check.checks.run_checks`) called on them.
+
+JAX is imported where a step runs (the pytest plugin imports the API in every session).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+from vmapcheck.config import PrecisionConfig
+from vmapcheck.core.cases import CASE_KINDS, kind_of
+from vmapcheck.errors import ConfigError
+
+if TYPE_CHECKING:
+    from vmapcheck.core.models import Model, Params
+
+# The case names: the user's batch, its first row as a batch of one and unbatched. The
+# last two are the names the check compares a vector case with
+# (vmapcheck.data.regression.SINGLE_CASE).
+EXAMPLES_CASE = "examples"
+SINGLE_VECTOR_CASE = "single_vector"
+# The case kinds whose regression cases run with edge_cases=True (built from the
+# examples, as prepare builds them from the table); invalid cases always.
+EDGE_KINDS = tuple(kind.name for kind in CASE_KINDS.values() if kind.edge)
+
+
+def select_paths(model: Model, paths: Iterable[str] | None) -> tuple[str, ...]:
+    """The registry's paths to run, in registry order: those named, else every one the
+    model provides (a missing one is reported as not provided, as in the pipeline)."""
+    from vmapcheck.core.paths import PATHS, not_provided
+
+    lacking = not_provided(model)
+    if paths is None:
+        return tuple(name for name in PATHS if name not in lacking)
+    if isinstance(paths, str):  # one name would be iterated letter by letter
+        paths = [paths]
+    wanted = list(paths)
+    unknown = [name for name in wanted if name not in PATHS]
+    if unknown:
+        raise ConfigError(
+            f"paths: unknown forward path {unknown[0]!r}; expected names from "
+            f"vmapcheck.core.paths.PATHS: {', '.join(PATHS)}"
+        )
+    absent = [name for name in wanted if name in lacking]
+    if absent:
+        raise ConfigError(f"paths: {absent[0]} cannot run: {lacking[absent[0]]}")
+    if not wanted:
+        raise ConfigError("paths: expected at least one forward path, got none")
+    return tuple(name for name in PATHS if name in wanted)
+
+
+def check_params(model: Model, params: Params) -> None:
+    """The train stage's verification of given params: the model's leaves, shapes and
+    (any float) dtypes, every value finite."""
+    import jax
+
+    from vmapcheck.params_io import check_finite, check_params_like, leaf_paths
+
+    template = jax.eval_shape(model.init, jax.random.key(0))
+    check_params_like(params, template, where="params")
+    check_finite(leaf_paths(params), "params")
+
+
+def checked_examples(model: Model, examples: Any, dtype: Any) -> Any:
+    """``examples`` at the run's dtype, validated against the model's input contract.
+
+    Float arrays are cast as the pipeline casts its stored cases; anything else (a list,
+    an int array for a float leaf) is left as it is, so that the contract refuses it by
+    name rather than this function converting it.
+    """
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+
+    from vmapcheck.core import contract, forms
+    from vmapcheck.errors import InvalidInputError
+
+    def at_run_dtype(leaf: Any) -> Any:
+        if isinstance(leaf, np.ndarray | jax.Array) and jnp.issubdtype(leaf.dtype, jnp.floating):
+            return jnp.asarray(leaf, dtype=dtype)
+        return leaf
+
+    x = contract.tree_map(at_run_dtype, examples) if _array_or_dict(examples) else examples
+    try:
+        forms.validate_batch(x, model, dtype)
+    except InvalidInputError as exc:
+        raise InvalidInputError(f"examples: {exc}", reason=exc.reason) from None
+    return x
+
+
+def _array_or_dict(x: Any) -> bool:
+    import jax
+    import numpy as np
+
+    return isinstance(x, Mapping | np.ndarray | jax.Array)
+
+
+def _shape_of(x: Any) -> Any:
+    """A case's input shape as the cases manifest records it: a list, or per leaf."""
+    import numpy as np
+
+    if isinstance(x, Mapping):
+        return {k: list(np.shape(v)) for k, v in x.items()}
+    return list(np.shape(x))
+
+
+def _table(model: Model, x: Any) -> Any:
+    """The examples as the table ``prepare`` builds cases from: ``(rows, size)`` float,
+    each leaf's elements row-major in declared order (the inverse of
+    :meth:`InputSpec.from_table`); at least 4 rows (repeated in order), what the
+    regression set's invalid cases of a dict contract are built from."""
+    import numpy as np
+
+    from vmapcheck.core.contract import leaf_arrays, rows, tile_rows
+
+    x = tile_rows(x, max(rows(x), 4))
+    arrays = leaf_arrays(x)
+    n = rows(x)
+    # float64: exact for float32/bfloat16 values, ids and 0/1 masks alike.
+    return np.concatenate(
+        [
+            np.asarray(arrays[leaf.name], dtype=np.float64).reshape(n, leaf.size)
+            for leaf in model.contract.leaves
+        ],
+        axis=1,
+    )
+
+
+def build_cases(
+    model: Model, x: Any, dtype: Any, selected: Sequence[str], edge_cases: bool
+) -> dict[str, dict[str, Any]]:
+    """The cases run: the examples as a batch, their first row as a batch of one and
+    unbatched (when a vector path runs), the regression set's invalid inputs for the
+    model's contract and, with ``edge_cases``, its edge batches; each with the manifest
+    keys the check reads (kind, shape, about; expect and runs_on for a refusal)."""
+    import numpy as np
+
+    from vmapcheck.core.contract import rows, take
+    from vmapcheck.core.paths import PATHS
+    from vmapcheck.data.regression import SINGLE_CASE, regression_cases
+
+    vector_paths = any(PATHS[name].takes == "vector" for name in selected)
+    batch_paths = any(PATHS[name].takes == "batch" for name in selected)
+    cases: dict[str, dict[str, Any]] = {}
+    if batch_paths:
+        cases[EXAMPLES_CASE] = {
+            "x": x,
+            "kind": "batch",
+            "about": f"the {rows(x)} example(s) given, batch axis 0",
+        }
+        # The batch of one the vector case is compared with, row by row.
+        cases[SINGLE_CASE] = {
+            "x": take(x, slice(0, 1)),
+            "kind": "batch",
+            "about": "the first example, as a batch of one",
+        }
+    if vector_paths:
+        cases[SINGLE_VECTOR_CASE] = {
+            "x": take(x, 0),
+            "kind": "vector",
+            "about": "the first example unbatched, for forward_one",
+        }
+    table = _table(model, x)
+    regression = regression_cases(
+        train_x=table,
+        test_x=table,
+        test_y=np.zeros((table.shape[0], model.out_features), np.float32),
+        standard_batch=1,
+        contract=model.contract,
+    )
+    for name, case in regression.items():
+        kind = kind_of(case, name)
+        if kind.valid and not (edge_cases and kind.edge):
+            continue
+        if not any(p in selected for p in kind.paths(case)):
+            continue  # no path selected takes it
+        cases[name] = case
+    return {name: {**case, "shape": _shape_of(case["x"])} for name, case in cases.items()}
+
+
+def forward(
+    model: Model,
+    params: Params,
+    cases: dict[str, dict[str, Any]],
+    dtype: Any,
+    selected: Sequence[str],
+) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
+    """The forward stage on ``cases``: (outputs, regrouped outputs, forward record)."""
+    import jax
+
+    from vmapcheck.core.forms import data_mesh
+    from vmapcheck.core.forward import build_all, run_composition, run_forward
+    from vmapcheck.core.paths import PATHS, describe_distributed, not_provided
+    from vmapcheck.core.record import forward_record
+    from vmapcheck.core.runtime import runtime_info
+
+    mesh = data_mesh()  # every device present (one on a plain CPU process)
+    built = {
+        takes: {name: fn for name, fn in by_name.items() if name in selected}
+        for takes, by_name in build_all(model, dtype, mesh).items()
+    }
+    outputs, per_case = run_forward(model, params, cases, dtype, mesh, built=built)
+    regrouped, composition = run_composition(
+        model, params, cases, dtype, outputs, mesh, built=built
+    )
+    # A path left out is reported like one the model lacks: the check skips it.
+    skipped = {
+        **not_provided(model),
+        **{
+            name: f"not run: left out by paths={list(selected)}"
+            for name in PATHS
+            if name not in selected and name not in not_provided(model)
+        },
+    }
+    distributed = any(PATHS[name].distributed for name in selected)
+    record = forward_record(
+        runtime=runtime_info(jax.default_backend()).as_dict(),
+        dtype=str(dtype),
+        not_provided=skipped,
+        sharded=describe_distributed(model, mesh) if distributed else None,
+        reference={"status": "missing", "message": "the Python API compares no reference"},
+        gradients=None,
+        cases=per_case,
+        composition=composition,
+    )
+    return outputs, regrouped, record
+
+
+def float64_side(
+    model: Model, params: Params, cases: dict[str, dict[str, Any]], config: PrecisionConfig
+) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
+    """(float64 oracle outputs, terms' magnitudes), as the check stage computes them: on
+    CPU with x64 (scoped to this call), params and inputs first rounded to the run's
+    dtype. No oracle for a float64 run; no magnitudes unless a tolerance scales by the
+    terms."""
+    import jax
+    import jax.numpy as jnp
+
+    from vmapcheck.core.magnitude import case_magnitudes
+    from vmapcheck.core.oracle import float64_outputs
+
+    run_dtype = jnp.dtype(config.dtype)
+    uses_terms = "terms" in (config.tolerance.scale, config.cross_run_tolerance.scale)
+    # Both skip the invalid cases themselves (by their kind's entry in CASE_KINDS).
+    with (
+        jax.enable_x64(True),
+        jax.default_device(_cpu_device()),
+        jax.default_matmul_precision("highest"),
+    ):
+        oracle = None
+        if run_dtype != jnp.float64:
+            oracle = float64_outputs(model, params, cases, run_dtype)
+        magnitudes = None
+        if uses_terms:
+            magnitudes = case_magnitudes(model.forward_one, params, cases, run_dtype)
+    return oracle, magnitudes
+
+
+def _cpu_device() -> Any:
+    """The CPU device the check stage computes the oracle on; the default device when
+    this process runs without JAX's CPU backend (``JAX_PLATFORMS`` naming only an
+    accelerator): float64 is computed there instead."""
+    import jax
+
+    try:
+        return jax.devices("cpu")[0]
+    except RuntimeError:
+        return jax.devices()[0]
+
+
+def judge(
+    model: Model,
+    precision: PrecisionConfig,
+    cases: dict[str, dict[str, Any]],
+    outputs: dict[str, Any],
+    regrouped: dict[str, Any],
+    record: dict[str, Any],
+    oracle: dict[str, Any] | None,
+    magnitudes: dict[str, Any] | None,
+) -> dict[str, Any]:
+    """The check stage's verdict (:func:`vmapcheck.check.checks.run_checks`)."""
+    from vmapcheck.check.checks import run_checks
+    from vmapcheck.config import Config, ModelConfig, ReferenceConfig
+
+    # run_checks reads model.out_features (the contract's output shape), precision and
+    # reference.required; the other groups configure stages this API does not run (data,
+    # train, bench, guard, tracking, registry), so they are left unset rather than
+    # invented. There is no stored reference here: not required. No budget: this API
+    # runs every path, the oracle and the magnitude on every row.
+    config = Config.model_construct(
+        budget=None,
+        model=ModelConfig.model_construct(
+            name=model.name,
+            in_features=model.in_features,
+            out_features=model.out_features,
+        ),
+        precision=precision,
+        reference=ReferenceConfig(dir="(none: the Python API)", required=False),
+    )
+    manifest = {
+        "cases": {name: {k: v for k, v in c.items() if k != "x"} for name, c in cases.items()}
+    }
+    return dict(
+        run_checks(
+            config,
+            manifest,
+            outputs,
+            record,
+            oracle=oracle,
+            magnitudes=magnitudes,
+            composition=regrouped,
+        )
+    )
