@@ -17,7 +17,8 @@ import tempfile
 import zipfile
 from collections.abc import Iterator, Mapping
 from pathlib import Path
-from typing import Any
+from types import UnionType
+from typing import Any, TypeVar, Union, cast, get_args, get_origin, get_type_hints, is_typeddict
 
 import numpy as np
 
@@ -154,6 +155,51 @@ def read_json_object(path: Path, keys: tuple[str, ...] = ()) -> dict[str, Any]:
             "stage that writes it (`dvc repro`)"
         )
     return found
+
+
+# A TypeVar, not `def read_json_typed[T]`: PEP 695 syntax needs Python 3.12 (3.11 runs it).
+_T = TypeVar("_T")
+
+
+def read_json_typed(path: Path, schema: type[_T]) -> _T:
+    """:func:`read_json_object` of a file written from ``schema`` (a TypedDict), every
+    key its type requires present, at every level it types (:func:`missing_keys`).
+
+    Raises:
+        ArtifactError: not found, not JSON, not an object, or keys missing: naming the
+            file and each missing key's path (the first eight).
+    """
+    data = read_json_object(path)
+    missing = missing_keys(data, schema)
+    if missing:
+        shown = ", ".join(missing[:8])
+        more = f" and {len(missing) - 8} more" if len(missing) > 8 else ""
+        raise ArtifactError(
+            f"{path}: expected the keys of a {schema.__name__}, missing {shown}{more} "
+            "(written by an older vmapcheck? rerun `dvc repro`)"
+        )
+    return cast(_T, data)
+
+
+def missing_keys(data: Any, schema: Any, where: str = "") -> list[str]:
+    """The required keys ``data`` lacks, as dotted paths from the top (``cases.zeros.
+    pairs``), checked through every level ``schema`` (a TypedDict) types: a nested
+    TypedDict, a ``dict[str, <TypedDict>]``, a ``<TypedDict> | None``. A value of the
+    wrong kind where an object is expected is named like a missing key."""
+    if is_typeddict(schema):
+        if not isinstance(data, dict):
+            return [f"{where or '(top)'} (expected an object, found {type(data).__name__})"]
+        found = [f"{where}{k}" for k in sorted(schema.__required_keys__ - set(data))]
+        for key, hint in get_type_hints(schema).items():
+            if key in data:
+                found += missing_keys(data[key], hint, f"{where}{key}.")
+        return found
+    args = [a for a in get_args(schema) if a is not type(None)]
+    if get_origin(schema) in (Union, UnionType):
+        return [] if data is None or len(args) != 1 else missing_keys(data, args[0], where)
+    if get_origin(schema) is dict and len(args) == 2 and isinstance(data, dict):
+        return [m for k, v in data.items() for m in missing_keys(v, args[1], f"{where}{k}.")]
+    return []
 
 
 def load_npz(path: Path) -> dict[str, np.ndarray]:

@@ -71,6 +71,7 @@ from vmapcheck.bench.control import control_figures, matmul_call, peak_sweep
 from vmapcheck.bench.latency import latency_stats, speedup_intervals, speedups
 from vmapcheck.bench.machine import ConditionsSampler, conditions, machine_record
 from vmapcheck.bench.progress import Eta, Progress, silent
+from vmapcheck.bench.records import BenchResult
 from vmapcheck.bench.sampling import bench_input, no_compiles, sample_cost, sample_passes, warm_up
 from vmapcheck.config import BENCH_ROUNDS, MIN_SAMPLES, BenchConfig
 from vmapcheck.core.forms import cast_tree, validate_batch
@@ -573,7 +574,7 @@ def run_bench(
     progress: Progress | None = None,
     mesh: Mesh | None = None,
     sampler: ConditionsSampler | None = None,
-) -> dict[str, Any]:
+) -> BenchResult:
     """Time every path at every batch size; returns figures, skips and conditions.
 
     ``progress``: where the phases are shown (compiling, warming up, timing; None: not

@@ -68,6 +68,7 @@ from scipy import stats
 
 from vmapcheck.bench.baseline import CONTEXT, CONTEXT_KEYS, BenchRecord
 from vmapcheck.bench.labels import STYLES, cell_label, min_detectable_ratio, verdict_headline
+from vmapcheck.bench.records import CellComparison, PerfVerdict
 from vmapcheck.errors import ConfigError
 from vmapcheck.io import atomic_write_json
 
@@ -146,7 +147,7 @@ def compare_cell(
     cur_rounds: np.ndarray | None = None,
     base_sizes: list[int] | None = None,
     cur_sizes: list[int] | None = None,
-) -> dict[str, float]:
+) -> CellComparison:
     """Ratio of medians (current / baseline) with its cluster-bootstrap CI and one-sided
     Mann-Whitney p-values on block medians (module docstring).
 
@@ -315,7 +316,7 @@ def compare(
     blocks: int = BLOCKS,
     normalize_rounds: bool = False,
     require_same: Iterable[str] = (),
-) -> dict[str, Any]:
+) -> PerfVerdict:
     """Judge every path and batch size the two runs share; see the module docstring.
 
     ``blocks``: blocks per cell (a number above the sample count tests single samples,
@@ -410,13 +411,13 @@ def _compare_cells(
     blocks: int,
     base_rounds: np.ndarray | None,
     cur_rounds: np.ndarray | None,
-) -> tuple[dict[str, dict[str, dict[str, Any]]], list[tuple[str, str]], list[str], list[str]]:
+) -> tuple[dict[str, dict[str, CellComparison]], list[tuple[str, str]], list[str], list[str]]:
     """Every cell (path, ``b<batch>`` label) both runs have, compared
     (:func:`compare_cell`; ``base_rounds``/``cur_rounds``: :func:`round_index`, or None).
     Returns ``cells[path][label]``, the cells' keys in order (paths sorted, batch sizes
     ascending), and the ``path/label`` of the cells only the baseline or only the current
     run has."""
-    cells: dict[str, dict[str, dict[str, Any]]] = {}
+    cells: dict[str, dict[str, CellComparison]] = {}
     keys: list[tuple[str, str]] = []
     only_base, only_cur = [], []
     for path in sorted(set(baseline.samples_ms) | set(current.samples_ms)):

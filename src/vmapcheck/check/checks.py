@@ -7,23 +7,33 @@ non-zero.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from itertools import combinations
 from typing import Any
 
 import numpy as np
 
 from vmapcheck.check.rules import judge_case
-from vmapcheck.check.schema import CheckDetails
+from vmapcheck.check.schema import (
+    BudgetReport,
+    Capped,
+    CaseReport,
+    CheckDetails,
+    GradientsReport,
+    InputsReport,
+    NegativeReport,
+    ReferenceReport,
+)
 from vmapcheck.config import Config, ToleranceConfig
-from vmapcheck.core.cases import CaseKind, case_rows, kind_of
+from vmapcheck.core.cases import CaseEntry, CaseKind, case_rows, kind_of
 from vmapcheck.core.compare import compare, looser, within
 from vmapcheck.core.composition import REGROUPINGS, applies, composition_key
 from vmapcheck.core.paths import PATHS, output_key, path_names, plain_path, row_cap
-from vmapcheck.core.record import ForwardRecord
+from vmapcheck.core.record import Comparison, ForwardRecord, PathRun
 from vmapcheck.data.regression import SINGLE_CASE, STANDARD_CASE
 
 
-def _contract(entry: dict[str, Any], shape: list[int], dtype: str) -> list[str]:
+def _contract(entry: PathRun, shape: list[int], dtype: str) -> list[str]:
     if entry.get("refused") or entry.get("crashed"):
         return [f"raised {entry.get('error')}: {entry.get('message')}"]
     problems = []
@@ -34,7 +44,7 @@ def _contract(entry: dict[str, Any], shape: list[int], dtype: str) -> list[str]:
     return problems
 
 
-def _worst(results: dict[str, dict[str, Any]], stat: str) -> float | None:
+def _worst(results: Mapping[str, Comparison], stat: str) -> float | None:
     values = [r[stat] for r in results.values() if r.get(stat) is not None]
     return max(values) if values else None
 
@@ -120,7 +130,7 @@ def _pairs(
     tolerance: ToleranceConfig,
     scale: Any = None,
     rows_of: int | None = None,
-) -> dict[str, dict[str, Any]]:
+) -> dict[str, Comparison]:
     """Every path against every other; one example also against the batch of one.
 
     ``scale``: the case's terms magnitude (its output's shape), or None: rule "output".
@@ -144,7 +154,7 @@ def _pairs(
     return results
 
 
-def _worst_element(results: dict[str, dict[str, Any]]) -> dict[str, Any]:
+def _worst_element(results: Mapping[str, Comparison]) -> dict[str, Any]:
     """The rule's figures at the worst element over ``results`` (the largest bound
     ratio): ``bound_ratio``, ``scale_at_worst`` (S there) and ``worst_pair``."""
     judged = {k: r for k, r in results.items() if r.get("bound_ratio") is not None}
@@ -158,18 +168,18 @@ def _worst_element(results: dict[str, dict[str, Any]]) -> dict[str, Any]:
     }
 
 
-def _cap(rows_run: int, rows_of: int, key: str) -> dict[str, Any]:
+def _cap(rows_run: int, rows_of: int, key: str) -> Capped:
     return {"rows_run": rows_run, "rows_of": rows_of, "capped_by": f"budget.{key}"}
 
 
 def _capped(
     config: Config,
     kind: CaseKind,
-    meta: dict[str, Any],
+    meta: CaseEntry,
     paths: list[str],
     oracle: np.ndarray | None,
     magnitude: dict[str, Any] | None,
-) -> dict[str, dict[str, Any]]:
+) -> dict[str, Capped]:
     """What the budget (``config.budget``) capped on a valid case: each capped path,
     ``oracle`` and ``magnitude`` -> ``{"rows_run", "rows_of", "capped_by"}``. A path's
     rows follow from the config alone (:func:`vmapcheck.core.paths.row_cap`), so a
@@ -178,7 +188,7 @@ def _capped(
     if kind.takes != "batch":
         return {}
     rows = case_rows(meta)
-    out: dict[str, dict[str, Any]] = {}
+    out: dict[str, Capped] = {}
     for p in paths:
         cap = row_cap(PATHS[p], config.budget, rows)
         if cap is not None:
@@ -196,15 +206,15 @@ def _capped(
 
 def _valid_case(
     name: str,
-    meta: dict[str, Any],
+    meta: CaseEntry,
     config: Config,
     outputs: dict[str, np.ndarray],
-    record: dict[str, Any],
+    record: dict[str, PathRun],
     oracle: dict[str, np.ndarray] | None,
     targets: np.ndarray | None,
     skip: dict[str, str],
     magnitude: dict[str, Any] | None,
-) -> tuple[dict[str, Any], list[str]]:
+) -> tuple[CaseReport, list[str]]:
     kind = kind_of(meta, name)
     out_shape = (
         [config.model.out_features]
@@ -233,7 +243,7 @@ def _valid_case(
     # The rules its kind adds to agreement (vmapcheck.check.rules), each on every path.
     rules = judge_case(name, kind.rules, present, tolerance)
     failures += [line for result in rules.values() for line in result.failures]
-    report: dict[str, Any] = {
+    report: CaseReport = {
         "kind": kind.name,
         "shape": meta["shape"],
         "about": meta.get("about", ""),
@@ -273,8 +283,8 @@ def _valid_case(
 
 
 def _negative_case(
-    name: str, meta: dict[str, Any], record: dict[str, Any], skip: dict[str, str]
-) -> tuple[dict[str, Any], list[str]]:
+    name: str, meta: CaseEntry, record: dict[str, PathRun], skip: dict[str, str]
+) -> tuple[NegativeReport, list[str]]:
     per_path, failures = {}, []
     for path in kind_of(meta, name).paths(meta):
         if path in skip:
@@ -312,7 +322,7 @@ def _reference(
     runtime: dict[str, Any],
     reference: dict[str, Any] | None,
     skip: dict[str, str],
-) -> tuple[dict[str, Any], list[str]]:
+) -> tuple[ReferenceReport, list[str]]:
     """Compare the current run of the reference's inputs with its stored outputs."""
     status = reference["status"] if reference else "missing"
     if status != "ok":
@@ -333,7 +343,7 @@ def _reference(
         meta["cross_run_tolerance"], config.precision.cross_run_tolerance.model_dump()
     )
     magnitudes = reference.get("magnitudes") or {}
-    cases: dict[str, dict[str, Any]] = {}
+    cases: dict[str, dict[str, Comparison]] = {}
     failures = []
     for name, entry in meta["cases"].items():
         cases[name] = {}
@@ -418,7 +428,7 @@ def _reference(
 
 def _gradients(
     config: Config, record: dict[str, Any] | None, arrays: dict[str, np.ndarray] | None
-) -> tuple[dict[str, Any], list[str]]:
+) -> tuple[GradientsReport, list[str]]:
     """Finite loss and gradients; NaN detected; mean per-example gradient = batch gradient."""
     if record is None or arrays is None:
         return {"status": "not run", "passed": True}, []
@@ -527,7 +537,7 @@ def _composition(
     return report, failures
 
 
-def _inputs(stages: dict[str, Any] | None) -> tuple[dict[str, Any], list[str]]:
+def _inputs(stages: dict[str, Any] | None) -> tuple[InputsReport, list[str]]:
     """The pipeline's inputs judged with its outputs: each stage result of
     :mod:`vmapcheck.check.diagnosis` given (the key stream: each subkey feeds one random draw)
     fails the check when it diverged."""
@@ -575,8 +585,8 @@ def run_checks(
     :mod:`vmapcheck.core.composition`), or None: batch composition is not judged and the
     report has no ``composition``.
     """
-    cases_report: dict[str, Any] = {}
-    negative_report: dict[str, Any] = {}
+    cases_report: dict[str, CaseReport] = {}
+    negative_report: dict[str, NegativeReport] = {}
     failures: list[str] = []
     skip = forward_record.get("not_provided", {})
     for name, meta in cases_manifest["cases"].items():
@@ -636,8 +646,8 @@ def run_checks(
 
 
 def _budget(
-    config: Config, cases_report: dict[str, Any], gradients: dict[str, Any] | None
-) -> dict[str, Any]:
+    config: Config, cases_report: dict[str, CaseReport], gradients: dict[str, Any] | None
+) -> BudgetReport:
     """The budgets and, per case, what each capped (never silently: the printed check
     lines and the HTML report read it)."""
     capped = {name: case["capped"] for name, case in cases_report.items() if case.get("capped")}

@@ -14,13 +14,28 @@ To add a kind: one entry below, and the cases of that kind in
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, NotRequired, TypedDict
 
 from vmapcheck.core.paths import path_names
 from vmapcheck.errors import ArtifactError
 
 # The registry is read by the Python API at import (its edge kinds), which loads no JAX
 # until a check runs: JAX and the contract are imported where a case's input is built.
+
+
+class CaseEntry(TypedDict):
+    """A case's entry in ``data/cases/manifest.json`` (its arrays are beside it in the
+    case's ``.npz``): what the forward stage, check and the report read of it."""
+
+    kind: str  # a CASE_KINDS entry
+    shape: Any  # x's shape: a list of ints, or per leaf (a dict contract)
+    about: str
+    # An input to refuse: the substrings its error must contain, which paths get it
+    # ("batch" or "vector"), False to keep its stored dtype, the leaves kept as stored.
+    expect: NotRequired[list[str]]
+    runs_on: NotRequired[str]
+    cast: NotRequired[bool]
+    keep: NotRequired[list[str]]
 
 
 @dataclass(frozen=True)
@@ -54,7 +69,7 @@ class CaseKind:
     edge: bool = False
     rules: tuple[str, ...] = ()
 
-    def paths(self, case: dict[str, Any] | None = None) -> tuple[str, ...]:
+    def paths(self, case: CaseEntry | None = None) -> tuple[str, ...]:
         """The paths a case of this kind runs through (``case``: its manifest entry,
         needed for a per-case kind)."""
         takes = self.takes
@@ -158,7 +173,7 @@ def case_rows(case: dict[str, Any]) -> int:
     return int(shape[0]) if len(shape) >= 1 else 0
 
 
-def kind_of(case: dict[str, Any], name: str = "") -> CaseKind:
+def kind_of(case: CaseEntry | dict[str, Any], name: str = "") -> CaseKind:
     """The registry entry of ``case`` (a case or its manifest entry, with ``kind``).
 
     Raises:

@@ -29,6 +29,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from vmapcheck.config import ToleranceConfig
+from vmapcheck.core.record import Comparison
 
 # Bitwise: re-derived data must reproduce the stored bits.
 EXACT = ToleranceConfig(rtol=0.0, atol=0.0)
@@ -104,7 +105,7 @@ def looser(a: dict[str, Any], b: dict[str, Any]) -> ToleranceConfig:
 
 def compare(
     a: np.ndarray, b: np.ndarray, tolerance: ToleranceConfig, scale: Any = None
-) -> dict[str, Any]:
+) -> Comparison:
     """Max absolute and relative error of ``a`` vs ``b`` and whether they agree.
 
     ``scale``: the terms' magnitude ``S_terms`` of these outputs (``a``'s shape), or
@@ -165,7 +166,7 @@ def compare(
 
 def all_pairs(
     outputs: dict[str, np.ndarray], tolerance: ToleranceConfig, scale: Any = None
-) -> dict[str, dict[str, Any]]:
+) -> dict[str, Comparison]:
     """Compare every path with every other: ``"loop_eager-vs-vmap_jit" -> compare(...)``
     (``scale``: the outputs' terms magnitude, or None for the output rule)."""
     return {

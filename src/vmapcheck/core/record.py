@@ -13,6 +13,29 @@ from collections.abc import Mapping
 from typing import Any, NotRequired, TypedDict
 
 
+class Comparison(TypedDict):
+    """One comparison of two outputs under the rule of :mod:`vmapcheck.core.compare`:
+    ``a`` against ``b``, errors in float64."""
+
+    max_abs: float | None
+    max_rel: float | None
+    passed: bool
+    reason: str  # "" when passed
+    # The rule ("output" or "terms"), the largest |a - b| / (atol + rtol * S) and the
+    # element (index) where it is reached, and S there; absent where nothing compared.
+    rule: NotRequired[str]
+    bound_ratio: NotRequired[float | None]
+    element: NotRequired[list[int] | None]
+    scale_at_worst: NotRequired[float | None]
+    # Rows compared, where a capped path covered fewer than the case's; rows judged by
+    # the terms' magnitude, where it covered fewer than those compared.
+    rows: NotRequired[int]
+    terms_rows: NotRequired[int]
+    # The stored output compared with, where a reference older than this path stands
+    # in with the one computing the same program.
+    stored_path: NotRequired[str]
+
+
 class PathRun(TypedDict, total=False):
     """What one path did with one case: an output's shape and dtype, or a refusal or
     crash with the error's type and message."""

@@ -13,6 +13,7 @@ from vmapcheck.bench.machine import (
     machine_record,
 )
 from vmapcheck.bench.progress import open_progress
+from vmapcheck.bench.records import BenchDetails
 from vmapcheck.bench.replay import replay_figures, replay_summary, run_replay
 from vmapcheck.bench.timing import run_bench
 from vmapcheck.config import Config
@@ -137,7 +138,7 @@ def run(config: Config, layout: Layout) -> None:
     # Devices and mesh shape of the data-parallel path.
     sharded = describe_distributed(model, mesh)
     result["replay"] = {**replay, "figures": replay_figures(replay)}
-    details = {
+    details: BenchDetails = {
         "model": config.model.name,
         # What the model is, not its name: the verdict never compares two networks of
         # one name (vmapcheck.bench.baseline.CONTEXT).

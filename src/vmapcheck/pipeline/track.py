@@ -22,6 +22,7 @@ from typing import Any
 
 from vmapcheck.bench.baseline import record_from_details
 from vmapcheck.bench.labels import verdict_headline
+from vmapcheck.bench.records import read_bench_details
 from vmapcheck.bench.verdict import compare, format_table
 from vmapcheck.check.schema import CheckDetails, read_check_details
 from vmapcheck.config import Config, read_params
@@ -266,7 +267,7 @@ def track(config: Config, layout: Layout) -> int:
         for line in settle_pending_alias(uri, config.registry.registered_model):
             print(f"track: registry: {line}")
     check = read_check_details(layout.check_details)
-    bench = read_json_object(layout.bench_details)
+    bench = read_bench_details(layout.bench_details)
     train = read_json_object(layout.train_report)
     contract = read_json_object(layout.contract)
     git = git_state(layout.root)
@@ -463,7 +464,7 @@ def announce(
     print(f"track: {logged} run {info['run_id']} ({info['run_name']}) to {info['tracking_uri']}")
     print(report_line(layout))
     # The last lines of `dvc repro` and `dvc exp run`: the verdict and where to review it.
-    print(verdict_line(dict(check), bench))
+    print(verdict_line(check, bench))
     print(f"open the run: {review_url(info)}")
     if info["verdict"] != "passed":
         print("track: the check FAILED (logged above); exiting non-zero", flush=True)

@@ -13,9 +13,10 @@ from collections.abc import Mapping
 from typing import Any
 
 from vmapcheck.check.rules import rule
-from vmapcheck.check.schema import CheckDetails
+from vmapcheck.check.schema import CaseReport, CheckDetails, RuleRecord
 from vmapcheck.core.composition import REGROUPINGS
 from vmapcheck.core.paths import PATHS
+from vmapcheck.core.record import Comparison
 from vmapcheck.core.runtime import accelerator_runtime_text, device_text
 from vmapcheck.report.elements import (
     cell,
@@ -32,7 +33,7 @@ from vmapcheck.report.elements import (
 SHOWN_FAILURES = 50
 
 
-def forms_compared(check: Mapping[str, Any]) -> str:
+def forms_compared(check: CheckDetails) -> str:
     """What the verdict is about, from the check's details: the forms of the one-device
     batch paths that ran (a path in ``not_provided`` did not), in registry order, with
     their modes, then the distributed path when it ran (``sharded``: data parallelism,
@@ -64,7 +65,7 @@ def not_provided_lines(check: Mapping[str, Any]) -> list[str]:
     ]
 
 
-def budget_lines(check: Mapping[str, Any]) -> list[str]:
+def budget_lines(check: CheckDetails) -> list[str]:
     """One sentence per part of a case that a budget capped (``budget.cases``), e.g.
     ``standard: oracle on the first 512 of 4096 rows (capped by budget.oracle_max_rows)``;
     none for a report older than the budgets or a run nothing was capped in."""
@@ -84,7 +85,7 @@ def and_list(items: list[str]) -> str:
     return items[0] if len(items) == 1 else f"{', '.join(items[:-1])} and {items[-1]}"
 
 
-def verdict_sentence(check: Mapping[str, Any]) -> str:
+def verdict_sentence(check: CheckDetails) -> str:
     """What was compared, where, and at what tolerance: the one sentence that the printed
     verdict, the HTML banner, the MLflow run's description and the Python API's error
     each put after PASSED or FAILED (``check``: check_details.json)."""
@@ -243,7 +244,7 @@ def agreement(check: CheckDetails) -> dict[str, Any]:
     }
 
 
-def _case_row(name: str, case: Mapping[str, Any]) -> tuple[list[Any], bool]:
+def _case_row(name: str, case: CaseReport) -> tuple[list[Any], bool]:
     """A case's row of the agreement table: its worst figures and its problems."""
     oracle_rel = [r["max_rel"] for r in case.get("oracle", {}).values() if r["max_rel"] is not None]
     problems = [f"{p}: {m}" for p, msgs in in_path_order(case.get("contract", {})) for m in msgs]
@@ -267,7 +268,7 @@ def _case_row(name: str, case: Mapping[str, Any]) -> tuple[list[Any], bool]:
     )
 
 
-def _case_tables(name: str, case: Mapping[str, Any]) -> dict[str, Any]:
+def _case_tables(name: str, case: CaseReport) -> dict[str, Any]:
     """A case's own tables: every pair (in the order the check made them: registry
     order), the losses on its targets, and the rules its kind adds."""
     pairs = table(
@@ -307,7 +308,7 @@ def _case_tables(name: str, case: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
-def _rules_table(case: str, rules: Mapping[str, Any]) -> Any:
+def _rules_table(case: str, rules: Mapping[str, RuleRecord]) -> Any:
     """The rules a case's kind adds to agreement (vmapcheck.check.rules), each shown
     alike: what it checks, what it found, its figures; None when it has none."""
     if not rules:
@@ -344,7 +345,7 @@ def scale_text(tolerance: dict[str, Any]) -> str:
 
 
 def path_matrix(
-    by_case: Mapping[str, Mapping[str, Mapping[str, Any]]], table_id: str, stat: str = "max_rel"
+    by_case: Mapping[str, Mapping[str, Comparison]], table_id: str, stat: str = "max_rel"
 ) -> dict[str, Any]:
     """case x path table of one statistic, each cell coloured by its pass/fail; the
     columns are the paths any case has, in registry order."""

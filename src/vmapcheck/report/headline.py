@@ -15,6 +15,8 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from vmapcheck.check.schema import CheckDetails
+
 # Zero-padding width of a batch label: 4 digits hold the shipped profiles (up to 4,096
 # rows); a larger batch simply gets more digits.
 _BATCH_DIGITS = 4
@@ -38,7 +40,7 @@ def _finite_max(values: list[float | None]) -> float | None:
     return max(finite) if finite else None
 
 
-def worst_pair(check: dict[str, Any]) -> dict[str, Any] | None:
+def worst_pair(check: CheckDetails) -> dict[str, Any] | None:
     """The pair of forwards that disagree most (by max relative error) over every case.
 
     Returns ``{"case", "pair", "max_abs", "max_rel", "bound_ratio"}`` or None when no case
@@ -60,7 +62,7 @@ def worst_pair(check: dict[str, Any]) -> dict[str, Any] | None:
     return worst
 
 
-def worst_vs_float64(check: dict[str, Any]) -> dict[str, Any] | None:
+def worst_vs_float64(check: CheckDetails) -> dict[str, Any] | None:
     """The forward furthest from the float64 oracle: ``{"case", "path", "max_rel"}``."""
     worst: dict[str, Any] | None = None
     for case_name, case in check["cases"].items():
@@ -71,7 +73,7 @@ def worst_vs_float64(check: dict[str, Any]) -> dict[str, Any] | None:
     return worst
 
 
-def worst_vs_reference(check: dict[str, Any]) -> dict[str, Any] | None:
+def worst_vs_reference(check: CheckDetails) -> dict[str, Any] | None:
     """The forward furthest from the stored reference: ``{"case", "path", "max_rel"}``;
     None when the reference was not compared (missing, stale) or gave no figure."""
     worst: dict[str, Any] | None = None
@@ -83,7 +85,7 @@ def worst_vs_reference(check: dict[str, Any]) -> dict[str, Any] | None:
     return worst
 
 
-def check_headline(check: dict[str, Any]) -> dict[str, Any]:
+def check_headline(check: CheckDetails) -> dict[str, Any]:
     """The agreement figures of ``check_details.json`` a reviewer reads first.
 
     Keys: ``passed``, ``n_failures``, ``worst`` (:func:`worst_pair`), ``vs_reference``
@@ -200,7 +202,7 @@ def _why_left_out(bench: dict[str, Any], name: str, batch: int) -> str | None:
     return None
 
 
-def summary_metrics(check: dict[str, Any], bench: dict[str, Any] | None = None) -> dict[str, float]:
+def summary_metrics(check: CheckDetails, bench: dict[str, Any] | None = None) -> dict[str, float]:
     """The run's summary metrics, named ``summary/...`` so they sort first in MLflow.
 
     Only measured figures appear: a figure that does not exist for this run (no

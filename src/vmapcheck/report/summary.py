@@ -2,14 +2,21 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from vmapcheck.bench.bounds import launch_bound_text, ratio_launch_bound
+from vmapcheck.bench.records import BenchDetails, read_bench_details
 from vmapcheck.check.rules import summary_lines as rule_lines
-from vmapcheck.check.schema import read_check_details
+from vmapcheck.check.schema import (
+    CaseReport,
+    CheckDetails,
+    NegativeReport,
+    ReferenceReport,
+    read_check_details,
+)
 from vmapcheck.core.paths import speedup_text
-from vmapcheck.io import read_json, read_json_object
+from vmapcheck.io import read_json_object
 from vmapcheck.layout import Layout
 from vmapcheck.report.check_sections import (
     budget_lines,
@@ -21,7 +28,7 @@ from vmapcheck.report.elements import atol_decided, figure_text, shape_text
 from vmapcheck.report.headline import batch_from_label, bench_headline, noisy_caveat
 
 
-def verdict_line(check: dict[str, Any], bench: dict[str, Any] | None = None) -> str:
+def verdict_line(check: CheckDetails, bench: BenchDetails | None = None) -> str:
     """The first line: PASSED or FAILED and the verdict's sentence (the forms compared,
     backend and device (its memory and libtpu or CUDA plugin where recorded: nothing
     more on CPU), dtype, tolerance, JAX: :func:`verdict_sentence`); and the caveat of a
@@ -31,7 +38,7 @@ def verdict_line(check: dict[str, Any], bench: dict[str, Any] | None = None) -> 
     return f"verdict: {verdict} - {verdict_sentence(check)}" + (f"; {caveat}" if caveat else "")
 
 
-def case_line(name: str, case: dict[str, Any], tolerance: dict[str, Any] | None = None) -> str:
+def case_line(name: str, case: CaseReport, tolerance: dict[str, Any] | None = None) -> str:
     """One regression case: its worst pair's bound ratio first (the fraction of its bound
     used: it decides; ``(atol decided)`` where the bound there is mostly atol, given the
     ``tolerance`` it was judged at), then max_rel and max_abs; the float64 oracle."""
@@ -53,7 +60,7 @@ def case_line(name: str, case: dict[str, Any], tolerance: dict[str, Any] | None 
     )
 
 
-def reference_line(reference: dict[str, Any]) -> str:
+def reference_line(reference: ReferenceReport) -> str:
     """The stored reference's line; a failed comparison adds its worst figure: the case
     and path furthest from the stored outputs, by the fraction of the cross-run bound."""
     line = f"  {'ok  ' if reference['passed'] else 'FAIL'} reference        {reference['message']}"
@@ -85,7 +92,7 @@ def shown_failures(failures: list[str], most: int = SHOWN_FAILURES) -> list[str]
     return shown
 
 
-def refusals_line(negative: dict[str, dict[str, Any]]) -> str:
+def refusals_line(negative: Mapping[str, NegativeReport]) -> str:
     """How many invalid inputs every path refused."""
     refused = sum(n["passed"] for n in negative.values())
     return (
@@ -100,7 +107,7 @@ def summarize(layout: Layout, tracked: Sequence[str] = ()) -> str:
     above writes those lines, :func:`vmapcheck.tracking.review.tracked_lines`) and the
     HTML report."""
     check = read_check_details(layout.check_details)
-    bench = read_json(layout.bench_details) if layout.bench_details.exists() else {}
+    bench = read_bench_details(layout.bench_details) if layout.bench_details.exists() else None
     lines = [verdict_line(check, bench)]
     lines += [f"  -    {line}" for line in not_provided_lines(check)]
     if layout.contract.exists():

@@ -9,6 +9,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from vmapcheck.check.schema import CheckDetails
 from vmapcheck.config import PrecisionConfig
 from vmapcheck.core.cases import kind_of
 
@@ -101,7 +102,7 @@ class BatchingReport:
     invalid_total: int
     failures: tuple[str, ...]
     summary: str = field(repr=False)
-    details: Mapping[str, Any] = field(repr=False)
+    details: CheckDetails = field(repr=False)
     edge_pairs: Mapping[str, PairFigures] = field(default_factory=dict)
     edge_oracle: Mapping[str, float] = field(default_factory=dict)
     edge_composition: Mapping[str, Mapping[str, float | None]] = field(default_factory=dict)
@@ -137,7 +138,7 @@ class BatchingCheckError(AssertionError):
         self.report = report
 
 
-def _pair_figures(details: Mapping[str, Any], cases: Iterable[str]) -> dict[str, PairFigures]:
+def _pair_figures(details: CheckDetails, cases: Iterable[str]) -> dict[str, PairFigures]:
     """Every pair's worst figures over ``cases`` (names of ``details["cases"]``), each
     figure with the case where it was reached."""
     merged: dict[str, dict[str, Any]] = {}
@@ -170,7 +171,7 @@ def _pair_figures(details: Mapping[str, Any], cases: Iterable[str]) -> dict[str,
     }
 
 
-def _oracle_figures(details: Mapping[str, Any], cases: Iterable[str]) -> dict[str, float]:
+def _oracle_figures(details: CheckDetails, cases: Iterable[str]) -> dict[str, float]:
     """Every path's worst ``max_rel`` against the float64 oracle over ``cases``."""
     oracle: dict[str, float] = {}
     for case_name in cases:
@@ -181,7 +182,7 @@ def _oracle_figures(details: Mapping[str, Any], cases: Iterable[str]) -> dict[st
 
 
 def _composition_figures(
-    details: Mapping[str, Any], cases: Iterable[str]
+    details: CheckDetails, cases: Iterable[str]
 ) -> dict[str, dict[str, float | None]]:
     """Every batch path's worst ``max_abs`` against itself regrouped, per regrouping,
     over ``cases``."""
@@ -201,14 +202,14 @@ def _composition_figures(
     return composition
 
 
-def _groups(details: Mapping[str, Any]) -> tuple[list[str], list[str]]:
+def _groups(details: CheckDetails) -> tuple[list[str], list[str]]:
     """The judged cases split: (the examples the caller passed, the edge cases)."""
     cases = details["cases"]
     edge = [name for name, case in cases.items() if kind_of(case, name).edge]
     return [name for name in cases if name not in edge], edge
 
 
-def first_diverging_pair(details: Mapping[str, Any]) -> str | None:
+def first_diverging_pair(details: CheckDetails) -> str | None:
     """``"<case>/<pathA>-vs-<pathB>"``: the first pair that disagrees, in case and
     registry order (the order of the check's ``failures``); None when every pair agrees."""
     for case_name, case in details["cases"].items():
@@ -218,7 +219,7 @@ def first_diverging_pair(details: Mapping[str, Any]) -> str | None:
     return None
 
 
-def diverging_from_plain(details: Mapping[str, Any]) -> list[str]:
+def diverging_from_plain(details: CheckDetails) -> list[str]:
     """The paths that disagree with the plain per-example path (``loop_eager``) on some
     case, in registry order: usually the culprits, since the loop sees one row at a time."""
     from vmapcheck.core.paths import PATHS, plain_path
@@ -235,7 +236,7 @@ def diverging_from_plain(details: Mapping[str, Any]) -> list[str]:
     return [name for name in PATHS if name in found]
 
 
-def _summary(model: Model, details: Mapping[str, Any], precision: PrecisionConfig) -> str:
+def _summary(model: Model, details: CheckDetails, precision: PrecisionConfig) -> str:
     """The verdict as the pipeline prints it (``vmapcheck summary``; the composition line
     as the check stage prints it), without what this API does not run (reference,
     benchmark, MLflow), with the first diverging pair named."""
@@ -296,7 +297,7 @@ def _summary(model: Model, details: Mapping[str, Any], precision: PrecisionConfi
 
 
 def build_report(
-    model: Model, precision: PrecisionConfig, details: dict[str, Any], selected: Sequence[str]
+    model: Model, precision: PrecisionConfig, details: CheckDetails, selected: Sequence[str]
 ) -> BatchingReport:
     examples, edges = _groups(details)
     negative = details["negative"]

@@ -16,7 +16,9 @@ from vmapcheck.core.cases import CASE_KINDS, kind_of
 from vmapcheck.errors import ConfigError
 
 if TYPE_CHECKING:
+    from vmapcheck.check.schema import CheckDetails
     from vmapcheck.core.models import Model, Params
+    from vmapcheck.core.record import ForwardRecord
 
 # The case names: the user's batch, its first row as a batch of one and unbatched. The
 # last two are the names the check compares a vector case with
@@ -278,10 +280,10 @@ def judge(
     cases: dict[str, dict[str, Any]],
     outputs: dict[str, Any],
     regrouped: dict[str, Any],
-    record: dict[str, Any],
+    record: ForwardRecord,
     oracle: dict[str, Any] | None,
     magnitudes: dict[str, Any] | None,
-) -> dict[str, Any]:
+) -> CheckDetails:
     """The check stage's verdict (:func:`vmapcheck.check.checks.run_checks`)."""
     from vmapcheck.check.checks import run_checks
     from vmapcheck.config import Config, ModelConfig, ReferenceConfig
@@ -304,14 +306,12 @@ def judge(
     manifest = {
         "cases": {name: {k: v for k, v in c.items() if k != "x"} for name, c in cases.items()}
     }
-    return dict(
-        run_checks(
-            config,
-            manifest,
-            outputs,
-            record,
-            oracle=oracle,
-            magnitudes=magnitudes,
-            composition=regrouped,
-        )
+    return run_checks(
+        config,
+        manifest,
+        outputs,
+        record,
+        oracle=oracle,
+        magnitudes=magnitudes,
+        composition=regrouped,
     )

@@ -143,7 +143,7 @@ def collect_metrics(
     (``reports/check_details.json``, ``bench_details.json``) and its HTML report.
     """
     metrics: dict[str, float] = {
-        summary_metric_name(k): v for k, v in summary_metrics(dict(check), bench).items()
+        summary_metric_name(k): v for k, v in summary_metrics(check, bench).items()
     }
     metrics |= {
         "check/passed": float(check["passed"]),
@@ -240,7 +240,7 @@ def verdict_note(
     """The run's description (tag ``mlflow.note.content``, Markdown): the verdict and the
     figures a reviewer reads first (vmapcheck.report.headline), the same as the HTML
     report's first screen."""
-    head = check_headline(dict(check))
+    head = check_headline(check)
     lines = [f"**{'PASSED' if head['passed'] else 'FAILED'}**: {verdict_sentence(check)}", ""]
     caveat = noisy_caveat(bench)
     if caveat:
