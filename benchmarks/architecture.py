@@ -118,11 +118,11 @@ def static_figures(root: Path, floors_doc: Path) -> dict:
     }
 
 
-def _timed(argv: list[str], repeat: int) -> dict:
+def _timed(argv: list[str], repeat: int, env: dict | None = None) -> dict:
     times = []
     for _ in range(repeat):
         start = time.perf_counter()
-        subprocess.run(argv, check=True, capture_output=True, cwd=ROOT)
+        subprocess.run(argv, check=True, capture_output=True, cwd=ROOT, env=env)
         times.append(time.perf_counter() - start)
     times.sort()
     return {
@@ -132,23 +132,28 @@ def _timed(argv: list[str], repeat: int) -> dict:
     }
 
 
-def startup_figures(repeat: int) -> dict:
+def startup_figures(repeat: int, src: Path | None = None) -> dict:
+    """Start-up times of this checkout's package, or of the one in ``src`` (another
+    commit's ``src/`` folder, put first on ``PYTHONPATH``), with this checkout's venv."""
     python = str(ROOT / ".venv" / "bin" / "python")
+    env = {**os.environ, "PYTHONPATH": str(src)} if src is not None else None
     jax_loaded = (
         "import sys, importlib; importlib.import_module(sys.argv[1]); print('jax' in sys.modules)"
     )
 
     def loads_jax(module: str) -> bool:
         out = subprocess.run(
-            [python, "-c", jax_loaded, module], capture_output=True, text=True, check=True
+            [python, "-c", jax_loaded, module], capture_output=True, text=True, check=True, env=env
         )
         return out.stdout.strip() == "True"
 
     return {
         "load_before": os.getloadavg()[0],
-        "vmapcheck --help": _timed([python, "-m", "vmapcheck", "--help"], repeat),
+        "vmapcheck --help": _timed([python, "-m", "vmapcheck", "--help"], repeat, env),
         "track stage import": _timed(
-            [python, "-c", "import vmapcheck.pipeline.track, vmapcheck.pipeline.stage"], repeat
+            [python, "-c", "import vmapcheck.pipeline.track, vmapcheck.pipeline.stage"],
+            repeat,
+            env,
         ),
         "jax loaded by": {
             m: loads_jax(m)
@@ -163,6 +168,11 @@ def main() -> int:
     parser.add_argument("--rev", help="measure another commit's static figures")
     parser.add_argument("--repeat", type=int, default=7)
     parser.add_argument("--out", type=Path)
+    parser.add_argument(
+        "--startup-src",
+        type=Path,
+        help="time the start-up of the package in this src/ folder (another commit's)",
+    )
     args = parser.parse_args()
     head = subprocess.run(
         ["git", "rev-parse", "--short", args.rev or "HEAD"],
@@ -172,6 +182,8 @@ def main() -> int:
         cwd=ROOT,
     ).stdout.strip()
     result: dict = {"commit": head, "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
+    if args.startup_src:
+        result["startup"] = startup_figures(args.repeat, args.startup_src.resolve())
     if args.rev:
         with tempfile.TemporaryDirectory() as tmp:
             archive = subprocess.run(
@@ -188,7 +200,8 @@ def main() -> int:
             result["static"] = static_figures(Path(tmp), doc)
     else:
         result["static"] = static_figures(ROOT, ROOT / "docs" / "development.md")
-        result["startup"] = startup_figures(args.repeat)
+        if not args.startup_src:
+            result["startup"] = startup_figures(args.repeat)
     text = json.dumps(result, indent=2)
     print(text)
     if args.out:

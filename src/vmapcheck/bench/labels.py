@@ -83,6 +83,20 @@ def min_detectable_ratio(ci_low: float, ci_high: float, confidence: float, alpha
 HEADLINE_LABELS = (REGRESSION, FASTER, SLOWER)
 
 
+def cell_columns(cell: dict[str, Any]) -> list[str]:
+    """A compared cell's figures as the verdict tables print them: baseline and current
+    p50 (ms), the ratio and its interval, the adjusted p (slower) and the smallest ratio
+    the cell could have detected."""
+    return [
+        f"{cell['baseline_p50_ms']:.4g}",
+        f"{cell['current_p50_ms']:.4g}",
+        f"{cell['ratio']:.3f}",
+        f"[{cell['ci_low']:.3f}, {cell['ci_high']:.3f}]",
+        f"{cell['p_slower_adjusted']:.2g}",
+        f"{cell['min_detectable_ratio']:.2f}x",
+    ]
+
+
 def _cells(result: dict[str, Any]) -> Iterator[tuple[str, str, dict[str, Any]]]:
     """``(path, batch label, cell)`` of a verdict's cells, in its order: nested
     ``{path: {label: cell}}`` (:func:`vmapcheck.bench.verdict.compare`) or flat

@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 
 from vmapcheck.bench.baseline import CONTEXT
-from vmapcheck.bench.labels import STYLES, verdict_headline
+from vmapcheck.bench.labels import STYLES, cell_columns, verdict_headline
 from vmapcheck.bench.pairs import ALL_PAIRS, BASELINE, CURRENT
 from vmapcheck.bench.sides import SideSpec
 from vmapcheck.bench.worker import BLOCKS
@@ -130,12 +130,7 @@ def format_paired(result: dict[str, Any]) -> str:
         table.add_row(
             path,
             label,
-            f"{cell['baseline_p50_ms']:.4g}",
-            f"{cell['current_p50_ms']:.4g}",
-            f"{cell['ratio']:.3f}",
-            f"[{cell['ci_low']:.3f}, {cell['ci_high']:.3f}]",
-            f"{cell['p_slower_adjusted']:.2g}",
-            f"{cell['min_detectable_ratio']:.2f}x",
+            *cell_columns(cell),
             f"{cell['pairs_slower']}/{cell['pairs']}",
             " ".join(f"{r:.2f}" for r in cell.get("process_ratios", [])),
             cell["status"],

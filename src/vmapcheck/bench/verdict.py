@@ -67,7 +67,13 @@ import numpy as np
 from scipy import stats
 
 from vmapcheck.bench.baseline import CONTEXT, CONTEXT_KEYS, BenchRecord
-from vmapcheck.bench.labels import STYLES, cell_label, min_detectable_ratio, verdict_headline
+from vmapcheck.bench.labels import (
+    STYLES,
+    cell_columns,
+    cell_label,
+    min_detectable_ratio,
+    verdict_headline,
+)
 from vmapcheck.bench.records import CellComparison, PerfVerdict
 from vmapcheck.errors import ConfigError
 from vmapcheck.io import atomic_write_json
@@ -595,12 +601,7 @@ def format_table(result: dict[str, Any]) -> str:
             table.add_row(
                 path,
                 label,
-                f"{cell['baseline_p50_ms']:.4g}",
-                f"{cell['current_p50_ms']:.4g}",
-                f"{cell['ratio']:.3f}",
-                f"[{cell['ci_low']:.3f}, {cell['ci_high']:.3f}]",
-                f"{cell['p_slower_adjusted']:.2g}",
-                f"{cell['min_detectable_ratio']:.2f}x",
+                *cell_columns(cell),
                 cell["status"],
                 style=STYLES.get(cell["status"], ""),
             )

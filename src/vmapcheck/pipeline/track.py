@@ -16,13 +16,14 @@ import os
 import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from vmapcheck.bench.baseline import record_from_details
 from vmapcheck.bench.labels import verdict_headline
-from vmapcheck.bench.records import read_bench_details
+from vmapcheck.bench.records import BenchDetails, read_bench_details
 from vmapcheck.bench.verdict import compare, format_table
 from vmapcheck.check.schema import CheckDetails, read_check_details
 from vmapcheck.config import Config, read_params
@@ -282,7 +283,8 @@ def track(config: Config, layout: Layout) -> int:
     name = run_name(config, check["runtime"], git, dvc_exp_name())
     start_ms = int(1000 * run_start(stages, time.time()))
     # Written before logging: a failed check is reported (and logged) like a passed one.
-    write_report(config, layout, check, bench, train, contract, perf, git, name)
+    reports = RunReports(check, bench, train, contract, perf, git)
+    write_report(config, layout, reports, name)
     # Again just before logging: params.yaml is logged as it is on disk now.
     refuse_changed_settings(layout, read_stage_times(layout))
     if earlier is None:
@@ -291,11 +293,7 @@ def track(config: Config, layout: Layout) -> int:
         info = create_run(
             config,
             layout,
-            check,
-            bench,
-            train,
-            contract,
-            perf,
+            reports,
             extra_tags={PIPELINE_KEY_TAG: key},
             frozen=requirements,
             name=name,
@@ -307,25 +305,29 @@ def track(config: Config, layout: Layout) -> int:
     return announce(layout, info, logged_now=earlier is None, check=check, bench=bench)
 
 
-def write_report(
-    config: Config,
-    layout: Layout,
-    check: CheckDetails,
-    bench: dict[str, Any],
-    train: dict[str, Any],
-    contract: dict[str, Any],
-    perf: dict[str, Any],
-    git: dict[str, str],
-    name: str,
-) -> None:
+@dataclass(frozen=True)
+class RunReports:
+    """What this pipeline run wrote and track judged, read once: the HTML report and the
+    MLflow run are made from it."""
+
+    check: CheckDetails
+    bench: BenchDetails
+    train: dict[str, Any]  # reports/train.json
+    contract: dict[str, Any]  # data/contract.json: the model's input and output contract
+    perf: dict[str, Any]  # the timing verdict (reports/perf_verdict.json)
+    git: dict[str, str]  # commit and dirty state (vmapcheck.provenance.git_state)
+
+
+def write_report(config: Config, layout: Layout, reports: RunReports, name: str) -> None:
     """Write the HTML report (layout.html_report) of this run, named ``name``."""
+    perf = reports.perf
     report = render_report(
-        check,
-        bench,
-        train,
-        contract,
+        reports.check,
+        reports.bench,
+        reports.train,
+        reports.contract,
         perf=perf,
-        git=git,
+        git=reports.git,
         run={
             "MLflow experiment": experiment_name(config),
             "MLflow run name": name,
@@ -373,11 +375,7 @@ def run_artifacts(layout: Layout) -> list[Path]:
 def create_run(
     config: Config,
     layout: Layout,
-    check: CheckDetails,
-    bench: dict[str, Any],
-    train: dict[str, Any],
-    contract: dict[str, Any],
-    perf: dict[str, Any],
+    reports: RunReports,
     extra_tags: dict[str, str],
     frozen: str,
     name: str,
@@ -391,17 +389,17 @@ def create_run(
         return log_run(
             config,
             layout.root,
-            check,
-            bench,
-            train,
+            reports.check,
+            reports.bench,
+            reports.train,
             [*run_artifacts(layout), inputs.environment],
-            contract,
+            reports.contract,
             extra_tags={**inputs.tags, **extra_tags},
             datasets=inputs.datasets,
             finish=False,  # RUNNING until mark_complete in complete_run
             name=name,
             start_time=start_ms,
-            note=verdict_note(check, bench, perf),
+            note=verdict_note(reports.check, reports.bench, reports.perf),
         )
 
 
