@@ -13,9 +13,11 @@ Batch labels are zero-padded (:func:`batch_label`) so that ``b0016`` sorts befor
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from vmapcheck.check.schema import CheckDetails
+# Types only: the bench stage draws its headline from here, and needs no check schema.
+if TYPE_CHECKING:
+    from vmapcheck.check.schema import CheckDetails
 
 # Zero-padding width of a batch label: 4 digits hold the shipped profiles (up to 4,096
 # rows); a larger batch simply gets more digits.
