@@ -538,7 +538,7 @@ def _rounds_compared(
     return out
 
 
-def rounds_lines(result: dict[str, Any]) -> list[str]:
+def rounds_lines(result: PerfVerdict) -> list[str]:
     """Notes on the rounds compared: when a side's cells have fewer rounds (stopped
     early), and which cells could not be a regression alone with the rounds at hand."""
     rounds = result.get("rounds") or {}
@@ -574,7 +574,7 @@ def _batch_order(label: str) -> tuple[int, str]:
     return (int(digits), label) if digits.isdigit() else (math.inf, label)  # type: ignore[return-value]
 
 
-def format_table(result: dict[str, Any]) -> str:
+def format_table(result: PerfVerdict) -> str:
     """The comparison as text: the verdict and why, one line per path and batch size
     (regressions marked), then the notes (context differences, the control)."""
     from rich.console import Console
@@ -649,7 +649,7 @@ def control_line(control: dict[str, Any]) -> str:
     return text + " (not a slowdown of the machine beyond the factor)"
 
 
-def report_verdict(result: dict[str, Any], out: Path | None = None) -> int:
+def report_verdict(result: PerfVerdict, out: Path | None = None) -> int:
     """Print ``result`` (:func:`compare`) as its table, write it to ``out`` when given,
     and return ``vmapcheck verdict``'s exit code: 1 on a regression, else 0."""
     print(format_table(result))

@@ -1,6 +1,8 @@
 """Stage `bench`: latency distributions of every path and batch size after warm-up."""
 
-from typing import Any
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
 
 import jax.numpy as jnp
 
@@ -33,8 +35,11 @@ from vmapcheck.report.plots import (
     write_speedup_png,
 )
 
+if TYPE_CHECKING:
+    from vmapcheck.bench.records import BenchResult
 
-def dvc_metrics(result: dict[str, Any]) -> dict[str, float | None]:
+
+def dvc_metrics(result: BenchDetails) -> dict[str, float | None]:
     """``reports/bench.json``, the DVC metrics of the benchmark: vmap's p50 speed-ups at
     the headline batch (:func:`vmapcheck.report.headline.bench_headline`), named as the
     MLflow run's ``summary/*`` speed-ups without the prefix, e.g. ``vmap_over_loop@b0128``
@@ -89,7 +94,7 @@ def peak_line(peak: dict[str, Any]) -> str:
     )
 
 
-def roofline_text(result: dict[str, Any], label: str) -> str:
+def roofline_text(result: BenchResult, label: str) -> str:
     """The headline paths' share of the matmul peak at ``label``: ``vmap_jit at 12.3%,
     direct_jit above the peak (flop count or peak wrong: not shown)``."""
     shares = []

@@ -11,6 +11,8 @@ an earlier, killed ``track`` left unfinished are marked FAILED first, so they ar
 taken as the baseline (only complete runs are).
 """
 
+from __future__ import annotations
+
 import contextlib
 import os
 import tempfile
@@ -19,7 +21,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from vmapcheck.bench.baseline import record_from_details
 from vmapcheck.bench.labels import verdict_headline
@@ -69,6 +71,9 @@ from vmapcheck.tracking.store import (
 )
 from vmapcheck.tracking.uri import shown
 
+if TYPE_CHECKING:
+    from vmapcheck.bench.records import PerfVerdict
+
 # The verdict of a run whose bench DVC skipped: its timing was judged when it was made.
 NOT_RERUN = "bench not rerun"
 
@@ -115,7 +120,7 @@ def bench_not_rerun(
 def judge_performance(
     config: Config,
     layout: Layout,
-    bench: dict[str, Any],
+    bench: BenchDetails,
     exclude: str | None = None,
     stages: dict[str, dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
@@ -314,7 +319,7 @@ class RunReports:
     bench: BenchDetails
     train: dict[str, Any]  # reports/train.json
     contract: dict[str, Any]  # data/contract.json: the model's input and output contract
-    perf: dict[str, Any]  # the timing verdict (reports/perf_verdict.json)
+    perf: PerfVerdict  # the timing verdict (reports/perf_verdict.json)
     git: dict[str, str]  # commit and dirty state (vmapcheck.provenance.git_state)
 
 
@@ -408,7 +413,7 @@ def complete_run(
     layout: Layout,
     info: dict[str, Any],
     check: CheckDetails,
-    perf: dict[str, Any],
+    perf: PerfVerdict,
     stages: dict[str, dict[str, Any]],
 ) -> None:
     """The run's last writes (verdict, diagnosis, registry, timeline), then mark it
@@ -450,7 +455,7 @@ def announce(
     info: dict[str, Any],
     logged_now: bool,
     check: CheckDetails,
-    bench: dict[str, Any],
+    bench: BenchDetails,
 ) -> int:
     """Write track_report.json, print where the run and the report are and the verdict;
     return the stage's exit code (1: the check or the guard's replay failed)."""

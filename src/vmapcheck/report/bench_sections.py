@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import base64
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from vmapcheck.bench.bounds import launch_bound_text
 from vmapcheck.bench.machine import conditions_line
@@ -19,6 +19,9 @@ from vmapcheck.core.paths import SPEEDUPS, speedup_text
 from vmapcheck.report.elements import by_batch, in_path_order, kv_table, num, table
 from vmapcheck.report.headline import batch_from_label
 from vmapcheck.report.plots import latency_png, speedup_png
+
+if TYPE_CHECKING:
+    from vmapcheck.bench.records import BenchDetails
 
 # The check's own limits; the benchmark's come from bench_details.json ("limits").
 CHECK_LIMITS = (
@@ -44,7 +47,7 @@ def plot(png: bytes, alt: str, caption: str, img_id: str) -> dict[str, str]:
 
 
 def latency(
-    bench: dict[str, Any],
+    bench: BenchDetails,
     title: str,
     not_provided: Mapping[str, str] | None = None,
     drawn: Mapping[str, bytes] | None = None,
@@ -72,7 +75,7 @@ def latency(
     }
 
 
-def _latency_table(bench: dict[str, Any]) -> dict[str, Any]:
+def _latency_table(bench: BenchDetails) -> dict[str, Any]:
     """One row per path and batch size: its latency percentiles, the median's interval,
     throughput, compile and first call, GFLOP/s and share of the matmul peak."""
     by_path, figures = bench["latency_ms"], bench.get("figures", {})
@@ -125,7 +128,7 @@ def _latency_table(bench: dict[str, Any]) -> dict[str, Any]:
     )
 
 
-def _speedup_table(bench: dict[str, Any], missing: Mapping[str, str]) -> dict[str, Any]:
+def _speedup_table(bench: BenchDetails, missing: Mapping[str, str]) -> dict[str, Any]:
     """One row per batch size: each speed-up with its interval, or the paths the model
     does not provide (``missing``) where a ratio needs one."""
     entries = {entry.name: entry for entry in SPEEDUPS}
@@ -159,7 +162,7 @@ def _speedup_table(bench: dict[str, Any], missing: Mapping[str, str]) -> dict[st
 
 
 def _latency_plots(
-    bench: dict[str, Any], title: str, drawn: Mapping[str, bytes]
+    bench: BenchDetails, title: str, drawn: Mapping[str, bytes]
 ) -> list[dict[str, str]]:
     """The latency plot, and the speed-up plot where the run has speed-ups: each the PNG
     in ``drawn`` (plot id -> bytes) when there, else drawn now."""
@@ -186,7 +189,7 @@ def _latency_plots(
     return plots
 
 
-def _intro(bench: dict[str, Any]) -> str:
+def _intro(bench: BenchDetails) -> str:
     """The section's first paragraph: the bench profile's settings, what the ratios
     compare, and the matmul peak measured in the same run (when there is one)."""
     peak = bench.get("peak")
@@ -213,7 +216,7 @@ def _intro(bench: dict[str, Any]) -> str:
     )
 
 
-def machine(bench: dict[str, Any]) -> dict[str, Any]:
+def machine(bench: BenchDetails) -> dict[str, Any]:
     """``{"recorded", "noisy", "said", "table"}``: load and memory before and after."""
     conditions = bench.get("machine")
     if not conditions:
@@ -248,5 +251,5 @@ def training(train: dict[str, Any]) -> dict[str, Any]:
     return {"table": kv_table(rows, "train-table")}
 
 
-def limits(bench: dict[str, Any]) -> list[str]:
+def limits(bench: BenchDetails) -> list[str]:
     return [*CHECK_LIMITS, *bench.get("limits", [])]

@@ -10,7 +10,7 @@ Paths are listed in the order of the registry :data:`vmapcheck.core.paths.PATHS`
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from vmapcheck.check.rules import rule
 from vmapcheck.check.schema import CaseReport, CheckDetails, RuleRecord
@@ -28,6 +28,9 @@ from vmapcheck.report.elements import (
     shape_text,
     table,
 )
+
+if TYPE_CHECKING:
+    from vmapcheck.bench.records import BenchDetails
 
 # How many failures the verdict lists (the rest are counted; all are in check_details.json).
 SHOWN_FAILURES = 50
@@ -97,7 +100,7 @@ def verdict_sentence(check: CheckDetails) -> str:
     )
 
 
-def verdict(check: CheckDetails, bench: dict[str, Any]) -> dict[str, Any]:
+def verdict(check: CheckDetails, bench: BenchDetails) -> dict[str, Any]:
     """The banner: ``{"passed", "word", "headline", "failures", "more_failures", "notes"}``."""
     passed = bool(check["passed"])
     headline = verdict_sentence(check)
@@ -137,7 +140,7 @@ def _recorded(runtime: Mapping[str, Any], key: str, when_none: str) -> Any:
 
 def environment(
     check: CheckDetails,
-    bench: dict[str, Any],
+    bench: BenchDetails,
     contract: dict[str, Any] | None,
     git: dict[str, str],
     run: dict[str, Any],

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 # Types only: the bench stage draws its headline from here, and needs no check schema.
 if TYPE_CHECKING:
+    from vmapcheck.bench.records import BenchDetails
     from vmapcheck.check.schema import CheckDetails
 
 # Zero-padding width of a batch label: 4 digits hold the shipped profiles (up to 4,096
@@ -141,7 +142,7 @@ def noisy_caveat(bench: dict[str, Any]) -> str | None:
     )
 
 
-def headline_batch(bench: dict[str, Any]) -> int | None:
+def headline_batch(bench: BenchDetails) -> int | None:
     """The batch size the headline speed-ups are read at, fixed by the bench profile
     (``bench_details.json``'s ``bench``), never by what ran: the largest of its
     ``batch_sizes`` within ``loop_max_batch`` (where the loop is planned), else its
@@ -160,7 +161,7 @@ def headline_batch(bench: dict[str, Any]) -> int | None:
     return max(measured) if measured else None
 
 
-def bench_headline(bench: dict[str, Any]) -> dict[str, Any]:
+def bench_headline(bench: BenchDetails) -> dict[str, Any]:
     """The speed-ups at :func:`headline_batch`, each with its confidence interval.
 
     Returns ``{"batch": int | None, "speedups": {name: {"ratio", "ci"}}}``; ``ci`` is
@@ -189,7 +190,7 @@ def bench_headline(bench: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def _why_left_out(bench: dict[str, Any], name: str, batch: int) -> str | None:
+def _why_left_out(bench: BenchDetails, name: str, batch: int) -> str | None:
     """The reason the bench gave for leaving out one of speed-up ``name``'s paths at
     ``batch``, or None."""
     from vmapcheck.core.paths import SPEEDUPS
@@ -204,7 +205,7 @@ def _why_left_out(bench: dict[str, Any], name: str, batch: int) -> str | None:
     return None
 
 
-def summary_metrics(check: CheckDetails, bench: dict[str, Any] | None = None) -> dict[str, float]:
+def summary_metrics(check: CheckDetails, bench: BenchDetails | None = None) -> dict[str, float]:
     """The run's summary metrics, named ``summary/...`` so they sort first in MLflow.
 
     Only measured figures appear: a figure that does not exist for this run (no

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from jinja2 import Environment, PackageLoader, StrictUndefined, select_autoescape
 
@@ -36,6 +36,9 @@ from vmapcheck.core.paths import SPEEDUPS, speedup_text
 from vmapcheck.report import bench_sections, check_sections
 from vmapcheck.report.elements import code_spans, num
 from vmapcheck.report.headline import HEADLINE_SPEEDUPS, bench_headline, check_headline
+
+if TYPE_CHECKING:
+    from vmapcheck.bench.records import BenchDetails, PerfVerdict
 
 _ENV = Environment(
     loader=PackageLoader("vmapcheck.report", "templates"),
@@ -140,7 +143,7 @@ def _agreement_cards(check: CheckDetails) -> list[dict[str, Any]]:
     return cards
 
 
-def _speedup_card(check: CheckDetails, bench: dict[str, Any]) -> dict[str, Any]:
+def _speedup_card(check: CheckDetails, bench: BenchDetails) -> dict[str, Any]:
     speed = bench_headline(bench)
     if speed["batch"] is None:
         return _card("fs-speedups", "vmap speed-ups", "not measured", [])
@@ -162,7 +165,7 @@ def _speedup_card(check: CheckDetails, bench: dict[str, Any]) -> dict[str, Any]:
     return _card("fs-speedups", f"vmap speed-ups at batch {speed['batch']} (p50)", "", lines)
 
 
-def _perf_card(perf: dict[str, Any] | None) -> dict[str, Any]:
+def _perf_card(perf: PerfVerdict | None) -> dict[str, Any]:
     if perf is None:
         return _card("fs-perf", "Benchmark vs baseline", "not judged", [])
     lines = []
@@ -189,7 +192,7 @@ def _perf_card(perf: dict[str, Any] | None) -> dict[str, Any]:
 
 
 def first_screen(
-    check: CheckDetails, bench: dict[str, Any], perf: dict[str, Any] | None
+    check: CheckDetails, bench: BenchDetails, perf: PerfVerdict | None
 ) -> list[dict[str, Any]]:
     """The figures under the verdict, in reading order: ``[{"id", "title", "value",
     "lines", "status"}]`` (ids ``fs-worst``, ``fs-reference``, ``fs-float64``,
@@ -199,11 +202,11 @@ def first_screen(
 
 def render_report(
     check: CheckDetails,
-    bench: dict[str, Any],
+    bench: BenchDetails,
     train: dict[str, Any],
     contract: dict[str, Any] | None = None,
     *,
-    perf: dict[str, Any] | None = None,
+    perf: PerfVerdict | None = None,
     git: dict[str, str] | None = None,
     run: dict[str, Any] | None = None,
     generated_at: datetime | None = None,

@@ -23,7 +23,7 @@ import getpass
 import re
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -53,6 +53,9 @@ from vmapcheck.tracking.store import (
     resolve_artifact_root,
     resolve_tracking_uri,
 )
+
+if TYPE_CHECKING:
+    from vmapcheck.bench.records import BenchDetails, PerfVerdict
 
 MAX_BATCH = 1000  # MLflow's per-request limit for metrics (params: 100)
 # The config keys logged as params: the knobs runs are compared and searched by (the
@@ -126,7 +129,7 @@ REPLAY_METRICS = (
 
 
 def collect_metrics(
-    check: CheckDetails, bench: dict[str, Any], train: dict[str, Any]
+    check: CheckDetails, bench: BenchDetails, train: dict[str, Any]
 ) -> dict[str, float]:
     """The stage reports as MLflow metrics: the figures a reviewer compares across runs,
     a few hundred at most (about 150 for bench=quick), never one per pair of paths.
@@ -234,9 +237,7 @@ def run_name(
     )
 
 
-def verdict_note(
-    check: CheckDetails, bench: dict[str, Any], perf: dict[str, Any] | None = None
-) -> str:
+def verdict_note(check: CheckDetails, bench: BenchDetails, perf: PerfVerdict | None = None) -> str:
     """The run's description (tag ``mlflow.note.content``, Markdown): the verdict and the
     figures a reviewer reads first (vmapcheck.report.headline), the same as the HTML
     report's first screen."""
@@ -325,7 +326,7 @@ def run_tags(
     config: Config,
     root: Path,
     check: CheckDetails,
-    bench: dict[str, Any],
+    bench: BenchDetails,
     contract: dict[str, Any] | None,
     git: dict[str, str],
     note: str | None = None,
@@ -428,7 +429,7 @@ def log_run(
     config: Config,
     root: Path,
     check: CheckDetails,
-    bench: dict[str, Any],
+    bench: BenchDetails,
     train: dict[str, Any],
     artifacts: list[Path],
     contract: dict[str, Any] | None = None,
@@ -492,7 +493,7 @@ def log_run(
     }
 
 
-def perf_metrics(result: dict[str, Any]) -> dict[str, float]:
+def perf_metrics(result: PerfVerdict) -> dict[str, float]:
     """The regression verdict as metrics: the count, the control's slowdown and each
     cell's ratio, ``perf/<path>/b<batch>/ratio`` (its interval and p-value are in the
     run's perf_verdict.json artifact and the HTML report)."""
@@ -505,7 +506,7 @@ def perf_metrics(result: dict[str, Any]) -> dict[str, float]:
     return {metric_name(k): v for k, v in metrics.items()}
 
 
-def log_perf_verdict(tracking_uri: str, run_id: str, result: dict[str, Any]) -> None:
+def log_perf_verdict(tracking_uri: str, run_id: str, result: PerfVerdict) -> None:
     """Attach a benchmark verdict (vmapcheck.bench.verdict.compare, or why there was none) to
     run ``run_id``: tags ``perf_verdict``/``perf_baseline`` and ``perf/...`` metrics."""
     from mlflow.entities import Metric, RunTag

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from itertools import combinations
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import jax
 import jax.numpy as jnp
@@ -40,6 +40,9 @@ from vmapcheck.data.splits import load_raw, split_indices
 from vmapcheck.errors import VmapcheckError
 from vmapcheck.io import load_npz, read_json, sha256_file
 from vmapcheck.params_io import contract_of, leaf_paths
+
+if TYPE_CHECKING:
+    from vmapcheck.check.schema import CheckDetails
 
 # Two params leaves whose first values correlate this closely are one random draw:
 # independent draws of n >= MIN_DRAW values correlate by about 1/sqrt(n).
@@ -453,7 +456,7 @@ def _abstract(subject: Subject, probe: Probe) -> Forms:
     return out
 
 
-def shapes_stage(subject: Subject, check: dict[str, Any] | None = None) -> dict[str, Any]:
+def shapes_stage(subject: Subject, check: CheckDetails | None = None) -> dict[str, Any]:
     """Stage 3: tree structure and every leaf; every layer's shape and dtype per path.
 
     Params against ``jax.eval_shape(model.init)`` (structure, then each leaf's shape and
@@ -627,7 +630,7 @@ def _output_contract(
 
 
 def _recorded_contract(
-    check: dict[str, Any] | None, evidence: list[dict[str, Any]]
+    check: CheckDetails | None, evidence: list[dict[str, Any]]
 ) -> dict[str, Any] | None:
     if check is None:
         return None

@@ -13,7 +13,7 @@ import sys
 import traceback
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import jax
 import jax.numpy as jnp
@@ -51,6 +51,9 @@ from vmapcheck.io import atomic_write_json, atomic_write_text, load_npz, read_js
 from vmapcheck.layout import Layout
 from vmapcheck.params_io import load_model_params
 
+if TYPE_CHECKING:
+    from vmapcheck.check.schema import CheckDetails
+
 # --- the protocol ---------------------------------------------------------------------
 
 
@@ -59,7 +62,7 @@ def diagnose(
     *,
     sources: DataSources | None = None,
     stored: StoredRun | None = None,
-    check: dict[str, Any] | None = None,
+    check: CheckDetails | None = None,
     key_stream: dict[str, Any] | None = None,
     trigger: str = "on demand",
 ) -> dict[str, Any]:
@@ -146,7 +149,7 @@ def diagnose(
     return report
 
 
-def not_needed(check: dict[str, Any]) -> dict[str, Any]:
+def not_needed(check: CheckDetails) -> dict[str, Any]:
     """What reports/diagnosis.json holds when every check passed."""
     report = {
         "status": "not needed",
@@ -242,7 +245,7 @@ def write_report(report: dict[str, Any], json_path: Path) -> Path:
 # --- on a project's outputs -----------------------------------------------------------
 
 
-def _failing_case(check: dict[str, Any] | None, manifest: dict[str, Any]) -> str:
+def _failing_case(check: CheckDetails | None, manifest: dict[str, Any]) -> str:
     """The first valid case the check failed on (else the standard batch)."""
     for name, report in (check or {}).get("cases", {}).items():
         if not report.get("passed", True):
@@ -255,7 +258,7 @@ def _failing_case(check: dict[str, Any] | None, manifest: dict[str, Any]) -> str
 
 
 def probes_for(
-    manifest: dict[str, Any], cases: dict[str, dict[str, np.ndarray]], check: dict[str, Any] | None
+    manifest: dict[str, Any], cases: dict[str, dict[str, np.ndarray]], check: CheckDetails | None
 ) -> tuple[Probe, ...]:
     """The input ladder: one row of the failing case (minimal), then the whole case, then
     the standard batch's first row and the batch when the failing case has no targets."""
@@ -284,7 +287,7 @@ def probes_for(
 def diagnose_project(
     layout: Layout,
     config: Config,
-    check: dict[str, Any] | None,
+    check: CheckDetails | None,
     *,
     key_stream: dict[str, Any] | None = None,
     trigger: str = "on demand",
@@ -353,7 +356,7 @@ def diagnose_project(
 
 
 def for_check(
-    layout: Layout, config: Config, check: dict[str, Any], key_stream: dict[str, Any] | None
+    layout: Layout, config: Config, check: CheckDetails, key_stream: dict[str, Any] | None
 ) -> dict[str, Any]:
     """What the check stage writes: "not needed" when it passed, else the protocol's
     report. The diagnosis never hides the check's own verdict: if it cannot run, its

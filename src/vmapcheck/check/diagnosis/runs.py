@@ -8,7 +8,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import jax
 import numpy as np
@@ -18,6 +18,9 @@ from vmapcheck.core.compare import measure
 from vmapcheck.core.contract import cast_floats, rows, take
 from vmapcheck.core.forms import OUTPUT
 from vmapcheck.core.paths import PATHS, ForwardPath, output_key, path_names, split_output_key
+
+if TYPE_CHECKING:
+    from vmapcheck.check.schema import CheckDetails
 
 # --- 9-11. backend, sharding, reference -----------------------------------------------
 
@@ -146,7 +149,7 @@ def sharding_stage(subject: Subject, stored: StoredRun | None) -> dict[str, Any]
     )
 
 
-def reference_stage(check: dict[str, Any] | None) -> dict[str, Any]:
+def reference_stage(check: CheckDetails | None) -> dict[str, Any]:
     """Stage 11: the check's comparison with the stored reference run, and what differs
     between the two runs (versions, backend, dtype)."""
     evidence: list[dict[str, Any]] = []
