@@ -72,7 +72,7 @@ from jax.extend.core import ClosedJaxpr, DropVar, Jaxpr, JaxprEqn, Literal
 
 from vmapcheck.core.cases import kind_of
 from vmapcheck.core.contract import rows, take
-from vmapcheck.core.oracle import _to_f64
+from vmapcheck.core.oracle import to_f64
 
 # (real value, magnitude of its terms): the magnitude is float64, of the value's shape.
 Pair = tuple[jax.Array, jax.Array]
@@ -624,7 +624,7 @@ def case_magnitudes(
     report says why (the check reports; it does not crash on a model it cannot read).
     """
     _require_x64()
-    params64 = jax.tree_util.tree_map(lambda leaf: _to_f64(leaf, run_dtype), params)
+    params64 = jax.tree_util.tree_map(lambda leaf: to_f64(leaf, run_dtype), params)
     programs: dict[Any, Program] = {}
     out: dict[str, dict[str, Any]] = {}
     for name, case in cases.items():
@@ -634,7 +634,7 @@ def case_magnitudes(
         x = case["x"]
         if kind.takes == "batch" and max_rows is not None and rows(x) > max_rows:
             x = take(x, slice(0, max_rows))
-        x64 = jax.tree.map(lambda leaf: _to_f64(leaf, run_dtype), x)
+        x64 = jax.tree.map(lambda leaf: to_f64(leaf, run_dtype), x)
         try:
             scale, fallbacks = _rows(
                 programs, forward_one, params64, x64, batched=kind.takes == "batch"

@@ -20,7 +20,7 @@ from vmapcheck.core.contract import rows, take
 from vmapcheck.core.models import Model, Params
 
 
-def _to_f64(array: Any, run_dtype: Any) -> jax.Array:
+def to_f64(array: Any, run_dtype: Any) -> jax.Array:
     """A float leaf rounded to the run's dtype, then widened to float64; ids and masks
     unchanged (they are exact)."""
     host = np.asarray(array)
@@ -44,14 +44,14 @@ def float64_outputs(
     (the check compares the paths with it on those rows and reports the cap)."""
     if not jax.config.jax_enable_x64:
         raise RuntimeError("the float64 oracle needs jax_enable_x64 (configure_cpu_float64)")
-    params64 = jax.tree_util.tree_map(lambda leaf: _to_f64(leaf, run_dtype), params)
+    params64 = jax.tree_util.tree_map(lambda leaf: to_f64(leaf, run_dtype), params)
     forward = jax.jit(model.forward_one)
     out: dict[str, np.ndarray] = {}
     for name, case in cases.items():
         kind = kind_of(case, name)
         if not kind.oracle:
             continue
-        x64 = jax.tree.map(lambda leaf: _to_f64(leaf, run_dtype), case["x"])
+        x64 = jax.tree.map(lambda leaf: to_f64(leaf, run_dtype), case["x"])
         if kind.takes == "vector":
             out[name] = np.asarray(forward(params64, x64))
         else:

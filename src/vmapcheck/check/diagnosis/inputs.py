@@ -17,16 +17,16 @@ import jax.numpy as jnp
 import numpy as np
 from jax.errors import KeyReuseError
 
-from vmapcheck.check.diagnosis.layers import _evaluate, _layered_paths, _walk
+from vmapcheck.check.diagnosis.layers import evaluate_probe, layered_paths, walk_layers
 from vmapcheck.check.diagnosis.subject import (
     DataSources,
     Probe,
     Subject,
-    _error_line,
-    _finding,
-    _layer_of,
-    _params_leaves,
-    _stage,
+    error_line,
+    feeding_leaves,
+    layer_of,
+    make_finding,
+    stage_result,
 )
 from vmapcheck.core.compare import exact
 from vmapcheck.core.contract import rows as batch_rows
@@ -85,7 +85,7 @@ def _data_mismatch(
     if result["passed"]:
         return None
     feature = _first_feature(result, features) if features is not None else None
-    return _finding(
+    return make_finding(
         "data",
         f"{claim} ({result['reason']}"
         + (f", feature {feature}" if feature else "")
@@ -113,16 +113,18 @@ def data_stage(sources: DataSources | None, subject: Subject | None = None) -> d
     if sources is not None:
         finding = _stored_data(sources, evidence)
         if finding is not None:
-            return _stage("data", evidence, finding)
+            return stage_result("data", evidence, finding)
     if subject is not None and subject.model.preprocessing:
         steps = set(subject.model.preprocessing)
         for probe in subject.probes:
-            runs = _evaluate(subject, probe, jit=False)
-            finding = _walk("data", subject, probe, runs, steps.__contains__, evidence, "eager")
+            runs = evaluate_probe(subject, probe, jit=False)
+            finding = walk_layers(
+                "data", subject, probe, runs, steps.__contains__, evidence, "eager"
+            )
             if finding is not None:
-                return _stage("data", evidence, finding)
+                return stage_result("data", evidence, finding)
     if sources is None and not (subject is not None and subject.model.preprocessing):
-        return _stage("data", evidence, skipped="no stored data given and no preprocessing")
+        return stage_result("data", evidence, skipped="no stored data given and no preprocessing")
     parts = []
     if sources is not None:
         parts.append(
@@ -133,7 +135,7 @@ def data_stage(sources: DataSources | None, subject: Subject | None = None) -> d
         parts.append(f"preprocessing {', '.join(subject.model.preprocessing)} agrees in every path")
     elif subject is not None:
         parts.append("the model declares no preprocessing of its own")
-    return _stage("data", evidence, summary="; ".join(parts))
+    return stage_result("data", evidence, summary="; ".join(parts))
 
 
 def _stored_data(sources: DataSources, evidence: list[dict[str, Any]]) -> dict[str, Any] | None:
@@ -148,7 +150,7 @@ def _stored_data(sources: DataSources, evidence: list[dict[str, Any]]) -> dict[s
             {"what": f"cases/{entry['file']} sha256 against the manifest", "passed": ok}
         )
         if not ok:
-            return _finding(
+            return make_finding(
                 "data",
                 f"cases/{entry['file']} does not match its manifest (sha256 "
                 f"{'missing file' if found == 'missing' else 'differs'}): the case was "
@@ -167,7 +169,7 @@ def _stored_data(sources: DataSources, evidence: list[dict[str, Any]]) -> dict[s
         features,
     )
     if set(derived) != set(stored):
-        return _finding(
+        return make_finding(
             "data",
             f"the stored cases {sorted(stored)} are not the cases prepare makes {sorted(derived)}",
             what="case set",
@@ -176,7 +178,7 @@ def _stored_data(sources: DataSources, evidence: list[dict[str, Any]]) -> dict[s
         made = {**x_arrays(case["x"]), **({"y": case["y"]} if "y" in case else {})}
         for key in sorted(set(made) | set(stored[name])):
             if (key in made) != (key in stored[name]):
-                return _finding(
+                return make_finding(
                     "data",
                     f"case {name}: {key} stored and re-derived differ in presence",
                     what="case",
@@ -224,7 +226,7 @@ def _raw_rows(
             parts = split_indices(keys["split"], group_ids, config)
         except VmapcheckError as exc:
             evidence.append(
-                {"what": "raw source re-read", "passed": None, "reason": _error_line(exc)}
+                {"what": "raw source re-read", "passed": None, "reason": error_line(exc)}
             )
             return None
     for split in SPLITS:
@@ -232,7 +234,7 @@ def _raw_rows(
         result = exact(rows, parts[split])
         evidence.append({"what": f"prepared/{split} rows re-derived from key 'split'", **result})
         if not result["passed"]:
-            return _finding(
+            return make_finding(
                 "data",
                 f"the rows of the prepared {split} split are not those split_indices draws "
                 "from the key stream's 'split' subkey",
@@ -300,11 +302,11 @@ def key_stream_stage(model: Model, seed: int | None) -> dict[str, Any]:
     """
     evidence: list[dict[str, Any]] = []
     if seed is None:
-        return _stage("key_stream", evidence, skipped="no seed given")
+        return stage_result("key_stream", evidence, skipped="no seed given")
     with jax.enable_x64(False), jax.default_matmul_precision("highest"):
         finding = _named_keys_finding(seed, evidence)
         if finding is not None:
-            return _stage("key_stream", evidence, finding)
+            return stage_result("key_stream", evidence, finding)
         params, repeat, elsewhere, reuse = _init_under_reuse_checker(model, seed, evidence)
     pure = all(
         np.array_equal(np.asarray(a), np.asarray(b), equal_nan=True)
@@ -319,7 +321,7 @@ def key_stream_stage(model: Model, seed: int | None) -> dict[str, Any]:
         if not declared_state(model, name)
     }
     finding = _repeated_draw(draws, reuse, evidence) or _init_finding(reuse, pure)
-    return _stage(
+    return stage_result(
         "key_stream",
         evidence,
         finding,
@@ -335,12 +337,12 @@ def _named_keys_finding(seed: int, evidence: list[dict[str, Any]]) -> dict[str, 
     same = all(np.array_equal(data[n], jax.random.key_data(again[n])) for n in KEY_NAMES)
     evidence.append({"what": "named subkeys re-derived from the seed", "passed": same})
     if not same:
-        return _finding("key_stream", "named_keys(seed) is not reproducible", what="keys")
+        return make_finding("key_stream", "named_keys(seed) is not reproducible", what="keys")
     for left, right in combinations(KEY_NAMES, 2):
         distinct = not np.array_equal(data[left], data[right])
         evidence.append({"what": f"subkeys {left!r} and {right!r} differ", "passed": distinct})
         if not distinct:
-            return _finding(
+            return make_finding(
                 "key_stream",
                 f"the named subkeys {left!r} and {right!r} are the same key",
                 what="keys",
@@ -361,7 +363,7 @@ def _init_under_reuse_checker(
             repeat = model.init(named_keys(seed)["init"])
             elsewhere = model.init(named_keys(seed + 1)["init"])
     except KeyReuseError as exc:
-        reuse = _error_line(exc)
+        reuse = error_line(exc)
         # Drawn again without the checker, to name the leaves that share a key.
         with jax.debug_key_reuse(False):
             params = model.init(named_keys(seed)["init"])
@@ -391,13 +393,13 @@ def _repeated_draw(
                 }
             )
             if repeated:
-                return _finding(
+                return make_finding(
                     "key_stream",
                     f"init draws {later} with the key already used for {earlier}: their "
                     f"first {n} values correlate {corr:.6f} (one PRNG key fed both)"
                     + (f"; the reuse checker also saw it ({reuse})" if reuse else ""),
                     what="reused PRNG key",
-                    layer=_layer_of(later),
+                    layer=layer_of(later),
                     leaf=later,
                     params_leaves=[earlier, later],
                     key="init",
@@ -408,7 +410,7 @@ def _repeated_draw(
 def _init_finding(reuse: str | None, pure: bool) -> dict[str, Any] | None:
     """init consumed a key twice (the checker's ``reuse``), or is not ``pure``: the finding."""
     if reuse is not None:
-        return _finding(
+        return make_finding(
             "key_stream",
             f"init consumed a PRNG key twice ({reuse})",
             what="reused PRNG key",
@@ -416,7 +418,7 @@ def _init_finding(reuse: str | None, pure: bool) -> dict[str, Any] | None:
             key="init",
         )
     if not pure:
-        return _finding(
+        return make_finding(
             "key_stream",
             "init gives different params from the same key: it draws randomness "
             "outside the key stream (a global RNG, the clock)",
@@ -439,7 +441,7 @@ def _abstract(subject: Subject, probe: Probe) -> Forms:
     params = subject.run_params
     x, _ = subject.inputs(probe)
     out: Forms = {}
-    for entry in _layered_paths(jit=False):
+    for entry in layered_paths(jit=False):
         path = entry.name
         activations = entry.activations(subject.model)
         if activations is None:
@@ -450,7 +452,7 @@ def _abstract(subject: Subject, probe: Probe) -> Forms:
             names = list(layers.names)
             out[path] = (names, structs, "")
         except Exception as exc:
-            out[path] = ([], [], _error_line(exc))
+            out[path] = ([], [], error_line(exc))
         if not per_layer and path in out and not out[path][2]:
             out[path] = ([OUTPUT], out[path][1][-1:], "")
     return out
@@ -474,7 +476,7 @@ def shapes_stage(subject: Subject, check: CheckDetails | None = None) -> dict[st
         finding = _probe_shapes(subject, probe, evidence)
     if finding is None:
         finding = _recorded_contract(check, evidence)
-    return _stage(
+    return stage_result(
         "shapes",
         evidence,
         finding,
@@ -491,7 +493,7 @@ def _params_tree(
     same_tree = jax.tree_util.tree_structure(params) == jax.tree_util.tree_structure(template)
     evidence.append({"what": "params tree structure against the model's", "passed": same_tree})
     if not same_tree:
-        return _finding(
+        return make_finding(
             "shapes",
             f"params tree structure {jax.tree_util.tree_structure(params)} is "
             f"not the model's {jax.tree_util.tree_structure(template)}",
@@ -505,12 +507,12 @@ def _params_tree(
             {"what": f"params leaf {leaf}", "expected": want, "found": got, "passed": ok}
         )
         if not ok:
-            return _finding(
+            return make_finding(
                 "shapes",
                 f"params leaf {leaf}: expected shape {want['shape']} dtype {want['dtype']}, "
                 f"found {got}",
                 what="params leaf",
-                layer=_layer_of(leaf),
+                layer=layer_of(leaf),
                 leaf=leaf,
             )
     return None
@@ -526,7 +528,7 @@ def _probe_shapes(
     for form, (_, _, error) in forms.items():
         if error:
             evidence.append({"what": f"{form} traced on {probe.label}", "passed": False})
-            return _finding(
+            return make_finding(
                 "shapes",
                 f"{form} cannot be traced on {probe.label}: {error}",
                 what="path raised",
@@ -551,7 +553,7 @@ def _layer_names(
         ok = names == ref_names
         evidence.append({"what": f"{form} layer names on {probe.label}", "passed": ok})
         if not ok:
-            return _finding(
+            return make_finding(
                 "shapes",
                 f"{form} names its layers {names}, {reference_form} "
                 f"{ref_names}: the paths do not compute the same layers",
@@ -588,7 +590,7 @@ def _layer_shapes(
                 }
             )
             if not ok:
-                return _finding(
+                return make_finding(
                     "shapes",
                     f"layer {name} on {probe.label}: {form} gives shape "
                     f"{tuple(got.shape)} {np.dtype(got.dtype).name}, "
@@ -597,7 +599,7 @@ def _layer_shapes(
                     what="activation shape/dtype",
                     input=probe.label,
                     layer=name,
-                    params_leaves=_params_leaves(name, leaves, len(ref_names)),
+                    params_leaves=feeding_leaves(name, leaves, len(ref_names)),
                     paths=[form],
                     expected={"shape": list(want.shape), "dtype": str(np.dtype(want.dtype))},
                     found={"shape": list(got.shape), "dtype": str(np.dtype(got.dtype))},
@@ -618,7 +620,7 @@ def _output_contract(
     evidence.append({"what": f"output contract on {probe.label}", "passed": ok})
     if ok:
         return None
-    return _finding(
+    return make_finding(
         "shapes",
         f"every path gives an output of shape {tuple(out.shape)} "
         f"{np.dtype(out.dtype).name} on {probe.label}; the contract is "
@@ -638,7 +640,7 @@ def _recorded_contract(
         for path, problems in report.get("contract", {}).items():
             evidence.append({"what": f"recorded contract {case}/{path}", "passed": not problems})
             if problems:
-                return _finding(
+                return make_finding(
                     "shapes",
                     f"the run's {path} on case {case}: {'; '.join(problems)}",
                     what="output contract",
@@ -649,7 +651,7 @@ def _recorded_contract(
         for path, entry in report.get("paths", {}).items():
             evidence.append({"what": f"refusal {case}/{path}", "passed": entry["passed"]})
             if not entry["passed"]:
-                return _finding(
+                return make_finding(
                     "shapes",
                     f"invalid input {case} was not refused as expected by {path}: "
                     f"{entry.get('error') or 'an output'}: {entry.get('message')}",

@@ -1,8 +1,8 @@
 """The layer-by-layer walk shared by the data, forward and jit stages.
 
-Each batched path with activations is evaluated on a probe (:func:`_evaluate`, eager or
+Each batched path with activations is evaluated on a probe (:func:`evaluate_probe`, eager or
 under ``jax.jit``), its activations lined up by layer (:func:`_layer_table`), and
-:func:`_walk` finds the first layer where a path is non-finite or two paths disagree.
+:func:`walk_layers` finds the first layer where a path is non-finite or two paths disagree.
 The paths are the :data:`~vmapcheck.core.paths.PATHS` entries that take a batch and
 expose activations; a run is keyed by its entry's form.
 """
@@ -20,9 +20,9 @@ import numpy as np
 from vmapcheck.check.diagnosis.subject import (
     Probe,
     Subject,
-    _error_line,
-    _finding,
-    _params_leaves,
+    error_line,
+    feeding_leaves,
+    make_finding,
 )
 from vmapcheck.core.compare import flat_index, measure
 from vmapcheck.core.forms import OUTPUT
@@ -42,14 +42,14 @@ class _Run:
     note: str | None = None
 
 
-def _evaluate(subject: Subject, probe: Probe, jit: bool) -> dict[str, _Run]:
+def evaluate_probe(subject: Subject, probe: Probe, jit: bool) -> dict[str, _Run]:
     """Each form's activations on ``probe`` (eager, or under jax.jit), checked against
     the form's own forward: activations that do not reproduce it are not trusted per
     layer, and the form is compared on its forward's output alone."""
     params = subject.run_params
     x, _ = subject.inputs(probe)
     runs: dict[str, _Run] = {}
-    for entry in _layered_paths(jit):
+    for entry in layered_paths(jit):
         form = entry.form
         activations = entry.activations(subject.model)
         plain = entry.forward(subject.model)
@@ -64,7 +64,7 @@ def _evaluate(subject: Subject, probe: Probe, jit: bool) -> dict[str, _Run]:
             forward = jax.jit(plain) if jit else plain
             out = np.asarray(jax.block_until_ready(forward(params, x)))
         except Exception as exc:  # a crashing path is a finding, not the diagnosis' end
-            runs[form] = _Run(path, [], [], False, error=_error_line(exc))
+            runs[form] = _Run(path, [], [], False, error=error_line(exc))
             continue
         run = _Run(path, names, arrays, per_layer)
         same = measure(arrays[-1], out, subject.tolerance, "precision.tolerance")
@@ -78,7 +78,7 @@ def _evaluate(subject: Subject, probe: Probe, jit: bool) -> dict[str, _Run]:
     return runs
 
 
-def _layered_paths(jit: bool) -> list[ForwardPath]:
+def layered_paths(jit: bool) -> list[ForwardPath]:
     """The batched paths the diagnosis walks layer by layer, in one mode."""
     return [
         p
@@ -120,7 +120,7 @@ def _odd_paths(failing: list[tuple[str, str]], forms: list[str]) -> list[str]:
     return odd or sorted({f for pair in failing for f in pair}, key=forms.index)
 
 
-def _walk(
+def walk_layers(
     stage: str,
     subject: Subject,
     probe: Probe,
@@ -137,7 +137,7 @@ def _walk(
     for run in [*runs.values(), *(against or {}).values()]:
         if run.error is not None:
             evidence.append({"what": f"{run.path} on {probe.label}", "passed": False})
-            return _finding(
+            return make_finding(
                 stage,
                 f"{run.path} raised on {probe.label}: {run.error}",
                 what="path raised",
@@ -190,7 +190,7 @@ def _walk(
                 }
             )
             continue
-        params_leaves = _params_leaves(name, leaves, n_layers)
+        params_leaves = feeding_leaves(name, leaves, n_layers)
         role = "preprocessing step" if name in subject.model.preprocessing else "layer"
         if non_finite:
             paths = list(non_finite)
@@ -198,7 +198,7 @@ def _walk(
             bad = ~np.isfinite(np.asarray(arr, dtype=np.float64))
             element = flat_index(int(np.flatnonzero(bad)[0]), arr.shape)
             kinds = "NaN" if np.isnan(np.asarray(arr, dtype=np.float64)).any() else "Inf"
-            return _finding(
+            return make_finding(
                 stage,
                 f"non-finite values ({kinds}) first appear at {role} {name} on {probe.label} "
                 f"in {', '.join(paths)} ({int(bad.sum())} element(s) in {first_path}, first at "
@@ -216,7 +216,7 @@ def _walk(
         odd = _odd_paths(pair_paths, all_paths) if other is None else all_paths
         left, right, result = next((f for f in failing if set(odd) & {f[0], f[1]}), failing[0])
         dtypes = {runs[f].path: str(arrays[f].dtype) for f in arrays}
-        return _finding(
+        return make_finding(
             stage,
             f"{role} {name} diverges on {probe.label} ({mode}): {left} vs {right}: "
             f"{result['bound_ratio']:.3g} of its bound, max_rel {result['max_rel']:.3g}, "

@@ -16,8 +16,8 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from vmapcheck.check.diagnosis.layers import _evaluate, _walk
-from vmapcheck.check.diagnosis.subject import Probe, Subject, _finding, _layer_of, _stage
+from vmapcheck.check.diagnosis.layers import evaluate_probe, walk_layers
+from vmapcheck.check.diagnosis.subject import Probe, Subject, layer_of, make_finding, stage_result
 from vmapcheck.core.compare import flat_index, measure
 from vmapcheck.core.contract import rows, take
 from vmapcheck.core.gradients import make_loss_one
@@ -45,16 +45,16 @@ def forward_stage(subject: Subject) -> dict[str, Any]:
     compared: dict[str, None] = {}  # the forms the model has, in registry order
     steps = set(subject.model.preprocessing)
     for probe in subject.probes:
-        runs = _evaluate(subject, probe, jit=False)
+        runs = evaluate_probe(subject, probe, jit=False)
         compared |= dict.fromkeys(runs)
         notes += [r.note for r in runs.values() if r.note]
-        finding = _walk(
+        finding = walk_layers(
             "forward", subject, probe, runs, lambda n: n not in steps, evidence, "eager"
         )
         if finding is not None:
-            return _stage("forward", evidence, {**finding, "notes": notes})
+            return stage_result("forward", evidence, {**finding, "notes": notes})
     per_layer = subject.model.activations_one is not None
-    return _stage(
+    return stage_result(
         "forward",
         evidence,
         summary=(
@@ -148,7 +148,7 @@ def _compare_trees(
     structures = {s: jax.tree_util.tree_structure(t) for s, t in trees.items()}
     for source in sources[1:]:
         if structures[source] != structures[base]:
-            return _finding(
+            return make_finding(
                 stage,
                 f"{what} from {source} has tree structure {structures[source]}, from {base} "
                 f"{structures[base]}",
@@ -163,13 +163,13 @@ def _compare_trees(
                 element = flat_index(
                     int(np.flatnonzero(~np.isfinite(value.astype(np.float64)))[0]), value.shape
                 )
-                return _finding(
+                return make_finding(
                     stage,
                     f"{what} of leaf {leaf} via {source} on {probe.label} is not finite "
                     f"(first at {tuple(element)})",
                     what=f"non-finite {what}",
                     input=probe.label,
-                    layer=_layer_of(leaf),
+                    layer=layer_of(leaf),
                     leaf=leaf,
                     paths=[path(source)],
                     element=element,
@@ -181,7 +181,7 @@ def _compare_trees(
             pair = f"{path(base)}-vs-{path(source)}"
             evidence.append({"what": f"{what} {leaf} on {probe.label}", "pair": pair, **result})
             if not result["passed"]:
-                return _finding(
+                return make_finding(
                     stage,
                     f"{what} of leaf {leaf} diverges on {probe.label}: {pair}: "
                     f"{result['bound_ratio']:.3g} of its bound, max_rel {result['max_rel']:.3g}, "
@@ -191,7 +191,7 @@ def _compare_trees(
                     "(precision.tolerance, not widened)",
                     what=what,
                     input=probe.label,
-                    layer=_layer_of(leaf),
+                    layer=layer_of(leaf),
                     leaf=leaf,
                     paths=[path(source)],
                     pair=pair,
@@ -206,7 +206,7 @@ def loss_stage(subject: Subject) -> dict[str, Any]:
     evidence: list[dict[str, Any]] = []
     probes = _targets(subject)
     if not probes:
-        return _stage("loss", evidence, skipped="no input with targets")
+        return stage_result("loss", evidence, skipped="no input with targets")
     sources: list[str] = []
     for probe in probes:
         losses = _losses(subject, probe)
@@ -220,8 +220,8 @@ def loss_stage(subject: Subject) -> dict[str, Any]:
             "loss",
         )
         if finding is not None:
-            return _stage("loss", evidence, {**finding, "layer": "loss", "leaf": None})
-    return _stage(
+            return stage_result("loss", evidence, {**finding, "layer": "loss", "leaf": None})
+    return stage_result(
         "loss",
         evidence,
         summary=f"{_and_list(sources)} losses agree on {', '.join(p.label for p in probes)}",
@@ -234,16 +234,16 @@ def gradients_stage(subject: Subject) -> dict[str, Any]:
     evidence: list[dict[str, Any]] = []
     probes = _targets(subject)
     if not probes:
-        return _stage("gradients", evidence, skipped="no input with targets")
+        return stage_result("gradients", evidence, skipped="no input with targets")
     sources: list[str] = []
     for probe in probes:
         gradients = _gradients(subject, probe)
         sources = ["loop mean" if k == "loop" else k for k in gradients]
         finding = _compare_trees("gradients", subject, probe, gradients, evidence, "gradient")
         if finding is not None:
-            return _stage("gradients", evidence, finding)
+            return stage_result("gradients", evidence, finding)
     n = len(leaf_paths(subject.params))
-    return _stage(
+    return stage_result(
         "gradients",
         evidence,
         summary=f"gradients of all {n} leaves agree ({', '.join(sources)}) on "
@@ -256,9 +256,9 @@ def update_stage(subject: Subject) -> dict[str, Any]:
     evidence: list[dict[str, Any]] = []
     probes = _targets(subject)
     if subject.optimizer is None:
-        return _stage("update", evidence, skipped="the model is not trained (no optimizer)")
+        return stage_result("update", evidence, skipped="the model is not trained (no optimizer)")
     if not probes:
-        return _stage("update", evidence, skipped="no input with targets")
+        return stage_result("update", evidence, skipped="no input with targets")
     # The trainable leaves, {leaf path: array}: what optax steps in training.
     params = partition(subject.model, subject.run_params).trainable(subject.run_params)
     optimizer = subject.optimizer
@@ -270,8 +270,8 @@ def update_stage(subject: Subject) -> dict[str, Any]:
             updated[source] = optax.apply_updates(params, updates)
         finding = _compare_trees("update", subject, probe, updated, evidence, "updated param")
         if finding is not None:
-            return _stage("update", evidence, finding)
-    return _stage(
+            return stage_result("update", evidence, finding)
+    return stage_result(
         "update",
         evidence,
         summary=f"one optimizer step gives the same params from every gradient on "
@@ -287,13 +287,13 @@ def jit_stage(subject: Subject) -> dict[str, Any]:
     then the gradients of the training loss and the per-example gradients under jit."""
     evidence: list[dict[str, Any]] = []
     for probe in subject.probes:
-        eager = _evaluate(subject, probe, jit=False)
-        jitted = _evaluate(subject, probe, jit=True)
-        finding = _walk(
+        eager = evaluate_probe(subject, probe, jit=False)
+        jitted = evaluate_probe(subject, probe, jit=True)
+        finding = walk_layers(
             "jit", subject, probe, eager, lambda n: True, evidence, "eager vs jit", against=jitted
         )
         if finding is not None:
-            return _stage("jit", evidence, finding)
+            return stage_result("jit", evidence, finding)
     params = subject.run_params
     leaves = partition(subject.model, params)
     loss = make_loss(subject.model)
@@ -316,8 +316,8 @@ def jit_stage(subject: Subject) -> dict[str, Any]:
                 "jit", subject, probe, trees, evidence, what, path=lambda mode: mode
             )
             if finding is not None:
-                return _stage("jit", evidence, finding)
-    return _stage(
+                return stage_result("jit", evidence, finding)
+    return stage_result(
         "jit",
         evidence,
         summary="every path under jit agrees with its eager form layer by layer; gradients "

@@ -34,8 +34,8 @@ from vmapcheck.check.diagnosis.subject import (
     Probe,
     StoredRun,
     Subject,
-    _error_line,
-    _stage,
+    error_line,
+    stage_result,
 )
 from vmapcheck.check.schema import read_check_details, read_record
 from vmapcheck.config import BackendConfig, Config, load_config
@@ -97,7 +97,7 @@ def diagnose(
         try:
             result = run()
         except Exception as exc:  # a stage that cannot run is reported, the rest still run
-            result = _stage(name, [], skipped=f"could not run: {_error_line(exc)}")
+            result = stage_result(name, [], skipped=f"could not run: {error_line(exc)}")
             result["status"] = "error"
         stages.append(result)
         if result["status"] == "diverged":
@@ -372,7 +372,7 @@ def for_check(
         report = {
             "status": "error",
             "trigger": trigger,
-            "error": _error_line(exc),
+            "error": error_line(exc),
             "first_divergence": None,
             "ruled_out": [],
             "skipped": [],

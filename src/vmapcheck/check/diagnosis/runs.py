@@ -13,7 +13,13 @@ from typing import TYPE_CHECKING, Any
 import jax
 import numpy as np
 
-from vmapcheck.check.diagnosis.subject import StoredRun, Subject, _error_line, _finding, _stage
+from vmapcheck.check.diagnosis.subject import (
+    StoredRun,
+    Subject,
+    error_line,
+    make_finding,
+    stage_result,
+)
 from vmapcheck.core.compare import measure
 from vmapcheck.core.contract import cast_floats, rows, take
 from vmapcheck.core.forms import OUTPUT
@@ -39,7 +45,7 @@ def backend_stage(subject: Subject, stored: StoredRun | None) -> dict[str, Any]:
     differently; that tolerance is the run's own setting for it)."""
     evidence: list[dict[str, Any]] = []
     if stored is None:
-        return _stage("backend", evidence, skipped="no stored run outputs given")
+        return stage_result("backend", evidence, skipped="no stored run outputs given")
     runtime = stored.record.get("runtime", {})
     platform = runtime.get("platform", "?")
     here = jax.devices()[0].platform
@@ -61,7 +67,7 @@ def backend_stage(subject: Subject, stored: StoredRun | None) -> dict[str, Any]:
                 mine = _recompute(subject, run_x, PATHS[path])
             except Exception as exc:
                 evidence.append(
-                    {"what": f"{key} recomputed", "passed": False, "reason": _error_line(exc)}
+                    {"what": f"{key} recomputed", "passed": False, "reason": error_line(exc)}
                 )
                 continue
             if mine is None:
@@ -72,10 +78,10 @@ def backend_stage(subject: Subject, stored: StoredRun | None) -> dict[str, Any]:
             pair = f"{path}@{platform}-vs-{path}@{here}"
             evidence.append({"what": f"case {case}", "pair": pair, **result})
             if not result["passed"]:
-                return _stage(
+                return stage_result(
                     "backend",
                     evidence,
-                    _finding(
+                    make_finding(
                         "backend",
                         f"case {case}: the run's {path} on {platform} "
                         f"({runtime.get('device_kind', '?')}) differs from {path} recomputed "
@@ -90,8 +96,8 @@ def backend_stage(subject: Subject, stored: StoredRun | None) -> dict[str, Any]:
                     ),
                 )
     if not evidence:
-        return _stage("backend", evidence, skipped="no stored outputs for the probed cases")
-    return _stage(
+        return stage_result("backend", evidence, skipped="no stored outputs for the probed cases")
+    return stage_result(
         "backend",
         evidence,
         summary=f"the run's outputs on {platform} agree with this machine's {here} "
@@ -105,7 +111,7 @@ def sharding_stage(subject: Subject, stored: StoredRun | None) -> dict[str, Any]
     batch case, within precision.tolerance."""
     evidence: list[dict[str, Any]] = []
     if stored is None:
-        return _stage("sharding", evidence, skipped="no stored run outputs given")
+        return stage_result("sharding", evidence, skipped="no stored run outputs given")
     mesh = stored.record.get("sharded") or {}
     devices = mesh.get("devices", "?")
     agreed: set[str] = set()
@@ -124,10 +130,10 @@ def sharding_stage(subject: Subject, stored: StoredRun | None) -> dict[str, Any]
         pair = f"{one_device}-vs-{path.name}"
         evidence.append({"what": f"case {case}", "pair": pair, **result})
         if not result["passed"]:
-            return _stage(
+            return stage_result(
                 "sharding",
                 evidence,
-                _finding(
+                make_finding(
                     "sharding",
                     f"case {case}: {path.name} over {devices} device(s) "
                     f"differs from {one_device} ({result['reason']})",
@@ -141,8 +147,10 @@ def sharding_stage(subject: Subject, stored: StoredRun | None) -> dict[str, Any]
             )
         agreed.add(f"{path.name} over {devices} device(s) agrees with {one_device}")
     if not evidence:
-        return _stage("sharding", evidence, skipped="the run has no distributed path's outputs")
-    return _stage(
+        return stage_result(
+            "sharding", evidence, skipped="the run has no distributed path's outputs"
+        )
+    return stage_result(
         "sharding",
         evidence,
         summary=f"{'; '.join(sorted(agreed))} on {len(evidence)} case(s)",
@@ -155,30 +163,30 @@ def reference_stage(check: CheckDetails | None) -> dict[str, Any]:
     evidence: list[dict[str, Any]] = []
     reference = (check or {}).get("reference")
     if not reference:
-        return _stage("reference", evidence, skipped="no check report given")
+        return stage_result("reference", evidence, skipped="no check report given")
     if reference.get("status") != "ok":
         evidence.append({"what": "reference", "status": reference.get("status")})
         if not reference.get("passed", True):
-            return _stage(
+            return stage_result(
                 "reference",
                 evidence,
-                _finding(
+                make_finding(
                     "reference",
                     f"reference {reference['status']}: {reference.get('message', '')}",
                     what="reference",
                 ),
             )
-        return _stage("reference", evidence, skipped=f"reference {reference['status']}")
+        return stage_result("reference", evidence, skipped=f"reference {reference['status']}")
     for case, paths in reference.get("cases", {}).items():
         for path, result in paths.items():
             evidence.append({"what": f"reference {case}/{path}", **result})
             if not result["passed"]:
                 made, now = reference.get("made_with", {}), reference.get("compared_with", {})
                 changed = {k: [made.get(k), now.get(k)] for k in made if made.get(k) != now.get(k)}
-                return _stage(
+                return stage_result(
                     "reference",
                     evidence,
-                    _finding(
+                    make_finding(
                         "reference",
                         f"case {case}, {path}: this run differs from the stored reference "
                         f"({result['reason']}); everything within this run agrees, so the "
@@ -199,10 +207,10 @@ def reference_stage(check: CheckDetails | None) -> dict[str, Any]:
     for case, loss in reference.get("losses", {}).items():
         evidence.append({"what": f"reference loss {case}", **loss})
         if not loss["passed"]:
-            return _stage(
+            return stage_result(
                 "reference",
                 evidence,
-                _finding(
+                make_finding(
                     "reference",
                     f"case {case}: the loss differs from the stored reference's",
                     what="reference loss",
@@ -210,4 +218,4 @@ def reference_stage(check: CheckDetails | None) -> dict[str, Any]:
                     layer="loss",
                 ),
             )
-    return _stage("reference", evidence, summary="this run agrees with the stored reference")
+    return stage_result("reference", evidence, summary="this run agrees with the stored reference")

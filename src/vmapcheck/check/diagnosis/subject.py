@@ -3,7 +3,7 @@
 :class:`Subject` (the model, params and numerics under diagnosis, with the input ladder
 of :class:`Probe`), :class:`DataSources` (the stored data the data stage judges) and
 :class:`StoredRun` (the run's outputs); :data:`STAGES`, the protocol's stages in order;
-and the helpers every stage reports with (:func:`_stage`, :func:`_finding`).
+and the helpers every stage reports with (:func:`stage_result`, :func:`make_finding`).
 """
 
 from __future__ import annotations
@@ -123,7 +123,7 @@ class StoredRun:
 # --- stage results --------------------------------------------------------------------
 
 
-def _finding(stage: str, message: str, **fields: Any) -> dict[str, Any]:
+def make_finding(stage: str, message: str, **fields: Any) -> dict[str, Any]:
     """The first divergence of a stage; every key present (None when it does not apply)."""
     base = {
         "stage": stage,
@@ -145,7 +145,7 @@ def _finding(stage: str, message: str, **fields: Any) -> dict[str, Any]:
     return {**base, **figures, **fields, "message": message}
 
 
-def _stage(
+def stage_result(
     name: str,
     evidence: list[dict[str, Any]],
     finding: dict[str, Any] | None = None,
@@ -169,17 +169,17 @@ def _stage(
     }
 
 
-def _error_line(exc: BaseException) -> str:
+def error_line(exc: BaseException) -> str:
     first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
     return f"{type(exc).__name__}: {first}" if first else type(exc).__name__
 
 
-def _layer_of(leaf: str) -> str:
+def layer_of(leaf: str) -> str:
     """``layers[1].W`` -> ``layers[1]``: the layer a params leaf belongs to."""
     return leaf.rsplit(".", 1)[0] if "." in leaf else leaf
 
 
-def _params_leaves(layer: str, leaves: Iterable[str], n_layers: int) -> list[str] | None:
+def feeding_leaves(layer: str, leaves: Iterable[str], n_layers: int) -> list[str] | None:
     """The params leaves feeding ``layer``, when the model names its layers after them
     (``layers[1]`` -> ``layers[1].W``, ``layers[1].b``); a one-layer model's leaves all
     feed its one layer."""
