@@ -7,8 +7,9 @@ and how check judges it. The forward stage, check, the oracle, the reference, th
 diagnosis and the report all ask this registry; a kind it does not know is an error
 (:func:`kind_of`), never a silently skipped case.
 
-To add a kind: one entry below, and the cases of that kind in
-:func:`vmapcheck.data.regression.regression_cases` (docs/development.md).
+To add a kind: one entry below, the cases of that kind in
+:func:`vmapcheck.data.regression.regression_cases`, and a rule of its own, if it has
+one, in :data:`vmapcheck.check.rules.CASE_RULES` (docs/development.md).
 """
 
 from __future__ import annotations
