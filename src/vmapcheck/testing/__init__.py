@@ -222,9 +222,10 @@ def assert_batching_consistent(
             every path the model provides.
         rtol, atol: replace the file's ``tolerance.rtol`` / ``tolerance.atol`` (between
             paths and regroupings; the oracle keeps ``cross_run_tolerance``).
-        edge_cases: also run the regression set's zeros, boundary (the examples' min and
-            max), large-magnitude and subnormal batches, built from the examples as the
-            pipeline builds them from its table.
+        edge_cases: also run the regression set's edge cases (:data:`EDGE_KINDS`):
+            zeros, boundary (the examples' min and max), large-magnitude, subnormal and
+            duplicate-row batches, built from the examples as the pipeline builds them
+            from its table.
 
     Returns:
         The :class:`BatchingReport`, every check passed: per-pair worst figures, the
