@@ -17,7 +17,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from vmapcheck.data.sources import ROLE_KEYS, RawTable, Schema, _checked_float32
+from vmapcheck.data.sources import ROLE_KEYS, RawTable, Schema, checked_float32
 from vmapcheck.errors import ConfigError, SourceError
 from vmapcheck.io import atomic_path
 
@@ -228,7 +228,7 @@ def _bundled_raw_table(source: str, values: dict[str, np.ndarray], schema: Schem
     def numeric(column: str) -> np.ndarray:
         column_values = values[column]
         never = np.zeros(column_values.shape, dtype=bool)
-        return _checked_float32(
+        return checked_float32(
             column, column_values, never, never, lambda i: repr(float(column_values[i])), where
         )
 

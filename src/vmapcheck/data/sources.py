@@ -296,7 +296,7 @@ def _read_parquet(path: Path, schema: Schema) -> RawTable:
         # safe=False: a huge int64 becomes the nearest float64 (float32 is coarser anyway).
         values = data.cast(pa.float64(), safe=False).to_numpy(zero_copy_only=False)
         unparsable = np.zeros_like(empty)
-        return _checked_float32(column, values, empty, unparsable, None, where)
+        return checked_float32(column, values, empty, unparsable, None, where)
 
     def block(columns: Sequence[str]) -> np.ndarray:
         return np.stack([numeric(c) for c in columns], axis=1)
@@ -408,10 +408,10 @@ def _parse_floats(column: str, texts: np.ndarray, where: Callable[[str, int], st
             except ValueError:
                 unparsable[i] = True
     empty = np.char.str_len(np.char.strip(texts)) == 0
-    return _checked_float32(column, values, empty, unparsable & ~empty, texts, where)
+    return checked_float32(column, values, empty, unparsable & ~empty, texts, where)
 
 
-def _checked_float32(
+def checked_float32(
     column: str,
     values: np.ndarray,
     empty: np.ndarray,
