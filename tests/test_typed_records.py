@@ -45,7 +45,12 @@ def test_a_key_missing_deep_in_check_details_is_named_by_its_path(tmp_path):
         read_check_details(path)
     message = str(caught.value)
     assert str(path) in message and "rerun `dvc repro`" in message
-    for where in ("cases.standard.pairs", "negative.invalid_nan.paths", "reference. (expected"):
+    named = (
+        "cases.standard.pairs",
+        "negative.invalid_nan.paths",
+        "reference (expected an object, found str)",
+    )
+    for where in named:
         assert where in message
 
 

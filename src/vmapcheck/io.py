@@ -188,7 +188,8 @@ def missing_keys(data: Any, schema: Any, where: str = "") -> list[str]:
     wrong kind where an object is expected is named like a missing key."""
     if is_typeddict(schema):
         if not isinstance(data, dict):
-            return [f"{where or '(top)'} (expected an object, found {type(data).__name__})"]
+            named = where.rstrip(".") or "(top)"
+            return [f"{named} (expected an object, found {type(data).__name__})"]
         found = [f"{where}{k}" for k in sorted(schema.__required_keys__ - set(data))]
         for key, hint in get_type_hints(schema).items():
             if key in data:

@@ -92,7 +92,9 @@ class CaseRule:
         return found
 
 
-def _copies_agree(case: str, outputs: Mapping[str, np.ndarray], tolerance: ToleranceConfig):
+def _copies_agree(
+    case: str, outputs: Mapping[str, np.ndarray], tolerance: ToleranceConfig
+) -> RuleResult:
     """Every row of each path's output (rows, ...) against its first row, at the pairs'
     ``tolerance`` by the output rule: the case's rows are copies of one row."""
     from vmapcheck.core.compare import compare  # loads JAX: only when a case is judged
@@ -117,6 +119,8 @@ def _copies_agree(case: str, outputs: Mapping[str, np.ndarray], tolerance: Toler
         text = f"{rows} copies of one row get different outputs on " + ", ".join(
             p for p, r in found.items() if not r["passed"]
         )
+    elif worst is None:  # no element to compare (a path that computed no row)
+        text = f"{rows} copies of one row: nothing to compare on {len(found)} paths"
     else:
         text = (
             f"{rows} copies of one row, the same output on each of {len(found)} paths "
