@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import functools
 import hashlib
 import json
 import os
@@ -181,6 +182,12 @@ def read_json_typed(path: Path, schema: type[_T]) -> _T:
     return cast(_T, data)
 
 
+@functools.cache
+def _type_hints(schema: Any) -> dict[str, Any]:
+    """``schema``'s annotations, evaluated once per type (not once per record read)."""
+    return get_type_hints(schema)
+
+
 def missing_keys(data: Any, schema: Any, where: str = "") -> list[str]:
     """The required keys ``data`` lacks, as dotted paths from the top (``cases.zeros.
     pairs``), checked through every level ``schema`` (a TypedDict) types: a nested
@@ -191,16 +198,29 @@ def missing_keys(data: Any, schema: Any, where: str = "") -> list[str]:
             named = where.rstrip(".") or "(top)"
             return [f"{named} (expected an object, found {type(data).__name__})"]
         found = [f"{where}{k}" for k in sorted(schema.__required_keys__ - set(data))]
-        for key, hint in get_type_hints(schema).items():
+        for key, hint in _type_hints(schema).items():
             if key in data:
                 found += missing_keys(data[key], hint, f"{where}{key}.")
         return found
-    args = [a for a in get_args(schema) if a is not type(None)]
-    if get_origin(schema) in (Union, UnionType):
-        return [] if data is None or len(args) != 1 else missing_keys(data, args[0], where)
-    if get_origin(schema) is dict and len(args) == 2 and isinstance(data, dict):
-        return [m for k, v in data.items() for m in missing_keys(v, args[1], f"{where}{k}.")]
+    kind, inner = _nested(schema)
+    if kind == "optional":
+        return [] if data is None else missing_keys(data, inner, where)
+    if kind == "mapping" and isinstance(data, dict):
+        return [m for k, v in data.items() for m in missing_keys(v, inner, f"{where}{k}.")]
     return []
+
+
+@functools.cache
+def _nested(hint: Any) -> tuple[str, Any]:
+    """What :func:`missing_keys` looks into under ``hint``, worked out once per type:
+    ``("optional", T)`` for ``T | None``, ``("mapping", T)`` for ``dict[str, T]``, and
+    ``("", None)`` for anything it does not check."""
+    args = [a for a in get_args(hint) if a is not type(None)]
+    if get_origin(hint) in (Union, UnionType):
+        return ("optional", args[0]) if len(args) == 1 else ("", None)
+    if get_origin(hint) is dict and len(args) == 2:
+        return "mapping", args[1]
+    return "", None
 
 
 def load_npz(path: Path) -> dict[str, np.ndarray]:

@@ -32,6 +32,13 @@ def _is_output(path: str, outputs: set[str]) -> bool:
     return any(path == out or path.startswith(f"{out}/") for out in outputs)
 
 
+def _git(root: Path, *args: str) -> str:
+    """``git <args>``'s output, run in ``root``; CalledProcessError when git refuses."""
+    return subprocess.run(
+        ["git", *args], cwd=root, capture_output=True, text=True, check=True
+    ).stdout
+
+
 def git_state(root: Path) -> dict[str, str]:
     """Commit, dirty flag and the outputs the pipeline rewrote, or 'unknown' outside a
     git checkout.
@@ -45,25 +52,11 @@ def git_state(root: Path) -> dict[str, str]:
     comma-separated ("" for none), e.g. ``dvc.lock,reports/bench.json``.
     """
     try:
-        commit = subprocess.run(
-            ["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True, check=True
-        ).stdout.strip()
+        commit = _git(root, "rev-parse", "HEAD").strip()
         # -z: paths as they are (no quoting); one entry per file, untracked ones listed
         # file by file, so a new file inside an output folder is recognized as one.
-        status = subprocess.run(
-            ["git", "status", "--porcelain=v1", "-z", "--untracked-files=all", "--", "."],
-            cwd=root,
-            capture_output=True,
-            text=True,
-            check=True,
-        ).stdout
-        prefix = subprocess.run(
-            ["git", "rev-parse", "--show-prefix"],
-            cwd=root,
-            capture_output=True,
-            text=True,
-            check=True,
-        ).stdout.strip()
+        status = _git(root, "status", "--porcelain=v1", "-z", "--untracked-files=all", "--", ".")
+        prefix = _git(root, "rev-parse", "--show-prefix").strip()
     except (OSError, subprocess.CalledProcessError):
         return {"git_commit": "unknown", "git_dirty": "unknown", "git_outputs_rewritten": ""}
     outputs = pipeline_outputs(root)

@@ -21,8 +21,10 @@ from typing import Any
 
 import numpy as np
 
+from vmapcheck.check.schema import RuleRecord
 from vmapcheck.config import ToleranceConfig
 from vmapcheck.errors import ArtifactError
+from vmapcheck.io import missing_keys
 
 
 @dataclass(frozen=True)
@@ -48,7 +50,7 @@ class RuleResult:
     @classmethod
     def from_json(cls, data: Mapping[str, Any], where: str) -> RuleResult:
         """A result read back from check_details.json (``where`` names it in errors)."""
-        missing = [k for k in ("passed", "figures", "text") if k not in data]
+        missing = missing_keys(data, RuleRecord)
         if missing:
             raise ArtifactError(f"{where}: expected keys {missing} in a rule's result")
         return cls(

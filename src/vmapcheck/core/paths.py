@@ -196,6 +196,26 @@ def _eager_and_jit(
     ]
 
 
+def _compiled_loop(form: str, about: str) -> ForwardPath:
+    """The per-row loop compiled once by the ``lax`` primitive ``form`` (map, scan): jit
+    only, since outside jit it traces and compiles its body on every call. A stored
+    reference made before it existed stands in with the unrolled loop's output
+    (``loop_jit``), and its flops are vmap's (XLA's cost analysis counts a loop's body
+    once, whatever its trip count)."""
+    return ForwardPath(
+        name=f"{form}_jit",
+        form=form,
+        jit=True,
+        takes="batch",
+        about=about,
+        forward=_form(f"{form}_forward"),
+        activations=_form(f"{form}_activations"),
+        same_program_as="loop_jit",
+        no_eager=f"outside jit, lax.{form} traces and compiles its body on every call",
+        flops_as="vmap_jit",
+    )
+
+
 _NO_DIRECT = "provides no hand-batched forward (forward_batch)"
 
 PATHS: dict[str, ForwardPath] = {
@@ -213,32 +233,15 @@ PATHS: dict[str, ForwardPath] = {
             bench_cap="loop_max_batch",
             forward_cap="loop_max_rows",
         ),
-        ForwardPath(
-            name="map_jit",
-            form="map",
-            jit=True,
-            takes="batch",
-            about="jax.jit(lax.map(lambda x: forward_one(params, x), X)): the per-row loop "
+        _compiled_loop(
+            "map",
+            "jax.jit(lax.map(lambda x: forward_one(params, x), X)): the per-row loop "
             "compiled once, as a scan over the rows",
-            forward=_form("map_forward"),
-            activations=_form("map_activations"),
-            # A stored reference made before this path existed stands in with the loop's.
-            same_program_as="loop_jit",
-            no_eager="outside jit, lax.map traces and compiles its body on every call",
-            flops_as="vmap_jit",
         ),
-        ForwardPath(
-            name="scan_jit",
-            form="scan",
-            jit=True,
-            takes="batch",
-            about="jax.jit(lax.scan(lambda _, x: (_, forward_one(params, x)), None, X)): one "
+        _compiled_loop(
+            "scan",
+            "jax.jit(lax.scan(lambda _, x: (_, forward_one(params, x)), None, X)): one "
             "row at a time in a compiled loop, no carry",
-            forward=_form("scan_forward"),
-            activations=_form("scan_activations"),
-            same_program_as="loop_jit",
-            no_eager="outside jit, lax.scan traces and compiles its body on every call",
-            flops_as="vmap_jit",
         ),
         *_eager_and_jit(
             "vmap",

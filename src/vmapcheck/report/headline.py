@@ -15,6 +15,8 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING, Any
 
+from vmapcheck.core.paths import SPEEDUPS
+
 # Types only: the bench stage draws its headline from here, and needs no check schema.
 if TYPE_CHECKING:
     from vmapcheck.bench.records import BenchDetails
@@ -24,8 +26,8 @@ if TYPE_CHECKING:
 # rows); a larger batch simply gets more digits.
 _BATCH_DIGITS = 4
 
-# The speed-ups a reviewer compares, in the order shown.
-HEADLINE_SPEEDUPS = ("vmap_over_loop", "vmap_over_direct", "vmap_over_map")
+# The speed-ups a reviewer compares, in the order shown: every SPEEDUPS entry.
+HEADLINE_SPEEDUPS = tuple(speedup.name for speedup in SPEEDUPS)
 
 
 def batch_label(batch_size: int) -> str:
@@ -193,8 +195,6 @@ def bench_headline(bench: BenchDetails) -> dict[str, Any]:
 def _why_left_out(bench: BenchDetails, name: str, batch: int) -> str | None:
     """The reason the bench gave for leaving out one of speed-up ``name``'s paths at
     ``batch``, or None."""
-    from vmapcheck.core.paths import SPEEDUPS
-
     entry = next((s for s in SPEEDUPS if s.name == name), None)
     paths = (entry.slower, entry.faster) if entry is not None else ()
     skipped = bench.get("skipped", {})

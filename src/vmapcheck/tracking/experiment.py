@@ -11,6 +11,7 @@ import time
 from typing import Any
 
 from vmapcheck.config import Config
+from vmapcheck.report.headline import HEADLINE_SPEEDUPS
 from vmapcheck.tracking.store import VIEW_KEY
 
 # MLflow's description tag, of an experiment and of a run (the run's: the verdict,
@@ -35,9 +36,7 @@ VIEW_ORDER = (
     "_summary/worst_max_rel",
     "_summary/worst_vs_reference_max_rel",
     "_summary/worst_vs_f64_max_rel",
-    "_summary/vmap_over_loop_at_",
-    "_summary/vmap_over_direct_at_",
-    "_summary/vmap_over_map_at_",
+    *(f"_summary/{name}_at_" for name in HEADLINE_SPEEDUPS),
     "_summary/invalid_refused",
     "_summary/invalid_total",
     "_summary/passed",
