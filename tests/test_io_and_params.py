@@ -97,3 +97,14 @@ def test_params_that_are_not_finite_are_refused_when_loaded_naming_the_leaf(tmp_
     template = jax.eval_shape(model.init, jax.random.key(0))
     with pytest.raises(ArtifactError, match=r"leaf layers\[1\]\.b: expected finite values"):
         read_params_file(tmp_path / "params.safetensors", template, manifest["sha256"])
+
+
+def test_the_layout_names_the_params_folder_s_files_as_params_io_does(tmp_path):
+    """Layout sits below params_io (docs/development.md, floors), so it spells the
+    names again: kept equal here."""
+    from vmapcheck.layout import Layout
+    from vmapcheck.params_io import CONTRACT_FILE, MANIFEST_FILE
+
+    layout = Layout(tmp_path)
+    assert layout.contract == layout.params / CONTRACT_FILE
+    assert layout.params_manifest == layout.params / MANIFEST_FILE

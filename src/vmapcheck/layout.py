@@ -140,6 +140,7 @@ class Layout:
 
     @property
     def contract(self) -> Path:
+        # vmapcheck.params_io.CONTRACT_FILE (this floor is below it; tests keep them equal)
         return self.params / "contract.json"
 
     @property

@@ -24,6 +24,9 @@ from vmapcheck.io import atomic_path, atomic_write_json, read_json, sha256_file
 
 PARAMS_FILE = "params.safetensors"
 MANIFEST_FILE = "manifest.json"
+# The model's input and output contract, beside the params in their folder (train writes
+# it; the registry and the served model check it with them).
+CONTRACT_FILE = "contract.json"
 
 
 def leaf_paths(params: Any) -> dict[str, Any]:

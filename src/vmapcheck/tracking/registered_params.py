@@ -24,6 +24,7 @@ from vmapcheck.config import MODELS_URI_PATTERN
 from vmapcheck.errors import ArtifactError, ConfigError
 from vmapcheck.io import read_json
 from vmapcheck.params_io import (
+    CONTRACT_FILE,
     MANIFEST_FILE,
     PARAMS_FILE,
     check_contract,
@@ -31,7 +32,6 @@ from vmapcheck.params_io import (
     read_params_file,
 )
 from vmapcheck.tracking.registry import (
-    CONTRACT_FILE,
     TAG_PARAMS_PATH,
     TAG_VERIFIED,
     VERIFIED,

@@ -51,16 +51,12 @@ from vmapcheck.config import (
 )
 from vmapcheck.errors import ArtifactError
 from vmapcheck.io import read_json, sha256_file
-from vmapcheck.params_io import (
-    MANIFEST_FILE,
-    PARAMS_FILE,
-)
+from vmapcheck.params_io import CONTRACT_FILE, MANIFEST_FILE, PARAMS_FILE
 from vmapcheck.tracking.store import incomplete_because
 
 VERIFIED = "verified"
 # The run artifact folder that holds the params (tracking.log_run logs data/params there).
 PARAMS_ARTIFACT = "params"
-CONTRACT_FILE = "contract.json"
 # Each file of a version, with the tag holding its sha256.
 DIGEST_TAGS = {
     PARAMS_FILE: "params_sha256",
