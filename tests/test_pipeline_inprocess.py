@@ -13,6 +13,7 @@ commit of these (the run's provenance), and the MLflow store the config names
 
 from __future__ import annotations
 
+import json
 import os
 import time
 from dataclasses import dataclass
@@ -21,9 +22,12 @@ import pytest
 
 from tests.helpers.inprocess import STAGES, inputs_repository, run_stage, write_params
 from tests.helpers.project import FAST_RUN, TWO_BATCH_SIZES, commit_all, run
+from vmapcheck.bench.records import BenchDetails, read_bench_details
+from vmapcheck.check.schema import CheckDetails, read_check_details, read_record
 from vmapcheck.config import load_config
 from vmapcheck.core.paths import batch_paths
-from vmapcheck.io import read_json
+from vmapcheck.errors import ArtifactError
+from vmapcheck.io import missing_keys, read_json
 from vmapcheck.layout import Layout
 from vmapcheck.pipeline.bench import dvc_metrics as dvc_metrics_of_bench
 from vmapcheck.pipeline.check import dvc_metrics as dvc_metrics_of_check
@@ -230,3 +234,68 @@ def test_a_run_whose_params_changed_under_it_is_never_logged(
     assert "(other values than track read, of train: train)" in err, err
     assert "Nothing is logged or registered" in err and "`dvc queue start`" in err
     assert logged() == before
+
+
+# The records stages exchange are typed (issue 36): check_details.json, the forward record
+# and bench_details.json are written from their TypedDicts and read back against them at
+# every level they type, a missing key named by its path from the top. (Read from this
+# project, not the repository's demo: a clean checkout, as CI has, holds no reports.)
+
+
+def test_the_stages_records_read_back_into_their_types(project):
+    layout = project.layout
+    check = read_check_details(layout.check_details)
+    assert missing_keys(check, CheckDetails) == []
+    assert read_record(layout.record)["cases"]
+    bench = read_bench_details(layout.bench_details)
+    assert missing_keys(bench, BenchDetails) == []
+
+
+def _edited(tmp_path, source, edit):
+    data = json.loads(source.read_text())
+    edit(data)
+    path = tmp_path / source.name
+    path.write_text(json.dumps(data))
+    return path
+
+
+def test_a_key_missing_deep_in_check_details_is_named_by_its_path(project, tmp_path):
+    def drop(data):
+        del data["cases"]["standard"]["pairs"]
+        del data["negative"]["invalid_nan"]["paths"]
+        data["reference"] = "ok"  # an object expected
+
+    path = _edited(tmp_path, project.layout.check_details, drop)
+    with pytest.raises(ArtifactError) as caught:
+        read_check_details(path)
+    message = str(caught.value)
+    assert str(path) in message and "rerun `dvc repro`" in message
+    named = (
+        "cases.standard.pairs",
+        "negative.invalid_nan.paths",
+        "reference (expected an object, found str)",
+    )
+    for where in named:
+        assert where in message
+
+
+def test_a_latency_cell_without_its_median_is_named(project, tmp_path):
+    def drop_median(data):
+        data["latency_ms"]["vmap_jit"]["b1"].pop("p50")
+
+    path = _edited(tmp_path, project.layout.bench_details, drop_median)
+    with pytest.raises(ArtifactError, match=r"missing latency_ms\.vmap_jit\.b1\.p50"):
+        read_bench_details(path)
+
+
+def test_a_report_older_than_an_optional_key_still_reads(project, tmp_path):
+    """Keys added later (a case's rules, the composition, the budget) are NotRequired."""
+
+    def older(data):
+        data.pop("composition", None)
+        data.pop("budget", None)
+        for case in data["cases"].values():
+            case.pop("rules", None)
+            case.pop("bound_ratio", None)
+
+    read_check_details(_edited(tmp_path, project.layout.check_details, older))
