@@ -37,12 +37,19 @@ from vmapcheck.check.diagnosis import (
     write_report,
 )
 from vmapcheck.check.diagnosis.numerics import forward_stage, gradients_stage, loss_stage
-from vmapcheck.check.diagnosis.subject import Probe
+from vmapcheck.check.diagnosis.subject import Probe, make_finding, stage_result
+from vmapcheck.check.schema import (
+    CheckDetails,
+    DiagnosisReport,
+    read_check_details,
+    read_diagnosis,
+)
 from vmapcheck.core.compare import measure, ulp_distance
 from vmapcheck.core.keys import named_keys
 from vmapcheck.core.models import Model, build_model
 from vmapcheck.core.paths import batch_paths
-from vmapcheck.io import atomic_save_npz, load_npz, read_json, sha256_file
+from vmapcheck.errors import ArtifactError
+from vmapcheck.io import atomic_save_npz, atomic_write_json, load_npz, read_json, sha256_file
 from vmapcheck.layout import Layout
 
 OVERRIDES = (
@@ -78,23 +85,24 @@ def copy_of(project: Path, dest: Path, *overrides: str) -> Layout:
     return Layout(dest)
 
 
-def run_check(layout: Layout, *stages: str) -> tuple[dict, dict]:
-    """``stages`` then check, in this process: the check's details and its diagnosis."""
+def run_check(layout: Layout, *stages: str) -> tuple[CheckDetails, DiagnosisReport]:
+    """``stages`` then check, in this process: the check's details and its diagnosis,
+    each read back against its type (every stage's finding included)."""
     run_stages(layout.root, *stages, "check")
-    return read_json(layout.check_details), read_json(layout.diagnosis)
+    return read_check_details(layout.check_details), read_diagnosis(layout.diagnosis)
 
 
-def run_with(prepared: Path, dest: Path, *overrides: str) -> tuple[dict, dict]:
+def run_with(prepared: Path, dest: Path, *overrides: str) -> tuple[CheckDetails, DiagnosisReport]:
     """train, forward and check on a copy of ``prepared`` configured with ``overrides``."""
     return run_check(copy_of(prepared, dest, *overrides), "train", "forward")
 
 
-def diagnose_on_demand(layout: Layout) -> dict:
+def diagnose_on_demand(layout: Layout) -> DiagnosisReport:
     """``vmapcheck diagnose`` (the protocol run even when the check passed)."""
     out = layout.report("diagnosis-on-demand.json")
     with stage_process():
         code = on_demand(layout, out)
-    report = read_json(out)
+    report = read_diagnosis(out)
     assert code == (1 if report["status"] == "diverged" else 0), report["summary"]
     return report
 
@@ -149,8 +157,33 @@ def test_a_healthy_run_passes_and_the_diagnosis_rules_out_every_stage(healthy):
 def test_not_needed_when_the_check_passed(tmp_path):
     report = not_needed({"passed": True})
     text = write_report(report, tmp_path / "diagnosis.json")
-    assert read_json(tmp_path / "diagnosis.json")["status"] == "not needed"
+    assert read_diagnosis(tmp_path / "diagnosis.json")["status"] == "not needed"
     assert "not needed" in text.read_text()
+
+
+def _written(path: Path, data: dict) -> Path:
+    atomic_write_json(path, data)
+    return path
+
+
+def test_a_finding_missing_a_key_in_a_listed_stage_is_named_by_its_index(tmp_path):
+    finding = make_finding("forward", "layers[1] diverges", what="activation", layer="layers[1]")
+    report = {
+        **not_needed({"passed": False}),
+        "status": "diverged",
+        "first_divergence": finding,
+        "stages": [
+            stage_result("data", [], summary="the stored data agree"),
+            stage_result("forward", [], finding),
+        ],
+    }
+    assert read_diagnosis(_written(tmp_path / "whole.json", report))["stages"][1]["finding"]
+    del finding["stage"]  # the first divergence is the forward stage's finding
+    del report["stages"][0]["title"]
+    with pytest.raises(ArtifactError) as caught:
+        read_diagnosis(_written(tmp_path / "cut.json", report))
+    named = "missing first_divergence.stage, stages.0.title, stages.1.finding.stage"
+    assert named in str(caught.value)
 
 
 def test_on_demand_without_a_project_is_an_error_not_a_report(tmp_path, capsys):
@@ -174,6 +207,7 @@ def test_wrong_transpose_in_the_hand_batched_forward(prepared, tmp_path):
     assert first["params_leaves"] == ["layers[1].W", "layers[1].b"]
     assert first["pair"] == "loop_eager-vs-direct_eager"
     assert first["max_ulp"] > 1000 and first["tolerance"]["from"] == "precision.tolerance"
+    assert first["bound_ratio"] > 1  # the deciding figure: over its bound
 
 
 @pytest.mark.stages
@@ -314,7 +348,11 @@ def test_a_divergence_only_in_the_runs_stored_outputs_is_the_backends(
     check, report = run_check(copy)
     assert not check["passed"]
     assert_localized(report, stage, "output", paths=[path])
-    assert report["first_divergence"]["input"] == "case standard"
+    first = report["first_divergence"]
+    assert first["input"] == "case standard"
+    # The figures line leads with the deciding figure, the fraction of its bound.
+    assert first["bound_ratio"] > 1
+    assert f"{first['bound_ratio']:.3g} of its bound, max_rel" in report["summary"]
 
 
 def test_a_plug_in_without_activations_is_compared_on_its_outputs(config):

@@ -23,7 +23,12 @@ import pytest
 from tests.helpers.inprocess import STAGES, inputs_repository, run_stage, write_params
 from tests.helpers.project import FAST_RUN, TWO_BATCH_SIZES, commit_all, run
 from vmapcheck.bench.records import BenchDetails, read_bench_details
-from vmapcheck.check.schema import CheckDetails, read_check_details, read_record
+from vmapcheck.check.schema import (
+    CheckDetails,
+    read_check_details,
+    read_diagnosis,
+    read_record,
+)
 from vmapcheck.config import load_config
 from vmapcheck.core.paths import batch_paths
 from vmapcheck.errors import ArtifactError
@@ -249,6 +254,7 @@ def test_the_stages_records_read_back_into_their_types(project):
     assert read_record(layout.record)["cases"]
     bench = read_bench_details(layout.bench_details)
     assert missing_keys(bench, BenchDetails) == []
+    assert read_diagnosis(layout.diagnosis)["status"] == "not needed"  # the check passed
 
 
 def _edited(tmp_path, source, edit):

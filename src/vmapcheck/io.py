@@ -190,8 +190,9 @@ def _type_hints(schema: Any) -> dict[str, Any]:
 
 def missing_keys(data: Any, schema: Any, where: str = "") -> list[str]:
     """The required keys ``data`` lacks, as dotted paths from the top (``cases.zeros.
-    pairs``), checked through every level ``schema`` (a TypedDict) types: a nested
-    TypedDict, a ``dict[str, <TypedDict>]``, a ``<TypedDict> | None``. A value of the
+    pairs``, ``stages.2.finding.stage``), checked through every level ``schema`` (a
+    TypedDict) types: a nested TypedDict, a ``dict[str, <TypedDict>]``, a
+    ``list[<TypedDict>]``, a ``<TypedDict> | None``. A value of the
     wrong kind where an object is expected is named like a missing key."""
     if is_typeddict(schema):
         if not isinstance(data, dict):
@@ -207,19 +208,24 @@ def missing_keys(data: Any, schema: Any, where: str = "") -> list[str]:
         return [] if data is None else missing_keys(data, inner, where)
     if kind == "mapping" and isinstance(data, dict):
         return [m for k, v in data.items() for m in missing_keys(v, inner, f"{where}{k}.")]
+    if kind == "sequence" and isinstance(data, list):
+        return [m for i, v in enumerate(data) for m in missing_keys(v, inner, f"{where}{i}.")]
     return []
 
 
 @functools.cache
 def _nested(hint: Any) -> tuple[str, Any]:
     """What :func:`missing_keys` looks into under ``hint``, worked out once per type:
-    ``("optional", T)`` for ``T | None``, ``("mapping", T)`` for ``dict[str, T]``, and
-    ``("", None)`` for anything it does not check."""
+    ``("optional", T)`` for ``T | None``, ``("mapping", T)`` for ``dict[str, T]``,
+    ``("sequence", T)`` for ``list[T]``, and ``("", None)`` for anything it does not
+    check."""
     args = [a for a in get_args(hint) if a is not type(None)]
     if get_origin(hint) in (Union, UnionType):
         return ("optional", args[0]) if len(args) == 1 else ("", None)
     if get_origin(hint) is dict and len(args) == 2:
         return "mapping", args[1]
+    if get_origin(hint) is list and len(args) == 1:
+        return "sequence", args[0]
     return "", None
 
 

@@ -23,6 +23,7 @@ from vmapcheck.check.schema import (
     InputsReport,
     NegativeReport,
     ReferenceReport,
+    StageResult,
 )
 from vmapcheck.config import Config, ToleranceConfig
 from vmapcheck.core.cases import CaseEntry, CaseKind, case_rows, kind_of
@@ -537,7 +538,7 @@ def _composition(
     return report, failures
 
 
-def _inputs(stages: dict[str, Any] | None) -> tuple[InputsReport, list[str]]:
+def _inputs(stages: dict[str, StageResult] | None) -> tuple[InputsReport, list[str]]:
     """The pipeline's inputs judged with its outputs: each stage result of
     :mod:`vmapcheck.check.diagnosis` given (the key stream: each subkey feeds one random draw)
     fails the check when it diverged."""
@@ -566,7 +567,7 @@ def run_checks(
     targets: dict[str, np.ndarray] | None = None,
     reference: dict[str, Any] | None = None,
     gradients: dict[str, np.ndarray] | None = None,
-    inputs: dict[str, dict[str, Any]] | None = None,
+    inputs: dict[str, StageResult] | None = None,
     magnitudes: dict[str, dict[str, Any]] | None = None,
     composition: dict[str, np.ndarray] | None = None,
 ) -> CheckDetails:

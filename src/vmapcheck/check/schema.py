@@ -1,8 +1,10 @@
-"""The two reports later stages read by key: ``data/forward/record.json`` (what each
-path did with each case) and ``reports/check_details.json`` (the check's verdict).
+"""The reports later stages read by key: ``data/forward/record.json`` (what each path
+did with each case), ``reports/check_details.json`` (the check's verdict) and
+``reports/diagnosis.json`` (where a failed check first diverged).
 
 One typed schema for each, used by every module that writes or reads them. Reading
-goes through :func:`read_record` / :func:`read_check_details`, which refuse a file
+goes through :func:`read_record` / :func:`read_check_details` / :func:`read_diagnosis`,
+which refuse a file
 missing a top-level key (an older or foreign file) with an error naming the file and
 the key, instead of a ``KeyError`` deep in a later stage.
 """
@@ -13,11 +15,12 @@ the key, instead of a ``KeyError`` deep in a later stage.
 from pathlib import Path
 from typing import (
     Any,
+    Literal,
     NotRequired,
     TypedDict,
 )
 
-from vmapcheck.core.record import Comparison, ForwardRecord
+from vmapcheck.core.record import Comparison, ForwardRecord, ToleranceUsed
 from vmapcheck.io import read_json_typed
 
 
@@ -164,6 +167,92 @@ class CheckDetails(TypedDict):
     forward_outputs_sha256: NotRequired[str]
 
 
+class AgreedLayer(TypedDict):
+    """A layer before the first divergence, where every pair of paths still agreed, and
+    how close they came (the largest over the pairs)."""
+
+    layer: str
+    max_abs: float | None
+    max_ulp: int | None
+
+
+class Finding(TypedDict):
+    """Where a diagnosis stage saw the first divergence
+    (:func:`vmapcheck.check.diagnosis.subject.make_finding`): every key below present,
+    None where it does not apply to the stage."""
+
+    stage: str
+    message: str
+    what: str | None  # the kind of divergence ("activation", "path raised", ...)
+    input: str | None  # the probe it was seen on
+    layer: str | None
+    leaf: str | None
+    params_leaves: list[str] | None  # the params leaves feeding the layer
+    paths: list[str] | None
+    pair: str | None  # "<left>-vs-<right>"
+    element: list[int] | None  # the worst element's index
+    # The measurement at the divergence (vmapcheck.core.record.Measurement), the
+    # deciding figure first: the largest |a - b| over its allowed error (a finding
+    # written before it was kept lacks it: still read).
+    bound_ratio: NotRequired[float | None]
+    max_abs: float | None
+    max_rel: float | None
+    max_ulp: int | None
+    ulp_dtype: str | None
+    tolerance: ToleranceUsed | None
+    # A stage's own: the draw of a reused key, the feature, what was expected and found,
+    # each path's dtype, the layers that agreed before it, notes on what it rules out.
+    key: NotRequired[str]
+    feature: NotRequired[str | None]
+    expected: NotRequired[Any]
+    found: NotRequired[Any]
+    changed: NotRequired[Any]
+    dtypes: NotRequired[dict[str, str]]
+    agreed_before: NotRequired[list[AgreedLayer]]
+    notes: NotRequired[list[str]]
+
+
+StageStatus = Literal["ruled_out", "diverged", "skipped", "error"]
+
+
+class StageResult(TypedDict):
+    """One stage of the diagnosis protocol
+    (:func:`vmapcheck.check.diagnosis.subject.stage_result`)."""
+
+    stage: str
+    title: str
+    status: StageStatus
+    summary: str
+    finding: Finding | None  # when it diverged
+    # What the stage looked at, one entry per observation (its own keys per stage).
+    evidence: list[dict[str, Any]]
+
+
+class DiagnosisReport(TypedDict):
+    """``reports/diagnosis.json`` (:mod:`vmapcheck.check.diagnosis.protocol`): the
+    protocol's report, or the short one of a check that passed (``not needed``) or of a
+    diagnosis that could not run (``error``)."""
+
+    status: Literal["diverged", "no divergence found", "not needed", "error"]
+    trigger: str
+    first_divergence: Finding | None
+    ruled_out: list[dict[str, str]]  # {"stage", "title", "evidence"}
+    skipped: list[dict[str, str]]  # {"stage", "why"}
+    not_reached: list[str]
+    stages: list[StageResult]
+    summary: str  # the readable text, written beside it as diagnosis.txt
+    # The protocol's run: what it diagnosed, and under which settings.
+    check_failed: NotRequired[bool | None]
+    model: NotRequired[str]
+    dtype: NotRequired[str]
+    tolerance: NotRequired[dict[str, Any]]
+    activations: NotRequired[str]
+    not_provided: NotRequired[dict[str, str]]
+    inputs: NotRequired[list[dict[str, Any]]]  # the probes: {"label", "rows", "targets"}
+    check_passed: NotRequired[bool]  # "not needed"
+    error: NotRequired[str]  # "error": why the protocol could not run
+
+
 def read_record(path: Path) -> ForwardRecord:
     """``data/forward/record.json``, its top-level keys checked."""
     return read_json_typed(path, ForwardRecord)
@@ -172,3 +261,8 @@ def read_record(path: Path) -> ForwardRecord:
 def read_check_details(path: Path) -> CheckDetails:
     """``reports/check_details.json``, its top-level keys checked."""
     return read_json_typed(path, CheckDetails)
+
+
+def read_diagnosis(path: Path) -> DiagnosisReport:
+    """``reports/diagnosis.json``, its keys checked down to each stage's finding."""
+    return read_json_typed(path, DiagnosisReport)

@@ -29,7 +29,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from vmapcheck.config import ToleranceConfig
-from vmapcheck.core.record import Comparison
+from vmapcheck.core.record import Comparison, Measurement
 
 # Bitwise: re-derived data must reproduce the stored bits.
 EXACT = ToleranceConfig(rtol=0.0, atol=0.0)
@@ -228,7 +228,7 @@ def measure(
     source: str,
     ulp_dtype: Any = None,
     scale: Any = None,
-) -> dict[str, Any]:
+) -> Measurement:
     """Compare ``a`` with ``b``: max abs / rel error, max ULP distance, and the verdict.
 
     The verdict is :func:`vmapcheck.core.compare.compare`'s rule, elementwise
@@ -240,7 +240,7 @@ def measure(
     (the largest ``bound_ratio``), ``scale_at_worst`` its ``S``.
     """
     a, b = np.asarray(a), np.asarray(b)
-    out: dict[str, Any] = {
+    out: Measurement = {
         "max_abs": None,
         "max_rel": None,
         "max_ulp": None,

@@ -36,6 +36,22 @@ class Comparison(TypedDict):
     stored_path: NotRequired[str]
 
 
+# The tolerance a measurement was judged under, and the setting it comes from
+# (``precision.tolerance``, ``exact``, ...). Functional form: ``from`` is a keyword.
+ToleranceUsed = TypedDict("ToleranceUsed", {"rtol": float, "atol": float, "from": str})
+
+
+class Measurement(Comparison):
+    """:func:`vmapcheck.core.compare.measure`: a :class:`Comparison` with its ULP distance
+    and the tolerance it was judged under, every key present (None where nothing was
+    compared: shapes differ)."""
+
+    max_ulp: int | None
+    ulp_dtype: str | None  # the float dtype the ULPs count in, or "integer"
+    tolerance: ToleranceUsed
+    non_finite: NotRequired[dict[str, int]]  # {"a": count, "b": count}, when any
+
+
 class PathRun(TypedDict, total=False):
     """What one path did with one case: an output's shape and dtype, or a refusal or
     crash with the error's type and message."""

@@ -27,10 +27,10 @@ from vmapcheck.bench.baseline import record_from_details
 from vmapcheck.bench.labels import verdict_headline
 from vmapcheck.bench.records import BenchDetails, read_bench_details
 from vmapcheck.bench.verdict import compare, format_table
-from vmapcheck.check.schema import CheckDetails, read_check_details
+from vmapcheck.check.schema import CheckDetails, read_check_details, read_diagnosis
 from vmapcheck.config import Config, read_params
 from vmapcheck.errors import SettingsChangedError, VmapcheckError, first_line
-from vmapcheck.io import atomic_write_json, atomic_write_text, read_json, read_json_object
+from vmapcheck.io import atomic_write_json, atomic_write_text, read_json_object
 from vmapcheck.layout import Layout
 from vmapcheck.pause import pause_point
 from vmapcheck.pipeline.stage import LAST_STAGE, read_stage_times, settings_changed, text_sha256
@@ -422,7 +422,7 @@ def complete_run(
     pause_point("run created")  # RUNNING, not complete: a test may kill track here
     try:
         log_perf_verdict(info["tracking_uri"], info["run_id"], perf)
-        log_diagnosis(info["tracking_uri"], info["run_id"], read_json(layout.diagnosis))
+        log_diagnosis(info["tracking_uri"], info["run_id"], read_diagnosis(layout.diagnosis))
         info["perf_verdict"] = perf["verdict"]
         # Registry: a passing run's params become a new version; alias `verified` moves
         # to it only once the run is complete (below).

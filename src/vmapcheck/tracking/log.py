@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from vmapcheck.check.rules import metrics as rule_metrics
-from vmapcheck.check.schema import CheckDetails
+from vmapcheck.check.schema import CheckDetails, DiagnosisReport
 from vmapcheck.config import Config, flatten
 from vmapcheck.core.composition import REGROUPINGS
 from vmapcheck.core.paths import speedup_text
@@ -524,7 +524,7 @@ def log_perf_verdict(tracking_uri: str, run_id: str, result: PerfVerdict) -> Non
         client.log_batch(run_id, metrics=metrics[i : i + MAX_BATCH])
 
 
-def log_diagnosis(tracking_uri: str, run_id: str, diagnosis: dict[str, Any]) -> None:
+def log_diagnosis(tracking_uri: str, run_id: str, diagnosis: DiagnosisReport) -> None:
     """Tag run ``run_id`` with the diagnosis of its check (reports/diagnosis.json, logged
     as an artifact): ``diagnosis.status``, and where the first divergence is, so failed
     runs can be searched by stage and layer."""

@@ -8,6 +8,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from itertools import combinations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -42,7 +43,7 @@ from vmapcheck.io import load_npz, read_json, sha256_file
 from vmapcheck.params_io import contract_of, leaf_paths
 
 if TYPE_CHECKING:
-    from vmapcheck.check.schema import CheckDetails
+    from vmapcheck.check.schema import CheckDetails, Finding, StageResult
 
 # Two params leaves whose first values correlate this closely are one random draw:
 # independent draws of n >= MIN_DRAW values correlate by about 1/sqrt(n).
@@ -57,7 +58,8 @@ def _split_arrays(folder: Path) -> dict[str, dict[str, np.ndarray]]:
     return {name: load_npz(folder / f"{name}.npz") for name in SPLITS}
 
 
-def _first_feature(result: dict[str, Any], features: list[str]) -> str | None:
+def _first_feature(result: Mapping[str, Any], features: list[str]) -> str | None:
+    """The feature (column) of the worst element of ``exact``'s ``result``, if known."""
     element = result.get("element")
     if element and features and len(element) >= 1 and element[-1] < len(features):
         return features[element[-1]]
@@ -75,7 +77,7 @@ def _data_mismatch(
     features: list[str] | None,
     claim: str,
     cause: str,
-) -> dict[str, Any] | None:
+) -> Finding | None:
     """Compare a stored array with its re-derivation bit for bit and record the evidence
     (``checked``: what was compared). On a difference, the data stage's finding: "<claim>
     (<reason>[, feature <name>]): <cause>", the feature named from ``features`` (the
@@ -97,7 +99,7 @@ def _data_mismatch(
     )
 
 
-def data_stage(sources: DataSources | None, subject: Subject | None = None) -> dict[str, Any]:
+def data_stage(sources: DataSources | None, subject: Subject | None = None) -> StageResult:
     """Stage 1: the stored data are what the preprocessing makes of the raw source, and
     the model's own preprocessing steps agree between the paths.
 
@@ -138,7 +140,7 @@ def data_stage(sources: DataSources | None, subject: Subject | None = None) -> d
     return stage_result("data", evidence, summary="; ".join(parts))
 
 
-def _stored_data(sources: DataSources, evidence: list[dict[str, Any]]) -> dict[str, Any] | None:
+def _stored_data(sources: DataSources, evidence: list[dict[str, Any]]) -> Finding | None:
     manifest = read_json(sources.cases / CASES_MANIFEST)
     features = list(manifest.get("features", []))
     stored: dict[str, dict[str, np.ndarray]] = {}
@@ -207,7 +209,7 @@ def _raw_rows(
     splits: dict[str, dict[str, np.ndarray]],
     features: list[str],
     evidence: list[dict[str, Any]],
-) -> dict[str, Any] | None:
+) -> Finding | None:
     config = sources.config
     # Exactly prepare's numerics (configure_cpu_float32): the same bits come out.
     with jax.enable_x64(False), jax.default_matmul_precision("highest"):
@@ -288,7 +290,7 @@ def _correlation(a: np.ndarray, b: np.ndarray) -> tuple[float, int]:
     return (float((x * y).sum() / denom) if denom > 0 else 0.0), n
 
 
-def key_stream_stage(model: Model, seed: int | None) -> dict[str, Any]:
+def key_stream_stage(model: Model, seed: int | None) -> StageResult:
     """Stage 2: each named subkey feeds one random draw.
 
     Evidence: :func:`named_keys` twice gives the same keys, and the subkeys differ
@@ -330,7 +332,7 @@ def key_stream_stage(model: Model, seed: int | None) -> dict[str, Any]:
     )
 
 
-def _named_keys_finding(seed: int, evidence: list[dict[str, Any]]) -> dict[str, Any] | None:
+def _named_keys_finding(seed: int, evidence: list[dict[str, Any]]) -> Finding | None:
     """The named subkeys re-derive from ``seed`` and differ pairwise, or the finding."""
     first, again = named_keys(seed), named_keys(seed)
     data = {n: np.asarray(jax.random.key_data(k)) for n, k in first.items()}
@@ -377,7 +379,7 @@ def _init_under_reuse_checker(
 
 def _repeated_draw(
     draws: dict[str, np.ndarray], reuse: str | None, evidence: list[dict[str, Any]]
-) -> dict[str, Any] | None:
+) -> Finding | None:
     """The first pair of random leaves (flat values) that repeat one draw, as a finding."""
     names = list(draws)
     for i, later in enumerate(names):
@@ -407,7 +409,7 @@ def _repeated_draw(
     return None
 
 
-def _init_finding(reuse: str | None, pure: bool) -> dict[str, Any] | None:
+def _init_finding(reuse: str | None, pure: bool) -> Finding | None:
     """init consumed a key twice (the checker's ``reuse``), or is not ``pure``: the finding."""
     if reuse is not None:
         return make_finding(
@@ -458,7 +460,7 @@ def _abstract(subject: Subject, probe: Probe) -> Forms:
     return out
 
 
-def shapes_stage(subject: Subject, check: CheckDetails | None = None) -> dict[str, Any]:
+def shapes_stage(subject: Subject, check: CheckDetails | None = None) -> StageResult:
     """Stage 3: tree structure and every leaf; every layer's shape and dtype per path.
 
     Params against ``jax.eval_shape(model.init)`` (structure, then each leaf's shape and
@@ -487,7 +489,7 @@ def shapes_stage(subject: Subject, check: CheckDetails | None = None) -> dict[st
 
 def _params_tree(
     params: Params, template: Params, evidence: list[dict[str, Any]]
-) -> dict[str, Any] | None:
+) -> Finding | None:
     """``params`` against the model's ``template`` (abstract): the tree's structure, then
     each leaf's shape and dtype; the first difference as a finding."""
     same_tree = jax.tree_util.tree_structure(params) == jax.tree_util.tree_structure(template)
@@ -518,9 +520,7 @@ def _params_tree(
     return None
 
 
-def _probe_shapes(
-    subject: Subject, probe: Probe, evidence: list[dict[str, Any]]
-) -> dict[str, Any] | None:
+def _probe_shapes(subject: Subject, probe: Probe, evidence: list[dict[str, Any]]) -> Finding | None:
     """Every form traced on ``probe``: it traces, names the same layers as the first
     form, gives each layer the same shape and dtype, and ends in the output contract."""
     rows = batch_rows(probe.x)
@@ -542,9 +542,7 @@ def _probe_shapes(
     )
 
 
-def _layer_names(
-    forms: Forms, probe: Probe, evidence: list[dict[str, Any]]
-) -> dict[str, Any] | None:
+def _layer_names(forms: Forms, probe: Probe, evidence: list[dict[str, Any]]) -> Finding | None:
     """Each layered form names the same layers as the first form (the reference)."""
     reference_form = next(iter(forms))
     ref_names = forms[reference_form][0]
@@ -566,7 +564,7 @@ def _layer_names(
 
 def _layer_shapes(
     subject: Subject, forms: Forms, probe: Probe, evidence: list[dict[str, Any]]
-) -> dict[str, Any] | None:
+) -> Finding | None:
     """Each form's activation at each layer has the reference form's shape and dtype (a
     form that gives only its output is compared at the last layer)."""
     reference_form = next(iter(forms))
@@ -609,7 +607,7 @@ def _layer_shapes(
 
 def _output_contract(
     subject: Subject, forms: Forms, probe: Probe, rows: int, evidence: list[dict[str, Any]]
-) -> dict[str, Any] | None:
+) -> Finding | None:
     """The reference form's output is (``rows``: the batch size of ``probe.x``,
     out_features) in the run's dtype (the other forms agree with it by then)."""
     ref_names, ref_structs, _ = next(iter(forms.values()))
@@ -633,7 +631,7 @@ def _output_contract(
 
 def _recorded_contract(
     check: CheckDetails | None, evidence: list[dict[str, Any]]
-) -> dict[str, Any] | None:
+) -> Finding | None:
     if check is None:
         return None
     for case, report in check.get("cases", {}).items():

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from itertools import combinations
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import jax
 import numpy as np
@@ -28,6 +28,10 @@ from vmapcheck.core.compare import flat_index, measure
 from vmapcheck.core.forms import OUTPUT
 from vmapcheck.core.paths import PATHS, ForwardPath
 from vmapcheck.params_io import leaf_paths
+
+if TYPE_CHECKING:
+    from vmapcheck.check.schema import AgreedLayer, Finding
+    from vmapcheck.core.record import Measurement
 
 
 @dataclass
@@ -129,7 +133,7 @@ def walk_layers(
     evidence: list[dict[str, Any]],
     mode: str,
     against: dict[str, _Run] | None = None,
-) -> dict[str, Any] | None:
+) -> Finding | None:
     """Layer by layer (``only`` selects the layers), the first where a path is
     non-finite or two paths disagree. ``against``: compare each form with its own
     counterpart there (eager against jit) instead of the forms with one another."""
@@ -147,7 +151,7 @@ def walk_layers(
     table = _layer_table(runs)
     other = dict(_layer_table(against)) if against is not None else None
     n_layers = len(table)
-    agreed: list[dict[str, Any]] = []  # the layers before the divergence, and how close
+    agreed: list[AgreedLayer] = []  # the layers before the divergence, and how close
     for name, arrays in table:
         if not only(name):
             continue
@@ -171,7 +175,7 @@ def walk_layers(
             for path, arr in candidates
             if not np.all(np.isfinite(np.asarray(arr, dtype=np.float64)))
         }
-        failing: list[tuple[str, str, dict[str, Any]]] = []
+        failing: list[tuple[str, str, Measurement]] = []
         results = []
         for left, right, a, b in pairs:
             result = measure(a, b, subject.tolerance, "precision.tolerance")

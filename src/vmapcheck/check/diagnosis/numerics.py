@@ -9,7 +9,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import jax
 import jax.numpy as jnp
@@ -27,6 +27,9 @@ from vmapcheck.core.state import grad_of_trainable, partition
 from vmapcheck.core.training import make_loss
 from vmapcheck.params_io import leaf_paths
 
+if TYPE_CHECKING:
+    from vmapcheck.check.schema import Finding, StageResult
+
 
 def _and_list(items: list[str]) -> str:
     """``a``, ``a and b``, ``a, b and c`` (what a summary says was compared)."""
@@ -38,7 +41,7 @@ def _and_list(items: list[str]) -> str:
 # --- 4. forward -----------------------------------------------------------------------
 
 
-def forward_stage(subject: Subject) -> dict[str, Any]:
+def forward_stage(subject: Subject) -> StageResult:
     """Stage 4: eager loop / vmap / direct, minimal input first, layer by layer."""
     evidence: list[dict[str, Any]] = []
     notes = []
@@ -138,7 +141,7 @@ def _compare_trees(
     evidence: list[dict[str, Any]],
     what: str,
     path: Callable[[str], str] = _eager_path,
-) -> dict[str, Any] | None:
+) -> Finding | None:
     """Leaf by leaf in tree order, every source against the first (the loop). ``path``
     names a source in findings and pairs: by default the source is a form, named by its
     registered eager path."""
@@ -200,7 +203,7 @@ def _compare_trees(
     return None
 
 
-def loss_stage(subject: Subject) -> dict[str, Any]:
+def loss_stage(subject: Subject) -> StageResult:
     """Stage 5: the loss by the loop, by vmap (the training loss) and through direct
     (when the model has forward_batch)."""
     evidence: list[dict[str, Any]] = []
@@ -228,7 +231,7 @@ def loss_stage(subject: Subject) -> dict[str, Any]:
     )
 
 
-def gradients_stage(subject: Subject) -> dict[str, Any]:
+def gradients_stage(subject: Subject) -> StageResult:
     """Stage 6: every leaf's gradient: the mean of per-example gradients (loop) against
     the gradient of the vmap loss and of the direct loss."""
     evidence: list[dict[str, Any]] = []
@@ -251,7 +254,7 @@ def gradients_stage(subject: Subject) -> dict[str, Any]:
     )
 
 
-def update_stage(subject: Subject) -> dict[str, Any]:
+def update_stage(subject: Subject) -> StageResult:
     """Stage 7: one optimizer step from each gradient; the new params leaf by leaf."""
     evidence: list[dict[str, Any]] = []
     probes = _targets(subject)
@@ -282,7 +285,7 @@ def update_stage(subject: Subject) -> dict[str, Any]:
 # --- 8. jit ---------------------------------------------------------------------------
 
 
-def jit_stage(subject: Subject) -> dict[str, Any]:
+def jit_stage(subject: Subject) -> StageResult:
     """Stage 8: jit added back: each path's jitted activations against its eager ones,
     then the gradients of the training loss and the per-example gradients under jit."""
     evidence: list[dict[str, Any]] = []

@@ -52,7 +52,7 @@ from vmapcheck.layout import Layout
 from vmapcheck.params_io import load_model_params
 
 if TYPE_CHECKING:
-    from vmapcheck.check.schema import CheckDetails
+    from vmapcheck.check.schema import CheckDetails, DiagnosisReport, Finding, StageResult
 
 # --- the protocol ---------------------------------------------------------------------
 
@@ -63,15 +63,15 @@ def diagnose(
     sources: DataSources | None = None,
     stored: StoredRun | None = None,
     check: CheckDetails | None = None,
-    key_stream: dict[str, Any] | None = None,
+    key_stream: StageResult | None = None,
     trigger: str = "on demand",
-) -> dict[str, Any]:
+) -> DiagnosisReport:
     """Run the protocol's stages in order, stopping at the first that diverges.
 
     ``key_stream``: the check's own key-stream result, reused (None: run it here).
     Returns the report written as reports/diagnosis.json (see :func:`render_text`).
     """
-    plan: list[tuple[str, Callable[[], dict[str, Any]]]] = [
+    plan: list[tuple[str, Callable[[], StageResult]]] = [
         ("data", lambda: data_stage(sources, subject)),
         (
             "key_stream",
@@ -91,7 +91,7 @@ def diagnose(
         ("sharding", lambda: sharding_stage(subject, stored)),
         ("reference", lambda: reference_stage(check)),
     ]
-    stages: list[dict[str, Any]] = []
+    stages: list[StageResult] = []
     first = None
     for name, run in plan:
         try:
@@ -111,7 +111,7 @@ def diagnose(
         else f"model {model.name} exposes no activations (Model.activations_one): the "
         "forward stages compare outputs only, so they name no layer inside the model"
     )
-    report = {
+    report: DiagnosisReport = {
         "status": "diverged" if first else "no divergence found",
         "trigger": trigger,
         "check_failed": None if check is None else not check["passed"],
@@ -144,14 +144,15 @@ def diagnose(
         ],
         "not_reached": [name for name in STAGE_NAMES if name not in reached],
         "stages": stages,
+        "summary": "",  # written from the rest, below
     }
     report["summary"] = render_text(report)
     return report
 
 
-def not_needed(check: CheckDetails) -> dict[str, Any]:
+def not_needed(check: CheckDetails) -> DiagnosisReport:
     """What reports/diagnosis.json holds when every check passed."""
-    report = {
+    return {
         "status": "not needed",
         "trigger": "the check passed: nothing to diagnose",
         "first_divergence": None,
@@ -160,15 +161,14 @@ def not_needed(check: CheckDetails) -> dict[str, Any]:
         "not_reached": list(STAGE_NAMES),
         "stages": [],
         "check_passed": bool(check.get("passed")),
+        "summary": (
+            "vmapcheck diagnosis: not needed, the check passed "
+            "(run `vmapcheck diagnose` to run the protocol anyway)\n"
+        ),
     }
-    report["summary"] = (
-        "vmapcheck diagnosis: not needed, the check passed "
-        "(run `vmapcheck diagnose` to run the protocol anyway)\n"
-    )
-    return report
 
 
-def _figures(finding: dict[str, Any]) -> str:
+def _figures(finding: Finding) -> str:
     if finding.get("max_abs") is None:
         return ""
     tol = finding.get("tolerance") or {}
@@ -183,7 +183,7 @@ def _figures(finding: dict[str, Any]) -> str:
     )
 
 
-def render_text(report: dict[str, Any]) -> str:
+def render_text(report: DiagnosisReport) -> str:
     """The readable summary: the first divergence, then what was ruled out before it."""
     lines = [f"vmapcheck diagnosis of model {report.get('model')} ({report.get('dtype')})"]
     lines.append(f"trigger: {report['trigger']}")
@@ -233,7 +233,7 @@ def render_text(report: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def write_report(report: dict[str, Any], json_path: Path) -> Path:
+def write_report(report: DiagnosisReport, json_path: Path) -> Path:
     """Write ``report`` to ``json_path`` and its summary beside it (.txt), atomically."""
     json_path = Path(json_path)
     atomic_write_json(json_path, report)
@@ -289,9 +289,9 @@ def diagnose_project(
     config: Config,
     check: CheckDetails | None,
     *,
-    key_stream: dict[str, Any] | None = None,
+    key_stream: StageResult | None = None,
     trigger: str = "on demand",
-) -> dict[str, Any]:
+) -> DiagnosisReport:
     """Run the protocol on the pipeline outputs of the project ``layout`` (its data and
     reports).
 
@@ -356,8 +356,8 @@ def diagnose_project(
 
 
 def for_check(
-    layout: Layout, config: Config, check: CheckDetails, key_stream: dict[str, Any] | None
-) -> dict[str, Any]:
+    layout: Layout, config: Config, check: CheckDetails, key_stream: StageResult | None
+) -> DiagnosisReport:
     """What the check stage writes: "not needed" when it passed, else the protocol's
     report. The diagnosis never hides the check's own verdict: if it cannot run, its
     report says why (status "error") and the check's reports stand."""
@@ -369,21 +369,21 @@ def for_check(
         return diagnose_project(layout, config, check, key_stream=key_stream, trigger=trigger)
     except Exception as exc:
         traceback.print_exc(file=sys.stderr)
-        report = {
+        error = error_line(exc)
+        return {
             "status": "error",
             "trigger": trigger,
-            "error": error_line(exc),
+            "error": error,
             "first_divergence": None,
             "ruled_out": [],
             "skipped": [],
             "not_reached": list(STAGE_NAMES),
             "stages": [],
+            "summary": (
+                f"vmapcheck diagnosis could not run ({error}); the check's own "
+                "reports stand (reports/check_details.json)\n"
+            ),
         }
-        report["summary"] = (
-            f"vmapcheck diagnosis could not run ({report['error']}); the check's own "
-            "reports stand (reports/check_details.json)\n"
-        )
-        return report
 
 
 def on_demand(layout: Layout, out: Path) -> int:

@@ -26,7 +26,7 @@ from vmapcheck.core.forms import OUTPUT
 from vmapcheck.core.paths import PATHS, ForwardPath, output_key, path_names, split_output_key
 
 if TYPE_CHECKING:
-    from vmapcheck.check.schema import CheckDetails
+    from vmapcheck.check.schema import CheckDetails, StageResult
 
 # --- 9-11. backend, sharding, reference -----------------------------------------------
 
@@ -39,7 +39,7 @@ def _recompute(subject: Subject, x: np.ndarray, path: ForwardPath) -> np.ndarray
     return np.asarray(jax.block_until_ready(fn(subject.run_params, x)))
 
 
-def backend_stage(subject: Subject, stored: StoredRun | None) -> dict[str, Any]:
+def backend_stage(subject: Subject, stored: StoredRun | None) -> StageResult:
     """Stage 9: the run's stored outputs (its backend) against the same path, same mode,
     recomputed here on CPU, within precision.cross_run_tolerance (backends round
     differently; that tolerance is the run's own setting for it)."""
@@ -105,7 +105,7 @@ def backend_stage(subject: Subject, stored: StoredRun | None) -> dict[str, Any]:
     )
 
 
-def sharding_stage(subject: Subject, stored: StoredRun | None) -> dict[str, Any]:
+def sharding_stage(subject: Subject, stored: StoredRun | None) -> StageResult:
     """Stage 10: each distributed path of the run (``sharded_jit``) against the path
     running the same program on one device (its ``same_program_as``: ``vmap_jit``), every
     batch case, within precision.tolerance."""
@@ -157,7 +157,7 @@ def sharding_stage(subject: Subject, stored: StoredRun | None) -> dict[str, Any]
     )
 
 
-def reference_stage(check: CheckDetails | None) -> dict[str, Any]:
+def reference_stage(check: CheckDetails | None) -> StageResult:
     """Stage 11: the check's comparison with the stored reference run, and what differs
     between the two runs (versions, backend, dtype)."""
     evidence: list[dict[str, Any]] = []

@@ -11,18 +11,20 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
 
+from vmapcheck.check.schema import Finding, StageResult, StageStatus
 from vmapcheck.config import DataConfig, ToleranceConfig
 from vmapcheck.core.contract import InputSpec, cast_floats
 from vmapcheck.core.forms import cast_tree
 from vmapcheck.core.models import Model, Params
 from vmapcheck.core.paths import PATHS
+from vmapcheck.core.record import ForwardRecord
 
 
 def _one_device_programs() -> str:
@@ -116,15 +118,17 @@ class StoredRun:
     outputs the backend stage recomputes here."""
 
     outputs: dict[str, np.ndarray]
-    record: dict[str, Any]
+    record: ForwardRecord
     cases: dict[str, np.ndarray]
 
 
 # --- stage results --------------------------------------------------------------------
 
 
-def make_finding(stage: str, message: str, **fields: Any) -> dict[str, Any]:
-    """The first divergence of a stage; every key present (None when it does not apply)."""
+def make_finding(stage: str, message: str, **fields: Any) -> Finding:
+    """The first divergence of a stage; every key present (None when it does not apply).
+    ``figures``: a :class:`~vmapcheck.core.record.Measurement`, whose figures (the
+    bound ratio, errors, ULPs, tolerance and element) the finding takes."""
     base = {
         "stage": stage,
         "what": None,
@@ -135,6 +139,7 @@ def make_finding(stage: str, message: str, **fields: Any) -> dict[str, Any]:
         "paths": None,
         "pair": None,
         "element": None,
+        "bound_ratio": None,
         "max_abs": None,
         "max_rel": None,
         "max_ulp": None,
@@ -142,17 +147,20 @@ def make_finding(stage: str, message: str, **fields: Any) -> dict[str, Any]:
         "tolerance": None,
     }
     figures = {k: v for k, v in fields.pop("figures", {}).items() if k in base}
-    return {**base, **figures, **fields, "message": message}
+    return cast(Finding, {**base, **figures, **fields, "message": message})
 
 
 def stage_result(
     name: str,
     evidence: list[dict[str, Any]],
-    finding: dict[str, Any] | None = None,
+    finding: Finding | None = None,
     summary: str = "",
     skipped: str | None = None,
-) -> dict[str, Any]:
+) -> StageResult:
+    """Stage ``name``'s result: skipped (``skipped`` says why), diverged (``finding``),
+    else ruled out (``summary`` says on what evidence)."""
     title = dict(STAGES)[name]
+    status: StageStatus
     if skipped is not None:
         status, summary = "skipped", skipped
     elif finding is not None:
