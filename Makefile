@@ -102,6 +102,7 @@ browser:
 lint: $(STAMP)
 	ruff check .
 	ruff format --check .
+	mypy
 
 format: $(STAMP)
 	ruff check --fix .
@@ -199,6 +200,6 @@ ui: $(STAMP)
 # Under reports/, only what git ignores (DVC's outputs): the metrics kept in git stay.
 clean:
 	rm -rf data/prepared data/cases data/params data/forward mlflow.db mlartifacts \
-		.dvc/cache .dvc/tmp .jax_cache $(VENV) .pytest_cache .ruff_cache build dist
+		.dvc/cache .dvc/tmp .jax_cache $(VENV) .mypy_cache .pytest_cache .ruff_cache build dist
 	git clean -fdXq reports 2>/dev/null || rm -rf reports
 	find . -name __pycache__ -type d -prune -exec rm -rf {} +

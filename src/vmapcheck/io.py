@@ -86,7 +86,8 @@ def atomic_write_json(path: Path, obj: Any) -> None:
 
 def atomic_save_npz(path: Path, arrays: Mapping[str, np.ndarray]) -> None:
     with atomic_path(Path(path)) as tmp, open(tmp, "wb") as fh:
-        np.savez(fh, **{k: np.asarray(v) for k, v in arrays.items()})
+        # Never pickled: load_npz refuses object arrays, so none is written either.
+        np.savez(fh, allow_pickle=False, **{k: np.asarray(v) for k, v in arrays.items()})
 
 
 @contextlib.contextmanager

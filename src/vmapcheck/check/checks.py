@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from itertools import combinations
-from typing import Any
+from typing import Any, Literal, cast
 
 import numpy as np
 
@@ -21,16 +21,19 @@ from vmapcheck.check.schema import (
     CheckDetails,
     GradientsReport,
     InputsReport,
+    JudgedBy,
     NegativeReport,
     ReferenceReport,
+    Refusal,
     StageResult,
+    WorstElement,
 )
 from vmapcheck.config import Config, ToleranceConfig
 from vmapcheck.core.cases import CaseEntry, CaseKind, case_rows, kind_of
-from vmapcheck.core.compare import compare, looser, within
+from vmapcheck.core.compare import compare, looser, within, worst_of
 from vmapcheck.core.composition import REGROUPINGS, applies, composition_key
 from vmapcheck.core.paths import PATHS, output_key, path_names, plain_path, row_cap
-from vmapcheck.core.record import Comparison, ForwardRecord, PathRun
+from vmapcheck.core.record import Comparison, ForwardRecord, GradientProbe, PathRun
 from vmapcheck.data.regression import SINGLE_CASE, STANDARD_CASE
 
 
@@ -45,9 +48,9 @@ def _contract(entry: PathRun, shape: list[int], dtype: str) -> list[str]:
     return problems
 
 
-def _worst(results: Mapping[str, Comparison], stat: str) -> float | None:
-    values = [r[stat] for r in results.values() if r.get(stat) is not None]
-    return max(values) if values else None
+def _worst(results: Mapping[str, Comparison], stat: Literal["max_abs", "max_rel"]) -> float | None:
+    """The largest ``stat`` over ``results``; None when none was measured."""
+    return max((v for r in results.values() if (v := r[stat]) is not None), default=None)
 
 
 def _scale_for(tolerance: ToleranceConfig, magnitude: dict[str, Any] | None) -> Any:
@@ -58,12 +61,12 @@ def _scale_for(tolerance: ToleranceConfig, magnitude: dict[str, Any] | None) -> 
     return magnitude.get("scale")
 
 
-def _rule(tolerance: ToleranceConfig, magnitude: dict[str, Any] | None) -> dict[str, Any]:
+def _rule(tolerance: ToleranceConfig, magnitude: dict[str, Any] | None) -> JudgedBy:
     """``rule`` (what a case is judged by under ``tolerance``), ``fallbacks`` (the
     primitives whose terms' magnitude fell back to |y|) and, when the magnitude forward
     failed on the case, ``magnitude_error``."""
     terms = _scale_for(tolerance, magnitude) is not None
-    rule = {
+    rule: JudgedBy = {
         "rule": "terms" if terms else "output",
         "fallbacks": list(magnitude["fallbacks"]) if terms and magnitude else [],
     }
@@ -155,16 +158,15 @@ def _pairs(
     return results
 
 
-def _worst_element(results: Mapping[str, Comparison]) -> dict[str, Any]:
+def _worst_element(results: Mapping[str, Comparison]) -> WorstElement:
     """The rule's figures at the worst element over ``results`` (the largest bound
     ratio): ``bound_ratio``, ``scale_at_worst`` (S there) and ``worst_pair``."""
-    judged = {k: r for k, r in results.items() if r.get("bound_ratio") is not None}
-    if not judged:
+    pair = worst_of(results)
+    if pair is None:
         return {"bound_ratio": None, "scale_at_worst": None, "worst_pair": None}
-    pair = max(judged, key=lambda k: judged[k]["bound_ratio"])
     return {
-        "bound_ratio": judged[pair]["bound_ratio"],
-        "scale_at_worst": judged[pair]["scale_at_worst"],
+        "bound_ratio": results[pair].get("bound_ratio"),
+        "scale_at_worst": results[pair].get("scale_at_worst"),
         "worst_pair": pair,
     }
 
@@ -257,6 +259,7 @@ def _valid_case(
         # back to |y| (vmapcheck.core.magnitude), and S at the worst element.
         **_rule(tolerance, magnitude),
         **_worst_element(pairs),
+        "passed": False,  # judged below, once every failure is in
     }
     if rules:
         report["rules"] = {rule: result.to_json() for rule, result in rules.items()}
@@ -286,11 +289,12 @@ def _valid_case(
 def _negative_case(
     name: str, meta: CaseEntry, record: dict[str, PathRun], skip: dict[str, str]
 ) -> tuple[NegativeReport, list[str]]:
-    per_path, failures = {}, []
+    per_path: dict[str, Refusal] = {}
+    failures = []
     for path in kind_of(meta, name).paths(meta):
         if path in skip:
             continue
-        entry = record.get(path, {"refused": False, "message": "not run"})
+        entry: PathRun = record.get(path, {"refused": False, "message": "not run"})
         message = entry.get("message") or f"produced an output of shape {entry.get('shape')}"
         ok = (
             bool(entry.get("refused"))
@@ -308,7 +312,7 @@ def _negative_case(
                 f"{name}/{path}: expected InvalidInputError naming {meta['expect']}, got "
                 f"{entry.get('error') or 'an output'}: {message!r}"
             )
-    report = {
+    report: NegativeReport = {
         "about": meta.get("about", ""),
         "expect": meta["expect"],
         "runs_on": meta.get("runs_on", "batch"),
@@ -331,13 +335,14 @@ def _reference(
         # Only a reference not stored yet (a new model's first runs) is excused where it
         # is not required; a corrupt or incompatible one is a failure wherever it runs.
         passed = status == "missing" and not config.reference.required
-        report = {
+        missing: ReferenceReport = {
             "status": status,
             "message": message,
             "required": config.reference.required,
             "passed": passed,
         }
-        return report, [] if passed else [f"reference: {status}: {message}"]
+        return missing, [] if passed else [f"reference: {status}: {message}"]
+    assert reference is not None  # status "ok": a reference was loaded
     meta = reference["meta"]
     stored, current = reference["stored"], reference["current"]
     tolerance = looser(
@@ -356,6 +361,7 @@ def _reference(
             # path that computes the same program on one device (its same_program_as).
             stand_in = path if key in stored else (PATHS[path].same_program_as or path)
             stored_key = output_key(name, stand_in)
+            result: Comparison
             if key not in current:
                 result = {
                     "max_abs": None,
@@ -389,7 +395,7 @@ def _reference(
         if not ok:
             failures.append(f"reference/{name}/loss: {now:.6g} vs stored {value:.6g}")
     made, cur = meta["runtime"], runtime
-    report = {
+    report: ReferenceReport = {
         "status": "ok",
         "message": (
             f"reference made with jax {made['jax_version']} / jaxlib {made['jaxlib_version']} "
@@ -428,18 +434,18 @@ def _reference(
 
 
 def _gradients(
-    config: Config, record: dict[str, Any] | None, arrays: dict[str, np.ndarray] | None
+    config: Config, record: GradientProbe | None, arrays: dict[str, np.ndarray] | None
 ) -> tuple[GradientsReport, list[str]]:
     """Finite loss and gradients; NaN detected; mean per-example gradient = batch gradient."""
     if record is None or arrays is None:
         return {"status": "not run", "passed": True}, []
     failures = []
-    for key, what in (
-        ("loss_finite", "loss"),
-        ("grads_finite", "gradients"),
-        ("per_example_finite", "per-example gradients"),
+    for finite, what in (
+        (record["loss_finite"], "loss"),
+        (record["grads_finite"], "gradients"),
+        (record["per_example_finite"], "per-example gradients"),
     ):
-        if not record[key]:
+        if not finite:
             failures.append(f"gradients/standard: the {what} are not finite on real data")
     probe = record["nan_probe"]
     # The loss must carry the NaN. The gradients may legitimately stay finite: a relu
@@ -459,9 +465,9 @@ def _gradients(
                     f"gradients/{leaf}: mean of per-example gradients vs batch gradient: "
                     f"{leaves[leaf]['reason']}"
                 )
-    report = {
+    report: GradientsReport = {
         "status": "ok",
-        **record,
+        **record,  # the probe's own figures (finiteness, the NaN probe)
         "per_example_vs_batch": leaves,
         "max_abs": _worst(leaves, "max_abs"),
         "max_rel": _worst(leaves, "max_rel"),
@@ -554,7 +560,8 @@ def _inputs(stages: dict[str, StageResult] | None) -> tuple[InputsReport, list[s
         **{name: {"status": s["status"], "summary": s["summary"]} for name, s in stages.items()},
         "passed": not failures,
     }
-    return report, failures
+    # One key per stage beside status and passed: a TypedDict cannot name them.
+    return cast(InputsReport, report), failures
 
 
 def run_checks(
@@ -647,7 +654,7 @@ def run_checks(
 
 
 def _budget(
-    config: Config, cases_report: dict[str, CaseReport], gradients: dict[str, Any] | None
+    config: Config, cases_report: dict[str, CaseReport], gradients: GradientProbe | None
 ) -> BudgetReport:
     """The budgets and, per case, what each capped (never silently: the printed check
     lines and the HTML report read it)."""

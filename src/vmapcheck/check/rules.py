@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
@@ -44,8 +44,8 @@ class RuleResult:
     text: str
     failures: list[str] = field(default_factory=list)
 
-    def to_json(self) -> dict[str, Any]:
-        return asdict(self)
+    def to_json(self) -> RuleRecord:
+        return cast(RuleRecord, asdict(self))
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any], where: str) -> RuleResult:
@@ -99,7 +99,7 @@ def _copies_agree(
 ) -> RuleResult:
     """Every row of each path's output (rows, ...) against its first row, at the pairs'
     ``tolerance`` by the output rule: the case's rows are copies of one row."""
-    from vmapcheck.core.compare import compare  # loads JAX: only when a case is judged
+    from vmapcheck.core.compare import compare, worst_of  # loads JAX: only when judged
 
     found = {
         path: compare(out, np.broadcast_to(out[:1], out.shape), tolerance)
@@ -110,11 +110,11 @@ def _copies_agree(
         for path, r in found.items()
         if not r["passed"]
     ]
-    measured = {p: r for p, r in found.items() if r["bound_ratio"] is not None}
-    worst = max(measured, key=lambda p: measured[p]["bound_ratio"], default=None)
+    worst = worst_of(found)
+    measured = [r for r in found.values() if r.get("bound_ratio") is not None]
     figures = {
-        "bound_ratio": measured[worst]["bound_ratio"] if worst else None,
-        "max_abs": max((r["max_abs"] for r in measured.values()), default=None),
+        "bound_ratio": found[worst].get("bound_ratio") if worst else None,
+        "max_abs": max((a for r in measured if (a := r["max_abs"]) is not None), default=None),
     }
     rows = len(next(iter(outputs.values())))
     if failures:

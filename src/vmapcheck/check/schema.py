@@ -20,7 +20,13 @@ from typing import (
     TypedDict,
 )
 
-from vmapcheck.core.record import Comparison, ForwardRecord, ToleranceUsed
+from vmapcheck.core.record import (
+    Capped,
+    Comparison,
+    ForwardRecord,
+    NanProbe,
+    ToleranceUsed,
+)
 from vmapcheck.io import read_json_typed
 
 
@@ -33,13 +39,23 @@ class RuleRecord(TypedDict):
     failures: NotRequired[list[str]]
 
 
-class Capped(TypedDict):
-    """What a budget cut: the first ``rows_run`` of ``rows_of`` rows, by ``capped_by``."""
+class JudgedBy(TypedDict):
+    """The rule a case's pairs were judged by (``"output"`` or ``"terms"``), the
+    primitives whose terms' magnitude fell back to |y| (vmapcheck.core.magnitude), and
+    why the magnitude could not be had, when its forward failed."""
 
-    rows_run: int
-    rows_of: int
-    capped_by: str
-    beyond: NotRequired[str]  # how the rows past the cap were judged
+    rule: str
+    fallbacks: list[str]
+    magnitude_error: NotRequired[str]
+
+
+class WorstElement(TypedDict):
+    """The worst element over a set of comparisons (the largest bound ratio): its
+    ratio, ``S`` there, and the pair it is in; all None when nothing was compared."""
+
+    bound_ratio: float | None
+    scale_at_worst: float | None
+    worst_pair: str | None
 
 
 class CaseReport(TypedDict):
@@ -54,9 +70,8 @@ class CaseReport(TypedDict):
     contract: dict[str, list[str]]  # path -> problems (empty: kept the contract)
     finite: dict[str, bool]
     pairs: dict[str, Comparison]  # "<path>-vs-<path>" -> comparison
-    # The rule the pairs were judged by, the primitives whose terms' magnitude fell back
-    # to |y|, and the worst element's figures (vmapcheck.check.checks._worst_element);
-    # the check writes them all, and the readers take a report older than them.
+    # JudgedBy and WorstElement (vmapcheck.check.checks): the check writes them all,
+    # and the readers take a report older than them.
     rule: NotRequired[str]
     fallbacks: NotRequired[list[str]]
     magnitude_error: NotRequired[str]
@@ -104,7 +119,7 @@ class ReferenceReport(TypedDict):
     reason: NotRequired[str]
     from_run: NotRequired[str | None]
     tolerance_used: NotRequired[dict[str, Any]]
-    rules: NotRequired[dict[str, dict[str, Any]]]
+    rules: NotRequired[dict[str, JudgedBy]]  # case -> the rule its outputs were judged by
     cases: NotRequired[dict[str, dict[str, Comparison]]]  # case -> path -> comparison
     losses: NotRequired[dict[str, dict[str, Any]]]
     max_abs: NotRequired[float | None]
@@ -117,6 +132,14 @@ class GradientsReport(TypedDict):
 
     status: str  # "ok" or "not run"
     passed: bool
+    # The probe's own figures (vmapcheck.core.record.GradientProbe), when it ran.
+    loss: NotRequired[float]
+    loss_finite: NotRequired[bool]
+    grads_finite: NotRequired[bool]
+    per_example_finite: NotRequired[bool]
+    nan_probe: NotRequired[NanProbe]
+    rows: NotRequired[int]
+    capped: NotRequired[Capped]
     per_example_vs_batch: NotRequired[dict[str, Comparison]]
     max_abs: NotRequired[float | None]
     max_rel: NotRequired[float | None]

@@ -14,6 +14,7 @@ one, in :data:`vmapcheck.check.rules.CASE_RULES` (docs/development.md).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal, NotRequired, TypedDict
 
@@ -73,9 +74,9 @@ class CaseKind:
     def paths(self, case: CaseEntry | None = None) -> tuple[str, ...]:
         """The paths a case of this kind runs through (``case``: its manifest entry,
         needed for a per-case kind)."""
-        takes = self.takes
+        takes: str = self.takes
         if takes == "per-case":
-            takes = (case or {}).get("runs_on", "batch")
+            takes = case.get("runs_on", "batch") if case is not None else "batch"
         return path_names(takes)
 
     @property
@@ -161,7 +162,7 @@ def case_input(case: dict[str, Any], dtype: Any) -> Any:
     return {**x, **{name: jnp.asarray(case["x"][name]) for name in kept}} if kept else x
 
 
-def case_rows(case: dict[str, Any]) -> int:
+def case_rows(case: Mapping[str, Any]) -> int:
     """A batch case's rows: axis 0 of its ``x``, else of its manifest entry's ``shape`` (a
     list, or a dict of per-leaf shapes); 0 for a shape of rank 0."""
     if "x" in case:

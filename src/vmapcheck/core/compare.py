@@ -22,6 +22,7 @@ Every caller (the checks, the reference, the diagnosis) goes through this module
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from itertools import combinations
 from typing import Any, Literal
 
@@ -103,6 +104,13 @@ def looser(a: dict[str, Any], b: dict[str, Any]) -> ToleranceConfig:
     )
 
 
+def worst_of(results: Mapping[str, Comparison]) -> str | None:
+    """The key of the comparison in ``results`` with the largest bound ratio (the first
+    of equals); None when none measured one (nothing compared)."""
+    ratios = {k: ratio for k, r in results.items() if (ratio := r.get("bound_ratio")) is not None}
+    return max(ratios, key=ratios.__getitem__, default=None)
+
+
 def compare(
     a: np.ndarray, b: np.ndarray, tolerance: ToleranceConfig, scale: Any = None
 ) -> Comparison:
@@ -117,27 +125,33 @@ def compare(
     ``scale_at_worst`` (``S`` there).
     """
     rule: Rule = "output" if scale is None else "terms"
-    empty = {"bound_ratio": None, "rule": rule, "element": None, "scale_at_worst": None}
-    if a.shape != b.shape:
+
+    def unmeasured(reason: str) -> Comparison:
+        """Nothing measured: a failure, its reason given."""
         return {
             "max_abs": None,
             "max_rel": None,
             "passed": False,
-            "reason": f"shape {a.shape} vs {b.shape}",
-            **empty,
+            "reason": reason,
+            "bound_ratio": None,
+            "rule": rule,
+            "element": None,
+            "scale_at_worst": None,
         }
+
+    if a.shape != b.shape:
+        return unmeasured(f"shape {a.shape} vs {b.shape}")
     a64, b64 = a.astype(np.float64), b.astype(np.float64)
     finite = bool(np.all(np.isfinite(a64)) and np.all(np.isfinite(b64)))
     if not finite:
-        return {
-            "max_abs": None,
-            "max_rel": None,
-            "passed": False,
-            "reason": "non-finite output",
-            **empty,
-        }
+        return unmeasured("non-finite output")
     if a64.size == 0:
-        return {"max_abs": 0.0, "max_rel": 0.0, "passed": True, "reason": "", **empty}
+        return {
+            **unmeasured(""),
+            "max_abs": 0.0,
+            "max_rel": 0.0,
+            "passed": True,
+        }
     diff = np.abs(a64 - b64)
     magnitude = np.maximum(np.abs(a64), np.abs(b64))
     rel = np.divide(diff, magnitude, out=np.zeros_like(diff), where=magnitude > 0)
@@ -203,7 +217,8 @@ def ulp_distance(a: np.ndarray, b: np.ndarray, dtype: Any = None) -> np.ndarray:
     if kind is None:  # integers: the distance is the difference itself
         with np.errstate(over="ignore"):
             return np.abs(a.astype(np.int64) - b.astype(np.int64)).astype(np.uint64)
-    ints = {2: np.int16, 4: np.int32, 8: np.int64}[kind.itemsize]
+    signed: dict[int, type[np.signedinteger[Any]]] = {2: np.int16, 4: np.int32, 8: np.int64}
+    ints = signed[kind.itemsize]
     magnitude = np.iinfo(ints).max  # every bit but the sign
 
     def position(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -257,7 +272,9 @@ def measure(
         out["reason"] = f"shape {tuple(a.shape)} vs {tuple(b.shape)}"
         return out
     if a.size == 0:
-        out.update(max_abs=0.0, max_rel=0.0, max_ulp=0, bound_ratio=0.0, passed=True)
+        out.update(
+            {"max_abs": 0.0, "max_rel": 0.0, "max_ulp": 0, "bound_ratio": 0.0, "passed": True}
+        )
         return out
     a64, b64 = a.astype(np.float64), b.astype(np.float64)
     fa, fb = np.isfinite(a64), np.isfinite(b64)
@@ -271,10 +288,12 @@ def measure(
     kind = _float_dtype(a, b, ulp_dtype)
     ulps = ulp_distance(a, b, kind)
     out.update(
-        max_abs=float(diff.max()),
-        max_rel=float(rel.max()),
-        max_ulp=int(ulps.max()),
-        ulp_dtype=kind.name if kind is not None else "integer",
+        {
+            "max_abs": float(diff.max()),
+            "max_rel": float(rel.max()),
+            "max_ulp": int(ulps.max()),
+            "ulp_dtype": kind.name if kind is not None else "integer",
+        }
     )
     if not both.all():
         first = flat_index(int(np.flatnonzero(~both)[0]), a.shape)
@@ -286,13 +305,13 @@ def measure(
         )
         return out
     worst, ratio = _worst(diff, allowed)
-    out["element"] = flat_index(worst, a.shape)
+    element = out["element"] = flat_index(worst, a.shape)
     out["bound_ratio"] = ratio
     out["scale_at_worst"] = float(s.flat[worst])
     out["passed"] = bool(np.all(diff <= allowed))
     if not out["passed"]:
         out["reason"] = (
-            f"element {tuple(out['element'])}: |a-b|={diff.flat[worst]:.3g} > atol + "
+            f"element {tuple(element)}: |a-b|={diff.flat[worst]:.3g} > atol + "
             f"rtol*S = {allowed.flat[worst]:.3g} ({int(ulps.flat[worst])} ULP), "
             f"{_scale_phrase(rule, float(s.flat[worst]))}"
         )
@@ -317,7 +336,7 @@ def exact(a: np.ndarray, b: np.ndarray) -> dict[str, Any]:
         result["passed"] = bool(same)
         if same:
             result["reason"] = ""
-        return result
+        return dict(result)
     same = a.shape == b.shape and np.array_equal(a, b)
     return {
         "passed": bool(same),

@@ -18,6 +18,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from vmapcheck.core.models import Model, Params
+from vmapcheck.core.record import GradientProbe
 from vmapcheck.core.state import partition
 
 
@@ -34,7 +35,7 @@ def _all_finite(tree: Any) -> bool:
 
 def gradient_probe(
     model: Model, params: Params, x: jax.Array, y: jax.Array
-) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
+) -> tuple[dict[str, np.ndarray], GradientProbe]:
     """Loss and gradients on (x (batch, in), y (batch, out)), and on a NaN-target copy.
 
     Returns ``(arrays, record)``: arrays ``batch_grad.<leaf>`` and
@@ -64,7 +65,7 @@ def gradient_probe(
             arrays[f"{prefix}.{name}"] = (
                 host.astype(np.float32) if host.dtype == jnp.bfloat16 else host
             )
-    record = {
+    record: GradientProbe = {
         "loss": float(value),
         "loss_finite": bool(jnp.isfinite(value)),
         "grads_finite": _all_finite(grads),

@@ -52,6 +52,38 @@ class Measurement(Comparison):
     non_finite: NotRequired[dict[str, int]]  # {"a": count, "b": count}, when any
 
 
+class Capped(TypedDict):
+    """What a budget cut: the first ``rows_run`` of ``rows_of`` rows, by ``capped_by``."""
+
+    rows_run: int
+    rows_of: int
+    capped_by: str
+    beyond: NotRequired[str]  # how the rows past the cap were judged
+
+
+class NanProbe(TypedDict):
+    """A NaN planted in one target: the loss must come out non-finite (detected, not
+    masked); the gradients are reported (a relu that is off passes no gradient)."""
+
+    planted: str  # where the NaN was put
+    loss_finite: bool
+    grads_finite: bool
+
+
+class GradientProbe(TypedDict):
+    """What :func:`vmapcheck.core.gradients.gradient_probe` found on the standard batch
+    (the forward record's ``gradients``)."""
+
+    loss: float
+    loss_finite: bool
+    grads_finite: bool
+    per_example_finite: bool
+    nan_probe: NanProbe
+    # Set by the forward stage: the rows the probe ran, and the budget's cut if any.
+    rows: NotRequired[int]
+    capped: NotRequired[Capped]
+
+
 class PathRun(TypedDict, total=False):
     """What one path did with one case: an output's shape and dtype, or a refusal or
     crash with the error's type and message."""
@@ -78,7 +110,7 @@ class ForwardRecord(TypedDict):
     not_provided: dict[str, str]  # path -> why the model lacks it
     sharded: dict[str, Any] | None  # devices and mesh of the distributed path
     reference: dict[str, Any]  # status of the stored reference's recomputation
-    gradients: dict[str, Any] | None  # the gradient probe; None: not run (the Python API)
+    gradients: GradientProbe | None  # None: not run (the Python API)
     cases: dict[str, dict[str, PathRun]]  # case -> path -> what it did
     # The regroupings run (vmapcheck.core.composition): {"regroupings": {name: about},
     # "cases": {case: {"rows", <regrouping>: its plan, "paths", "raised"}}}. Absent in
@@ -98,7 +130,7 @@ def forward_record(
     not_provided: dict[str, str],
     sharded: dict[str, Any] | None,
     reference: dict[str, Any],
-    gradients: dict[str, Any] | None,
+    gradients: GradientProbe | None,
     params_sha256: str = "",
     budget: dict[str, int] | None = None,
 ) -> ForwardRecord:

@@ -445,6 +445,7 @@ def _abstract(subject: Subject, probe: Probe) -> Forms:
     out: Forms = {}
     for entry in layered_paths(jit=False):
         path = entry.name
+        assert entry.activations is not None  # layered_paths keeps those that have them
         activations = entry.activations(subject.model)
         if activations is None:
             continue
@@ -492,7 +493,12 @@ def _params_tree(
 ) -> Finding | None:
     """``params`` against the model's ``template`` (abstract): the tree's structure, then
     each leaf's shape and dtype; the first difference as a finding."""
-    same_tree = jax.tree_util.tree_structure(params) == jax.tree_util.tree_structure(template)
+    structure, expected = (
+        jax.tree_util.tree_structure(params),
+        jax.tree_util.tree_structure(template),
+    )
+    # (jaxlib's stub leaves PyTreeDef unresolved for mypy: the comparison is its own.)
+    same_tree = bool(structure == expected)  # type: ignore[operator]
     evidence.append({"what": "params tree structure against the model's", "passed": same_tree})
     if not same_tree:
         return make_finding(
@@ -645,8 +651,8 @@ def _recorded_contract(
                     input=f"case {case}",
                     paths=[path],
                 )
-    for case, report in check.get("negative", {}).items():
-        for path, entry in report.get("paths", {}).items():
+    for case, refusals in check.get("negative", {}).items():
+        for path, entry in refusals.get("paths", {}).items():
             evidence.append({"what": f"refusal {case}/{path}", "passed": entry["passed"]})
             if not entry["passed"]:
                 return make_finding(

@@ -55,6 +55,7 @@ def evaluate_probe(subject: Subject, probe: Probe, jit: bool) -> dict[str, _Run]
     runs: dict[str, _Run] = {}
     for entry in layered_paths(jit):
         form = entry.form
+        assert entry.activations is not None  # layered_paths keeps those that have them
         activations = entry.activations(subject.model)
         plain = entry.forward(subject.model)
         if activations is None or plain is None:
@@ -155,7 +156,7 @@ def walk_layers(
     for name, arrays in table:
         if not only(name):
             continue
-        if other is not None:
+        if against is not None and other is not None:
             pairs = [
                 (runs[f].path, against[f].path, arrays[f], other[name][f])
                 for f in arrays
@@ -168,7 +169,7 @@ def walk_layers(
                 for f, g in combinations(forms, 2)
             ]
         candidates = [(runs[f].path, a) for f, a in arrays.items()]
-        if other is not None:
+        if against is not None and other is not None:
             candidates += [(against[f].path, a) for f, a in other.get(name, {}).items()]
         non_finite = {
             path: arr
@@ -189,8 +190,12 @@ def walk_layers(
             agreed.append(
                 {
                     "layer": name,
-                    "max_abs": max((r["max_abs"] for r in results), default=0.0),
-                    "max_ulp": max((r["max_ulp"] for r in results), default=0),
+                    "max_abs": max(
+                        (err for r in results if (err := r["max_abs"]) is not None), default=0.0
+                    ),
+                    "max_ulp": max(
+                        (ulp for r in results if (ulp := r["max_ulp"]) is not None), default=0
+                    ),
                 }
             )
             continue
@@ -226,7 +231,7 @@ def walk_layers(
             f"{result['bound_ratio']:.3g} of its bound, max_rel {result['max_rel']:.3g}, "
             f"max_abs {result['max_abs']:.3g}, "
             f"{result['max_ulp']} ULP ({result['ulp_dtype']}) at element "
-            f"{tuple(result['element'])}; tolerance rtol={subject.tolerance.rtol:g} "
+            f"{tuple(result['element'] or ())}; tolerance rtol={subject.tolerance.rtol:g} "
             f"atol={subject.tolerance.atol:g} (precision.tolerance, not widened)",
             what="activation",
             input=probe.label,

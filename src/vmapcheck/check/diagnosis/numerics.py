@@ -92,6 +92,7 @@ def _losses(subject: Subject, probe: Probe) -> dict[str, jax.Array]:
     per-example losses in a Python loop, and through the hand-batched forward."""
     params = subject.run_params
     x, y = subject.inputs(probe)
+    assert y is not None  # the loss stages run on the probes with targets only
     loss_one = make_loss_one(subject.model)
     out = {
         "loop": jnp.mean(jnp.stack([loss_one(params, take(x, i), y[i]) for i in range(rows(x))])),
@@ -109,6 +110,7 @@ def _gradients(subject: Subject, probe: Probe) -> dict[str, Params]:
     params = subject.run_params
     leaves = partition(subject.model, params)
     x, y = subject.inputs(probe)
+    assert y is not None  # the loss stages run on the probes with targets only
     grad_one = grad_of_trainable(make_loss_one(subject.model), leaves)
     per_row = [grad_one(params, take(x, i), y[i]) for i in range(rows(x))]
     out = {
@@ -150,7 +152,8 @@ def _compare_trees(
     base = sources[0]
     structures = {s: jax.tree_util.tree_structure(t) for s, t in trees.items()}
     for source in sources[1:]:
-        if structures[source] != structures[base]:
+        # (jaxlib's stub leaves PyTreeDef unresolved for mypy: the comparison is its own.)
+        if structures[source] != structures[base]:  # type: ignore[operator]
             return make_finding(
                 stage,
                 f"{what} from {source} has tree structure {structures[source]}, from {base} "

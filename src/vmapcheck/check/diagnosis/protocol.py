@@ -171,14 +171,15 @@ def not_needed(check: CheckDetails) -> DiagnosisReport:
 def _figures(finding: Finding) -> str:
     if finding.get("max_abs") is None:
         return ""
-    tol = finding.get("tolerance") or {}
+    tol = finding.get("tolerance")
     ratio = finding.get("bound_ratio")
+    element = finding.get("element")
     # The deciding figure first (issue 35): the fraction of its bound, then the errors.
     return (
         (f"{ratio:.3g} of its bound, " if ratio is not None else "")
         + f"max_rel {finding['max_rel']:.3g}, max_abs {finding['max_abs']:.3g}, "
         f"{finding['max_ulp']} ULP ({finding['ulp_dtype']})"
-        + (f" at element {tuple(finding['element'])}" if finding.get("element") else "")
+        + (f" at element {tuple(element)}" if element else "")
         + (f"; tolerance rtol={tol['rtol']:g} atol={tol['atol']:g} ({tol['from']})" if tol else "")
     )
 
@@ -194,12 +195,12 @@ def render_text(report: DiagnosisReport) -> str:
             where.append(f"layer {first['layer']}")
         if first.get("leaf"):
             where.append(f"leaf {first['leaf']}")
-        if first.get("paths"):
-            where.append(f"path(s) {', '.join(first['paths'])}")
+        if paths := first.get("paths"):
+            where.append(f"path(s) {', '.join(paths)}")
         lines.append("FIRST DIVERGENCE: " + ", ".join(where))
         lines.append(f"  {first['message']}")
-        if first.get("params_leaves"):
-            lines.append(f"  params feeding it: {', '.join(first['params_leaves'])}")
+        if leaves := first.get("params_leaves"):
+            lines.append(f"  params feeding it: {', '.join(leaves)}")
         figures = _figures(first)
         if figures and "max_abs" not in first["message"]:
             lines.append(f"  {first.get('pair') or 'compared'}: {figures}")
@@ -247,10 +248,12 @@ def write_report(report: DiagnosisReport, json_path: Path) -> Path:
 
 def _failing_case(check: CheckDetails | None, manifest: dict[str, Any]) -> str:
     """The first valid case the check failed on (else the standard batch)."""
-    for name, report in (check or {}).get("cases", {}).items():
+    if check is None:
+        return STANDARD_CASE
+    for name, report in check["cases"].items():
         if not report.get("passed", True):
             return name
-    for failure in (check or {}).get("failures", []):
+    for failure in check["failures"]:
         parts = failure.split("/")
         if parts[0] == "reference" and len(parts) > 1 and parts[1] in manifest["cases"]:
             return parts[1]

@@ -118,7 +118,11 @@ def sharding_stage(subject: Subject, stored: StoredRun | None) -> StageResult:
     for key in stored.outputs:
         case, path = split_output_key(key)
         one_device = path.same_program_as
-        if not path.distributed or output_key(case, one_device) not in stored.outputs:
+        if (
+            not path.distributed
+            or one_device is None
+            or output_key(case, one_device) not in stored.outputs
+        ):
             continue
         result = measure(
             stored.outputs[output_key(case, one_device)],
@@ -161,7 +165,7 @@ def reference_stage(check: CheckDetails | None) -> StageResult:
     """Stage 11: the check's comparison with the stored reference run, and what differs
     between the two runs (versions, backend, dtype)."""
     evidence: list[dict[str, Any]] = []
-    reference = (check or {}).get("reference")
+    reference = check.get("reference") if check is not None else None
     if not reference:
         return stage_result("reference", evidence, skipped="no check report given")
     if reference.get("status") != "ok":
