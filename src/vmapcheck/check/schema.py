@@ -4,9 +4,9 @@ did with each case), ``reports/check_details.json`` (the check's verdict) and
 
 One typed schema for each, used by every module that writes or reads them. Reading
 goes through :func:`read_record` / :func:`read_check_details` / :func:`read_diagnosis`,
-which refuse a file
-missing a top-level key (an older or foreign file) with an error naming the file and
-the key, instead of a ``KeyError`` deep in a later stage.
+which refuse a file missing a key its type requires (an older or foreign file), at
+every level the type describes, with an error naming the file and the key's path,
+instead of a ``KeyError`` deep in a later stage.
 """
 
 # No `from __future__ import annotations` here: TypedDict sees NotRequired only in
