@@ -28,7 +28,7 @@ faster at a large one is never headlined by one word alone.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 from scipy import stats
@@ -151,7 +151,7 @@ def _joined(items: list[str]) -> str:
     return items[0] if len(items) == 1 else f"{', '.join(items[:-1])} and {items[-1]}"
 
 
-def verdict_headline(result: dict[str, Any]) -> str:
+def verdict_headline(result: Mapping[str, Any]) -> str:
     """The verdict in one sentence: its word (``REGRESSION``, ``NO REGRESSION``,
     ``INCONCLUSIVE``, ...), then where each direction was found, by batch size:
     ``REGRESSION at 256 and 1,024 rows; faster at 4,096 rows``. An inconclusive verdict

@@ -71,7 +71,7 @@ class CaseKind:
     edge: bool = False
     rules: tuple[str, ...] = ()
 
-    def paths(self, case: CaseEntry | None = None) -> tuple[str, ...]:
+    def paths(self, case: Mapping[str, Any] | None = None) -> tuple[str, ...]:
         """The paths a case of this kind runs through (``case``: its manifest entry,
         needed for a per-case kind)."""
         takes: str = self.takes
@@ -175,7 +175,7 @@ def case_rows(case: Mapping[str, Any]) -> int:
     return int(shape[0]) if len(shape) >= 1 else 0
 
 
-def kind_of(case: CaseEntry | dict[str, Any], name: str = "") -> CaseKind:
+def kind_of(case: Mapping[str, Any], name: str = "") -> CaseKind:
     """The registry entry of ``case`` (a case or its manifest entry, with ``kind``).
 
     Raises:

@@ -471,7 +471,7 @@ def _apply(eqn: JaxprEqn, ins: list[Pair], fallbacks: set[str]) -> list[Pair]:
 
 
 def _literal(v: Literal) -> Pair:
-    val = jnp.asarray(v.val, dtype=v.aval.dtype)
+    val = jnp.asarray(v.val, dtype=v.aval.dtype)  # type: ignore[attr-defined]  # a ShapedArray
     return val, _abs64(val)
 
 

@@ -214,6 +214,7 @@ def _leaves_line(leaves: list[dict[str, Any]]) -> str:
 def _from_factory(config: ModelConfig) -> Model:
     from hydra.utils import instantiate
 
+    assert config.factory is not None  # chosen for a config that names its factory
     target = config.factory["_target_"]
     try:
         model = instantiate(config.factory, _convert_="all")
@@ -267,6 +268,7 @@ def build_model(config: ModelConfig) -> Model:
             activations_one=recorded(toy_forward_one, TOY_LAYER),
             activations_batch=recorded(toy_forward_batch, TOY_LAYER),
         )
+    assert config.hidden is not None  # ModelConfig requires it of mlp
     widths = [config.in_features, *config.hidden, config.out_features]
     return Model(
         name="mlp",

@@ -18,7 +18,7 @@ import sys
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from vmapcheck.config import BackendConfig, PrecisionConfig, ToleranceConfig
 from vmapcheck.errors import BackendUnavailableError
@@ -375,7 +375,9 @@ def cpu_only_process() -> None:
         jax.config.update("jax_platforms", "cpu")
 
 
-def _configure_cpu(name: str, dtype: str) -> RuntimeInfo:
+def _configure_cpu(
+    name: Literal["f32", "f64"], dtype: Literal["float32", "float64"]
+) -> RuntimeInfo:
     """CPU at ``dtype`` with the highest matmul precision (tolerances unused here).
 
     Raises:

@@ -73,7 +73,8 @@ def budget_lines(check: CheckDetails) -> list[str]:
     ``standard: oracle on the first 512 of 4096 rows (capped by budget.oracle_max_rows)``;
     none for a report older than the budgets or a run nothing was capped in."""
     lines = []
-    for case, capped in ((check.get("budget") or {}).get("cases") or {}).items():
+    budget = check.get("budget")
+    for case, capped in (budget["cases"] if budget else {}).items():
         for what, cap in capped.items():
             beyond = f"; the rest {cap['beyond']}" if "beyond" in cap else ""
             lines.append(

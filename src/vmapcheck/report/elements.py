@@ -90,7 +90,13 @@ def cell(value: Any, numeric: bool = False, **extra: Any) -> dict[str, Any]:
     if isinstance(value, Mapping):  # already a cell
         return dict(value)
     text = num(value) if numeric else ("-" if value is None else str(value))
-    out = {"text": text, "cls": "num" if numeric else "", "title": "", "lines": [], "prose": False}
+    out: dict[str, Any] = {
+        "text": text,
+        "cls": "num" if numeric else "",
+        "title": "",
+        "lines": [],
+        "prose": False,
+    }
     out.update(extra)
     return out
 

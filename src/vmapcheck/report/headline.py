@@ -13,6 +13,7 @@ Batch labels are zero-padded (:func:`batch_label`) so that ``b0016`` sorts befor
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from vmapcheck.core.paths import SPEEDUPS
@@ -118,7 +119,7 @@ def check_headline(check: CheckDetails) -> dict[str, Any]:
     }
 
 
-def noisy_caveat(bench: dict[str, Any]) -> str | None:
+def noisy_caveat(bench: Mapping[str, Any]) -> str | None:
     """The caveat of a benchmark timed on a busy machine (its load average above the
     usable cores, before or after: ``bench_details.json``'s ``machine``), with the load;
     None when it was not busy or no conditions were recorded."""

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from vmapcheck.bench.bounds import launch_bound_text, ratio_launch_bound
 from vmapcheck.bench.records import BenchDetails, read_bench_details
@@ -26,6 +26,9 @@ from vmapcheck.report.check_sections import (
 )
 from vmapcheck.report.elements import atol_decided, figure_text, shape_text
 from vmapcheck.report.headline import batch_from_label, bench_headline, noisy_caveat
+
+if TYPE_CHECKING:
+    from vmapcheck.core.record import Comparison
 
 
 def verdict_line(check: CheckDetails, bench: BenchDetails | None = None) -> str:
@@ -64,12 +67,13 @@ def reference_line(reference: ReferenceReport) -> str:
     """The stored reference's line; a failed comparison adds its worst figure: the case
     and path furthest from the stored outputs, by the fraction of the cross-run bound."""
     line = f"  {'ok  ' if reference['passed'] else 'FAIL'} reference        {reference['message']}"
-    worst = None
+    worst: tuple[str, str, Comparison] | None = None
+    worst_ratio = 0.0
     for case, by_path in reference.get("cases", {}).items():
         for path, result in by_path.items():
             ratio = result.get("bound_ratio")
-            if ratio is not None and (worst is None or ratio > worst[2]["bound_ratio"]):
-                worst = (case, path, result)
+            if ratio is not None and (worst is None or ratio > worst_ratio):
+                worst, worst_ratio = (case, path, result), ratio
     if reference["passed"] or worst is None:
         return line
     case, path, result = worst

@@ -112,11 +112,12 @@ class BatchingReport:
         """The pair closest to (or furthest past) its bound: the largest ``bound_ratio``,
         over :attr:`pairs` and :attr:`edge_pairs` (its ``case`` says which)."""
         judged = [
-            p
+            (ratio, p)
             for p in (*self.pairs.values(), *self.edge_pairs.values())
-            if p.bound_ratio is not None
+            if (ratio := p.bound_ratio) is not None
         ]
-        return max(judged, key=lambda p: p.bound_ratio) if judged else None
+        worst = max(judged, key=lambda judged_pair: judged_pair[0], default=None)
+        return worst[1] if worst else None
 
     @property
     def worst_bound_ratio(self) -> float | None:
@@ -176,8 +177,8 @@ def _oracle_figures(details: CheckDetails, cases: Iterable[str]) -> dict[str, fl
     oracle: dict[str, float] = {}
     for case_name in cases:
         for path, result in details["cases"][case_name].get("oracle", {}).items():
-            if result.get("max_rel") is not None:
-                oracle[path] = max(oracle.get(path, 0.0), result["max_rel"])
+            if (max_rel := result.get("max_rel")) is not None:
+                oracle[path] = max(oracle.get(path, 0.0), max_rel)
     return oracle
 
 

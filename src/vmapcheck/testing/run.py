@@ -16,6 +16,8 @@ from vmapcheck.core.cases import CASE_KINDS, kind_of
 from vmapcheck.errors import ConfigError
 
 if TYPE_CHECKING:
+    import numpy as np
+
     from vmapcheck.check.schema import CheckDetails
     from vmapcheck.core.models import Model, Params
     from vmapcheck.core.record import ForwardRecord
@@ -190,7 +192,7 @@ def forward(
     cases: dict[str, dict[str, Any]],
     dtype: Any,
     selected: Sequence[str],
-) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
+) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray], ForwardRecord]:
     """The forward stage on ``cases``: (outputs, regrouped outputs, forward record)."""
     import jax
 
