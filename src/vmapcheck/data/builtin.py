@@ -228,9 +228,9 @@ def _bundled_raw_table(source: str, values: dict[str, np.ndarray], schema: Schem
     def numeric(column: str) -> np.ndarray:
         column_values = values[column]
         never = np.zeros(column_values.shape, dtype=bool)
-        return checked_float32(
-            column, column_values, never, never, lambda i: repr(float(column_values[i])), where
-        )
+        # Numbers already (no text they were parsed from, as a Parquet column): nothing
+        # is empty or unparsable, so only non-finite and out-of-range values are refused.
+        return checked_float32(column, column_values, never, never, None, where)
 
     def block(columns: Sequence[str]) -> np.ndarray:
         return np.stack([numeric(c) for c in columns], axis=1)

@@ -190,6 +190,7 @@ class _CaseBuilder:
                 values = self.train[leaf.name]
                 return np.stack([values.min(axis=0), values.max(axis=0)]).astype(np.float32)
             if leaf.dtype == "int32":
+                assert leaf.vocab is not None  # Leaf requires it of an int32 leaf
                 return np.stack(
                     [np.zeros(leaf.shape, np.int32), np.full(leaf.shape, leaf.vocab - 1, np.int32)]
                 )
@@ -376,11 +377,11 @@ def _tree_invalid_cases(contract: InputSpec, valid: dict[str, np.ndarray]) -> di
         [f"leaf {EXTRA_LEAF!r} is not in the contract"],
     )
     if len(contract.leaves) > 1:
-        first = contract.leaves[0].name
+        first_leaf = contract.leaves[0].name
         cases["invalid_batch_sizes"] = _invalid(
-            with_leaf(first, valid[first][:3]),
-            f"{first} with 3 rows, the other leaves with 4",
-            ["expected every leaf to have the same batch size", f"{first}: 3"],
+            with_leaf(first_leaf, valid[first_leaf][:3]),
+            f"{first_leaf} with 3 rows, the other leaves with 4",
+            ["expected every leaf to have the same batch size", f"{first_leaf}: 3"],
         )
     cases["invalid_empty"] = _invalid(
         {k: v[:0] for k, v in valid.items()},
@@ -437,7 +438,7 @@ def write_cases(
     A case's ``x`` is stored as the array ``x`` (a flat vector model) or one array
     ``x.<leaf>`` per leaf."""
     folder = Path(folder)
-    entries = {}
+    entries: dict[str, dict[str, Any]] = {}  # the CaseEntry of each, with its file
     for name, case in cases.items():
         path = folder / f"{name}.npz"
         arrays = {**x_arrays(case["x"]), **({"y": case["y"]} if "y" in case else {})}

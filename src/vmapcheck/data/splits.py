@@ -11,7 +11,7 @@ from pathlib import Path
 import jax
 import numpy as np
 
-from vmapcheck.config import DataConfig
+from vmapcheck.config import DataConfig, FileDataConfig
 from vmapcheck.data.anonymize import AnonymizedTable, AnonymizePolicy
 from vmapcheck.data.builtin import (
     diabetes_raw_table,
@@ -61,6 +61,7 @@ def load_raw(config: DataConfig, key: jax.Array, root: Path) -> RawTable:
             dict(config.quasi_identifiers), tuple(config.features), tuple(config.targets)
         )
         return table_of(schema)
+    assert isinstance(config, FileDataConfig)  # the one source left: a file of the user's
     schema = Schema(
         identifiers=tuple(config.identifiers),
         quasi_identifiers=dict(config.quasi_identifiers),
