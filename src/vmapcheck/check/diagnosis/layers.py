@@ -23,6 +23,7 @@ from vmapcheck.check.diagnosis.subject import (
     error_line,
     feeding_leaves,
     make_finding,
+    measurement_text,
 )
 from vmapcheck.core.compare import flat_index, measure
 from vmapcheck.core.forms import OUTPUT
@@ -228,11 +229,7 @@ def walk_layers(
         return make_finding(
             stage,
             f"{role} {name} diverges on {probe.label} ({mode}): {left} vs {right}: "
-            f"{result['bound_ratio']:.3g} of its bound, max_rel {result['max_rel']:.3g}, "
-            f"max_abs {result['max_abs']:.3g}, "
-            f"{result['max_ulp']} ULP ({result['ulp_dtype']}) at element "
-            f"{tuple(result['element'] or ())}; tolerance rtol={subject.tolerance.rtol:g} "
-            f"atol={subject.tolerance.atol:g} (precision.tolerance, not widened)",
+            + measurement_text(result),
             what="activation",
             input=probe.label,
             layer=name,

@@ -17,7 +17,14 @@ import numpy as np
 import optax
 
 from vmapcheck.check.diagnosis.layers import evaluate_probe, walk_layers
-from vmapcheck.check.diagnosis.subject import Probe, Subject, layer_of, make_finding, stage_result
+from vmapcheck.check.diagnosis.subject import (
+    Probe,
+    Subject,
+    layer_of,
+    make_finding,
+    measurement_text,
+    stage_result,
+)
 from vmapcheck.core.compare import flat_index, measure
 from vmapcheck.core.contract import rows, take
 from vmapcheck.core.gradients import make_loss_one
@@ -190,11 +197,7 @@ def _compare_trees(
                 return make_finding(
                     stage,
                     f"{what} of leaf {leaf} diverges on {probe.label}: {pair}: "
-                    f"{result['bound_ratio']:.3g} of its bound, max_rel {result['max_rel']:.3g}, "
-                    f"max_abs {result['max_abs']:.3g}, "
-                    f"{result['max_ulp']} ULP ({result['ulp_dtype']}); tolerance "
-                    f"rtol={subject.tolerance.rtol:g} atol={subject.tolerance.atol:g} "
-                    "(precision.tolerance, not widened)",
+                    + measurement_text(result),
                     what=what,
                     input=probe.label,
                     layer=layer_of(leaf),

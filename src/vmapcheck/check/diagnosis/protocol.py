@@ -35,6 +35,7 @@ from vmapcheck.check.diagnosis.subject import (
     StoredRun,
     Subject,
     error_line,
+    measurement_text,
     stage_result,
 )
 from vmapcheck.check.schema import read_check_details, read_record
@@ -52,7 +53,7 @@ from vmapcheck.layout import Layout
 from vmapcheck.params_io import load_model_params
 
 if TYPE_CHECKING:
-    from vmapcheck.check.schema import CheckDetails, DiagnosisReport, Finding, StageResult
+    from vmapcheck.check.schema import CheckDetails, DiagnosisReport, StageResult
 
 # --- the protocol ---------------------------------------------------------------------
 
@@ -168,22 +169,6 @@ def not_needed(check: CheckDetails) -> DiagnosisReport:
     }
 
 
-def _figures(finding: Finding) -> str:
-    if finding.get("max_abs") is None:
-        return ""
-    tol = finding.get("tolerance")
-    ratio = finding.get("bound_ratio")
-    element = finding.get("element")
-    # The deciding figure first (issue 35): the fraction of its bound, then the errors.
-    return (
-        (f"{ratio:.3g} of its bound, " if ratio is not None else "")
-        + f"max_rel {finding['max_rel']:.3g}, max_abs {finding['max_abs']:.3g}, "
-        f"{finding['max_ulp']} ULP ({finding['ulp_dtype']})"
-        + (f" at element {tuple(element)}" if element else "")
-        + (f"; tolerance rtol={tol['rtol']:g} atol={tol['atol']:g} ({tol['from']})" if tol else "")
-    )
-
-
 def render_text(report: DiagnosisReport) -> str:
     """The readable summary: the first divergence, then what was ruled out before it."""
     lines = [f"vmapcheck diagnosis of model {report.get('model')} ({report.get('dtype')})"]
@@ -201,9 +186,9 @@ def render_text(report: DiagnosisReport) -> str:
         lines.append(f"  {first['message']}")
         if leaves := first.get("params_leaves"):
             lines.append(f"  params feeding it: {', '.join(leaves)}")
-        figures = _figures(first)
-        if figures and "max_abs" not in first["message"]:
-            lines.append(f"  {first.get('pair') or 'compared'}: {figures}")
+        # The figures, unless the message already gave them (the deciding one first).
+        if first.get("max_abs") is not None and "max_abs" not in first["message"]:
+            lines.append(f"  {first.get('pair') or 'compared'}: {measurement_text(first)}")
         if first.get("agreed_before"):
             lines.append(
                 "  before it, the paths agree at: "

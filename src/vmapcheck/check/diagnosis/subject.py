@@ -8,7 +8,7 @@ and the helpers every stage reports with (:func:`stage_result`, :func:`make_find
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, cast
@@ -148,6 +148,25 @@ def make_finding(stage: str, message: str, **fields: Any) -> Finding:
     }
     figures = {k: v for k, v in fields.pop("figures", {}).items() if k in base}
     return cast(Finding, {**base, **figures, **fields, "message": message})
+
+
+def measurement_text(measured: Mapping[str, Any]) -> str:
+    """A measurement's figures (:class:`~vmapcheck.core.record.Measurement`, or a
+    finding that took them) as the diagnosis writes them, the deciding one first:
+    ``2.1 of its bound, max_rel 0.003, max_abs 4e-05, 5120 ULP (float32) at element
+    (0, 3); tolerance rtol=1e-05 atol=1e-06 (precision.tolerance, not widened)``."""
+    ratio, element, tol = (measured.get(k) for k in ("bound_ratio", "element", "tolerance"))
+    return (
+        (f"{ratio:.3g} of its bound, " if ratio is not None else "")
+        + f"max_rel {measured['max_rel']:.3g}, max_abs {measured['max_abs']:.3g}, "
+        f"{measured['max_ulp']} ULP ({measured['ulp_dtype']})"
+        + (f" at element {tuple(element)}" if element else "")
+        + (
+            f"; tolerance rtol={tol['rtol']:g} atol={tol['atol']:g} ({tol['from']}, not widened)"
+            if tol
+            else ""
+        )
+    )
 
 
 def stage_result(
