@@ -100,10 +100,9 @@ def test_params_that_are_not_finite_are_refused_when_loaded_naming_the_leaf(tmp_
 
 
 def test_the_layout_names_the_params_folder_s_files_as_params_io_does(tmp_path):
-    """Layout sits below params_io (docs/development.md, floors), so it spells the
-    names again: kept equal here."""
-    from vmapcheck.layout import Layout
-    from vmapcheck.params_io import CONTRACT_FILE, MANIFEST_FILE
+    """Layout names the params folder's files once; params_io writes and reads them
+    under those names."""
+    from vmapcheck.layout import CONTRACT_FILE, MANIFEST_FILE, Layout
 
     layout = Layout(tmp_path)
     assert layout.contract == layout.params / CONTRACT_FILE

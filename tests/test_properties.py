@@ -65,7 +65,8 @@ from vmapcheck.errors import (
     SourceError,
 )
 from vmapcheck.io import sha256_file
-from vmapcheck.params_io import MANIFEST_FILE, PARAMS_FILE, load_params, save_params
+from vmapcheck.layout import MANIFEST_FILE, PARAMS_FILE
+from vmapcheck.params_io import load_params, save_params
 
 # Examples per property in `make test`; more while hunting: VMAPCHECK_EXAMPLES=1000.
 HUNT = "VMAPCHECK_EXAMPLES"

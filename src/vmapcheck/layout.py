@@ -10,6 +10,16 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+# The files in a folder of a Layout, named here once: the modules that write and read
+# them (vmapcheck.params_io, vmapcheck.data.regression) import these names.
+# The params folder (Layout.params): the params, their manifest, the model's input and
+# output contract (train writes it; the registry and the served model check it).
+PARAMS_FILE = "params.safetensors"
+MANIFEST_FILE = "manifest.json"
+CONTRACT_FILE = "contract.json"
+# The regression set's folder (Layout.cases): each case's file and sha256.
+CASES_MANIFEST = "manifest.json"
+
 
 @dataclass(frozen=True)
 class Layout:
@@ -127,7 +137,7 @@ class Layout:
 
     @property
     def cases_manifest(self) -> Path:
-        return self.cases / "manifest.json"
+        return self.cases / CASES_MANIFEST
 
     @property
     def params(self) -> Path:
@@ -136,12 +146,11 @@ class Layout:
 
     @property
     def params_manifest(self) -> Path:
-        return self.params / "manifest.json"
+        return self.params / MANIFEST_FILE
 
     @property
     def contract(self) -> Path:
-        # vmapcheck.params_io.CONTRACT_FILE (this floor is below it; tests keep them equal)
-        return self.params / "contract.json"
+        return self.params / CONTRACT_FILE
 
     @property
     def forward(self) -> Path:

@@ -21,12 +21,7 @@ from safetensors.numpy import load_file, save_file
 
 from vmapcheck.errors import ArtifactError
 from vmapcheck.io import atomic_path, atomic_write_json, read_json, sha256_file
-
-PARAMS_FILE = "params.safetensors"
-MANIFEST_FILE = "manifest.json"
-# The model's input and output contract, beside the params in their folder (train writes
-# it; the registry and the served model check it with them).
-CONTRACT_FILE = "contract.json"
+from vmapcheck.layout import MANIFEST_FILE, PARAMS_FILE
 
 
 def leaf_paths(params: Any) -> dict[str, Any]:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from itertools import combinations
-from typing import Any, Literal, cast
+from typing import Any, cast
 
 import numpy as np
 
@@ -30,7 +30,7 @@ from vmapcheck.check.schema import (
 )
 from vmapcheck.config import Config, ToleranceConfig
 from vmapcheck.core.cases import CaseEntry, CaseKind, case_rows, kind_of
-from vmapcheck.core.compare import compare, looser, within, worst_of
+from vmapcheck.core.compare import compare, largest, looser, within, worst_of
 from vmapcheck.core.composition import REGROUPINGS, applies, composition_key
 from vmapcheck.core.paths import PATHS, output_key, path_names, plain_path, row_cap
 from vmapcheck.core.record import Comparison, ForwardRecord, GradientProbe, PathRun
@@ -46,11 +46,6 @@ def _contract(entry: PathRun, shape: list[int], dtype: str) -> list[str]:
     if entry["dtype"] != dtype:
         problems.append(f"expected dtype {dtype}, got {entry['dtype']}")
     return problems
-
-
-def _worst(results: Mapping[str, Comparison], stat: Literal["max_abs", "max_rel"]) -> float | None:
-    """The largest ``stat`` over ``results``; None when none was measured."""
-    return max((v for r in results.values() if (v := r[stat]) is not None), default=None)
 
 
 def _scale_for(tolerance: ToleranceConfig, magnitude: dict[str, Any] | None) -> Any:
@@ -250,8 +245,8 @@ def _valid_case(
         "kind": kind.name,
         "shape": meta["shape"],
         "about": meta.get("about", ""),
-        "max_abs": _worst(pairs, "max_abs"),
-        "max_rel": _worst(pairs, "max_rel"),
+        "max_abs": largest(pairs.values(), "max_abs"),
+        "max_rel": largest(pairs.values(), "max_rel"),
         "contract": contract,
         "finite": finite,
         "pairs": pairs,
@@ -469,8 +464,8 @@ def _gradients(
         "status": "ok",
         **record,  # the probe's own figures (finiteness, the NaN probe)
         "per_example_vs_batch": leaves,
-        "max_abs": _worst(leaves, "max_abs"),
-        "max_rel": _worst(leaves, "max_rel"),
+        "max_abs": largest(leaves.values(), "max_abs"),
+        "max_rel": largest(leaves.values(), "max_rel"),
         # The figure that decides (the largest bound ratio, its leaf as worst_pair): a
         # leaf of values near 0 can show a large max_rel well within atol.
         **_worst_element(leaves),

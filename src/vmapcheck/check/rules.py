@@ -99,7 +99,7 @@ def _copies_agree(
 ) -> RuleResult:
     """Every row of each path's output (rows, ...) against its first row, at the pairs'
     ``tolerance`` by the output rule: the case's rows are copies of one row."""
-    from vmapcheck.core.compare import compare, worst_of  # loads JAX: only when judged
+    from vmapcheck.core.compare import compare, largest, worst_of  # loads JAX: only when judged
 
     found = {
         path: compare(out, np.broadcast_to(out[:1], out.shape), tolerance)
@@ -114,7 +114,7 @@ def _copies_agree(
     measured = [r for r in found.values() if r.get("bound_ratio") is not None]
     figures = {
         "bound_ratio": found[worst].get("bound_ratio") if worst else None,
-        "max_abs": max((a for r in measured if (a := r["max_abs"]) is not None), default=None),
+        "max_abs": largest(measured, "max_abs"),
     }
     rows = len(next(iter(outputs.values())))
     if failures:

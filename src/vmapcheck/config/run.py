@@ -109,6 +109,12 @@ class PrecisionConfig(Strict):
     # Against the stored reference and the float64 oracle (another run, other numerics).
     cross_run_tolerance: ToleranceConfig
 
+    @property
+    def uses_terms(self) -> bool:
+        """Whether a tolerance judges by the terms' magnitude (``scale: terms``): the
+        run then computes each case's magnitude (vmapcheck.core.magnitude)."""
+        return "terms" in (self.tolerance.scale, self.cross_run_tolerance.scale)
+
     @model_validator(mode="after")
     def _x64_matches_dtype(self) -> PrecisionConfig:
         if self.dtype == "float64" and not self.enable_x64:

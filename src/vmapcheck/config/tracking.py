@@ -98,7 +98,7 @@ class TrackingConfig(Strict):
 
     @model_validator(mode="after")
     def _uri_fits_the_store(self) -> TrackingConfig:
-        is_http = self.tracking_uri.startswith(("http://", "https://"))
+        is_http = self.tracking_uri.startswith(HTTP_SCHEMES)
         if self.name == "server":
             if not is_http or not self.tracking_uri.split("://", 1)[1].strip("/"):
                 raise ValueError(

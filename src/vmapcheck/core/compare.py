@@ -22,7 +22,7 @@ Every caller (the checks, the reference, the diagnosis) goes through this module
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from itertools import combinations
 from typing import Any, Literal
 
@@ -109,6 +109,11 @@ def worst_of(results: Mapping[str, Comparison]) -> str | None:
     of equals); None when none measured one (nothing compared)."""
     ratios = {k: ratio for k, r in results.items() if (ratio := r.get("bound_ratio")) is not None}
     return max(ratios, key=ratios.__getitem__, default=None)
+
+
+def largest(results: Iterable[Comparison], stat: Literal["max_abs", "max_rel"]) -> float | None:
+    """The largest ``stat`` over ``results``; None when none measured it."""
+    return max((v for r in results if (v := r[stat]) is not None), default=None)
 
 
 def compare(

@@ -15,6 +15,7 @@ import numpy as np
 
 from vmapcheck.errors import ArtifactError
 from vmapcheck.io import atomic_save_npz, atomic_write_json, load_npz, read_json, sha256_file
+from vmapcheck.layout import CASES_MANIFEST
 
 # vmapcheck.core.contract (which imports JAX) only where cases are built: the stages that
 # read them back (track among them) run no JAX, and importing it costs about a second.
@@ -22,7 +23,6 @@ if TYPE_CHECKING:
     from vmapcheck.core.contract import InputSpec, Leaf
 
 SPLITS = ("train", "val", "test")
-CASES_MANIFEST = "manifest.json"
 # The cases other stages name: the standard batch (bench times its rows, forward probes
 # gradients on it, the diagnosis falls back to it) and the batch of one (the vector case
 # is compared with it).

@@ -31,12 +31,6 @@ from vmapcheck.report.elements import atol_decided, figure_text
 from vmapcheck.report.headline import check_headline
 
 
-def _uses_terms(config: Config) -> bool:
-    """Whether a tolerance judges by the terms' magnitude (precision.*.scale: terms)."""
-    precision = config.precision
-    return "terms" in (precision.tolerance.scale, precision.cross_run_tolerance.scale)
-
-
 def _reference(config: Config, layout: Layout, record: dict, model, run_dtype) -> dict:
     status = record["reference"]
     if status["status"] != "ok":
@@ -47,7 +41,7 @@ def _reference(config: Config, layout: Layout, record: dict, model, run_dtype) -
         # The terms' magnitude of the reference's cases: its own params and inputs, the
         # numbers the forward stage ran again.
         magnitudes = None
-        if _uses_terms(config):
+        if config.precision.uses_terms:
             params, _ = load_model_params(model, folder)
             magnitudes = case_magnitudes(
                 model.forward_one,
@@ -149,7 +143,7 @@ def run(config: Config, layout: Layout) -> None:
     # The magnitude of the terms of every output element (float64, CPU, forward_one row
     # by row on the inputs the paths saw), once per case: what scale "terms" is relative to.
     magnitudes = None
-    if _uses_terms(config):
+    if config.precision.uses_terms:
         magnitudes = case_magnitudes(
             model.forward_one,
             params,

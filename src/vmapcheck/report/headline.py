@@ -12,7 +12,6 @@ Batch labels are zero-padded (:func:`batch_label`) so that ``b0016`` sorts befor
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -39,11 +38,6 @@ def batch_label(batch_size: int) -> str:
 def batch_from_label(label: str) -> int:
     """The row count of a label, padded (``b0128``) or not (``b128``)."""
     return int(label.lstrip("b"))
-
-
-def _finite_max(values: list[float | None]) -> float | None:
-    finite = [v for v in values if v is not None and math.isfinite(v)]
-    return max(finite) if finite else None
 
 
 def worst_pair(check: CheckDetails) -> dict[str, Any] | None:

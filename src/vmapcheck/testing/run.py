@@ -248,7 +248,6 @@ def float64_side(
     from vmapcheck.core.oracle import float64_outputs
 
     run_dtype = jnp.dtype(config.dtype)
-    uses_terms = "terms" in (config.tolerance.scale, config.cross_run_tolerance.scale)
     # Both skip the invalid cases themselves (by their kind's entry in CASE_KINDS).
     with (
         jax.enable_x64(True),
@@ -259,7 +258,7 @@ def float64_side(
         if run_dtype != jnp.float64:
             oracle = float64_outputs(model, params, cases, run_dtype)
         magnitudes = None
-        if uses_terms:
+        if config.uses_terms:
             magnitudes = case_magnitudes(model.forward_one, params, cases, run_dtype)
     return oracle, magnitudes
 

@@ -35,6 +35,7 @@ from vmapcheck.tracking.store import (
     model_experiments,
     resolve_tracking_uri,
 )
+from vmapcheck.tracking.uri import sqlite_file
 
 LAST_VERIFIED = "last-verified"
 # Logged by track under its own file name (Layout.bench_details).
@@ -53,8 +54,8 @@ def missing_store(tracking_uri: str) -> str | None:
     Opening a missing sqlite store would create it and run every MLflow migration (10 s
     and more on a loaded machine) only to find nothing, and leave an empty store behind.
     """
-    if tracking_uri.startswith("sqlite:///"):
-        where = Path(tracking_uri.removeprefix("sqlite:///").split("?")[0])
+    if (database := sqlite_file(tracking_uri)) is not None:
+        where = database
     elif tracking_uri.startswith("file://"):
         where = Path(tracking_uri.removeprefix("file://"))
     elif "://" not in tracking_uri:

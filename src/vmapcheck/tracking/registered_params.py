@@ -23,14 +23,8 @@ from typing import Any
 from vmapcheck.config import MODELS_URI_PATTERN
 from vmapcheck.errors import ArtifactError, ConfigError
 from vmapcheck.io import read_json
-from vmapcheck.params_io import (
-    CONTRACT_FILE,
-    MANIFEST_FILE,
-    PARAMS_FILE,
-    check_contract,
-    contract_of,
-    read_params_file,
-)
+from vmapcheck.layout import CONTRACT_FILE, MANIFEST_FILE, PARAMS_FILE
+from vmapcheck.params_io import check_contract, contract_of, read_params_file
 from vmapcheck.tracking.registry import (
     TAG_PARAMS_PATH,
     TAG_VERIFIED,

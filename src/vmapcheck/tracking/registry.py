@@ -51,7 +51,7 @@ from vmapcheck.config import (
 )
 from vmapcheck.errors import ArtifactError
 from vmapcheck.io import read_json, sha256_file
-from vmapcheck.params_io import CONTRACT_FILE, MANIFEST_FILE, PARAMS_FILE
+from vmapcheck.layout import CONTRACT_FILE, MANIFEST_FILE, PARAMS_FILE
 from vmapcheck.tracking.store import incomplete_because
 
 VERIFIED = "verified"

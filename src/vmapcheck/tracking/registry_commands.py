@@ -24,8 +24,7 @@ from typing import Any
 from vmapcheck.config import PRECISION_DTYPES, REGISTERED_MODEL_PATTERN, Config, load_config
 from vmapcheck.errors import ArtifactError, ConfigError, VmapcheckError
 from vmapcheck.io import read_json
-from vmapcheck.layout import Layout
-from vmapcheck.params_io import MANIFEST_FILE
+from vmapcheck.layout import MANIFEST_FILE, Layout
 from vmapcheck.tracking.registered_params import resolve_version
 from vmapcheck.tracking.registry import (
     TAG_ALIAS_PENDING,

@@ -37,7 +37,6 @@ import shutil
 import sys
 import textwrap
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from vmapcheck.core.paths import PATHS
@@ -45,6 +44,7 @@ from vmapcheck.errors import VmapcheckError
 from vmapcheck.layout import Layout
 from vmapcheck.report.headline import batch_label
 from vmapcheck.tracking.store import is_complete
+from vmapcheck.tracking.uri import sqlite_file
 
 # The paths whose p50 latency each row shows.
 HEADLINE = tuple(p.name for p in PATHS.values() if p.headline)
@@ -92,10 +92,8 @@ class Selection:
 
 def _store_exists(tracking_uri: str) -> bool:
     """False for a sqlite store whose file does not exist (MLflow would create it)."""
-    prefix = "sqlite:///"
-    if tracking_uri.startswith(prefix):
-        return Path(tracking_uri[len(prefix) :]).is_file()
-    return True
+    database = sqlite_file(tracking_uri)
+    return database is None or database.is_file()
 
 
 def project_experiments(client: Any, prefix: str | None) -> list[Any]:

@@ -57,7 +57,7 @@ from vmapcheck.config import BackendConfig, Config, GuardConfig, ModelConfig, Pr
 from vmapcheck.core.contract import VECTOR_LEAF, InputSpec, Leaf, leaf_arrays
 from vmapcheck.errors import ArtifactError, InvalidInputError, NonFiniteOutputError
 from vmapcheck.io import read_json, sha256_file
-from vmapcheck.params_io import CONTRACT_FILE, MANIFEST_FILE, PARAMS_FILE
+from vmapcheck.layout import CONTRACT_FILE, MANIFEST_FILE, PARAMS_FILE
 
 with warnings.catch_warnings():
     # MLflow 3.17 warns while importing its own agent request types (an `Any` field it

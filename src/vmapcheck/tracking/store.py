@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from vmapcheck.config import Config, TrackingConfig, load_config, tracking_uri_problem
+from vmapcheck.config.tracking import SQLITE_URI
 from vmapcheck.errors import ConfigError, VmapcheckError
 from vmapcheck.layout import Layout
 from vmapcheck.tracking.server import apply_http_settings, probe
@@ -39,7 +40,7 @@ from vmapcheck.tracking.sqlite_store import (
     store_faults,
     writer_lock,
 )
-from vmapcheck.tracking.uri import SQLITE, is_http, shown, sqlite_file
+from vmapcheck.tracking.uri import is_http, shown, sqlite_file
 
 PIPELINE_KEY_TAG = "pipeline_key"
 COMPLETE_TAG = "pipeline_complete"
@@ -96,8 +97,8 @@ def tracking_uri(tracking: TrackingConfig, project_root: Path) -> str:
             raise ConfigError(f"MLFLOW_TRACKING_URI: {problem}, found {shown(uri)!r}")
     else:
         uri = tracking.tracking_uri
-    if uri.startswith(SQLITE) and not uri[len(SQLITE) :].startswith("/"):
-        return SQLITE + str((store_root(project_root) / uri[len(SQLITE) :]).resolve())
+    if uri.startswith(SQLITE_URI) and not uri[len(SQLITE_URI) :].startswith("/"):
+        return SQLITE_URI + str((store_root(project_root) / uri[len(SQLITE_URI) :]).resolve())
     return uri
 
 

@@ -22,7 +22,7 @@ from vmapcheck.tracking.store import (
     resolve_artifact_root,
     resolve_tracking_uri,
 )
-from vmapcheck.tracking.uri import is_http, shown
+from vmapcheck.tracking.uri import is_http, shown, sqlite_file
 
 ML_VIEW = {"workflowType": "machine_learning"}
 
@@ -120,7 +120,8 @@ def _experiment_id(uri: str, name: str) -> str | None:
     """The id of experiment ``name`` in the local store, None when it has none (yet)."""
     from mlflow.tracking import MlflowClient
 
-    if not os.path.exists(uri.removeprefix("sqlite:///")):
+    database = sqlite_file(uri)
+    if database is None or not database.exists():
         return None  # asking would create an empty store
     found = MlflowClient(tracking_uri=uri).get_experiment_by_name(name)
     return None if found is None else found.experiment_id

@@ -6,12 +6,12 @@ from __future__ import annotations
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
-SQLITE = "sqlite:///"
+from vmapcheck.config.tracking import HTTP_SCHEMES, SQLITE_URI
 
 
 def is_http(uri: str) -> bool:
     """Whether ``uri`` names a tracking server (``http://`` or ``https://``)."""
-    return uri.startswith(("http://", "https://"))
+    return uri.startswith(HTTP_SCHEMES)
 
 
 def shown(uri: str) -> str:
@@ -26,6 +26,6 @@ def shown(uri: str) -> str:
 
 def sqlite_file(uri: str) -> Path | None:
     """The database file of a ``sqlite:////abs/path.db`` URI, else None."""
-    if not uri.startswith(SQLITE):
+    if not uri.startswith(SQLITE_URI):
         return None
-    return Path(uri[len(SQLITE) :].split("?", 1)[0])
+    return Path(uri[len(SQLITE_URI) :].split("?", 1)[0])
