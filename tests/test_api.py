@@ -9,6 +9,7 @@ tests read it.
 from __future__ import annotations
 
 import dataclasses
+import re
 from pathlib import Path
 
 import jax
@@ -193,7 +194,11 @@ def test_a_planted_batching_mistake_fails_naming_the_paths(mistake, regrouping, 
         if paths is None
         else "loop, vmap and direct"
     )
-    assert message.startswith(f"verdict: FAILED - {forms} forwards (eager and jit)")
+    # A batching fault, and nothing else: the model's other checks hold.
+    assert re.match(
+        rf"verdict: FAILED \(\d+ batching faults\) - {forms} forwards \(eager and jit\)", message
+    )
+    assert set(caught.value.report.kinds) == {"batching"}
     assert "  first diverging pair: examples/loop_eager-vs-direct_eager\n" in message
     assert "disagree with loop_eager (the plain per-example loop): direct_eager, direct_jit\n" in (
         message
@@ -203,13 +208,15 @@ def test_a_planted_batching_mistake_fails_naming_the_paths(mistake, regrouping, 
     # The check's own failure lines, the first ten of them.
     failures = [line for line in message.splitlines() if line.startswith("  failure: ")]
     assert len(failures) == 10
-    assert failures[0].startswith("  failure: examples/loop_eager-vs-direct_eager: element (")
+    assert failures[0].startswith(
+        "  failure: [batching] examples/loop_eager-vs-direct_eager: element ("
+    )
     assert "> atol + rtol*S = " in failures[0]
     # Only the hand-batched paths are blamed: the loop and vmap forms agree.
     report = caught.value.report
     assert not report.passed and len(report.failures) >= 10
     if len(report.failures) > 10:  # every pair with a direct path, on two cases
-        assert f"and {len(report.failures) - 10} more failure(s)" in message
+        assert f"and {len(report.findings) - 10} more finding(s)" in message
     assert report.pairs["loop_eager-vs-vmap_jit"].passed
     assert not report.pairs["vmap_jit-vs-direct_jit"].passed
     assert (
@@ -239,10 +246,14 @@ def test_a_mistake_every_path_shares_is_caught_by_the_float64_oracle():
     assert not report.passed
     assert all(pair.passed for pair in report.pairs.values())  # they agree with each other
     assert first_diverging_pair(report.details) is None
-    oracle = {f.split(" vs ")[0] for f in report.failures if " vs float64 oracle: " in f}
-    assert oracle == {f"{case}/{p}" for case in ("examples", "single") for p in FEW}
+    # One numerical finding a case, not a batching fault: the paths agree.
+    assert report.kinds == {"numerical": 2}
+    assert [f.split(":")[0] for f in report.failures] == ["examples", "single"]
+    assert all("far from the float64 oracle (the paths agree" in f for f in report.failures)
     assert all(rel > report.cross_run_tolerance["rtol"] for rel in report.oracle.values())
-    assert "  failure: examples/loop_eager vs float64 oracle: element (" in report.summary
+    assert f"  failure: [numerical] examples: all {len(FEW)} paths far from the float64 " in (
+        report.summary
+    )
 
 
 # --- a dict-of-leaves (pytree) input -----------------------------------------------------
@@ -437,8 +448,10 @@ def test_a_model_that_silently_accepts_bad_input_is_still_refused_and_non_finite
     refused = report.details["negative"]["invalid_features"]["paths"]["direct_jit"]
     assert refused["refused"] and "expected 4 features, got 5" in refused["message"]
     # ... and the NaN it computes on valid examples is found on every path run.
-    assert "failure: examples/loop_eager: non-finite output" in str(caught.value)
-    assert {f"examples/{p}: non-finite output" for p in paths[:3]} <= set(report.failures)
+    # On every path alike, row by row: a model fault, named once, with its rows.
+    assert "on every path: the model computes it, not the batching" in str(caught.value)
+    assert report.kinds == {"model": 3}  # examples, single, single_vector
+    assert report.failures[0].startswith("examples: non-finite output on row")
     assert "direct_eager-vs-direct_jit" in str(report.pairs)
     assert report.not_run["vmap_jit"].startswith("not run: left out by paths=")
 
@@ -547,11 +560,12 @@ def test_the_fixture_runs_the_check_at_the_command_line_precision(pytester: pyte
     result.stdout.fnmatch_lines(
         [
             "vmapcheck: batching_check precision f64",
-            "*verdict: FAILED - loop and direct forwards (eager) on cpu (cpu), float64, "
-            "rtol=1e-12 atol=1e-14*",
+            "*verdict: FAILED (* batching faults) - loop and direct forwards (eager) on cpu "
+            "(cpu), float64, rtol=1e-12 atol=1e-14*",
             "*first diverging pair: examples/loop_eager-vs-direct_eager",
             "*disagree with loop_eager (the plain per-example loop): direct_eager",
-            "*failure: examples/loop_eager-vs-direct_eager: element *",
+            # fnmatch reads [...] as a class: [[] is a literal "[".
+            "*failure: [[]batching] examples/loop_eager-vs-direct_eager: element *",
         ]
     )
 

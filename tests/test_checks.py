@@ -11,6 +11,7 @@ import pytest
 
 from tests.helpers.config import compose_config
 from vmapcheck.check.checks import run_checks
+from vmapcheck.config import VerdictConfig
 from vmapcheck.core.magnitude import case_magnitudes
 from vmapcheck.core.models import build_model
 from vmapcheck.core.paths import path_names
@@ -139,6 +140,9 @@ def test_one_path_off_by_more_than_the_tolerance_fails_the_check(inputs):
     pairs = {f.split(":")[0] for f in report["failures"] if "oracle" not in f}
     assert pairs == pairs_with("vmap_jit")
     assert "standard/vmap_jit vs float64 oracle" in " ".join(report["failures"])
+    # One path off: a batching fault, never a numerical finding (the loop is close to
+    # float64).
+    assert {f["kind"] for f in report["findings"]} == {"batching"}
 
 
 def test_all_paths_wrong_the_same_way_is_caught_by_the_oracle(inputs):
@@ -147,9 +151,26 @@ def test_all_paths_wrong_the_same_way_is_caught_by_the_oracle(inputs):
     report = check(inputs)
     assert report["cases"]["standard"]["max_abs"] == 0.0  # the paths agree...
     assert not report["passed"]  # ...but all of them are wrong
-    assert {f.split(" vs")[0] for f in report["failures"] if "oracle" in f} == {
-        f"standard/{p}" for p in path_names("batch")
-    }
+    # One numerical finding for the case, naming how many paths and that they agree
+    # bitwise: never a batching fault.
+    n = len(path_names("batch"))
+    assert [f["kind"] for f in report["findings"]] == ["numerical"]
+    assert report["failures"][0].startswith(
+        f"standard: all {n} paths far from the float64 oracle (the paths agree with each "
+        "other: bitwise); worst "
+    )
+
+
+def test_a_numerical_finding_left_out_of_fail_on_is_reported_not_failed(inputs):
+    for p in path_names("batch"):
+        inputs[2][f"standard.{p}"] = OUT + np.float32(0.01)
+    config = inputs[0].model_copy(
+        update={"verdict": VerdictConfig(fail_on=["batching", "model", "contract"])}
+    )
+    report = check((config, *inputs[1:]))
+    assert report["passed"] and report["failures"] == []
+    assert report["cases"]["standard"]["passed"]
+    assert [(f["kind"], f["fails"]) for f in report["findings"]] == [("numerical", False)]
 
 
 def test_vector_path_disagreeing_with_the_batch_of_one_fails(inputs):
@@ -160,9 +181,28 @@ def test_vector_path_disagreeing_with_the_batch_of_one_fails(inputs):
     )
 
 
-def test_nan_output_fails(inputs):
+def test_nan_output_on_one_path_is_a_batching_fault_on_its_row(inputs):
     inputs[2]["standard.direct_eager"][0, 0] = np.nan
-    assert "standard/direct_eager: non-finite output" in check(inputs)["failures"]
+    report = check(inputs)
+    line = "standard/direct_eager: non-finite output on row 0, where other paths are finite"
+    assert {"kind": "batching", "line": line, "fails": True} in report["findings"]
+    assert report["cases"]["standard"]["non_finite_rows"] == {"direct_eager": [0]}
+
+
+def test_a_row_non_finite_on_every_path_is_a_model_fault_and_the_others_are_compared(inputs):
+    for p in path_names("batch"):
+        inputs[2][f"standard.{p}"][1, 0] = np.inf
+    inputs[2]["standard.vmap_jit"][0, 1] += np.float32(1e-3)  # row 0 still compared
+    report = check(inputs)
+    case = report["cases"]["standard"]
+    model = [f for f in report["findings"] if f["kind"] == "model"]
+    assert [f["line"] for f in model] == [
+        "standard: non-finite output on row 1 on every path: the model computes it, not "
+        "the batching (the other rows are compared)"
+    ]
+    assert case["max_abs"] == pytest.approx(1e-3, rel=1e-3)  # row 0's figure is shown
+    pair = case["pairs"]["loop_eager-vs-vmap_jit"]
+    assert pair["same_non_finite_rows"] == [1] and pair["element"] == [0, 1]
 
 
 def test_wrong_output_shape_breaks_the_contract(inputs):

@@ -2,8 +2,9 @@
 with the stored reference names its worst figure and bound, and always has a
 ``failure:`` line, however many pairs failed before it."""
 
+from vmapcheck.check.kinds import finding, finding_lines
 from vmapcheck.pipeline.check import gradients_line
-from vmapcheck.report.summary import case_line, reference_line, shown_failures
+from vmapcheck.report.summary import case_line, reference_line
 
 MESSAGE = "reference made with jax 0.11.2 on cpu, compared with jax 0.10.2 on tpu"
 
@@ -92,10 +93,21 @@ def test_a_passed_or_uncompared_reference_keeps_its_one_clause():
 def test_the_references_first_failure_is_shown_after_many_pair_failures():
     pairs = [f"standard/loop_eager-vs-direct_jit: row {i}" for i in range(40)]
     failures = [*pairs, "reference/standard/vmap_jit: 4.5 of its bound", "reference/zeros/x: y"]
-    shown = shown_failures(failures)
-    assert shown == [*pairs[:10], "reference/standard/vmap_jit: 4.5 of its bound"]
-    assert shown_failures(pairs) == pairs[:10]
-    assert shown_failures(["reference: corrupt: x", *pairs]) == [
-        "reference: corrupt: x",
-        *pairs[:9],
+    batching = [f"failure: [batching] {p}" for p in pairs]
+
+    def shown(lines):
+        kinds = ["numerical" if line.startswith("reference") else "batching" for line in lines]
+        found = [finding(kind, line) for kind, line in zip(kinds, lines, strict=True)]
+        return finding_lines({"findings": found, "failures": lines})
+
+    assert shown(failures) == [
+        *batching[:10],
+        "failure: [numerical] reference/standard/vmap_jit: 4.5 of its bound",
     ]
+    assert shown(pairs) == batching[:10]
+    assert shown(["reference: corrupt: x", *pairs]) == [
+        "failure: [numerical] reference: corrupt: x",
+        *batching[:9],
+    ]
+    # A report from before the kinds: its failure lines, untagged.
+    assert finding_lines({"failures": pairs[:2]}) == [f"failure: {p}" for p in pairs[:2]]

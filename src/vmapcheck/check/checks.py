@@ -13,12 +13,14 @@ from typing import Any, cast
 
 import numpy as np
 
+from vmapcheck.check.kinds import finding, judge_findings
 from vmapcheck.check.rules import judge_case
 from vmapcheck.check.schema import (
     BudgetReport,
     Capped,
     CaseReport,
     CheckDetails,
+    CheckFinding,
     GradientsReport,
     InputsReport,
     JudgedBy,
@@ -28,9 +30,9 @@ from vmapcheck.check.schema import (
     StageResult,
     WorstElement,
 )
-from vmapcheck.config import Config, ToleranceConfig
+from vmapcheck.config import FINDING_KIND_NAMES, Config, ToleranceConfig
 from vmapcheck.core.cases import CaseEntry, CaseKind, case_rows, kind_of
-from vmapcheck.core.compare import compare, largest, looser, within, worst_of
+from vmapcheck.core.compare import compare, largest, looser, non_finite_rows, within, worst_of
 from vmapcheck.core.composition import REGROUPINGS, applies, composition_key
 from vmapcheck.core.paths import PATHS, output_key, path_names, plain_path, row_cap
 from vmapcheck.core.record import Comparison, ForwardRecord, GradientProbe, PathRun
@@ -212,7 +214,7 @@ def _valid_case(
     targets: np.ndarray | None,
     skip: dict[str, str],
     magnitude: dict[str, Any] | None,
-) -> tuple[CaseReport, list[str]]:
+) -> tuple[CaseReport, list[CheckFinding]]:
     kind = kind_of(meta, name)
     out_shape = (
         [config.model.out_features]
@@ -231,16 +233,23 @@ def _valid_case(
         for p in paths
     }
     present = {p: outputs[output_key(name, p)] for p in paths if output_key(name, p) in outputs}
-    finite = {p: bool(np.all(np.isfinite(v))) for p, v in present.items()}
+    non_finite = {
+        p: non_finite_rows(~np.isfinite(v.astype(np.float64))) for p, v in present.items()
+    }
+    finite = {p: not rows for p, rows in non_finite.items()}
     tolerance = config.precision.tolerance
     rows_of = case_rows(meta) if kind.takes == "batch" else None
     pairs = _pairs(name, kind, outputs, tolerance, _scale_for(tolerance, magnitude), rows_of)
-    failures = [f"{name}/{p}: {msg}" for p, msgs in contract.items() for msg in msgs]
-    failures += [f"{name}/{p}: non-finite output" for p, ok in finite.items() if not ok]
-    failures += [f"{name}/{pair}: {r['reason']}" for pair, r in pairs.items() if not r["passed"]]
+    found = _contract_findings(name, contract)
+    found += _non_finite_findings(name, non_finite)
+    found += [
+        finding("batching", f"{name}/{pair}: {r['reason']}")
+        for pair, r in pairs.items()
+        if not r["passed"]
+    ]
     # The rules its kind adds to agreement (vmapcheck.check.rules), each on every path.
     rules = judge_case(name, kind.rules, present, tolerance)
-    failures += [line for result in rules.values() for line in result.failures]
+    found += [finding("batching", line) for result in rules.values() for line in result.failures]
     report: CaseReport = {
         "kind": kind.name,
         "shape": meta["shape"],
@@ -256,19 +265,21 @@ def _valid_case(
         **_worst_element(pairs),
         "passed": False,  # judged below, once every failure is in
     }
+    if any(non_finite.values()):
+        report["non_finite_rows"] = {p: rows for p, rows in non_finite.items() if rows}
     if rules:
         report["rules"] = {rule: result.to_json() for rule, result in rules.items()}
     if oracle is not None and name in oracle:
-        cross = config.precision.cross_run_tolerance
-        scale = _scale_for(cross, magnitude)
-        report["oracle"] = {
-            p: _compare_rows(v, oracle[name], cross, scale, rows_of) for p, v in present.items()
-        }
-        failures += [
-            f"{name}/{p} vs float64 oracle: {r['reason']}"
-            for p, r in report["oracle"].items()
-            if not r["passed"]
-        ]
+        not_float64 = _oracle_not_float64(oracle[name])
+        if not_float64:
+            report["oracle_not_judged"] = not_float64
+        else:
+            cross = config.precision.cross_run_tolerance
+            scale = _scale_for(cross, magnitude)
+            report["oracle"] = {
+                p: _compare_rows(v, oracle[name], cross, scale, rows_of) for p, v in present.items()
+            }
+            found += _oracle_findings(name, report["oracle"], pairs)
     if targets is not None:
         # A capped path's loss is over the rows it ran (its entry in ``capped``).
         report["loss"] = {
@@ -277,15 +288,137 @@ def _valid_case(
         }
     if capped:
         report["capped"] = capped
-    report["passed"] = not failures
-    return report, failures
+    report["passed"] = not any(f["kind"] in fail_on(config) for f in found)
+    return report, found
+
+
+def fail_on(config: Config) -> list[str]:
+    """The kinds of finding that fail the run (``verdict.fail_on``); a config built
+    without a verdict group (the Python API before it had one) fails on every kind."""
+    verdict = getattr(config, "verdict", None)
+    return list(verdict.fail_on) if verdict is not None else list(FINDING_KIND_NAMES)
+
+
+def _contract_findings(name: str, contract: dict[str, list[str]]) -> list[CheckFinding]:
+    """The contract's problems on a case. The same problem on every path is the model's
+    (it raised) or the contract's (shape, dtype): batching cannot explain it, since the
+    per-example loop has it too. A problem on some paths only is a batching fault."""
+    broken = {p: msgs for p, msgs in contract.items() if msgs}
+    if not broken:
+        return []
+    everywhere = len(broken) == len(contract) and len({tuple(m) for m in broken.values()}) == 1
+    if not everywhere:
+        return [
+            finding("batching", f"{name}/{p}: {msg}") for p, msgs in broken.items() for msg in msgs
+        ]
+    paths = ", ".join(broken)
+    return [
+        finding(
+            "model" if msg.startswith("raised") else "contract",
+            f"{name}: {msg} on every path ({paths})",
+        )
+        for msg in next(iter(broken.values()))
+    ]
+
+
+def _rows_text(rows: list[int]) -> str:
+    shown = ", ".join(str(r) for r in rows[:8]) + (", ..." if len(rows) > 8 else "")
+    return f"row{'s' if len(rows) > 1 else ''} {shown}"
+
+
+def _non_finite_findings(name: str, non_finite: dict[str, list[int]]) -> list[CheckFinding]:
+    """Non-finite outputs judged per row (batch axis 0). Rows non-finite on every path
+    are the model's fault (the per-example loop computes them too), named once; a row
+    non-finite on some paths only is a batching fault on those. Every other row is still
+    compared (:func:`vmapcheck.core.compare.compare` measures around rows that hold the
+    same NaN/Inf in both)."""
+    if not any(non_finite.values()):
+        return []
+    common = set.intersection(*(set(rows) for rows in non_finite.values()))
+    found = []
+    if common:
+        rows = sorted(common)
+        found.append(
+            finding(
+                "model",
+                f"{name}: non-finite output on {_rows_text(rows)} on every path: the model "
+                "computes it, not the batching (the other rows are compared)",
+            )
+        )
+    for p, rows in non_finite.items():
+        extra = sorted(set(rows) - common)
+        if extra:
+            found.append(
+                finding(
+                    "batching",
+                    f"{name}/{p}: non-finite output on {_rows_text(extra)}, where other "
+                    "paths are finite",
+                )
+            )
+    return found
+
+
+def _oracle_not_float64(oracle: np.ndarray) -> str:
+    """Why the float64 oracle cannot judge a case, or "": its output must be float64. A
+    model that computes in its own dtype whatever x64 says (a wrapper that casts, Keras
+    on JAX) gives the run's dtype again: comparing with it would be float32 against
+    float32, a figure that means nothing, so none is given."""
+    if np.asarray(oracle).dtype == np.float64:
+        return ""
+    return (
+        f"not judged: the model's output under x64 is {np.asarray(oracle).dtype}, not "
+        "float64 (it computes in its own dtype), so there is no float64 result to compare with"
+    )
+
+
+def _oracle_findings(
+    name: str, oracle: dict[str, Comparison], pairs: dict[str, Comparison]
+) -> list[CheckFinding]:
+    """Paths far from float64. When the plain per-example path is far too (or, where it
+    did not run, every path is), the error is shared by the paths: one numerical finding
+    for the case, naming how many paths and the worst, and whether the paths agree
+    bitwise. A path far from float64 where the plain path is close is a batching fault
+    (its disagreement with the plain path is a failed pair as well)."""
+    failed = {p: r for p, r in oracle.items() if not r["passed"]}
+    if not failed:
+        return []
+    plain = plain_path()
+    shared = plain in failed if plain in oracle else len(failed) == len(oracle)
+    if not shared:
+        return [
+            finding("batching", f"{name}/{p} vs float64 oracle: {r['reason']}")
+            for p, r in failed.items()
+        ]
+    worst = worst_of(failed) or next(iter(failed))
+    agree = (
+        "bitwise"
+        if all(r["passed"] and r["max_abs"] == 0 for r in pairs.values())
+        else "within tolerance"
+        if all(r["passed"] for r in pairs.values())
+        else "not all"
+    )
+    which = (
+        f"all {len(oracle)} paths"
+        if len(failed) == len(oracle)
+        else f"{len(failed)} of {len(oracle)} paths, the plain loop among them"
+    )
+    return [
+        finding(
+            "numerical",
+            f"{name}: {which} far from the float64 oracle (the paths agree with each other: "
+            f"{agree}); worst {worst}: {failed[worst]['reason']}",
+        )
+    ]
 
 
 def _negative_case(
     name: str, meta: CaseEntry, record: dict[str, PathRun], skip: dict[str, str]
-) -> tuple[NegativeReport, list[str]]:
+) -> tuple[NegativeReport, list[CheckFinding]]:
+    """Every path must refuse the invalid case, naming the problem; one that computes an
+    output instead (or raises another error) is a batching fault: batched inference
+    takes what the per-example contract refuses."""
     per_path: dict[str, Refusal] = {}
-    failures = []
+    failures: list[CheckFinding] = []
     for path in kind_of(meta, name).paths(meta):
         if path in skip:
             continue
@@ -304,8 +437,11 @@ def _negative_case(
         }
         if not ok:
             failures.append(
-                f"{name}/{path}: expected InvalidInputError naming {meta['expect']}, got "
-                f"{entry.get('error') or 'an output'}: {message!r}"
+                finding(
+                    "batching",
+                    f"{name}/{path}: expected InvalidInputError naming {meta['expect']}, got "
+                    f"{entry.get('error') or 'an output'}: {message!r}",
+                )
             )
     report: NegativeReport = {
         "about": meta.get("about", ""),
@@ -322,8 +458,11 @@ def _reference(
     runtime: dict[str, Any],
     reference: dict[str, Any] | None,
     skip: dict[str, str],
-) -> tuple[ReferenceReport, list[str]]:
-    """Compare the current run of the reference's inputs with its stored outputs."""
+) -> tuple[ReferenceReport, list[CheckFinding]]:
+    """Compare the current run of the reference's inputs with its stored outputs. A
+    reference that cannot be compared (corrupt, incompatible, missing where required) is
+    a contract problem; outputs or losses that moved from the stored ones are a
+    numerical finding (this JAX, backend or precision computes other numbers)."""
     status = reference["status"] if reference else "missing"
     if status != "ok":
         message = reference.get("message", "") if reference else "no reference"
@@ -336,7 +475,7 @@ def _reference(
             "required": config.reference.required,
             "passed": passed,
         }
-        return missing, [] if passed else [f"reference: {status}: {message}"]
+        return missing, [] if passed else [finding("contract", f"reference: {status}: {message}")]
     assert reference is not None  # status "ok": a reference was loaded
     meta = reference["meta"]
     stored, current = reference["stored"], reference["current"]
@@ -345,7 +484,7 @@ def _reference(
     )
     magnitudes = reference.get("magnitudes") or {}
     cases: dict[str, dict[str, Comparison]] = {}
-    failures = []
+    failures: list[CheckFinding] = []
     for name, entry in meta["cases"].items():
         cases[name] = {}
         for path in kind_of(entry, name).paths(entry):
@@ -378,7 +517,9 @@ def _reference(
                 result["stored_path"] = stand_in
             cases[name][path] = result
             if not result["passed"]:
-                failures.append(f"reference/{name}/{path}: {result['reason']}")
+                failures.append(
+                    finding("numerical", f"reference/{name}/{path}: {result['reason']}")
+                )
     losses = {}
     for name, value in meta.get("losses", {}).items():
         y = reference["cases"][name]["y"]
@@ -388,7 +529,9 @@ def _reference(
         ok = within(now, value, tolerance)
         losses[name] = {"reference": value, "current": now, "passed": ok}
         if not ok:
-            failures.append(f"reference/{name}/loss: {now:.6g} vs stored {value:.6g}")
+            failures.append(
+                finding("numerical", f"reference/{name}/loss: {now:.6g} vs stored {value:.6g}")
+            )
     made, cur = meta["runtime"], runtime
     report: ReferenceReport = {
         "status": "ok",
@@ -430,24 +573,32 @@ def _reference(
 
 def _gradients(
     config: Config, record: GradientProbe | None, arrays: dict[str, np.ndarray] | None
-) -> tuple[GradientsReport, list[str]]:
-    """Finite loss and gradients; NaN detected; mean per-example gradient = batch gradient."""
+) -> tuple[GradientsReport, list[CheckFinding]]:
+    """Finite loss and gradients; NaN detected; mean per-example gradient = batch gradient.
+    Non-finite loss or gradients, or a NaN the loss does not carry, are model faults; a
+    batch gradient other than the mean of the per-example ones is a batching fault."""
     if record is None or arrays is None:
         return {"status": "not run", "passed": True}, []
-    failures = []
+    failures: list[CheckFinding] = []
     for finite, what in (
         (record["loss_finite"], "loss"),
         (record["grads_finite"], "gradients"),
         (record["per_example_finite"], "per-example gradients"),
     ):
         if not finite:
-            failures.append(f"gradients/standard: the {what} are not finite on real data")
+            failures.append(
+                finding("model", f"gradients/standard: the {what} are not finite on real data")
+            )
     probe = record["nan_probe"]
     # The loss must carry the NaN. The gradients may legitimately stay finite: a relu
     # that is off for that output passes no gradient (JAX selects 0, it does not
     # multiply 0 by NaN), so they are reported, not judged.
     if probe["loss_finite"]:
-        failures.append("gradients/nan_probe: a NaN target gave a finite loss: something masks NaN")
+        failures.append(
+            finding(
+                "model", "gradients/nan_probe: a NaN target gave a finite loss: something masks NaN"
+            )
+        )
     leaves = {}
     for key in arrays:
         if key.startswith("batch_grad."):
@@ -457,8 +608,11 @@ def _gradients(
             )
             if not leaves[leaf]["passed"]:
                 failures.append(
-                    f"gradients/{leaf}: mean of per-example gradients vs batch gradient: "
-                    f"{leaves[leaf]['reason']}"
+                    finding(
+                        "batching",
+                        f"gradients/{leaf}: mean of per-example gradients vs batch gradient: "
+                        f"{leaves[leaf]['reason']}",
+                    )
                 )
     report: GradientsReport = {
         "status": "ok",
@@ -482,7 +636,7 @@ def _composition(
     record: dict[str, Any] | None,
     skip: dict[str, str],
     magnitudes: dict[str, dict[str, Any]] | None,
-) -> tuple[dict[str, Any] | None, list[str]]:
+) -> tuple[dict[str, Any] | None, list[CheckFinding]]:
     """Each batch path's outputs on every regrouped batch (:data:`~vmapcheck.core.
     composition.REGROUPINGS`) against its own outputs on the original batch, at
     ``precision.tolerance`` with the case's terms magnitude (as the pairs).
@@ -498,7 +652,7 @@ def _composition(
     tolerance = config.precision.tolerance
     raised = (record or {}).get("cases", {})
     report: dict[str, Any] = {}
-    failures: list[str] = []
+    failures: list[CheckFinding] = []
     for name, meta in cases_manifest["cases"].items():
         if not applies(meta, name):
             continue
@@ -528,8 +682,11 @@ def _composition(
                     result[g.name] = compare(original, got, tolerance, _fitting(scale, original))
                 if not result[g.name]["passed"]:
                     failures.append(
-                        f"{name}/{path}: outputs depend on batch composition "
-                        f"({g.name}: {result[g.name]['reason']})"
+                        finding(
+                            "batching",
+                            f"{name}/{path}: outputs depend on batch composition "
+                            f"({g.name}: {result[g.name]['reason']})",
+                        )
                     )
             result["passed"] = all(result[g]["passed"] for g in REGROUPINGS)
             if np.shape(original)[0] < case_rows(meta):  # a capped path: on its rows
@@ -539,14 +696,18 @@ def _composition(
     return report, failures
 
 
-def _inputs(stages: dict[str, StageResult] | None) -> tuple[InputsReport, list[str]]:
+def _inputs(
+    stages: dict[str, StageResult] | None,
+) -> tuple[InputsReport, list[CheckFinding]]:
     """The pipeline's inputs judged with its outputs: each stage result of
     :mod:`vmapcheck.check.diagnosis` given (the key stream: each subkey feeds one random draw)
     fails the check when it diverged."""
     if stages is None:
         return {"status": "not run", "passed": True}, []
+    # A key fed to two random draws (or another input fault) is the model's, not the
+    # batching's: the seed's key-stream criterion.
     failures = [
-        f"inputs/{name}: {stage['summary']}"
+        finding("model", f"inputs/{name}: {stage['summary']}")
         for name, stage in stages.items()
         if stage["status"] == "diverged"
     ]
@@ -590,7 +751,7 @@ def run_checks(
     """
     cases_report: dict[str, CaseReport] = {}
     negative_report: dict[str, NegativeReport] = {}
-    failures: list[str] = []
+    found_all: list[CheckFinding] = []
     skip = forward_record.get("not_provided", {})
     for name, meta in cases_manifest["cases"].items():
         record = forward_record["cases"].get(name, {})
@@ -608,13 +769,13 @@ def run_checks(
                 skip,
                 (magnitudes or {}).get(name),
             )
-        failures += found
+        found_all += found
     reference_report, found = _reference(config, forward_record["runtime"], reference, skip)
-    failures += found
+    found_all += found
     gradients_report, found = _gradients(config, forward_record.get("gradients"), gradients)
-    failures += found
+    found_all += found
     inputs_report, found = _inputs(inputs)
-    failures += found
+    found_all += found
     composition_report, found = _composition(
         config,
         cases_manifest,
@@ -624,10 +785,14 @@ def run_checks(
         skip,
         magnitudes,
     )
-    failures += found
+    found_all += found
+    kinds = fail_on(config)
+    findings, failures = judge_findings(found_all, kinds)
     report: CheckDetails = {
         "passed": not failures,
         "failures": failures,
+        "findings": findings,
+        "fail_on": kinds,
         "dtype": config.precision.dtype,
         "tolerance": config.precision.tolerance.model_dump(),
         "cross_run_tolerance": config.precision.cross_run_tolerance.model_dump(),

@@ -69,6 +69,8 @@ class CaseReport(TypedDict):
     max_rel: float | None
     contract: dict[str, list[str]]  # path -> problems (empty: kept the contract)
     finite: dict[str, bool]
+    # path -> the rows (batch axis 0) with a NaN or Inf, where any (absent: all finite).
+    non_finite_rows: NotRequired[dict[str, list[int]]]
     pairs: dict[str, Comparison]  # "<path>-vs-<path>" -> comparison
     # JudgedBy and WorstElement (vmapcheck.check.checks): the check writes them all,
     # and the readers take a report older than them.
@@ -79,6 +81,8 @@ class CaseReport(TypedDict):
     scale_at_worst: NotRequired[float | None]
     worst_pair: NotRequired[str | None]
     oracle: NotRequired[dict[str, Comparison]]
+    # Why the float64 oracle judged nothing (its output is not float64), where so.
+    oracle_not_judged: NotRequired[str]
     loss: NotRequired[dict[str, float]]
     # What a budget capped: path | "oracle" | "magnitude" -> its cap.
     capped: NotRequired[dict[str, Capped]]
@@ -164,11 +168,25 @@ class BudgetReport(TypedDict):
     cases: dict[str, dict[str, Any]]
 
 
+class CheckFinding(TypedDict):
+    """One failure line of the check and its kind (:data:`vmapcheck.check.kinds.
+    FINDING_KINDS`): ``fails`` when the kind is in ``verdict.fail_on``, else it is
+    reported only."""
+
+    kind: str
+    line: str
+    fails: bool
+
+
 class CheckDetails(TypedDict):
     """``reports/check_details.json``, written by the check stage."""
 
     passed: bool
-    failures: list[str]
+    failures: list[str]  # the lines of the findings that fail the verdict
+    # Every finding, each with its kind; the kinds that fail (verdict.fail_on). Absent
+    # in reports older than the kinds.
+    findings: NotRequired[list[CheckFinding]]
+    fail_on: NotRequired[list[str]]
     dtype: str
     tolerance: dict[str, Any]
     cross_run_tolerance: dict[str, Any]

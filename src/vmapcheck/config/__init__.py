@@ -61,6 +61,7 @@ from vmapcheck.config.model import (
     ModelConfig,
 )
 from vmapcheck.config.run import (
+    FINDING_KIND_NAMES,
     MAX_LEARNING_RATE,
     MAX_TOLERANCE,
     PRECISION_DTYPES,
@@ -70,6 +71,7 @@ from vmapcheck.config.run import (
     ToleranceConfig,
     ToleranceScale,
     TrainConfig,
+    VerdictConfig,
 )
 from vmapcheck.config.tracking import (
     HTTP_SCHEMES,
@@ -88,6 +90,7 @@ __all__ = [
     "BENCH_ROUNDS",
     "BUILTIN_MODELS",
     "DTYPE_BYTES",
+    "FINDING_KIND_NAMES",
     "HTTP_SCHEMES",
     "LEAF_BYTES",
     "MAX_LEARNING_RATE",
@@ -129,6 +132,7 @@ __all__ = [
     "ToleranceScale",
     "TrackingConfig",
     "TrainConfig",
+    "VerdictConfig",
     "byte_limit_problem",
     "config_digest",
     "describe_errors",

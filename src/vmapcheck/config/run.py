@@ -3,7 +3,7 @@ which device the model runs, and at which dtype, judged with which tolerances.""
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, get_args
 
 from pydantic import Field, model_validator
 
@@ -119,4 +119,33 @@ class PrecisionConfig(Strict):
     def _x64_matches_dtype(self) -> PrecisionConfig:
         if self.dtype == "float64" and not self.enable_x64:
             raise ValueError("dtype float64 needs enable_x64: true (JAX truncates to float32)")
+        return self
+
+
+# The kinds of finding a failed check can be (vmapcheck.check.kinds.FINDING_KINDS holds
+# what each means; its entries are these names, checked when it is imported).
+FindingKindName = Literal["batching", "numerical", "model", "contract"]
+FINDING_KIND_NAMES: tuple[str, ...] = get_args(FindingKindName)
+
+
+class VerdictConfig(Strict):
+    """What fails the run (``verdict`` in params.yaml; docs/checks.md, "What kind of
+    finding").
+
+    ``fail_on``: the kinds of finding that fail the check and the pipeline; a kind left
+    out is still found, reported and logged, as a finding that does not fail. The
+    default is every kind: a deployment gate fails on anything that makes the served
+    outputs wrong, and a user who accepts float32's error for a model says so here.
+    ``bitwise``: ``report`` says whether every row is bitwise the same whatever the batch
+    around it; ``require`` also fails the check when one is not (a batching finding).
+    """
+
+    fail_on: list[FindingKindName] = Field(default_factory=lambda: list(FINDING_KIND_NAMES))
+    bitwise: Literal["report", "require"] = "report"
+
+    @model_validator(mode="after")
+    def _each_kind_once(self) -> VerdictConfig:
+        twice = sorted({k for k in self.fail_on if self.fail_on.count(k) > 1})
+        if twice:
+            raise ValueError(f"verdict.fail_on: names {twice[0]!r} twice: list each kind once")
         return self

@@ -12,7 +12,7 @@ from vmapcheck.config.data import DataConfig
 from vmapcheck.config.fields import Strict
 from vmapcheck.config.guard import DTYPE_BYTES, GuardConfig, byte_limit_problem, example_bytes
 from vmapcheck.config.model import ModelConfig
-from vmapcheck.config.run import BackendConfig, PrecisionConfig, TrainConfig
+from vmapcheck.config.run import BackendConfig, PrecisionConfig, TrainConfig, VerdictConfig
 from vmapcheck.config.tracking import RegistryConfig, TrackingConfig
 
 
@@ -36,6 +36,9 @@ class Config(Strict):
     tracking: TrackingConfig
     registry: RegistryConfig
     reference: ReferenceConfig
+    # Which kinds of finding fail the run; a project's params.yaml from before the kinds
+    # has none, and gets the default (every kind fails, as before).
+    verdict: VerdictConfig = Field(default_factory=VerdictConfig)
     # The top-level keys of params.yaml that belong to the project vmapcheck joined (its
     # own stages read them; `vmapcheck init` lists them from the project's params, which
     # it keeps in conf/project.yaml). vmapcheck leaves them alone; any other unknown key

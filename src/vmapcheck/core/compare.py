@@ -12,10 +12,15 @@ to (:func:`scale_of`; ``precision.tolerance.scale`` picks the rule):
   not to a result that cancelled: a 32-term dot product whose terms add up to 104 in
   magnitude may differ by ~1e-5 in float32 even when it comes out as -0.093.
 
-Both are symmetric, so the pair order does not matter. NaN or Inf in either array is a
-failure, never a pass: it is not masked. A non-finite ``S_terms`` (an ill-conditioned
-point, or no bound known) is never a licence: that element falls back to the output's
-own magnitude.
+Both are symmetric, so the pair order does not matter. A non-finite value in one array
+where the other holds another value is a failure, never a pass: it is not masked. The
+same non-finite value at the same element of both (both NaN, both +Inf, both -Inf) is
+agreement between the two: both paths computed it, so it says nothing about batching.
+:func:`compare` names those rows (``same_non_finite_rows``) and measures the others; the
+non-finite output itself is judged by the check's contract, row by row
+(:mod:`vmapcheck.check.checks`). A non-finite ``S_terms`` (an ill-conditioned point, or
+no bound known) is never a licence: that element falls back to the output's own
+magnitude.
 
 Every caller (the checks, the reference, the diagnosis) goes through this module.
 """
@@ -147,16 +152,32 @@ def compare(
     if a.shape != b.shape:
         return unmeasured(f"shape {a.shape} vs {b.shape}")
     a64, b64 = a.astype(np.float64), b.astype(np.float64)
-    finite = bool(np.all(np.isfinite(a64)) and np.all(np.isfinite(b64)))
-    if not finite:
-        return unmeasured("non-finite output")
-    if a64.size == 0:
+    fa, fb = np.isfinite(a64), np.isfinite(b64)
+    # The same NaN/Inf at the same element: both computed it (equal_nan: NaN == NaN).
+    same = ~fa & ~fb & ((a64 == b64) | (np.isnan(a64) & np.isnan(b64)))
+    apart = (~fa | ~fb) & ~same
+    if apart.any():
+        first = flat_index(int(np.flatnonzero(apart)[0]), a.shape)
         return {
-            **unmeasured(""),
-            "max_abs": 0.0,
-            "max_rel": 0.0,
-            "passed": True,
+            **unmeasured(
+                f"non-finite output apart: element {tuple(first)} is "
+                f"{a64[tuple(first)]:.3g} in one and {b64[tuple(first)]:.3g} in the other "
+                f"({int(apart.sum())} element(s) differ so)"
+            ),
+            "element": first,
         }
+    shared = non_finite_rows(same)
+    if a64.size == 0 or same.all():
+        nothing = unmeasured("")
+        nothing["passed"] = True
+        if a64.size == 0:
+            nothing["max_abs"] = nothing["max_rel"] = 0.0
+        if shared:
+            nothing["same_non_finite_rows"] = shared
+        return nothing
+    both = ~same
+    with np.errstate(invalid="ignore"):
+        a64, b64 = np.where(both, a64, 0.0), np.where(both, b64, 0.0)
     diff = np.abs(a64 - b64)
     magnitude = np.maximum(np.abs(a64), np.abs(b64))
     rel = np.divide(diff, magnitude, out=np.zeros_like(diff), where=magnitude > 0)
@@ -165,7 +186,7 @@ def compare(
     passed = bool(np.all(diff <= allowed))
     worst, ratio = _worst(diff, allowed)
     where = tuple(int(i) for i in np.unravel_index(worst, diff.shape))
-    return {
+    result: Comparison = {
         "max_abs": float(diff.max()),
         "max_rel": float(rel.max()),
         "passed": passed,
@@ -181,6 +202,17 @@ def compare(
         "element": list(where),
         "scale_at_worst": float(s.flat[worst]),
     }
+    if shared:
+        result["same_non_finite_rows"] = shared
+    return result
+
+
+def non_finite_rows(mask: np.ndarray) -> list[int]:
+    """The rows (indices on axis 0, the batch axis) where ``mask`` holds any True; one
+    example (a 0-d or 1-d output) is row 0 as a whole."""
+    if mask.ndim <= 1:
+        return [0] if mask.any() else []
+    return [int(i) for i in np.flatnonzero(mask.reshape(mask.shape[0], -1).any(axis=1))]
 
 
 def all_pairs(

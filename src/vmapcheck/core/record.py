@@ -34,6 +34,9 @@ class Comparison(TypedDict):
     # The stored output compared with, where a reference older than this path stands
     # in with the one computing the same program.
     stored_path: NotRequired[str]
+    # Rows (batch axis 0) where both held the same NaN/Inf at the same elements: not
+    # measured (both computed it); the check judges the non-finite output itself.
+    same_non_finite_rows: NotRequired[list[int]]
 
 
 # The tolerance a measurement was judged under, and the setting it comes from

@@ -13,6 +13,7 @@ import jax.numpy as jnp
 
 from vmapcheck.check.checks import run_checks
 from vmapcheck.check.diagnosis import for_check, key_stream_stage, write_report
+from vmapcheck.check.kinds import all_kind_counts, finding_lines, verdict_words
 from vmapcheck.check.reference import load_reference, reference_dir
 from vmapcheck.check.rules import summary_lines as rule_lines
 from vmapcheck.check.schema import read_record
@@ -115,6 +116,8 @@ def dvc_metrics(report: dict[str, Any]) -> dict[str, Any]:
     head = check_headline(report)
     eps = float(jnp.finfo(jnp.dtype(report["dtype"])).eps)
     metrics: dict[str, Any] = {"passed": head["passed"], "n_failures": head["n_failures"]}
+    # Findings by kind, every kind (0 included): dvc exp show compares them run by run.
+    metrics["findings"] = all_kind_counts(report)
     if head["worst"] is not None:
         metrics["worst_max_rel_eps"] = head["worst"]["max_rel"] / eps
         if head["worst"]["bound_ratio"] is not None:
@@ -217,9 +220,9 @@ def run(config: Config, layout: Layout) -> None:
     print(f"  {'ok  ' if ref['passed'] else 'FAIL'} reference        {ref['message']}")
     ks = report["inputs"]["key_stream"]
     print(f"  {'FAIL' if ks['status'] == 'diverged' else 'ok  '} key stream       {ks['summary']}")
-    for failure in report["failures"][:20]:
-        print(f"  failure: {failure}")
+    for line in finding_lines(report, 20):
+        print(f"  {line}")
     if not report["passed"]:
         print("check: diagnosis (reports/diagnosis.json, reports/diagnosis.txt):")
         print("".join(f"  | {line}\n" for line in diagnosis["summary"].splitlines()), end="")
-    print(f"check: {'PASSED' if report['passed'] else 'FAILED'} (track logs it, then exits)")
+    print(f"check: {verdict_words(report)} (track logs it, then exits)")

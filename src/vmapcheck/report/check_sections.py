@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
+from vmapcheck.check.kinds import finding_lines, verdict_words
 from vmapcheck.check.rules import rule
 from vmapcheck.check.schema import CaseReport, CheckDetails, RuleRecord
 from vmapcheck.core.composition import REGROUPINGS
@@ -105,7 +106,9 @@ def verdict(check: CheckDetails, bench: BenchDetails) -> dict[str, Any]:
     """The banner: ``{"passed", "word", "headline", "failures", "more_failures", "notes"}``."""
     passed = bool(check["passed"])
     headline = verdict_sentence(check)
-    failures = list(check["failures"])
+    # Each line tagged with its kind (batching, numerical, model, contract).
+    failures = finding_lines(check, SHOWN_FAILURES)
+    n_findings = len(check.get("findings", check["failures"]))
     notes = []
     if bench.get("machine", {}).get("noisy"):
         notes.append(
@@ -121,10 +124,10 @@ def verdict(check: CheckDetails, bench: BenchDetails) -> dict[str, Any]:
     notes += [f"Path {line}" for line in not_provided_lines(check)]
     return {
         "passed": passed,
-        "word": "PASSED" if passed else "FAILED",
+        "word": verdict_words(check),
         "headline": headline,
-        "failures": failures[:SHOWN_FAILURES],
-        "more_failures": max(0, len(failures) - SHOWN_FAILURES),
+        "failures": failures,
+        "more_failures": max(0, n_findings - len(failures)),
         "n_failures": len(failures),
         "notes": notes,
     }

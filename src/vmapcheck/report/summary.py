@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 from vmapcheck.bench.bounds import launch_bound_text, ratio_launch_bound
 from vmapcheck.bench.records import BenchDetails, read_bench_details
+from vmapcheck.check.kinds import finding_lines, verdict_words
 from vmapcheck.check.rules import summary_lines as rule_lines
 from vmapcheck.check.schema import (
     CaseReport,
@@ -36,9 +37,10 @@ def verdict_line(check: CheckDetails, bench: BenchDetails | None = None) -> str:
     backend and device (its memory and libtpu or CUDA plugin where recorded: nothing
     more on CPU), dtype, tolerance, JAX: :func:`verdict_sentence`); and the caveat of a
     benchmark timed on a busy machine (``bench``: bench_details.json)."""
-    verdict = "PASSED" if check["passed"] else "FAILED"
     caveat = noisy_caveat(bench or {})
-    return f"verdict: {verdict} - {verdict_sentence(check)}" + (f"; {caveat}" if caveat else "")
+    return f"verdict: {verdict_words(check)} - {verdict_sentence(check)}" + (
+        f"; {caveat}" if caveat else ""
+    )
 
 
 def case_line(name: str, case: CaseReport, tolerance: dict[str, Any] | None = None) -> str:
@@ -48,6 +50,8 @@ def case_line(name: str, case: CaseReport, tolerance: dict[str, Any] | None = No
     if case["max_abs"] is None:
         return f"  FAIL {name:<16} no comparable outputs"
     oracle = [r["max_rel"] for r in case.get("oracle", {}).values() if r["max_rel"] is not None]
+    # The rows with a NaN/Inf on every path, apart from the figures of the others.
+    everywhere = non_finite_everywhere(case)
     figures = figure_text(
         case.get("bound_ratio"),
         case["max_rel"],
@@ -60,7 +64,22 @@ def case_line(name: str, case: CaseReport, tolerance: dict[str, Any] | None = No
         f"worst pair: {figures}"
         + (f" (rule {case.get('rule')})" if case.get("bound_ratio") is not None else "")
         + (f"; vs float64: max_rel={max(oracle):.3g}" if oracle else "")
+        + (
+            "; vs float64: not judged (the output under x64 is not float64)"
+            if case.get("oracle_not_judged")
+            else ""
+        )
+        + (f"; non-finite on every path: row(s) {everywhere}" if everywhere else "")
     )
+
+
+def non_finite_everywhere(case: CaseReport) -> str:
+    """The rows non-finite on every path of a case, as text (``3, 7``); "" when none."""
+    by_path = case.get("non_finite_rows", {})
+    if not by_path or len(by_path) < len(case.get("finite", {})):
+        return ""
+    common = sorted(set.intersection(*(set(rows) for rows in by_path.values())))
+    return ", ".join(str(r) for r in common)
 
 
 def reference_line(reference: ReferenceReport) -> str:
@@ -79,21 +98,6 @@ def reference_line(reference: ReferenceReport) -> str:
     case, path, result = worst
     figures = figure_text(result["bound_ratio"], result["max_rel"], result["max_abs"])
     return f"{line}; worst: {case}/{path} {figures} (rule {result.get('rule')})"
-
-
-# The failure lines the verdict prints: the first ones, and the reference's first where
-# those leave it out (a planted mistake fails many pairs before the reference's lines).
-SHOWN_FAILURES = 10
-REFERENCE_FAILURE = "reference"
-
-
-def shown_failures(failures: list[str], most: int = SHOWN_FAILURES) -> list[str]:
-    """The first ``most`` failures, plus the stored reference's first failure when it is
-    not among them: a failed reference always has a ``failure:`` line."""
-    shown = list(failures[:most])
-    if not any(f.startswith(REFERENCE_FAILURE) for f in shown):
-        shown += [f for f in failures[most:] if f.startswith(REFERENCE_FAILURE)][:1]
-    return shown
 
 
 def refusals_line(negative: Mapping[str, NegativeReport]) -> str:
@@ -132,7 +136,7 @@ def summarize(layout: Layout, tracked: Sequence[str] = ()) -> str:
     lines += [f"  cap  {line}" for line in budget_lines(check)]
     lines.append(refusals_line(check["negative"]))
     lines.append(reference_line(check["reference"]))
-    lines += [f"  failure: {failure}" for failure in shown_failures(check["failures"])]
+    lines += [f"  {line}" for line in finding_lines(check)]
     # The benchmark's figures: bench_details.json (bench.json holds the headline only).
     if bench:
         if "peak" in bench:

@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, Any
 import yaml
 from pydantic import ValidationError
 
-from vmapcheck.config import PrecisionConfig
+from vmapcheck.config import PrecisionConfig, VerdictConfig
 from vmapcheck.config import describe_errors as _describe
 from vmapcheck.errors import ConfigError
 from vmapcheck.testing.report import (
@@ -142,6 +142,20 @@ def precision_config(
 # --- the check ---------------------------------------------------------------------------
 
 
+def verdict_config(fail_on: Iterable[str] | None) -> VerdictConfig:
+    """``verdict.fail_on`` for this call, validated as the pipeline validates it (an
+    unknown kind is a ConfigError that names it and the kinds there are)."""
+    if fail_on is None:
+        return VerdictConfig()
+    if isinstance(fail_on, str):  # one name would be iterated letter by letter
+        fail_on = [fail_on]
+    try:
+        return VerdictConfig.model_validate({"fail_on": list(fail_on)})
+    except ValidationError as exc:
+        errors = [{**e, "loc": ("verdict", *e["loc"])} for e in exc.errors()]
+        raise ConfigError(_describe(errors, "fail_on")) from None
+
+
 def check_batching(
     model: Model,
     params: Params,
@@ -152,6 +166,7 @@ def check_batching(
     rtol: float | None = None,
     atol: float | None = None,
     edge_cases: bool = False,
+    fail_on: Iterable[str] | None = None,
 ) -> BatchingReport:
     """Run the checks and return the report, passed or not (report first, then assert:
     :func:`assert_batching_consistent` raises on it). Arguments as there."""
@@ -170,6 +185,7 @@ def check_batching(
             f"docs/own-model.md), got {type(model).__name__}"
         )
     config = precision_config(precision, rtol=rtol, atol=atol)
+    verdict = verdict_config(fail_on)
     selected = select_paths(model, paths)
     # The run's numerics as the forward stage pins them (configure_jax), but scoped to
     # this call: a test suite's other tests keep their own x64 and matmul settings.
@@ -187,7 +203,7 @@ def check_batching(
         cases = build_cases(model, x, dtype, selected, edge_cases)
         outputs, regrouped, record = forward(model, params, cases, dtype, selected)
     oracle, magnitudes = float64_side(model, params, cases, config)
-    details = judge(model, config, cases, outputs, regrouped, record, oracle, magnitudes)
+    details = judge(model, config, verdict, cases, outputs, regrouped, record, oracle, magnitudes)
     return build_report(model, config, details, selected)
 
 
@@ -201,6 +217,7 @@ def assert_batching_consistent(
     rtol: float | None = None,
     atol: float | None = None,
     edge_cases: bool = False,
+    fail_on: Iterable[str] | None = None,
 ) -> BatchingReport:
     """Assert that ``model``'s forward paths agree on ``examples``, as the pipeline checks.
 
@@ -226,6 +243,10 @@ def assert_batching_consistent(
             zeros, boundary (the examples' min and max), large-magnitude, subnormal and
             duplicate-row batches, built from the examples as the pipeline builds them
             from its table.
+        fail_on: the kinds of finding that fail (``batching``, ``numerical``, ``model``,
+            ``contract``: :data:`vmapcheck.check.kinds.FINDING_KINDS`), as the pipeline's
+            ``verdict.fail_on``; None: every kind. A kind left out is still reported in
+            ``report.findings`` and the summary, as a finding that does not fail.
 
     Returns:
         The :class:`BatchingReport`, every check passed: per-pair worst figures, the
@@ -260,6 +281,7 @@ def assert_batching_consistent(
         rtol=rtol,
         atol=atol,
         edge_cases=edge_cases,
+        fail_on=fail_on,
     )
     if not report.passed:
         raise BatchingCheckError(report)

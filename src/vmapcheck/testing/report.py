@@ -59,6 +59,23 @@ class PairFigures:
 
 
 @dataclass(frozen=True)
+class FindingLine:
+    """One finding of the check: its ``kind`` (``batching``, ``numerical``, ``model`` or
+    ``contract``: :data:`vmapcheck.check.kinds.FINDING_KINDS`), the ``line`` in the
+    pipeline's wording, and whether it ``fails`` the verdict (its kind is in
+    ``fail_on``)."""
+
+    kind: str
+    line: str
+    fails: bool
+
+    def __str__(self) -> str:
+        from vmapcheck.check.kinds import tagged  # no JAX at import (module doc)
+
+        return tagged({"kind": self.kind, "line": self.line, "fails": self.fails})
+
+
+@dataclass(frozen=True)
 class BatchingReport:
     """What :func:`assert_batching_consistent` found (returned when every check passed).
 
@@ -82,7 +99,10 @@ class BatchingReport:
             path's outputs on the regrouped batch against its own on the batch as given,
             over the examples' cases; ``edge_composition`` the same over the edge cases.
         refused / invalid_total: invalid inputs refused by every path, of how many.
-        failures: every failed check, in the pipeline's wording.
+        failures: every failed check, in the pipeline's wording (the lines of the
+            findings that fail).
+        findings: every finding, failing or reported, each with its kind
+            (:class:`FindingLine`); ``kinds``: kind -> how many, of those that fail.
         summary: the verdict as text (the lines an AssertionError shows).
         details: the check's whole report, as ``reports/check_details.json`` holds it
             for a pipeline run (:class:`vmapcheck.check.schema.CheckDetails`).
@@ -106,6 +126,16 @@ class BatchingReport:
     edge_pairs: Mapping[str, PairFigures] = field(default_factory=dict)
     edge_oracle: Mapping[str, float] = field(default_factory=dict)
     edge_composition: Mapping[str, Mapping[str, float | None]] = field(default_factory=dict)
+    findings: tuple[FindingLine, ...] = ()
+
+    @property
+    def kinds(self) -> dict[str, int]:
+        """Kind -> how many findings of it fail the verdict (only the kinds found)."""
+        counts: dict[str, int] = {}
+        for f in self.findings:
+            if f.fails:
+                counts[f.kind] = counts.get(f.kind, 0) + 1
+        return counts
 
     @property
     def worst(self) -> PairFigures | None:
@@ -241,6 +271,7 @@ def _summary(model: Model, details: CheckDetails, precision: PrecisionConfig) ->
     """The verdict as the pipeline prints it (``vmapcheck summary``; the composition line
     as the check stage prints it), without what this API does not run (reference,
     benchmark, MLflow), with the first diverging pair named."""
+    from vmapcheck.check.kinds import finding_lines
     from vmapcheck.check.rules import summary_lines as rule_lines
     from vmapcheck.core.composition import composition_line
     from vmapcheck.core.paths import not_provided, plain_path
@@ -287,12 +318,12 @@ def _summary(model: Model, details: CheckDetails, precision: PrecisionConfig) ->
         composition_line(name, by_path) for name, by_path in details.get("composition", {}).items()
     ]
     lines.append(refusals_line(details["negative"]))
-    failures = details["failures"]
-    lines += [f"  failure: {failure}" for failure in failures[:SHOWN_FAILURES]]
-    if len(failures) > SHOWN_FAILURES:
+    findings = details.get("findings", [])
+    lines += [f"  {line}" for line in finding_lines(details, SHOWN_FAILURES)]
+    if len(findings) > SHOWN_FAILURES:
         lines.append(
-            f"  ... and {len(failures) - SHOWN_FAILURES} more failure(s) "
-            "(report.failures lists them all)"
+            f"  ... and {len(findings) - SHOWN_FAILURES} more finding(s) "
+            "(report.findings lists them all)"
         )
     return "\n".join(lines)
 
@@ -321,4 +352,7 @@ def build_report(
         edge_pairs=_pair_figures(details, edges),
         edge_oracle=_oracle_figures(details, edges),
         edge_composition=_composition_figures(details, edges),
+        findings=tuple(
+            FindingLine(f["kind"], f["line"], f["fails"]) for f in details.get("findings", [])
+        ),
     )

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from vmapcheck.config import PrecisionConfig
+from vmapcheck.config import PrecisionConfig, VerdictConfig
 from vmapcheck.core.cases import CASE_KINDS, kind_of
 from vmapcheck.errors import ConfigError
 
@@ -278,6 +278,7 @@ def _cpu_device() -> Any:
 def judge(
     model: Model,
     precision: PrecisionConfig,
+    verdict: VerdictConfig,
     cases: dict[str, dict[str, Any]],
     outputs: dict[str, Any],
     regrouped: dict[str, Any],
@@ -303,6 +304,7 @@ def judge(
         ),
         precision=precision,
         reference=ReferenceConfig(dir="(none: the Python API)", required=False),
+        verdict=verdict,
     )
     manifest = {
         "cases": {name: {k: v for k, v in c.items() if k != "x"} for name, c in cases.items()}

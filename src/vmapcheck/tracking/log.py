@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from vmapcheck.check.kinds import all_kind_counts, failing_kinds, finding_lines, verdict_words
 from vmapcheck.check.rules import metrics as rule_metrics
 from vmapcheck.check.schema import CheckDetails, DiagnosisReport
 from vmapcheck.config import Config, flatten
@@ -151,6 +152,9 @@ def collect_metrics(
     metrics |= {
         "check/passed": float(check["passed"]),
         "check/n_failures": float(len(check["failures"])),
+        # Every kind, 0 included, so that runs compare on the same keys; failing or
+        # only reported (verdict.fail_on), each finding counts.
+        **{f"check/findings/{kind}": float(n) for kind, n in all_kind_counts(check).items()},
     }
     for case, report in check["cases"].items():
         metrics[f"agree/{case}/passed"] = float(report["passed"])
@@ -242,7 +246,7 @@ def verdict_note(check: CheckDetails, bench: BenchDetails, perf: PerfVerdict | N
     figures a reviewer reads first (vmapcheck.report.headline), the same as the HTML
     report's first screen."""
     head = check_headline(check)
-    lines = [f"**{'PASSED' if head['passed'] else 'FAILED'}**: {verdict_sentence(check)}", ""]
+    lines = [f"**{verdict_words(check)}**: {verdict_sentence(check)}", ""]
     caveat = noisy_caveat(bench)
     if caveat:
         lines.append(f"- caveat: {caveat}")
@@ -281,11 +285,11 @@ def verdict_note(check: CheckDetails, bench: BenchDetails, perf: PerfVerdict | N
         lines.append(f"- benchmark vs baseline: {verdict_headline(perf)}")
         if perf.get("why"):  # e.g. bench not rerun: where the timing came from
             lines.append(f"  ({perf['why']})")
-    failures = check["failures"]
-    for failure in failures[:5]:
-        lines.append(f"- failure: {failure}")
-    if len(failures) > 5:
-        lines.append(f"- ... {len(failures) - 5} more failure(s) in check.json")
+    shown = finding_lines(check, 5)
+    lines += [f"- {line}" for line in shown]
+    hidden = len(check.get("findings", check["failures"])) - len(shown)
+    if hidden > 0:
+        lines.append(f"- ... {hidden} more finding(s) in check.json")
     lines += ["", "Every figure: the metrics below; the full report: artifact `report.html`."]
     text = "\n".join(lines)
     return text if len(text) <= MAX_NOTE_CHARS else text[: MAX_NOTE_CHARS - 3] + "..."
@@ -339,6 +343,8 @@ def run_tags(
     runtime = check["runtime"]
     return {
         "verdict": "passed" if check["passed"] else "failed",
+        # The kinds of the findings that failed it (batching, numerical, model, contract).
+        "verdict_kinds": ",".join(failing_kinds(check)) or "none",
         NOTE_TAG: note if note is not None else verdict_note(check, bench),
         **source_tags(root),
         "model": config.model.name,
