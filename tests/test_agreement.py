@@ -45,10 +45,23 @@ def test_shape_mismatch_fails():
     assert not result["passed"] and "shape" in result["reason"]
 
 
-def test_nan_is_a_failure_not_a_pass():
-    a = np.array([np.nan, 1.0])
-    result = compare(a, a.copy(), TOL)
-    assert not result["passed"] and result["reason"] == "non-finite output"
+def test_nan_against_a_number_is_a_failure_not_a_pass():
+    result = compare(np.array([np.nan, 1.0]), np.array([0.5, 1.0]), TOL)
+    assert not result["passed"] and result["max_abs"] is None
+    assert result["reason"].startswith("non-finite output apart: element (0,) is nan in one")
+    assert compare(np.array([np.inf]), np.array([-np.inf]), TOL)["passed"] is False
+
+
+def test_the_same_nan_in_both_is_agreement_the_other_rows_measured():
+    a = np.array([[np.nan, 1.0], [2.0, 3.0], [np.inf, 0.0]])
+    b = a.copy()
+    b[1, 0] += 1e-3
+    result = compare(a, b, TOL)
+    # Rows 0 and 2 hold the same NaN / Inf in both: not measured, named; row 1 measured.
+    assert result["same_non_finite_rows"] == [0, 2]
+    assert not result["passed"] and result["element"] == [1, 0]
+    assert result["max_abs"] == pytest.approx(1e-3)
+    assert compare(a[:1], a[:1].copy(), TOL)["passed"]  # nothing else to measure
 
 
 def test_all_pairs_covers_every_pair_once():

@@ -6,6 +6,7 @@ import re
 import pytest
 
 from tests.helpers.config import compose_config
+from vmapcheck.check.kinds import finding
 from vmapcheck.errors import ArtifactError
 from vmapcheck.layout import Layout
 from vmapcheck.tracking.log import collect_metrics, metric_name, run_name, verdict_note
@@ -136,7 +137,16 @@ def test_the_verdict_note_reads_like_the_reports_first_screen():
     failed = {**check, "passed": False, "failures": [f"failure {i}" for i in range(7)]}
     note = verdict_note(failed, bench)
     assert note.startswith("**FAILED**") and "- failure: failure 4" in note
-    assert "failure 5" not in note and "2 more failure(s)" in note
+    assert "failure 5" not in note and "2 more finding(s)" in note
+    kinds = [*failed["failures"][:1], "reference/standard/vmap_jit: 4.5 of its bound"]
+    with_kinds = {
+        **failed,
+        "failures": kinds,
+        "findings": [finding("batching", kinds[0]), finding("numerical", kinds[1])],
+    }
+    note = verdict_note(with_kinds, bench)
+    assert note.startswith("**FAILED (1 batching fault, 1 numerical finding)**")
+    assert "- failure: [numerical] reference/standard/vmap_jit: 4.5 of its bound" in note
 
 
 def test_run_names_carry_the_bench_profile_and_the_dvc_experiment(tmp_path):
