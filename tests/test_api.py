@@ -597,3 +597,23 @@ def test_the_api_records_the_runtime_as_the_forward_stage_does(good):
     runtime = good.details["runtime"]
     assert set(runtime) == {f.name for f in dataclasses.fields(RuntimeInfo)}
     assert runtime["backend"] == "cpu" and runtime["device_count"] >= 1
+
+
+def test_an_oracle_whose_output_is_not_float64_judges_nothing_and_says_so():
+    """A wrapper that computes in float32 whatever x64 says (Keras 3 on JAX) gives the
+    oracle float32 again: no 'vs float64' figure, which would be float32 against float32."""
+
+    def forward_one(params, x):
+        return x.astype(jnp.float32) @ params["W1"][:, :OUT].astype(jnp.float32)
+
+    model = dataclasses.replace(MODEL, forward_one=forward_one, forward_batch=None)
+    report = check_batching(model, PARAMS, EXAMPLES, paths=["loop_eager", "vmap_jit"])
+    assert report.passed, report.summary
+    assert report.oracle == {}
+    case = report.details["cases"]["examples"]
+    assert "oracle" not in case
+    assert case["oracle_not_judged"].startswith(
+        "not judged: the model's output under x64 is float32"
+    )
+    assert "vs float64: not judged (the output under x64 is not float64)" in report.summary
+    assert "vs float64: max_rel" not in report.summary

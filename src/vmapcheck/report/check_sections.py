@@ -255,9 +255,16 @@ def _case_row(name: str, case: CaseReport) -> tuple[list[Any], bool]:
     """A case's row of the agreement table: its worst figures and its problems."""
     oracle_rel = [r["max_rel"] for r in case.get("oracle", {}).values() if r["max_rel"] is not None]
     problems = [f"{p}: {m}" for p, msgs in in_path_order(case.get("contract", {})) for m in msgs]
+    # Row by row (batch axis 0): the rows the other figures leave out.
+    rows = case.get("non_finite_rows", {})
     problems += [
-        f"{p}: non-finite output" for p, ok in in_path_order(case.get("finite", {})) if not ok
+        f"{p}: non-finite output"
+        + (f" on row(s) {', '.join(map(str, rows[p]))}" if p in rows else "")
+        for p, ok in in_path_order(case.get("finite", {}))
+        if not ok
     ]
+    if case.get("oracle_not_judged"):
+        problems.append(f"float64 oracle {case['oracle_not_judged']}")
     return (
         [
             name,
