@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import functools
 import re
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -113,3 +114,53 @@ def test_the_published_fix_passes(name: str) -> None:
         f"{name}: the published fix fails with finding kind(s) {unexpected} (allowed: "
         f"{list(entry.fix_may_fail)})\n{report.summary}"
     )
+
+
+# --- docs/real-bugs.md's table is the registry ------------------------------------------
+
+DOC = Path(__file__).resolve().parents[1] / "docs" / "real-bugs.md"
+TABLE_START, TABLE_END = "<!-- corpus table: start -->", "<!-- corpus table: end -->"
+
+
+def _fix_today(entry: RealBug) -> str:
+    """The fix's result as this file expects it today: skipped, a false alarm, or passes."""
+    if entry.requires:
+        return f"not run yet: needs `{'`, `'.join(entry.requires)}`"
+    if entry.name in FALSE_ALARMS_TODAY:
+        return f"FAILS today (false alarm, xfail): {FALSE_ALARMS_TODAY[entry.name]}"
+    return "passes"
+
+
+def corpus_table() -> str:
+    """The Markdown table of REAL_BUGS, one row an entry in registry order."""
+    rows = [
+        "| kind | source | the bug | caught by: finding kind, failure line | the fix today |",
+        "|---|---|---|---|---|",
+    ]
+    for entry in REAL_BUGS.values():
+        source = entry.source
+        link = f"[{source.repo}#{source.number}]({source.url})"
+        caught = f"{entry.caught_by.kind}: `{entry.caught_by.line}`"
+        rows.append(
+            f"| {entry.kind} | {link} | `{entry.name}`: {entry.what.replace('|', '/')} "
+            f"| {caught} | {_fix_today(entry).replace('|', '/')} |"
+        )
+    return "\n".join(rows)
+
+
+def _doc_table(text: str) -> str:
+    start, end = text.index(TABLE_START) + len(TABLE_START), text.index(TABLE_END)
+    return text[start:end].strip()
+
+
+def test_the_doc_table_is_the_registry() -> None:
+    assert _doc_table(DOC.read_text()) == corpus_table(), (
+        "docs/real-bugs.md's table differs from tests/real_bugs; rewrite it with "
+        "`python -m tests.test_real_bugs`"
+    )
+
+
+if __name__ == "__main__":
+    text = DOC.read_text()
+    start, end = text.index(TABLE_START) + len(TABLE_START), text.index(TABLE_END)
+    DOC.write_text(f"{text[:start]}\n{corpus_table()}\n{text[end:]}")
