@@ -80,7 +80,7 @@ def _norm_where_first(h: jax.Array) -> jax.Array:
     return h + jnp.sqrt(jnp.where(s > 0.25, s, 1.0))
 
 
-NAN_GRADIENT = CaughtBy("model", "gradient")
+NAN_GRADIENT = CaughtBy("model", "gradients are not finite")
 
 BUGS = (
     RealBug(

@@ -116,7 +116,7 @@ BUGS = (
         fix=lambda: _nnx_model(per_row_keys=True),
         # Loop and batched paths agree (all rows share the noise): only the stochastic
         # check that different keys give different outputs can see it.
-        caught_by=CaughtBy("batching", "key"),
+        caught_by=CaughtBy("batching", "the rows share their randomness"),
         requires=("stochastic",),
     ),
     RealBug(
