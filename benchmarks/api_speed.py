@@ -97,6 +97,25 @@ def child(paths: list[str] | None) -> dict[str, Any]:
     return out
 
 
+def machine() -> dict[str, Any]:
+    """The machine a figure was measured on: cores, platform, Python, and the CPU model
+    (``/proc/cpuinfo``'s model name where there is one, else ``platform``'s)."""
+    cpu = ""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:  # not Linux: platform's name below
+        pass
+    return {
+        "cpus": os.cpu_count(),
+        "platform": platform.platform(),
+        "python": platform.python_version(),
+        "processor": cpu or platform.processor() or platform.machine(),
+    }
+
+
 def summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for part in ("import", "passing", "failing"):
@@ -123,12 +142,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     doc: dict[str, Any] = {
         "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
-        "machine": {
-            "cpus": os.cpu_count(),
-            "platform": platform.platform(),
-            "python": platform.python_version(),
-            "processor": platform.processor() or platform.machine(),
-        },
+        "machine": machine(),
         "model": "4-16-3 tanh MLP with softmax, 8 examples, float32 on the CPU",
         "runs": {},
     }
