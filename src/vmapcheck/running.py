@@ -32,7 +32,7 @@ from typing import Any
 
 import psutil
 
-from vmapcheck.errors import ArtifactError
+from vmapcheck.errors import ArtifactError, first_line
 from vmapcheck.io import atomic_write_json, read_json
 from vmapcheck.layout import Layout
 
@@ -242,6 +242,34 @@ def killed_stage(record: dict[str, Any]) -> str | None:
         + (f", {now['source']}" if now else "")
         + "); `dvc repro` runs it again"
     )
+
+
+def failed_stages(layout: Layout) -> list[str]:
+    """One line per stage whose last run stopped on an error (its record's ``error``,
+    written by :func:`vmapcheck.pipeline.stage.run_stage`), oldest first: the stage, when
+    it started, and the error's first line (the whole message is in
+    ``reports/stages/<stage>.json``)."""
+    records = []
+    folder = layout.stage_times
+    for path in sorted(folder.glob("*.json")) if folder.is_dir() else []:
+        with contextlib.suppress(ArtifactError):
+            record = read_json(path)
+            if (
+                isinstance(record, dict)
+                and isinstance(record.get("start"), int | float)
+                and isinstance(record.get("error"), str)
+            ):
+                records.append(record)
+    records.sort(key=lambda r: r["start"])
+    lines = []
+    for record in records:
+        when = datetime.datetime.fromtimestamp(float(record["start"]), datetime.UTC)
+        lines.append(
+            f"stage {record.get('stage', '?')} (started {when:%Y-%m-%d %H:%M:%S} UTC) failed: "
+            f"{first_line(record['error'], limit=2000)} (whole message: "
+            f"{layout.stage_time(str(record.get('stage', '?')))})"
+        )
+    return lines
 
 
 def killed_stages(layout: Layout) -> list[str]:
