@@ -147,3 +147,34 @@ def test_the_state_leaves_are_held_fixed_as_in_training():
     report = check_batching(model, params, EXAMPLES, paths=PATHS)
     assert report.passed, report.summary
     assert "count" not in report.gradients.leaves
+
+
+@pytest.mark.stages
+def test_the_pipeline_fails_the_same_model_on_the_same_lines(tmp_path):
+    """train.steps=0 (the initial params, as train's refusal suggests): forward's probe
+    and check's rule find what the API finds, in the same words, the case named
+    ``standard`` where the API's is ``examples``."""
+    from tests.helpers.inprocess import judge_planted
+    from vmapcheck.io import read_json
+
+    layout = judge_planted(
+        tmp_path / "p",
+        "model.name=sqrt_where",
+        "model.in_features=4",
+        "model.hidden=[16]",
+        "model.out_features=3",
+        "data.n_rows=120",
+        "+model.factory._target_=tests.helpers.untaken_branch.make_model",
+        "+model.factory.form=where",
+        "+model.factory.in_features=${model.in_features}",
+        "+model.factory.hidden=${model.hidden}",
+        "+model.factory.out_features=${model.out_features}",
+    )
+    check = read_json(layout.check_details)
+    pipeline = [f for f in check["failures"] if f.startswith("gradients/")]
+    api = [f.replace("/examples:", "/standard:") for f in _check("where").failures]
+    assert pipeline == api, (pipeline, api)
+    assert not check["passed"] and check["gradients"]["nonfinite_leaves"] == [
+        "layers[0].W",
+        "layers[0].b",
+    ]

@@ -141,7 +141,9 @@ def _non_finite_step(
         raise NonFiniteTrainingError(
             f"model {model.name!r}: training step {step}: the gradient of params leaf "
             f"{bad[0]!r} is not finite (NaN or Inf){also}, while the training loss is "
-            f"finite ({float(value):.6g}). {refused} {NAN_GRADIENT_CAUSE}"
+            f"finite ({float(value):.6g}). {refused} {NAN_GRADIENT_CAUSE}. To see the "
+            "check's verdict (and log it to MLflow) on the initial params instead: "
+            "train.steps=0"
         )
 
 
