@@ -225,11 +225,12 @@ def _run_stage(name: str, body: StageBody, root: Path | None, compile_cache: boo
         # The params leaves that share the key, when train could name them.
         shared_by = getattr(exc, "shared_by", None)
         where = f"; {shared_by}" if shared_by else ""
-        print(
-            f"{name}: error: a PRNG key was used twice ({first_line}){where}; each subkey "
-            "of the key stream (vmapcheck.core.keys) must feed exactly one random operation",
-            file=sys.stderr,
+        message = (
+            f"a PRNG key was used twice ({first_line}){where}; each subkey "
+            "of the key stream (vmapcheck.core.keys) must feed exactly one random operation"
         )
+        print(f"{name}: error: {message}", file=sys.stderr)
+        error = f"{type(exc).__name__}: {message}"
         code = 2
         return code
     except KeyboardInterrupt:
