@@ -193,7 +193,8 @@ def check_batching(
         problem = output_contract_problem(model, cast_tree(params, dtype), x)
         if problem:
             raise ConfigError(f"model {model.name!r}: {problem}")
-        y = checked_targets(model, targets, rows(x), dtype) if gradients else None
+        # Validated even when gradients=False: a wrong argument is named, not ignored.
+        y = checked_targets(model, targets, rows(x), dtype)
         cases = build_cases(model, x, dtype, selected, edge_cases)
         # The forward stage's gradient probe, at the run's numerics: one compile.
         grad_arrays, grad_record = (
