@@ -113,3 +113,24 @@ def test_the_train_stage_refuses_writes_no_params_and_says_why(tmp_path, capsys)
     # What `make demo` prints after `dvc repro` failed: the stage, its error.
     run_summary(layout, repro_status=1)
     assert "summary: stage train (started " in capsys.readouterr().out
+
+
+def test_a_stage_error_is_kept_in_its_record_without_credentials(tmp_path, capsys):
+    """Any stage's error (exit 2) goes to its record, redacted like the printed line: the
+    record is a DVC output, cached and shared."""
+    from tests.helpers.inprocess import write_params
+    from vmapcheck.errors import TrackingStoreError
+    from vmapcheck.io import read_json
+    from vmapcheck.layout import Layout
+    from vmapcheck.pipeline.stage import run_stage
+
+    def body(config, layout):
+        raise TrackingStoreError("cannot reach https://alice:s3cret@mlflow.example/ (refused)")
+
+    write_params(tmp_path)
+    assert run_stage("track", body, tmp_path) == 2
+    record = read_json(Layout(tmp_path).stage_time("track"))
+    assert record["error"] == (
+        "TrackingStoreError: cannot reach https://***@mlflow.example/ (refused)"
+    )
+    assert "s3cret" not in capsys.readouterr().err

@@ -16,7 +16,7 @@ import yaml
 
 from vmapcheck.config import Config, read_params, validate_config
 from vmapcheck.core.runtime import enable_compile_cache
-from vmapcheck.errors import INTERRUPTED, ArtifactError, VmapcheckError, redacted_output
+from vmapcheck.errors import INTERRUPTED, ArtifactError, VmapcheckError, redact, redacted_output
 from vmapcheck.io import atomic_write_json, read_json
 from vmapcheck.layout import Layout
 from vmapcheck.pause import pause_point, set_stage
@@ -56,7 +56,9 @@ def write_stage_time(
         "oom_kills": oom,
     }
     if error is not None:
-        record["error"] = error
+        # Never a URL's credentials (a tracking store's error names its URI): the record
+        # is a DVC output, cached and shared like the others.
+        record["error"] = redact(error)
     atomic_write_json(layout.stage_time(name), record)
 
 
