@@ -437,7 +437,7 @@ def _gradients(
     failures = []
     case = record.get("case", STANDARD_CASE)
     nonfinite = record.get("nonfinite_leaves")
-    # The leaves to look at first (a NaN from the untaken branch of a where/cond shows
+    # The leaves to look at first (a NaN from the untaken branch of a jnp.where shows
     # in the gradient only: the forward is finite).
     leaves_text = f" (leaves: {', '.join(nonfinite)})" if nonfinite else ""
     for finite, what, named in (

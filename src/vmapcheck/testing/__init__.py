@@ -251,9 +251,9 @@ def assert_batching_consistent(
             and its gradient with respect to the trainable leaves (declared state
             leaves held fixed) finite, the mean of the per-example gradients equal to
             the batch gradient at ``tolerance``, leaf by leaf, and a NaN planted in one
-            target not masked. A NaN from the untaken branch of a ``jnp.where`` or of a
-            ``lax.cond`` under vmap shows here: the forward is finite. False: left out
-            (the report says so).
+            target not masked. A NaN from the untaken branch of a ``jnp.where`` (or
+            ``jnp.select``, ``lax.select``) shows here only: the forward is finite.
+            False: left out (the report says so).
         targets: the loss's targets, a float array ``(n, out_features)``, batch axis 0,
             finite; None: zeros. Cast to the precision's dtype.
 
