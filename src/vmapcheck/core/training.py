@@ -153,8 +153,13 @@ def _non_finite_params(model: Model, params: Params, what: str) -> None:
     try:
         check_finite(leaf_paths(params), f"model {model.name!r}: the {what}")
     except ArtifactError as exc:
+        # Every step's gradients were finite by then: a NaN in the params as given or
+        # drawn by init, or an update that overflowed on the last step (whose loss no
+        # later step computed).
         raise NonFiniteTrainingError(
-            f"{exc}. Refused: no params are saved. {NAN_GRADIENT_CAUSE}"
+            f"{exc}. Refused: no params are saved and the run does not pass as trained "
+            "(a NaN or Inf in the params as given or drawn by the model's init, or an "
+            "update that overflowed: try a lower train.learning_rate)"
         ) from None
 
 
