@@ -16,9 +16,18 @@ process, every thread), and the import apart. ``--paths`` repeats it with the ch
 after each child (a shared machine's other tenants show there), the machine from
 ``os.cpu_count`` and ``platform``. Figures: p50 and max over the repetitions.
 
+``--model mlp`` checks the shipped mlp (src/vmapcheck/conf/model/mlp.yaml, built by
+``build_model``) instead, its planted mistake the batch's mean subtracted from the
+hand-batched outputs (a batch statistic); ``--rows`` sets the examples' rows. Each
+configuration runs with the gradient check (``gradients=True``, the default since issue
+42) and without it, the two alternating, so that their difference is the gradient
+check's cost under the same load.
+
 Usage (from the repository root)::
 
     python benchmarks/api_speed.py --out benchmarks/api_speed_<date>.json --repeats 5
+    python benchmarks/api_speed.py --out benchmarks/api_speed_<date>_mlp32.json \
+        --model mlp --rows 32
 """
 
 from __future__ import annotations
@@ -39,7 +48,7 @@ import numpy as np
 FEW_PATHS = ["loop_eager", "vmap_jit", "direct_eager", "direct_jit"]
 
 
-def child(paths: list[str] | None) -> dict[str, Any]:
+def child(paths: list[str] | None, model_name: str, rows: int, gradients: bool) -> dict[str, Any]:
     """One repetition, in this process: its figures."""
     began_wall, began_cpu = time.perf_counter(), time.process_time()
     import jax
@@ -52,6 +61,28 @@ def child(paths: list[str] | None) -> dict[str, Any]:
         "wall_s": time.perf_counter() - began_wall,
         "cpu_s": time.process_time() - began_cpu,
     }
+
+    def make_shipped(planted: bool) -> Model:
+        """The shipped mlp; ``planted``: its hand-batched outputs minus their batch mean."""
+        from dataclasses import replace
+
+        import yaml
+
+        from vmapcheck.config import ModelConfig
+        from vmapcheck.core.models import build_model
+
+        conf = Path(__file__).resolve().parents[1] / "src/vmapcheck/conf/model/mlp.yaml"
+        mlp = build_model(ModelConfig.model_validate(yaml.safe_load(conf.read_text())))
+        if not planted:
+            return mlp
+        batch = mlp.forward_batch
+        assert batch is not None
+
+        def centred(params: Any, x: Any) -> Any:
+            out = batch(params, x)
+            return out - jnp.mean(out, axis=0, keepdims=True)
+
+        return replace(mlp, forward_batch=centred, activations_batch=None)
 
     def make(batch_axis: int) -> Model:
         def init(key: Any) -> dict[str, Any]:
@@ -77,14 +108,15 @@ def child(paths: list[str] | None) -> dict[str, Any]:
             init=init,
         )
 
-    examples = np.random.default_rng(0).normal(size=(8, 4)).astype(np.float32)
     out: dict[str, Any] = {"import": imported}
     for name, axis, should_pass in (("passing", -1, True), ("failing", 0, False)):
-        model = make(axis)
+        model = make(axis) if model_name == "tanh_mlp" else make_shipped(not should_pass)
+        examples = np.random.default_rng(0).normal(size=(rows, model.in_features))
+        examples = examples.astype(np.float32)
         params = model.init(jax.random.key(0))
         wall, cpu = time.perf_counter(), time.process_time()
         try:
-            assert_batching_consistent(model, params, examples, paths=paths)
+            assert_batching_consistent(model, params, examples, paths=paths, gradients=gradients)
             passed = True
         except BatchingCheckError:
             passed = False
@@ -135,38 +167,55 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--model", choices=["tanh_mlp", "mlp"], default="tanh_mlp")
+    parser.add_argument("--rows", type=int, default=8)
     parser.add_argument("--child", choices=["all", "few"], help=argparse.SUPPRESS)
+    parser.add_argument("--gradients", choices=["on", "off"], help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child:
-        print(json.dumps(child(None if args.child == "all" else FEW_PATHS)))
+        paths = None if args.child == "all" else FEW_PATHS
+        print(json.dumps(child(paths, args.model, args.rows, args.gradients == "on")))
         return 0
+    model = (
+        "4-16-3 tanh MLP with softmax"
+        if args.model == "tanh_mlp"
+        else "the shipped mlp (8-32-32-2 relu, conf/model/mlp.yaml)"
+    )
     doc: dict[str, Any] = {
         "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
         "machine": machine(),
-        "model": "4-16-3 tanh MLP with softmax, 8 examples, float32 on the CPU",
+        "model": f"{model}, {args.rows} examples, float32 on the CPU",
         "runs": {},
     }
-    for label, which in (("every path", "all"), ("paths=" + ",".join(FEW_PATHS), "few")):
-        rows = []
+    for paths_label, which in (("every path", "all"), ("paths=" + ",".join(FEW_PATHS), "few")):
+        by_label: dict[str, list[dict[str, Any]]] = {}
         for _ in range(args.repeats):
-            load_before = os.getloadavg()[0]
-            done = subprocess.run(
-                [sys.executable, __file__, "--out", os.devnull, "--child", which],
-                capture_output=True,
-                text=True,
-                check=True,
-            )
-            row = json.loads(done.stdout.strip().splitlines()[-1])
-            row["load_1min"] = [load_before, os.getloadavg()[0]]
-            rows.append(row)
-            print(
-                f"{label}: passing {row['passing']['wall_s']:.2f} s wall / "
-                f"{row['passing']['cpu_s']:.2f} s CPU, failing {row['failing']['wall_s']:.2f} / "
-                f"{row['failing']['cpu_s']:.2f}, import {row['import']['wall_s']:.2f} s, "
-                f"load {row['load_1min'][0]:.1f}",
-                flush=True,
-            )
-        doc["runs"][label] = {"repetitions": rows, "summary": summary(rows)}
+            # With and without the gradient check in turn: the same load for both.
+            for gradients in ("on", "off"):
+                label = f"{paths_label}, gradients={'True' if gradients == 'on' else 'False'}"
+                load_before = os.getloadavg()[0]
+                done = subprocess.run(
+                    [
+                        *(sys.executable, __file__, "--out", os.devnull, "--child", which),
+                        *("--model", args.model, "--rows", str(args.rows)),
+                        *("--gradients", gradients),
+                    ],
+                    capture_output=True,
+                    text=True,
+                    check=True,
+                )
+                row = json.loads(done.stdout.strip().splitlines()[-1])
+                row["load_1min"] = [load_before, os.getloadavg()[0]]
+                by_label.setdefault(label, []).append(row)
+                print(
+                    f"{label}: passing {row['passing']['wall_s']:.2f} s wall / "
+                    f"{row['passing']['cpu_s']:.2f} s CPU, failing "
+                    f"{row['failing']['wall_s']:.2f} / {row['failing']['cpu_s']:.2f}, import "
+                    f"{row['import']['wall_s']:.2f} s, load {row['load_1min'][0]:.1f}",
+                    flush=True,
+                )
+        for label, rows in by_label.items():
+            doc["runs"][label] = {"repetitions": rows, "summary": summary(rows)}
     tmp = args.out.with_suffix(".tmp")
     tmp.write_text(json.dumps(doc, indent=1) + "\n")
     tmp.replace(args.out)

@@ -90,7 +90,11 @@ def test_a_nan_in_training_names_the_model_and_the_step():
     )
     splits = {name: (BATCH, np.zeros((5, 3), np.float32)) for name in ("train", "val", "test")}
     nan_model = _model(lambda p, x: x @ p["W"] * jnp.nan)
-    expected = r"'user_model': the validation loss is nan at step 2 \(train.eval_every=2\)"
+    # Read at the first evaluation step (2), named at the step it appeared (1).
+    expected = (
+        r"'user_model': training step 1: the training loss is nan \(the gradient of "
+        r"params leaf 'W' too\): the forward gives NaN or Inf"
+    )
     with pytest.raises(NonFiniteOutputError, match=expected):
         fit(nan_model, PARAMS, splits, config, jax.random.key(0))
     untrained = TrainConfig.model_validate(config.model_dump() | {"steps": 0})

@@ -46,6 +46,11 @@ class NonFiniteOutputError(VmapcheckError, ArithmeticError):
     """The model returned NaN or Inf for a valid input: refused instead of an output."""
 
 
+class NonFiniteTrainingError(NonFiniteOutputError):
+    """Training met a NaN or Inf loss, gradient or params leaf: refused (the step and the
+    leaf named), so that no params are saved and no run passes as trained."""
+
+
 class TrackingStoreError(VmapcheckError):
     """The MLflow store (a tracking server or the local sqlite file) cannot be reached or used."""
 

@@ -32,7 +32,7 @@ from typing import Any
 
 import psutil
 
-from vmapcheck.errors import ArtifactError
+from vmapcheck.errors import ArtifactError, first_line
 from vmapcheck.io import atomic_write_json, read_json
 from vmapcheck.layout import Layout
 
@@ -244,9 +244,9 @@ def killed_stage(record: dict[str, Any]) -> str | None:
     )
 
 
-def killed_stages(layout: Layout) -> list[str]:
-    """:func:`killed_stage` for every stage record there is, oldest first: the stages
-    of the last pipeline run that the system killed."""
+def _stage_records(layout: Layout) -> list[dict[str, Any]]:
+    """Every readable stage time record (``reports/stages/<stage>.json``), oldest start
+    first; one that is not JSON or lacks its ``start`` is left out."""
     records = []
     folder = layout.stage_times
     for path in sorted(folder.glob("*.json")) if folder.is_dir() else []:
@@ -255,4 +255,29 @@ def killed_stages(layout: Layout) -> list[str]:
             if isinstance(record, dict) and isinstance(record.get("start"), int | float):
                 records.append(record)
     records.sort(key=lambda r: r["start"])
-    return [line for r in records if (line := killed_stage(r)) is not None]
+    return records
+
+
+def failed_stages(layout: Layout) -> list[str]:
+    """One line per stage whose last run stopped on an error (its record's ``error``,
+    written by :func:`vmapcheck.pipeline.stage.run_stage`), oldest first: the stage, when
+    it started, and the error's first line (the whole message is in
+    ``reports/stages/<stage>.json``)."""
+    lines = []
+    for record in _stage_records(layout):
+        if not isinstance(record.get("error"), str):
+            continue
+        stage = str(record.get("stage", "?"))
+        when = datetime.datetime.fromtimestamp(float(record["start"]), datetime.UTC)
+        lines.append(
+            f"stage {stage} (started {when:%Y-%m-%d %H:%M:%S} UTC) failed: "
+            f"{first_line(record['error'], limit=2000)} (whole message: "
+            f"{layout.stage_time(stage)})"
+        )
+    return lines
+
+
+def killed_stages(layout: Layout) -> list[str]:
+    """:func:`killed_stage` for every stage record there is, oldest first: the stages
+    of the last pipeline run that the system killed."""
+    return [line for r in _stage_records(layout) if (line := killed_stage(r)) is not None]

@@ -580,14 +580,19 @@ def _gradients(
     if record is None or arrays is None:
         return {"status": "not run", "passed": True}, []
     failures: list[CheckFinding] = []
-    for finite, what in (
-        (record["loss_finite"], "loss"),
-        (record["grads_finite"], "gradients"),
-        (record["per_example_finite"], "per-example gradients"),
+    case = record.get("case", STANDARD_CASE)
+    nonfinite = record.get("nonfinite_leaves")
+    # The leaves to look at first (a NaN from the untaken branch of a jnp.where shows
+    # in the gradient only: the forward is finite).
+    leaves_text = f" (leaves: {', '.join(nonfinite)})" if nonfinite else ""
+    for finite, what, named in (
+        (record["loss_finite"], "loss", ""),
+        (record["grads_finite"], "gradients", leaves_text),
+        (record["per_example_finite"], "per-example gradients", leaves_text),
     ):
         if not finite:
             failures.append(
-                finding("model", f"gradients/standard: the {what} are not finite on real data")
+                finding("model", f"gradients/{case}: the {what} are not finite on real data{named}")
             )
     probe = record["nan_probe"]
     # The loss must carry the NaN. The gradients may legitimately stay finite: a relu

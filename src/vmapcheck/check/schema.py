@@ -142,6 +142,8 @@ class GradientsReport(TypedDict):
     grads_finite: NotRequired[bool]
     per_example_finite: NotRequired[bool]
     nan_probe: NotRequired[NanProbe]
+    nonfinite_leaves: NotRequired[list[str]]
+    case: NotRequired[str]
     rows: NotRequired[int]
     capped: NotRequired[Capped]
     per_example_vs_batch: NotRequired[dict[str, Comparison]]

@@ -29,8 +29,9 @@ def make_loss_one(model: Model):
     return loss_one
 
 
-def _all_finite(tree: Any) -> bool:
-    return all(bool(jnp.all(jnp.isfinite(leaf))) for leaf in jax.tree.leaves(tree))
+def _finite(tree: dict[str, jax.Array]) -> dict[str, jax.Array]:
+    """Leaf path -> whether every element of that leaf is finite (a bool scalar)."""
+    return {name: jnp.all(jnp.isfinite(leaf)) for name, leaf in tree.items()}
 
 
 def gradient_probe(
@@ -38,10 +39,17 @@ def gradient_probe(
 ) -> tuple[dict[str, np.ndarray], GradientProbe]:
     """Loss and gradients on (x (batch, in), y (batch, out)), and on a NaN-target copy.
 
+    ``x``: a batch of the model's input contract, batch axis 0 (an array, or a dict of
+    leaves); ``y``: the targets, ``(batch, out_features)``, batch axis 0.
+
     Returns ``(arrays, record)``: arrays ``batch_grad.<leaf>`` and
     ``per_example_mean.<leaf>`` (float32 or wider, for check to compare); the record
-    says whether the loss and gradients were finite, and whether a NaN planted in one
-    target came out as a non-finite loss and gradient (detected, not masked).
+    says whether the loss and gradients were finite (and which trainable leaves' were
+    not, in tree order), and whether a NaN planted in one target came out as a
+    non-finite loss and gradient (detected, not masked).
+
+    Everything runs as one compiled program (one trace and one compile per batch shape:
+    the Python API runs this in a user's test, where each compile is seconds of CPU).
     """
     leaves = partition(model, params)
     trainable, state = leaves.split(params)
@@ -53,27 +61,46 @@ def gradient_probe(
     def batch_loss(p: dict[str, jax.Array], xs: jax.Array, ys: jax.Array) -> jax.Array:
         return jnp.mean(jax.vmap(loss_one, in_axes=(None, 0, 0))(p, xs, ys))
 
-    value, grads = jax.jit(jax.value_and_grad(batch_loss))(trainable, x, y)
-    per_example = jax.jit(jax.vmap(jax.grad(loss_one), in_axes=(None, 0, 0)))(trainable, x, y)
-    per_example_mean = jax.tree.map(lambda g: jnp.mean(g, axis=0), per_example)
-    poisoned = y.at[0, 0].set(jnp.nan)
-    probe_value, probe_grads = jax.jit(jax.value_and_grad(batch_loss))(trainable, x, poisoned)
+    def probe(p: dict[str, jax.Array], xs: jax.Array, ys: jax.Array) -> dict[str, Any]:
+        value, grads = jax.value_and_grad(batch_loss)(p, xs, ys)
+        per_example = jax.vmap(jax.grad(loss_one), in_axes=(None, 0, 0))(p, xs, ys)
+        poisoned = ys.at[0, 0].set(jnp.nan)
+        probe_value, probe_grads = jax.value_and_grad(batch_loss)(p, xs, poisoned)
+        return {
+            "loss": value,
+            "grads": grads,
+            "per_example_mean": jax.tree.map(lambda g: jnp.mean(g, axis=0), per_example),
+            "grads_finite": _finite(grads),
+            "per_example_finite": _finite(per_example),
+            "probe_loss": probe_value,
+            "probe_grads_finite": _finite(probe_grads),
+        }
+
+    found = jax.device_get(jax.jit(probe)(trainable, x, y))
     arrays: dict[str, np.ndarray] = {}
-    for prefix, tree in (("batch_grad", grads), ("per_example_mean", per_example_mean)):
+    for prefix, tree in (
+        ("batch_grad", found["grads"]),
+        ("per_example_mean", found["per_example_mean"]),
+    ):
         for name in leaves.trainable_names:  # the params' tree order
             host = np.asarray(tree[name])
             arrays[f"{prefix}.{name}"] = (
                 host.astype(np.float32) if host.dtype == jnp.bfloat16 else host
             )
+    names = leaves.trainable_names
     record: GradientProbe = {
-        "loss": float(value),
-        "loss_finite": bool(jnp.isfinite(value)),
-        "grads_finite": _all_finite(grads),
-        "per_example_finite": _all_finite(per_example),
+        "loss": float(found["loss"]),
+        "loss_finite": bool(np.isfinite(found["loss"])),
+        "grads_finite": all(bool(found["grads_finite"][n]) for n in names),
+        "per_example_finite": all(bool(found["per_example_finite"][n]) for n in names),
+        # The leaves to look at first: their batch or per-example gradient has NaN/Inf.
+        "nonfinite_leaves": [
+            n for n in names if not (found["grads_finite"][n] and found["per_example_finite"][n])
+        ],
         "nan_probe": {
             "planted": "NaN in target row 0, output 0",
-            "loss_finite": bool(jnp.isfinite(probe_value)),
-            "grads_finite": _all_finite(probe_grads),
+            "loss_finite": bool(np.isfinite(found["probe_loss"])),
+            "grads_finite": all(bool(found["probe_grads_finite"][n]) for n in names),
         },
     }
     return arrays, record

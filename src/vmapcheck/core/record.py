@@ -82,6 +82,12 @@ class GradientProbe(TypedDict):
     grads_finite: bool
     per_example_finite: bool
     nan_probe: NanProbe
+    # The trainable leaves whose batch or per-example gradient has NaN or Inf, in tree
+    # order (absent in records older than it).
+    nonfinite_leaves: NotRequired[list[str]]
+    # The case the probe ran on: the pipeline's standard case (absent: it), or the Python
+    # API's examples (vmapcheck.testing).
+    case: NotRequired[str]
     # Set by the forward stage: the rows the probe ran, and the budget's cut if any.
     rows: NotRequired[int]
     capped: NotRequired[Capped]

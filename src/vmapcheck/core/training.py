@@ -22,7 +22,8 @@ from vmapcheck.core.contract import rows as batch_rows
 from vmapcheck.core.contract import take
 from vmapcheck.core.models import Model, Params
 from vmapcheck.core.state import ParamsPartition, partition
-from vmapcheck.errors import NonFiniteOutputError
+from vmapcheck.errors import ArtifactError, NonFiniteOutputError, NonFiniteTrainingError
+from vmapcheck.params_io import check_finite, leaf_paths
 
 
 def make_loss(model: Model):
@@ -59,13 +60,16 @@ def _standard_promotion(
 
 
 def make_update(model: Model, optimizer: optax.GradientTransformation, leaves: ParamsPartition):
-    """update(params, opt_state, X, Y) -> (params, opt_state, loss): one pure step.
+    """update(params, opt_state, X, Y) -> (params, opt_state, loss, grads_finite): one
+    pure step.
 
     ``leaves`` (:func:`vmapcheck.core.state.partition` of the params) says which leaves
     are trained: the gradient is taken with respect to those only, and ``opt_state`` is
     ``optimizer.init(leaves.trainable(params))``. The declared state leaves are passed
     through untouched. X: (batch, in_features) or a batch pytree, batch axis 0; Y:
-    (batch, out_features).
+    (batch, out_features). ``grads_finite``: bool ``(len(leaves.trainable_names),)``,
+    whether each trainable leaf's gradient of this step is finite, in that order (read
+    by :func:`fit` at its evaluation steps only: no host sync per step).
     """
     loss = make_loss(model)
 
@@ -76,10 +80,87 @@ def make_update(model: Model, optimizer: optax.GradientTransformation, leaves: P
             return loss(leaves.merge(weights, state), features, targets)
 
         value, grads = jax.value_and_grad(trainable_loss)(trainable)
+        grads_finite = jnp.stack(
+            [jnp.all(jnp.isfinite(grads[name])) for name in leaves.trainable_names]
+        )
         updates, opt_state = optimizer.update(grads, opt_state, trainable)
-        return leaves.merge(optax.apply_updates(trainable, updates), state), opt_state, value
+        stepped = leaves.merge(optax.apply_updates(trainable, updates), state)
+        return stepped, opt_state, value, grads_finite
 
     return update
+
+
+# Where a NaN gradient under a finite forward usually comes from, and its fix: said by
+# the error that refuses such a run (train), and in docs/python-api.md.
+NAN_GRADIENT_CAUSE = (
+    "A usual cause: a jnp.where (or jnp.select, lax.select) whose untaken branch is NaN "
+    "or Inf on the masked values (jnp.sqrt, jnp.log or a division of them, "
+    "jnp.linalg.norm at 0): the forward is finite, but the untaken branch's gradient, "
+    "0 * NaN, is NaN. The fix is the 'double where' of the JAX FAQ "
+    "(https://docs.jax.dev/en/latest/faq.html#gradients-contain-nan-where-using-where): "
+    "make the masked values safe before the unsafe function too, e.g. "
+    "jnp.where(x > 0, jnp.sqrt(jnp.where(x > 0, x, 1.0)), 0.0). "
+    "vmapcheck.testing.check_batching(model, params, examples) names the leaf on a few rows"
+)
+
+
+def _non_finite_step(
+    model: Model,
+    leaves: ParamsPartition,
+    first_step: int,
+    losses: list[jax.Array],
+    finite: list[jax.Array],
+) -> None:
+    """Refuse the first of the steps ``first_step, first_step + 1, ...`` whose training
+    loss (``losses``: one scalar per step) or gradients (``finite``: one bool vector per
+    step, :func:`make_update`'s ``grads_finite``) are not finite: named, with the first
+    leaf. One transfer to the host for all of them.
+
+    Raises:
+        NonFiniteTrainingError: a step's loss or a gradient leaf is NaN or Inf.
+    """
+    if not losses:
+        return
+    # device_get of the lists: no stacking program to compile.
+    host_losses = np.asarray(jax.device_get(losses))
+    host_finite = np.asarray(jax.device_get(finite))
+    for offset, (value, flags) in enumerate(zip(host_losses, host_finite, strict=True)):
+        step = first_step + offset
+        bad = [name for name, ok in zip(leaves.trainable_names, flags, strict=True) if not ok]
+        if np.isfinite(value) and not bad:
+            continue
+        also = f", and of {len(bad) - 1} more: {', '.join(bad[1:])}" if bad[1:] else ""
+        refused = "Refused: no params are saved and the run does not pass as trained."
+        if not np.isfinite(value):
+            grads = f" (the gradient of params leaf {bad[0]!r} too{also})" if bad else ""
+            raise NonFiniteTrainingError(
+                f"model {model.name!r}: training step {step}: the training loss is "
+                f"{float(value)}{grads}: the forward gives NaN or Inf on this step's rows, "
+                f"or training diverged (try a lower train.learning_rate). {refused}"
+            )
+        raise NonFiniteTrainingError(
+            f"model {model.name!r}: training step {step}: the gradient of params leaf "
+            f"{bad[0]!r} is not finite (NaN or Inf){also}, while the training loss is "
+            f"finite ({float(value):.6g}). {refused} {NAN_GRADIENT_CAUSE}. To see the "
+            "check's verdict (and log it to MLflow) on the initial params instead: "
+            "train.steps=0"
+        )
+
+
+def _non_finite_params(model: Model, params: Params, what: str) -> None:
+    """Refuse ``params`` with a NaN or Inf leaf: the first named, in tree order, as
+    :func:`vmapcheck.params_io.check_finite` names it (count and first index)."""
+    try:
+        check_finite(leaf_paths(params), f"model {model.name!r}: the {what}")
+    except ArtifactError as exc:
+        # Every step's gradients were finite by then: a NaN in the params as given or
+        # drawn by init, or an update that overflowed on the last step (whose loss no
+        # later step computed).
+        raise NonFiniteTrainingError(
+            f"{exc}. Refused: no params are saved and the run does not pass as trained "
+            "(a NaN or Inf in the params as given or drawn by the model's init, or an "
+            "update that overflowed: try a lower train.learning_rate)"
+        ) from None
 
 
 def fit(
@@ -100,6 +181,10 @@ def fit(
         ConfigError: before any step, a params leaf that is not float and not declared
             as state, or a ``state_leaves`` entry that covers no leaf
             (:func:`vmapcheck.core.state.partition`).
+        NonFiniteTrainingError: a training step's loss or gradient is NaN or Inf (the
+            first such step and leaf named; checked at each evaluation step, every
+            step since the last one), or a chosen params leaf is.
+        NonFiniteOutputError: the validation loss is NaN or Inf at an evaluation step.
     """
     # Before anything is computed: an int leaf would otherwise crash jax.grad, unnamed.
     leaves = partition(model, params)
@@ -115,10 +200,22 @@ def fit(
         size = min(config.batch_size, n_train)
         # One key per step, each drawing that step's minibatch rows once.
         step_keys = jax.random.split(batches_key, config.steps)
+        # Each step's loss and per-leaf gradient finiteness, kept on the device and read
+        # at the evaluation steps: a NaN gradient (the untaken branch of a where) can
+        # leave the forward, and so the validation loss, finite while the params fill
+        # with NaN; it is refused at its step, before any params are chosen or saved.
+        losses: list[jax.Array] = []
+        finite: list[jax.Array] = []
         for step in range(1, config.steps + 1):
             rows = np.asarray(jax.random.choice(step_keys[step - 1], n_train, (size,), False))
-            params, opt_state, _ = update(params, opt_state, take(train_x, rows), train_y[rows])
+            params, opt_state, step_loss, grads_finite = update(
+                params, opt_state, take(train_x, rows), train_y[rows]
+            )
+            losses.append(step_loss)
+            finite.append(grads_finite)
             if step % config.eval_every == 0 or step == config.steps:
+                _non_finite_step(model, leaves, step - len(losses) + 1, losses, finite)
+                losses, finite = [], []
                 val_loss = float(loss(params, val_x, val_y))
                 if not np.isfinite(val_loss):
                     raise NonFiniteOutputError(
@@ -130,6 +227,8 @@ def fit(
                 if val_loss < best["val_loss"]:
                     best = {"step": step, "val_loss": val_loss, "params": params}
     chosen = best["params"]
+    # Whatever chose them (trained, or given and evaluated): never returned with a NaN.
+    _non_finite_params(model, chosen, "chosen params")
     metrics = {
         "trained": bool(model.trainable and config.steps > 0),
         "best_step": best["step"],

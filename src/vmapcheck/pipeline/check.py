@@ -7,6 +7,7 @@ check is diagnosed here (reports/diagnosis.json and .txt: the first stage, layer
 that diverge); a passed one writes a diagnosis that says "not needed".
 """
 
+from collections.abc import Mapping
 from typing import Any
 
 import jax.numpy as jnp
@@ -63,7 +64,7 @@ def _reference(config: Config, layout: Layout, record: dict, model, run_dtype) -
     }
 
 
-def gradients_line(grads: dict[str, Any], tolerance: dict[str, Any]) -> str:
+def gradients_line(grads: Mapping[str, Any], tolerance: Mapping[str, Any]) -> str:
     """The gradient check's line: the mean per-example gradient against the batch
     gradient, its bound ratio first (with the leaf where it is reached), then max_rel and
     max_abs; the loss; the NaN probe. ``grads``: check_details.json's ``gradients``."""
@@ -85,9 +86,18 @@ def gradients_line(grads: dict[str, Any], tolerance: dict[str, Any]) -> str:
         decided_by_atol=atol_decided(tolerance, grads.get("scale_at_worst")),
         cases=(grads.get("worst_pair"), leaf_of("max_rel"), leaf_of("max_abs")),
     )
+    # Said rather than left to the figures (None where a leaf is not finite): the leaves
+    # to look at first, and whether the planted NaN came out.
+    finite = grads.get("grads_finite", True) and grads.get("per_example_finite", True)
+    bad = grads.get("nonfinite_leaves")
+    grads_text = (
+        "" if finite else f"; gradients not finite (leaves: {', '.join(bad) if bad else '?'})"
+    )
+    masked = (grads.get("nan_probe") or {}).get("loss_finite", False)
     return (
         f"  {mark} gradients        mean per-example vs batch gradient (leaf by leaf): "
-        f"{figures}; loss {grads.get('loss'):.4g}; NaN target detected"
+        f"{figures}; loss {grads.get('loss'):.4g}{grads_text}; NaN target "
+        f"{'masked (the loss stayed finite)' if masked else 'detected'}"
     )
 
 

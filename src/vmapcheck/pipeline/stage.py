@@ -16,7 +16,7 @@ import yaml
 
 from vmapcheck.config import Config, read_params, validate_config
 from vmapcheck.core.runtime import enable_compile_cache
-from vmapcheck.errors import INTERRUPTED, ArtifactError, VmapcheckError, redacted_output
+from vmapcheck.errors import INTERRUPTED, ArtifactError, VmapcheckError, redact, redacted_output
 from vmapcheck.io import atomic_write_json, read_json
 from vmapcheck.layout import Layout
 from vmapcheck.pause import pause_point, set_stage
@@ -35,25 +35,31 @@ def write_stage_time(
     exit_code: int | None,
     params: dict[str, Any] | None = None,
     oom: dict[str, Any] | None = None,
+    error: str | None = None,
 ) -> None:
     """``reports/stages/<name>.json``: ``{"stage", "start", "end", "wall_s",
-    "exit_code", "params", "pid", "oom_kills"}``, times in seconds since the epoch;
+    "exit_code", "params", "pid", "oom_kills"}`` and, when the stage refused its work,
+    ``"error"``; times in seconds since the epoch;
     ``end``/``wall_s``/``exit_code`` None while the stage runs (and for ever when it is
     killed: :func:`killed_stage`); ``params``: what :func:`params_record` made of the
-    params.yaml the stage ran with; ``oom_kills``: :func:`oom_kills` when it started."""
-    atomic_write_json(
-        layout.stage_time(name),
-        {
-            "stage": name,
-            "start": start,
-            "end": end,
-            "wall_s": None if end is None else round(end - start, 3),
-            "exit_code": exit_code,
-            "params": params,
-            "pid": os.getpid(),
-            "oom_kills": oom,
-        },
-    )
+    params.yaml the stage ran with; ``oom_kills``: :func:`oom_kills` when it started;
+    ``error``: ``<type>: <message>`` of the error it stopped on (exit 2), what
+    ``vmapcheck summary`` shows of a failed stage (:func:`vmapcheck.running.failed_stages`)."""
+    record = {
+        "stage": name,
+        "start": start,
+        "end": end,
+        "wall_s": None if end is None else round(end - start, 3),
+        "exit_code": exit_code,
+        "params": params,
+        "pid": os.getpid(),
+        "oom_kills": oom,
+    }
+    if error is not None:
+        # Never a URL's credentials (a tracking store's error names its URI): the record
+        # is a DVC output, cached and shared like the others.
+        record["error"] = redact(error)
+    atomic_write_json(layout.stage_time(name), record)
 
 
 def text_sha256(text: str) -> str:
@@ -185,6 +191,7 @@ def _run_stage(name: str, body: StageBody, root: Path | None, compile_cache: boo
     start = time.time()
     timed = False
     code: int | None = None
+    error: str | None = None
     params: dict[str, Any] | None = None
     try:
         text, raw = read_params(layout.params_yaml)
@@ -209,6 +216,8 @@ def _run_stage(name: str, body: StageBody, root: Path | None, compile_cache: boo
         return code
     except VmapcheckError as exc:
         print(f"{name}: error: {exc}", file=sys.stderr)
+        # Kept in its record: DVC's own last line says only that the stage failed.
+        error = f"{type(exc).__name__}: {exc}"
         code = 2
         return code
     except Exception as exc:
@@ -218,11 +227,12 @@ def _run_stage(name: str, body: StageBody, root: Path | None, compile_cache: boo
         # The params leaves that share the key, when train could name them.
         shared_by = getattr(exc, "shared_by", None)
         where = f"; {shared_by}" if shared_by else ""
-        print(
-            f"{name}: error: a PRNG key was used twice ({first_line}){where}; each subkey "
-            "of the key stream (vmapcheck.core.keys) must feed exactly one random operation",
-            file=sys.stderr,
+        message = (
+            f"a PRNG key was used twice ({first_line}){where}; each subkey "
+            "of the key stream (vmapcheck.core.keys) must feed exactly one random operation"
         )
+        print(f"{name}: error: {message}", file=sys.stderr)
+        error = f"{type(exc).__name__}: {message}"
         code = 2
         return code
     except KeyboardInterrupt:
@@ -237,7 +247,7 @@ def _run_stage(name: str, body: StageBody, root: Path | None, compile_cache: boo
         return code
     finally:
         if timed:
-            write_stage_time(layout, name, start, time.time(), code, params, oom)
+            write_stage_time(layout, name, start, time.time(), code, params, oom, error)
         if name == LAST_STAGE:
             # The run is over, whatever its outcome: another may compose params.yaml.
             clear_running(layout)

@@ -15,7 +15,10 @@ wording when a check fails (docs/python-api.md):
 - every batch path against itself on the batch regrouped (rows reversed; split in
   halves: :mod:`vmapcheck.core.composition`);
 - the regression set's invalid inputs (:func:`vmapcheck.data.regression.regression_cases`,
-  built for the model's input contract) refused by every path, the problem named.
+  built for the model's input contract) refused by every path, the problem named;
+- the loss and its gradients (:func:`vmapcheck.core.gradients.gradient_probe`): finite,
+  the mean of the per-example gradients equal to the batch gradient, a NaN target not
+  masked (``gradients=False`` leaves them out).
 
 Nothing here judges anything itself: the cases are the pipeline's case kinds, the
 outputs come from :mod:`vmapcheck.core.forward` and the verdict from
@@ -42,6 +45,7 @@ from vmapcheck.testing.report import (
     SHOWN_FAILURES,
     BatchingCheckError,
     BatchingReport,
+    GradientFigures,
     PairFigures,
     build_report,
     diverging_from_plain,
@@ -54,8 +58,10 @@ from vmapcheck.testing.run import (
     build_cases,
     check_params,
     checked_examples,
+    checked_targets,
     float64_side,
     forward,
+    gradient_side,
     judge,
     select_paths,
 )
@@ -74,6 +80,7 @@ __all__ = [
     "SINGLE_VECTOR_CASE",
     "BatchingCheckError",
     "BatchingReport",
+    "GradientFigures",
     "PairFigures",
     "assert_batching_consistent",
     "check_batching",
@@ -167,6 +174,8 @@ def check_batching(
     atol: float | None = None,
     edge_cases: bool = False,
     fail_on: Iterable[str] | None = None,
+    gradients: bool = True,
+    targets: Any = None,
 ) -> BatchingReport:
     """Run the checks and return the report, passed or not (report first, then assert:
     :func:`assert_batching_consistent` raises on it). Arguments as there."""
@@ -175,7 +184,7 @@ def check_batching(
     import jax
     import jax.numpy as jnp
 
-    from vmapcheck.core.contract import output_contract_problem
+    from vmapcheck.core.contract import output_contract_problem, rows
     from vmapcheck.core.forms import cast_tree
     from vmapcheck.core.models import Model
 
@@ -184,6 +193,8 @@ def check_batching(
             f"model: expected a vmapcheck.core.models.Model (what a model factory returns, "
             f"docs/own-model.md), got {type(model).__name__}"
         )
+    if not isinstance(gradients, bool):
+        raise ConfigError(f"gradients: expected True or False, got {gradients!r}")
     config = precision_config(precision, rtol=rtol, atol=atol)
     verdict = verdict_config(fail_on)
     selected = select_paths(model, paths)
@@ -200,11 +211,19 @@ def check_batching(
         problem = output_contract_problem(model, cast_tree(params, dtype), x)
         if problem:
             raise ConfigError(f"model {model.name!r}: {problem}")
+        # Validated even when gradients=False: a wrong argument is named, not ignored.
+        y = checked_targets(model, targets, rows(x), dtype)
         cases = build_cases(model, x, dtype, selected, edge_cases)
-        outputs, regrouped, record = forward(model, params, cases, dtype, selected)
+        # The forward stage's gradient probe, at the run's numerics: one compile.
+        grad_arrays, grad_record = (
+            gradient_side(model, params, x, y, dtype) if gradients else (None, None)
+        )
+        outputs, regrouped, record = forward(model, params, cases, dtype, selected, grad_record)
     oracle, magnitudes = float64_side(model, params, cases, config)
-    details = judge(model, config, verdict, cases, outputs, regrouped, record, oracle, magnitudes)
-    return build_report(model, config, details, selected)
+    details = judge(
+        model, config, verdict, cases, outputs, regrouped, record, oracle, magnitudes, grad_arrays
+    )
+    return build_report(model, config, details, selected, gradients=gradients)
 
 
 def assert_batching_consistent(
@@ -218,6 +237,8 @@ def assert_batching_consistent(
     atol: float | None = None,
     edge_cases: bool = False,
     fail_on: Iterable[str] | None = None,
+    gradients: bool = True,
+    targets: Any = None,
 ) -> BatchingReport:
     """Assert that ``model``'s forward paths agree on ``examples``, as the pipeline checks.
 
@@ -247,6 +268,17 @@ def assert_batching_consistent(
             ``contract``: :data:`vmapcheck.check.kinds.FINDING_KINDS`), as the pipeline's
             ``verdict.fail_on``; None: every kind. A kind left out is still reported in
             ``report.findings`` and the summary, as a finding that does not fail.
+        gradients: also check the model's loss and gradients as the pipeline's
+            ``forward`` and ``check`` stages do (on by default): the loss (mean squared
+            error of ``forward_one`` against ``targets``, its mean over the examples)
+            and its gradient with respect to the trainable leaves (declared state
+            leaves held fixed) finite, the mean of the per-example gradients equal to
+            the batch gradient at ``tolerance``, leaf by leaf, and a NaN planted in one
+            target not masked. A NaN from the untaken branch of a ``jnp.where`` (or
+            ``jnp.select``, ``lax.select``) shows here only: the forward is finite.
+            False: left out (the report says so).
+        targets: the loss's targets, a float array ``(n, out_features)``, batch axis 0,
+            finite; None: zeros. Cast to the precision's dtype.
 
     Returns:
         The :class:`BatchingReport`, every check passed: per-pair worst figures, the
@@ -262,12 +294,15 @@ def assert_batching_consistent(
         ConfigError: ``model`` is no Model or returns outputs off its contract (a
             tuple, another shape, a non-float dtype: found from shapes, before any
             compute), ``precision`` no shipped option, an
-            ``rtol``/``atol`` refused, or ``paths`` names a path that is unknown or that
-            the model does not provide.
+            ``rtol``/``atol`` refused, ``paths`` names a path that is unknown or that
+            the model does not provide, ``gradients`` is not a bool, or (with
+            ``gradients``) a params leaf is neither float nor declared state
+            (:func:`vmapcheck.core.state.partition`, as ``train`` refuses it).
         ArtifactError: ``params`` do not match the model's params (the leaf named,
             expected and found shape), or hold NaN/Inf.
         InvalidInputError: ``examples`` do not match the model's input contract (the leaf
-            named, expected and found).
+            named, expected and found), or ``targets`` are not a finite float array
+            ``(n, out_features)`` (named, expected and found).
         UnsupportedVersionError: the installed jax or jaxlib is outside the range
             vmapcheck supports (:mod:`vmapcheck.versions`; named, with the range).
     """
@@ -282,6 +317,8 @@ def assert_batching_consistent(
         atol=atol,
         edge_cases=edge_cases,
         fail_on=fail_on,
+        gradients=gradients,
+        targets=targets,
     )
     if not report.passed:
         raise BatchingCheckError(report)

@@ -76,6 +76,67 @@ class FindingLine:
 
 
 @dataclass(frozen=True)
+class GradientFigures:
+    """The loss and gradient check (``gradients=True``), as the pipeline's check judges
+    the forward stage's gradient probe (:func:`vmapcheck.core.gradients.gradient_probe`)
+    on the caller's examples.
+
+    ``checked``: False when ``gradients=False`` left it out (every other figure None or
+    empty). ``passed``: the loss and every gradient finite, the mean of the
+    per-example gradients within ``tolerance`` of the batch gradient on every leaf, and
+    the NaN planted in one target not masked. ``loss``: the mean squared error of
+    ``forward_one`` against the targets over the examples; ``loss_finite``,
+    ``grads_finite`` (the batch gradient), ``per_example_finite`` (the per-example
+    gradients under vmap); ``nonfinite_leaves``: the trainable leaves whose gradients
+    hold NaN or Inf, in tree order. ``leaves``: leaf -> ``{"bound_ratio", "max_rel",
+    "max_abs", "passed"}`` of the per-example mean against the batch gradient;
+    ``worst_leaf`` the leaf of the largest ``bound_ratio`` (at most 1 when they agree),
+    ``max_rel`` / ``max_abs`` the largest over the leaves.
+    """
+
+    checked: bool
+    passed: bool
+    loss: float | None = None
+    loss_finite: bool | None = None
+    grads_finite: bool | None = None
+    per_example_finite: bool | None = None
+    nonfinite_leaves: tuple[str, ...] = ()
+    leaves: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    worst_leaf: str | None = None
+    bound_ratio: float | None = None
+    max_rel: float | None = None
+    max_abs: float | None = None
+
+
+# The summary's line when gradients=False left the check out.
+GRADIENTS_NOT_CHECKED = "  -    gradients: not checked (gradients=False)"
+
+
+def _gradient_figures(details: CheckDetails, checked: bool) -> GradientFigures:
+    grads = details["gradients"]
+    if not checked or grads.get("status") == "not run":
+        return GradientFigures(checked=False, passed=bool(grads["passed"]))
+    leaves = grads.get("per_example_vs_batch") or {}
+    return GradientFigures(
+        checked=True,
+        passed=bool(grads["passed"]),
+        loss=grads.get("loss"),
+        loss_finite=grads.get("loss_finite"),
+        grads_finite=grads.get("grads_finite"),
+        per_example_finite=grads.get("per_example_finite"),
+        nonfinite_leaves=tuple(grads.get("nonfinite_leaves") or ()),
+        leaves={
+            leaf: {k: r.get(k) for k in ("bound_ratio", "max_rel", "max_abs", "passed")}
+            for leaf, r in leaves.items()
+        },
+        worst_leaf=grads.get("worst_pair"),
+        bound_ratio=grads.get("bound_ratio"),
+        max_rel=grads.get("max_rel"),
+        max_abs=grads.get("max_abs"),
+    )
+
+
+@dataclass(frozen=True)
 class BatchingReport:
     """What :func:`assert_batching_consistent` found (returned when every check passed).
 
@@ -99,6 +160,9 @@ class BatchingReport:
             path's outputs on the regrouped batch against its own on the batch as given,
             over the examples' cases; ``edge_composition`` the same over the edge cases.
         refused / invalid_total: invalid inputs refused by every path, of how many.
+        gradients: the loss and gradient check (:class:`GradientFigures`): finite loss
+            and gradients, the worst per-example-vs-batch figure by leaf; its
+            ``checked`` is False with ``gradients=False``.
         failures: every failed check, in the pipeline's wording (the lines of the
             findings that fail).
         findings: every finding, failing or reported, each with its kind
@@ -136,6 +200,10 @@ class BatchingReport:
             if f.fails:
                 counts[f.kind] = counts.get(f.kind, 0) + 1
         return counts
+
+    gradients: GradientFigures = field(
+        default_factory=lambda: GradientFigures(checked=False, passed=True)
+    )
 
     @property
     def worst(self) -> PairFigures | None:
@@ -267,7 +335,9 @@ def diverging_from_plain(details: CheckDetails) -> list[str]:
     return [name for name in PATHS if name in found]
 
 
-def _summary(model: Model, details: CheckDetails, precision: PrecisionConfig) -> str:
+def _summary(
+    model: Model, details: CheckDetails, precision: PrecisionConfig, gradients: bool = True
+) -> str:
     """The verdict as the pipeline prints it (``vmapcheck summary``; the composition line
     as the check stage prints it), without what this API does not run (reference,
     benchmark, MLflow), with the first diverging pair named."""
@@ -318,6 +388,13 @@ def _summary(model: Model, details: CheckDetails, precision: PrecisionConfig) ->
         composition_line(name, by_path) for name, by_path in details.get("composition", {}).items()
     ]
     lines.append(refusals_line(details["negative"]))
+    # The check stage's gradient line (the loss, the per-example mean against the batch
+    # gradient), or why there is none.
+    from vmapcheck.pipeline.check import gradients_line
+
+    grads = details["gradients"]
+    not_run = not gradients or grads.get("status") == "not run"
+    lines.append(GRADIENTS_NOT_CHECKED if not_run else gradients_line(grads, tol))
     findings = details.get("findings", [])
     lines += [f"  {line}" for line in finding_lines(details, SHOWN_FAILURES)]
     if len(findings) > SHOWN_FAILURES:
@@ -329,8 +406,14 @@ def _summary(model: Model, details: CheckDetails, precision: PrecisionConfig) ->
 
 
 def build_report(
-    model: Model, precision: PrecisionConfig, details: CheckDetails, selected: Sequence[str]
+    model: Model,
+    precision: PrecisionConfig,
+    details: CheckDetails,
+    selected: Sequence[str],
+    gradients: bool = True,
 ) -> BatchingReport:
+    """The report of one check; ``gradients``: whether the loss and gradients were
+    checked (``gradients=False`` says so in the summary)."""
     examples, edges = _groups(details)
     negative = details["negative"]
     return BatchingReport(
@@ -347,7 +430,7 @@ def build_report(
         refused=sum(bool(n["passed"]) for n in negative.values()),
         invalid_total=len(negative),
         failures=tuple(details["failures"]),
-        summary=_summary(model, details, precision),
+        summary=_summary(model, details, precision, gradients),
         details=details,
         edge_pairs=_pair_figures(details, edges),
         edge_oracle=_oracle_figures(details, edges),
@@ -355,4 +438,5 @@ def build_report(
         findings=tuple(
             FindingLine(f["kind"], f["line"], f["fails"]) for f in details.get("findings", [])
         ),
+        gradients=_gradient_figures(details, gradients),
     )

@@ -20,7 +20,7 @@ if TYPE_CHECKING:
 
     from vmapcheck.check.schema import CheckDetails
     from vmapcheck.core.models import Model, Params
-    from vmapcheck.core.record import ForwardRecord
+    from vmapcheck.core.record import ForwardRecord, GradientProbe
 
 # The case names: the user's batch, its first row as a batch of one and unbatched. The
 # last two are the names the check compares a vector case with
@@ -94,6 +94,75 @@ def checked_examples(model: Model, examples: Any, dtype: Any) -> Any:
     except InvalidInputError as exc:
         raise InvalidInputError(f"examples: {exc}", reason=exc.reason) from None
     return x
+
+
+def checked_targets(model: Model, targets: Any, n: int, dtype: Any) -> Any:
+    """The loss's targets at the run's dtype: ``targets`` validated, or zeros.
+
+    ``targets``: None (zeros: the loss is then the mean square of the outputs, whose
+    gradient reaches every leaf the output depends on), or a float array ``(n,
+    out_features)``, batch axis 0, every value finite; cast to ``dtype`` as the examples
+    are.
+
+    Raises:
+        InvalidInputError: ``targets`` is no float array of that shape, or holds NaN or
+            Inf (named: ``targets``, what was expected and what was found).
+    """
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+
+    from vmapcheck.errors import InvalidInputError
+
+    expected = (n, model.out_features)
+    if targets is None:
+        return jnp.zeros(expected, dtype)
+    if not isinstance(targets, np.ndarray | jax.Array):
+        raise InvalidInputError(
+            f"targets: expected an array {expected} (numpy or JAX, batch axis 0: one row "
+            f"of out_features={model.out_features} per example), got {type(targets).__name__}",
+            reason="type",
+        )
+    if tuple(targets.shape) != expected:
+        raise InvalidInputError(
+            f"targets: expected shape {expected} (one row per example, out_features="
+            f"{model.out_features}), got {tuple(targets.shape)}",
+            reason="shape",
+        )
+    if not jnp.issubdtype(targets.dtype, jnp.floating):
+        raise InvalidInputError(
+            f"targets: expected a float dtype (cast to {jnp.dtype(dtype).name}), got "
+            f"{targets.dtype}",
+            reason="dtype",
+        )
+    host = np.asarray(targets, dtype=np.float64)  # exact for every float dtype
+    if not np.all(np.isfinite(host)):
+        row, col = (int(i) for i in np.argwhere(~np.isfinite(host))[0])
+        raise InvalidInputError(
+            f"targets: expected finite values, got {host[row, col]} at row {row}, column {col}",
+            reason="non_finite_input",
+        )
+    return jnp.asarray(targets, dtype=dtype)
+
+
+def gradient_side(
+    model: Model, params: Params, x: Any, targets: Any, dtype: Any
+) -> tuple[dict[str, np.ndarray], GradientProbe]:
+    """The forward stage's gradient probe (:func:`vmapcheck.core.gradients.gradient_probe`)
+    on the examples: the model's loss (the mean squared error of ``forward_one`` against
+    ``targets``), its gradient with respect to the trainable leaves (the declared state
+    leaves held fixed, as ``train`` holds them), the per-example gradients under vmap and
+    a NaN planted in one target. ``x``: the checked examples, batch axis 0; ``targets``:
+    ``(n, out_features)`` at ``dtype``. Returns (arrays, record) as the forward stage
+    stores them, the record naming its case (``examples``)."""
+    from vmapcheck.core.contract import rows
+    from vmapcheck.core.forms import cast_tree
+    from vmapcheck.core.gradients import gradient_probe
+
+    arrays, record = gradient_probe(model, cast_tree(params, dtype), x, targets)
+    record["rows"] = rows(x)
+    record["case"] = EXAMPLES_CASE
+    return arrays, record
 
 
 def _array_or_dict(x: Any) -> bool:
@@ -192,8 +261,11 @@ def forward(
     cases: dict[str, dict[str, Any]],
     dtype: Any,
     selected: Sequence[str],
+    gradients: GradientProbe | None = None,
 ) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray], ForwardRecord]:
-    """The forward stage on ``cases``: (outputs, regrouped outputs, forward record)."""
+    """The forward stage on ``cases``: (outputs, regrouped outputs, forward record).
+    ``gradients``: the gradient probe's record (:func:`gradient_side`), or None: not run
+    (``gradients=False``)."""
     import jax
 
     from vmapcheck.core.forms import data_mesh
@@ -227,7 +299,7 @@ def forward(
         not_provided=skipped,
         sharded=describe_distributed(model, mesh) if distributed else None,
         reference={"status": "missing", "message": "the Python API compares no reference"},
-        gradients=None,
+        gradients=gradients,
         cases=per_case,
         composition=composition,
     )
@@ -285,8 +357,11 @@ def judge(
     record: ForwardRecord,
     oracle: dict[str, Any] | None,
     magnitudes: dict[str, Any] | None,
+    gradients: dict[str, np.ndarray] | None = None,
 ) -> CheckDetails:
-    """The check stage's verdict (:func:`vmapcheck.check.checks.run_checks`)."""
+    """The check stage's verdict (:func:`vmapcheck.check.checks.run_checks`).
+    ``gradients``: the gradient probe's arrays (judged with ``record["gradients"]``), or
+    None: not judged."""
     from vmapcheck.check.checks import run_checks
     from vmapcheck.config import Config, ModelConfig, ReferenceConfig
 
@@ -317,4 +392,5 @@ def judge(
         oracle=oracle,
         magnitudes=magnitudes,
         composition=regrouped,
+        gradients=gradients,
     )

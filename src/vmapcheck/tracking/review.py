@@ -16,7 +16,7 @@ from vmapcheck.errors import ArtifactError
 from vmapcheck.io import read_json
 from vmapcheck.layout import Layout
 from vmapcheck.report.summary import summarize
-from vmapcheck.running import killed_stages
+from vmapcheck.running import failed_stages, killed_stages
 from vmapcheck.tracking.ui import run_url, ui_base
 
 
@@ -69,8 +69,9 @@ def run_summary(layout: Layout, repro_status: int = 0) -> int:
             "error above), the figures below are from an earlier run: `dvc status` lists "
             "what is stale."
         )
-    # A stage the system killed (out of memory: DVC says only "exited with -9") is named.
-    for line in killed_stages(layout):
+    # A stage the system killed (out of memory: DVC says only "exited with -9") is named,
+    # and a stage that stopped on an error (train refusing NaN params) says why.
+    for line in killed_stages(layout) + failed_stages(layout):
         print(f"summary: {line}")
     try:
         print(summarize(layout, tracked_lines(layout)))
