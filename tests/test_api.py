@@ -450,7 +450,8 @@ def test_a_model_that_silently_accepts_bad_input_is_still_refused_and_non_finite
     # ... and the NaN it computes on valid examples is found on every path run.
     # On every path alike, row by row: a model fault, named once, with its rows.
     assert "on every path: the model computes it, not the batching" in str(caught.value)
-    assert report.kinds == {"model": 3}  # examples, single, single_vector
+    # examples, single, single_vector; and the loss and gradients the NaN reaches.
+    assert set(report.kinds) == {"model"}
     assert report.failures[0].startswith("examples: non-finite output on row")
     assert "direct_eager-vs-direct_jit" in str(report.pairs)
     assert report.not_run["vmap_jit"].startswith("not run: left out by paths=")
