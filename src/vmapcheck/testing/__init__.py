@@ -37,6 +37,7 @@ from pydantic import ValidationError
 
 from vmapcheck.config import PrecisionConfig
 from vmapcheck.config import describe_errors as _describe
+from vmapcheck.core.bitwise import PathBitwise, check_mode
 from vmapcheck.errors import ConfigError
 from vmapcheck.testing.report import (
     SHOWN_FAILURES,
@@ -75,6 +76,7 @@ __all__ = [
     "BatchingCheckError",
     "BatchingReport",
     "PairFigures",
+    "PathBitwise",
     "assert_batching_consistent",
     "check_batching",
     "diverging_from_plain",
@@ -152,6 +154,7 @@ def check_batching(
     rtol: float | None = None,
     atol: float | None = None,
     edge_cases: bool = False,
+    bitwise: str = "report",
 ) -> BatchingReport:
     """Run the checks and return the report, passed or not (report first, then assert:
     :func:`assert_batching_consistent` raises on it). Arguments as there."""
@@ -170,6 +173,7 @@ def check_batching(
             f"docs/own-model.md), got {type(model).__name__}"
         )
     config = precision_config(precision, rtol=rtol, atol=atol)
+    mode = check_mode(bitwise, "bitwise")
     selected = select_paths(model, paths)
     # The run's numerics as the forward stage pins them (configure_jax), but scoped to
     # this call: a test suite's other tests keep their own x64 and matmul settings.
@@ -185,9 +189,9 @@ def check_batching(
         if problem:
             raise ConfigError(f"model {model.name!r}: {problem}")
         cases = build_cases(model, x, dtype, selected, edge_cases)
-        outputs, regrouped, record = forward(model, params, cases, dtype, selected)
+        outputs, regrouped, record = forward(model, params, cases, dtype, selected, mode)
     oracle, magnitudes = float64_side(model, params, cases, config)
-    details = judge(model, config, cases, outputs, regrouped, record, oracle, magnitudes)
+    details = judge(model, config, cases, outputs, regrouped, record, oracle, magnitudes, mode)
     return build_report(model, config, details, selected)
 
 
@@ -201,6 +205,7 @@ def assert_batching_consistent(
     rtol: float | None = None,
     atol: float | None = None,
     edge_cases: bool = False,
+    bitwise: str = "report",
 ) -> BatchingReport:
     """Assert that ``model``'s forward paths agree on ``examples``, as the pipeline checks.
 
@@ -226,6 +231,13 @@ def assert_batching_consistent(
             zeros, boundary (the examples' min and max), large-magnitude, subnormal and
             duplicate-row batches, built from the examples as the pipeline builds them
             from its table.
+        bitwise: bitwise batch invariance (docs/checks.md, "Bitwise batch
+            invariance"): ``"report"`` measures it on the examples (each row alone,
+            permuted and split against the batch, each path against the loop, the first
+            operation where the bits part) into :attr:`BatchingReport.bitwise` and the
+            summary, never failing; ``"require"`` also fails every batch path that is
+            not bitwise; ``"off"`` does not measure it (it runs each row alone on
+            every path).
 
     Returns:
         The :class:`BatchingReport`, every check passed: per-pair worst figures, the
@@ -260,6 +272,7 @@ def assert_batching_consistent(
         rtol=rtol,
         atol=atol,
         edge_cases=edge_cases,
+        bitwise=bitwise,
     )
     if not report.passed:
         raise BatchingCheckError(report)

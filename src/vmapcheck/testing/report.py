@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from vmapcheck.check.schema import CheckDetails
 from vmapcheck.config import PrecisionConfig
+from vmapcheck.core.bitwise import PathBitwise, marked_line, per_path
 from vmapcheck.core.cases import kind_of
 
 if TYPE_CHECKING:
@@ -86,6 +87,9 @@ class BatchingReport:
         summary: the verdict as text (the lines an AssertionError shows).
         details: the check's whole report, as ``reports/check_details.json`` holds it
             for a pipeline run (:class:`vmapcheck.check.schema.CheckDetails`).
+        bitwise: batch path -> :class:`~vmapcheck.core.bitwise.PathBitwise`, its bitwise
+            batch invariance on the examples (empty with ``bitwise="off"``); the whole
+            measurement, argmax flips over every path included, is ``details["bitwise"]``.
     """
 
     passed: bool
@@ -106,6 +110,7 @@ class BatchingReport:
     edge_pairs: Mapping[str, PairFigures] = field(default_factory=dict)
     edge_oracle: Mapping[str, float] = field(default_factory=dict)
     edge_composition: Mapping[str, Mapping[str, float | None]] = field(default_factory=dict)
+    bitwise: Mapping[str, PathBitwise] = field(default_factory=dict)
 
     @property
     def worst(self) -> PairFigures | None:
@@ -287,6 +292,8 @@ def _summary(model: Model, details: CheckDetails, precision: PrecisionConfig) ->
         composition_line(name, by_path) for name, by_path in details.get("composition", {}).items()
     ]
     lines.append(refusals_line(details["negative"]))
+    if "bitwise" in details:
+        lines.append(marked_line(details["bitwise"]))
     failures = details["failures"]
     lines += [f"  failure: {failure}" for failure in failures[:SHOWN_FAILURES]]
     if len(failures) > SHOWN_FAILURES:
@@ -321,4 +328,5 @@ def build_report(
         edge_pairs=_pair_figures(details, edges),
         edge_oracle=_oracle_figures(details, edges),
         edge_composition=_composition_figures(details, edges),
+        bitwise=per_path(details["bitwise"]) if "bitwise" in details else {},
     )

@@ -192,10 +192,14 @@ def forward(
     cases: dict[str, dict[str, Any]],
     dtype: Any,
     selected: Sequence[str],
+    bitwise: str = "report",
 ) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray], ForwardRecord]:
-    """The forward stage on ``cases``: (outputs, regrouped outputs, forward record)."""
+    """The forward stage on ``cases``: (outputs, regrouped outputs, forward record);
+    with ``bitwise`` other than "off", the bitwise batch invariance of the examples
+    (:mod:`vmapcheck.core.bitwise`, every row alone: no budget) in the record."""
     import jax
 
+    from vmapcheck.core.bitwise import check_mode, measure_case
     from vmapcheck.core.forms import data_mesh
     from vmapcheck.core.forward import build_all, run_composition, run_forward
     from vmapcheck.core.paths import PATHS, describe_distributed, not_provided
@@ -221,8 +225,9 @@ def forward(
         },
     }
     distributed = any(PATHS[name].distributed for name in selected)
+    runtime = runtime_info(jax.default_backend()).as_dict()
     record = forward_record(
-        runtime=runtime_info(jax.default_backend()).as_dict(),
+        runtime=runtime,
         dtype=str(dtype),
         not_provided=skipped,
         sharded=describe_distributed(model, mesh) if distributed else None,
@@ -230,6 +235,19 @@ def forward(
         gradients=None,
         cases=per_case,
         composition=composition,
+        bitwise=None
+        if check_mode(bitwise) == "off"
+        else measure_case(
+            model,
+            params,
+            cases,
+            EXAMPLES_CASE,
+            dtype,
+            built["batch"],
+            outputs,
+            regrouped,
+            runtime=runtime,
+        ),
     )
     return outputs, regrouped, record
 
@@ -284,8 +302,10 @@ def judge(
     record: ForwardRecord,
     oracle: dict[str, Any] | None,
     magnitudes: dict[str, Any] | None,
+    bitwise: str = "report",
 ) -> CheckDetails:
-    """The check stage's verdict (:func:`vmapcheck.check.checks.run_checks`)."""
+    """The check stage's verdict (:func:`vmapcheck.check.checks.run_checks`;
+    ``bitwise``: its mode for bitwise batch invariance)."""
     from vmapcheck.check.checks import run_checks
     from vmapcheck.config import Config, ModelConfig, ReferenceConfig
 
@@ -315,4 +335,5 @@ def judge(
         oracle=oracle,
         magnitudes=magnitudes,
         composition=regrouped,
+        bitwise=bitwise,
     )
