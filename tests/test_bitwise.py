@@ -236,3 +236,54 @@ def test_argmax_flips_need_class_outputs():
     a = np.array([[1.0, 1.0], [0.0, 1.0]], np.float32)
     b = np.array([[1.0, np.nextafter(np.float32(1.0), np.float32(2.0))], [0.0, 1.0]])
     assert bitwise.argmax_flips(a, b.astype(np.float32)).tolist() == [True, False]
+
+
+# --- the pipeline: forward measures, check reports, the summary, HTML and MLflow show ---
+
+
+@pytest.mark.stages
+def test_the_pipeline_reports_bitwise_batch_invariance(tmp_path):
+    from tests.helpers.inprocess import run_stages, write_params
+    from vmapcheck.check.schema import read_check_details, read_record
+    from vmapcheck.core.paths import batch_paths
+    from vmapcheck.layout import Layout
+    from vmapcheck.report.check_sections import bitwise as html_section
+    from vmapcheck.report.summary import summarize
+    from vmapcheck.tracking.log import bitwise_metrics
+
+    write_params(
+        tmp_path,
+        "data.n_rows=240",
+        "data.standard_batch=8",
+        "reference.required=false",
+        "train.steps=0",
+        "backend.num_devices=2",
+    )
+    run_stages(tmp_path, "prepare", "train", "forward", "check")
+    layout = Layout(tmp_path)
+    assert "bitwise" in read_record(layout.record)
+    check = read_check_details(layout.check_details)  # read back typed, every key
+    section = check["bitwise"]
+    assert section["mode"] == "report" and section["passed"]
+    assert section["case"] == "standard" and section["rows"] == 8
+    assert set(section["paths"]) == {p.name for p in batch_paths()}
+    # Reported, never failed: the check's verdict is the tolerance's.
+    assert not any(f.startswith("bitwise/") for f in check["failures"])
+    line = next(x for x in summarize(layout).splitlines() if "bitwise (" in x)
+    assert line.startswith("  -    bitwise (cpu, standard, reported): ")
+    for name, p in section["paths"].items():
+        assert (name in line) and p["compositions"]["alone"]["rows"] == 8
+    html = html_section(check)
+    assert html["measured"] and len(html["table"]["rows"]) == len(section["paths"])
+    # The whole page, the pipeline's section in a report the HTML tests build.
+    from tests.test_html_report import make_inputs, parse
+    from vmapcheck.report.html import render_report
+
+    shown, bench, train, _ = make_inputs(failed=False)
+    page = parse(render_report({**shown, "bitwise": section}, bench, train, None))
+    table = page.rows["bitwise-table"]
+    assert [row[0] for row in table[1:]] == list(section["paths"])
+    assert "reported, never failed" in page.text("bitwise")
+    metrics = bitwise_metrics(check)
+    assert metrics["bitwise/paths_bitwise"] == sum(p["bitwise"] for p in section["paths"].values())
+    assert {f"bitwise/{name}/max_ulp" for name in section["paths"]} <= set(metrics)

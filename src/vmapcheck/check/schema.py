@@ -184,8 +184,10 @@ class BitwiseFirstOp(TypedDict):
     equation: int | None  # index among the equations walked (calls walked into)
     primitive: str | None
     source: str | None  # the user's line, as JAX records it
-    layer: str | None
+    layer: str | None  # the first layer whose row parts (None: none, or no layers)
     why: str
+    # The layer was found running the path compiled (a jit path), the equation op by op.
+    layer_compiled: NotRequired[bool]
 
 
 class BitwisePathReport(TypedDict):

@@ -511,12 +511,14 @@ def _first(name: str, model: Model, params: Params, x: Any, row: int) -> Bitwise
     else:
         found = first_operation(form, params, x, row)
     # The layer too, as context for an equation (its source line may be a shared helper),
-    # or in place of it.
+    # or in place of it. It runs as the path runs: for a jit path, compiled, where the
+    # walk went op by op (fusion may part the bits at an earlier layer there).
     layer, per_layer = first_layer(name, model, params, x, row)
+    compiled = PATHS[name].jit
     if found["found_at"] == "jaxpr":
-        return {**found, "layer": layer if per_layer else None}
+        return {**found, "layer": layer if per_layer else None, "layer_compiled": compiled}
     if layer is not None:
-        return {**found, "found_at": "layer", "layer": layer}
+        return {**found, "found_at": "layer", "layer": layer, "layer_compiled": compiled}
     return found
 
 
@@ -524,15 +526,21 @@ def _first(name: str, model: Model, params: Params, x: Any, row: int) -> Bitwise
 
 
 def first_op_text(first: BitwiseFirstOp | None) -> str:
-    """``dot_general in layers[1] (models.py:189:11 (mlp_forward_one))``, ``layer
-    layers[0]``, or "" (bitwise, or not located): the source's folders left out."""
+    """``dot_general in layers[1] (models.py:189:11 (mlp_forward_one))`` (an eager path:
+    the walk and the layers ran alike), ``dot_general (linear.py:422:8 (...)) op by op,
+    layer pool compiled`` (a jit path: the walk is op by op, the layers ran compiled),
+    ``layer layers[0]``, or "" (bitwise, or not located): the source's folders left
+    out."""
     if first is None:
         return ""
     if first["found_at"] == "jaxpr":
-        layer = f" in {first['layer']}" if first.get("layer") else ""
         source = first.get("source") or ""
         shown = f" ({source.rsplit('/', 1)[-1]})" if source else ""
-        return f"{first['primitive']}{layer}{shown}"
+        layer = first.get("layer")
+        if layer and first.get("layer_compiled"):
+            # Two runs: the equation op by op, the layer compiled; each said as such.
+            return f"{first['primitive']}{shown} op by op, layer {layer} compiled"
+        return f"{first['primitive']}{f' in {layer}' if layer else ''}{shown}"
     if first["found_at"] == "layer":
         return f"layer {first['layer']}"
     return ""
