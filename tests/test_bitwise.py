@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from vmapcheck.core import bitwise
-from vmapcheck.core.models import Model
+from vmapcheck.core.models import Model, no_tap, recorded
 from vmapcheck.errors import ConfigError
 from vmapcheck.testing import BatchingCheckError, assert_batching_consistent, check_batching
 
@@ -96,6 +96,37 @@ SPLIT = Model(
     forward_one=dot_one,
     forward_batch=dot_batch,
     init=init,
+)
+
+
+# --- planted, with layers: the split sum after an elementwise layer, both tapped ---------
+
+
+def tapped_one(params, x, tap=no_tap):
+    """x (FEATURES,) -> (2,): the layer "scaled" = x * w, then its sum twice."""
+    h = tap("scaled", x * params["w"])
+    s = jnp.sum(h)
+    return jnp.stack([s, s])
+
+
+def tapped_batch(params, batch, tap=no_tap):
+    """The batch form: "scaled", then its sum split at split_at(rows) (a dot with ones)."""
+    h = tap("scaled", batch * params["w"][None, :])
+    k = split_at(batch.shape[0])
+    ones = jnp.ones((FEATURES,), h.dtype)
+    s = h[:, :k] @ ones[:k] + h[:, k:] @ ones[k:]
+    return jnp.stack([s, s], axis=1)
+
+
+TAPPED = Model(
+    name="tapped_split",
+    in_features=FEATURES,
+    out_features=CLASSES,
+    forward_one=tapped_one,
+    forward_batch=tapped_batch,
+    init=init,
+    activations_one=recorded(tapped_one, "output"),
+    activations_batch=recorded(tapped_batch, "output"),
 )
 
 
@@ -195,6 +226,20 @@ def test_an_unknown_mode_is_refused_naming_the_keyword(params):
     expected = r"bitwise: expected one of 'report', 'require', 'off', got 'strict'"
     with pytest.raises(ConfigError, match=expected):
         check_batching(ELEMENTWISE, params, examples(), bitwise="strict")
+
+
+def test_the_first_op_names_its_layer_from_the_models_activations(params):
+    report = check_batching(
+        TAPPED, params, examples(SPLIT_ROWS), paths=["loop_eager", "direct_eager"]
+    )
+    direct = report.details["bitwise"]["paths"]["direct_eager"]
+    assert not direct["bitwise"]
+    first = direct["first_op"]
+    assert first is not None and first["found_at"] == "jaxpr"
+    # "scaled" is the same bits in any batch; the split sum after it is where they part.
+    assert (first["primitive"], first["layer"]) == ("dot_general", "output")
+    assert "layer_as_run" not in first  # eager: op by op is how the path runs
+    assert report.bitwise["direct_eager"].first_op.startswith("dot_general in output (")
 
 
 # --- the module's parts, called directly -------------------------------------------------

@@ -184,10 +184,12 @@ class BitwiseFirstOp(TypedDict):
     equation: int | None  # index among the equations walked (calls walked into)
     primitive: str | None
     source: str | None  # the user's line, as JAX records it
-    layer: str | None  # the first layer whose row parts (None: none, or no layers)
+    # The first layer whose row parts, op by op as the walk runs (with "jaxpr"), or as
+    # the path runs (with "layer"); None: none, or the model exposes no layers.
+    layer: str | None
     why: str
-    # The layer was found running the path compiled (a jit path), the equation op by op.
-    layer_compiled: NotRequired[bool]
+    # With "jaxpr": the first layer as the path runs (compiled), where it is not `layer`.
+    layer_as_run: NotRequired[str | None]
 
 
 class BitwisePathReport(TypedDict):

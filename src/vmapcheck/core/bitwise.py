@@ -291,13 +291,17 @@ def first_operation(form: Forward, params: Params, x: Any, row: int) -> BitwiseF
 
 
 def first_layer(
-    path_name: str, model: Model, params: Params, x: Any, row: int
+    path_name: str, model: Model, params: Params, x: Any, row: int, op_by_op: bool = False
 ) -> tuple[str | None, bool]:
     """``(layer, per_layer)``: the first of the path's activations (its layers,
     :mod:`vmapcheck.core.forms`) whose row ``row`` differs in bits between the batch
-    ``x`` and the row alone, run as the path runs (under ``jax.jit`` for a jit path),
-    None when every layer agrees or the path has no activations; ``per_layer`` False
-    when the model exposes no layers (the one "layer" is then its output)."""
+    ``x`` and the row alone, None when every layer agrees or the path has no
+    activations; ``per_layer`` False when the model exposes no layers (the one "layer"
+    is then its output). Run as the path runs (under ``jax.jit`` for a jit path, and
+    any ``jit`` inside compiled), or with ``op_by_op`` every primitive on its own
+    (``jax.disable_jit``), as :func:`first_operation` walks them."""
+    import contextlib
+
     import jax
 
     from vmapcheck.core.contract import take
@@ -309,9 +313,10 @@ def first_layer(
         return None, False
     layers, per_layer = made
     run = jax.jit(layers) if path.jit else layers
-    batch = [np.asarray(a) for a in run(params, x)]
-    names = list(layers.names)
-    alone = [np.asarray(a) for a in run(params, take(x, slice(row, row + 1)))]
+    with jax.disable_jit() if op_by_op else contextlib.nullcontext():
+        batch = [np.asarray(a) for a in run(params, x)]
+        names = list(layers.names)
+        alone = [np.asarray(a) for a in run(params, take(x, slice(row, row + 1)))]
     for name, got, single in zip(names, batch, alone, strict=True):
         if got.shape[1:] == single.shape[1:] and differing_rows(got[row : row + 1], single).any():
             return name, per_layer
@@ -376,6 +381,7 @@ def measure(
     by_path: dict[str, BitwisePathReport] = {}
     class_outputs = model.out_features >= 2
     every: list[np.ndarray] = []  # every output measured, for the argmax flips overall
+    walked: dict[tuple[str, int], BitwiseFirstOp] = {}
     for name, path in paths.items():
         if name not in outputs or PATHS[name].takes != "batch":
             continue
@@ -392,7 +398,7 @@ def measure(
         first: BitwiseFirstOp | None = None
         row = compositions[ALONE]["first_row"]
         if row is not None:
-            first = _first(name, model, params, x, row)
+            first = _first(name, model, params, x, row, walked)
         by_path[name] = {
             "bitwise": all(c["rows_differing"] == 0 for c in compositions.values()),
             "rows": max(c["rows"] for c in compositions.values()),
@@ -489,16 +495,29 @@ def _argmax_total(arrays: Sequence[np.ndarray], class_outputs: bool) -> BitwiseF
     return {"rows": int(n), "flipped": int(flipped)}
 
 
-def _first(name: str, model: Model, params: Params, x: Any, row: int) -> BitwiseFirstOp:
+def _first(
+    name: str,
+    model: Model,
+    params: Params,
+    x: Any,
+    row: int,
+    walked: dict[tuple[str, int], BitwiseFirstOp],
+) -> BitwiseFirstOp:
     """The first operation where row ``row`` alone and in ``x`` part, for path
-    ``name``: the jaxpr walk, else the first layer (``found_at`` says which)."""
+    ``name``: the jaxpr walk, else the first layer (``found_at`` says which).
+    ``walked``: the walks already made, by (form, row): a form's eager and jit paths
+    walk the same program op by op, so it is walked once."""
     from vmapcheck.core.paths import PATHS
 
+    path = PATHS[name]
     # A distributed path's form is its single-device program (``same_program_as``): the
     # walk evaluates that, one device, op by op.
-    form = PATHS[name].forward(model)
+    program = PATHS[path.same_program_as] if path.distributed and path.same_program_as else path
+    form = path.forward(model)
     found: BitwiseFirstOp
-    if form is None:
+    if (program.form, row) in walked:
+        found = walked[(program.form, row)]
+    elif form is None:
         found = {
             "found_at": "none",
             "row": row,
@@ -509,16 +528,21 @@ def _first(name: str, model: Model, params: Params, x: Any, row: int) -> Bitwise
             "why": "the model has no form for this path to walk",
         }
     else:
-        found = first_operation(form, params, x, row)
-    # The layer too, as context for an equation (its source line may be a shared helper),
-    # or in place of it. It runs as the path runs: for a jit path, compiled, where the
-    # walk went op by op (fusion may part the bits at an earlier layer there).
-    layer, per_layer = first_layer(name, model, params, x, row)
-    compiled = PATHS[name].jit
+        found = walked[(program.form, row)] = first_operation(form, params, x, row)
+    # The layer too: op by op, as the walk ran (context for the equation, whose source
+    # line may be a shared helper), and as the path runs, compiled where it is: XLA's
+    # fusion, or another kernel for another shape, may part the bits at an earlier layer.
+    as_run, per_layer = first_layer(name, model, params, x, row)
     if found["found_at"] == "jaxpr":
-        return {**found, "layer": layer if per_layer else None, "layer_compiled": compiled}
-    if layer is not None:
-        return {**found, "found_at": "layer", "layer": layer, "layer_compiled": compiled}
+        if not per_layer:
+            return {**found, "layer": None}
+        op_by_op, _ = first_layer(name, model, params, x, row, op_by_op=True)
+        named: BitwiseFirstOp = {**found, "layer": op_by_op}
+        if as_run != op_by_op:
+            named["layer_as_run"] = as_run
+        return named
+    if as_run is not None:
+        return {**found, "found_at": "layer", "layer": as_run}
     return found
 
 
@@ -526,21 +550,22 @@ def _first(name: str, model: Model, params: Params, x: Any, row: int) -> Bitwise
 
 
 def first_op_text(first: BitwiseFirstOp | None) -> str:
-    """``dot_general in layers[1] (models.py:189:11 (mlp_forward_one))`` (an eager path:
-    the walk and the layers ran alike), ``dot_general (linear.py:422:8 (...)) op by op,
-    layer pool compiled`` (a jit path: the walk is op by op, the layers ran compiled),
-    ``layer layers[0]``, or "" (bitwise, or not located): the source's folders left
-    out."""
+    """``dot_general in layers[1] (models.py:189:11 (mlp_forward_one))``; with ``op by
+    op; as the path runs, layer pool`` when the path, run as it runs (compiled), parts
+    the bits at another layer first; ``layer layers[0]``; or "" (bitwise, or not
+    located). The source's folders are left out."""
     if first is None:
         return ""
     if first["found_at"] == "jaxpr":
         source = first.get("source") or ""
         shown = f" ({source.rsplit('/', 1)[-1]})" if source else ""
         layer = first.get("layer")
-        if layer and first.get("layer_compiled"):
-            # Two runs: the equation op by op, the layer compiled; each said as such.
-            return f"{first['primitive']}{shown} op by op, layer {layer} compiled"
-        return f"{first['primitive']}{f' in {layer}' if layer else ''}{shown}"
+        found = f"{first['primitive']}{f' in {layer}' if layer else ''}{shown}"
+        if first.get("layer_as_run"):
+            # Op by op the bits part there; the path as it runs (compiled) parts them in
+            # another layer first: both said.
+            return f"{found} op by op; as the path runs, layer {first['layer_as_run']}"
+        return found
     if first["found_at"] == "layer":
         return f"layer {first['layer']}"
     return ""
