@@ -382,6 +382,7 @@ def measure(
     class_outputs = model.out_features >= 2
     every: list[np.ndarray] = []  # every output measured, for the argmax flips overall
     walked: dict[tuple[str, int], BitwiseFirstOp] = {}
+    layered: dict[tuple[str, int], str | None] = {}
     for name, path in paths.items():
         if name not in outputs or PATHS[name].takes != "batch":
             continue
@@ -398,7 +399,7 @@ def measure(
         first: BitwiseFirstOp | None = None
         row = compositions[ALONE]["first_row"]
         if row is not None:
-            first = _first(name, model, params, x, row, walked)
+            first = _first(name, model, params, x, row, walked, layered)
         by_path[name] = {
             "bitwise": all(c["rows_differing"] == 0 for c in compositions.values()),
             "rows": max(c["rows"] for c in compositions.values()),
@@ -502,11 +503,12 @@ def _first(
     x: Any,
     row: int,
     walked: dict[tuple[str, int], BitwiseFirstOp],
+    layered: dict[tuple[str, int], str | None],
 ) -> BitwiseFirstOp:
     """The first operation where row ``row`` alone and in ``x`` part, for path
     ``name``: the jaxpr walk, else the first layer (``found_at`` says which).
-    ``walked``: the walks already made, by (form, row): a form's eager and jit paths
-    walk the same program op by op, so it is walked once."""
+    ``walked`` / ``layered``: the walks and op-by-op layers already found, by (form,
+    row): a form's eager and jit paths are the same program op by op, walked once."""
     from vmapcheck.core.paths import PATHS
 
     path = PATHS[name]
@@ -536,7 +538,11 @@ def _first(
     if found["found_at"] == "jaxpr":
         if not per_layer:
             return {**found, "layer": None}
-        op_by_op, _ = first_layer(name, model, params, x, row, op_by_op=True)
+        # Op by op, a form's eager and jit paths run the same activations: found once.
+        key = f"{program.form}.layers"
+        if (key, row) not in layered:
+            layered[(key, row)] = first_layer(name, model, params, x, row, op_by_op=True)[0]
+        op_by_op = layered[(key, row)]
         named: BitwiseFirstOp = {**found, "layer": op_by_op}
         if as_run != op_by_op:
             named["layer_as_run"] = as_run
