@@ -242,6 +242,19 @@ def test_the_first_op_names_its_layer_from_the_models_activations(params):
     assert report.bitwise["direct_eager"].first_op.startswith("dot_general in output (")
 
 
+def test_bits_that_part_only_with_another_batch_size_are_said_so(params):
+    # 64 rows and one row both split the sum at 3, the halves (32 rows) at 4: each row
+    # alone is bitwise on the eager path (op by op, one kernel per shape), split is not.
+    assert split_at(64) == split_at(1) != split_at(32)
+    report = check_batching(SPLIT, params, examples(64), paths=["loop_eager", "direct_eager"])
+    direct = report.details["bitwise"]["paths"]["direct_eager"]
+    assert direct["compositions"]["alone"]["rows_differing"] == 0
+    assert direct["compositions"]["split"]["rows_differing"] > 0 and not direct["bitwise"]
+    first = direct["first_op"]
+    assert first is not None and first["found_at"] == "none" and "split" in first["why"]
+    assert "under split; first op not located" in bitwise.path_status(direct)
+
+
 # --- the module's parts, called directly -------------------------------------------------
 
 
