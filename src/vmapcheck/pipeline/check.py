@@ -29,6 +29,7 @@ from vmapcheck.layout import Layout
 from vmapcheck.params_io import load_model_params
 from vmapcheck.report.elements import atol_decided, figure_text
 from vmapcheck.report.headline import check_headline
+from vmapcheck.report.summary import bitwise_lines
 
 
 def _reference(config: Config, layout: Layout, record: dict, model, run_dtype) -> dict:
@@ -213,6 +214,8 @@ def run(config: Config, layout: Layout) -> None:
     print(gradients_line(grads, tol))
     for name, by_path in report.get("composition", {}).items():
         print(composition_line(name, by_path))
+    for line in bitwise_lines(report):  # reported; a failure only in mode "require"
+        print(line)
     ref = report["reference"]
     print(f"  {'ok  ' if ref['passed'] else 'FAIL'} reference        {ref['message']}")
     ks = report["inputs"]["key_stream"]
