@@ -255,6 +255,27 @@ def test_bits_that_part_only_with_another_batch_size_are_said_so(params):
     assert "under split; first op not located" in bitwise.path_status(direct)
 
 
+def test_a_path_that_cannot_run_one_row_is_said_not_measured_never_a_crash(params):
+    def pairs_only(p, batch):
+        if batch.shape[0] < 2:
+            raise ValueError("forward_batch needs 2 rows or more")
+        return scale_batch(p, batch)
+
+    model = Model(
+        name="pairs_only",
+        in_features=FEATURES,
+        out_features=FEATURES,
+        forward_one=scale_one,
+        forward_batch=pairs_only,
+        init=init,
+    )
+    report = check_batching(model, params, examples(), paths=["loop_eager", "direct_eager"])
+    direct = report.details["bitwise"]["paths"]["direct_eager"]
+    assert not direct["bitwise"] and "ValueError: forward_batch needs 2" in direct["alone_error"]
+    assert "direct_eager not measured (a row alone raised ValueError" in report.summary
+    assert report.bitwise["loop_eager"].bitwise  # the other paths are still measured
+
+
 # --- the module's parts, called directly -------------------------------------------------
 
 

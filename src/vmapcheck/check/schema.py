@@ -203,6 +203,8 @@ class BitwisePathReport(TypedDict):
     compositions: dict[str, BitwiseAgainst]  # "alone", and each regrouping
     vs_plain: BitwiseAgainst | None  # against the plain loop; None for the loop itself
     first_op: BitwiseFirstOp | None  # None: every row alone is bitwise
+    # The path raised on a row alone: not measured (and not bitwise), the error said.
+    alone_error: NotRequired[str]
 
 
 class BitwiseFlips(TypedDict):

@@ -391,7 +391,11 @@ def measure(
         if name not in outputs or PATHS[name].takes != "batch":
             continue
         batch = np.asarray(outputs[name])
-        alone = _alone(path, params, x, min(run_rows, batch.shape[0]))
+        try:
+            alone = _alone(path, params, x, min(run_rows, batch.shape[0]))
+        except Exception as exc:  # a path that cannot run one row: said, never a crash
+            by_path[name] = _unmeasured(name, f"{type(exc).__name__}: {exc}")
+            continue
         measured = {ALONE: _against(batch, alone, ulp_dtype)}
         for regrouping, out in regrouped.get(name, {}).items():
             measured[regrouping] = _against(batch, np.asarray(out), ulp_dtype)
@@ -403,7 +407,18 @@ def measure(
         first: BitwiseFirstOp | None = None
         row = compositions[ALONE]["first_row"]
         if row is not None:
-            first = _first(name, model, params, x, row, walked, layered)
+            try:
+                first = _first(name, model, params, x, row, walked, layered)
+            except Exception as exc:  # the walk is a diagnosis: its failure is said
+                first = {
+                    "found_at": "none",
+                    "row": row,
+                    "equation": None,
+                    "primitive": None,
+                    "source": None,
+                    "layer": None,
+                    "why": f"the walk raised {type(exc).__name__}: {exc}"[:500],
+                }
         else:
             parted = [k for k, c in compositions.items() if c["rows_differing"]]
             if parted:
@@ -442,6 +457,22 @@ def measure(
         "class_outputs": class_outputs,
         "paths": by_path,
         "argmax_flips": _argmax_total(every, class_outputs),
+    }
+
+
+def _unmeasured(name: str, error: str) -> BitwisePathReport:
+    """A path whose rows could not be run alone: not bitwise (nothing shows it is), the
+    error said (``alone_error``)."""
+    return {
+        "bitwise": False,
+        "rows": 0,
+        "rows_differing": 0,
+        "max_ulp": 0,
+        "argmax_flips": None,
+        "compositions": {},
+        "vs_plain": None,
+        "first_op": None,
+        "alone_error": error[:500],
     }
 
 
@@ -601,6 +632,8 @@ def path_status(report: BitwisePathReport) -> str:
     """``yes`` or ``no (rows 3/32 differ, max 2 ulp, first at dot_general ...)``."""
     if report["bitwise"]:
         return "yes"
+    if "alone_error" in report:
+        return f"not measured (a row alone raised {report['alone_error'][:120]})"
     first = first_op_text(report["first_op"])
     where = f", first at {first}" if first else ""
     if not first:
@@ -691,7 +724,7 @@ def per_path(section: BitwiseReport) -> dict[str, PathBitwise]:
             backend=section["backend"],
             bitwise=p["bitwise"],
             rows_differing=p["rows_differing"],
-            rows=max(c["rows"] for c in p["compositions"].values()),
+            rows=p["rows"],
             max_ulp=p["max_ulp"],
             vs_plain=None if p["vs_plain"] is None else p["vs_plain"]["rows_differing"] == 0,
             first_op=first_op_text(p["first_op"]),
