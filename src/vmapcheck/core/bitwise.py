@@ -21,10 +21,13 @@ measures it, for every batch path of :data:`vmapcheck.core.paths.PATHS` on one c
   and evaluated equation by equation in lockstep, each equation bound on its own as
   eager JAX runs it; the first equation whose output's row (the one axis where the
   batch has ``rows`` and the single row 1) differs in bits is named with its primitive
-  and source line. When the two programs differ in structure (an unrolled loop), or op
-  by op the bits agree (the compiled program's fusion parts them, not an operation),
-  the path's activations (:mod:`vmapcheck.core.forms` ``*_activations``) name the first
-  layer instead; ``found_at`` says which was reported.
+  and source line, with the first layer (the path's activations,
+  :mod:`vmapcheck.core.forms` ``*_activations``) op by op, and the first layer as the
+  path runs (compiled) where that is another. When the two programs differ in structure
+  (an unrolled loop), or op by op the bits agree (the compiled program's fusion parts
+  them, not an operation), the first layer as the path runs is named instead;
+  ``found_at`` says which was reported. When each row alone is bitwise and the bits
+  part under a regrouping only, that is said (the walk compares with one row alone).
 
 Bitwise means identical bit patterns (``-0.0`` is not ``0.0``; NaN payloads count);
 the ULP figure is a distance between finite values (a non-finite element counts 0
@@ -148,19 +151,6 @@ def _union(masks: Sequence[np.ndarray | None]) -> int | None:
 
 # --- the first operation where the bits part ---------------------------------------------
 
-# Calls into a sub-jaxpr, walked into (their equations are the operations): primitive
-# name -> the param holding it (as vmapcheck.core.magnitude walks them).
-_CALLS = {
-    "jit": "jaxpr",
-    "pjit": "jaxpr",
-    "closed_call": "call_jaxpr",
-    "core_call": "call_jaxpr",
-    "remat2": "jaxpr",
-    "checkpoint": "jaxpr",
-    "custom_jvp_call": "call_jaxpr",
-    "custom_vjp_call": "call_jaxpr",
-}
-
 
 def _source(eqn: Any) -> str:
     """The user's source line of an equation (``file.py:12 (fn)``), "" when unknown."""
@@ -181,6 +171,10 @@ def _equations(jaxpr: Any, consts: Sequence[Any], args: Sequence[Any]) -> Walk:
     eager JAX runs it), calls walked into; yield ``(eqn, outputs)`` per equation."""
     from jax.extend.core import ClosedJaxpr, DropVar, Jaxpr, Literal
 
+    # The calls walked into (their equations are the operations), as the terms'
+    # magnitude walks them.
+    from vmapcheck.core.magnitude import CALLS
+
     env: dict[Any, Any] = {}
 
     def read(v: Any) -> Any:
@@ -190,11 +184,11 @@ def _equations(jaxpr: Any, consts: Sequence[Any], args: Sequence[Any]) -> Walk:
     env.update(zip(jaxpr.invars, args, strict=True))
     for eqn in jaxpr.eqns:
         ins = [read(v) for v in eqn.invars]
-        sub = eqn.params.get(_CALLS.get(eqn.primitive.name, ""))
+        sub = eqn.params.get(CALLS.get(eqn.primitive.name, ""))
         if isinstance(sub, ClosedJaxpr | Jaxpr):
             inner = sub.jaxpr if isinstance(sub, ClosedJaxpr) else sub
             inner_consts = sub.consts if isinstance(sub, ClosedJaxpr) else []
-            outs = yield from _call(inner, inner_consts, ins)
+            outs = yield from _equations(inner, inner_consts, ins)
         else:
             params = eqn.primitive.get_bind_params(eqn.params)
             subfuns: Sequence[Any] = ()
@@ -207,11 +201,6 @@ def _equations(jaxpr: Any, consts: Sequence[Any], args: Sequence[Any]) -> Walk:
             if not isinstance(var, DropVar):
                 env[var] = value
     return [read(v) for v in jaxpr.outvars]
-
-
-def _call(jaxpr: Any, consts: Sequence[Any], args: Sequence[Any]) -> Walk:
-    """:func:`_equations` of a called sub-jaxpr; returns its outputs to the caller."""
-    return (yield from _equations(jaxpr, consts, args))
 
 
 def _row_of(batched: np.ndarray, single: np.ndarray, rows: int, row: int) -> np.ndarray | None:
