@@ -480,6 +480,7 @@ def test_optional_sections_say_what_was_not_done():
     assert "Not checked (not run)" in page.text("gradients")
     assert "Not computed: none: the run is float64" in page.text("oracle")
     assert "Not judged" in page.text("composition")
+    assert "Not measured" in page.text("bitwise")  # no bitwise section in the report
     assert "direct_eager not provided: the model has no hand-batched" in page.text("verdict-notes")
     assert set(_data_pngs(page)) == {"plot-latency"}
     assert "git commit" in dict(tuple(r) for r in page.rows["environment-table"][1:])

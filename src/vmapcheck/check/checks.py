@@ -16,6 +16,7 @@ import numpy as np
 from vmapcheck.check.kinds import finding, judge_findings
 from vmapcheck.check.rules import judge_case
 from vmapcheck.check.schema import (
+    BitwiseReport,
     BudgetReport,
     Capped,
     CaseReport,
@@ -701,6 +702,19 @@ def _composition(
     return report, failures
 
 
+def _bitwise(measured: Any, mode: str) -> tuple[BitwiseReport | None, list[CheckFinding]]:
+    """The bitwise batch invariance the forward stage measured (:mod:`vmapcheck.core.
+    bitwise`), with its verdict: reported (mode "report"), failed per path not bitwise
+    (mode "require"); None when not measured or mode "off"."""
+    from vmapcheck.core.bitwise import check_mode, judge
+
+    if measured is None or check_mode(mode) == "off":
+        return None, []
+    report, lines = judge(cast(BitwiseReport, measured), check_mode(mode))
+    # Required and not bitwise: a row's bits depend on the batch around it.
+    return report, [finding("batching", line) for line in lines]
+
+
 def _inputs(
     stages: dict[str, StageResult] | None,
 ) -> tuple[InputsReport, list[CheckFinding]]:
@@ -738,6 +752,7 @@ def run_checks(
     inputs: dict[str, StageResult] | None = None,
     magnitudes: dict[str, dict[str, Any]] | None = None,
     composition: dict[str, np.ndarray] | None = None,
+    bitwise: str = "report",
 ) -> CheckDetails:
     """Build the check report (``reports/check_details.json``, :class:`CheckDetails`).
 
@@ -752,7 +767,8 @@ def run_checks(
     (pairs, oracle, reference, composition), any other comparison uses the output rule.
     ``composition``: the regrouped outputs (data/forward/composition.npz,
     :mod:`vmapcheck.core.composition`), or None: batch composition is not judged and the
-    report has no ``composition``.
+    report has no ``composition``. ``bitwise``: the mode of the bitwise batch
+    invariance the forward record holds (:data:`vmapcheck.core.bitwise.MODES`).
     """
     cases_report: dict[str, CaseReport] = {}
     negative_report: dict[str, NegativeReport] = {}
@@ -791,6 +807,8 @@ def run_checks(
         magnitudes,
     )
     found_all += found
+    bitwise_report, found = _bitwise(forward_record.get("bitwise"), bitwise)
+    found_all += found
     kinds = fail_on(config)
     findings, failures = judge_findings(found_all, kinds)
     report: CheckDetails = {
@@ -814,6 +832,8 @@ def run_checks(
     }
     if composition_report is not None:
         report["composition"] = composition_report
+    if bitwise_report is not None:
+        report["bitwise"] = bitwise_report
     report["budget"] = _budget(config, cases_report, forward_record.get("gradients"))
     return report
 

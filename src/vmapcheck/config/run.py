@@ -137,11 +137,12 @@ class VerdictConfig(Strict):
     default is every kind: a deployment gate fails on anything that makes the served
     outputs wrong, and a user who accepts float32's error for a model says so here.
     ``bitwise``: ``report`` says whether every row is bitwise the same whatever the batch
-    around it; ``require`` also fails the check when one is not (a batching finding).
+    around it (vmapcheck.core.bitwise); ``require`` also fails the check when one is not
+    (a batching finding); ``off`` does not measure it (it runs each row alone).
     """
 
     fail_on: list[FindingKindName] = Field(default_factory=lambda: list(FINDING_KIND_NAMES))
-    bitwise: Literal["report", "require"] = "report"
+    bitwise: Literal["report", "require", "off"] = "report"
 
     @model_validator(mode="after")
     def _each_kind_once(self) -> VerdictConfig:

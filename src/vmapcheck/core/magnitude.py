@@ -388,8 +388,9 @@ _BOUND: dict[str, Callable[..., list]] = {
     "scatter-add": _scatter,
 }
 
-# Calls into a sub-jaxpr: primitive name -> the param holding it.
-_CALLS = {
+# Calls into a sub-jaxpr: primitive name -> the param holding it (also walked into by
+# vmapcheck.core.bitwise).
+CALLS = {
     "jit": "jaxpr",
     "pjit": "jaxpr",
     "closed_call": "call_jaxpr",
@@ -401,7 +402,7 @@ _CALLS = {
     "custom_vjp_call_jaxpr": "fun_jaxpr",
 }
 
-HANDLED: tuple[str, ...] = tuple(sorted({*_PLAIN, *_DISCRETE, *_BOUND, *_CALLS, "cond"}))
+HANDLED: tuple[str, ...] = tuple(sorted({*_PLAIN, *_DISCRETE, *_BOUND, *CALLS, "cond"}))
 
 
 def _real(eqn: JaxprEqn, vals: list[jax.Array]) -> list[jax.Array]:
@@ -421,7 +422,7 @@ def _fallback(eqn: JaxprEqn, vals: list[jax.Array], fallbacks: set[str]) -> list
 
 
 def _call(eqn: JaxprEqn, ins: list[Pair], fallbacks: set[str]) -> list[Pair]:
-    sub = eqn.params[_CALLS[eqn.primitive.name]]
+    sub = eqn.params[CALLS[eqn.primitive.name]]
     if isinstance(sub, ClosedJaxpr):
         return _eval(sub.jaxpr, sub.consts, ins, fallbacks)
     if isinstance(sub, Jaxpr):
@@ -444,7 +445,7 @@ def _cond(eqn: JaxprEqn, ins: list[Pair], fallbacks: set[str]) -> list[Pair]:
 
 def _apply(eqn: JaxprEqn, ins: list[Pair], fallbacks: set[str]) -> list[Pair]:
     name = eqn.primitive.name
-    if name in _CALLS:
+    if name in CALLS:
         return _call(eqn, ins, fallbacks)
     if name == "cond":
         return _cond(eqn, ins, fallbacks)

@@ -128,6 +128,9 @@ class ForwardRecord(TypedDict):
     # The budget the forward stage ran under (vmapcheck.config.BudgetConfig); absent in
     # records older than it.
     budget: NotRequired[dict[str, int]]
+    # Bitwise batch invariance measured on the run's backend (vmapcheck.core.bitwise:
+    # check/schema.py's BitwiseReport, without the verdict); absent when not measured.
+    bitwise: NotRequired[dict[str, Any]]
 
 
 def forward_record(
@@ -142,6 +145,7 @@ def forward_record(
     gradients: GradientProbe | None,
     params_sha256: str = "",
     budget: dict[str, int] | None = None,
+    bitwise: Mapping[str, Any] | None = None,
 ) -> ForwardRecord:
     """The record of one forward run: ``runtime`` (:class:`vmapcheck.core.runtime.
     RuntimeInfo` as a dict), the run's ``dtype`` name, per case and path what it did
@@ -149,7 +153,8 @@ def forward_record(
     (:func:`vmapcheck.core.forward.run_composition`), the paths not run and why, the
     distributed path's mesh (None: not run), the stored reference's status, the
     gradient probe (None: not run), the params' digest ("" where none is stored) and
-    the budget applied (None: none, the Python API)."""
+    the budget applied (None: none, the Python API), the bitwise measurement
+    (:func:`vmapcheck.core.bitwise.measure`; None: not measured)."""
     record: ForwardRecord = {
         "runtime": dict(runtime),
         "dtype": dtype,
@@ -163,4 +168,6 @@ def forward_record(
     }
     if budget is not None:
         record["budget"] = budget
+    if bitwise is not None:
+        record["bitwise"] = dict(bitwise)
     return record

@@ -31,6 +31,7 @@ from vmapcheck.layout import Layout
 from vmapcheck.params_io import load_model_params
 from vmapcheck.report.elements import atol_decided, figure_text
 from vmapcheck.report.headline import check_headline
+from vmapcheck.report.summary import bitwise_lines
 
 
 def _reference(config: Config, layout: Layout, record: dict, model, run_dtype) -> dict:
@@ -178,6 +179,7 @@ def run(config: Config, layout: Layout) -> None:
         inputs={"key_stream": key_stream},
         magnitudes=magnitudes,
         composition=load_npz(layout.composition),
+        bitwise=config.verdict.bitwise,
     )
     # What make_reference checks before it trusts this report.
     report["config_digest"] = config_digest(config)
@@ -226,6 +228,8 @@ def run(config: Config, layout: Layout) -> None:
     print(gradients_line(grads, tol))
     for name, by_path in report.get("composition", {}).items():
         print(composition_line(name, by_path))
+    for line in bitwise_lines(report):  # reported; a failure only in mode "require"
+        print(line)
     ref = report["reference"]
     print(f"  {'ok  ' if ref['passed'] else 'FAIL'} reference        {ref['message']}")
     ks = report["inputs"]["key_stream"]

@@ -13,6 +13,7 @@ import jax.numpy as jnp
 from vmapcheck.check.reference import load_reference, reference_dir, shown_reference_dir
 from vmapcheck.config import Config
 from vmapcheck.core import contract
+from vmapcheck.core.bitwise import measure_case
 from vmapcheck.core.cases import case_input
 from vmapcheck.core.forms import cast_tree, data_mesh
 from vmapcheck.core.forward import build_all, run_composition, run_forward
@@ -93,6 +94,27 @@ def run(config: Config, layout: Layout) -> None:
             "rows_of": standard_rows,
             "capped_by": "budget.gradient_max_rows",
         }
+    # Bitwise batch invariance on the standard case, on this backend (the check reports
+    # it, or fails it in mode "require"): each row alone costs one call per row and
+    # path, so as many rows as the loop paths run (budget.loop_max_rows).
+    # verdict.bitwise "off": not measured.
+    bits = (
+        None
+        if config.verdict.bitwise == "off"
+        else measure_case(
+            model,
+            params,
+            cases,
+            STANDARD_CASE,
+            dtype,
+            built["batch"],
+            outputs,
+            regrouped,
+            runtime=runtime.as_dict(),
+            max_rows=config.budget.loop_max_rows,
+            capped_by="budget.loop_max_rows",
+        )
+    )
     with atomic_dir(layout.forward) as folder:
         atomic_save_npz(folder / layout.outputs.name, outputs)
         atomic_save_npz(folder / layout.composition.name, regrouped)
@@ -112,6 +134,7 @@ def run(config: Config, layout: Layout) -> None:
                 composition=composition,
                 # The budgets this stage applies (dvc.yaml: its params deps).
                 budget=config.budget.model_dump(include={"loop_max_rows", "gradient_max_rows"}),
+                bitwise=bits,
             ),
         )
     refused = sum(

@@ -482,6 +482,73 @@ def composition(check: CheckDetails) -> dict[str, Any]:
     }
 
 
+def bitwise(check: CheckDetails) -> dict[str, Any]:
+    """Bitwise batch invariance (:mod:`vmapcheck.core.bitwise`): one row per batch path,
+    ``{"measured", "intro", "table"}``."""
+    from vmapcheck.core.bitwise import first_op_text
+
+    section = check.get("bitwise")
+    if section is None:
+        return {"measured": False, "intro": "Not measured in this run.", "table": None}
+    rows = []
+    for path, p in in_path_order(section["paths"]):
+        plain = p["vs_plain"]
+        cells: list[Any] = [
+            path,
+            "yes" if p["bitwise"] else "no",
+            f"{p['rows_differing']}/{p['rows']}",
+            p["max_ulp"],
+            "-" if plain is None else ("yes" if plain["rows_differing"] == 0 else "no"),
+            first_op_text(p["first_op"]) or "-",
+            "-" if p["argmax_flips"] is None else p["argmax_flips"],
+        ]
+        # Coloured only where it is required: reported, a difference is no failure.
+        judged = None if section.get("mode") != "require" else p["bitwise"]
+        rows.append((cells, judged))
+    flips = section["argmax_flips"]
+    capped = (
+        f" ({section['rows_alone']} of its {section['rows']} rows run alone: "
+        f"{section['capped_by']})"
+        if section["capped_by"]
+        else ""
+    )
+    return {
+        "measured": True,
+        "intro": (
+            f"On {section['backend']} ({section['device_kind']}), case {section['case']}"
+            f"{capped}: each row of each batch path's output on the batch, against the same "
+            "row computed alone (a batch of 1), with the rows permuted and with the batch "
+            f"split, bit for bit; and against the plain loop ({section['plain']}). Max ULP "
+            f"in {section['dtype']}. Mode {section.get('mode', 'report')!r}: "
+            + (
+                "a path that is not bitwise fails."
+                if section.get("mode") == "require"
+                else "reported, never failed (agreement within the tolerance is the check)."
+            )
+            + (
+                f" Argmax flips over every output: {flips['flipped']}/{flips['rows']} rows."
+                if flips is not None
+                else ""
+            )
+        ),
+        "table": table(
+            (
+                "path",
+                "bitwise",
+                "rows differing",
+                "max ULP",
+                "= loop",
+                "first op where the bits part",
+                "argmax flips",
+            ),
+            rows,
+            numeric=(3,),
+            table_id="bitwise-table",
+            row_class="bitwise",
+        ),
+    }
+
+
 def negative(check: CheckDetails) -> dict[str, Any]:
     """``{"table"}``: each invalid-input case, what every path said."""
     rows = []

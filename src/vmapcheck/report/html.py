@@ -238,6 +238,7 @@ def render_report(
         oracle=check_sections.oracle(check),
         reference=check_sections.reference(check),
         composition=check_sections.composition(check),
+        bitwise=check_sections.bitwise(check),
         negative=check_sections.negative(check),
         gradients=check_sections.gradients(check),
         machine=bench_sections.machine(bench),

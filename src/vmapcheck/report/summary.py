@@ -109,6 +109,14 @@ def refusals_line(negative: Mapping[str, NegativeReport]) -> str:
     )
 
 
+def bitwise_lines(check: CheckDetails) -> list[str]:
+    """The bitwise batch invariance line (:func:`vmapcheck.core.bitwise.marked_line`),
+    none when the run did not measure it."""
+    from vmapcheck.core.bitwise import marked_line
+
+    return [marked_line(check["bitwise"])] if "bitwise" in check else []
+
+
 def summarize(layout: Layout, tracked: Sequence[str] = ()) -> str:
     """The verdict of the last run in ``layout`` as text: one line per case, the
     benchmark's figures, then ``tracked`` (where the MLflow run is: the tracking floor
@@ -135,6 +143,7 @@ def summarize(layout: Layout, tracked: Sequence[str] = ()) -> str:
     # What a budget capped (src/vmapcheck/conf/budget/), never left unsaid.
     lines += [f"  cap  {line}" for line in budget_lines(check)]
     lines.append(refusals_line(check["negative"]))
+    lines += bitwise_lines(check)
     lines.append(reference_line(check["reference"]))
     lines += [f"  {line}" for line in finding_lines(check)]
     # The benchmark's figures: bench_details.json (bench.json holds the headline only).

@@ -40,6 +40,7 @@ from pydantic import ValidationError
 
 from vmapcheck.config import PrecisionConfig, VerdictConfig
 from vmapcheck.config import describe_errors as _describe
+from vmapcheck.core.bitwise import PathBitwise, check_mode
 from vmapcheck.errors import ConfigError
 from vmapcheck.testing.report import (
     SHOWN_FAILURES,
@@ -82,6 +83,7 @@ __all__ = [
     "BatchingReport",
     "GradientFigures",
     "PairFigures",
+    "PathBitwise",
     "assert_batching_consistent",
     "check_batching",
     "diverging_from_plain",
@@ -176,6 +178,7 @@ def check_batching(
     fail_on: Iterable[str] | None = None,
     gradients: bool = True,
     targets: Any = None,
+    bitwise: str = "report",
 ) -> BatchingReport:
     """Run the checks and return the report, passed or not (report first, then assert:
     :func:`assert_batching_consistent` raises on it). Arguments as there."""
@@ -197,6 +200,7 @@ def check_batching(
         raise ConfigError(f"gradients: expected True or False, got {gradients!r}")
     config = precision_config(precision, rtol=rtol, atol=atol)
     verdict = verdict_config(fail_on)
+    mode = check_mode(bitwise, "bitwise")
     selected = select_paths(model, paths)
     # The run's numerics as the forward stage pins them (configure_jax), but scoped to
     # this call: a test suite's other tests keep their own x64 and matmul settings.
@@ -218,10 +222,22 @@ def check_batching(
         grad_arrays, grad_record = (
             gradient_side(model, params, x, y, dtype) if gradients else (None, None)
         )
-        outputs, regrouped, record = forward(model, params, cases, dtype, selected, grad_record)
+        outputs, regrouped, record = forward(
+            model, params, cases, dtype, selected, grad_record, mode
+        )
     oracle, magnitudes = float64_side(model, params, cases, config)
     details = judge(
-        model, config, verdict, cases, outputs, regrouped, record, oracle, magnitudes, grad_arrays
+        model,
+        config,
+        verdict,
+        cases,
+        outputs,
+        regrouped,
+        record,
+        oracle,
+        magnitudes,
+        grad_arrays,
+        mode,
     )
     return build_report(model, config, details, selected, gradients=gradients)
 
@@ -239,6 +255,7 @@ def assert_batching_consistent(
     fail_on: Iterable[str] | None = None,
     gradients: bool = True,
     targets: Any = None,
+    bitwise: str = "report",
 ) -> BatchingReport:
     """Assert that ``model``'s forward paths agree on ``examples``, as the pipeline checks.
 
@@ -279,6 +296,13 @@ def assert_batching_consistent(
             False: left out (the report says so).
         targets: the loss's targets, a float array ``(n, out_features)``, batch axis 0,
             finite; None: zeros. Cast to the precision's dtype.
+        bitwise: bitwise batch invariance (docs/checks.md, "Bitwise batch
+            invariance"): ``"report"`` measures it on the examples (each row alone,
+            permuted and split against the batch, each path against the loop, the first
+            operation where the bits part) into :attr:`BatchingReport.bitwise` and the
+            summary, never failing; ``"require"`` also fails every batch path that is
+            not bitwise; ``"off"`` does not measure it (it runs each row alone on
+            every path).
 
     Returns:
         The :class:`BatchingReport`, every check passed: per-pair worst figures, the
@@ -319,6 +343,7 @@ def assert_batching_consistent(
         fail_on=fail_on,
         gradients=gradients,
         targets=targets,
+        bitwise=bitwise,
     )
     if not report.passed:
         raise BatchingCheckError(report)

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from vmapcheck.check.schema import CheckDetails
 from vmapcheck.config import PrecisionConfig
+from vmapcheck.core.bitwise import PathBitwise, marked_line, per_path
 from vmapcheck.core.cases import kind_of
 
 if TYPE_CHECKING:
@@ -170,6 +171,9 @@ class BatchingReport:
         summary: the verdict as text (the lines an AssertionError shows).
         details: the check's whole report, as ``reports/check_details.json`` holds it
             for a pipeline run (:class:`vmapcheck.check.schema.CheckDetails`).
+        bitwise: batch path -> :class:`~vmapcheck.core.bitwise.PathBitwise`, its bitwise
+            batch invariance on the examples (empty with ``bitwise="off"``); the whole
+            measurement, argmax flips over every path included, is ``details["bitwise"]``.
     """
 
     passed: bool
@@ -204,6 +208,7 @@ class BatchingReport:
     gradients: GradientFigures = field(
         default_factory=lambda: GradientFigures(checked=False, passed=True)
     )
+    bitwise: Mapping[str, PathBitwise] = field(default_factory=dict)
 
     @property
     def worst(self) -> PairFigures | None:
@@ -395,6 +400,8 @@ def _summary(
     grads = details["gradients"]
     not_run = not gradients or grads.get("status") == "not run"
     lines.append(GRADIENTS_NOT_CHECKED if not_run else gradients_line(grads, tol))
+    if "bitwise" in details:
+        lines.append(marked_line(details["bitwise"]))
     findings = details.get("findings", [])
     lines += [f"  {line}" for line in finding_lines(details, SHOWN_FAILURES)]
     if len(findings) > SHOWN_FAILURES:
@@ -439,4 +446,5 @@ def build_report(
             FindingLine(f["kind"], f["line"], f["fails"]) for f in details.get("findings", [])
         ),
         gradients=_gradient_figures(details, gradients),
+        bitwise=per_path(details["bitwise"]) if "bitwise" in details else {},
     )

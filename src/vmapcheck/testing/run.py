@@ -262,12 +262,16 @@ def forward(
     dtype: Any,
     selected: Sequence[str],
     gradients: GradientProbe | None = None,
+    bitwise: str = "report",
 ) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray], ForwardRecord]:
     """The forward stage on ``cases``: (outputs, regrouped outputs, forward record).
     ``gradients``: the gradient probe's record (:func:`gradient_side`), or None: not run
-    (``gradients=False``)."""
+    (``gradients=False``); with ``bitwise`` other than "off", the bitwise batch invariance
+    of the examples (:mod:`vmapcheck.core.bitwise`, every row alone: no budget) in the
+    record."""
     import jax
 
+    from vmapcheck.core.bitwise import check_mode, measure_case
     from vmapcheck.core.forms import data_mesh
     from vmapcheck.core.forward import build_all, run_composition, run_forward
     from vmapcheck.core.paths import PATHS, describe_distributed, not_provided
@@ -293,8 +297,9 @@ def forward(
         },
     }
     distributed = any(PATHS[name].distributed for name in selected)
+    runtime = runtime_info(jax.default_backend()).as_dict()
     record = forward_record(
-        runtime=runtime_info(jax.default_backend()).as_dict(),
+        runtime=runtime,
         dtype=str(dtype),
         not_provided=skipped,
         sharded=describe_distributed(model, mesh) if distributed else None,
@@ -302,6 +307,19 @@ def forward(
         gradients=gradients,
         cases=per_case,
         composition=composition,
+        bitwise=None
+        if check_mode(bitwise) == "off"
+        else measure_case(
+            model,
+            params,
+            cases,
+            EXAMPLES_CASE,
+            dtype,
+            built["batch"],
+            outputs,
+            regrouped,
+            runtime=runtime,
+        ),
     )
     return outputs, regrouped, record
 
@@ -358,10 +376,11 @@ def judge(
     oracle: dict[str, Any] | None,
     magnitudes: dict[str, Any] | None,
     gradients: dict[str, np.ndarray] | None = None,
+    bitwise: str = "report",
 ) -> CheckDetails:
     """The check stage's verdict (:func:`vmapcheck.check.checks.run_checks`).
     ``gradients``: the gradient probe's arrays (judged with ``record["gradients"]``), or
-    None: not judged."""
+    None: not judged; ``bitwise``: its mode for bitwise batch invariance."""
     from vmapcheck.check.checks import run_checks
     from vmapcheck.config import Config, ModelConfig, ReferenceConfig
 
@@ -393,4 +412,5 @@ def judge(
         magnitudes=magnitudes,
         composition=regrouped,
         gradients=gradients,
+        bitwise=bitwise,
     )

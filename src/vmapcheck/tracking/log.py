@@ -129,6 +129,26 @@ REPLAY_METRICS = (
 )
 
 
+def bitwise_metrics(check: CheckDetails) -> dict[str, float]:
+    """Bitwise batch invariance (:mod:`vmapcheck.core.bitwise`), when measured:
+    ``bitwise/<path>/bitwise`` (1: the same bits alone, permuted and split),
+    ``bitwise/<path>/max_ulp``, ``bitwise/paths_bitwise`` (how many paths are) and, for
+    class outputs, ``bitwise/argmax_flip_share`` (rows whose argmax is not the same in
+    every output, of the rows)."""
+    section = check.get("bitwise")
+    if section is None:
+        return {}
+    metrics: dict[str, float] = {}
+    for path, p in section["paths"].items():
+        metrics[f"bitwise/{path}/bitwise"] = float(p["bitwise"])
+        metrics[f"bitwise/{path}/max_ulp"] = float(p["max_ulp"])
+    metrics["bitwise/paths_bitwise"] = float(sum(p["bitwise"] for p in section["paths"].values()))
+    flips = section["argmax_flips"]
+    if flips is not None and flips["rows"]:
+        metrics["bitwise/argmax_flip_share"] = flips["flipped"] / flips["rows"]
+    return metrics
+
+
 def collect_metrics(
     check: CheckDetails, bench: BenchDetails, train: dict[str, Any]
 ) -> dict[str, float]:
@@ -139,6 +159,8 @@ def collect_metrics(
     - per regression case, its worst figures: ``agree/<case>/{passed,max_abs,max_rel,
       bound_ratio}`` over every pair of paths, ``oracle/<case>/max_rel`` over the paths,
       ``reference/<case>/max_rel``, ``composition/<case>/{passed,max_abs}``;
+    - ``bitwise/<path>/{bitwise,max_ulp}``, ``bitwise/paths_bitwise``,
+      ``bitwise/argmax_flip_share`` (:func:`bitwise_metrics`);
     - ``negative/refused`` and ``negative/cases``; the gradients' verdict and worst leaf;
     - ``latency_ms/<path>/<batch>/{p50,p99}``, ``speedup/<batch>/<name>``, the machine's
       peak, the guard replay's verdict and compile counts, the training losses.
@@ -189,6 +211,7 @@ def collect_metrics(
         worst = _worst(r[g]["max_abs"] for r in by_path.values() for g in REGROUPINGS)
         if worst is not None:
             metrics[f"composition/{case}/max_abs"] = worst
+    metrics |= bitwise_metrics(check)
     negative = check["negative"]
     metrics["negative/refused"] = float(sum(r["passed"] for r in negative.values()))
     metrics["negative/cases"] = float(len(negative))
