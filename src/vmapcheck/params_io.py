@@ -19,23 +19,10 @@ import numpy as np
 from safetensors import SafetensorError
 from safetensors.numpy import load_file, save_file
 
+from vmapcheck.core.leaves import check_finite, leaf_paths
 from vmapcheck.errors import ArtifactError
 from vmapcheck.io import atomic_path, atomic_write_json, read_json, sha256_file
 from vmapcheck.layout import MANIFEST_FILE, PARAMS_FILE
-
-
-def leaf_paths(params: Any) -> dict[str, Any]:
-    """Map leaf names (see :func:`vmapcheck.core.state.leaf_name`) to leaves, in tree
-    order."""
-    import jax
-
-    from vmapcheck.core.state import leaf_name
-
-    flat, _ = jax.tree_util.tree_flatten_with_path(params)
-    named = {leaf_name(path): leaf for path, leaf in flat}
-    if len(named) != len(flat):
-        raise ArtifactError("two params leaves share one name; rename the pytree's keys")
-    return named
 
 
 def contract_of(params: Any) -> dict[str, dict[str, Any]]:
@@ -89,30 +76,6 @@ def check_params_like(params: Any, template: Any, where: str = "params") -> None
         check_contract(contract(params), contract(template))
     except ArtifactError as exc:
         raise ArtifactError(f"{where}: {exc}") from None
-
-
-def check_finite(arrays: dict[str, Any], where: str) -> None:
-    """Refuse a float leaf holding NaN or Inf, naming ``where``, the leaf, the count and the
-    first index (never a value).
-
-    Raises:
-        ArtifactError: the first such leaf, in ``arrays``' order.
-    """
-    # jnp's float test: it counts bfloat16 as floating, numpy's does not.
-    import jax.numpy as jnp
-
-    for name, leaf in arrays.items():
-        host = np.asarray(leaf)
-        if not jnp.issubdtype(host.dtype, jnp.floating):
-            continue
-        for what, bad in (("NaN", np.isnan(host)), ("Inf", np.isinf(host))):
-            if bad.any():
-                first = tuple(int(i) for i in np.argwhere(bad)[0])
-                raise ArtifactError(
-                    f"{where}: leaf {name}: expected finite values, found {what} in "
-                    f"{int(bad.sum())} element(s) (first at index {first}); params must be "
-                    "finite"
-                )
 
 
 def save_params(folder: Path, params: Any, metadata: dict[str, Any]) -> dict[str, Any]:

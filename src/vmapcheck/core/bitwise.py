@@ -49,15 +49,15 @@ import numpy as np
 from vmapcheck.errors import ConfigError
 
 if TYPE_CHECKING:
-    from vmapcheck.check.schema import (
+    from vmapcheck.core.models import Model, Params
+    from vmapcheck.core.paths import Forward
+    from vmapcheck.core.record import (
         BitwiseAgainst,
         BitwiseFirstOp,
         BitwiseFlips,
         BitwisePathReport,
         BitwiseReport,
     )
-    from vmapcheck.core.models import Model, Params
-    from vmapcheck.core.paths import Forward
 
 # What a measurement that is not bitwise does to the verdict: "report" (the default:
 # never demand bit-identity unconditionally) or "require" (a failure line per path).

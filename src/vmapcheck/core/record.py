@@ -10,7 +10,7 @@ Loads no JAX: the check's schema (:mod:`vmapcheck.check.schema`) and the report 
 # evaluated annotations (as strings, every key counted as required: a record without
 # `composition` or `budget`, written before they existed, was refused).
 from collections.abc import Mapping
-from typing import Any, NotRequired, TypedDict
+from typing import Any, Literal, NotRequired, TypedDict
 
 
 class Comparison(TypedDict):
@@ -171,3 +171,77 @@ def forward_record(
     if bitwise is not None:
         record["bitwise"] = dict(bitwise)
     return record
+
+
+# Bitwise batch invariance (vmapcheck.core.bitwise), measured by the forward stage and
+# judged by the check (check_details.json's "bitwise" section).
+
+
+class BitwiseAgainst(TypedDict):
+    """A batch path's outputs on the batch against the same rows computed another way
+    (alone, regrouped, or by the plain loop), bit for bit (vmapcheck.core.bitwise)."""
+
+    rows: int  # rows compared
+    rows_differing: int  # rows whose bits differ in any element
+    first_row: int | None
+    max_ulp: int  # in the run dtype; between finite values
+    argmax_flips: int | None  # None: no class outputs
+
+
+class BitwiseFirstOp(TypedDict):
+    """Where a row alone and the same row in the batch first part in bits: a jaxpr
+    equation (``found_at`` "jaxpr"), else a layer ("layer"), else "none" with ``why``."""
+
+    found_at: Literal["jaxpr", "layer", "none"]
+    row: int
+    equation: int | None  # index among the equations walked (calls walked into)
+    primitive: str | None
+    source: str | None  # the user's line, as JAX records it
+    # The first layer whose row parts, op by op as the walk runs (with "jaxpr"), or as
+    # the path runs (with "layer"); None: none, or the model exposes no layers.
+    layer: str | None
+    why: str
+    # With "jaxpr": the first layer as the path runs (compiled), where it is not `layer`.
+    layer_as_run: NotRequired[str | None]
+
+
+class BitwisePathReport(TypedDict):
+    """One batch path: bitwise under every composition, the figures, the first op."""
+
+    bitwise: bool
+    rows: int
+    rows_differing: int  # rows differing in some composition
+    max_ulp: int
+    argmax_flips: int | None  # rows whose argmax flips in some composition
+    compositions: dict[str, BitwiseAgainst]  # "alone", and each regrouping
+    vs_plain: BitwiseAgainst | None  # against the plain loop; None for the loop itself
+    first_op: BitwiseFirstOp | None  # None: every row alone is bitwise
+    # The path raised on a row alone: not measured (and not bitwise), the error said.
+    alone_error: NotRequired[str]
+
+
+class BitwiseFlips(TypedDict):
+    """Rows whose argmax is not the same in every output measured, of the rows covered."""
+
+    rows: int
+    flipped: int
+
+
+class BitwiseReport(TypedDict):
+    """Bitwise batch invariance of every batch path on one case (vmapcheck.core.bitwise):
+    measured in the forward stage on the run's backend; ``mode`` and ``passed`` added
+    by the check ("report": never failed; "require": a path not bitwise fails)."""
+
+    case: str
+    rows: int
+    rows_alone: int  # rows run as a batch of 1 (a budget may cap them)
+    capped_by: str | None
+    backend: str
+    device_kind: str
+    dtype: str
+    plain: str
+    class_outputs: bool
+    paths: dict[str, BitwisePathReport]
+    argmax_flips: BitwiseFlips | None
+    mode: NotRequired[Literal["report", "require", "off"]]
+    passed: NotRequired[bool]

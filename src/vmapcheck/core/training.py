@@ -20,10 +20,10 @@ import optax
 from vmapcheck.config import TrainConfig
 from vmapcheck.core.contract import rows as batch_rows
 from vmapcheck.core.contract import take
+from vmapcheck.core.leaves import check_finite, leaf_paths
 from vmapcheck.core.models import Model, Params
 from vmapcheck.core.state import ParamsPartition, partition
 from vmapcheck.errors import ArtifactError, NonFiniteOutputError, NonFiniteTrainingError
-from vmapcheck.params_io import check_finite, leaf_paths
 
 
 def make_loss(model: Model):
@@ -149,7 +149,7 @@ def _non_finite_step(
 
 def _non_finite_params(model: Model, params: Params, what: str) -> None:
     """Refuse ``params`` with a NaN or Inf leaf: the first named, in tree order, as
-    :func:`vmapcheck.params_io.check_finite` names it (count and first index)."""
+    :func:`vmapcheck.core.leaves.check_finite` names it (count and first index)."""
     try:
         check_finite(leaf_paths(params), f"model {model.name!r}: the {what}")
     except ArtifactError as exc:
