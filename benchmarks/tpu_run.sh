@@ -27,6 +27,8 @@
 #                                batch axis) at f32 and bf16: its check must FAIL
 #   paired[:SIDES]               verdict-paired on the chip: A/A, then ~40% more work
 #                                (SIDES: aa, slow40 or both, the default)
+#   bitwise                      benchmarks/bitwise_report.py: bitwise batch invariance of
+#                                the shipped mlp and flax_cnn on the chip, per batch path
 # The machine has Python 3.11, JAX 0.10.2 and libtpu preinstalled, no sockets, and one
 # process at a time may hold the chip.
 set -uo pipefail
@@ -156,6 +158,14 @@ step_planted() {
         --precisions f32 bf16 > "$OUT/tpu_planted.txt" 2>&1
     local rc=$?
     tail -n 20 "$OUT/tpu_planted.txt"
+    return $rc
+}
+
+step_bitwise() {
+    python "$REPO/benchmarks/bitwise_report.py" --json "$OUT/bitwise_tpu.json" \
+        > "$OUT/bitwise_tpu.txt" 2>&1
+    local rc=$?
+    tail -n 40 "$OUT/bitwise_tpu.txt"
     return $rc
 }
 
