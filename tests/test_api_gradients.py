@@ -10,6 +10,8 @@ loss's targets are validated by name.
 
 from __future__ import annotations
 
+import dataclasses
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -179,3 +181,24 @@ def test_the_pipeline_fails_the_same_model_on_the_same_lines(tmp_path):
         "layers[0].W",
         "layers[0].b",
     ]
+
+
+def test_a_model_jax_cannot_differentiate_is_a_model_finding_not_a_traceback():
+    """``.at[].apply`` has no JVP rule: the loss cannot be differentiated. The check says
+    so as one model finding, and still judges the forward paths."""
+
+    def forward_one(params, x):
+        hidden = jnp.tanh(x @ params["layers"][0]["W"] + params["layers"][0]["b"])
+        hidden = hidden.at[0].apply(lambda v: v - 1.0)
+        return hidden @ params["layers"][1]["W"] + params["layers"][1]["b"]
+
+    base = make_model(form="where_fixed")
+    model = dataclasses.replace(base, forward_one=forward_one, forward_batch=None)
+    params = model.init(jax.random.key(0))
+    report = check_batching(model, params, EXAMPLES, paths=PATHS)
+    assert [(f.kind, f.line.split(":")[0]) for f in report.findings] == [
+        ("model", "gradients/examples")
+    ]
+    assert "the loss cannot be differentiated: NotImplementedError" in report.failures[0]
+    assert all(pair.passed for pair in report.pairs.values())
+    assert check_batching(model, params, EXAMPLES, paths=PATHS, gradients=False).passed

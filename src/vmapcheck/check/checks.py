@@ -36,7 +36,13 @@ from vmapcheck.core.cases import CaseEntry, CaseKind, case_rows, kind_of
 from vmapcheck.core.compare import compare, largest, looser, non_finite_rows, within, worst_of
 from vmapcheck.core.composition import REGROUPINGS, applies, composition_key
 from vmapcheck.core.paths import PATHS, output_key, path_names, plain_path, row_cap
-from vmapcheck.core.record import Comparison, ForwardRecord, GradientProbe, PathRun
+from vmapcheck.core.record import (
+    Comparison,
+    ForwardRecord,
+    GradientProbe,
+    GradientProbeError,
+    PathRun,
+)
 from vmapcheck.data.regression import SINGLE_CASE, STANDARD_CASE
 
 
@@ -573,11 +579,22 @@ def _reference(
 
 
 def _gradients(
-    config: Config, record: GradientProbe | None, arrays: dict[str, np.ndarray] | None
+    config: Config,
+    record: GradientProbe | GradientProbeError | None,
+    arrays: dict[str, np.ndarray] | None,
 ) -> tuple[GradientsReport, list[CheckFinding]]:
     """Finite loss and gradients; NaN detected; mean per-example gradient = batch gradient.
     Non-finite loss or gradients, or a NaN the loss does not carry, are model faults; a
     batch gradient other than the mean of the per-example ones is a batching fault."""
+    if record is not None and "error" in record:
+        raised = cast(GradientProbeError, record)
+        line = (
+            f"gradients/{raised['case']}: the loss cannot be differentiated: "
+            f"{raised['error']} (the forward paths are still checked)"
+        )
+        return {"status": "error", "error": raised["error"], "passed": False}, [
+            finding("model", line)
+        ]
     if record is None or arrays is None:
         return {"status": "not run", "passed": True}, []
     failures: list[CheckFinding] = []
@@ -839,12 +856,14 @@ def run_checks(
 
 
 def _budget(
-    config: Config, cases_report: dict[str, CaseReport], gradients: GradientProbe | None
+    config: Config,
+    cases_report: dict[str, CaseReport],
+    gradients: GradientProbe | GradientProbeError | None,
 ) -> BudgetReport:
     """The budgets and, per case, what each capped (never silently: the printed check
     lines and the HTML report read it)."""
     capped = {name: case["capped"] for name, case in cases_report.items() if case.get("capped")}
-    if gradients and gradients.get("capped"):
+    if gradients and "error" not in gradients and gradients.get("capped"):
         capped.setdefault(STANDARD_CASE, {})["gradients"] = gradients["capped"]
     # No budget (the Python API, vmapcheck.testing): every part ran every row.
     limits = config.budget.model_dump() if config.budget is not None else None

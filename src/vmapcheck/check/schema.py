@@ -135,8 +135,9 @@ class GradientsReport(TypedDict):
     """The gradient probe (the forward record's ``gradients``) judged: finite, the NaN
     probe detected, per-example mean against the batch gradient per leaf."""
 
-    status: str  # "ok" or "not run"
+    status: str  # "ok", "not run", or "error" (the probe raised: ``error`` says why)
     passed: bool
+    error: NotRequired[str]
     # The probe's own figures (vmapcheck.core.record.GradientProbe), when it ran.
     loss: NotRequired[float]
     loss_finite: NotRequired[bool]

@@ -93,6 +93,15 @@ class GradientProbe(TypedDict):
     capped: NotRequired[Capped]
 
 
+class GradientProbeError(TypedDict):
+    """The gradient probe raised (the forward record's ``gradients``): a model JAX cannot
+    differentiate (a primitive without a JVP rule, a ``pure_callback``), said by the
+    check as a model finding rather than a traceback that hides the forward's verdict."""
+
+    error: str  # the exception's type and message
+    case: str
+
+
 class PathRun(TypedDict, total=False):
     """What one path did with one case: an output's shape and dtype, or a refusal or
     crash with the error's type and message."""
@@ -119,7 +128,7 @@ class ForwardRecord(TypedDict):
     not_provided: dict[str, str]  # path -> why the model lacks it
     sharded: dict[str, Any] | None  # devices and mesh of the distributed path
     reference: dict[str, Any]  # status of the stored reference's recomputation
-    gradients: GradientProbe | None  # None: not run (the Python API)
+    gradients: GradientProbe | GradientProbeError | None  # None: not run
     cases: dict[str, dict[str, PathRun]]  # case -> path -> what it did
     # The regroupings run (vmapcheck.core.composition): {"regroupings": {name: about},
     # "cases": {case: {"rows", <regrouping>: its plan, "paths", "raised"}}}. Absent in
@@ -142,7 +151,7 @@ def forward_record(
     not_provided: dict[str, str],
     sharded: dict[str, Any] | None,
     reference: dict[str, Any],
-    gradients: GradientProbe | None,
+    gradients: GradientProbe | GradientProbeError | None,
     params_sha256: str = "",
     budget: dict[str, int] | None = None,
     bitwise: Mapping[str, Any] | None = None,

@@ -72,6 +72,8 @@ def gradients_line(grads: Mapping[str, Any], tolerance: Mapping[str, Any]) -> st
     mark = "ok  " if grads["passed"] else "FAIL"
     if grads.get("status") == "not run":
         return f"  {mark} gradients        not run"
+    if grads.get("status") == "error":
+        return f"  {mark} gradients        the loss cannot be differentiated: {grads.get('error')}"
     # Each figure with its own leaf: the largest max_rel is often another leaf's, of
     # values near 0 (the transformer's: attn.key.bias, about 2e-10).
     leaves = grads.get("per_example_vs_batch") or {}

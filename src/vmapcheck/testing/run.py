@@ -20,7 +20,7 @@ if TYPE_CHECKING:
 
     from vmapcheck.check.schema import CheckDetails
     from vmapcheck.core.models import Model, Params
-    from vmapcheck.core.record import ForwardRecord, GradientProbe
+    from vmapcheck.core.record import ForwardRecord, GradientProbe, GradientProbeError
 
 # The case names: the user's batch, its first row as a batch of one and unbatched. The
 # last two are the names the check compares a vector case with
@@ -147,19 +147,26 @@ def checked_targets(model: Model, targets: Any, n: int, dtype: Any) -> Any:
 
 def gradient_side(
     model: Model, params: Params, x: Any, targets: Any, dtype: Any
-) -> tuple[dict[str, np.ndarray], GradientProbe]:
+) -> tuple[dict[str, np.ndarray] | None, GradientProbe | GradientProbeError]:
     """The forward stage's gradient probe (:func:`vmapcheck.core.gradients.gradient_probe`)
     on the examples: the model's loss (the mean squared error of ``forward_one`` against
     ``targets``), its gradient with respect to the trainable leaves (the declared state
     leaves held fixed, as ``train`` holds them), the per-example gradients under vmap and
     a NaN planted in one target. ``x``: the checked examples, batch axis 0; ``targets``:
     ``(n, out_features)`` at ``dtype``. Returns (arrays, record) as the forward stage
-    stores them, the record naming its case (``examples``)."""
+    stores them, the record naming its case (``examples``). A model JAX cannot
+    differentiate (a primitive with no JVP rule) gives no arrays and a record of the
+    error, which the check says as a model finding: the forward paths are still
+    checked, and ``gradients=False`` leaves the gradient check out."""
     from vmapcheck.core.contract import rows
     from vmapcheck.core.forms import cast_tree
     from vmapcheck.core.gradients import gradient_probe
 
-    arrays, record = gradient_probe(model, cast_tree(params, dtype), x, targets)
+    try:
+        arrays, record = gradient_probe(model, cast_tree(params, dtype), x, targets)
+    except Exception as exc:  # any error the model's differentiation raises, said by name
+        first = f"{type(exc).__name__}: {exc}".split("\n")[0]
+        return None, {"error": first, "case": EXAMPLES_CASE}
     record["rows"] = rows(x)
     record["case"] = EXAMPLES_CASE
     return arrays, record
@@ -261,7 +268,7 @@ def forward(
     cases: dict[str, dict[str, Any]],
     dtype: Any,
     selected: Sequence[str],
-    gradients: GradientProbe | None = None,
+    gradients: GradientProbe | GradientProbeError | None = None,
     bitwise: str = "report",
 ) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray], ForwardRecord]:
     """The forward stage on ``cases``: (outputs, regrouped outputs, forward record).
