@@ -36,12 +36,19 @@ def float64_outputs(
     cases: dict[str, dict[str, Any]],
     run_dtype: Any,
     max_rows: int | None = None,
-) -> dict[str, np.ndarray]:
+) -> dict[str, np.ndarray] | None:
     """case name -> float64 output for every case whose kind has the oracle
     (:data:`vmapcheck.core.cases.CASE_KINDS`); x is one example or a batch (axis 0 on every
     leaf). ``max_rows`` (``budget.oracle_max_rows``; None: every row): of a batch, only
     the first this many rows are computed, so its output has ``min(rows, max_rows)`` rows
-    (the check compares the paths with it on those rows and reports the cap)."""
+    (the check compares the paths with it on those rows and reports the cap).
+
+    None for a stochastic model (``Model.stochastic``): under x64 ``jax.random`` draws
+    other numbers from the same keys, so its float64 run would be another sample, not
+    the same computation more precisely; the check says so
+    (:data:`vmapcheck.core.record.ORACLE_NOT_JUDGED`), with no figure and no failure."""
+    if model.stochastic:
+        return None
     if not jax.config.jax_enable_x64:
         raise RuntimeError("the float64 oracle needs jax_enable_x64 (configure_cpu_float64)")
     params64 = jax.tree_util.tree_map(lambda leaf: to_f64(leaf, run_dtype), params)

@@ -101,6 +101,37 @@ class PathRun(TypedDict, total=False):
     capped_by: str
 
 
+class KeysRecord(TypedDict):
+    """How a stochastic model's forwards got their keys (``Model.stochastic``), and what
+    that leaves the float64 oracle: written by the forward stage and the Python API."""
+
+    seed: int  # the run's seed
+    stream: str  # the named key stream's entry split into row keys
+    rule: str  # how row i's key is drawn, the same on every path
+    oracle: str  # "not judged: <why>"
+
+
+# Why the float64 oracle does not judge a forward that samples.
+ORACLE_NOT_JUDGED = (
+    "not judged: the model samples (stochastic=True), and under float64 (jax_enable_x64) "
+    "jax.random draws other numbers from the same keys wherever a draw's dtype follows the "
+    "default float, so a float64 run is another sample, not the same computation more "
+    "precisely; the paths are judged against each other, row i with the same key on each"
+)
+
+
+def keys_record(seed: int, stream: str) -> KeysRecord:
+    """The record of a stochastic run's keys: row ``i`` of every batch gets
+    ``jax.random.split(named_keys(seed)[stream], rows)[i]``."""
+    return {
+        "seed": seed,
+        "stream": stream,
+        "rule": f"row i of a batch of n rows gets jax.random.split(named_keys({seed})"
+        f"[{stream!r}], n)[i] on every path; a regrouped row keeps its key",
+        "oracle": ORACLE_NOT_JUDGED,
+    }
+
+
 class ForwardRecord(TypedDict):
     """``data/forward/record.json``, written by the forward stage."""
 
@@ -119,6 +150,8 @@ class ForwardRecord(TypedDict):
     # The budget the forward stage ran under (vmapcheck.config.BudgetConfig); absent in
     # records older than it.
     budget: NotRequired[dict[str, int]]
+    # A stochastic model's keys (KeysRecord); absent for a deterministic model.
+    keys: NotRequired[KeysRecord]
 
 
 def forward_record(
@@ -133,6 +166,7 @@ def forward_record(
     gradients: GradientProbe | None,
     params_sha256: str = "",
     budget: dict[str, int] | None = None,
+    keys: KeysRecord | None = None,
 ) -> ForwardRecord:
     """The record of one forward run: ``runtime`` (:class:`vmapcheck.core.runtime.
     RuntimeInfo` as a dict), the run's ``dtype`` name, per case and path what it did
@@ -140,7 +174,8 @@ def forward_record(
     (:func:`vmapcheck.core.forward.run_composition`), the paths not run and why, the
     distributed path's mesh (None: not run), the stored reference's status, the
     gradient probe (None: not run), the params' digest ("" where none is stored) and
-    the budget applied (None: none, the Python API)."""
+    the budget applied (None: none, the Python API), and a stochastic model's keys
+    (:func:`keys_record`; None: a deterministic model)."""
     record: ForwardRecord = {
         "runtime": dict(runtime),
         "dtype": dtype,
@@ -154,4 +189,6 @@ def forward_record(
     }
     if budget is not None:
         record["budget"] = budget
+    if keys is not None:
+        record["keys"] = keys
     return record

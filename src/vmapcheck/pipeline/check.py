@@ -49,6 +49,7 @@ def _reference(config: Config, layout: Layout, record: dict, model, run_dtype) -
                 stored["cases"],
                 run_dtype,
                 max_rows=config.budget.magnitude_max_rows,
+                stochastic=model.stochastic,
             )
     except ArtifactError as exc:  # changed between forward and check
         return {"status": "corrupt", "message": str(exc)}
@@ -150,6 +151,7 @@ def run(config: Config, layout: Layout) -> None:
             cases,
             run_dtype,
             max_rows=config.budget.magnitude_max_rows,
+            stochastic=model.stochastic,
         )
     # Each subkey feeds one random draw: a reused key fails the check (diagnosis stage 2).
     key_stream = key_stream_stage(model, config.seed)
@@ -209,6 +211,8 @@ def run(config: Config, layout: Layout) -> None:
     for name, case in report["negative"].items():
         mark = "ok  " if case["passed"] else "FAIL"
         print(f"  {mark} {name:<16} refused: {' ... '.join(case['expect'])}")
+    if report["oracle"].startswith("not judged"):  # a stochastic model's (record.keys)
+        print(f"  -    float64 oracle   {report['oracle']}")
     grads = report["gradients"]
     print(gradients_line(grads, tol))
     for name, by_path in report.get("composition", {}).items():

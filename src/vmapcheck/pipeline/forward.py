@@ -14,12 +14,12 @@ from vmapcheck.check.reference import load_reference, reference_dir, shown_refer
 from vmapcheck.config import Config
 from vmapcheck.core import contract
 from vmapcheck.core.cases import case_input
-from vmapcheck.core.forms import cast_tree, data_mesh
+from vmapcheck.core.forms import FORWARD_KEYS, cast_tree, data_mesh, forward_keys
 from vmapcheck.core.forward import build_all, run_composition, run_forward
 from vmapcheck.core.gradients import gradient_probe
 from vmapcheck.core.models import build_model
 from vmapcheck.core.paths import describe_distributed, not_provided
-from vmapcheck.core.record import forward_record
+from vmapcheck.core.record import forward_record, keys_record
 from vmapcheck.core.runtime import configure_jax
 from vmapcheck.data.regression import STANDARD_CASE, load_cases
 from vmapcheck.errors import ArtifactError
@@ -68,12 +68,14 @@ def run(config: Config, layout: Layout) -> None:
     dtype = jnp.dtype(config.precision.dtype)
     mesh = data_mesh(config.backend.num_devices)
     sharded = describe_distributed(model, mesh)
-    built = build_all(model, dtype, mesh)
+    # A stochastic model's row keys: split from the seed's "forward" key on every path.
+    key = forward_keys(config.seed)
+    built = build_all(model, dtype, mesh, key)
     outputs, record = run_forward(
-        model, params, cases, dtype, mesh, built=built, budget=config.budget
+        model, params, cases, dtype, mesh, built=built, budget=config.budget, key=key
     )
     regrouped, composition = run_composition(
-        model, params, cases, dtype, outputs, mesh, built=built, budget=config.budget
+        model, params, cases, dtype, outputs, mesh, built=built, budget=config.budget, key=key
     )
     reference_outputs, reference_status = _run_reference(config, layout, model, dtype, mesh, built)
     standard = cases[STANDARD_CASE]
@@ -85,6 +87,7 @@ def run(config: Config, layout: Layout) -> None:
         cast_tree(params, dtype),
         contract.take(case_input(standard, dtype), slice(0, probe_rows)),
         jnp.asarray(standard["y"][:probe_rows], dtype=dtype),
+        key=key,
     )
     grad_record["rows"] = probe_rows
     if probe_rows < standard_rows:
@@ -112,6 +115,7 @@ def run(config: Config, layout: Layout) -> None:
                 composition=composition,
                 # The budgets this stage applies (dvc.yaml: its params deps).
                 budget=config.budget.model_dump(include={"loop_max_rows", "gradient_max_rows"}),
+                keys=keys_record(config.seed, FORWARD_KEYS) if model.stochastic else None,
             ),
         )
     refused = sum(

@@ -152,6 +152,7 @@ def check_batching(
     rtol: float | None = None,
     atol: float | None = None,
     edge_cases: bool = False,
+    seed: int = 0,
 ) -> BatchingReport:
     """Run the checks and return the report, passed or not (report first, then assert:
     :func:`assert_batching_consistent` raises on it). Arguments as there."""
@@ -161,7 +162,7 @@ def check_batching(
     import jax.numpy as jnp
 
     from vmapcheck.core.contract import output_contract_problem
-    from vmapcheck.core.forms import cast_tree
+    from vmapcheck.core.forms import cast_tree, forward_keys, keyed_model, with_keys
     from vmapcheck.core.models import Model
 
     if not isinstance(model, Model):
@@ -169,6 +170,8 @@ def check_batching(
             f"model: expected a vmapcheck.core.models.Model (what a model factory returns, "
             f"docs/own-model.md), got {type(model).__name__}"
         )
+    if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
+        raise ConfigError(f"seed: expected an int >= 0 (the run's key stream), got {seed!r}")
     config = precision_config(precision, rtol=rtol, atol=atol)
     selected = select_paths(model, paths)
     # The run's numerics as the forward stage pins them (configure_jax), but scoped to
@@ -181,11 +184,14 @@ def check_batching(
         check_params(model, params)
         x = checked_examples(model, examples, dtype)
         # Shapes only: an output off the contract is named, not a traceback from a path.
-        problem = output_contract_problem(model, cast_tree(params, dtype), x)
+        # A stochastic model is traced with row 0's key (forms.keyed_model).
+        problem = output_contract_problem(
+            keyed_model(model), cast_tree(params, dtype), with_keys(model, x, forward_keys(seed))
+        )
         if problem:
             raise ConfigError(f"model {model.name!r}: {problem}")
         cases = build_cases(model, x, dtype, selected, edge_cases)
-        outputs, regrouped, record = forward(model, params, cases, dtype, selected)
+        outputs, regrouped, record = forward(model, params, cases, dtype, selected, seed)
     oracle, magnitudes = float64_side(model, params, cases, config)
     details = judge(model, config, cases, outputs, regrouped, record, oracle, magnitudes)
     return build_report(model, config, details, selected)
@@ -201,6 +207,7 @@ def assert_batching_consistent(
     rtol: float | None = None,
     atol: float | None = None,
     edge_cases: bool = False,
+    seed: int = 0,
 ) -> BatchingReport:
     """Assert that ``model``'s forward paths agree on ``examples``, as the pipeline checks.
 
@@ -226,6 +233,10 @@ def assert_batching_consistent(
             zeros, boundary (the examples' min and max), large-magnitude, subnormal and
             duplicate-row batches, built from the examples as the pipeline builds them
             from its table.
+        seed: a stochastic model's (``Model.stochastic``) keys: row ``i`` of every
+            batch gets ``jax.random.split(named_keys(seed)["forward"], rows)[i]`` on
+            every path (:mod:`vmapcheck.core.forms`); its copies of one row (the
+            ``duplicate_rows`` case, always run for it) must not all get one output.
 
     Returns:
         The :class:`BatchingReport`, every check passed: per-pair worst figures, the
@@ -260,6 +271,7 @@ def assert_batching_consistent(
         rtol=rtol,
         atol=atol,
         edge_cases=edge_cases,
+        seed=seed,
     )
     if not report.passed:
         raise BatchingCheckError(report)

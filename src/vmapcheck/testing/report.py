@@ -287,6 +287,8 @@ def _summary(model: Model, details: CheckDetails, precision: PrecisionConfig) ->
         composition_line(name, by_path) for name, by_path in details.get("composition", {}).items()
     ]
     lines.append(refusals_line(details["negative"]))
+    if details["oracle"].startswith("not judged"):  # a stochastic model (record's keys)
+        lines.append(f"  -    float64 oracle   {details['oracle']}")
     failures = details["failures"]
     lines += [f"  failure: {failure}" for failure in failures[:SHOWN_FAILURES]]
     if len(failures) > SHOWN_FAILURES:

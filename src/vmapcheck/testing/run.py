@@ -143,6 +143,7 @@ def build_cases(
     keys the check reads (kind, shape, about; expect and runs_on for a refusal)."""
     import numpy as np
 
+    from vmapcheck.check.rules import rules_for
     from vmapcheck.core.contract import rows, take
     from vmapcheck.core.paths import PATHS
     from vmapcheck.data.regression import SINGLE_CASE, regression_cases
@@ -178,7 +179,10 @@ def build_cases(
     )
     for name, case in regression.items():
         kind = kind_of(case, name)
-        if kind.valid and not (edge_cases and kind.edge):
+        # A kind whose rules flip for a sampling model (copies with their own keys must
+        # differ) is what catches a key shared by the rows: always run for one.
+        sampling = model.stochastic and rules_for(kind.rules, True) != kind.rules
+        if kind.valid and not ((edge_cases and kind.edge) or sampling):
             continue
         if not any(p in selected for p in kind.paths(case)):
             continue  # no path selected takes it
@@ -192,24 +196,28 @@ def forward(
     cases: dict[str, dict[str, Any]],
     dtype: Any,
     selected: Sequence[str],
+    seed: int = 0,
 ) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray], ForwardRecord]:
-    """The forward stage on ``cases``: (outputs, regrouped outputs, forward record)."""
+    """The forward stage on ``cases``: (outputs, regrouped outputs, forward record). A
+    stochastic model's row keys are split from the ``forward`` key of ``seed``'s stream
+    (:func:`vmapcheck.core.forms.forward_keys`), as the pipeline splits them."""
     import jax
 
-    from vmapcheck.core.forms import data_mesh
+    from vmapcheck.core.forms import FORWARD_KEYS, data_mesh, forward_keys
     from vmapcheck.core.forward import build_all, run_composition, run_forward
     from vmapcheck.core.paths import PATHS, describe_distributed, not_provided
-    from vmapcheck.core.record import forward_record
+    from vmapcheck.core.record import forward_record, keys_record
     from vmapcheck.core.runtime import runtime_info
 
     mesh = data_mesh()  # every device present (one on a plain CPU process)
+    key = forward_keys(seed)
     built = {
         takes: {name: fn for name, fn in by_name.items() if name in selected}
-        for takes, by_name in build_all(model, dtype, mesh).items()
+        for takes, by_name in build_all(model, dtype, mesh, key).items()
     }
-    outputs, per_case = run_forward(model, params, cases, dtype, mesh, built=built)
+    outputs, per_case = run_forward(model, params, cases, dtype, mesh, built=built, key=key)
     regrouped, composition = run_composition(
-        model, params, cases, dtype, outputs, mesh, built=built
+        model, params, cases, dtype, outputs, mesh, built=built, key=key
     )
     # A path left out is reported like one the model lacks: the check skips it.
     skipped = {
@@ -230,6 +238,7 @@ def forward(
         gradients=None,
         cases=per_case,
         composition=composition,
+        keys=keys_record(seed, FORWARD_KEYS) if model.stochastic else None,
     )
     return outputs, regrouped, record
 
@@ -255,11 +264,13 @@ def float64_side(
         jax.default_matmul_precision("highest"),
     ):
         oracle = None
-        if run_dtype != jnp.float64:
+        if run_dtype != jnp.float64:  # None for a stochastic model: not judged
             oracle = float64_outputs(model, params, cases, run_dtype)
         magnitudes = None
         if config.uses_terms:
-            magnitudes = case_magnitudes(model.forward_one, params, cases, run_dtype)
+            magnitudes = case_magnitudes(
+                model.forward_one, params, cases, run_dtype, stochastic=model.stochastic
+            )
     return oracle, magnitudes
 
 
