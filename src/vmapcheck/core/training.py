@@ -108,15 +108,16 @@ def fit(
     # keys every step (draw = the step), the same ones for every evaluation (draw = 0).
     # Each key feeds one split (train runs under jax_debug_key_reuse): the evaluation's
     # is cloned for each use. A deterministic model's batches_key is used as before.
-    noise = None
+    noise = evaluation = None
     if model.stochastic:
         batches_key, noise_key = jax.random.split(batches_key)
         noise = jax.random.split(noise_key, config.steps + 1)
+        evaluation = noise[0]  # sliced once: a slice consumes its element
 
     def keyed(x: Any, draw: int) -> Any:
-        if noise is None:
+        if noise is None or evaluation is None:
             return x
-        base = jax.random.clone(noise[0]) if draw == 0 else noise[draw]
+        base = jax.random.clone(evaluation) if draw == 0 else noise[draw]
         return with_keys(model, x, base)
 
     evaluate = jax.jit(make_loss(keyed_model(model)))
