@@ -16,6 +16,7 @@ from vmapcheck.check.rules import SHARED_RANDOMNESS, rules_for
 from vmapcheck.core import forms
 from vmapcheck.core.composition import REGROUPINGS
 from vmapcheck.core.models import Model, mlp_init
+from vmapcheck.core.oracle import draw_problem
 from vmapcheck.core.paths import build_paths, build_vector_paths
 from vmapcheck.core.record import ORACLE_NOT_JUDGED
 from vmapcheck.errors import ConfigError, InvalidInputError
@@ -64,17 +65,48 @@ def test_regroupings_move_each_rows_key_with_its_row():
             )
 
 
-def test_per_row_keys_pass_and_the_oracle_says_it_does_not_judge():
+def test_per_row_keys_pass_and_the_oracle_repeats_float32_draws():
     model, params = _model()
+    report = check_batching(model, params, EXAMPLES)
+    assert report.passed, report.summary
+    # Its masks are drawn in float32: float64 draws the same from the same keys.
+    assert report.details["oracle"] == "float64 (CPU)"
+    assert set(report.oracle) == set(report.paths)
+    assert max(report.oracle.values()) < 1e-5
+    # The duplicate rows run for a stochastic model, judged by copies_differ.
+    rules = report.details["cases"]["duplicate_rows"]["rules"]
+    assert set(rules) == {"copies_differ"} and rules["copies_differ"]["passed"]
+    assert all(c["passed"] for c in report.details["composition"]["examples"].values())
+
+
+def _noisy_model() -> tuple[Model, object]:
+    """Gaussian noise drawn in the default float: 64 bits under x64, another sample."""
+    widths = [4, 8, 2]
+
+    def forward_one(params, x, key):
+        hidden = jax.nn.relu(x @ params["layers"][0]["W"] + params["layers"][0]["b"])
+        out = hidden @ params["layers"][1]["W"] + params["layers"][1]["b"]
+        return out + 0.1 * jax.random.normal(key, (2,)).astype(out.dtype)
+
+    model = Model(
+        name="noisy",
+        in_features=4,
+        out_features=2,
+        forward_one=forward_one,
+        init=lambda key: mlp_init(key, widths),
+        stochastic=True,
+    )
+    return model, model.init(jax.random.key(0))
+
+
+def test_draws_float64_cannot_repeat_are_not_judged_and_no_false_fail():
+    model, params = _noisy_model()
+    assert draw_problem(model, params, EXAMPLES[0], jnp.float32) is not None
     report = check_batching(model, params, EXAMPLES)
     assert report.passed, report.summary
     assert report.details["oracle"] == ORACLE_NOT_JUDGED
     assert report.oracle == {}  # no figure, no failure
     assert "float64 oracle   not judged:" in report.summary
-    # The duplicate rows run for a stochastic model, judged by copies_differ.
-    rules = report.details["cases"]["duplicate_rows"]["rules"]
-    assert set(rules) == {"copies_differ"} and rules["copies_differ"]["passed"]
-    assert all(c["passed"] for c in report.details["composition"]["examples"].values())
 
 
 def test_shared_key_in_forward_batch_fails_saying_the_rows_share_their_randomness():

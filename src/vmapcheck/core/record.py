@@ -108,15 +108,19 @@ class KeysRecord(TypedDict):
     seed: int  # the run's seed
     stream: str  # the named key stream's entry split into row keys
     rule: str  # how row i's key is drawn, the same on every path
-    oracle: str  # "not judged: <why>"
+    # The check's oracle line when the float64 run cannot repeat the draws: "not judged:
+    # <why>" (a model whose draws it repeats is judged, with its rows' keys).
+    oracle: str
 
 
-# Why the float64 oracle does not judge a forward that samples.
+# Why the float64 oracle does not judge a forward that samples, when it cannot repeat its
+# draws (vmapcheck.core.oracle.same_draws).
 ORACLE_NOT_JUDGED = (
-    "not judged: the model samples (stochastic=True), and under float64 (jax_enable_x64) "
-    "jax.random draws other numbers from the same keys wherever a draw's dtype follows the "
-    "default float, so a float64 run is another sample, not the same computation more "
-    "precisely; the paths are judged against each other, row i with the same key on each"
+    "not judged: the model samples (stochastic=True) and its jax.random draws take more "
+    "bits under float64 (jax_enable_x64: a draw whose dtype follows the default float), so "
+    "from the same keys a float64 run draws other numbers: another sample, not the same "
+    "computation more precisely; the paths are judged against each other, row i with the "
+    "same key on each (a draw in an explicit dtype, e.g. float32, is repeated and judged)"
 )
 
 

@@ -14,7 +14,9 @@ from ``keys[0]``. The loop and vmap still give row ``i`` its own key, so the pat
 disagree, and duplicated rows come out equal on the direct paths.
 
 The mask is drawn as ``jax.random.bernoulli(key, keep, shape)`` with ``keep`` a float32
-array: the draw is made in 32 bits whatever ``jax_enable_x64`` says.
+array: the draw takes 32 bits whatever ``jax_enable_x64`` says, so the float64 oracle
+draws the same masks from the same keys and judges the model (a draw whose dtype follows
+the default float would take 64 bits there: not judged).
 """
 
 from __future__ import annotations

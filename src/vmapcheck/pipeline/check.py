@@ -18,6 +18,7 @@ from vmapcheck.check.rules import summary_lines as rule_lines
 from vmapcheck.check.schema import read_record
 from vmapcheck.config import Config, config_digest
 from vmapcheck.core.composition import composition_line
+from vmapcheck.core.forms import forward_keys
 from vmapcheck.core.magnitude import case_magnitudes
 from vmapcheck.core.models import build_model
 from vmapcheck.core.oracle import float64_outputs
@@ -139,7 +140,12 @@ def run(config: Config, layout: Layout) -> None:
     oracle = None
     if run_dtype != jnp.float64:
         oracle = float64_outputs(
-            model, params, cases, run_dtype, max_rows=config.budget.oracle_max_rows
+            model,
+            params,
+            cases,
+            run_dtype,
+            max_rows=config.budget.oracle_max_rows,
+            key=forward_keys(config.seed),  # a stochastic model's rows: the paths' keys
         )
     # The magnitude of the terms of every output element (float64, CPU, forward_one row
     # by row on the inputs the paths saw), once per case: what scale "terms" is relative to.

@@ -192,7 +192,7 @@ def check_batching(
             raise ConfigError(f"model {model.name!r}: {problem}")
         cases = build_cases(model, x, dtype, selected, edge_cases)
         outputs, regrouped, record = forward(model, params, cases, dtype, selected, seed)
-    oracle, magnitudes = float64_side(model, params, cases, config)
+    oracle, magnitudes = float64_side(model, params, cases, config, seed)
     details = judge(model, config, cases, outputs, regrouped, record, oracle, magnitudes)
     return build_report(model, config, details, selected)
 

@@ -244,15 +244,21 @@ def forward(
 
 
 def float64_side(
-    model: Model, params: Params, cases: dict[str, dict[str, Any]], config: PrecisionConfig
+    model: Model,
+    params: Params,
+    cases: dict[str, dict[str, Any]],
+    config: PrecisionConfig,
+    seed: int = 0,
 ) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
     """(float64 oracle outputs, terms' magnitudes), as the check stage computes them: on
     CPU with x64 (scoped to this call), params and inputs first rounded to the run's
-    dtype. No oracle for a float64 run; no magnitudes unless a tolerance scales by the
-    terms."""
+    dtype. No oracle for a float64 run, nor for a stochastic model whose draws float64
+    cannot repeat (``seed``: its rows' keys); no magnitudes unless a tolerance scales by
+    the terms."""
     import jax
     import jax.numpy as jnp
 
+    from vmapcheck.core.forms import forward_keys
     from vmapcheck.core.magnitude import case_magnitudes
     from vmapcheck.core.oracle import float64_outputs
 
@@ -264,8 +270,8 @@ def float64_side(
         jax.default_matmul_precision("highest"),
     ):
         oracle = None
-        if run_dtype != jnp.float64:  # None for a stochastic model: not judged
-            oracle = float64_outputs(model, params, cases, run_dtype)
+        if run_dtype != jnp.float64:  # a stochastic model: its rows' keys (or None)
+            oracle = float64_outputs(model, params, cases, run_dtype, key=forward_keys(seed))
         magnitudes = None
         if config.uses_terms:
             magnitudes = case_magnitudes(
