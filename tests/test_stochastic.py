@@ -196,3 +196,53 @@ def test_the_seed_picks_the_keys():
 def test_copies_agree_flips_to_copies_differ_only_for_a_stochastic_model():
     assert rules_for(("copies_agree",), stochastic=False) == ("copies_agree",)
     assert rules_for(("copies_agree",), stochastic=True) == ("copies_differ",)
+
+
+USER_SAMPLER = """
+import jax
+import jax.numpy as jnp
+
+from vmapcheck.core.models import Model
+
+
+def make_model(in_features: int = 3, keyed: bool = True) -> Model:
+    def noisy(params, x, key):
+        return x @ params["W"] + 0.1 * jax.random.normal(key, (2,), jnp.float32)
+
+    def plain(params, x):
+        return x @ params["W"]
+
+    return Model(
+        name="sampler",
+        in_features=in_features,
+        out_features=2,
+        forward_one=noisy if keyed else plain,
+        init=lambda key: {"W": jax.random.normal(key, (in_features, 2), jnp.float32)},
+        stochastic=True,
+    )
+"""
+
+
+def test_init_takes_a_users_stochastic_model_and_refuses_one_without_a_key(tmp_path):
+    import subprocess
+    import sys
+
+    import yaml
+
+    root = tmp_path / "user"
+    (root / "mymodels").mkdir(parents=True)
+    subprocess.run(["git", "init", "-q", str(root)], check=True)
+    (root / "mymodels" / "__init__.py").write_text("")
+    (root / "mymodels" / "sampler.py").write_text(USER_SAMPLER)
+
+    def init(*args: str) -> subprocess.CompletedProcess[str]:
+        command = [sys.executable, "-m", "vmapcheck", "init", "--model", *args]
+        return subprocess.run(command, cwd=root, capture_output=True, text=True, check=False)
+
+    refused = init("mymodels.sampler:make_model", "--factory-arg", "keyed=false")
+    assert refused.returncode != 0
+    assert "stochastic=True, so forward_one must take (params, x, key)" in refused.stderr
+    done = init("mymodels.sampler:make_model")
+    assert done.returncode == 0, done.stderr
+    model = yaml.safe_load((root / "conf" / "model" / "sampler.yaml").read_text())
+    assert model["factory"]["_target_"] == "mymodels.sampler.make_model"

@@ -604,9 +604,9 @@ def rows_magnitude(
 
 # Why a stochastic model's cases are judged by the output rule (Model.stochastic).
 SAMPLED = (
-    "the model samples (stochastic=True): its terms' magnitude would be computed in "
-    "float64, where jax.random draws other numbers from the same keys (another sample), "
-    "so the case is judged by the output rule"
+    "the model samples (stochastic=True): the terms' magnitude is not computed for a "
+    "forward that draws random numbers (the magnitude program is traced on zero inputs, "
+    "and has no zero key nor rule for a draw), so the case is judged by the output rule"
 )
 
 
