@@ -180,6 +180,18 @@ def test_keys_of_the_wrong_shape_are_refused_by_name():
         path(params, forms.Keyed(x, forms.row_keys(forms.forward_keys(0), 5)))
     with pytest.raises(InvalidInputError, match="keys: expected typed PRNG keys"):
         path(params, forms.Keyed(x, jnp.zeros((6, 2), jnp.uint32)))
+    # Keys given to a model that does not sample: refused, not silently dropped.
+    plain = Model(
+        name="plain",
+        in_features=4,
+        out_features=2,
+        forward_one=lambda p, x: x[:2],
+        init=lambda key: {},
+    )
+    with pytest.raises(InvalidInputError, match="keys: model 'plain' is not stochastic"):
+        build_paths(plain, jnp.float32)["vmap_jit"](
+            {}, forms.Keyed(x, forms.row_keys(forms.forward_keys(0), 6))
+        )
 
 
 def test_the_seed_picks_the_keys():

@@ -32,7 +32,7 @@ batch: ``split`` is prefix-stable under the partitionable threefry JAX uses).
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 import jax
@@ -68,7 +68,7 @@ class Keyed:
     with their rows."""
 
     x: Any
-    keys: jax.Array = field(metadata={"static": False})
+    keys: jax.Array
 
 
 def forward_keys(seed: int) -> jax.Array:
@@ -128,6 +128,16 @@ def keyed_model(model: Model) -> Model:
     )
 
 
+def _keys_allowed(model: Model) -> None:
+    """Refuse keys given to a model that does not sample (its forwards take none)."""
+    if not model.stochastic:
+        raise InvalidInputError(
+            f"keys: model {model.name!r} is not stochastic (Model.stochastic=False): its "
+            "forwards take no key; pass the batch alone",
+            reason="keys",
+        )
+
+
 def _validate_keys(keys: Any, rows: int | None) -> None:
     """Refuse keys that are not typed PRNG keys of shape ``(rows,)`` (a scalar key for
     one example, ``rows`` None), naming what was found."""
@@ -161,6 +171,7 @@ def validate_batch(x: Any, model: Model, dtype: Any) -> None:
     """
     model.contract.validate_batch(unkeyed(x), dtype)
     if isinstance(x, Keyed):
+        _keys_allowed(model)
         _validate_keys(x.keys, contract.rows(x.x))
 
 
@@ -168,6 +179,7 @@ def validate_vector(x: Any, model: Model, dtype: Any) -> None:
     """The same contract for one unbatched example (what ``forward_one`` takes)."""
     model.contract.validate_example(unkeyed(x), dtype)
     if isinstance(x, Keyed):
+        _keys_allowed(model)
         _validate_keys(x.keys, None)
 
 
