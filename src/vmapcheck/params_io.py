@@ -203,6 +203,12 @@ def model_contract(model: Any, params: Any, features: list[str]) -> dict[str, An
             + "}",
         }
 
+    if model.stochastic:
+        # A forward that samples (Model.stochastic) takes its example's key too.
+        inputs["key"] = (
+            "forward_one(params, x, key): one typed PRNG key per example "
+            "(jax.random.key); forward_batch(params, X, keys): keys (batch,), row i keys[i]"
+        )
     return {
         "model": model.name,
         "description": model.description,

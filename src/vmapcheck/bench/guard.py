@@ -65,7 +65,15 @@ from vmapcheck.core.contract import (
     leaf_arrays,
     not_an_array,
 )
-from vmapcheck.core.forms import batched_forward, cast_tree
+from vmapcheck.core.contract import rows as batch_rows
+from vmapcheck.core.forms import (
+    Keyed,
+    batched_forward,
+    cast_tree,
+    forward_keys,
+    keyed_model,
+    row_keys,
+)
 from vmapcheck.core.models import Model, Params
 from vmapcheck.errors import ConfigError, InvalidInputError, NonFiniteOutputError
 from vmapcheck.params_io import check_finite, check_params_like, leaf_paths
@@ -136,7 +144,20 @@ class Guard:
             raise ConfigError(problem)
         self._params = jax.device_put(cast_tree(params, self._dtype))
         # in_axes (None, 0): params shared by every row, rows mapped over axis 0.
-        self._forward = jax.jit(batched_forward(model, self._params))
+        mapped = batched_forward(keyed_model(model), self._params)
+        # A forward that samples (Model.stochastic) is served as every path runs it: its
+        # keyed_model, each row with a key of its own, fresh keys for every request
+        # (padding rows included): request n's are split from fold_in(base, n) inside
+        # the compiled program, so drawing them compiles nothing per request.
+        self._draws: int | None = 0 if model.stochastic else None
+        if model.stochastic:
+            base = forward_keys(0)
+
+            def sampled(params: Params, batch: Any, draw: jax.Array) -> jax.Array:
+                keys = row_keys(jax.random.fold_in(base, draw), batch_rows(batch))
+                return mapped(params, Keyed(batch, keys))
+
+        self._forward = jax.jit(sampled if model.stochastic else mapped)
         self._edges_ms = np.asarray(config.latency_edges_ms, dtype=np.float64)
         # Aggregates only: nothing below holds a request value.
         self._requests = 0
@@ -267,7 +288,11 @@ class Guard:
         before_n, before_s = CompileCounter.count, CompileCounter.seconds
         # np.asarray waits for the result and brings it to the host, where the slice and
         # the finiteness check run (a device-side slice would compile once per size).
-        out = np.asarray(self._forward(self._params, batch))
+        if self._draws is None:
+            out = np.asarray(self._forward(self._params, batch))
+        else:
+            out = np.asarray(self._forward(self._params, batch, np.uint32(self._draws)))
+            self._draws += 1
         self._compiles += CompileCounter.count - before_n
         self._compile_s += CompileCounter.seconds - before_s
         return out

@@ -14,7 +14,7 @@ from typing import Any, cast
 import numpy as np
 
 from vmapcheck.check.kinds import finding, judge_findings
-from vmapcheck.check.rules import judge_case
+from vmapcheck.check.rules import judge_case, rules_for
 from vmapcheck.check.schema import (
     BitwiseReport,
     BudgetReport,
@@ -221,6 +221,7 @@ def _valid_case(
     targets: np.ndarray | None,
     skip: dict[str, str],
     magnitude: dict[str, Any] | None,
+    stochastic: bool = False,
 ) -> tuple[CaseReport, list[CheckFinding]]:
     kind = kind_of(meta, name)
     out_shape = (
@@ -255,7 +256,7 @@ def _valid_case(
         if not r["passed"]
     ]
     # The rules its kind adds to agreement (vmapcheck.check.rules), each on every path.
-    rules = judge_case(name, kind.rules, present, tolerance)
+    rules = judge_case(name, rules_for(kind.rules, stochastic), present, tolerance)
     found += [finding("batching", line) for result in rules.values() for line in result.failures]
     report: CaseReport = {
         "kind": kind.name,
@@ -806,6 +807,8 @@ def run_checks(
                 (targets or {}).get(name),
                 skip,
                 (magnitudes or {}).get(name),
+                # A stochastic model's row keys (the forward stage's record says how drawn).
+                stochastic="keys" in forward_record,
             )
         found_all += found
     reference_report, found = _reference(config, forward_record["runtime"], reference, skip)
@@ -836,7 +839,7 @@ def run_checks(
         "dtype": config.precision.dtype,
         "tolerance": config.precision.tolerance.model_dump(),
         "cross_run_tolerance": config.precision.cross_run_tolerance.model_dump(),
-        "oracle": "float64 (CPU)" if oracle is not None else "none: the run is float64",
+        "oracle": _oracle_line(oracle, forward_record),
         "runtime": forward_record["runtime"],
         "not_provided": skip,
         # Devices and mesh of the data-parallel path (absent in records older than it).
@@ -853,6 +856,17 @@ def run_checks(
         report["bitwise"] = bitwise_report
     report["budget"] = _budget(config, cases_report, forward_record.get("gradients"))
     return report
+
+
+def _oracle_line(oracle: dict[str, np.ndarray] | None, record: ForwardRecord) -> str:
+    """What the float64 oracle was: computed, or why not (a float64 run; a stochastic
+    model whose draws float64 cannot repeat: its record's ``keys`` say why)."""
+    if oracle is not None:
+        return "float64 (CPU)"
+    keys = record.get("keys")
+    if keys is not None and keys.get("oracle"):
+        return str(keys["oracle"])
+    return "none: the run is float64"
 
 
 def _budget(

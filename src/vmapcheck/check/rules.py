@@ -75,12 +75,17 @@ class CaseRule:
         about: what it checks, one line (the HTML report, docs/checks.md).
         figures: the figures its result carries, in order.
         judge: the rule itself (see :data:`Judge`).
+        stochastic: the rule judging the case instead for a stochastic model.
     """
 
     name: str
     about: str
     figures: tuple[str, ...]
     judge: Judge
+    # The rule that judges the case instead for a stochastic model (Model.stochastic:
+    # every row has its own key, so what held for a deterministic forward flips), or
+    # None: the same rule.
+    stochastic: str | None = None
 
     def line(self, case: str, result: RuleResult) -> str:
         """The summary's line for ``result`` on ``case``."""
@@ -132,6 +137,44 @@ def _copies_agree(
     return RuleResult(passed=not failures, figures=figures, text=text, failures=failures)
 
 
+# What a forward that samples gets wrong when its rows share their randomness.
+SHARED_RANDOMNESS = "the rows share their randomness"
+
+
+def _copies_differ(
+    case: str, outputs: Mapping[str, np.ndarray], tolerance: ToleranceConfig
+) -> RuleResult:
+    """A stochastic model's copies of one row, each with its own key: each path's output
+    (rows, ...) must not be the same for every copy. One key shared by the batch (a
+    ``forward_batch`` drawing from ``keys[0]``, a ``forward_one`` ignoring its key)
+    gives every copy bit-identical outputs. A correct sampler may repeat a draw by
+    chance (two equal dropout masks), so only all copies equal fails; ``tolerance`` is
+    not used: a draw that moves an output less than the tolerance still moves it."""
+    distinct = {
+        path: len({np.asarray(row).tobytes() for row in np.asarray(out)})
+        for path, out in outputs.items()
+    }
+    rows = len(next(iter(outputs.values())))
+    shared = [path for path, n in distinct.items() if rows >= 2 and n == 1]
+    failures = [
+        f"{case}/{path}: {rows} copies of one row, each given its own key, got one and the "
+        f"same output: {SHARED_RANDOMNESS} (one key used for the whole batch, or a key "
+        "ignored)"
+        for path in shared
+    ]
+    fewest = min(distinct.values()) if distinct else None
+    figures: dict[str, float | None] = {"fewest_distinct": fewest, "rows": rows}
+    if shared:
+        text = f"{rows} copies with different keys get one output on {', '.join(shared)}: "
+        text += SHARED_RANDOMNESS
+    else:
+        text = (
+            f"{rows} copies of one row with different keys differ on each of "
+            f"{len(distinct)} paths (fewest distinct outputs: {fewest})"
+        )
+    return RuleResult(passed=not failures, figures=figures, text=text, failures=failures)
+
+
 CASE_RULES: dict[str, CaseRule] = {
     r.name: r
     for r in [
@@ -142,9 +185,26 @@ CASE_RULES: dict[str, CaseRule] = {
             "position or batch-mates change its result fails",
             figures=("bound_ratio", "max_abs"),
             judge=_copies_agree,
+            stochastic="copies_differ",
+        ),
+        CaseRule(
+            "copies_differ",
+            about="for a stochastic model (its copies each get their own key): the copies "
+            "of one row must not all get one and the same output, on each path: one key "
+            "shared by the batch's rows fails",
+            figures=("fewest_distinct", "rows"),
+            judge=_copies_differ,
         ),
     ]
 }
+
+
+def rules_for(names: tuple[str, ...], stochastic: bool) -> tuple[str, ...]:
+    """A case kind's ``rules`` as they judge a model: each replaced by its
+    :attr:`CaseRule.stochastic` entry for a stochastic one."""
+    if not stochastic:
+        return names
+    return tuple(rule(name).stochastic or name for name in names)
 
 
 def rule(name: str) -> CaseRule:

@@ -19,11 +19,20 @@ not distribute.
 
 Inputs are validated once, before dispatch, by :func:`validate_batch`, so an invalid
 batch is refused identically by every path. vmap maps every input leaf over axis 0.
+
+A forward that samples (``Model.stochastic``: ``forward_one(params, x, key)``) is run by
+every form above through :func:`keyed_model`: a deterministic model over :class:`Keyed`
+inputs, where each row's typed PRNG key is one more batched leaf. So the loop, lax.map,
+scan, vmap, the mesh's shards, a permutation and a split all carry row ``i``'s key with
+row ``i`` with no code of their own; :func:`with_keys` gives a batch its keys, row ``i``
+``jax.random.split(base, rows)[i]`` (a prefix of the rows gets the same keys as the whole
+batch: ``split`` is prefix-stable under the partitionable threefry JAX uses).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass, replace
 from typing import Any
 
 import jax
@@ -33,6 +42,7 @@ from jax.sharding import AxisType, Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from vmapcheck.core import contract
+from vmapcheck.core.keys import named_keys
 from vmapcheck.core.models import Model, Params
 from vmapcheck.core.runtime import check_device_count
 from vmapcheck.core.state import leaf_name
@@ -41,23 +51,136 @@ from vmapcheck.errors import InvalidInputError
 Path = Callable[[Params, Any], jax.Array]
 
 
+# --- a forward that samples: each row's key travels as one more batched leaf -------------
+
+# The name of the key stream's entry that the forwards of a run draw their row keys from
+# (vmapcheck.core.keys.KEY_NAMES).
+FORWARD_KEYS = "forward"
+
+
+@jax.tree_util.register_dataclass
+@dataclass(frozen=True)
+class Keyed:
+    """A stochastic model's input: ``x`` (the model's input contract, a batch with the
+    batch on axis 0 of every leaf, or one example) and ``keys``, typed PRNG keys:
+    ``(batch,)`` for a batch, row ``i``'s key at ``keys[i]``; a scalar key for one
+    example. A pytree of both, so every form maps, slices, permutes and pads the keys
+    with their rows."""
+
+    x: Any
+    keys: jax.Array
+
+
+def forward_keys(seed: int) -> jax.Array:
+    """The base key the forwards of a run split their row keys from: the ``forward``
+    entry of the run's named key stream (:func:`vmapcheck.core.keys.named_keys`)."""
+    return named_keys(seed)[FORWARD_KEYS]
+
+
+def row_keys(base: jax.Array, rows: int) -> jax.Array:
+    """``jax.random.split(base, rows)``: ``(rows,)`` typed keys, row ``i`` gets ``[i]``."""
+    return jax.random.split(base, rows)
+
+
+def with_keys(model: Model, x: Any, base: jax.Array, *, example: bool = False) -> Any:
+    """``x`` as ``model``'s forms take it: unchanged for a deterministic model or an
+    input already :class:`Keyed`; else ``Keyed(x, row_keys(base, rows))`` for a batch
+    (batch axis 0), ``Keyed(x, row_keys(base, 1)[0])`` for one unbatched ``example`` (the
+    key row 0 of any batch gets)."""
+    if not model.stochastic or isinstance(x, Keyed):
+        return x
+    if example:
+        return Keyed(x, row_keys(base, 1)[0])
+    return Keyed(x, row_keys(base, contract.rows(x)))
+
+
+def unkeyed(x: Any) -> Any:
+    """The model's own input of ``x``: ``x.x`` of a :class:`Keyed`, else ``x``."""
+    return x.x if isinstance(x, Keyed) else x
+
+
+def keyed_model(model: Model) -> Model:
+    """``model`` itself when deterministic; for a stochastic one, the deterministic model
+    every form runs: ``forward_one(params, Keyed(x, key))`` is the user's
+    ``forward_one(params, x, key)``, ``forward_batch(params, Keyed(X, keys))`` the user's
+    ``forward_batch(params, X, keys)`` (``keys`` ``(batch,)``), and the activations alike.
+    Shapes are the user's; only the key rides along with its row."""
+    if not model.stochastic:
+        return model
+
+    def one(fn: Callable[..., Any] | None) -> Callable[..., Any] | None:
+        if fn is None:
+            return None
+        return lambda params, kx: fn(params, kx.x, kx.keys)
+
+    user_one = model.forward_one
+
+    def forward_one(params: Params, kx: Any) -> jax.Array:  # kx: a Keyed example
+        return user_one(params, kx.x, kx.keys)  # type: ignore[call-arg]
+
+    return replace(
+        model,
+        stochastic=False,
+        forward_one=forward_one,
+        forward_batch=one(model.forward_batch),
+        activations_one=one(model.activations_one),
+        activations_batch=one(model.activations_batch),
+    )
+
+
+def _keys_allowed(model: Model) -> None:
+    """Refuse keys given to a model that does not sample (its forwards take none)."""
+    if not model.stochastic:
+        raise InvalidInputError(
+            f"keys: model {model.name!r} is not stochastic (Model.stochastic=False): its "
+            "forwards take no key; pass the batch alone",
+            reason="keys",
+        )
+
+
+def _validate_keys(keys: Any, rows: int | None) -> None:
+    """Refuse keys that are not typed PRNG keys of shape ``(rows,)`` (a scalar key for
+    one example, ``rows`` None), naming what was found."""
+    expected = "()" if rows is None else f"({rows},)"
+    if not isinstance(keys, jax.Array) or not jnp.issubdtype(keys.dtype, jax.dtypes.prng_key):
+        found = getattr(keys, "dtype", type(keys).__name__)
+        raise InvalidInputError(
+            f"keys: expected typed PRNG keys (jax.random.key / jax.random.split) of shape "
+            f"{expected}, one per row; got {found}",
+            reason="keys",
+        )
+    shape = tuple(keys.shape)
+    if shape != (() if rows is None else (rows,)):
+        raise InvalidInputError(
+            f"keys: expected shape {expected}, one key per row of the batch; got {shape}",
+            reason="keys",
+        )
+
+
 def validate_batch(x: Any, model: Model, dtype: Any) -> None:
     """Refuse anything but a batch of ``model``'s input contract (every leaf with a leading
     batch axis 0 of the same size >= 1, its shape, its dtype, finite floats, ids in range).
 
     This is the one place every batched path validates its input
-    (:meth:`vmapcheck.core.contract.InputSpec.validate_batch`).
+    (:meth:`vmapcheck.core.contract.InputSpec.validate_batch`). A :class:`Keyed` batch's
+    ``x`` is validated so, and its keys must be ``(batch,)`` typed PRNG keys.
 
     Raises:
         InvalidInputError: naming the leaf and the problem, e.g. "expected 3 features,
             got 4" (a flat vector) or "leaf 'tokens': expected dtype int32, got float32".
     """
-    model.contract.validate_batch(x, dtype)
+    model.contract.validate_batch(unkeyed(x), dtype)
+    if isinstance(x, Keyed):
+        _keys_allowed(model)
+        _validate_keys(x.keys, contract.rows(x.x))
 
 
 def validate_vector(x: Any, model: Model, dtype: Any) -> None:
     """The same contract for one unbatched example (what ``forward_one`` takes)."""
-    model.contract.validate_example(x, dtype)
+    model.contract.validate_example(unkeyed(x), dtype)
+    if isinstance(x, Keyed):
+        _keys_allowed(model)
+        _validate_keys(x.keys, None)
 
 
 def batched_forward(model: Model, params: Params, in_axes: tuple[Any, Any] = (None, 0)) -> Path:

@@ -12,7 +12,7 @@ from jax.sharding import Mesh
 from vmapcheck.core import contract
 from vmapcheck.core.cases import case_input, kind_of
 from vmapcheck.core.composition import REGROUPINGS, applies, composition_key
-from vmapcheck.core.forms import cast_tree
+from vmapcheck.core.forms import cast_tree, forward_keys, with_keys
 from vmapcheck.core.models import Model, Params
 from vmapcheck.core.paths import PATHS, Forward, build, output_key, row_cap
 from vmapcheck.errors import InvalidInputError
@@ -25,12 +25,15 @@ def _storable(host: np.ndarray) -> np.ndarray:
     return host.astype(np.float32) if host.dtype == jnp.bfloat16 else host
 
 
-def build_all(model: Model, dtype: Any, mesh: Mesh | None = None) -> Built:
+def build_all(
+    model: Model, dtype: Any, mesh: Mesh | None = None, key: jax.Array | None = None
+) -> Built:
     """Every path built for ``model`` at ``dtype``, by what it takes (compiled once: a
-    jit path reused on the same shape is not compiled again)."""
+    jit path reused on the same shape is not compiled again). ``key``: a stochastic
+    model's base key (:func:`vmapcheck.core.forms.forward_keys` of the run's seed)."""
     return {
-        "batch": build(model, dtype, "batch", mesh=mesh),
-        "vector": build(model, dtype, "vector"),
+        "batch": build(model, dtype, "batch", mesh=mesh, key=key),
+        "vector": build(model, dtype, "vector", key=key),
     }
 
 
@@ -58,6 +61,7 @@ def run_forward(
     mesh: Mesh | None = None,
     built: Built | None = None,
     budget: Any = None,
+    key: jax.Array | None = None,
 ) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
     """Run each case through the paths its kind calls for (:data:`CASE_KINDS`), at ``dtype``.
 
@@ -74,7 +78,7 @@ def run_forward(
     ``capped_by`` (:func:`cap_entry`). ``built``: the paths of :func:`build_all` (None:
     built here).
     """
-    built = built if built is not None else build_all(model, dtype, mesh)
+    built = built if built is not None else build_all(model, dtype, mesh, key)
     every = {name: fn for takes in built.values() for name, fn in takes.items()}
     run_params = cast_tree(params, dtype)
     outputs: dict[str, np.ndarray] = {}
@@ -126,6 +130,7 @@ def run_composition(
     mesh: Mesh | None = None,
     built: Built | None = None,
     budget: Any = None,
+    key: jax.Array | None = None,
 ) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
     """Every batch path on every case that :func:`~vmapcheck.core.composition.applies`
     again, under each regrouping of :data:`~vmapcheck.core.composition.REGROUPINGS` (its
@@ -138,9 +143,12 @@ def run_composition(
     contract's failure already. Returns ``(outputs, record)``: ``outputs["<case>.<path>.
     <regrouping>"]`` (bfloat16 stored as float32, exactly); ``record``: what each
     regrouping is, and per case its rows, each regrouping's plan, and the paths that
-    raised under one (type and message).
+    raised under one (type and message). A stochastic model's batch is regrouped with
+    its row keys (:func:`vmapcheck.core.forms.with_keys` from ``key``, the one ``built``
+    was built with): each row keeps its key wherever it moves.
     """
-    paths = (built if built is not None else build_all(model, dtype, mesh))["batch"]
+    paths = (built if built is not None else build_all(model, dtype, mesh, key))["batch"]
+    base = key if key is not None else forward_keys(0)
     run_params = cast_tree(params, dtype)
     regrouped: dict[str, np.ndarray] = {}
     record: dict[str, Any] = {
@@ -150,7 +158,7 @@ def run_composition(
     for case_name, case in cases.items():
         if not applies(case, case_name):
             continue
-        x = case_input(case, dtype)
+        x = with_keys(model, case_input(case, dtype), base)
         rows = contract.rows(x)
         raised: dict[str, dict[str, Any]] = {}
         capped: dict[str, dict[str, Any]] = {}
@@ -176,8 +184,9 @@ def run_composition(
                         "message": str(exc),
                     }
                     continue
-                key = composition_key(case_name, path_name, g.name)
-                regrouped[key] = _storable(np.asarray(out))
+                regrouped[composition_key(case_name, path_name, g.name)] = _storable(
+                    np.asarray(out)
+                )
         record["cases"][case_name] = {
             "rows": rows,
             **{g.name: g.plan(rows) for g in REGROUPINGS.values()},

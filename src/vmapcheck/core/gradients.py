@@ -17,6 +17,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from vmapcheck.core.forms import forward_keys, keyed_model, with_keys
 from vmapcheck.core.models import Model, Params
 from vmapcheck.core.record import GradientProbe
 from vmapcheck.core.state import partition
@@ -35,12 +36,15 @@ def _finite(tree: dict[str, jax.Array]) -> dict[str, jax.Array]:
 
 
 def gradient_probe(
-    model: Model, params: Params, x: jax.Array, y: jax.Array
+    model: Model, params: Params, x: jax.Array, y: jax.Array, key: jax.Array | None = None
 ) -> tuple[dict[str, np.ndarray], GradientProbe]:
     """Loss and gradients on (x (batch, in), y (batch, out)), and on a NaN-target copy.
 
     ``x``: a batch of the model's input contract, batch axis 0 (an array, or a dict of
     leaves); ``y``: the targets, ``(batch, out_features)``, batch axis 0.
+    A stochastic model's row ``i`` gets the key the paths give it
+    (:func:`vmapcheck.core.forms.with_keys` from ``key``; None: seed 0's), the same in the
+    batch loss and the per-example gradients, so the two compare like with like.
 
     Returns ``(arrays, record)``: arrays ``batch_grad.<leaf>`` and
     ``per_example_mean.<leaf>`` (float32 or wider, for check to compare); the record
@@ -53,7 +57,8 @@ def gradient_probe(
     """
     leaves = partition(model, params)
     trainable, state = leaves.split(params)
-    full_loss_one = make_loss_one(model)
+    x = with_keys(model, x, key if key is not None else forward_keys(0))
+    full_loss_one = make_loss_one(keyed_model(model))
 
     def loss_one(weights: dict[str, jax.Array], x: jax.Array, y: jax.Array) -> jax.Array:
         return full_loss_one(leaves.merge(weights, state), x, y)

@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import jax
 
-KEY_NAMES = ("data", "split", "init", "batches")
+# "forward": the base key a stochastic model's forwards split one key per row from
+# (vmapcheck.core.forms.forward_keys); appended last, so the others keep their keys.
+KEY_NAMES = ("data", "split", "init", "batches", "forward")
 
 
 def named_keys(seed: int) -> dict[str, jax.Array]:

@@ -603,14 +603,38 @@ def rows_magnitude(
     return _rows({}, forward_one, params64, x64, batched)
 
 
+# Why a stochastic model's cases are judged by the output rule (Model.stochastic).
+SAMPLED = (
+    "the model samples (stochastic=True): the terms' magnitude is not computed for a "
+    "forward that draws random numbers (the magnitude program is traced on zero inputs, "
+    "and has no zero key nor rule for a draw), so the case is judged by the output rule"
+)
+
+
+def sampled_magnitudes(cases: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """What :func:`case_magnitudes` gives a stochastic model: for every valid case the
+    entry of a magnitude that could not be computed (``scale`` None, ``error``
+    :data:`SAMPLED`), so the check judges it by the output rule and says why."""
+    return {
+        name: {"scale": None, "fallbacks": [], "error": SAMPLED}
+        for name, case in cases.items()
+        if kind_of(case, name).valid
+    }
+
+
 def case_magnitudes(
     forward_one: Callable[[Any, jax.Array], jax.Array],
     params: Any,
     cases: dict[str, dict[str, Any]],
     run_dtype: Any,
     max_rows: int | None = None,
+    *,
+    stochastic: bool = False,
 ) -> dict[str, dict[str, Any]]:
     """case name -> ``{"scale": S, "fallbacks": [...]}`` for every valid case.
+
+    ``stochastic`` (the model's ``Model.stochastic``): no magnitude is computed, every
+    case gets :func:`sampled_magnitudes`' entry (judged by the output rule, saying why).
 
     ``max_rows`` (``budget.magnitude_max_rows``; None: every row): of a batch, only the
     first this many rows are computed, so ``S`` has ``min(rows, max_rows)`` rows; the
@@ -624,6 +648,8 @@ def case_magnitudes(
     "error": "<type>: <message>"}``: that case is judged by the output rule, and the
     report says why (the check reports; it does not crash on a model it cannot read).
     """
+    if stochastic:
+        return sampled_magnitudes(cases)
     _require_x64()
     params64 = jax.tree_util.tree_map(lambda leaf: to_f64(leaf, run_dtype), params)
     programs: dict[Any, Program] = {}

@@ -12,6 +12,7 @@ by layer between the paths to name the first layer that diverges.
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
@@ -48,14 +49,15 @@ def recorded(forward: Callable[..., jax.Array], output: str) -> ActivationsFn:
     ``(units,)``, for ``forward_batch`` it is ``(batch, units)`` (batch axis 0).
     """
 
-    def activations(params: Params, x: jax.Array) -> Activations:
+    def activations(params: Params, x: jax.Array, *key: jax.Array) -> Activations:
+        # ``key``: a stochastic forward's key (or keys), passed on as its third argument.
         taken: Activations = []
 
         def tap(name: str, value: jax.Array) -> jax.Array:
             taken.append((name, value))
             return value
 
-        out = forward(params, x, tap=tap)
+        out = forward(params, x, *key, tap=tap)
         return [*taken, (output, out)]
 
     return activations
@@ -86,6 +88,13 @@ class Model:
       is that dict, a batch the same dict with a leading batch axis 0 on every leaf, and
       ``in_features`` the number of table columns the leaves take together. None: the
       flat-vector contract ``(in_features,)``.
+    - ``stochastic``: True for a forward that samples (MC dropout, noise): then
+      ``forward_one(params, x, key)`` takes one typed PRNG key (``jax.random.key``, a
+      scalar key array) for its example, ``forward_batch(params, X, keys)`` takes
+      ``keys`` of shape ``(batch,)``, row ``i``'s key at ``keys[i]`` (the very key the
+      loop gives row ``i``), and the activations take the key the same way. The harness
+      draws ``keys = jax.random.split(base, rows)`` from the run's key stream and every
+      path gives row ``i`` ``keys[i]`` (:mod:`vmapcheck.core.forms`).
     - ``state_leaves``: the params leaves that are the model's state, not weights
       (BatchNorm running statistics, int32 counters, RNG state), each entry a leaf path
       as the params file names it (``bn1.mean``) or a subtree's path covering every leaf
@@ -109,8 +118,15 @@ class Model:
     preprocessing: tuple[str, ...] = ()
     inputs: InputSpec | None = None
     state_leaves: tuple[str, ...] = ()
+    stochastic: bool = False
 
     def __post_init__(self) -> None:
+        if not isinstance(self.stochastic, bool):
+            raise ConfigError(
+                f"model {self.name!r}: stochastic: expected True or False, found "
+                f"{type(self.stochastic).__name__}"
+            )
+        _check_key_arguments(self)
         entries = self.state_leaves
         if isinstance(entries, str) or not all(
             isinstance(entry, str) and entry for entry in entries
@@ -130,6 +146,48 @@ class Model:
     def outputs(self) -> tuple[str, ...]:
         """Output names: as declared, else y0, y1, ..."""
         return self.output_names or tuple(f"y{i}" for i in range(self.out_features))
+
+
+def _takes(fn: Callable[..., Any], count: int) -> bool | None:
+    """Whether ``fn`` can be called with ``count`` positional arguments; None when its
+    signature cannot be read (a builtin, some C extensions): then it is not judged."""
+    try:
+        signature = inspect.signature(fn)
+    except (TypeError, ValueError):
+        return None
+    try:
+        signature.bind(*range(count))
+    except TypeError:
+        return False
+    return True
+
+
+def _check_key_arguments(model: Model) -> None:
+    """A stochastic model's forwards take ``(params, x, key)``; a deterministic model's
+    take ``(params, x)``: the mismatch is refused here, naming the function and the fix,
+    rather than as a TypeError deep inside a trace."""
+    forwards = {
+        "forward_one": model.forward_one,
+        "forward_batch": model.forward_batch,
+        "activations_one": model.activations_one,
+        "activations_batch": model.activations_batch,
+    }
+    for name, fn in forwards.items():
+        if fn is None:
+            continue
+        if model.stochastic and _takes(fn, 3) is False:
+            arguments = "(params, X, keys)" if name.endswith("batch") else "(params, x, key)"
+            raise ConfigError(
+                f"model {model.name!r} is stochastic=True, so {name} must take {arguments}: "
+                f"one typed PRNG key per example (keys of shape (batch,) for a batch); "
+                f"{getattr(fn, '__name__', name)} takes no key argument"
+            )
+        if not model.stochastic and _takes(fn, 2) is False and _takes(fn, 3):
+            raise ConfigError(
+                f"model {model.name!r}: {name} takes a third argument (a key?) but the model "
+                "is not stochastic: a forward that samples is declared Model(..., "
+                "stochastic=True) (docs/own-model.md, 'A forward that samples')"
+            )
 
 
 # --- toy: the seed guide's model ---------------------------------------------------------

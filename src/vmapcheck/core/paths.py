@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import importlib
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Literal
 
 from vmapcheck.errors import ConfigError
@@ -158,9 +158,32 @@ class ForwardPath:
         """``"jit"`` or ``"eager"``."""
         return "jit" if self.jit else "eager"
 
-    def compile(self, model: Model, mesh: Mesh | None = None) -> Compiled | None:
-        """This path for ``model``; None when the model lacks its form."""
-        return self.build(self, model, mesh)
+    def compile(
+        self, model: Model, mesh: Mesh | None = None, key: jax.Array | None = None
+    ) -> Compiled | None:
+        """This path for ``model``; None when the model lacks its form.
+
+        A stochastic model (``Model.stochastic``) is compiled as its
+        :func:`~vmapcheck.core.forms.keyed_model`, and ``place`` gives an input that is
+        not :class:`~vmapcheck.core.forms.Keyed` yet its row keys split from ``key`` (the
+        run's :func:`~vmapcheck.core.forms.forward_keys`; None: those of seed 0, the
+        Python API's default), so row ``i`` of any path gets the same key.
+        """
+        if not model.stochastic:
+            return self.build(self, model, mesh)
+        from vmapcheck.core import forms
+
+        compiled = self.build(self, forms.keyed_model(model), mesh)
+        if compiled is None:
+            return None
+        base = key if key is not None else forms.forward_keys(0)
+        example = self.takes == "vector"
+        place = compiled.place
+
+        def keyed_place(params: Params, x: Any) -> tuple[Params, Any]:
+            return place(params, forms.with_keys(model, x, base, example=example))
+
+        return replace(compiled, place=keyed_place)
 
 
 def _eager_and_jit(
@@ -412,12 +435,15 @@ def build(
     takes: str = "batch",
     validate: bool = True,
     mesh: Mesh | None = None,
+    key: jax.Array | None = None,
 ) -> dict[str, Forward]:
     """Every path that takes ``takes``, built for ``model``: name -> ``(params, x) -> y``.
 
     Paths the model lacks are left out (:func:`not_provided` says why). ``mesh``: the
     devices of distributed paths (None: every device present). With ``validate`` (the
-    default) each path refuses an invalid input before dispatch, identically.
+    default) each path refuses an invalid input before dispatch, identically. ``key``:
+    a stochastic model's base key (:meth:`ForwardPath.compile`); ``x`` may then also be
+    a :class:`~vmapcheck.core.forms.Keyed` batch carrying its own row keys.
 
     Raises:
         ConfigError: ``dtype`` is no float a run can have
@@ -439,7 +465,7 @@ def build(
     for path in PATHS.values():
         if path.takes != takes:
             continue
-        compiled = path.compile(model, mesh)
+        compiled = path.compile(model, mesh, key)
         if compiled is None:
             continue
         built[path.name] = _guarded(compiled, check) if validate else compiled
@@ -447,12 +473,18 @@ def build(
 
 
 def build_paths(
-    model: Model, dtype: Any, validate: bool = True, mesh: Mesh | None = None
+    model: Model,
+    dtype: Any,
+    validate: bool = True,
+    mesh: Mesh | None = None,
+    key: jax.Array | None = None,
 ) -> dict[str, Forward]:
     """The batched paths (:func:`build` with ``takes="batch"``)."""
-    return build(model, dtype, "batch", validate, mesh)
+    return build(model, dtype, "batch", validate, mesh, key)
 
 
-def build_vector_paths(model: Model, dtype: Any) -> dict[str, Forward]:
+def build_vector_paths(
+    model: Model, dtype: Any, key: jax.Array | None = None
+) -> dict[str, Forward]:
     """``forward_one`` itself, eager and jit, for one unbatched example."""
-    return build(model, dtype, "vector")
+    return build(model, dtype, "vector", key=key)

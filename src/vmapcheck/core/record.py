@@ -119,6 +119,41 @@ class PathRun(TypedDict, total=False):
     capped_by: str
 
 
+class KeysRecord(TypedDict):
+    """How a stochastic model's forwards got their keys (``Model.stochastic``), and what
+    that leaves the float64 oracle: written by the forward stage and the Python API."""
+
+    seed: int  # the run's seed
+    stream: str  # the named key stream's entry split into row keys
+    rule: str  # how row i's key is drawn, the same on every path
+    # The check's oracle line when the float64 run cannot repeat the draws: "not judged:
+    # <why>" (a model whose draws it repeats is judged, with its rows' keys).
+    oracle: str
+
+
+# Why the float64 oracle does not judge a forward that samples, when it cannot repeat its
+# draws (vmapcheck.core.oracle.same_draws).
+ORACLE_NOT_JUDGED = (
+    "not judged: the model samples (stochastic=True) and its jax.random draws take more "
+    "bits under float64 (jax_enable_x64: a draw whose dtype follows the default float), so "
+    "from the same keys a float64 run draws other numbers: another sample, not the same "
+    "computation more precisely; the paths are judged against each other, row i with the "
+    "same key on each (a draw in an explicit dtype, e.g. float32, is repeated and judged)"
+)
+
+
+def keys_record(seed: int, stream: str) -> KeysRecord:
+    """The record of a stochastic run's keys: row ``i`` of every batch gets
+    ``jax.random.split(named_keys(seed)[stream], rows)[i]``."""
+    return {
+        "seed": seed,
+        "stream": stream,
+        "rule": f"row i of a batch of n rows gets jax.random.split(named_keys({seed})"
+        f"[{stream!r}], n)[i] on every path; a regrouped row keeps its key",
+        "oracle": ORACLE_NOT_JUDGED,
+    }
+
+
 class ForwardRecord(TypedDict):
     """``data/forward/record.json``, written by the forward stage."""
 
@@ -140,6 +175,8 @@ class ForwardRecord(TypedDict):
     # Bitwise batch invariance measured on the run's backend (vmapcheck.core.bitwise:
     # check/schema.py's BitwiseReport, without the verdict); absent when not measured.
     bitwise: NotRequired[dict[str, Any]]
+    # A stochastic model's keys (KeysRecord); absent for a deterministic model.
+    keys: NotRequired[KeysRecord]
 
 
 def forward_record(
@@ -155,6 +192,7 @@ def forward_record(
     params_sha256: str = "",
     budget: dict[str, int] | None = None,
     bitwise: Mapping[str, Any] | None = None,
+    keys: KeysRecord | None = None,
 ) -> ForwardRecord:
     """The record of one forward run: ``runtime`` (:class:`vmapcheck.core.runtime.
     RuntimeInfo` as a dict), the run's ``dtype`` name, per case and path what it did
@@ -163,7 +201,8 @@ def forward_record(
     distributed path's mesh (None: not run), the stored reference's status, the
     gradient probe (None: not run), the params' digest ("" where none is stored) and
     the budget applied (None: none, the Python API), the bitwise measurement
-    (:func:`vmapcheck.core.bitwise.measure`; None: not measured)."""
+    (:func:`vmapcheck.core.bitwise.measure`; None: not measured), and a stochastic model's
+    keys (:func:`keys_record`; None: a deterministic model)."""
     record: ForwardRecord = {
         "runtime": dict(runtime),
         "dtype": dtype,
@@ -179,6 +218,8 @@ def forward_record(
         record["budget"] = budget
     if bitwise is not None:
         record["bitwise"] = dict(bitwise)
+    if keys is not None:
+        record["keys"] = keys
     return record
 
 

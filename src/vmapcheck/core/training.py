@@ -20,6 +20,7 @@ import optax
 from vmapcheck.config import TrainConfig
 from vmapcheck.core.contract import rows as batch_rows
 from vmapcheck.core.contract import take
+from vmapcheck.core.forms import keyed_model, with_keys
 from vmapcheck.core.leaves import check_finite, leaf_paths
 from vmapcheck.core.models import Model, Params
 from vmapcheck.core.state import ParamsPartition, partition
@@ -188,13 +189,33 @@ def fit(
     """
     # Before anything is computed: an int leaf would otherwise crash jax.grad, unnamed.
     leaves = partition(model, params)
-    loss = jax.jit(make_loss(model))
+    # A stochastic model's rows each draw from a key of their own (forms.with_keys): new
+    # keys every step (draw = the step), the same ones for every evaluation (draw = 0).
+    # Each key feeds one split (train runs under jax_debug_key_reuse): the evaluation's
+    # is cloned for each use. A deterministic model's batches_key is used as before.
+    noise = evaluation = None
+    if model.stochastic:
+        batches_key, noise_key = jax.random.split(batches_key)
+        noise = jax.random.split(noise_key, config.steps + 1)
+        evaluation = noise[0]  # sliced once: a slice consumes its element
+
+    def keyed(x: Any, draw: int) -> Any:
+        if noise is None or evaluation is None:
+            return x
+        base = jax.random.clone(evaluation) if draw == 0 else noise[draw]
+        return with_keys(model, x, base)
+
+    evaluate = jax.jit(make_loss(keyed_model(model)))
+
+    def loss(p: Params, x: Any, y: Any) -> jax.Array:
+        return evaluate(p, keyed(x, 0), y)
+
     train_x, train_y = splits["train"]
     val_x, val_y = splits["val"]
     best = {"step": 0, "val_loss": float(loss(params, val_x, val_y)), "params": params}
     if model.trainable and config.steps > 0:
         optimizer = make_optimizer(config)
-        update = jax.jit(make_update(model, optimizer, leaves))
+        update = jax.jit(make_update(keyed_model(model), optimizer, leaves))
         opt_state = optimizer.init(leaves.trainable(params))
         n_train = batch_rows(train_x)
         size = min(config.batch_size, n_train)
@@ -208,8 +229,9 @@ def fit(
         finite: list[jax.Array] = []
         for step in range(1, config.steps + 1):
             rows = np.asarray(jax.random.choice(step_keys[step - 1], n_train, (size,), False))
+            batch = keyed(take(train_x, rows), step)
             params, opt_state, step_loss, grads_finite = update(
-                params, opt_state, take(train_x, rows), train_y[rows]
+                params, opt_state, batch, train_y[rows]
             )
             losses.append(step_loss)
             finite.append(grads_finite)

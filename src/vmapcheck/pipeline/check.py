@@ -21,6 +21,7 @@ from vmapcheck.check.schema import read_record
 from vmapcheck.config import Config, config_digest
 from vmapcheck.core.bitwise import marked_line
 from vmapcheck.core.composition import composition_line
+from vmapcheck.core.forms import forward_keys
 from vmapcheck.core.magnitude import case_magnitudes
 from vmapcheck.core.models import build_model
 from vmapcheck.core.oracle import float64_outputs
@@ -52,6 +53,7 @@ def _reference(config: Config, layout: Layout, record: dict, model, run_dtype) -
                 stored["cases"],
                 run_dtype,
                 max_rows=config.budget.magnitude_max_rows,
+                stochastic=model.stochastic,
             )
     except ArtifactError as exc:  # changed between forward and check
         return {"status": "corrupt", "message": str(exc)}
@@ -154,7 +156,12 @@ def run(config: Config, layout: Layout) -> None:
     oracle = None
     if run_dtype != jnp.float64:
         oracle = float64_outputs(
-            model, params, cases, run_dtype, max_rows=config.budget.oracle_max_rows
+            model,
+            params,
+            cases,
+            run_dtype,
+            max_rows=config.budget.oracle_max_rows,
+            key=forward_keys(config.seed),  # a stochastic model's rows: the paths' keys
         )
     # The magnitude of the terms of every output element (float64, CPU, forward_one row
     # by row on the inputs the paths saw), once per case: what scale "terms" is relative to.
@@ -166,6 +173,7 @@ def run(config: Config, layout: Layout) -> None:
             cases,
             run_dtype,
             max_rows=config.budget.magnitude_max_rows,
+            stochastic=model.stochastic,
         )
     # Each subkey feeds one random draw: a reused key fails the check (diagnosis stage 2).
     key_stream = key_stream_stage(model, config.seed)
@@ -226,6 +234,8 @@ def run(config: Config, layout: Layout) -> None:
     for name, case in report["negative"].items():
         mark = "ok  " if case["passed"] else "FAIL"
         print(f"  {mark} {name:<16} refused: {' ... '.join(case['expect'])}")
+    if report["oracle"].startswith("not judged"):  # a stochastic model's (record.keys)
+        print(f"  -    float64 oracle   {report['oracle']}")
     grads = report["gradients"]
     print(gradients_line(grads, tol))
     for name, by_path in report.get("composition", {}).items():

@@ -15,12 +15,12 @@ from vmapcheck.config import Config
 from vmapcheck.core import contract
 from vmapcheck.core.bitwise import measure_case
 from vmapcheck.core.cases import case_input
-from vmapcheck.core.forms import cast_tree, data_mesh
+from vmapcheck.core.forms import FORWARD_KEYS, cast_tree, data_mesh, forward_keys
 from vmapcheck.core.forward import build_all, run_composition, run_forward
 from vmapcheck.core.gradients import gradient_probe
 from vmapcheck.core.models import build_model
 from vmapcheck.core.paths import describe_distributed, not_provided
-from vmapcheck.core.record import forward_record
+from vmapcheck.core.record import forward_record, keys_record
 from vmapcheck.core.runtime import configure_jax
 from vmapcheck.data.regression import STANDARD_CASE, load_cases
 from vmapcheck.errors import ArtifactError
@@ -69,12 +69,14 @@ def run(config: Config, layout: Layout) -> None:
     dtype = jnp.dtype(config.precision.dtype)
     mesh = data_mesh(config.backend.num_devices)
     sharded = describe_distributed(model, mesh)
-    built = build_all(model, dtype, mesh)
+    # A stochastic model's row keys: split from the seed's "forward" key on every path.
+    key = forward_keys(config.seed)
+    built = build_all(model, dtype, mesh, key)
     outputs, record = run_forward(
-        model, params, cases, dtype, mesh, built=built, budget=config.budget
+        model, params, cases, dtype, mesh, built=built, budget=config.budget, key=key
     )
     regrouped, composition = run_composition(
-        model, params, cases, dtype, outputs, mesh, built=built, budget=config.budget
+        model, params, cases, dtype, outputs, mesh, built=built, budget=config.budget, key=key
     )
     reference_outputs, reference_status = _run_reference(config, layout, model, dtype, mesh, built)
     standard = cases[STANDARD_CASE]
@@ -86,6 +88,7 @@ def run(config: Config, layout: Layout) -> None:
         cast_tree(params, dtype),
         contract.take(case_input(standard, dtype), slice(0, probe_rows)),
         jnp.asarray(standard["y"][:probe_rows], dtype=dtype),
+        key=key,
     )
     grad_record["rows"] = probe_rows
     if probe_rows < standard_rows:
@@ -97,10 +100,11 @@ def run(config: Config, layout: Layout) -> None:
     # Bitwise batch invariance on the standard case, on this backend (the check reports
     # it, or fails it in mode "require"): each row alone costs one call per row and
     # path, so as many rows as the loop paths run (budget.loop_max_rows).
-    # verdict.bitwise "off": not measured.
+    # verdict.bitwise "off": not measured; nor for a sampling model, whose row alone
+    # would be drawn with row 0's key, not its own.
     bits = (
         None
-        if config.verdict.bitwise == "off"
+        if config.verdict.bitwise == "off" or model.stochastic
         else measure_case(
             model,
             params,
@@ -135,6 +139,7 @@ def run(config: Config, layout: Layout) -> None:
                 # The budgets this stage applies (dvc.yaml: its params deps).
                 budget=config.budget.model_dump(include={"loop_max_rows", "gradient_max_rows"}),
                 bitwise=bits,
+                keys=keys_record(config.seed, FORWARD_KEYS) if model.stochastic else None,
             ),
         )
     refused = sum(

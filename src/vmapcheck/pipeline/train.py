@@ -20,6 +20,7 @@ from jax.errors import KeyReuseError
 
 from vmapcheck.config import Config, config_digest
 from vmapcheck.core.contract import output_contract_problem
+from vmapcheck.core.forms import forward_keys, keyed_model, with_keys
 from vmapcheck.core.keys import KEY_NAMES, named_keys
 from vmapcheck.core.memory import check_train_memory
 from vmapcheck.core.models import build_model
@@ -63,8 +64,11 @@ def run(config: Config, layout: Layout) -> None:
             ) from None
     # Before any work (no compute: shapes only): an output of the wrong shape, dtype or
     # kind is the model's problem, named, not a traceback from the loss.
+    # A stochastic model is traced with row 0's key (vmapcheck.core.forms.keyed_model).
     problem = output_contract_problem(
-        model, jax.eval_shape(model.init, jax.random.key(0)), splits["train"][0]
+        keyed_model(model),
+        jax.eval_shape(model.init, jax.random.key(0)),
+        with_keys(model, splits["train"][0], forward_keys(config.seed)),
     )
     if problem:
         raise ConfigError(f"model {model.name!r} (model.factory): {problem}")

@@ -384,7 +384,10 @@ def oracle(check: CheckDetails) -> dict[str, Any]:
     by_case = {n: c["oracle"] for n, c in check["cases"].items() if "oracle" in c}
     cross = check["cross_run_tolerance"]
     if not by_case:
-        return {"computed": False, "why": f"Not computed: {check.get('oracle', 'absent')}."}
+        why = check.get("oracle", "absent")
+        # A sampling model's line says "not judged: <why>" itself (core.record).
+        lead = "" if why.startswith("not judged") else "Not computed: "
+        return {"computed": False, "why": f"{lead}{why}."}
     return {
         "computed": True,
         "intro": (

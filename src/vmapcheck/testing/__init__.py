@@ -179,6 +179,7 @@ def check_batching(
     gradients: bool = True,
     targets: Any = None,
     bitwise: str = "report",
+    seed: int = 0,
 ) -> BatchingReport:
     """Run the checks and return the report, passed or not (report first, then assert:
     :func:`assert_batching_consistent` raises on it). Arguments as there."""
@@ -188,7 +189,7 @@ def check_batching(
     import jax.numpy as jnp
 
     from vmapcheck.core.contract import output_contract_problem, rows
-    from vmapcheck.core.forms import cast_tree
+    from vmapcheck.core.forms import cast_tree, forward_keys, keyed_model, with_keys
     from vmapcheck.core.models import Model
 
     if not isinstance(model, Model):
@@ -198,6 +199,8 @@ def check_batching(
         )
     if not isinstance(gradients, bool):
         raise ConfigError(f"gradients: expected True or False, got {gradients!r}")
+    if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
+        raise ConfigError(f"seed: expected an int >= 0 (the run's key stream), got {seed!r}")
     config = precision_config(precision, rtol=rtol, atol=atol)
     verdict = verdict_config(fail_on)
     mode = check_mode(bitwise, "bitwise")
@@ -212,7 +215,10 @@ def check_batching(
         check_params(model, params)
         x = checked_examples(model, examples, dtype)
         # Shapes only: an output off the contract is named, not a traceback from a path.
-        problem = output_contract_problem(model, cast_tree(params, dtype), x)
+        # A stochastic model is traced with row 0's key (forms.keyed_model).
+        problem = output_contract_problem(
+            keyed_model(model), cast_tree(params, dtype), with_keys(model, x, forward_keys(seed))
+        )
         if problem:
             raise ConfigError(f"model {model.name!r}: {problem}")
         # Validated even when gradients=False: a wrong argument is named, not ignored.
@@ -220,12 +226,12 @@ def check_batching(
         cases = build_cases(model, x, dtype, selected, edge_cases)
         # The forward stage's gradient probe, at the run's numerics: one compile.
         grad_arrays, grad_record = (
-            gradient_side(model, params, x, y, dtype) if gradients else (None, None)
+            gradient_side(model, params, x, y, dtype, seed) if gradients else (None, None)
         )
         outputs, regrouped, record = forward(
-            model, params, cases, dtype, selected, grad_record, mode
+            model, params, cases, dtype, selected, grad_record, mode, seed
         )
-    oracle, magnitudes = float64_side(model, params, cases, config)
+    oracle, magnitudes = float64_side(model, params, cases, config, seed)
     details = judge(
         model,
         config,
@@ -256,6 +262,7 @@ def assert_batching_consistent(
     gradients: bool = True,
     targets: Any = None,
     bitwise: str = "report",
+    seed: int = 0,
 ) -> BatchingReport:
     """Assert that ``model``'s forward paths agree on ``examples``, as the pipeline checks.
 
@@ -303,6 +310,10 @@ def assert_batching_consistent(
             summary, never failing; ``"require"`` also fails every batch path that is
             not bitwise; ``"off"`` does not measure it (it runs each row alone on
             every path).
+        seed: a stochastic model's (``Model.stochastic``) keys: row ``i`` of every
+            batch gets ``jax.random.split(named_keys(seed)["forward"], rows)[i]`` on
+            every path (:mod:`vmapcheck.core.forms`); its copies of one row (the
+            ``duplicate_rows`` case, always run for it) must not all get one output.
 
     Returns:
         The :class:`BatchingReport`, every check passed: per-pair worst figures, the
@@ -344,6 +355,7 @@ def assert_batching_consistent(
         gradients=gradients,
         targets=targets,
         bitwise=bitwise,
+        seed=seed,
     )
     if not report.passed:
         raise BatchingCheckError(report)

@@ -393,6 +393,8 @@ def _summary(
         composition_line(name, by_path) for name, by_path in details.get("composition", {}).items()
     ]
     lines.append(refusals_line(details["negative"]))
+    if details["oracle"].startswith("not judged"):  # a stochastic model (record's keys)
+        lines.append(f"  -    float64 oracle   {details['oracle']}")
     # The check stage's gradient line (the loss, the per-example mean against the batch
     # gradient), or why there is none.
     from vmapcheck.pipeline.check import gradients_line

@@ -146,7 +146,7 @@ def checked_targets(model: Model, targets: Any, n: int, dtype: Any) -> Any:
 
 
 def gradient_side(
-    model: Model, params: Params, x: Any, targets: Any, dtype: Any
+    model: Model, params: Params, x: Any, targets: Any, dtype: Any, seed: int = 0
 ) -> tuple[dict[str, np.ndarray] | None, GradientProbe | GradientProbeError]:
     """The forward stage's gradient probe (:func:`vmapcheck.core.gradients.gradient_probe`)
     on the examples: the model's loss (the mean squared error of ``forward_one`` against
@@ -157,13 +157,15 @@ def gradient_side(
     stores them, the record naming its case (``examples``). A model JAX cannot
     differentiate (a primitive with no JVP rule) gives no arrays and a record of the
     error, which the check says as a model finding: the forward paths are still
-    checked, and ``gradients=False`` leaves the gradient check out."""
+    checked, and ``gradients=False`` leaves the gradient check out. A stochastic model's
+    rows get the keys the paths give them (from ``seed``)."""
     from vmapcheck.core.contract import rows
-    from vmapcheck.core.forms import cast_tree
+    from vmapcheck.core.forms import cast_tree, forward_keys
     from vmapcheck.core.gradients import gradient_probe
 
+    key = forward_keys(seed) if model.stochastic else None
     try:
-        arrays, record = gradient_probe(model, cast_tree(params, dtype), x, targets)
+        arrays, record = gradient_probe(model, cast_tree(params, dtype), x, targets, key)
     except Exception as exc:  # any error the model's differentiation raises, said by name
         first = f"{type(exc).__name__}: {exc}".split("\n")[0]
         return None, {"error": first, "case": EXAMPLES_CASE}
@@ -219,6 +221,7 @@ def build_cases(
     keys the check reads (kind, shape, about; expect and runs_on for a refusal)."""
     import numpy as np
 
+    from vmapcheck.check.rules import rules_for
     from vmapcheck.core.contract import rows, take
     from vmapcheck.core.paths import PATHS
     from vmapcheck.data.regression import SINGLE_CASE, regression_cases
@@ -254,7 +257,10 @@ def build_cases(
     )
     for name, case in regression.items():
         kind = kind_of(case, name)
-        if kind.valid and not (edge_cases and kind.edge):
+        # A kind whose rules flip for a sampling model (copies with their own keys must
+        # differ) is what catches a key shared by the rows: always run for one.
+        sampling = model.stochastic and rules_for(kind.rules, True) != kind.rules
+        if kind.valid and not ((edge_cases and kind.edge) or sampling):
             continue
         if not any(p in selected for p in kind.paths(case)):
             continue  # no path selected takes it
@@ -270,29 +276,33 @@ def forward(
     selected: Sequence[str],
     gradients: GradientProbe | GradientProbeError | None = None,
     bitwise: str = "report",
+    seed: int = 0,
 ) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray], ForwardRecord]:
     """The forward stage on ``cases``: (outputs, regrouped outputs, forward record).
     ``gradients``: the gradient probe's record (:func:`gradient_side`), or None: not run
     (``gradients=False``); with ``bitwise`` other than "off", the bitwise batch invariance
     of the examples (:mod:`vmapcheck.core.bitwise`, every row alone: no budget) in the
-    record."""
+    record; not for a stochastic model, whose row alone would draw row 0's key. A
+    stochastic model's row keys are split from the ``forward`` key of ``seed``'s stream
+    (:func:`vmapcheck.core.forms.forward_keys`), as the pipeline splits them."""
     import jax
 
     from vmapcheck.core.bitwise import check_mode, measure_case
-    from vmapcheck.core.forms import data_mesh
+    from vmapcheck.core.forms import FORWARD_KEYS, data_mesh, forward_keys
     from vmapcheck.core.forward import build_all, run_composition, run_forward
     from vmapcheck.core.paths import PATHS, describe_distributed, not_provided
-    from vmapcheck.core.record import forward_record
+    from vmapcheck.core.record import forward_record, keys_record
     from vmapcheck.core.runtime import runtime_info
 
     mesh = data_mesh()  # every device present (one on a plain CPU process)
+    key = forward_keys(seed)
     built = {
         takes: {name: fn for name, fn in by_name.items() if name in selected}
-        for takes, by_name in build_all(model, dtype, mesh).items()
+        for takes, by_name in build_all(model, dtype, mesh, key).items()
     }
-    outputs, per_case = run_forward(model, params, cases, dtype, mesh, built=built)
+    outputs, per_case = run_forward(model, params, cases, dtype, mesh, built=built, key=key)
     regrouped, composition = run_composition(
-        model, params, cases, dtype, outputs, mesh, built=built
+        model, params, cases, dtype, outputs, mesh, built=built, key=key
     )
     # A path left out is reported like one the model lacks: the check skips it.
     skipped = {
@@ -315,7 +325,7 @@ def forward(
         cases=per_case,
         composition=composition,
         bitwise=None
-        if check_mode(bitwise) == "off"
+        if check_mode(bitwise) == "off" or model.stochastic
         else measure_case(
             model,
             params,
@@ -327,20 +337,27 @@ def forward(
             regrouped,
             runtime=runtime,
         ),
+        keys=keys_record(seed, FORWARD_KEYS) if model.stochastic else None,
     )
     return outputs, regrouped, record
 
 
 def float64_side(
-    model: Model, params: Params, cases: dict[str, dict[str, Any]], config: PrecisionConfig
+    model: Model,
+    params: Params,
+    cases: dict[str, dict[str, Any]],
+    config: PrecisionConfig,
+    seed: int = 0,
 ) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
     """(float64 oracle outputs, terms' magnitudes), as the check stage computes them: on
     CPU with x64 (scoped to this call), params and inputs first rounded to the run's
-    dtype. No oracle for a float64 run; no magnitudes unless a tolerance scales by the
-    terms."""
+    dtype. No oracle for a float64 run, nor for a stochastic model whose draws float64
+    cannot repeat (``seed``: its rows' keys); no magnitudes unless a tolerance scales by
+    the terms."""
     import jax
     import jax.numpy as jnp
 
+    from vmapcheck.core.forms import forward_keys
     from vmapcheck.core.magnitude import case_magnitudes
     from vmapcheck.core.oracle import float64_outputs
 
@@ -352,11 +369,13 @@ def float64_side(
         jax.default_matmul_precision("highest"),
     ):
         oracle = None
-        if run_dtype != jnp.float64:
-            oracle = float64_outputs(model, params, cases, run_dtype)
+        if run_dtype != jnp.float64:  # a stochastic model: its rows' keys (or None)
+            oracle = float64_outputs(model, params, cases, run_dtype, key=forward_keys(seed))
         magnitudes = None
         if config.uses_terms:
-            magnitudes = case_magnitudes(model.forward_one, params, cases, run_dtype)
+            magnitudes = case_magnitudes(
+                model.forward_one, params, cases, run_dtype, stochastic=model.stochastic
+            )
     return oracle, magnitudes
 
 

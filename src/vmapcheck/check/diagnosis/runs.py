@@ -35,7 +35,7 @@ def _recompute(subject: Subject, x: np.ndarray, path: ForwardPath) -> np.ndarray
     fn = path.compile(subject.model)
     if fn is None:
         return None
-    x = cast_floats(x, subject.dtype)
+    x = subject.keyed(cast_floats(x, subject.dtype), example=path.takes == "vector")
     return np.asarray(jax.block_until_ready(fn(subject.run_params, x)))
 
 

@@ -20,8 +20,8 @@ import optax
 
 from vmapcheck.check.schema import Finding, StageResult, StageStatus
 from vmapcheck.config import DataConfig, ToleranceConfig
-from vmapcheck.core.contract import InputSpec, cast_floats
-from vmapcheck.core.forms import cast_tree
+from vmapcheck.core.contract import InputSpec, cast_floats, rows
+from vmapcheck.core.forms import Keyed, cast_tree, forward_keys, keyed_model, row_keys
 from vmapcheck.core.models import Model, Params
 from vmapcheck.core.paths import PATHS
 from vmapcheck.core.record import ForwardRecord
@@ -86,13 +86,34 @@ class Subject:
     probes: tuple[Probe, ...]
     optimizer: optax.GradientTransformation | None = None
     seed: int | None = None
+    # A stochastic model's base key (Model.stochastic): set from ``seed`` (None: 0) when
+    # the subject is made, as the forward stage draws it.
+    keys: jax.Array | None = None
+
+    def __post_init__(self) -> None:
+        # A stochastic model is diagnosed as every path runs it: its keyed_model over
+        # Keyed inputs, row i with the forward stage's key (vmapcheck.core.forms). Every
+        # stage then walks it as a deterministic model; inputs come keyed (``keyed``).
+        if self.model.stochastic:
+            object.__setattr__(self, "keys", forward_keys(self.seed or 0))
+            object.__setattr__(self, "model", keyed_model(self.model))
 
     @property
     def run_params(self) -> Params:
         return cast_tree(self.params, self.dtype)
 
+    def keyed(self, x: Any, example: bool = False) -> Any:
+        """A batch ``x`` (batch axis 0; one unbatched ``example``) as the subject's model
+        takes it: with its row keys (row 0's for an example) for a stochastic model, as
+        :func:`vmapcheck.core.forms.with_keys` gives them; else ``x`` itself."""
+        if self.keys is None or isinstance(x, Keyed):
+            return x
+        if example:
+            return Keyed(x, row_keys(self.keys, 1)[0])
+        return Keyed(x, row_keys(self.keys, rows(x)))
+
     def inputs(self, probe: Probe) -> tuple[jax.Array, jax.Array | None]:
-        x = cast_floats(probe.x, self.dtype)
+        x = self.keyed(cast_floats(probe.x, self.dtype))
         y = None if probe.y is None else jnp.asarray(probe.y, dtype=self.dtype)
         return x, y
 
