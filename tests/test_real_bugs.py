@@ -135,7 +135,7 @@ def _fix_today(entry: RealBug) -> str:
 def corpus_table() -> str:
     """The Markdown table of REAL_BUGS, one row an entry in registry order."""
     rows = [
-        "| kind | source | the bug | caught by: finding kind, failure line | the fix today |",
+        "| kind | source | the bug | caught by: finding kind, failure line | the fix |",
         "|---|---|---|---|---|",
     ]
     for entry in REAL_BUGS.values():
