@@ -10,10 +10,11 @@ the bug lives there, by hand for a batch (``forward_batch``: batch axis 0), as a
 writes them (docs/own-model.md). Every model is a few rows and a few features, so the
 whole corpus checks in seconds per entry.
 
-Two kinds of entry need features other branches are adding (``requires``):
+Two kinds of entry need features a vmapcheck older than issue 42 lacks (``requires``):
 ``"stochastic"`` (a forward that takes one PRNG key per example) and ``"gradients"``
 (the API checks finite loss and gradients). :func:`feature_present` says whether the
-installed vmapcheck has them; the test skips an entry until it does.
+installed vmapcheck has them; the test skips an entry where it does not (a wheel of
+another version checked against this corpus).
 """
 
 from __future__ import annotations

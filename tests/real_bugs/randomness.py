@@ -46,8 +46,7 @@ def _dropout_mlp(params: Any, x: jax.Array, keep: jax.Array) -> jax.Array:
 
 
 def _model(forward_one: Any, forward_batch: Any) -> Model:
-    # `stochastic` is the field the stochastic-forwards branch adds to Model.
-    return Model(  # type: ignore[call-arg]
+    return Model(
         name="mc_dropout",
         in_features=3,
         out_features=2,

@@ -243,18 +243,11 @@ def first_operation(form: Forward, params: Params, x: Any, row: int) -> BitwiseF
     index = 0
     for (eqn, outs), (eqn_one, outs_one) in zip(*traces, strict=False):
         if eqn.primitive != eqn_one.primitive:
-            return {
-                "found_at": "none",
-                "row": row,
-                "equation": None,
-                "primitive": None,
-                "source": None,
-                "layer": None,
-                "why": (
-                    f"the programs for {n} rows and for 1 differ in structure at equation "
-                    f"{index} ({eqn.primitive.name} vs {eqn_one.primitive.name})"
-                ),
-            }
+            return _not_located(
+                row,
+                f"the programs for {n} rows and for 1 differ in structure at equation "
+                f"{index} ({eqn.primitive.name} vs {eqn_one.primitive.name})",
+            )
         for out, out_one in zip(outs, outs_one, strict=True):
             got, alone = np.asarray(out), np.asarray(out_one)
             mine = _row_of(got, alone, n, row)
@@ -269,6 +262,15 @@ def first_operation(form: Forward, params: Params, x: Any, row: int) -> BitwiseF
                     "why": "",
                 }
         index += 1
+    return _not_located(
+        row,
+        f"evaluated op by op, all {index} equations give the row the same bits: the "
+        "compiled program (fusion, another kernel for another shape) parts them",
+    )
+
+
+def _not_located(row: int, why: str) -> BitwiseFirstOp:
+    """No first op found for ``row``, and ``why``."""
     return {
         "found_at": "none",
         "row": row,
@@ -276,10 +278,7 @@ def first_operation(form: Forward, params: Params, x: Any, row: int) -> BitwiseF
         "primitive": None,
         "source": None,
         "layer": None,
-        "why": (
-            f"evaluated op by op, all {index} equations give the row the same bits: the "
-            "compiled program (fusion, another kernel for another shape) parts them"
-        ),
+        "why": why,
     }
 
 
@@ -399,31 +398,17 @@ def measure(
             try:
                 first = _first(name, model, params, x, row, walked, layered)
             except Exception as exc:  # the walk is a diagnosis: its failure is said
-                first = {
-                    "found_at": "none",
-                    "row": row,
-                    "equation": None,
-                    "primitive": None,
-                    "source": None,
-                    "layer": None,
-                    "why": f"the walk raised {type(exc).__name__}: {exc}"[:500],
-                }
+                first = _not_located(row, f"the walk raised {type(exc).__name__}: {exc}"[:500])
         else:
             parted = [k for k, c in compositions.items() if c["rows_differing"]]
             if parted:
                 # Alone each row is bitwise: the bits part with another batch size or
                 # order only, which the walk (a batch against one row) cannot compare.
-                first = {
-                    "found_at": "none",
-                    "row": int(compositions[parted[0]]["first_row"] or 0),
-                    "equation": None,
-                    "primitive": None,
-                    "source": None,
-                    "layer": None,
-                    "why": f"each row alone is bitwise; the bits part under "
-                    f"{' and '.join(parted)} only, which the walk (the batch against "
-                    "one row alone) does not compare",
-                }
+                first = _not_located(
+                    int(compositions[parted[0]]["first_row"] or 0),
+                    f"each row alone is bitwise; the bits part under {' and '.join(parted)} "
+                    "only, which the walk (the batch against one row alone) does not compare",
+                )
         by_path[name] = {
             "bitwise": all(c["rows_differing"] == 0 for c in compositions.values()),
             "rows": max(c["rows"] for c in compositions.values()),
@@ -560,15 +545,7 @@ def _first(
     if (program.form, row) in walked:
         found = walked[(program.form, row)]
     elif form is None:
-        found = {
-            "found_at": "none",
-            "row": row,
-            "equation": None,
-            "primitive": None,
-            "source": None,
-            "layer": None,
-            "why": "the model has no form for this path to walk",
-        }
+        found = _not_located(row, "the model has no form for this path to walk")
     else:
         found = walked[(program.form, row)] = first_operation(form, params, x, row)
     # The layer too: op by op, as the walk ran (context for the equation, whose source
