@@ -113,10 +113,11 @@ def keyed_model(model: Model) -> Model:
             return None
         return lambda params, kx: fn(params, kx.x, kx.keys)
 
-    user_one = model.forward_one
+    # The user's forward_one(params, x, key): ForwardOne's two arguments do not say it.
+    user_one: Callable[..., jax.Array] = model.forward_one
 
     def forward_one(params: Params, kx: Any) -> jax.Array:  # kx: a Keyed example
-        return user_one(params, kx.x, kx.keys)  # type: ignore[call-arg]
+        return user_one(params, kx.x, kx.keys)
 
     return replace(
         model,
