@@ -63,6 +63,14 @@ def test_check_metrics_are_the_summary_metrics_with_relative_errors_in_epsilons(
     check = _check()
     metrics = check_metrics(check)
     summary = {k.removeprefix("summary/"): v for k, v in summary_metrics(check).items()}
+    # Besides the summary figures: the findings by kind, every kind (MLflow logs them as
+    # check/findings/<kind>).
+    assert metrics.pop("findings") == {
+        "batching": 0,
+        "numerical": 0,
+        "model": 0,
+        "contract": 0,
+    }
     assert {k.replace("_max_rel_eps", "_max_rel") for k in metrics} == set(summary)
     assert metrics == pytest.approx(
         {
