@@ -3,7 +3,7 @@
 A model whose forward is finite but whose gradient is NaN (the untaken branch of a
 ``jnp.where``: tests/helpers/untaken_branch.py) used to
 PASS ``check_batching``: the API checked no gradients. It now FAILS with the pipeline's
-failure lines (``vmapcheck.check.checks._gradients``), naming the leaf; the published fix
+failure lines (``vmapcheck.check.probes.judge_gradients``), naming the leaf; the published fix
 (the double where) passes; ``gradients=False`` leaves the check out and says so; the
 loss's targets are validated by name.
 """

@@ -7,33 +7,42 @@ non-zero.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from itertools import combinations
-from typing import Any, cast
+from typing import Any
 
 import numpy as np
 
+from vmapcheck.check.case_findings import (
+    contract_findings,
+    non_finite_findings,
+    oracle_findings,
+    oracle_not_float64,
+)
 from vmapcheck.check.kinds import finding, judge_findings
+from vmapcheck.check.probes import judge_bitwise, judge_gradients, judge_inputs
 from vmapcheck.check.rules import judge_case, rules_for
 from vmapcheck.check.schema import (
-    BitwiseReport,
     BudgetReport,
     Capped,
     CaseReport,
     CheckDetails,
     CheckFinding,
-    GradientsReport,
-    InputsReport,
     JudgedBy,
     NegativeReport,
     ReferenceReport,
     Refusal,
     StageResult,
-    WorstElement,
 )
 from vmapcheck.config import FINDING_KIND_NAMES, Config, ToleranceConfig
 from vmapcheck.core.cases import CaseEntry, CaseKind, case_rows, kind_of
-from vmapcheck.core.compare import compare, largest, looser, non_finite_rows, within, worst_of
+from vmapcheck.core.compare import (
+    compare,
+    largest,
+    looser,
+    non_finite_rows,
+    within,
+    worst_element,
+)
 from vmapcheck.core.composition import REGROUPINGS, applies, composition_key
 from vmapcheck.core.paths import PATHS, output_key, path_names, plain_path, row_cap
 from vmapcheck.core.record import (
@@ -162,19 +171,6 @@ def _pairs(
     return results
 
 
-def _worst_element(results: Mapping[str, Comparison]) -> WorstElement:
-    """The rule's figures at the worst element over ``results`` (the largest bound
-    ratio): ``bound_ratio``, ``scale_at_worst`` (S there) and ``worst_pair``."""
-    pair = worst_of(results)
-    if pair is None:
-        return {"bound_ratio": None, "scale_at_worst": None, "worst_pair": None}
-    return {
-        "bound_ratio": results[pair].get("bound_ratio"),
-        "scale_at_worst": results[pair].get("scale_at_worst"),
-        "worst_pair": pair,
-    }
-
-
 def _cap(rows_run: int, rows_of: int, key: str) -> Capped:
     return {"rows_run": rows_run, "rows_of": rows_of, "capped_by": f"budget.{key}"}
 
@@ -248,8 +244,8 @@ def _valid_case(
     tolerance = config.precision.tolerance
     rows_of = case_rows(meta) if kind.takes == "batch" else None
     pairs = _pairs(name, kind, outputs, tolerance, _scale_for(tolerance, magnitude), rows_of)
-    found = _contract_findings(name, contract)
-    found += _non_finite_findings(name, non_finite)
+    found = contract_findings(name, contract)
+    found += non_finite_findings(name, non_finite)
     found += [
         finding("batching", f"{name}/{pair}: {r['reason']}")
         for pair, r in pairs.items()
@@ -270,7 +266,7 @@ def _valid_case(
         # The rule the pairs were judged by, the primitives whose terms' magnitude fell
         # back to |y| (vmapcheck.core.magnitude), and S at the worst element.
         **_rule(tolerance, magnitude),
-        **_worst_element(pairs),
+        **worst_element(pairs),
         "passed": False,  # judged below, once every failure is in
     }
     if any(non_finite.values()):
@@ -278,7 +274,7 @@ def _valid_case(
     if rules:
         report["rules"] = {rule: result.to_json() for rule, result in rules.items()}
     if oracle is not None and name in oracle:
-        not_float64 = _oracle_not_float64(oracle[name])
+        not_float64 = oracle_not_float64(oracle[name])
         if not_float64:
             report["oracle_not_judged"] = not_float64
         else:
@@ -287,7 +283,7 @@ def _valid_case(
             report["oracle"] = {
                 p: _compare_rows(v, oracle[name], cross, scale, rows_of) for p, v in present.items()
             }
-            found += _oracle_findings(name, report["oracle"], pairs)
+            found += oracle_findings(name, report["oracle"], pairs)
     if targets is not None:
         # A capped path's loss is over the rows it ran (its entry in ``capped``).
         report["loss"] = {
@@ -305,118 +301,6 @@ def fail_on(config: Config) -> list[str]:
     without a verdict group (the Python API before it had one) fails on every kind."""
     verdict = getattr(config, "verdict", None)
     return list(verdict.fail_on) if verdict is not None else list(FINDING_KIND_NAMES)
-
-
-def _contract_findings(name: str, contract: dict[str, list[str]]) -> list[CheckFinding]:
-    """The contract's problems on a case. The same problem on every path is the model's
-    (it raised) or the contract's (shape, dtype): batching cannot explain it, since the
-    per-example loop has it too. A problem on some paths only is a batching fault."""
-    broken = {p: msgs for p, msgs in contract.items() if msgs}
-    if not broken:
-        return []
-    everywhere = len(broken) == len(contract) and len({tuple(m) for m in broken.values()}) == 1
-    if not everywhere:
-        return [
-            finding("batching", f"{name}/{p}: {msg}") for p, msgs in broken.items() for msg in msgs
-        ]
-    paths = ", ".join(broken)
-    return [
-        finding(
-            "model" if msg.startswith("raised") else "contract",
-            f"{name}: {msg} on every path ({paths})",
-        )
-        for msg in next(iter(broken.values()))
-    ]
-
-
-def _rows_text(rows: list[int]) -> str:
-    shown = ", ".join(str(r) for r in rows[:8]) + (", ..." if len(rows) > 8 else "")
-    return f"row{'s' if len(rows) > 1 else ''} {shown}"
-
-
-def _non_finite_findings(name: str, non_finite: dict[str, list[int]]) -> list[CheckFinding]:
-    """Non-finite outputs judged per row (batch axis 0). Rows non-finite on every path
-    are the model's fault (the per-example loop computes them too), named once; a row
-    non-finite on some paths only is a batching fault on those. Every other row is still
-    compared (:func:`vmapcheck.core.compare.compare` measures around rows that hold the
-    same NaN/Inf in both)."""
-    if not any(non_finite.values()):
-        return []
-    common = set.intersection(*(set(rows) for rows in non_finite.values()))
-    found = []
-    if common:
-        rows = sorted(common)
-        found.append(
-            finding(
-                "model",
-                f"{name}: non-finite output on {_rows_text(rows)} on every path: the model "
-                "computes it, not the batching (the other rows are compared)",
-            )
-        )
-    for p, rows in non_finite.items():
-        extra = sorted(set(rows) - common)
-        if extra:
-            found.append(
-                finding(
-                    "batching",
-                    f"{name}/{p}: non-finite output on {_rows_text(extra)}, where other "
-                    "paths are finite",
-                )
-            )
-    return found
-
-
-def _oracle_not_float64(oracle: np.ndarray) -> str:
-    """Why the float64 oracle cannot judge a case, or "": its output must be float64. A
-    model that computes in its own dtype whatever x64 says (a wrapper that casts, Keras
-    on JAX) gives the run's dtype again: comparing with it would be float32 against
-    float32, a figure that means nothing, so none is given."""
-    if np.asarray(oracle).dtype == np.float64:
-        return ""
-    return (
-        f"not judged: the model's output under x64 is {np.asarray(oracle).dtype}, not "
-        "float64 (it computes in its own dtype), so there is no float64 result to compare with"
-    )
-
-
-def _oracle_findings(
-    name: str, oracle: dict[str, Comparison], pairs: dict[str, Comparison]
-) -> list[CheckFinding]:
-    """Paths far from float64. When the plain per-example path is far too (or, where it
-    did not run, every path is), the error is shared by the paths: one numerical finding
-    for the case, naming how many paths and the worst, and whether the paths agree
-    bitwise. A path far from float64 where the plain path is close is a batching fault
-    (its disagreement with the plain path is a failed pair as well)."""
-    failed = {p: r for p, r in oracle.items() if not r["passed"]}
-    if not failed:
-        return []
-    plain = plain_path()
-    shared = plain in failed if plain in oracle else len(failed) == len(oracle)
-    if not shared:
-        return [
-            finding("batching", f"{name}/{p} vs float64 oracle: {r['reason']}")
-            for p, r in failed.items()
-        ]
-    worst = worst_of(failed) or next(iter(failed))
-    agree = (
-        "bitwise"
-        if all(r["passed"] and r["max_abs"] == 0 for r in pairs.values())
-        else "within tolerance"
-        if all(r["passed"] for r in pairs.values())
-        else "not all"
-    )
-    which = (
-        f"all {len(oracle)} paths"
-        if len(failed) == len(oracle)
-        else f"{len(failed)} of {len(oracle)} paths, the plain loop among them"
-    )
-    return [
-        finding(
-            "numerical",
-            f"{name}: {which} far from the float64 oracle (the paths agree with each other: "
-            f"{agree}); worst {worst}: {failed[worst]['reason']}",
-        )
-    ]
 
 
 def _negative_case(
@@ -579,79 +463,6 @@ def _reference(
     return report, failures
 
 
-def _gradients(
-    config: Config,
-    record: GradientProbe | GradientProbeError | None,
-    arrays: dict[str, np.ndarray] | None,
-) -> tuple[GradientsReport, list[CheckFinding]]:
-    """Finite loss and gradients; NaN detected; mean per-example gradient = batch gradient.
-    Non-finite loss or gradients, or a NaN the loss does not carry, are model faults; a
-    batch gradient other than the mean of the per-example ones is a batching fault."""
-    if record is not None and "error" in record:
-        raised = cast(GradientProbeError, record)
-        line = (
-            f"gradients/{raised['case']}: the loss cannot be differentiated: "
-            f"{raised['error']} (the forward paths are still checked)"
-        )
-        return {"status": "error", "error": raised["error"], "passed": False}, [
-            finding("model", line)
-        ]
-    if record is None or arrays is None:
-        return {"status": "not run", "passed": True}, []
-    failures: list[CheckFinding] = []
-    case = record.get("case", STANDARD_CASE)
-    nonfinite = record.get("nonfinite_leaves")
-    # The leaves to look at first (a NaN from the untaken branch of a jnp.where shows
-    # in the gradient only: the forward is finite).
-    leaves_text = f" (leaves: {', '.join(nonfinite)})" if nonfinite else ""
-    for finite, what, named in (
-        (record["loss_finite"], "loss", ""),
-        (record["grads_finite"], "gradients", leaves_text),
-        (record["per_example_finite"], "per-example gradients", leaves_text),
-    ):
-        if not finite:
-            failures.append(
-                finding("model", f"gradients/{case}: the {what} are not finite on real data{named}")
-            )
-    probe = record["nan_probe"]
-    # The loss must carry the NaN. The gradients may legitimately stay finite: a relu
-    # that is off for that output passes no gradient (JAX selects 0, it does not
-    # multiply 0 by NaN), so they are reported, not judged.
-    if probe["loss_finite"]:
-        failures.append(
-            finding(
-                "model", "gradients/nan_probe: a NaN target gave a finite loss: something masks NaN"
-            )
-        )
-    leaves = {}
-    for key in arrays:
-        if key.startswith("batch_grad."):
-            leaf = key.removeprefix("batch_grad.")
-            leaves[leaf] = compare(
-                arrays[f"per_example_mean.{leaf}"], arrays[key], config.precision.tolerance
-            )
-            if not leaves[leaf]["passed"]:
-                failures.append(
-                    finding(
-                        "batching",
-                        f"gradients/{leaf}: mean of per-example gradients vs batch gradient: "
-                        f"{leaves[leaf]['reason']}",
-                    )
-                )
-    report: GradientsReport = {
-        "status": "ok",
-        **record,  # the probe's own figures (finiteness, the NaN probe)
-        "per_example_vs_batch": leaves,
-        "max_abs": largest(leaves.values(), "max_abs"),
-        "max_rel": largest(leaves.values(), "max_rel"),
-        # The figure that decides (the largest bound ratio, its leaf as worst_pair): a
-        # leaf of values near 0 can show a large max_rel well within atol.
-        **_worst_element(leaves),
-        "passed": not failures,
-    }
-    return report, failures
-
-
 def _composition(
     config: Config,
     cases_manifest: dict[str, Any],
@@ -720,43 +531,6 @@ def _composition(
     return report, failures
 
 
-def _bitwise(measured: Any, mode: str) -> tuple[BitwiseReport | None, list[CheckFinding]]:
-    """The bitwise batch invariance the forward stage measured (:mod:`vmapcheck.core.
-    bitwise`), with its verdict: reported (mode "report"), failed per path not bitwise
-    (mode "require"); None when not measured or mode "off"."""
-    from vmapcheck.core.bitwise import check_mode, judge
-
-    if measured is None or check_mode(mode) == "off":
-        return None, []
-    report, lines = judge(cast(BitwiseReport, measured), check_mode(mode))
-    # Required and not bitwise: a row's bits depend on the batch around it.
-    return report, [finding("batching", line) for line in lines]
-
-
-def _inputs(
-    stages: dict[str, StageResult] | None,
-) -> tuple[InputsReport, list[CheckFinding]]:
-    """The pipeline's inputs judged with its outputs: each stage result of
-    :mod:`vmapcheck.check.diagnosis` given (the key stream: each subkey feeds one random draw)
-    fails the check when it diverged."""
-    if stages is None:
-        return {"status": "not run", "passed": True}, []
-    # A key fed to two random draws (or another input fault) is the model's, not the
-    # batching's: the seed's key-stream criterion.
-    failures = [
-        finding("model", f"inputs/{name}: {stage['summary']}")
-        for name, stage in stages.items()
-        if stage["status"] == "diverged"
-    ]
-    report = {
-        "status": "ok",
-        **{name: {"status": s["status"], "summary": s["summary"]} for name, s in stages.items()},
-        "passed": not failures,
-    }
-    # One key per stage beside status and passed: a TypedDict cannot name them.
-    return cast(InputsReport, report), failures
-
-
 def run_checks(
     config: Config,
     cases_manifest: dict[str, Any],
@@ -813,9 +587,9 @@ def run_checks(
         found_all += found
     reference_report, found = _reference(config, forward_record["runtime"], reference, skip)
     found_all += found
-    gradients_report, found = _gradients(config, forward_record.get("gradients"), gradients)
+    gradients_report, found = judge_gradients(config, forward_record.get("gradients"), gradients)
     found_all += found
-    inputs_report, found = _inputs(inputs)
+    inputs_report, found = judge_inputs(inputs)
     found_all += found
     composition_report, found = _composition(
         config,
@@ -827,7 +601,7 @@ def run_checks(
         magnitudes,
     )
     found_all += found
-    bitwise_report, found = _bitwise(forward_record.get("bitwise"), bitwise)
+    bitwise_report, found = judge_bitwise(forward_record.get("bitwise"), bitwise)
     found_all += found
     kinds = fail_on(config)
     findings, failures = judge_findings(found_all, kinds)

@@ -50,15 +50,6 @@ class JudgedBy(TypedDict):
     magnitude_error: NotRequired[str]
 
 
-class WorstElement(TypedDict):
-    """The worst element over a set of comparisons (the largest bound ratio): its
-    ratio, ``S`` there, and the pair it is in; all None when nothing was compared."""
-
-    bound_ratio: float | None
-    scale_at_worst: float | None
-    worst_pair: str | None
-
-
 class CaseReport(TypedDict):
     """One valid case: every pair of paths, the oracle, the contract, finiteness, and
     the rules its kind adds."""

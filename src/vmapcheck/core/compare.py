@@ -35,7 +35,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from vmapcheck.config import ToleranceConfig
-from vmapcheck.core.record import Comparison, Measurement
+from vmapcheck.core.record import Comparison, Measurement, WorstElement
 
 # Bitwise: re-derived data must reproduce the stored bits.
 EXACT = ToleranceConfig(rtol=0.0, atol=0.0)
@@ -114,6 +114,19 @@ def worst_of(results: Mapping[str, Comparison]) -> str | None:
     of equals); None when none measured one (nothing compared)."""
     ratios = {k: ratio for k, r in results.items() if (ratio := r.get("bound_ratio")) is not None}
     return max(ratios, key=ratios.__getitem__, default=None)
+
+
+def worst_element(results: Mapping[str, Comparison]) -> WorstElement:
+    """The rule's figures at the worst element over ``results`` (the largest bound
+    ratio): ``bound_ratio``, ``scale_at_worst`` (S there) and ``worst_pair``."""
+    pair = worst_of(results)
+    if pair is None:
+        return {"bound_ratio": None, "scale_at_worst": None, "worst_pair": None}
+    return {
+        "bound_ratio": results[pair].get("bound_ratio"),
+        "scale_at_worst": results[pair].get("scale_at_worst"),
+        "worst_pair": pair,
+    }
 
 
 def largest(results: Iterable[Comparison], stat: Literal["max_abs", "max_rel"]) -> float | None:

@@ -39,6 +39,15 @@ class Comparison(TypedDict):
     same_non_finite_rows: NotRequired[list[int]]
 
 
+class WorstElement(TypedDict):
+    """The worst element over a set of comparisons (the largest bound ratio): its
+    ratio, ``S`` there, and the pair it is in; all None when nothing was compared."""
+
+    bound_ratio: float | None
+    scale_at_worst: float | None
+    worst_pair: str | None
+
+
 # The tolerance a measurement was judged under, and the setting it comes from
 # (``precision.tolerance``, ``exact``, ...). Functional form: ``from`` is a keyword.
 ToleranceUsed = TypedDict("ToleranceUsed", {"rtol": float, "atol": float, "from": str})
