@@ -253,3 +253,40 @@ def test_the_health_probe_sends_a_urls_credentials_as_basic_auth():
         server.shutdown()
         server.server_close()
     assert seen == ["Basic " + base64.b64encode(b"me:p@ss").decode()]
+
+
+@pytest.mark.parametrize(
+    ("text", "shown"),
+    [
+        ("u?token=t&page=2", "u?token=***&page=2"),
+        ("u?key=k", "u?key=***"),
+        (
+            "https://s3/x?X-Amz-Signature=a&X-Amz-Credential=b",
+            "https://s3/x?X-Amz-Signature=***&X-Amz-Credential=***",
+        ),
+        ("u?AccessKeyId=a&client_secret=b", "u?AccessKeyId=***&client_secret=***"),
+        ("u?access_token=a#id_token=b", "u?access_token=***#id_token=***"),
+        ("u?password=p&sig=s", "u?password=***&sig=***"),
+        # Not credentials: a saved view's name, a word that merely holds "key".
+        ("u?viewStateShareKey=vmapcheck-summary", "u?viewStateShareKey=vmapcheck-summary"),
+        ("u?monkey=1&keyboard=2", "u?monkey=1&keyboard=2"),
+    ],
+)
+def test_only_credentials_are_masked_in_a_query(text, shown):
+    assert redact(text) == shown
+
+
+def test_the_printed_mlflow_links_survive_the_credential_filter():
+    """Every line is printed through redact: the runs-table view's share key
+    (``viewStateShareKey``) was masked as ``***``, and MLflow opened another page."""
+    from vmapcheck.tracking.ui import compare_url, experiment_url, run_url
+
+    base = "http://127.0.0.1:5000"
+    urls = [
+        experiment_url(base, "1"),
+        run_url(base, "1", "abc"),
+        compare_url(base, [("1", "abc"), ("1", "def")]),
+    ]
+    assert "viewStateShareKey=vmapcheck-summary" in urls[0]
+    for url in urls:
+        assert redact(url) == url

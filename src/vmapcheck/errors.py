@@ -77,17 +77,51 @@ INTERRUPTED = 130
 _USERINFO = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*://)[^/@\s'\"]+@")
 
 
-# A credential in a URL's query (``?token=...``, ``&api_key=...``): never shown either.
-_QUERY_SECRET = re.compile(
-    r"([?&#][\w.-]*(?:token|key|password|passwd|secret|sig|auth)[\w.-]*=)[^&#\s'\"]+",
-    re.IGNORECASE,
+# A URL's query or fragment parameter (``?name=value``, ``&name=value``, ``#name=value``).
+_QUERY_PARAM = re.compile(r"([?&#])([\w.-]+)=([^&#\s'\"]+)")
+# The words of a parameter's name that make it a credential (``access_token``,
+# ``X-Amz-Signature``, ``client_secret``): its value is never shown.
+_SECRET_WORDS = frozenset(
+    {"token", "password", "passwd", "pwd", "secret", "sig", "signature", "auth"}
+    | {"authorization", "credential", "credentials", "apikey", "sas"}
 )
+# "key" names a credential only alone or after one of these (``api_key``, ``AccessKey``):
+# MLflow's own ``viewStateShareKey`` names a saved view, and the link must open it.
+_KEY_OWNERS = frozenset(
+    {"api", "access", "secret", "private", "auth", "client", "account", "signing"}
+    | {"subscription", "master", "session"}
+)
+
+
+def _name_words(name: str) -> list[str]:
+    """``viewStateShareKey`` -> ``["view", "state", "share", "key"]``; ``api_key`` ->
+    ``["api", "key"]`` (snake, kebab, dotted and camel case split, lower-cased)."""
+    spaced = re.sub(r"(?<=[a-z0-9])(?=[A-Z])", " ", name)
+    return [w.lower() for w in re.split(r"[\s_.-]+", spaced) if w]
+
+
+def credential_name(name: str) -> bool:
+    """Whether a query parameter named ``name`` holds a credential (its value hidden)."""
+    words = _name_words(name)
+    if any(w in _SECRET_WORDS for w in words):
+        return True
+    return any(
+        w == "key" and (len(words) == 1 or (i > 0 and words[i - 1] in _KEY_OWNERS))
+        for i, w in enumerate(words)
+    )
 
 
 def redact(text: str) -> str:
     """``text`` with the user name and password of every URL in it, and the value of any
-    query parameter named like a credential (token, key, password, ...), as ``***``."""
-    return _QUERY_SECRET.sub(r"\1***", _USERINFO.sub(r"\1***@", text))
+    query parameter named as a credential (:func:`credential_name`: a token, a password,
+    an API key, a signature, ...), as ``***``. Other parameters stay as they are, so a
+    printed link still opens the page it names."""
+
+    def hide(found: re.Match[str]) -> str:
+        mark, name, value = found.groups()
+        return f"{mark}{name}={'***' if credential_name(name) else value}"
+
+    return _QUERY_PARAM.sub(hide, _USERINFO.sub(r"\1***@", text))
 
 
 class Redacting:
