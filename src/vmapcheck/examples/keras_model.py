@@ -35,7 +35,7 @@ The wrapper maps that onto vmapcheck's model:
   precision's dtype and its float64 oracle in float64: for a dtype other than the model's
   own, the forward uses a clone of the model whose every layer has that dtype policy
   (``keras.models.clone_model``, built once per dtype). A subclassed model cannot be
-  cloned that way: :func:`keras_model` refuses it, naming the reason.
+  cloned that way (it has no layer graph): :func:`keras_model` refuses it, naming why.
 
 Only a model with one flat input ``(batch, in_features)`` and one output ``(batch,
 out_features)`` is wrapped; another shape is a :class:`~vmapcheck.errors.ConfigError`
@@ -50,12 +50,12 @@ import os
 # (which keras_model then refuses, naming it), before the import below.
 os.environ.setdefault("KERAS_BACKEND", "jax")
 
-import jax  # noqa: E402
-import jax.numpy as jnp  # noqa: E402
-import keras  # noqa: E402
+import jax
+import jax.numpy as jnp
+import keras
 
-from vmapcheck.core.models import Model, Params  # noqa: E402
-from vmapcheck.errors import ConfigError  # noqa: E402
+from vmapcheck.core.models import Model, Params
+from vmapcheck.errors import ConfigError
 
 # The params subtrees: Keras' trainable variables (weights) and non-trainable ones (state).
 TRAINABLE, NON_TRAINABLE = "trainable", "non_trainable"
@@ -96,11 +96,11 @@ def _clone(model: keras.Model, dtype: str) -> keras.Model:
 
     try:
         clone = keras.models.clone_model(model, clone_function=layer_in_dtype)
-    except ValueError as exc:  # a subclassed model: clone_model needs its layer graph
+    except (TypeError, ValueError) as exc:  # a custom layer whose config does not round-trip
         raise ConfigError(
-            f"keras model {model.name!r}: expected a Sequential or functional model that "
-            f"keras.models.clone_model can rebuild in {dtype} (the float64 oracle and the "
-            f"f64/bf16 precisions run it in their dtype), found a subclassed model: {exc}"
+            f"keras model {model.name!r}: expected layers that keras.models.clone_model can "
+            f"rebuild in {dtype} from their get_config() (the float64 oracle and the f64/bf16 "
+            f"precisions run the model in their dtype), found: {exc}"
         ) from None
     # stateless_call takes the values by position: the clone's variables must line up
     # with the model's, one for one, shape for shape.
@@ -141,15 +141,19 @@ def keras_model(
         raise ConfigError(f"keras model: expected a keras.Model, found {type(model).__name__}")
     if not isinstance(training, bool):
         raise ConfigError(f"training: expected a bool, found {training!r}")
-    if not model.built:
+    if not model.built or getattr(model, "inputs", None) is None:
+        # A subclassed model has no layer graph (no inputs), and clone_model, which the
+        # other dtypes need, rebuilds a model from that graph.
         raise ConfigError(
-            f"keras model {model.name!r}: expected a built model (its variables exist), found "
-            "one not built: give it a keras.Input or call model.build((None, in_features))"
+            f"keras model {model.name!r}: expected a built Sequential or functional model "
+            "(its inputs known: keras.Input(...) first), found "
+            + ("one not built" if not model.built else f"a {type(model).__name__} without inputs")
+            + " (a subclassed model is not supported: docs/keras.md)"
         )
-    if len(model.inputs or ()) != 1 or len(model.outputs or ()) != 1:
+    if len(model.inputs) != 1 or len(model.outputs or ()) != 1:
         raise ConfigError(
             f"keras model {model.name!r}: expected one input and one output, found "
-            f"{len(model.inputs or ())} and {len(model.outputs or ())}"
+            f"{len(model.inputs)} and {len(model.outputs or ())}"
         )
     in_features = _flat_width(tuple(model.inputs[0].shape), "input")
     out_features = _flat_width(tuple(model.outputs[0].shape), "output")
@@ -167,7 +171,11 @@ def keras_model(
 
     def in_dtype(dtype: str) -> keras.Model:
         if dtype not in models:
-            with jax.ensure_compile_time_eval():
+            with (
+                jax.ensure_compile_time_eval(),
+                jax.numpy_rank_promotion("allow"),
+                jax.numpy_dtype_promotion("standard"),
+            ):
                 models[dtype] = _clone(model, dtype)
         return models[dtype]
 
@@ -180,12 +188,16 @@ def keras_model(
         """batch: (batch, in_features), batch axis 0 -> (batch, out_features); the
         non-trainable values Keras returns are discarded."""
         keras_model_ = in_dtype(str(batch.dtype))
-        outputs, _ = keras_model_.stateless_call(
-            [params[TRAINABLE][path] for path in trainable],
-            [params[NON_TRAINABLE][path] for path in non_trainable],
-            batch,
-            training=training,
-        )
+        # Keras' layers broadcast a bias (units,) against (batch, units) and mix Python
+        # scalars into their math: JAX's default promotion, inside Keras only, whatever
+        # strict settings the caller's suite runs under (this project's tests raise).
+        with jax.numpy_rank_promotion("allow"), jax.numpy_dtype_promotion("standard"):
+            outputs, _ = keras_model_.stateless_call(
+                [params[TRAINABLE][path] for path in trainable],
+                [params[NON_TRAINABLE][path] for path in non_trainable],
+                batch,
+                training=training,
+            )
         return outputs
 
     def forward_one(params: Params, x: jax.Array) -> jax.Array:
