@@ -52,7 +52,7 @@ $(STAMP): pyproject.toml requirements.lock
 	@# runs) every process would otherwise compile each module it imports, every time
 	@# (`import mlflow` 2.9 s instead of 1.2 s; the test suite's CPU time up by half).
 	$(BIN)/python -m pip install --quiet --constraint requirements.lock uv
-	$(BIN)/uv pip install --quiet --compile-bytecode --python $(BIN)/python --constraint requirements.lock --editable '.[dev,flax,equinox,haiku]'
+	$(BIN)/uv pip install --quiet --compile-bytecode --python $(BIN)/python --constraint requirements.lock --editable '.[dev,flax,equinox,haiku,keras]'
 	@touch $@
 
 demo: $(STAMP)
@@ -187,7 +187,7 @@ lock:
 	@py="$$(scripts/find-python)" || { echo "error: make lock resolves for make setup, which needs Python >= 3.12 for the lock's pins, and found none; name one with PYTHON=/path/to/python3.12" >&2; exit 1; }; \
 	tmp="$$(mktemp -d)"; trap 'rm -rf "$$tmp"' EXIT; \
 	"$$py" -m venv "$$tmp/venv"; \
-	"$$tmp/venv/bin/python" -m pip install --quiet $(if $(FRESH),,--constraint requirements.lock) '.[dev,flax,equinox,haiku]' \
+	"$$tmp/venv/bin/python" -m pip install --quiet $(if $(FRESH),,--constraint requirements.lock) '.[dev,flax,equinox,haiku,keras]' \
 	  || { echo "error: pip could not install pyproject.toml's dependencies$(if $(FRESH),, within requirements.lock's versions (a pin outside a range now?): make lock FRESH=1 resolves every version afresh)" >&2; exit 1; }; \
 	{ echo "# Every transitive dependency, pinned: make installs with --constraint requirements.lock."; \
 	  echo "# Regenerate after changing pyproject.toml: make lock"; \
