@@ -85,3 +85,54 @@ def test_the_lock_pins_every_declared_package_inside_its_range():
             f"requirements.lock: {name}: expected a version in pyproject.toml's range "
             f"{specifier}, found {lock[name]}"
         )
+
+
+def _extra(name: str) -> dict[str, SpecifierSet]:
+    return {
+        _canonical(r.name): r.specifier
+        for r in map(Requirement, PYPROJECT["optional-dependencies"][name])
+    }
+
+
+def test_the_pytest_extra_brings_the_pytest_range_the_tests_pass_with():
+    """vmapcheck[pytest]: the batching_check fixture's pytest, the very range the project's
+    own tests run under (the dev extra; requirements.lock pins one inside it)."""
+    assert _extra("pytest") == {"pytest": _extra("dev")["pytest"]}, (
+        "pyproject.toml: expected the pytest extra to hold exactly the dev extra's pytest "
+        f"range {_extra('dev')['pytest']}, found {PYPROJECT['optional-dependencies']['pytest']}"
+    )
+
+
+def test_the_installed_metadata_offers_the_extras_and_registers_the_plugin():
+    """What pip reads from the wheel (here the editable install's metadata, rewritten by
+    make setup whenever pyproject.toml changes): the extras docs/python-api.md and
+    docs/keras.md name, and the pytest11 entry point that loads the fixture."""
+    from importlib.metadata import entry_points, metadata
+
+    meta = metadata("vmapcheck")
+    extras = set(meta.get_all("Provides-Extra") or [])
+    assert {"pytest", "keras"} <= extras, f"expected extras pytest and keras, found {extras}"
+    requires = [Requirement(line) for line in meta.get_all("Requires-Dist") or []]
+    pytest_req = [
+        r
+        for r in requires
+        if r.name == "pytest" and r.marker and r.marker.evaluate({"extra": "pytest"})
+    ]
+    assert pytest_req and not pytest_req[0].marker.evaluate({"extra": ""}), (
+        f"expected pytest required by the pytest extra only, found {pytest_req}"
+    )
+    plugins = {ep.name: ep.value for ep in entry_points(group="pytest11")}
+    assert plugins.get("vmapcheck") == "vmapcheck.pytest_plugin", plugins
+
+
+def test_the_plugin_imported_without_pytest_names_the_extra():
+    """The pytest11 entry point loads the plugin only inside pytest; a direct import where
+    pytest is missing (here made unimportable: None in sys.modules) names the fix."""
+    import subprocess
+
+    code = "import sys; sys.modules['pytest'] = None; import vmapcheck.pytest_plugin"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
+    assert out.returncode == 1
+    last = out.stderr.strip().splitlines()[-1]
+    assert last.startswith("ModuleNotFoundError: vmapcheck.pytest_plugin (the batching_check"), last
+    assert "pip install 'vmapcheck[pytest]'" in last, last

@@ -15,7 +15,9 @@ root conftest.py (docs/python-api.md)::
 ``pytest --vmapcheck-precision=bf16``; a test passing ``precision=`` keeps its own.
 
 This module imports no JAX: pytest loads it in every session, JAX loads with the
-first check.
+first check. It needs pytest, which vmapcheck does not require: ``pip install
+'vmapcheck[pytest]'`` brings the range the project's tests pass with; imported without
+it, the error says so.
 """
 
 from __future__ import annotations
@@ -23,7 +25,19 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-import pytest
+try:
+    import pytest
+except ModuleNotFoundError as exc:
+    # pytest itself never lands here: its pytest11 entry point loads this module only in
+    # a running pytest. A direct import does (a conftest's pytest_plugins read by another
+    # runner, an IDE's test discovery, `python -c "import vmapcheck.pytest_plugin"`).
+    if exc.name != "pytest":
+        raise
+    raise ModuleNotFoundError(
+        "vmapcheck.pytest_plugin (the batching_check fixture) needs pytest, which is not "
+        "installed: pip install 'vmapcheck[pytest]' (docs/python-api.md, the pytest fixture)",
+        name="pytest",
+    ) from None
 
 from vmapcheck.errors import ConfigError
 from vmapcheck.testing import (
