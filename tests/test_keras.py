@@ -26,7 +26,13 @@ _PROJECT_SETUP = Path(sys.prefix).resolve() == (ROOT / ".venv").resolve() or boo
 if _PROJECT_SETUP:
     # Set by the wrapper module too; here first, as keras may already be imported.
     os.environ.setdefault("KERAS_BACKEND", "jax")
-    import keras
+    try:
+        import keras
+    except ModuleNotFoundError as exc:
+        raise ModuleNotFoundError(
+            "tests/test_keras.py: keras is missing from the project's setup, which installs "
+            "the keras extra (Makefile, setup): run make setup"
+        ) from exc
 else:
     keras = pytest.importorskip(
         "keras", reason="keras is not installed: pip install 'vmapcheck[keras]' (make setup has it)"
