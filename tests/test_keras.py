@@ -1,6 +1,6 @@
 """The Keras 3 wrapper of docs/keras.md (vmapcheck.examples.keras_model) through the real
 Python API: a small Keras MLP with BatchNormalization and Dropout passes in inference mode
-(training=False), a model without BatchNorm passes at f64 too, and the planted
+(training=False), a model without BatchNorm passes at f64 and bf16 too, and the planted
 training-mode mistake (training=True: BatchNorm normalizes with the batch's own
 statistics, Dropout draws) fails with batching findings. Its refusals name what they
 found."""
@@ -91,18 +91,20 @@ def test_inference_mode_passes_every_path(mlp, examples):
     assert set(report.gradients.leaves) == {f"trainable.{v.path}" for v in mlp.trainable_variables}
 
 
-def test_float64_runs_a_float64_clone(examples):
-    """Keras casts the values it is given to its variables' dtype: without the clone the
-    f64 run (and every float64 oracle) would compute in float32, its outputs float32."""
+@pytest.mark.parametrize(("precision", "dtype"), [("f64", "float64"), ("bf16", "bfloat16")])
+def test_another_precision_runs_a_clone_in_its_dtype(examples, precision, dtype):
+    """Keras casts the values it is given to its variables' dtype: without the clone an
+    f64 or bf16 run (and every float64 oracle) would compute in float32, its outputs
+    float32 (a contract failure)."""
     keras.utils.set_random_seed(0)
     inputs = keras.Input((FEATURES,))
     h = keras.layers.Dense(HIDDEN, activation="relu")(inputs)
     h = keras.layers.Dropout(0.3)(h)
     model = keras_model(keras.Model(inputs, keras.layers.Dense(OUTPUTS)(h)))
     report = assert_batching_consistent(
-        model, model.init(None), examples, precision="f64", gradients=False, bitwise="off"
+        model, model.init(None), examples, precision=precision, gradients=False, bitwise="off"
     )
-    assert report.dtype == "float64"
+    assert report.dtype == dtype
 
 
 def test_keras_on_jax_still_computes_batch_normalization_in_float32():
