@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from vmapcheck.errors import did_you_mean
+from tests.helpers.config import ROOT
+from vmapcheck.compose import compose_yaml
+from vmapcheck.errors import ConfigError, did_you_mean
 
 
 @pytest.mark.parametrize(
@@ -40,3 +42,34 @@ def test_the_closest_known_name_is_suggested(name, known, hint):
 )
 def test_no_suggestion_when_nothing_is_close(name, known):
     assert did_you_mean(name, known) == ""
+
+
+# --- config groups' options and config keys, as `vmapcheck params` composes them --------
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        (["model=flax_mpl"], "model=flax_mpl: no model option is named flax_mpl (did you mean "
+         "flax_mlp?); the options: "),
+        (["bench=fulll"], "bench=fulll: no bench option is named fulll (did you mean full?)"),
+        # Hydra's advice here is a "+" prefix, which the stages then refuse: not repeated.
+        (["precision.tolerence.rtol=1e-5"], "precision.tolerence: unknown key (did you mean "
+         "tolerance?); precision's keys: "),
+        (["modle=toy"], "modle: unknown key (did you mean model?); the top-level keys: "),
+        # The keys of the option chosen by another override of the same command line.
+        (["model=flax_transformer", "model.factory.d_modl=16"], "model.factory.d_modl: "
+         "unknown key (did you mean d_model?)"),
+    ],
+)
+def test_a_mistyped_option_or_key_is_named_with_the_closest(overrides, message):
+    with pytest.raises(ConfigError) as refused:
+        compose_yaml(ROOT / "conf", overrides)
+    text = str(refused.value)
+    assert text.startswith(f"overrides {overrides}: {message}"), text
+    assert "+precision" not in text
+
+
+def test_a_refusal_that_is_no_typo_keeps_hydras_message():
+    with pytest.raises(ConfigError, match="Multiple values for model"):
+        compose_yaml(ROOT / "conf", ["+model=toy"])

@@ -358,6 +358,13 @@ def test_bad_arguments_are_refused_naming_what_was_expected(tmp_path, args, expe
     assert not (root / "dvc.yaml").exists()
 
 
+def test_a_mistyped_shipped_option_is_refused_with_the_closest(tmp_path):
+    with pytest.raises(ConfigError, match=r"found 'flax_mpl' \(did you mean flax_mlp\?\)$"):
+        resolve_model(tmp_path, "flax_mpl")
+    with pytest.raises(ConfigError, match=r"found 'digts' \(did you mean digits\?\)$"):
+        resolve_data(tmp_path, "digts")
+
+
 def test_outside_a_git_repository_or_below_its_root_init_says_where_to_run_it(tmp_path):
     (tmp_path / "plain").mkdir()
     done = _init(tmp_path / "plain", *DEMO)
