@@ -76,7 +76,7 @@ def _unknown_name(exc: Exception, conf_dir: Path, overrides: list[str]) -> str |
     node = OmegaConf.select(cfg, parent) if parent else cfg
     if not isinstance(node, DictConfig):
         return None
-    known = [str(k) for k in node.keys()]
+    known = [str(k) for k in node]
     where = f"{parent}'s keys" if parent else "the top-level keys"
     return f"{full_key}: unknown key{did_you_mean(missing, known)}; {where}: {', '.join(known)}"
 
