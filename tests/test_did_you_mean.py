@@ -50,16 +50,23 @@ def test_no_suggestion_when_nothing_is_close(name, known):
 @pytest.mark.parametrize(
     ("overrides", "message"),
     [
-        (["model=flax_mpl"], "model=flax_mpl: no model option is named flax_mpl (did you mean "
-         "flax_mlp?); the options: "),
+        (
+            ["model=flax_mpl"],
+            "model=flax_mpl: no model option is named flax_mpl (did you mean "
+            "flax_mlp?); the options: ",
+        ),
         (["bench=fulll"], "bench=fulll: no bench option is named fulll (did you mean full?)"),
         # Hydra's advice here is a "+" prefix, which the stages then refuse: not repeated.
-        (["precision.tolerence.rtol=1e-5"], "precision.tolerence: unknown key (did you mean "
-         "tolerance?); precision's keys: "),
+        (
+            ["precision.tolerence.rtol=1e-5"],
+            "precision.tolerence: unknown key (did you mean tolerance?); precision's keys: ",
+        ),
         (["modle=toy"], "modle: unknown key (did you mean model?); the top-level keys: "),
         # The keys of the option chosen by another override of the same command line.
-        (["model=flax_transformer", "model.factory.d_modl=16"], "model.factory.d_modl: "
-         "unknown key (did you mean d_model?)"),
+        (
+            ["model=flax_transformer", "model.factory.d_modl=16"],
+            "model.factory.d_modl: unknown key (did you mean d_model?)",
+        ),
     ],
 )
 def test_a_mistyped_option_or_key_is_named_with_the_closest(overrides, message):
