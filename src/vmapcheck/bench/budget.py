@@ -30,23 +30,22 @@ STOP_CI, STOP_BUDGET, STOP_ALL = "interval within target", "time budget", "all r
 # cell out names it (bench_details.json's ``skipped``), and what it cut is told by it
 # (:func:`left_out_by_budget`).
 BUDGET_SETTING = "bench.early_stop.time_budget_s"
-# The settings behind each way a cell's timing ended early, as the budget line names them.
-_STOP_SETTINGS = {STOP_BUDGET: BUDGET_SETTING, STOP_CI: "bench.early_stop.ci_target"}
 
 
 def stopped_line(stopped: Mapping[Hashable, str], cells: int) -> str:
     """The bench's line on the cells whose timing ended before every round, as a
     sentence: ``11 of 11 cells stopped early by the time budget
-    (bench.early_stop.time_budget_s: raise it to time them)``; with two reasons, each
-    with its count: ``5 of 12 cells stopped early: 3 by the time budget (...), 2 with
-    their interval within target (bench.early_stop.ci_target)``. ``stopped``: cell ->
-    why (:data:`STOP_BUDGET`, :data:`STOP_CI`), ``cells``: every cell timed."""
+    (bench.early_stop.time_budget_s: raise it to time every round)``; with two
+    reasons, each with its count: ``5 of 12 cells stopped early: 2 with their interval
+    within target (bench.early_stop.ci_target), 3 by the time budget (...)``.
+    ``stopped``: cell -> why (:data:`STOP_BUDGET`, :data:`STOP_CI`), ``cells``: every
+    cell timed."""
 
     def part(why: str) -> str:
         if why == STOP_BUDGET:
             return f"by the time budget ({BUDGET_SETTING}: raise it to time every round)"
         if why == STOP_CI:
-            return f"with their interval within target ({_STOP_SETTINGS[STOP_CI]})"
+            return "with their interval within target (bench.early_stop.ci_target)"
         return f"({why})"
 
     counts = {why: sum(w == why for w in stopped.values()) for why in sorted(set(stopped.values()))}
