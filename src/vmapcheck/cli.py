@@ -202,9 +202,8 @@ def _store(args: argparse.Namespace, layout: Layout) -> int:
 
 class Parser(argparse.ArgumentParser):
     """argparse with a "did you mean" for a mistyped command or choice
-    (``vmapcheck comapre``), and an unknown option named as such before any other usage
-    error (:func:`unknown_option`: ``--verison`` is not reported as a missing command).
-    Python 3.14's ``suggest_on_error`` does the first; vmapcheck supports 3.11."""
+    (``vmapcheck comapre``). Python 3.14's ``suggest_on_error`` does this; vmapcheck
+    supports 3.11."""
 
     def _check_value(self, action: argparse.Action, value: object) -> None:
         # argparse's one place for choices (commands, --order, store's verb).
@@ -218,17 +217,22 @@ class Parser(argparse.ArgumentParser):
                 )
         super()._check_value(action, value)
 
+
+class CommandLine(Parser):
+    """The top parser: before argparse parses, an unknown option anywhere in the command
+    line is refused as such, with the closest option (:func:`unknown_option`), so that
+    ``--verison`` is not reported as a missing command, nor ``init --modle`` as a
+    missing ``--model``."""
+
     def parse_known_args(  # type: ignore[override]
         self, args: Sequence[str] | None = None, namespace: argparse.Namespace | None = None
     ) -> tuple[argparse.Namespace, list[str]]:
-        if getattr(self, "_vmapcheck_top", False):
-            argv = list(sys.argv[1:] if args is None else args)
-            found = unknown_option(self, argv)
-            if found is not None:
-                parser, message = found
-                parser.error(message)
-            return super().parse_known_args(argv, namespace)
-        return super().parse_known_args(args, namespace)
+        argv = list(sys.argv[1:] if args is None else args)
+        found = unknown_option(self, argv)
+        if found is not None:
+            parser, message = found
+            parser.error(message)
+        return super().parse_known_args(argv, namespace)
 
 
 def _subcommands(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
@@ -595,7 +599,7 @@ def build_parser() -> argparse.ArgumentParser:
     """The ``vmapcheck`` parser: one subcommand per entry of :data:`COMMANDS`, in its order."""
     width = max(map(len, COMMANDS)) + 2
     listing = "\n".join(f"  {name:<{width}}{text}" for name, text in COMMANDS.items())
-    parser = Parser(
+    parser = CommandLine(
         prog="vmapcheck",
         formatter_class=argparse.RawDescriptionHelpFormatter,
         description="Check that JAX vmap agrees with the per-example loop and the\n"
@@ -603,10 +607,12 @@ def build_parser() -> argparse.ArgumentParser:
         epilog=f"commands:\n{listing}\n\n`vmapcheck <command> --help` describes its flags.",
     )
     parser.add_argument("--version", action="version", version=f"vmapcheck {__version__}")
-    # The top parser checks every option of the command line before argparse parses it.
-    parser._vmapcheck_top = True  # type: ignore[attr-defined]
     commands = parser.add_subparsers(
-        dest="command", metavar="<command>", required=True, help="one of the commands below"
+        dest="command",
+        metavar="<command>",
+        required=True,
+        help="one of the commands below",
+        parser_class=Parser,
     )
     for name, text in COMMANDS.items():
         func, add_flags = VERBS[name]
