@@ -367,8 +367,8 @@ def test_a_token_model_on_the_synthetic_table_is_refused_naming_the_data_that_fi
     message = done.stderr.strip().splitlines()[-1]
     assert message.startswith(
         "init: error: --model flax_transformer takes tokens (64,) int32 ids in [0, 17), mask "
-        "(64,) bool (0 or 1) (model.inputs), but --data synthetic gives 128 feature columns "
-        "that do not fill them: leaf 'tokens': column x0 expected whole ids in [0, 17)"
+        "(64,) bool (0 or 1) (model.inputs), but --data synthetic does not fill them: leaf "
+        "'tokens': column x0 expected whole ids in [0, 17)"
     ), message
     assert message.endswith(
         "Fix: --data digit_tokens (its table fits), or a table of your own (--data-path FILE "
@@ -391,6 +391,33 @@ def test_data_that_fills_the_models_leaves_is_planned(tmp_path, model, data):
     assert yaml.safe_load(planned.files["params.yaml"])["model"]["name"] == model
 
 
+@pytest.mark.parametrize(
+    ("model", "data", "said", "fix"),
+    [
+        (
+            "flax_transformer",
+            "digits",
+            "its table has 64 feature columns, the leaves take 128 (model.in_features)",
+            "--data digit_tokens (its table fits)",
+        ),
+        (
+            "flax_cnn",
+            "diabetes",
+            "its table has 8 feature columns, the leaves take 64 (model.in_features)",
+            "--data digits or --data images32 or --data synthetic (each fits)",
+        ),
+    ],
+)
+def test_a_table_of_another_width_is_refused_naming_the_data_that_fits(
+    tmp_path, model, data, said, fix
+):
+    with pytest.raises(ConfigError) as refused:
+        plan(tmp_path, resolve_model(tmp_path, model), resolve_data(tmp_path, data))
+    text = str(refused.value)
+    assert f"--model {model} takes " in text and f"but --data {data} does not fill" in text
+    assert f": {said}. Fix: {fix}, or a table of your own" in text
+
+
 def test_a_table_of_real_numbers_for_a_token_model_is_refused_without_a_value(tmp_path):
     # --data-path: the user's table is read as prepare will (values never shown).
     header = ",".join([f"t{i}" for i in range(128)] + ["y"])
@@ -402,12 +429,12 @@ def test_a_table_of_real_numbers_for_a_token_model_is_refused_without_a_value(tm
     with pytest.raises(ConfigError) as refused:
         plan(tmp_path, resolve_model(tmp_path, "flax_transformer"), data)
     text = str(refused.value)
-    assert "--data t gives 128 feature columns that do not fill them: leaf 'tokens': " in text
+    assert "--data t does not fill them: leaf 'tokens': " in text
     assert "column t0 expected whole ids in [0, 17)" in text and "0.5" not in text
-    # The model is sized to this table (one target): no built-in table fits it.
     assert text.endswith(
-        "Fix: a table of your own (--data-path FILE --features a,b,... --targets y) whose "
-        "feature columns hold what the leaves take, in their order"
+        "Fix: --data digit_tokens (its table fits), or a table of your own (--data-path FILE "
+        "--features a,b,... --targets y) whose feature columns hold what the leaves take, in "
+        "their order"
     )
 
 

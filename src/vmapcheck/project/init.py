@@ -296,11 +296,11 @@ def _compose_planned(out: Plan, layout: Layout, model: str, data: str) -> str:
                 (Path(scratch) / rel).parent.mkdir(parents=True, exist_ok=True)
                 (Path(scratch) / rel).write_text(text, encoding="utf-8")
         text = compose_yaml(conf)
-        # Refused now, naming the key, rather than by the first stage (e.g. a table with
-        # another number of features than the model takes).
-        validate_config(yaml.safe_load(text))
-        # And a table of real numbers for a model of token ids, with the option that fits.
+        # Data that does not fill the model's input leaves (too few columns, real numbers
+        # for token ids) is refused with the data options that fit ...
         refuse_unfit_data(conf, text, layout.root, model, data)
+    # ... and the rest now, naming the key, rather than by the first stage.
+    validate_config(yaml.safe_load(text))
     return text
 
 
