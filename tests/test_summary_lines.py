@@ -152,6 +152,15 @@ def test_a_bench_whose_budget_left_out_the_headline_says_it_measured_too_little(
     )
 
 
+def test_a_bench_whose_budget_left_every_path_out_says_so_in_two_words():
+    bench = _bench({"vmap_jit": [16, 256], "direct_jit": [16, 256]}, {})
+    bench["skipped"].pop("loop_jit")  # the two paths are all the bench had
+    assert bench_budget_caveat(bench) == (
+        "the benchmark measured too little to compare speeds: every path left out at 16, "
+        f"256 rows by its time budget (raise {BUDGET_SETTING}, 75 s in this run, to time them)"
+    )
+
+
 def test_a_bench_that_measured_its_headline_names_what_its_budget_left_out():
     bench = _bench({"direct_jit": [4096]}, {"b256": {"vmap_over_loop": 3.0}})
     assert bench_budget_caveat(bench) == (

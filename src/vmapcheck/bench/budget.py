@@ -81,8 +81,10 @@ def budget_caveat(bench: Mapping[str, Any], measured: bool = True) -> str | None
     by_sizes: dict[tuple[int, ...], list[str]] = {}
     for path, rows in left.items():
         by_sizes.setdefault(tuple(rows), []).append(path)
+    every = len(by_sizes) == 1 and set(left) == set(bench.get("skipped") or {})
     where = "; ".join(
-        f"{', '.join(paths)} left out at {', '.join(map(str, rows))} rows"
+        f"{'every path' if every else ', '.join(paths)} left out at "
+        f"{', '.join(map(str, rows))} rows"
         for rows, paths in by_sizes.items()
     )
     budget = ((bench.get("early_stop") or {}).get("settings") or {}).get("time_budget_s")
