@@ -3,11 +3,14 @@ and choices, config groups' options, config keys)."""
 
 from __future__ import annotations
 
+import shutil
+
 import pytest
 
 from tests.helpers.config import ROOT
-from vmapcheck.compose import compose_yaml
+from vmapcheck.compose import compose_yaml, run_params
 from vmapcheck.errors import ConfigError, did_you_mean
+from vmapcheck.layout import Layout
 
 
 @pytest.mark.parametrize(
@@ -80,3 +83,16 @@ def test_a_mistyped_option_or_key_is_named_with_the_closest(overrides, message):
 def test_a_refusal_that_is_no_typo_keeps_hydras_message():
     with pytest.raises(ConfigError, match="Multiple values for model"):
         compose_yaml(ROOT / "conf", ["+model=toy"])
+
+
+def test_params_refuses_a_key_added_with_a_plus_and_leaves_params_yaml_as_it_was(tmp_path):
+    """Hydra's advice for a mistyped key is a "+": the key then composes, and every stage
+    would refuse it. `vmapcheck params` refuses it before writing."""
+    shutil.copytree(ROOT / "conf", tmp_path / "conf")
+    (tmp_path / "params.yaml").write_text("as it was\n")
+    with pytest.raises(ConfigError) as refused:
+        run_params(Layout(tmp_path), ["+precision.tolerence.rtol=1e-5"])
+    assert "precision.tolerence: unknown key" in str(refused.value)
+    assert (tmp_path / "params.yaml").read_text() == "as it was\n"
+    run_params(Layout(tmp_path), ["precision.tolerance.rtol=1e-5"])
+    assert "rtol: 1.0e-05" in (tmp_path / "params.yaml").read_text()

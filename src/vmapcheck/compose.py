@@ -7,11 +7,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import yaml
 from hydra import compose, initialize_config_dir
 from hydra.errors import HydraException, MissingConfigException
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
+from vmapcheck.config import validate_config
 from vmapcheck.errors import ConfigError, did_you_mean
 from vmapcheck.io import atomic_write_text
 from vmapcheck.layout import Layout
@@ -90,6 +92,9 @@ def run_params(layout: Layout, overrides: list[str] | None = None) -> int:
             "project's conf/ (`vmapcheck init` writes it)"
         )
     text = compose_yaml(layout.conf, overrides)
+    # A key added with "+" (Hydra's advice for a mistyped one) composes, and every stage
+    # would refuse it: refused here, named, and params.yaml left as it was.
+    validate_config(yaml.safe_load(text), source=f"params.yaml composed with {overrides}")
     atomic_write_text(layout.params_yaml, text)
     print(f"params.yaml composed from conf/ with overrides {overrides or '[]'}")
     return 0
