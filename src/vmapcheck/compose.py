@@ -25,8 +25,10 @@ def compose_yaml(conf_dir: Path, overrides: list[str] | None = None) -> str:
 
     Raises:
         ConfigError: an override Hydra cannot apply (a key that does not exist without
-            ``+``, an option no file of the group has, a malformed override), with
-            Hydra's own message, which names the override.
+            ``+``, an option no file of the group has, a malformed override). A
+            mistyped key or option is named with the closest one and those there are
+            (:func:`_unknown_name`); any other refusal with Hydra's own message, which
+            names the override.
     """
     overrides = list(overrides or [])
     try:
@@ -69,7 +71,11 @@ def _unknown_name(exc: Exception, conf_dir: Path, overrides: list[str]) -> str |
     full_key = getattr(exc.__cause__, "full_key", None)
     if not isinstance(full_key, str) or not full_key:
         return None
-    others = [o for o in overrides if not _override_key(o).startswith(full_key)]
+    others = [
+        o
+        for o in overrides
+        if not (_override_key(o) == full_key or _override_key(o).startswith(f"{full_key}."))
+    ]
     try:
         cfg = _composed(conf_dir, others)
     except (HydraException, OmegaConfBaseException):
