@@ -139,6 +139,8 @@ def test_a_typo_is_refused_with_the_closest_name(args, message, capsys):
         ["verdict", "--baseline", "x", "--factor", "-1e-3"],
         ["params", "--", "--not-an-option"],
         ["reference", "make", "--reason=--why"],
+        # An abbreviation's value is skipped as the full option's is (argparse judges it).
+        ["compare", "--fil", "-x", "-n", "5"],
     ],
 )
 def test_options_argparse_takes_are_known(args):

@@ -272,16 +272,19 @@ def unknown_option(
         if token == "--":
             return None
         if _is_option(token):
-            name = token.split("=", 1)[0]
-            if name.startswith("--"):
-                known = any(o.startswith(name) for o in options if o.startswith("--"))
+            head = token.split("=", 1)[0]
+            if head.startswith("--"):
+                matches = [o for o in options if o.startswith(head)]
+                # An ambiguous prefix stays as typed: argparse refuses it, naming both.
+                name = matches[0] if len(matches) == 1 else head
+                attached = "=" in token
             else:
-                known = name[:2] in options
-                name = name[:2] if known else name
-            if not known:
-                return parser, f"unknown option {name}{did_you_mean(name, options)}"
-            if name in valued and "=" not in token:
-                i += 1
+                name, attached = head[:2], len(token) > 2
+                matches = [name] if name in options else []
+            if not matches:
+                return parser, f"unknown option {head}{did_you_mean(head, options)}"
+            if name in valued and not attached:
+                i += 1  # its value, whatever it looks like
         elif commands:
             return unknown_option(commands[token], argv[i + 1 :]) if token in commands else None
         i += 1
