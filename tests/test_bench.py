@@ -10,13 +10,16 @@ import numpy as np
 import pytest
 
 from vmapcheck.bench.budget import (
+    BUDGET_SETTING,
     STOP_BUDGET,
     STOP_CI,
     compile_over_budget,
     early_stops,
+    left_out_by_budget,
     median_interval,
     over_budget,
     samples_per_round,
+    stopped_line,
 )
 from vmapcheck.bench.control import peak_sweep
 from vmapcheck.bench.latency import latency_stats
@@ -362,6 +365,35 @@ def test_the_budget_stops_the_dearest_cells_first_and_keeps_the_cheap_ones():
     assert early_stops(early, cost, 6, 10, 11.0, budget, 0.95) == {}
 
 
+def test_the_budget_line_reads_as_a_sentence_naming_the_setting():
+    """Issue 43: `bench: stopped early: 11 of 11 cells (11 time budget)` was hard to read."""
+    every = dict.fromkeys(range(11), STOP_BUDGET)
+    assert stopped_line(every, 11) == (
+        f"11 of 11 cells stopped early by the time budget ({BUDGET_SETTING}: raise it to "
+        "time every round)"
+    )
+    both = {0: STOP_BUDGET, 1: STOP_BUDGET, 2: STOP_CI}
+    assert stopped_line(both, 12) == (
+        f"3 of 12 cells stopped early: 1 with their interval within target "
+        f"(bench.early_stop.ci_target), 2 by the time budget ({BUDGET_SETTING}: raise it "
+        "to time every round)"
+    )
+    assert "ci_target" in EarlyStopConfig.model_fields  # the setting the line names
+
+
+def test_what_the_budget_left_out_is_told_from_its_other_reasons():
+    config = _budgeted([4, 64], 5.0)
+    over = over_budget(get("loop_eager"), 64, (4, 1.0), config, least=1, spent_s=0.0)
+    compile_ = compile_over_budget("vmap_jit", 64, {"direct_jit": 9.0}, None, 5.0, 0.0)
+    assert over is not None and compile_ is not None
+    skipped = {
+        "loop_eager": {"b64": over},
+        "vmap_jit": {"b64": compile_, "b1024": compile_},
+        "loop_jit": {"b64": "loop_jit capped at 4 rows (bench.loop_max_batch): ..."},
+    }
+    assert left_out_by_budget(skipped) == {"loop_eager": [64], "vmap_jit": [64, 1024]}
+
+
 def test_samples_per_round_takes_samples_from_the_dearest_cell_first():
     """The plan fits the budget by taking samples a round from whichever cell is dearest
     then; cheap cells and the kept control keep their rounds' every sample."""
@@ -416,7 +448,7 @@ def test_run_bench_records_each_cells_rounds_and_why_it_stopped():
             assert record["stopped"] in (STOP_CI, STOP_BUDGET)
     assert len(result["control"]["samples_ms"]) == 20
     cells = sum(len(b) for b in result["samples_ms"].values())
-    assert f"bench: stopped early: {cells} of {cells} cells (" in log.getvalue()
+    assert f"bench: {cells} of {cells} cells stopped early " in log.getvalue()
     # The progress counts only the samples taken: the stopped cells' rounds left the plan.
     assert f"done, {cells * 5 + 20:,} samples in" in log.getvalue()
     # What the verdict reads back: the recorded rounds.

@@ -51,7 +51,7 @@ def test_help_lists_every_command_with_one_line_each():
     result = vmapcheck("--help")
     assert result.returncode == 0, result.stderr
     lines = result.stdout.splitlines()
-    assert lines[0] == "usage: vmapcheck [-h] <command> ..."
+    assert lines[0] == "usage: vmapcheck [-h] [--version] <command> ..."
     for name in COMMANDS:
         [line] = [line for line in lines if line.startswith(f"  {name} ")]
         assert line.split(maxsplit=1)[1].strip() == cli.COMMANDS[name]
@@ -71,7 +71,7 @@ def test_help_lists_every_command_with_one_line_each():
     ("args", "message"),
     [
         (["bogus"], "vmapcheck: error: argument <command>: invalid choice: 'bogus'"),
-        (["store", "where", "--bogus"], "vmapcheck: error: unrecognized arguments: --bogus"),
+        (["store", "where", "--bogus"], "vmapcheck store: error: unknown option --bogus"),
         (["store", "nowhere"], "vmapcheck store: error: argument verb: invalid choice"),
         (["verdict"], "vmapcheck verdict: error: the following arguments are required"),
         ([], "vmapcheck: error: the following arguments are required: <command>"),
@@ -84,6 +84,74 @@ def test_a_usage_error_is_one_line_and_exit_2(args, message):
     errors = [line for line in result.stderr.splitlines() if ": error: " in line]
     assert len(errors) == 1 and errors[0].startswith(message), result.stderr
     assert result.stderr.splitlines()[-1] == errors[0]
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        # A mistyped command, verb or choice: argparse's refusal, and the closest name.
+        (
+            ["comapre"],
+            "vmapcheck: error: argument <command>: invalid choice: 'comapre' "
+            "(did you mean compare?)",
+        ),
+        (
+            ["store", "wehre"],
+            "vmapcheck store: error: argument verb: invalid choice: 'wehre' (did you mean where?)",
+        ),
+        (
+            ["reference", "shwo"],
+            "vmapcheck reference: error: argument verb: invalid choice: "
+            "'shwo' (did you mean show?)",
+        ),
+        # An unknown option is named as such, before the missing command or flag it hides.
+        (["--verison"], "vmapcheck: error: unknown option --verison (did you mean --version?)"),
+        (
+            ["init", "--modle", "mlp"],
+            "vmapcheck init: error: unknown option --modle (did you mean --model?)",
+        ),
+        (
+            ["compare", "-n", "5", "--fitler", "x"],
+            "vmapcheck compare: error: unknown option --fitler (did you mean --filter?)",
+        ),
+        (
+            ["verdict", "--baseline=x", "--bogus"],
+            "vmapcheck verdict: error: unknown option --bogus\n",
+        ),
+    ],
+)
+def test_a_typo_is_refused_with_the_closest_name(args, message, capsys):
+    with pytest.raises(SystemExit) as exited:
+        cli.main(args)
+    assert exited.value.code == 2
+    err = capsys.readouterr().err
+    assert message in err + "\n"
+    if message.endswith("\n"):  # nothing close: no guess
+        assert "did you mean" not in err
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        # What argparse itself accepts is not an unknown option: an abbreviation, a short
+        # option with its value attached, --key=value, a negative number, after --.
+        ["compare", "--fil", "x", "-n5", "--width=80"],
+        ["verdict", "--baseline", "x", "--factor", "-1e-3"],
+        ["params", "--", "--not-an-option"],
+        ["reference", "make", "--reason=--why"],
+        # An abbreviation's value is skipped as the full option's is (argparse judges it).
+        ["compare", "--fil", "-x", "-n", "5"],
+    ],
+)
+def test_options_argparse_takes_are_known(args):
+    assert cli.unknown_option(cli.build_parser(), args) is None
+
+
+def test_version_prints_the_installed_version(capsys):
+    with pytest.raises(SystemExit) as exited:
+        cli.main(["--version"])
+    assert exited.value.code == 0
+    assert capsys.readouterr().out == f"vmapcheck {cli.__version__}\n"
 
 
 def test_store_where_in_a_copy_of_the_project_names_its_store(tmp_path):

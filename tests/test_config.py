@@ -412,8 +412,8 @@ def test_any_edit_of_params_yaml_reruns_a_stage_that_validates_it_all():
 @pytest.mark.parametrize(
     "override,expected",
     [
-        ("model.nonexistent=1", "Could not override 'model.nonexistent'"),
-        ("model=nope", "Could not find 'model/nope'"),
+        ("model.nonexistent=1", "model.nonexistent: unknown key; model's keys: name, "),
+        ("model=nope", "model=nope: no model option is named nope; the options: "),
         ("model.in_features=[1", "no viable alternative at input"),
     ],
 )

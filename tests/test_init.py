@@ -358,6 +358,93 @@ def test_bad_arguments_are_refused_naming_what_was_expected(tmp_path, args, expe
     assert not (root / "dvc.yaml").exists()
 
 
+def test_a_token_model_on_the_synthetic_table_is_refused_naming_the_data_that_fits(tmp_path):
+    # The synthetic table's columns are real numbers: the transformer's ids would be
+    # refused by prepare. init refuses first, and nothing is written.
+    root = _git_repo(tmp_path / "tokens")
+    done = _init(root, "--model", "flax_transformer")
+    assert done.returncode == 2, done.stderr
+    message = done.stderr.strip().splitlines()[-1]
+    assert message.startswith(
+        "init: error: --model flax_transformer takes tokens (64,) int32 ids in [0, 17), mask "
+        "(64,) bool (0 or 1) (model.inputs), but --data synthetic does not fill them: leaf "
+        "'tokens': column x0 expected whole ids in [0, 17)"
+    ), message
+    assert message.endswith(
+        "Fix: --data digit_tokens (its table fits), or a table of your own (--data-path FILE "
+        "--features a,b,... --targets y) whose feature columns hold what the leaves take, in "
+        "their order"
+    ), message
+    assert sorted(p.name for p in root.iterdir()) == [".git"]
+
+
+@pytest.mark.parametrize(
+    ("model", "data"),
+    [
+        ("flax_transformer", "digit_tokens"),  # ids and mask bits: fits
+        ("flax_cnn", "digits"),  # float leaves take any number: no table read
+        ("mlp", "synthetic"),
+    ],
+)
+def test_data_that_fills_the_models_leaves_is_planned(tmp_path, model, data):
+    planned = plan(tmp_path, resolve_model(tmp_path, model), resolve_data(tmp_path, data))
+    assert yaml.safe_load(planned.files["params.yaml"])["model"]["name"] == model
+
+
+@pytest.mark.parametrize(
+    ("model", "data", "said", "fix"),
+    [
+        (
+            "flax_transformer",
+            "digits",
+            "its table has 64 feature columns, the leaves take 128 (model.in_features)",
+            "--data digit_tokens (its table fits)",
+        ),
+        (
+            "flax_cnn",
+            "diabetes",
+            "its table has 8 feature columns, the leaves take 64 (model.in_features)",
+            "--data digits or --data images32 or --data synthetic (each fits)",
+        ),
+    ],
+)
+def test_a_table_of_another_width_is_refused_naming_the_data_that_fits(
+    tmp_path, model, data, said, fix
+):
+    with pytest.raises(ConfigError) as refused:
+        plan(tmp_path, resolve_model(tmp_path, model), resolve_data(tmp_path, data))
+    text = str(refused.value)
+    assert f"--model {model} takes " in text and f"but --data {data} does not fill" in text
+    assert f": {said}. Fix: {fix}, or a table of your own" in text
+
+
+def test_a_table_of_real_numbers_for_a_token_model_is_refused_without_a_value(tmp_path):
+    # --data-path: the user's table is read as prepare will (values never shown).
+    header = ",".join([f"t{i}" for i in range(128)] + ["y"])
+    rows = [",".join([f"{0.5 + i}" for i in range(128)] + ["1"]) for _ in range(40)]
+    (tmp_path / "t.csv").write_text("\n".join([header, *rows]) + "\n")
+    data = resolve_data(
+        tmp_path, None, table="t.csv", features=",".join(f"t{i}" for i in range(128)), targets="y"
+    )
+    with pytest.raises(ConfigError) as refused:
+        plan(tmp_path, resolve_model(tmp_path, "flax_transformer"), data)
+    text = str(refused.value)
+    assert "--data t does not fill them: leaf 'tokens': " in text
+    assert "column t0 expected whole ids in [0, 17)" in text and "0.5" not in text
+    assert text.endswith(
+        "Fix: --data digit_tokens (its table fits), or a table of your own (--data-path FILE "
+        "--features a,b,... --targets y) whose feature columns hold what the leaves take, in "
+        "their order"
+    )
+
+
+def test_a_mistyped_shipped_option_is_refused_with_the_closest(tmp_path):
+    with pytest.raises(ConfigError, match=r"found 'flax_mpl' \(did you mean flax_mlp\?\)$"):
+        resolve_model(tmp_path, "flax_mpl")
+    with pytest.raises(ConfigError, match=r"found 'digts' \(did you mean digits\?\)$"):
+        resolve_data(tmp_path, "digts")
+
+
 def test_outside_a_git_repository_or_below_its_root_init_says_where_to_run_it(tmp_path):
     (tmp_path / "plain").mkdir()
     done = _init(tmp_path / "plain", *DEMO)

@@ -2,9 +2,10 @@
 with the stored reference names its worst figure and bound, and always has a
 ``failure:`` line, however many pairs failed before it."""
 
+from vmapcheck.bench.budget import BUDGET_SETTING
 from vmapcheck.check.kinds import finding, finding_lines
 from vmapcheck.pipeline.check import gradients_line
-from vmapcheck.report.summary import case_line, reference_line
+from vmapcheck.report.summary import bench_budget_caveat, case_line, reference_line
 
 MESSAGE = "reference made with jax 0.11.2 on cpu, compared with jax 0.10.2 on tpu"
 
@@ -111,3 +112,63 @@ def test_the_references_first_failure_is_shown_after_many_pair_failures():
     ]
     # A report from before the kinds: its failure lines, untagged.
     assert finding_lines({"failures": pairs[:2]}) == [f"failure: {p}" for p in pairs[:2]]
+
+
+def _budget_reason(path: str, rows: int) -> str:
+    return (
+        f"{path} left out at {rows} rows: compiling it would take about 40 s (as vmap_jit "
+        f"took at this size), more than the 3 s left of the bench's budget of 75 s "
+        f"({BUDGET_SETTING}; compiling and warm-up count)"
+    )
+
+
+def _bench(left_out: dict[str, list[int]], speedup: dict[str, dict[str, float]]) -> dict:
+    """bench_details.json of the full profile, its budget having left ``left_out`` out."""
+    skipped = {
+        path: {f"b{rows}": _budget_reason(path, rows) for rows in sizes}
+        for path, sizes in left_out.items()
+    }
+    # A cap is no budget: never in the caveat.
+    skipped["loop_jit"] = {"b1024": "loop_jit capped at 256 rows (bench.loop_max_batch)"}
+    return {
+        "bench": {"batch_sizes": [1, 16, 256, 1024, 4096], "loop_max_batch": 256},
+        "speedup": speedup,
+        "skipped": skipped,
+        "early_stop": {"settings": {"time_budget_s": 75.0}, "cells": {}},
+    }
+
+
+def test_a_bench_whose_budget_left_out_the_headline_says_it_measured_too_little():
+    """Issue 43: under load, `-S bench=full` left every vmap and direct path out above 16
+    rows, and the verdict said only `stopped early` beside PASSED."""
+    bench = _bench(
+        {"vmap_jit": [256, 1024, 4096], "direct_jit": [256, 1024, 4096], "vmap_eager": [4096]},
+        {"b16": {"vmap_over_loop": 3.0}, "b256": {}},
+    )
+    assert bench_budget_caveat(bench) == (
+        "the benchmark measured too little to compare speeds: vmap_jit, direct_jit left out "
+        "at 256, 1024, 4096 rows; vmap_eager left out at 4096 rows by its time budget "
+        f"(raise {BUDGET_SETTING}, 75 s in this run, to time them)"
+    )
+
+
+def test_a_bench_whose_budget_left_every_path_out_says_so_in_two_words():
+    bench = _bench({"vmap_jit": [16, 256], "direct_jit": [16, 256]}, {})
+    bench["skipped"].pop("loop_jit")  # the two paths are all the bench had
+    assert bench_budget_caveat(bench) == (
+        "the benchmark measured too little to compare speeds: every path left out at 16, "
+        f"256 rows by its time budget (raise {BUDGET_SETTING}, 75 s in this run, to time them)"
+    )
+
+
+def test_a_bench_that_measured_its_headline_names_what_its_budget_left_out():
+    bench = _bench({"direct_jit": [4096]}, {"b256": {"vmap_over_loop": 3.0}})
+    assert bench_budget_caveat(bench) == (
+        "the benchmark left paths untimed: direct_jit left out at 4096 rows by its time "
+        f"budget (raise {BUDGET_SETTING}, 75 s in this run, to time them)"
+    )
+
+
+def test_a_bench_its_budget_cut_nothing_of_has_no_caveat():
+    assert bench_budget_caveat(_bench({}, {"b256": {"vmap_over_loop": 3.0}})) is None
+    assert bench_budget_caveat(None) is None

@@ -149,6 +149,18 @@ def test_the_verdict_note_reads_like_the_reports_first_screen():
     assert "- failure: [numerical] reference/standard/vmap_jit: 4.5 of its bound" in note
 
 
+def test_the_verdict_note_says_what_the_bench_budget_left_out():
+    """Issue 43: a bench its time budget cut says so on every surface, the setting named."""
+    check, bench = _check_and_bench()
+    assert "caveat" not in verdict_note(check, bench)
+    why = "vmap_jit left out at 4096 rows: ... (bench.early_stop.time_budget_s; ...)"
+    cut = {**bench, "skipped": {"vmap_jit": {"b4096": why}}}
+    assert (
+        "- caveat: the benchmark left paths untimed: vmap_jit left out at 4096 rows by its "
+        "time budget (raise bench.early_stop.time_budget_s"
+    ) in verdict_note(check, cut)
+
+
 def test_run_names_carry_the_bench_profile_and_the_dvc_experiment(tmp_path):
     import datetime
 

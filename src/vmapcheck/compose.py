@@ -7,12 +7,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import yaml
 from hydra import compose, initialize_config_dir
-from hydra.errors import HydraException
-from omegaconf import OmegaConf
+from hydra.errors import HydraException, MissingConfigException
+from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from vmapcheck.errors import ConfigError
+from vmapcheck.config import validate_config
+from vmapcheck.errors import ConfigError, did_you_mean
 from vmapcheck.io import atomic_write_text
 from vmapcheck.layout import Layout
 from vmapcheck.running import register as register_run_guard
@@ -23,18 +25,68 @@ def compose_yaml(conf_dir: Path, overrides: list[str] | None = None) -> str:
 
     Raises:
         ConfigError: an override Hydra cannot apply (a key that does not exist without
-            ``+``, an option no file of the group has, a malformed override), with
-            Hydra's own message, which names the override.
+            ``+``, an option no file of the group has, a malformed override). A
+            mistyped key or option is named with the closest one and those there are
+            (:func:`_unknown_name`); any other refusal with Hydra's own message, which
+            names the override.
     """
-    # conf/config.yaml's seed goes through it (one pipeline run at a time in a workspace).
-    register_run_guard()
+    overrides = list(overrides or [])
     try:
-        with initialize_config_dir(str(conf_dir.resolve()), version_base=None):
-            cfg = compose(config_name="config", overrides=list(overrides or []))
+        cfg = _composed(conf_dir, overrides)
         OmegaConf.resolve(cfg)
     except (HydraException, OmegaConfBaseException) as exc:
-        raise ConfigError(f"overrides {list(overrides or [])}: {exc}") from None
+        found = _unknown_name(exc, conf_dir, overrides)
+        if found is None:
+            raise ConfigError(f"overrides {overrides}: {exc}") from None
+        # Hydra's own advice for a key the config lacks is to add it with "+": every key
+        # is then refused by the stages' validation (no vmapcheck key is open-ended).
+        raise ConfigError(f"overrides {overrides}: {found}") from None
     return OmegaConf.to_yaml(cfg)
+
+
+def _composed(conf_dir: Path, overrides: list[str]) -> DictConfig:
+    # conf/config.yaml's seed goes through it (one pipeline run at a time in a workspace).
+    register_run_guard()
+    with initialize_config_dir(str(conf_dir.resolve()), version_base=None):
+        return compose(config_name="config", overrides=overrides)
+
+
+def _override_key(override: str) -> str:
+    """``+precision.tolerance.rtol=1e-5`` -> ``precision.tolerance.rtol``."""
+    return override.split("=", 1)[0].lstrip("+~")
+
+
+def _unknown_name(exc: Exception, conf_dir: Path, overrides: list[str]) -> str | None:
+    """What Hydra refused, when it is a name the config lacks, with the closest one:
+    ``model=flax_mpl: no model option is named flax_mpl (did you mean flax_mlp?)``, or
+    ``precision.tolerence: unknown key; precision's keys: dtype, tolerance, ... (did you
+    mean tolerance?)``. The keys are those of the config composed without the overrides
+    of the refused key. None for any other refusal (Hydra's message is then shown)."""
+    if isinstance(exc, MissingConfigException) and exc.missing_cfg_file and exc.options:
+        group, _, option = exc.missing_cfg_file.rpartition("/")
+        return (
+            f"{group}={option}: no {group} option is named {option}"
+            f"{did_you_mean(option, exc.options)}; the options: {', '.join(exc.options)}"
+        )
+    full_key = getattr(exc.__cause__, "full_key", None)
+    if not isinstance(full_key, str) or not full_key:
+        return None
+    others = [
+        o
+        for o in overrides
+        if not (_override_key(o) == full_key or _override_key(o).startswith(f"{full_key}."))
+    ]
+    try:
+        cfg = _composed(conf_dir, others)
+    except (HydraException, OmegaConfBaseException):
+        return None  # another override is refused too: Hydra's message names the first
+    parent, _, missing = full_key.rpartition(".")
+    node = OmegaConf.select(cfg, parent) if parent else cfg
+    if not isinstance(node, DictConfig):
+        return None
+    known = [str(k) for k in node]
+    where = f"{parent}'s keys" if parent else "the top-level keys"
+    return f"{full_key}: unknown key{did_you_mean(missing, known)}; {where}: {', '.join(known)}"
 
 
 def run_params(layout: Layout, overrides: list[str] | None = None) -> int:
@@ -46,6 +98,9 @@ def run_params(layout: Layout, overrides: list[str] | None = None) -> int:
             "project's conf/ (`vmapcheck init` writes it)"
         )
     text = compose_yaml(layout.conf, overrides)
+    # A key added with "+" (Hydra's advice for a mistyped one) composes, and every stage
+    # would refuse it: refused here, named, and params.yaml left as it was.
+    validate_config(yaml.safe_load(text), source=f"params.yaml composed with {overrides}")
     atomic_write_text(layout.params_yaml, text)
     print(f"params.yaml composed from conf/ with overrides {overrides or '[]'}")
     return 0

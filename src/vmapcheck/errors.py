@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import contextlib
+import difflib
 import re
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from typing import TextIO
 
 
@@ -67,6 +68,40 @@ class ResourceError(VmapcheckError):
 class UnsupportedVersionError(VmapcheckError):
     """An installed package vmapcheck depends on (jax, jaxlib) is outside the version range
     vmapcheck declares for it (:mod:`vmapcheck.versions`)."""
+
+
+# How close a known name must be to a mistyped one to be suggested (difflib's ratio:
+# ``comapre``/``compare`` 0.86, ``flax_mpl``/``flax_mlp`` 0.88, ``tolerence``/``tolerance``
+# 0.89); below it a guess misleads more than it helps (``mlp``/``toy`` 0.0).
+SUGGEST_CUTOFF = 0.6
+
+
+def did_you_mean(name: str, known: Iterable[str]) -> str:
+    """``" (did you mean X?)"`` naming the known name closest to a mistyped ``name`` (two
+    or three when they are about as close: ``" (did you mean X or Y?)"``), or ``""`` when
+    none is close (:data:`SUGGEST_CUTOFF`) or ``name`` is itself known. Appended to an
+    error that already names ``name`` and what was expected.
+
+    Names are compared without their leading dashes, which every option shares
+    (``--bogus`` is not close to ``--out``), and a name differing in case only
+    (``MLP``) is close."""
+    known = [str(k) for k in known]
+    if name in known:
+        return ""
+
+    def bare(text: str) -> str:
+        return text.lstrip("-").lower()
+
+    def score(k: str) -> float:
+        return difflib.SequenceMatcher(None, bare(name), bare(k)).ratio()
+
+    scores = {k: score(k) for k in known}
+    close = sorted((k for k in known if scores[k] >= SUGGEST_CUTOFF), key=lambda k: -scores[k])
+    if not close:
+        return ""
+    # The best, and any other within 0.05 of it (3 at most): a tie is not broken by guessing.
+    close = [k for k in close if scores[close[0]] - scores[k] < 0.05][:3]
+    return f" (did you mean {' or '.join(close)}?)"
 
 
 # The exit code of a stage or command stopped by Ctrl-C: 128 + SIGINT, as a shell reports it.

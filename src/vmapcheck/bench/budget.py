@@ -14,7 +14,8 @@ warm-up, the peak sweep and the timing: :mod:`vmapcheck.bench.timing`).
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Iterable
+from collections.abc import Hashable, Iterable, Mapping
+from typing import Any
 
 import numpy as np
 from scipy import stats
@@ -25,6 +26,75 @@ from vmapcheck.core.paths import ForwardPath
 # Why a cell's timing ended (bench_details.json's ``early_stop``): it reached its interval
 # target, the time budget stopped it, or it took every round.
 STOP_CI, STOP_BUDGET, STOP_ALL = "interval within target", "time budget", "all rounds"
+# The setting that bounds the whole bench: every reason the budget gives for leaving a
+# cell out names it (bench_details.json's ``skipped``), and what it cut is told by it
+# (:func:`left_out_by_budget`).
+BUDGET_SETTING = "bench.early_stop.time_budget_s"
+
+
+def stopped_line(stopped: Mapping[Hashable, str], cells: int) -> str:
+    """The bench's line on the cells whose timing ended before every round, as a
+    sentence: ``11 of 11 cells stopped early by the time budget
+    (bench.early_stop.time_budget_s: raise it to time every round)``; with two
+    reasons, each with its count: ``5 of 12 cells stopped early: 2 with their interval
+    within target (bench.early_stop.ci_target), 3 by the time budget (...)``.
+    ``stopped``: cell -> why (:data:`STOP_BUDGET`, :data:`STOP_CI`), ``cells``: every
+    cell timed."""
+
+    def part(why: str) -> str:
+        if why == STOP_BUDGET:
+            return f"by the time budget ({BUDGET_SETTING}: raise it to time every round)"
+        if why == STOP_CI:
+            return "with their interval within target (bench.early_stop.ci_target)"
+        return f"({why})"
+
+    counts = {why: sum(w == why for w in stopped.values()) for why in sorted(set(stopped.values()))}
+    head = f"{len(stopped)} of {cells} cells stopped early"
+    if len(counts) == 1:
+        [(why, _)] = counts.items()
+        return f"{head} {part(why)}"
+    return f"{head}: " + ", ".join(f"{n} {part(why)}" for why, n in counts.items())
+
+
+def left_out_by_budget(skipped: Mapping[str, Mapping[str, str]]) -> dict[str, list[int]]:
+    """The paths the time budget left out (bench_details.json's ``skipped``: path ->
+    ``b<rows>`` -> why), each with the batch sizes it was left out at, ascending; a path
+    left out for another reason (a cap, the device's memory) is not one of them."""
+    out: dict[str, list[int]] = {}
+    for path, by_label in skipped.items():
+        rows = sorted(
+            int(label.lstrip("b")) for label, why in by_label.items() if BUDGET_SETTING in why
+        )
+        if rows:
+            out[path] = rows
+    return out
+
+
+def budget_caveat(bench: Mapping[str, Any], measured: bool = True) -> str | None:
+    """What the verdict says of a bench whose time budget left paths out (None: it left
+    none out): which paths at which batch sizes, and the setting to raise, with its value
+    in that run. ``measured``: whether a headline speed-up was measured at all; when none
+    was, the bench measured too little to compare, and the caveat says so first."""
+    left = left_out_by_budget(bench.get("skipped") or {})
+    if not left:
+        return None
+    by_sizes: dict[tuple[int, ...], list[str]] = {}
+    for path, rows in left.items():
+        by_sizes.setdefault(tuple(rows), []).append(path)
+    every = len(by_sizes) == 1 and set(left) == set(bench.get("skipped") or {})
+    where = "; ".join(
+        f"{'every path' if every else ', '.join(paths)} left out at "
+        f"{', '.join(map(str, rows))} rows"
+        for rows, paths in by_sizes.items()
+    )
+    budget = ((bench.get("early_stop") or {}).get("settings") or {}).get("time_budget_s")
+    now = f", {budget:g} s in this run," if isinstance(budget, int | float) else ""
+    head = (
+        "the benchmark measured too little to compare speeds"
+        if not measured
+        else "the benchmark left paths untimed"
+    )
+    return f"{head}: {where} by its time budget (raise {BUDGET_SETTING}{now} to time them)"
 
 
 def median_interval(values: np.ndarray, confidence: float) -> tuple[float, float]:
@@ -152,7 +222,7 @@ def over_budget(
     return (
         f"{path.name} left out at {rows} rows: {what}, about {projected:.3g} s, exceeds the "
         f"{max(left, 0.0):.3g} s left of the bench's budget of {budget:g} s "
-        "(bench.early_stop.time_budget_s; compiling and warm-up count)"
+        f"({BUDGET_SETTING}; compiling and warm-up count)"
     )
 
 
@@ -196,5 +266,5 @@ def compile_over_budget(
     return (
         f"{name} left out at {rows} rows: {what} would take about {projected:.3g} s "
         f"({basis}), more than the {max(left, 0.0):.3g} s left of the bench's budget of "
-        f"{budget_s:g} s (bench.early_stop.time_budget_s; compiling and warm-up count)"
+        f"{budget_s:g} s ({BUDGET_SETTING}; compiling and warm-up count)"
     )

@@ -60,12 +60,14 @@ from jax.sharding import Mesh
 
 from vmapcheck.bench.bounds import launch_bound, roofline_share
 from vmapcheck.bench.budget import (
+    BUDGET_SETTING,
     STOP_ALL,
     compile_over_budget,
     early_stops,
     median_interval,
     over_budget,
     samples_per_round,
+    stopped_line,
 )
 from vmapcheck.bench.control import control_figures, matmul_call, peak_sweep
 from vmapcheck.bench.latency import latency_stats, speedup_intervals, speedups
@@ -219,7 +221,7 @@ class _Compiler:
         if budget is not None and not first_size and spent > budget:
             return (
                 f"{name} left out at {rows} rows: compiling had spent {spent:.3g} s, the "
-                f"bench's whole budget of {budget:g} s (bench.early_stop.time_budget_s)"
+                f"bench's whole budget of {budget:g} s ({BUDGET_SETTING})"
             )
         # And so is a path whose compile (a jit program, or an eager path's first
         # call), projected, would end past it.
@@ -415,11 +417,7 @@ def _time_rounds(
                 left = sum(min(quota[cell], len(r)) for r in rounds[done:])
                 timing.drop(left * sample_s[cell], left)
         if stopped:
-            reasons = sorted(set(stopped.values()))
-            progress.note(
-                f"stopped early: {len(stopped)} of {cells} cells "
-                f"({', '.join(f'{sum(w == r for w in stopped.values())} {r}' for r in reasons)})"
-            )
+            progress.note(stopped_line(stopped, cells))
     return _Rounds(secs, rounds, quota, timed_rounds, stopped, time.perf_counter() - began)
 
 

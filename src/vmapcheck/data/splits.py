@@ -29,7 +29,7 @@ from vmapcheck.errors import ArtifactError
 from vmapcheck.io import atomic_save_npz
 
 
-def load_raw(config: DataConfig, key: jax.Array, root: Path) -> RawTable:
+def load_raw(config: DataConfig, key: jax.Array, root: Path, git_guard: bool = True) -> RawTable:
     """The raw table, personal columns included: it lives in memory only.
 
     ``synthetic``: generated from ``key``. ``csv``: read from ``root / config.path``
@@ -39,7 +39,8 @@ def load_raw(config: DataConfig, key: jax.Array, root: Path) -> RawTable:
     key for a column it lacks or leaves undeclared); ``digits``: the 8x8 images
     scikit-learn ships, the same way, and ``digit_tokens`` the same images as padded
     token sequences (cropped by a fixed-seed generator, not ``key``). Only ``synthetic``
-    uses ``key``.
+    uses ``key``. ``git_guard=False``: a file git would carry is read anyway (``vmapcheck
+    init`` reads the table before it writes the .gitignore rules that keep it out).
     """
     if config.source == "synthetic":
         return synthetic_raw_table(
@@ -70,7 +71,8 @@ def load_raw(config: DataConfig, key: jax.Array, root: Path) -> RawTable:
     )
     path = root / config.path
     # Before a row is read: a table git carries (or would carry) is refused.
-    refuse_if_git_would_carry(path, root)
+    if git_guard:
+        refuse_if_git_would_carry(path, root)
     return read_table(path, schema, config.delimiter)
 
 

@@ -13,7 +13,7 @@ from typing import Any
 
 import yaml
 
-from vmapcheck.errors import ConfigError
+from vmapcheck.errors import ConfigError, did_you_mean
 from vmapcheck.project.model_choice import ModelChoice
 from vmapcheck.project.options import OPTION_NAME, shipped_options
 
@@ -99,6 +99,7 @@ def resolve_data(
         if data not in shipped_options("data"):
             raise ConfigError(
                 f"--data: expected one of {', '.join(shipped_options('data'))}, found {data!r}"
+                + did_you_mean(data, shipped_options("data"))
             )
         if features or targets or identifiers or quasi_identifiers or name:
             raise ConfigError(

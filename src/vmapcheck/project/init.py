@@ -50,6 +50,7 @@ from vmapcheck.io import atomic_write_text
 from vmapcheck.layout import Layout
 from vmapcheck.project.code import STAGE_CODE
 from vmapcheck.project.data_choice import DataChoice, resolve_data, sized_to_table
+from vmapcheck.project.data_fit import refuse_unfit_data
 from vmapcheck.project.merge import (
     EDITED,
     NEW,
@@ -251,7 +252,7 @@ def plan(
     out.files[rel(layout.raw_readme)] = _render("data_raw_README.md.j2")
     # params.yaml: composed from the conf/ planned above, as `dvc exp run` will; the
     # reference folder is where its reference.dir says.
-    params = _compose_planned(out, layout)
+    params = _compose_planned(out, layout, model.name, data.name)
     reference_root = root / yaml.safe_load(params)["reference"]["dir"]
     out.files[rel(reference_root / "README.md")] = _render("data_reference_README.md.j2")
     out.files[rel(layout.next_steps)] = _render(
@@ -277,10 +278,10 @@ def plan(
     return out
 
 
-def _compose_planned(out: Plan, layout: Layout) -> str:
+def _compose_planned(out: Plan, layout: Layout, model: str, data: str) -> str:
     """Compose params.yaml from the planned conf/ files, and the project's own
     conf/project.yaml where it exists (in a scratch folder: nothing is written before
-    every check passed)."""
+    every check passed), and refuse data that does not fill the model's input leaves."""
     import shutil
     import tempfile
 
@@ -295,8 +296,10 @@ def _compose_planned(out: Plan, layout: Layout) -> str:
                 (Path(scratch) / rel).parent.mkdir(parents=True, exist_ok=True)
                 (Path(scratch) / rel).write_text(text, encoding="utf-8")
         text = compose_yaml(conf)
-    # Refused now, naming the key, rather than by the first stage (e.g. a table with
-    # another number of features than the model takes).
+        # Data that does not fill the model's input leaves (too few columns, real numbers
+        # for token ids) is refused with the data options that fit ...
+        refuse_unfit_data(conf, text, layout.root, model, data)
+    # ... and the rest now, naming the key, rather than by the first stage.
     validate_config(yaml.safe_load(text))
     return text
 

@@ -15,7 +15,7 @@ from typing import Any
 
 import yaml
 
-from vmapcheck.errors import ConfigError
+from vmapcheck.errors import ConfigError, did_you_mean
 from vmapcheck.project.options import OPTION_NAME, shipped_options
 
 
@@ -198,6 +198,7 @@ def resolve_model(
             raise ConfigError(
                 f"--model: expected a shipped option ({', '.join(shipped_options('model'))}) "
                 f"or your factory as package.module:function, found {target!r}"
+                + did_you_mean(target, shipped_options("model"))
             )
         if name not in (None, target) or factory_args or model_code:
             raise ConfigError(

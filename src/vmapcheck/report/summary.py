@@ -6,6 +6,7 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from vmapcheck.bench.bounds import launch_bound_text, ratio_launch_bound
+from vmapcheck.bench.budget import budget_caveat
 from vmapcheck.bench.records import BenchDetails, read_bench_details
 from vmapcheck.check.kinds import finding_lines, verdict_words
 from vmapcheck.check.rules import summary_lines as rule_lines
@@ -35,12 +36,21 @@ if TYPE_CHECKING:
 def verdict_line(check: CheckDetails, bench: BenchDetails | None = None) -> str:
     """The first line: PASSED or FAILED and the verdict's sentence (the forms compared,
     backend and device (its memory and libtpu or CUDA plugin where recorded: nothing
-    more on CPU), dtype, tolerance, JAX: :func:`verdict_sentence`); and the caveat of a
-    benchmark timed on a busy machine (``bench``: bench_details.json)."""
-    caveat = noisy_caveat(bench or {})
-    return f"verdict: {verdict_words(check)} - {verdict_sentence(check)}" + (
-        f"; {caveat}" if caveat else ""
+    more on CPU), dtype, tolerance, JAX: :func:`verdict_sentence`); and the caveats of a
+    benchmark timed on a busy machine and of one whose time budget left paths untimed
+    (``bench``: bench_details.json)."""
+    caveats = [noisy_caveat(bench or {}), bench_budget_caveat(bench)]
+    return f"verdict: {verdict_words(check)} - {verdict_sentence(check)}" + "".join(
+        f"; {caveat}" for caveat in caveats if caveat
     )
+
+
+def bench_budget_caveat(bench: BenchDetails | None) -> str | None:
+    """The caveat of a bench whose time budget left paths untimed: too little to compare
+    speeds when no headline speed-up was measured (:func:`budget_caveat`)."""
+    if not bench:
+        return None
+    return budget_caveat(bench, measured=bool(bench_headline(bench)["speedups"]))
 
 
 def case_line(name: str, case: CaseReport, tolerance: dict[str, Any] | None = None) -> str:

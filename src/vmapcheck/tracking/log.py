@@ -46,6 +46,7 @@ from vmapcheck.report.headline import (
     noisy_caveat,
     summary_metrics,
 )
+from vmapcheck.report.summary import bench_budget_caveat
 from vmapcheck.tracking import store
 from vmapcheck.tracking.experiment import NOTE_TAG, describe_experiment
 from vmapcheck.tracking.store import (
@@ -270,9 +271,9 @@ def verdict_note(check: CheckDetails, bench: BenchDetails, perf: PerfVerdict | N
     report's first screen."""
     head = check_headline(check)
     lines = [f"**{verdict_words(check)}**: {verdict_sentence(check)}", ""]
-    caveat = noisy_caveat(bench)
-    if caveat:
-        lines.append(f"- caveat: {caveat}")
+    for caveat in (noisy_caveat(bench), bench_budget_caveat(bench)):
+        if caveat:
+            lines.append(f"- caveat: {caveat}")
     worst = head["worst"]
     if worst is not None:
         lines.append(
