@@ -417,8 +417,12 @@ def test_report_holds_every_section_self_contained(failed):
     assert "A CPU result says nothing about GPU or TPU." in limits
     assert "other inputs, batch sizes, dtypes or models were not checked" in limits
 
-    # Self-contained: the only URLs are the embedded PNGs, which decode as plots.
-    assert all(url.startswith("data:image/png;base64,") for url in page.urls), page.urls
+    # Self-contained: the only URLs are the embedded PNGs, which decode as plots, and
+    # links within the page to an element it has.
+    assert all(
+        url.startswith("data:image/png;base64,") or (url[0] == "#" and url[1:] in page.ids)
+        for url in page.urls
+    ), page.urls
     pngs = _data_pngs(page)
     assert set(pngs) == {"plot-latency", "plot-speedup"}
     for data in pngs.values():
