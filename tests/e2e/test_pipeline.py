@@ -339,11 +339,10 @@ def test_metrics_and_plots_show(project, tmp_path):
     run(project, "dvc", "plots", "show", "-o", str(out))
     html = (out / "index.html").read_text()
     assert "latency_p50_ms_vs_batch_size" in html and "vmap_jit.csv" in html
-    # The colour scheme sized for the plotted series (tableau20 past 10 paths).
-    from vmapcheck.report.plots import colour_scheme, plotted_series
+    # Each path in its registry colour (vmapcheck.core.paths.series_colours).
+    from vmapcheck.core.paths import series_colours
 
-    scheme = colour_scheme(plotted_series())[0]
-    assert '"type": "log"' in html and f'"scheme": "{scheme}"' in html
+    assert '"type": "log"' in html and f'"{series_colours()["vmap_jit"]}"' in html
     # No unmeasured cell: the loop has no row (nor a ratio over it) past 8 rows.
     assert '"ratio": ""' not in html and '"p50_ms": ""' not in html
     loop = (project / "reports" / "plots" / "loop_jit.csv").read_text().split()

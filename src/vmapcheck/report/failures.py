@@ -40,7 +40,7 @@ def _findings(check: Mapping[str, Any]) -> list[CheckFinding]:
 
 def deciding_figure(check: CheckDetails) -> dict[str, Any] | None:
     """The figure that decides the agreement check: the largest bound ratio (``|a - b|``
-    over the rule's allowed error ``atol + rtol * S`` at the worst element; above 1
+    over the allowed error of the rule in vmapcheck.core.compare at the worst element; above 1
     fails) over every pair of paths and case, with where it was reached and the
     tolerance it was judged at. ``{"bound_ratio", "case", "pair", "max_rel",
     "max_abs", "passed", "rtol", "atol"}``; None when no pair has a ratio."""
@@ -71,7 +71,7 @@ def deciding_text(check: CheckDetails) -> str:
     if figure is None:
         return "no pair of paths was compared: no bound ratio"
     return (
-        f"worst bound ratio {num(figure['bound_ratio'])} (|a - b| over atol + rtol * S; "
+        f"worst bound ratio {num(figure['bound_ratio'])} (|a - b| over its allowed error; "
         f"above 1 fails): pair {figure['pair']}, case {figure['case']}, at "
         f"rtol={figure['rtol']:g} atol={figure['atol']:g} (precision.tolerance)"
     )
