@@ -743,6 +743,7 @@ def test_the_page_reads_verdict_figures_agreement_latency_then_the_rest_environm
         "verdict",
         *FIRST_SCREEN,
         "failures",
+        "diagnosis",
         "agreement-section",
         "latency",
         "plot-latency",

@@ -12,6 +12,7 @@ them, name its counts truly, and let nothing overflow its card.
 
 from __future__ import annotations
 
+import copy
 import html
 import json
 import re
@@ -23,9 +24,11 @@ from tests.helpers.chromium import render
 from tests.helpers.faults import factory_overrides
 from tests.helpers.inprocess import STAGES, inputs_repository, run_stage, write_params
 from tests.helpers.project import FAST_RUN, TWO_BATCH_SIZES, commit_all
+from vmapcheck.bench.records import read_bench_details
 from vmapcheck.check.schema import CheckDetails, DiagnosisReport, read_check_details, read_diagnosis
 from vmapcheck.layout import Layout
 from vmapcheck.report.failures import deciding_figure
+from vmapcheck.report.html import render_report
 
 pytestmark = pytest.mark.stages
 
@@ -198,11 +201,40 @@ window.addEventListener("load", () => {
 </script>"""
 
 
+# A source location as a user's model brings into a failure line: one unbroken word.
+LONG_PATH = "/home/user/projects/" + "very_long_package_name/" * 12 + "model.py:1234"
+
+
+def _with_long_words(failed: FailedRun) -> str:
+    """The run's report rendered again from its files, one finding and one reference
+    message holding :data:`LONG_PATH`, and the run named by it."""
+    layout = failed.layout
+    check = copy.deepcopy(failed.check)
+    check["findings"] = [
+        *check["findings"],
+        {"kind": "model", "line": f"inputs/{LONG_PATH}: raised at {LONG_PATH}", "fails": True},
+    ]
+    check["failures"] = [*check["failures"], check["findings"][-1]["line"]]
+    check["reference"]["message"] = f"no reference at {LONG_PATH}"
+    return render_report(
+        check,
+        read_bench_details(layout.bench_details),
+        json.loads(layout.train_report.read_text()),
+        json.loads(layout.contract.read_text()),
+        perf=json.loads(layout.perf_verdict.read_text()),
+        run={"MLflow run name": LONG_PATH},
+        diagnosis=failed.diagnosis,
+    )
+
+
 @pytest.mark.parametrize("width", [1280, 800])
-def test_nothing_overflows_its_card_in_chromium(failed, tmp_path, width):
+@pytest.mark.parametrize("long_words", [False, True], ids=["as-written", "long-words"])
+def test_nothing_overflows_its_card_in_chromium(failed, tmp_path, width, long_words):
     page = tmp_path / "report.html"
-    # A long source location as a user's case or path could bring: it must wrap too.
-    page.write_text(failed.page.replace("</body>", _OVERFLOW + "</body>"), encoding="utf-8")
+    written = _with_long_words(failed) if long_words else failed.page
+    if long_words:
+        assert LONG_PATH in written
+    page.write_text(written.replace("</body>", _OVERFLOW + "</body>"), encoding="utf-8")
     shown = render(page, tmp_path, width=width, height=900)
     dom = shown["dom"]
     start = dom.index('<pre id="overflow-probe"')

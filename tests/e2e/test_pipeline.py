@@ -425,6 +425,8 @@ def test_planted_fault_is_diagnosed_and_logged_as_failed_before_the_pipeline_fai
     # The HTML report of the failed run says so and names the failing pairs.
     report = (project / "reports" / "report.html").read_text()
     assert 'data-verdict="failed"' in report and "vmap_jit-vs-direct_jit" in report
+    # And the diagnosis, in the banner and its own section (issue 43).
+    assert "First divergence: stage forward" in report and 'id="diagnosis-stages"' in report
     artifacts = {a.path for a in client.list_artifacts(run_.info.run_id)}
     assert {"report.html", "diagnosis.json", "diagnosis.txt"} <= artifacts
 
