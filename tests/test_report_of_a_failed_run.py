@@ -136,21 +136,35 @@ def test_failures_are_grouped_by_pair_and_case_with_counts(failed):
         )
     ]
     rows = re.findall(r"<tr[^>]*>(.*?)</tr>", table, flags=re.S)[1:]
-    # A row per pair (or check), far fewer than the lines: the pairs holding a direct path.
-    assert 0 < len(rows) < len(check["failures"]) / 3
     cells = [
         [_text(c) for c in re.findall(r"<td[^>]*>(.*?)</td>", row, flags=re.S)] for row in rows
     ]
-    by_what = {row[0]: row for row in cells}
-    pair = by_what["loop_eager-vs-direct_eager"]
-    failed_in = [
-        case
-        for case, report in check["cases"].items()
-        if not report["pairs"].get("loop_eager-vs-direct_eager", {"passed": True})["passed"]
-    ]
-    assert pair[1] == "batching"
-    assert pair[2] == f"{len(failed_in)} of {n_cases} cases"
-    assert pair[3] == ", ".join(failed_in)
+    # The failing pairs of the batches, from the check's own records: every pair holding a
+    # direct path (and not both), in the same cases.
+    failing = {
+        pair: [
+            c
+            for c, report in check["cases"].items()
+            if not report["pairs"].get(pair, {"passed": True})["passed"]
+        ]
+        for pair in check["cases"]["standard"]["pairs"]
+    }
+    failing = {pair: cases for pair, cases in failing.items() if cases}
+    assert len(failing) == 18 and all("direct" in pair for pair in failing)
+    assert len({tuple(cases) for cases in failing.values()}) == 1  # the same cases
+    # One row for them all, not a line per pair and case: where to look, then the pairs.
+    merged = next(row for row in cells if row[0].startswith("18 pairs"))
+    assert merged[0] == ("18 pairs, each holding direct_eager or direct_jit " + ", ".join(failing))
+    cases = next(iter(failing.values()))
+    assert merged[1:4] == ["batching", f"{len(cases)} of {n_cases} cases", ", ".join(cases)]
+    worst = max(
+        (check["cases"][c]["pairs"][pair]["bound_ratio"], c)
+        for pair, cs in failing.items()
+        for c in cs
+    )
+    assert merged[4] == f"{worst[0]:.3g} ({worst[1]})"
+    # A handful of rows for over a hundred lines.
+    assert len(rows) <= 6 < 100 < len(check["failures"]), cells
     # Every failure line is counted once, in a case's count.
     by_case = _element(page, "failures-by-case")
     counts = [int(n) for n in re.findall(r" (\d+)(?:,|$)", by_case)]

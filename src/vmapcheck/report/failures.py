@@ -122,12 +122,66 @@ def _pair_paths(what: str) -> list[str]:
     return [w for w in words if w in PATHS]
 
 
+def covering_paths(pairs: list[str]) -> list[str]:
+    """The fewest paths (greedily, the most named first) one of which every pair in
+    ``pairs`` holds: ``[direct_eager, direct_jit]`` for the 18 pairs a fault in the
+    hand-batched forward fails. Where to look, when the pairs share a path."""
+    left = [set(_pair_paths(pair)) for pair in pairs]
+    chosen: list[str] = []
+    while any(left):
+        counts = Counter(path for held in left for path in held)
+        best = max(counts, key=lambda path: (counts[path], -list(PATHS).index(path)))
+        chosen.append(best)
+        left = [held for held in left if best not in held]
+    return chosen
+
+
+def _merged_pairs(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Rows of pairs of paths that failed in the same cases, of the same kind, merged
+    into one (where the first of them stood): ``18 pairs, each holding direct_eager or
+    direct_jit``, the pairs listed under it, the worst ratio of them all."""
+    merged: dict[tuple[str, tuple[str, ...]], list[dict[str, Any]]] = {}
+    order: list[Any] = []
+    for row in rows:
+        if PAIR_SEPARATOR not in row["what"]:
+            order.append(row)
+            continue
+        key = (row["kind"], tuple(row["places"]))
+        if key not in merged:
+            merged[key] = []
+            order.append(key)
+        merged[key].append(row)
+    out = []
+    for item in order:
+        if isinstance(item, dict):
+            out.append(item)
+            continue
+        group = merged[item]
+        if len(group) == 1:
+            out.append(group[0])
+            continue
+        pairs = [row["what"] for row in group]
+        ratios = [row["ratio"] for row in group if row["ratio"] is not None]
+        what = f"{len(pairs)} pairs, each holding " + " or ".join(covering_paths(pairs))
+        out.append(
+            group[0]
+            | {
+                "what": what,
+                "lines": [what, ", ".join(pairs)],  # the summary, then every pair
+                "ratio": max(ratios, key=lambda ratio: ratio[0]) if ratios else None,
+            }
+        )
+    return out
+
+
 def groups(check: CheckDetails) -> dict[str, Any]:
     """The failures grouped, for the report's failures section:
 
     - ``table``: one row per ``what`` (a pair, a path's check, a check), in the order
-      first found: its kind, how many cases (or places) it failed in and which, the
-      largest bound ratio among them where the check records one, and the first reason;
+      first found, the pairs that failed in the same cases merged into one row
+      (:func:`_merged_pairs`): its kind, how many cases (or places) it failed in and
+      which, the largest bound ratio among them where the check records one, and the
+      first reason;
     - ``by_case``: ``[(where, count)]``, how many failures each case (or place) has;
     - ``paths``: ``[(path, count)]``, how many failures name each path, most first: a
       path in every failing pair is where to look;
@@ -154,13 +208,13 @@ def groups(check: CheckDetails) -> dict[str, Any]:
             row["ratio"] = (ratio, where)
     n_cases = len(check["cases"])
     body = []
-    for row in rows.values():
+    for row in _merged_pairs(list(rows.values())):
         places = row["places"]
         ratio = row["ratio"]
         body.append(
             (
                 [
-                    cell(row["what"], prose=True),
+                    cell(row["what"], prose=True, lines=row.get("lines", [])),
                     row["kind"] or "-",
                     f"{len(places)} of {n_cases} cases"
                     if _all_cases(places, check)
