@@ -257,3 +257,35 @@ def test_nothing_overflows_its_card_in_chromium(failed, tmp_path, width, long_wo
     page_width, viewport = found["page"]
     assert page_width <= viewport, found["page"]  # no sideways scroll of the page
     print(f"report of a failed run at {width} px: {shown['screenshot']}")
+
+
+_RECTS = """<script>
+window.addEventListener("load", () => {
+  const rects = {};
+  for (const id of %s) {
+    const r = document.getElementById(id).getBoundingClientRect();
+    rects[id] = [r.top, r.bottom];
+  }
+  const out = document.createElement("pre");
+  out.id = "rects-probe";
+  out.style.display = "none";
+  out.textContent = JSON.stringify({rects, height: innerHeight});
+  document.body.appendChild(out);
+});
+</script>"""
+
+
+def test_the_verdict_kind_deciding_figure_and_diagnosis_are_on_the_first_screen(failed, tmp_path):
+    """At 1280x800 the banner with its kind, the deciding figure and the diagnosis' first
+    divergence lie in the first viewport, as Chromium lays out the real run's report."""
+    ids = ["verdict", "verdict-deciding", "verdict-diagnosis", "fs-worst"]
+    page = tmp_path / "report.html"
+    page.write_text(
+        failed.page.replace("</body>", _RECTS % json.dumps(ids) + "</body>"), encoding="utf-8"
+    )
+    dom = render(page, tmp_path, width=1280, height=800)["dom"]
+    start = dom.index('<pre id="rects-probe"')
+    found = json.loads(html.unescape(dom[dom.index(">", start) + 1 : dom.index("</pre>", start)]))
+    for element in ids:
+        top, bottom = found["rects"][element]
+        assert 0 <= top < bottom <= found["height"], (element, found)
