@@ -185,7 +185,8 @@ def test_plots_draw_every_path_and_speedup_through_the_log_log_templates():
         template = json.loads((ROOT / ".dvc" / "plots" / f"{name}.json").read_text())
         spec = template["spec"]
         assert spec["encoding"]["x"]["scale"]["type"] == "log"
-        assert {layer["encoding"]["y"]["scale"]["type"] for layer in _y_layers(spec)} == {"log"}
+        drawn = [layer for layer in _y_layers(spec) if "field" in _y(layer)]
+        assert {_y(layer)["scale"]["type"] for layer in drawn} == {"log"}
         # One colour per series, fixed by the registry: the same in every run, revision
         # and plot, in the PNGs and the HTML report (vmapcheck.core.paths.series_colours).
         assert _colour_scale(template) == {
@@ -194,6 +195,14 @@ def test_plots_draw_every_path_and_speedup_through_the_log_log_templates():
         }
         # `dvc plots diff`: one panel per revision, in the order given.
         assert template["facet"]["field"] == "rev" and template["facet"]["sort"] is None
+        # A ratio's "as fast" marked across the panel, where an interval across it is no
+        # measurable difference; a latency has no such line.
+        rules = [layer for layer in spec["layer"] if _y(layer) == {"datum": 1}]
+        assert len(rules) == (name == "speedup"), name
+
+
+def _y(layer: dict) -> dict:
+    return layer.get("encoding", {}).get("y", {})
 
 
 def _y_layers(spec: dict) -> list[dict]:

@@ -114,11 +114,26 @@ class Plan:
 SERIES_ANCHOR, COLOURS_ANCHOR = '"<VMAPCHECK_SERIES>"', '"<VMAPCHECK_COLOURS>"'
 
 
-def plots_template(series: list[str], colours: list[str]) -> str:
+# A grey dashed rule at y = 1 (a ratio's "as fast"): an interval across it is no
+# measurable difference. Its own colour, not a series'.
+UNITY_RULE = {
+    "mark": {"type": "rule", "strokeDash": [4, 4], "color": "grey"},
+    # Across the whole panel (not a rule per point: the spec's x is every layer's).
+    "encoding": {
+        "y": {"datum": 1},
+        "x": {"value": 0},
+        "x2": {"value": "width"},
+        "color": {"value": "grey"},
+    },
+}
+
+
+def plots_template(series: list[str], colours: list[str], *, unity: bool = False) -> str:
     """The shipped log-log Vega-Lite template (templates/loglog.json) for a plot of
     ``series`` (CSV file names without ``.csv``), its colour scale fixed to that domain
     and ``colours`` (:func:`vmapcheck.core.paths.series_colours`): a series has the
-    same colour in every run and revision, whichever series a run has.
+    same colour in every run and revision, whichever series a run has. ``unity``: a
+    rule at y = 1 (:data:`UNITY_RULE`), for ratios.
 
     Raises:
         RuntimeError: the shipped template lacks a placeholder (the two must change together).
@@ -127,9 +142,14 @@ def plots_template(series: list[str], colours: list[str]) -> str:
     for anchor in (SERIES_ANCHOR, COLOURS_ANCHOR):
         if text.count(anchor) != 1:
             raise RuntimeError(f"templates/loglog.json: expected {anchor} once, to fill")
-    return text.replace(SERIES_ANCHOR, json.dumps(series)).replace(
+    text = text.replace(SERIES_ANCHOR, json.dumps(series)).replace(
         COLOURS_ANCHOR, json.dumps(colours)
     )
+    if not unity:
+        return text
+    template = json.loads(text)
+    template["spec"]["layer"].append(UNITY_RULE)
+    return json.dumps(template, indent=2) + "\n"
 
 
 def _render(template: str, **values: Any) -> str:
@@ -265,11 +285,13 @@ def plan(
     # The plots' templates: one per plot, its colour scale's domain the plot's series and
     # its range their colours, from the registry (the PNGs and the HTML report use them).
     colours = series_colours()
-    for target, series in (
-        (layout.plots_template, [p.name for p in batch_paths()]),
-        (layout.speedup_template, [s.name for s in SPEEDUPS]),
+    for target, series, unity in (
+        (layout.plots_template, [p.name for p in batch_paths()], False),
+        (layout.speedup_template, [s.name for s in SPEEDUPS], True),
     ):
-        out.files[rel(target)] = plots_template(series, [colours[name] for name in series])
+        out.files[rel(target)] = plots_template(
+            series, [colours[name] for name in series], unity=unity
+        )
     out.files[rel(layout.plots_page)] = page_template()
     out.files[rel(layout.raw_readme)] = _render("data_raw_README.md.j2")
     # params.yaml: composed from the conf/ planned above, as `dvc exp run` will; the
