@@ -289,10 +289,11 @@ def diagnosis(report: DiagnosisReport | None) -> dict[str, Any]:
         )
         for stage in report.get("stages", [])
     ]
-    rows += [
-        ([name, "not reached", "after the first divergence"], None)
-        for name in report.get("not_reached", [])
-    ]
+    if report["status"] == "diverged":  # the protocol stops at the first divergence
+        rows += [
+            ([name, "not reached", "after the first divergence"], None)
+            for name in report.get("not_reached", [])
+        ]
     return {
         "present": True,
         "status": report["status"],
