@@ -116,23 +116,33 @@ def test_bench_metrics_are_the_speedups_at_the_headline_batch_named_by_it():
     assert bench_metrics({"speedup": {}}) == {}
 
 
-def test_speedup_csvs_hold_only_measured_ratios(tmp_path):
-    written = write_speedup_csvs(tmp_path / "speedup", SPEEDUP)
+# The bootstrap intervals bench_details.json holds beside the ratios (speedup_ci); 1,024
+# rows have a ratio without one.
+SPEEDUP_CI = {
+    "b16": {"vmap_over_loop": [1.4, 1.6], "vmap_over_direct": [0.86, 1.16]},
+    "b0128": {"vmap_over_loop": [3.5, 4.4], "vmap_over_direct": [0.9, 1.05]},
+}
+
+
+def test_speedup_csvs_hold_only_measured_ratios_with_their_intervals(tmp_path):
+    written = write_speedup_csvs(tmp_path / "speedup", SPEEDUP, SPEEDUP_CI)
     assert [p.name for p in written] == [f"{s.name}.csv" for s in SPEEDUPS]
     folder = tmp_path / "speedup"
     assert _rows(folder / "vmap_over_loop.csv") == [
-        ["batch_size", "ratio"],
-        ["16", "1.5"],
-        ["128", "4.0"],
+        ["batch_size", "ratio", "ci_low", "ci_high"],
+        ["16", "1.5", "1.4", "1.6"],
+        ["128", "4.0", "3.5", "4.4"],
     ]
-    assert [r[0] for r in _rows(folder / "vmap_over_direct.csv")] == [
-        "batch_size",
-        "16",
-        "128",
-        "1024",
+    # The console's "no measurable difference (CI 0.86-1.16)" is in the plot's data; a
+    # ratio without an interval has empty interval cells, never a band of zero width.
+    assert _rows(folder / "vmap_over_direct.csv") == [
+        ["batch_size", "ratio", "ci_low", "ci_high"],
+        ["16", "1.0", "0.86", "1.16"],
+        ["128", "0.98", "0.9", "1.05"],
+        ["1024", "1.01", "", ""],
     ]
     # Measured nowhere: a header alone, no row of zeros or empty cells.
-    assert _rows(folder / "vmap_over_map.csv") == [["batch_size", "ratio"]]
+    assert _rows(folder / "vmap_over_map.csv") == [["batch_size", "ratio", "ci_low", "ci_high"]]
 
 
 def test_latency_csvs_are_in_batch_order_with_only_the_timed_sizes(tmp_path):

@@ -9,6 +9,7 @@ the changed code, and no stage it does not touch beyond what a folder holds.
 """
 
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -19,14 +20,13 @@ import pytest
 import yaml
 
 from tests.helpers.config import ROOT
-from vmapcheck.core.paths import SPEEDUPS, path_names
+from vmapcheck.core.paths import SPEEDUPS, path_names, series_colours
 from vmapcheck.layout import Layout
 from vmapcheck.project import code
 from vmapcheck.project.code import EXAMPLES, STAGE_CODE
 from vmapcheck.project.data_choice import DataChoice
 from vmapcheck.project.init import plan
 from vmapcheck.project.model_choice import ModelChoice
-from vmapcheck.report.plots import colour_scheme, plotted_series
 
 DVC_YAML = yaml.safe_load((ROOT / "dvc.yaml").read_text())
 STAGES = DVC_YAML["stages"]
@@ -165,35 +165,67 @@ def test_metrics_are_small_files_kept_in_git():
     assert not {f"/{Path(p).name}" for p in metrics} & set(ignored)
 
 
-def test_plots_draw_every_path_and_speedup_through_the_log_log_template():
+def _colour_scale(template: dict) -> dict:
+    return template["spec"]["encoding"]["color"]["scale"]
+
+
+def test_plots_draw_every_path_and_speedup_through_the_log_log_templates():
     plots = {next(iter(p)): p[next(iter(p))] for p in DVC_YAML["plots"] if isinstance(p, dict)}
     latency = plots["latency_p50_ms_vs_batch_size"]
     assert latency["x"] == "batch_size"
     assert latency["y"] == {f"reports/plots/{p}.csv": "p50_ms" for p in path_names("batch")}
     speedup = plots["vmap_speedup_vs_batch_size"]
     assert speedup["y"] == {f"reports/plots/speedup/{s.name}.csv": "ratio" for s in SPEEDUPS}
-    template = json.loads((ROOT / ".dvc" / "plots" / "loglog.json").read_text())
-    assert {latency["template"], speedup["template"]} == {"loglog"}
-    encoding = template["encoding"]
-    assert encoding["x"]["scale"]["type"] == encoding["y"]["scale"]["type"] == "log"
-    # One colour per path: a scheme with a colour for each of them, never reused.
-    # Sized from the registries: a colour for each series, in the DVC plot and the PNGs.
-    assert encoding["color"]["scale"]["scheme"] == colour_scheme(plotted_series())[0]
+    assert (latency["template"], speedup["template"]) == ("loglog", "speedup")
+    colours = series_colours()
+    for name, series in (
+        ("loglog", path_names("batch")),
+        ("speedup", tuple(s.name for s in SPEEDUPS)),
+    ):
+        template = json.loads((ROOT / ".dvc" / "plots" / f"{name}.json").read_text())
+        spec = template["spec"]
+        assert spec["encoding"]["x"]["scale"]["type"] == "log"
+        drawn = [layer for layer in _y_layers(spec) if "field" in _y(layer)]
+        assert {_y(layer)["scale"]["type"] for layer in drawn} == {"log"}
+        # One colour per series, fixed by the registry: the same in every run, revision
+        # and plot, in the PNGs and the HTML report (vmapcheck.core.paths.series_colours).
+        assert _colour_scale(template) == {
+            "domain": list(series),
+            "range": [colours[s] for s in series],
+        }
+        # `dvc plots diff`: one panel per revision, in the order given.
+        assert template["facet"]["field"] == "rev" and template["facet"]["sort"] is None
+        # A ratio's "as fast" marked across the panel, where an interval across it is no
+        # measurable difference; a latency has no such line.
+        rules = [layer for layer in spec["layer"] if _y(layer) == {"datum": 1}]
+        assert len(rules) == (name == "speedup"), name
 
 
-def test_the_colour_scheme_grows_with_the_registry():
-    """An 11th path gets a colour of its own (tableau10 ran out at the 11th, issue 36)."""
-    assert plotted_series() == max(len(path_names("batch")), len(SPEEDUPS))
-    assert colour_scheme(10) == ("tableau10", "tab10")
-    assert colour_scheme(11) == ("tableau20", "tab20")
-    with pytest.raises(ValueError, match="21 series"):
-        colour_scheme(21)
+def _y(layer: dict) -> dict:
+    return layer.get("encoding", {}).get("y", {})
+
+
+def _y_layers(spec: dict) -> list[dict]:
+    """Every leaf layer of a (nested) layer spec."""
+    out = []
+    for layer in spec["layer"]:
+        out += _y_layers(layer) if "layer" in layer else [layer]
+    return out
+
+
+def test_each_path_has_its_own_colour_and_a_speedup_that_of_the_path_it_is_against():
+    colours = series_colours()
+    batch = path_names("batch")
+    assert len({colours[p] for p in batch}) == len(batch)
+    assert all(re.fullmatch(r"#[0-9a-f]{6}", colours[p]) for p in batch)
+    for s in SPEEDUPS:
+        assert colours[s.name] == colours[s.against] and s.against in (s.slower, s.faster)
 
 
 def test_an_added_path_reaches_the_plots_without_editing_the_template(monkeypatch):
     """init renders the plots' series from PATHS and SPEEDUPS: a new batch path (here a
     copy of vmap_jit under another name, registered for the test only) gets its CSV in
-    dvc.yaml and a colour, with no edit to the template."""
+    dvc.yaml and a colour of its own, with no edit to the template."""
     import dataclasses
 
     from vmapcheck.core import paths
@@ -201,12 +233,28 @@ def test_an_added_path_reaches_the_plots_without_editing_the_template(monkeypatc
     before = len(path_names("batch"))
     extra = dataclasses.replace(paths.PATHS["vmap_jit"], name="extra_jit")
     monkeypatch.setattr(paths, "PATHS", {**paths.PATHS, "extra_jit": extra})
-    assert plotted_series() == len(path_names("batch")) == before + 1 > 10
+    assert len(path_names("batch")) == before + 1
     planned = plan(ROOT, ModelChoice(name="mlp"), DataChoice(name="synthetic"))
     rendered = yaml.safe_load(planned.files["dvc.yaml"])
     latency = next(p for p in rendered["plots"] if "latency_p50_ms_vs_batch_size" in p)
     assert "reports/plots/extra_jit.csv" in latency["latency_p50_ms_vs_batch_size"]["y"]
-    assert '"scheme": "tableau20"' in planned.files[".dvc/plots/loglog.json"]
+    scale = _colour_scale(json.loads(planned.files[".dvc/plots/loglog.json"]))
+    assert scale["domain"][-1] == "extra_jit"
+    assert scale["range"][-1] == paths.PALETTE[before] not in scale["range"][:-1]
+
+
+def test_more_paths_than_colours_is_an_error_naming_the_palette(monkeypatch):
+    import dataclasses
+
+    from vmapcheck.core import paths
+
+    many = {
+        f"extra{i}_jit": dataclasses.replace(paths.PATHS["vmap_jit"], name=f"extra{i}_jit")
+        for i in range(len(paths.PALETTE))
+    }
+    monkeypatch.setattr(paths, "PATHS", {**paths.PATHS, **many})
+    with pytest.raises(ValueError, match=r"PALETTE in vmapcheck\.core\.paths has 20 colours"):
+        series_colours()
 
 
 @pytest.mark.parametrize("stage", ["code", *STAGE_CODE])

@@ -417,8 +417,12 @@ def test_report_holds_every_section_self_contained(failed):
     assert "A CPU result says nothing about GPU or TPU." in limits
     assert "other inputs, batch sizes, dtypes or models were not checked" in limits
 
-    # Self-contained: the only URLs are the embedded PNGs, which decode as plots.
-    assert all(url.startswith("data:image/png;base64,") for url in page.urls), page.urls
+    # Self-contained: the only URLs are the embedded PNGs, which decode as plots, and
+    # links within the page to an element it has.
+    assert all(
+        url.startswith("data:image/png;base64,") or (url[0] == "#" and url[1:] in page.ids)
+        for url in page.urls
+    ), page.urls
     pngs = _data_pngs(page)
     assert set(pngs) == {"plot-latency", "plot-speedup"}
     for data in pngs.values():
@@ -739,6 +743,7 @@ def test_the_page_reads_verdict_figures_agreement_latency_then_the_rest_environm
         "verdict",
         *FIRST_SCREEN,
         "failures",
+        "diagnosis",
         "agreement-section",
         "latency",
         "plot-latency",
@@ -904,3 +909,35 @@ def test_the_templates_are_package_data():
     assert {"report.html", "macros.html", "style.css"} <= {p.name for p in files}
     matched = {p for pattern in declared for p in folder.glob(pattern)}
     assert set(files) <= matched, declared
+
+
+def test_the_pairs_failing_together_are_named_by_the_paths_they_share():
+    from vmapcheck.report.failures import covering_paths
+
+    pairs = [
+        "loop_jit-vs-direct_jit",
+        "vmap_jit-vs-direct_jit",
+        "map_jit-vs-direct_jit",
+        "loop_jit-vs-direct_eager",
+        "vmap_jit-vs-direct_eager",
+    ]
+    assert covering_paths(pairs) == ["direct_jit", "direct_eager"]
+    assert covering_paths(["loop_jit-vs-vmap_jit"]) == ["loop_jit"]  # a tie: registry order
+    assert covering_paths([]) == []
+
+
+def test_a_passed_run_says_its_deciding_figure_and_that_no_diagnosis_was_needed():
+    from vmapcheck.check.diagnosis import not_needed
+
+    check, bench, train, contract = make_inputs(failed=False)
+    check["cases"]["standard"]["pairs"]["loop_eager-vs-vmap_jit"]["bound_ratio"] = 0.031
+    page_html = render_report(check, bench, train, contract, diagnosis=not_needed(check))
+    page = parse(page_html)
+    assert page.text("verdict-deciding") == (
+        "Deciding figure: worst bound ratio 0.031 (|a - b| over its allowed error; above 1 "
+        "fails): pair loop_eager vs vmap_jit, case standard, at rtol=1e-05 atol=1e-06 "
+        "(precision.tolerance)"
+    )
+    assert "verdict-diagnosis" not in page.ids and 'id="failures"' not in page_html
+    assert page.text("diagnosis-headline") == "Not needed: every check passed."
+    assert "diagnosis-stages" not in page.ids  # no stage said to be "not reached"

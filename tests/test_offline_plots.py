@@ -254,3 +254,98 @@ def test_the_plots_page_draws_every_plot_in_chromium_with_no_network(tmp_path):
     assert set(blank_divs) == set(names)
     for name, content in blank_divs.items():
         assert "<svg" not in content and "<canvas" not in content, name
+
+
+def test_the_pngs_draw_each_series_in_its_registry_colour_with_the_intervals():
+    """The PNGs take each line's colour from vmapcheck.core.paths.series_colours, as the
+    Vega templates do (whichever paths a run has: a model without direct paths leaves
+    the others' colours unchanged), and the speed-ups carry their intervals as bars."""
+    import matplotlib.colors
+
+    from vmapcheck.core.paths import series_colours
+    from vmapcheck.report.plots import latency_figure, speedup_figure
+
+    colours = series_colours()
+    some = ("loop_jit", "vmap_jit", "sharded_jit")  # not every path: no colour moves
+    stats = {"p50": 1.0, "p90": 1.5, "p99": 2.0}
+    fig = latency_figure({p: {"b1": stats, "b8": stats} for p in some}, "three paths")
+    drawn = {line.get_label(): line.get_color() for line in fig.axes[0].get_lines()}
+    assert {p: matplotlib.colors.to_hex(drawn[p]) for p in some} == {p: colours[p] for p in some}
+
+    speedup = {"b16": {"vmap_over_loop": 1.5, "vmap_over_direct": 0.9}}
+    # The console's "no measurable difference (CI 0.86-1.16)": drawn with its interval.
+    intervals = {"b16": {"vmap_over_loop": [1.4, 1.6], "vmap_over_direct": [0.86, 1.16]}}
+    fig = speedup_figure(speedup, "with intervals", intervals)
+    ax = fig.axes[0]
+    lines = {line.get_label(): line for line in ax.get_lines() if line.get_label() in colours}
+    for name in ("vmap_over_loop", "vmap_over_direct"):
+        assert matplotlib.colors.to_hex(lines[name].get_color()) == colours[name]
+    bars = [
+        segment
+        for collection in ax.collections
+        if isinstance(collection, matplotlib.collections.LineCollection)
+        for segment in collection.get_segments()
+    ]
+    spans = sorted((round(s[0][1], 2), round(s[1][1], 2)) for s in bars)
+    assert spans == [(0.86, 1.16), (1.4, 1.6)], spans
+
+
+def _commit_plot_data(layout: Layout, scale: float, message: str) -> None:
+    """reports/plots/ written by the bench stage's writers, every figure times
+    ``scale``, committed (a run's plot data as a revision holds it)."""
+    latency = {
+        name: {
+            f"b{rows}": {q: scale * (i + 1) * 0.02 * rows**0.6 for q in ("p50", "p90", "p99")}
+            for rows in BATCHES
+        }
+        for i, name in enumerate(path_names("batch"))
+    }
+    speedup = {
+        f"b{rows}": {s.name: scale * (0.9 + 0.5 * j * rows**0.3) for j, s in enumerate(SPEEDUPS)}
+        for rows in BATCHES
+    }
+    intervals = {
+        label: {name: [0.85 * r, 1.2 * r] for name, r in ratios.items()}
+        for label, ratios in speedup.items()
+    }
+    write_latency_csvs(layout.plots, latency)
+    write_speedup_csvs(layout.plots / "speedup", speedup, intervals)
+    _run(layout.root, "git", "add", "-A")
+    _run(layout.root, "git", "add", "-f", "reports/plots")
+    _run(layout.root, "git", "commit", "-qm", message)
+
+
+def test_a_plots_diff_of_three_runs_is_one_panel_per_run_in_chromium(tmp_path):
+    """`dvc plots diff` of three revisions: each plot is one panel per revision, in the
+    order given, each path in its registry colour in every panel (not 33 lines told
+    apart by markers), and the page draws offline with no error."""
+    from vmapcheck.core.paths import series_colours
+
+    layout = _project(tmp_path / "user")
+    layout.plots.mkdir(parents=True)
+    for i, scale in enumerate((1.0, 1.3, 0.8)):
+        _commit_plot_data(layout, scale, f"run {i}")
+    revisions = ("HEAD~2", "HEAD~1", "HEAD")
+    dvc = (sys.executable, "-m", "dvc", "plots", "diff", *revisions)
+    shown = json.loads(_run(layout.root, *dvc, "--json").stdout)["data"]
+    colours = series_colours()
+    for name in _vega_plot_names():
+        (plot,) = [p for p in shown[name] if p["type"] == "vega"]
+        assert plot["revisions"] == list(revisions)
+        content = plot["content"]
+        assert content["facet"]["field"] == "rev" and content["facet"]["sort"] is None
+        scale = content["spec"]["encoding"]["color"]["scale"]
+        assert scale["range"] == [colours[s] for s in scale["domain"]]
+        assert {d["rev"] for d in content["data"]["values"]} == set(revisions)
+    out = layout.root / "diff"
+    _run(layout.root, *dvc, "-o", str(out))
+    drawn = render(out / "index.html", out, height=2400, chromium_args=OFFLINE)
+    print(f"screenshot: {drawn['screenshot']}")
+    divs = _plot_divs(drawn["dom"])
+    assert set(divs) == set(_vega_plot_names())
+    for name, content in divs.items():
+        assert 'data-plot="drawn"' in content and "could not be drawn" not in content, name
+        for revision in revisions:  # each panel's header
+            assert f">{revision}</text>" in content, (name, revision)
+        # One colour per path, the registry's, in the SVG the browser drew.
+        assert colours["vmap_jit" if "latency" in name else "vmap_over_loop"] in content

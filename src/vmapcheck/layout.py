@@ -70,8 +70,15 @@ class Layout:
 
     @property
     def plots_template(self) -> Path:
-        """The log-log Vega-Lite template dvc.yaml's plots name (``template: loglog``)."""
+        """The log-log Vega-Lite template of the latency plot (dvc.yaml: ``template:
+        loglog``): a colour per batch path."""
         return self.root / ".dvc" / "plots" / "loglog.json"
+
+    @property
+    def speedup_template(self) -> Path:
+        """The same template for the speed-up plot (dvc.yaml: ``template: speedup``): a
+        colour per speed-up, each with its interval."""
+        return self.root / ".dvc" / "plots" / "speedup.json"
 
     @property
     def plots_page(self) -> Path:

@@ -339,11 +339,10 @@ def test_metrics_and_plots_show(project, tmp_path):
     run(project, "dvc", "plots", "show", "-o", str(out))
     html = (out / "index.html").read_text()
     assert "latency_p50_ms_vs_batch_size" in html and "vmap_jit.csv" in html
-    # The colour scheme sized for the plotted series (tableau20 past 10 paths).
-    from vmapcheck.report.plots import colour_scheme, plotted_series
+    # Each path in its registry colour (vmapcheck.core.paths.series_colours).
+    from vmapcheck.core.paths import series_colours
 
-    scheme = colour_scheme(plotted_series())[0]
-    assert '"type": "log"' in html and f'"scheme": "{scheme}"' in html
+    assert '"type": "log"' in html and f'"{series_colours()["vmap_jit"]}"' in html
     # No unmeasured cell: the loop has no row (nor a ratio over it) past 8 rows.
     assert '"ratio": ""' not in html and '"p50_ms": ""' not in html
     loop = (project / "reports" / "plots" / "loop_jit.csv").read_text().split()
@@ -426,6 +425,8 @@ def test_planted_fault_is_diagnosed_and_logged_as_failed_before_the_pipeline_fai
     # The HTML report of the failed run says so and names the failing pairs.
     report = (project / "reports" / "report.html").read_text()
     assert 'data-verdict="failed"' in report and "vmap_jit-vs-direct_jit" in report
+    # And the diagnosis, in the banner and its own section (issue 43).
+    assert "First divergence: stage forward" in report and 'id="diagnosis-stages"' in report
     artifacts = {a.path for a in client.list_artifacts(run_.info.run_id)}
     assert {"report.html", "diagnosis.json", "diagnosis.txt"} <= artifacts
 

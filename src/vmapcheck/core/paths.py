@@ -321,19 +321,76 @@ class Speedup:
     slower: str
     faster: str
     about: str
+    # The path vmap is measured against: the plots draw the ratio in its colour.
+    against: str
 
 
 SPEEDUPS = (
-    Speedup("vmap_over_loop", "loop_jit", "vmap_jit", "how many times faster vmap is than loop"),
-    Speedup("vmap_over_direct", "vmap_jit", "direct_jit", "vmap's cost against hand-batched"),
+    Speedup(
+        "vmap_over_loop",
+        "loop_jit",
+        "vmap_jit",
+        "how many times faster vmap is than loop",
+        against="loop_jit",
+    ),
+    Speedup(
+        "vmap_over_direct",
+        "vmap_jit",
+        "direct_jit",
+        "vmap's cost against hand-batched",
+        against="direct_jit",
+    ),
     Speedup(
         "vmap_over_map",
         "map_jit",
         "vmap_jit",
         "how many times faster vmap is than lax.map, a per-row loop compiled once (timed "
         "at every batch size, where the unrolled loop is capped)",
+        against="map_jit",
     ),
 )
+
+
+# The plots' colours, in the order series take them: Tableau's 20 (Vega's ``tableau20``,
+# matplotlib's ``tab20``) with the ten strong colours first, so the first ten series are
+# told apart at a glance, then their light twins.
+PALETTE = (
+    "#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd",
+    "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf",
+    "#aec7e8", "#ffbb78", "#98df8a", "#ff9896", "#c5b0d5",
+    "#c49c94", "#f7b6d2", "#c7c7c7", "#dbdb8d", "#9edae5",
+)  # fmt: skip
+
+
+def series_colours() -> dict[str, str]:
+    """Series name -> colour (``#rrggbb``): every batch path in registry order, each its
+    own :data:`PALETTE` colour, then every :data:`SPEEDUPS` entry in the colour of the
+    path vmap is measured against (``against``: vmap_over_loop is loop_jit's colour).
+    The one place a plotted series gets its colour: the DVC plots' Vega templates (a
+    scale with this domain and range, written by ``vmapcheck init``), the PNGs of
+    reports/plots/ and the HTML report all read it, so a path has one colour everywhere,
+    in every run (a path a model lacks keeps its colour, unused). A path added to
+    :data:`PATHS` takes the next colour.
+
+    Raises:
+        ValueError: more batch paths than :data:`PALETTE` has colours (add colours to
+            it), or a speed-up measured against a path that is no batch path.
+    """
+    names = [p.name for p in batch_paths()]
+    if len(names) > len(PALETTE):
+        raise ValueError(
+            f"{len(names)} batch paths but PALETTE in vmapcheck.core.paths has "
+            f"{len(PALETTE)} colours: add colours to it"
+        )
+    colours = dict(zip(names, PALETTE, strict=False))
+    for speedup in SPEEDUPS:
+        if speedup.against not in colours:
+            raise ValueError(
+                f"speed-up {speedup.name!r}: against={speedup.against!r} is no batch path "
+                f"of PATHS ({', '.join(names)})"
+            )
+        colours[speedup.name] = colours[speedup.against]
+    return colours
 
 
 def speedup_text(ratio: float, interval: Sequence[float] | None = None) -> str:

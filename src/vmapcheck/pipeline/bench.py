@@ -162,7 +162,8 @@ def run(config: Config, layout: Layout) -> None:
     atomic_write_json(layout.bench_details, details)
     with atomic_dir(layout.plots) as folder:
         write_latency_csvs(folder, result["latency_ms"])
-        write_speedup_csvs(folder / "speedup", result["speedup"])
+        # With their confidence intervals: a ratio is drawn with its interval (issue 43).
+        write_speedup_csvs(folder / "speedup", result["speedup"], result.get("speedup_ci"))
         title = (
             f"{config.model.name} on {runtime.backend} ({runtime.device_kind}), {dtype.name}, "
             f"jax {runtime.jax_version}"
@@ -170,7 +171,12 @@ def run(config: Config, layout: Layout) -> None:
         # Drawn here once: track embeds these files in the HTML report.
         write_latency_png(folder / layout.latency_png.name, result["latency_ms"], title)
         if result["speedup"]:
-            write_speedup_png(folder / layout.speedup_png.name, result["speedup"], title)
+            write_speedup_png(
+                folder / layout.speedup_png.name,
+                result["speedup"],
+                title,
+                result.get("speedup_ci"),
+            )
     print(f"bench: conditions: {conditions_line(result['machine'])}")
     if result["machine"]["noisy"]:
         print("bench: WARNING: load average above the core count: figures are noisy")

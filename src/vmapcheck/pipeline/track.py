@@ -351,6 +351,8 @@ def write_report(config: Config, layout: Layout, reports: RunReports, name: str)
             )
             if path.is_file()
         },
+        # The check stage's diagnosis of a failed check (where the paths first diverge).
+        diagnosis=read_diagnosis(layout.diagnosis) if layout.diagnosis.is_file() else None,
     )
     atomic_write_text(layout.html_report, report)
 

@@ -10,7 +10,8 @@ It writes, relative to the repository's root (the current folder):
 - ``conf/model/<name>.yaml`` for a model of your own (``--model pkg.module:factory``):
   its widths and input contract, read from the ``Model`` your factory returns;
 - ``params.yaml``: the composition of ``conf/`` (what ``dvc exp run -S`` rewrites);
-- ``.dvc/plots/loglog.json`` (the plots' template), ``.dvc/plots/offline.html`` (the page
+- ``.dvc/plots/loglog.json`` and ``speedup.json`` (the plots' templates: a colour per
+  series from the registry, a panel per revision), ``.dvc/plots/offline.html`` (the page
   ``dvc plots show`` fills, Vega inlined: it draws offline; :mod:`.plots_page`),
   ``data/raw/README.md`` and
   ``data/reference/README.md`` (the folders the stages read), ``VMAPCHECK.md`` (next steps);
@@ -32,6 +33,7 @@ when it refuses.
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from dataclasses import dataclass, field
@@ -107,6 +109,48 @@ class Plan:
 
     files: dict[str, str] = field(default_factory=dict)
     blocks: dict[str, tuple[str, ...]] = field(default_factory=dict)
+
+
+# The shipped Vega-Lite template's placeholders for its colour scale (templates/loglog.json).
+SERIES_ANCHOR, COLOURS_ANCHOR = '"<VMAPCHECK_SERIES>"', '"<VMAPCHECK_COLOURS>"'
+
+
+# A grey dashed rule at y = 1 (a ratio's "as fast"): an interval across it is no
+# measurable difference. Its own colour, not a series'.
+UNITY_RULE = {
+    "mark": {"type": "rule", "strokeDash": [4, 4], "color": "grey"},
+    # Across the whole panel (not a rule per point: the spec's x is every layer's).
+    "encoding": {
+        "y": {"datum": 1},
+        "x": {"value": 0},
+        "x2": {"value": "width"},
+        "color": {"value": "grey"},
+    },
+}
+
+
+def plots_template(series: list[str], colours: list[str], *, unity: bool = False) -> str:
+    """The shipped log-log Vega-Lite template (templates/loglog.json) for a plot of
+    ``series`` (CSV file names without ``.csv``), its colour scale fixed to that domain
+    and ``colours`` (:func:`vmapcheck.core.paths.series_colours`): a series has the
+    same colour in every run and revision, whichever series a run has. ``unity``: a
+    rule at y = 1 (:data:`UNITY_RULE`), for ratios.
+
+    Raises:
+        RuntimeError: the shipped template lacks a placeholder (the two must change together).
+    """
+    text = (files("vmapcheck.project") / "templates" / "loglog.json").read_text("utf-8")
+    for anchor in (SERIES_ANCHOR, COLOURS_ANCHOR):
+        if text.count(anchor) != 1:
+            raise RuntimeError(f"templates/loglog.json: expected {anchor} once, to fill")
+    text = text.replace(SERIES_ANCHOR, json.dumps(series)).replace(
+        COLOURS_ANCHOR, json.dumps(colours)
+    )
+    if not unity:
+        return text
+    template = json.loads(text)
+    template["spec"]["layer"].append(UNITY_RULE)
+    return json.dumps(template, indent=2) + "\n"
 
 
 def _render(template: str, **values: Any) -> str:
@@ -189,8 +233,7 @@ def plan(
         return path.relative_to(root).as_posix()
 
     # The registries the plots' series come from (they load JAX: only here).
-    from vmapcheck.core.paths import SPEEDUPS, batch_paths
-    from vmapcheck.report.plots import colour_scheme, plotted_series
+    from vmapcheck.core.paths import SPEEDUPS, batch_paths, series_colours
 
     out = Plan()
     lock = rel(layout.requirements_lock) if layout.requirements_lock.is_file() else None
@@ -240,14 +283,16 @@ def plan(
             "# The other keys are the shipped csv option's (vmapcheck docs: regression-set.md).\n",
             data.config,
         )
-    # One colour per series: the scheme sized by how many series a plot draws.
-    loglog = (files("vmapcheck.project") / "templates" / "loglog.json").read_text("utf-8")
-    shipped_scheme = '"scheme": "tableau10"'
-    if shipped_scheme not in loglog:  # the template changed: the sizing must follow it
-        raise RuntimeError(f"templates/loglog.json: expected {shipped_scheme} to size")
-    out.files[rel(layout.plots_template)] = loglog.replace(
-        shipped_scheme, f'"scheme": "{colour_scheme(plotted_series())[0]}"'
-    )
+    # The plots' templates: one per plot, its colour scale's domain the plot's series and
+    # its range their colours, from the registry (the PNGs and the HTML report use them).
+    colours = series_colours()
+    for target, series, unity in (
+        (layout.plots_template, [p.name for p in batch_paths()], False),
+        (layout.speedup_template, [s.name for s in SPEEDUPS], True),
+    ):
+        out.files[rel(target)] = plots_template(
+            series, [colours[name] for name in series], unity=unity
+        )
     out.files[rel(layout.plots_page)] = page_template()
     out.files[rel(layout.raw_readme)] = _render("data_raw_README.md.j2")
     # params.yaml: composed from the conf/ planned above, as `dvc exp run` will; the

@@ -15,8 +15,8 @@ from typing import TYPE_CHECKING, Any
 
 from vmapcheck.bench.bounds import launch_bound_text
 from vmapcheck.bench.machine import conditions_line
-from vmapcheck.core.paths import SPEEDUPS, speedup_text
-from vmapcheck.report.elements import by_batch, in_path_order, kv_table, num, table
+from vmapcheck.core.paths import SPEEDUPS, series_colours, speedup_text
+from vmapcheck.report.elements import by_batch, cell, in_path_order, kv_table, num, table
 from vmapcheck.report.headline import batch_from_label
 from vmapcheck.report.plots import latency_png, speedup_png
 
@@ -90,7 +90,8 @@ def _latency_table(bench: BenchDetails) -> dict[str, Any]:
             rows.append(
                 (
                     [
-                        path,
+                        # In its colour in the plots above and below.
+                        cell(path, swatch=series_colours().get(path, "")),
                         batch_from_label(label),
                         s["p50"],
                         s["p90"],
@@ -114,7 +115,7 @@ def _latency_table(bench: BenchDetails) -> dict[str, Any]:
             "p90 ms",
             "p99 ms",
             ci,
-            "n",
+            "timed calls (n)",
             "rows/s (p50)",
             "compile ms",
             "first call ms",
@@ -178,15 +179,40 @@ def _latency_plots(
     if speedup:
         plots.append(
             plot(
-                drawn.get("plot-speedup") or speedup_png(speedup, title),
+                drawn.get("plot-speedup") or speedup_png(speedup, title, bench.get("speedup_ci")),
                 "vmap speed-up over the loop and cost over the hand-batched forward",
-                "p50 ratios against batch size: vmap_over_loop > 1 means vmap is faster "
-                "than the loop; vmap_over_direct near 1 means vmap costs nothing over the "
-                "hand-batched forward.",
+                "p50 ratios against batch size, each with its confidence interval (bars): "
+                "vmap_over_loop > 1 means vmap is faster than the loop; vmap_over_direct "
+                "near 1 means vmap costs nothing over the hand-batched forward; an "
+                "interval across 1 is no measurable difference.",
                 "plot-speedup",
             )
         )
     return plots
+
+
+def _timed_calls(bench: BenchDetails) -> str:
+    """How many calls each cell really timed (the latency table's ``timed calls (n)``):
+    fewer than bench.repeats where a cell stopped early, its median's interval tight
+    enough or the time budget spent (bench.early_stop)."""
+    counts = [
+        int(stats["n"])
+        for by_batch in bench["latency_ms"].values()
+        for stats in by_batch.values()
+        if stats.get("n") is not None
+    ]
+    if not counts:
+        return "no cell was timed"
+    low, high = min(counts), max(counts)
+    took = f"{low}" if low == high else f"{low} to {high}"
+    planned = bench.get("bench", {}).get("repeats")
+    if planned is not None and low < planned:
+        return (
+            f"each cell timed {took} calls (column `timed calls (n)`): fewer where it "
+            "stopped early, its median's interval tight enough or the time budget spent "
+            "(bench.early_stop)"
+        )
+    return f"each cell timed {took} calls (column `timed calls (n)`)"
 
 
 def _intro(bench: BenchDetails) -> str:
@@ -196,8 +222,9 @@ def _intro(bench: BenchDetails) -> str:
     config = bench.get("bench", {})
     return (
         f"Benchmark `{config.get('name', '?')}`: {config.get('warmup', '?')} warm-up "
-        f"call(s), then {config.get('repeats', '?')} timed calls per path and batch size, "
-        "after compilation (compile time apart). Ratios compare p50s measured in the "
+        f"call(s), then up to {config.get('repeats', '?')} timed calls per path and batch "
+        f"size (bench.repeats), after compilation (compile time apart); {_timed_calls(bench)}. "
+        "Ratios compare p50s measured in the "
         "same run, with a bootstrap confidence interval; where it holds 1.0 there is no "
         "measurable difference."
         + (

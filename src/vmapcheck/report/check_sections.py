@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from vmapcheck.check.kinds import finding_lines, verdict_words
+from vmapcheck.check.kinds import verdict_words
 from vmapcheck.check.rules import rule
 from vmapcheck.check.schema import CaseReport, CheckDetails, RuleRecord
 from vmapcheck.core.composition import REGROUPINGS
@@ -32,9 +32,6 @@ from vmapcheck.report.elements import (
 
 if TYPE_CHECKING:
     from vmapcheck.bench.records import BenchDetails
-
-# How many failures the verdict lists (the rest are counted; all are in check_details.json).
-SHOWN_FAILURES = 50
 
 
 def forms_compared(check: CheckDetails) -> str:
@@ -103,12 +100,10 @@ def verdict_sentence(check: CheckDetails) -> str:
 
 
 def verdict(check: CheckDetails, bench: BenchDetails) -> dict[str, Any]:
-    """The banner: ``{"passed", "word", "headline", "failures", "more_failures", "notes"}``."""
+    """The banner: ``{"passed", "word", "headline", "notes"}`` (the failures, grouped,
+    are :mod:`vmapcheck.report.failures`')."""
     passed = bool(check["passed"])
     headline = verdict_sentence(check)
-    # Each line tagged with its kind (batching, numerical, model, contract).
-    failures = finding_lines(check, SHOWN_FAILURES)
-    n_findings = len(check.get("findings", check["failures"]))
     notes = []
     if bench.get("machine", {}).get("noisy"):
         notes.append(
@@ -126,9 +121,6 @@ def verdict(check: CheckDetails, bench: BenchDetails) -> dict[str, Any]:
         "passed": passed,
         "word": verdict_words(check),
         "headline": headline,
-        "failures": failures,
-        "more_failures": max(0, n_findings - len(failures)),
-        "n_failures": len(failures),
         "notes": notes,
     }
 

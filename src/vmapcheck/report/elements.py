@@ -5,7 +5,8 @@ Nothing here writes HTML. A table is a dict the template lays out
 (``templates/macros.html``)::
 
     {"id": str | None, "headers": [str], "rows": [{"cls": str, "cells": [Cell]}]}
-    Cell = {"text": str, "cls": str, "title": str, "lines": [str], "prose": bool}
+    Cell = {"text": str, "cls": str, "title": str, "lines": [str], "prose": bool,
+            "swatch": str}
 
 ``cls`` is a CSS class (``num``, ``pass``, ``fail``), ``title`` a tooltip, ``lines`` a
 cell of several lines (instead of ``text``), ``prose`` a sentence whose backtick spans
@@ -86,7 +87,9 @@ def figure_text(
 
 def cell(value: Any, numeric: bool = False, **extra: Any) -> dict[str, Any]:
     """A table cell: ``value`` as text (a figure via :func:`num` when ``numeric``);
-    ``extra``: ``cls``, ``title``, ``lines``, ``prose`` (see the module docstring)."""
+    ``extra``: ``cls``, ``title``, ``lines``, ``prose`` (see the module docstring),
+    ``swatch``: a plotted series' colour (``#rrggbb``, :func:`vmapcheck.core.paths.
+    series_colours`) shown before the text, as the plots draw it."""
     if isinstance(value, Mapping):  # already a cell
         return dict(value)
     text = num(value) if numeric else ("-" if value is None else str(value))
@@ -96,6 +99,7 @@ def cell(value: Any, numeric: bool = False, **extra: Any) -> dict[str, Any]:
         "title": "",
         "lines": [],
         "prose": False,
+        "swatch": "",
     }
     out.update(extra)
     return out

@@ -33,12 +33,13 @@ from jinja2 import Environment, PackageLoader, StrictUndefined, select_autoescap
 from vmapcheck.bench.labels import verdict_headline
 from vmapcheck.check.schema import CheckDetails
 from vmapcheck.core.paths import SPEEDUPS, speedup_text
-from vmapcheck.report import bench_sections, check_sections
+from vmapcheck.report import bench_sections, check_sections, failures
 from vmapcheck.report.elements import code_spans, num
 from vmapcheck.report.headline import HEADLINE_SPEEDUPS, bench_headline, check_headline
 
 if TYPE_CHECKING:
     from vmapcheck.bench.records import BenchDetails, PerfVerdict
+    from vmapcheck.check.schema import DiagnosisReport
 
 _ENV = Environment(
     loader=PackageLoader("vmapcheck.report", "templates"),
@@ -211,6 +212,7 @@ def render_report(
     run: dict[str, Any] | None = None,
     generated_at: datetime | None = None,
     drawn_plots: Mapping[str, bytes] | None = None,
+    diagnosis: DiagnosisReport | None = None,
 ) -> str:
     """The whole report as one HTML document (str, UTF-8 text).
 
@@ -219,7 +221,8 @@ def render_report(
     (:func:`vmapcheck.provenance.git_state`); ``run``: extra rows shown first in
     the environment table (e.g. model, MLflow run name); ``drawn_plots``: the bench
     stage's PNGs of the same figures, by plot id (``plot-latency``, ``plot-speedup``),
-    embedded as they are (None: drawn here from ``bench``).
+    embedded as they are (None: drawn here from ``bench``); ``diagnosis``: the check
+    stage's diagnosis (reports/diagnosis.json; None: the run has none).
     """
     git = git or {"git_commit": "unknown", "git_dirty": "unknown"}
     run = run or {}
@@ -231,8 +234,16 @@ def render_report(
     )
     return _ENV.get_template("report.html").render(
         title=title,
-        verdict=check_sections.verdict(check, bench),
+        verdict=check_sections.verdict(check, bench)
+        | {
+            "deciding": failures.deciding_text(check),
+            "kinds": failures.kinds(check),
+            "diagnosis": failures.diagnosis_line(diagnosis),
+        },
         figures=first_screen(check, bench, perf),
+        failures=failures.groups(check),
+        failure_lines=failures.lines(check),
+        diagnosis=failures.diagnosis(diagnosis),
         agreement=check_sections.agreement(check),
         latency=bench_sections.latency(bench, title, check.get("not_provided"), drawn_plots),
         oracle=check_sections.oracle(check),

@@ -1,6 +1,7 @@
 """Latency plots: one CSV per path and one per speed-up for `dvc plots` (drawn on log-log
-axes by the template .dvc/plots/loglog.json), a PNG for the MLflow run, PNG bytes for the
-HTML report (latency and speed-up against batch size)."""
+axes by the templates .dvc/plots/latency.json and speedup.json), a PNG for the MLflow
+run, PNG bytes for the HTML report (latency and speed-up against batch size). Every plot
+draws a series in its one colour (:func:`colour`), the Vega templates too."""
 
 from __future__ import annotations
 
@@ -9,37 +10,15 @@ import io
 from pathlib import Path
 from typing import Any
 
-from vmapcheck.core.paths import PATHS, SPEEDUPS, batch_paths
+from vmapcheck.core.paths import PATHS, SPEEDUPS, series_colours
 from vmapcheck.io import atomic_path, atomic_write_text
 from vmapcheck.report.headline import batch_from_label
 
-# Qualitative colour schemes by size, (Vega's name, matplotlib's colormap, colours): a
-# plot gets the smallest one with a colour for each of its series, so the registry can
-# grow past ten paths without two sharing a colour.
-COLOUR_SCHEMES = (("tableau10", "tab10", 10), ("tableau20", "tab20", 20))
 
-
-def colour_scheme(series: int) -> tuple[str, str]:
-    """(Vega scheme, matplotlib colormap) with at least ``series`` colours.
-
-    Raises:
-        ValueError: more series than the largest scheme has colours.
-    """
-    for vega, matplotlib, colours in COLOUR_SCHEMES:
-        if series <= colours:
-            return vega, matplotlib
-    raise ValueError(f"{series} series: no qualitative scheme has that many colours")
-
-
-def plotted_series() -> int:
-    """The most series one plot draws: a line per batch path (latency) or per speed-up."""
-    return max(len(batch_paths()), len(SPEEDUPS))
-
-
-def _colours(plt: Any) -> list[Any]:
-    """One colour per series, from the scheme sized by :func:`plotted_series`."""
-    cmap = plt.get_cmap(colour_scheme(plotted_series())[1])
-    return [cmap(i) for i in range(cmap.N)]
+def colour(series: str) -> str:
+    """The colour of a plotted series (a batch path or a speed-up), the same in every
+    plot: :func:`vmapcheck.core.paths.series_colours`."""
+    return series_colours()[series]
 
 
 def _rows_by_batch(by_label: dict[str, Any]) -> list[tuple[int, Any]]:
@@ -64,20 +43,30 @@ def write_latency_csvs(folder: Path, latency: dict[str, dict[str, Any]]) -> list
     return written
 
 
-def write_speedup_csvs(folder: Path, speedup: dict[str, dict[str, float]]) -> list[Path]:
-    """``<folder>/<name>.csv`` with batch_size, ratio for every
-    :data:`vmapcheck.core.paths.SPEEDUPS` entry (p50 ratios of the same run): one row per
-    batch size both paths ran at. Where one did not run there is no row (never an empty
-    cell, which a plot would draw as 0); a ratio measured nowhere is a header alone."""
+def write_speedup_csvs(
+    folder: Path,
+    speedup: dict[str, dict[str, float]],
+    intervals: dict[str, dict[str, list[float]]] | None = None,
+) -> list[Path]:
+    """``<folder>/<name>.csv`` with batch_size, ratio, ci_low, ci_high for every
+    :data:`vmapcheck.core.paths.SPEEDUPS` entry (p50 ratios of the same run and their
+    bootstrap confidence interval, ``bench_details.json``'s ``speedup_ci``: label -> name
+    -> [low, high]): one row per batch size both paths ran at. Where one did not run
+    there is no row (never an empty ratio, which a plot would draw as 0); a ratio
+    measured nowhere is a header alone. A ratio without an interval has empty ci cells
+    (the plots draw no band there, never one of zero width)."""
     Path(folder).mkdir(parents=True, exist_ok=True)
+    intervals = intervals or {}
     written = []
     for name in (s.name for s in SPEEDUPS):
         buffer = io.StringIO()
         writer = csv.writer(buffer, lineterminator="\n")
-        writer.writerow(["batch_size", "ratio"])
-        for batch, ratios in _rows_by_batch(speedup):
+        writer.writerow(["batch_size", "ratio", "ci_low", "ci_high"])
+        for label, ratios in sorted(speedup.items(), key=lambda item: batch_from_label(item[0])):
             if name in ratios:
-                writer.writerow([batch, ratios[name]])
+                ci = intervals.get(label, {}).get(name)
+                low, high = ci if ci is not None and len(ci) == 2 else ("", "")
+                writer.writerow([batch_from_label(label), ratios[name], low, high])
         target = Path(folder) / f"{name}.csv"
         atomic_write_text(target, buffer.getvalue())
         written.append(target)
@@ -108,7 +97,6 @@ def latency_figure(latency: dict[str, dict[str, Any]], title: str) -> Any:
     """
     plt = _pyplot()
     fig, ax = plt.subplots(figsize=(7, 4.5), dpi=110)
-    ax.set_prop_cycle(color=_colours(plt))
     for path, by_batch in latency.items():
         if not by_batch:
             continue
@@ -117,12 +105,14 @@ def latency_figure(latency: dict[str, dict[str, Any]], title: str) -> Any:
         # Dotted: a data-parallel path, a different thing from the one-device paths.
         entry = PATHS[path]
         style = ":" if entry.distributed else "-" if entry.jit else "--"
-        (line,) = ax.plot(sizes, [s["p50"] for _, s in points], style, marker="o", label=path)
+        ax.plot(
+            sizes, [s["p50"] for _, s in points], style, marker="o", label=path, color=colour(path)
+        )
         ax.fill_between(
             sizes,
             [s["p50"] for _, s in points],
             [s["p90"] for _, s in points],
-            color=line.get_color(),
+            color=colour(path),
             alpha=0.15,
         )
     ax.set_xscale("log", base=2)
@@ -136,26 +126,57 @@ def latency_figure(latency: dict[str, dict[str, Any]], title: str) -> Any:
     return fig
 
 
-def speedup_figure(speedup: dict[str, dict[str, float]], title: str) -> Any:
-    """p50 ratios vs batch size, one line per :data:`vmapcheck.core.paths.SPEEDUPS` entry,
-    1.0 marked.
+def speedup_figure(
+    speedup: dict[str, dict[str, float]],
+    title: str,
+    intervals: dict[str, dict[str, list[float]]] | None = None,
+) -> Any:
+    """p50 ratios vs batch size, one line per :data:`vmapcheck.core.paths.SPEEDUPS` entry
+    in its colour, each point with its confidence interval as an error bar and a band
+    (``intervals``: ``b<rows>`` -> ratio name -> [low, high], bench_details.json's
+    ``speedup_ci``; a point without one has no bar), 1.0 marked: a bar across it is no
+    measurable difference.
 
     ``speedup``: ``b<rows>`` -> ratio name -> value (see :func:`vmapcheck.bench.latency.speedups`).
     """
     plt = _pyplot()
     fig, ax = plt.subplots(figsize=(7, 4), dpi=110)
-    ax.set_prop_cycle(color=_colours(plt))
-    labels = sorted(speedup, key=lambda label: int(label[1:]))
+    intervals = intervals or {}
+    labels = sorted(speedup, key=batch_from_label)
     for name in (s.name for s in SPEEDUPS):
         points = [
-            (int(label[1:]), speedup[label][name]) for label in labels if name in speedup[label]
+            (batch_from_label(label), speedup[label][name], intervals.get(label, {}).get(name))
+            for label in labels
+            if name in speedup[label]
         ]
-        if points:
-            ax.plot([b for b, _ in points], [v for _, v in points], marker="o", label=name)
+        if not points:
+            continue
+        sizes, ratios = [b for b, _, _ in points], [v for _, v, _ in points]
+        ax.plot(sizes, ratios, marker="o", label=name, color=colour(name))
+        with_ci = [(b, v, ci) for b, v, ci in points if ci is not None and len(ci) == 2]
+        if with_ci:
+            ax.errorbar(
+                [b for b, _, _ in with_ci],
+                [v for _, v, _ in with_ci],
+                yerr=[
+                    [max(v - ci[0], 0.0) for _, v, ci in with_ci],
+                    [max(ci[1] - v, 0.0) for _, v, ci in with_ci],
+                ],
+                fmt="none",
+                ecolor=colour(name),
+                capsize=3,
+            )
+            ax.fill_between(
+                [b for b, _, _ in with_ci],
+                [ci[0] for _, _, ci in with_ci],
+                [ci[1] for _, _, ci in with_ci],
+                color=colour(name),
+                alpha=0.15,
+            )
     ax.axhline(1.0, color="grey", linewidth=1, linestyle=":")
     ax.set_xscale("log", base=2)
     ax.set_xlabel("batch size (rows)")
-    ax.set_ylabel("p50 ratio, same run")
+    ax.set_ylabel("p50 ratio, same run (bars: confidence interval)")
     ax.set_title(title, fontsize=10)
     ax.grid(True, which="both", alpha=0.3)
     if ax.get_legend_handles_labels()[0]:
@@ -169,9 +190,13 @@ def latency_png(latency: dict[str, dict[str, Any]], title: str) -> bytes:
     return _png(latency_figure(latency, title))
 
 
-def speedup_png(speedup: dict[str, dict[str, float]], title: str) -> bytes:
+def speedup_png(
+    speedup: dict[str, dict[str, float]],
+    title: str,
+    intervals: dict[str, dict[str, list[float]]] | None = None,
+) -> bytes:
     """:func:`speedup_figure` as PNG bytes (for embedding in the HTML report)."""
-    return _png(speedup_figure(speedup, title))
+    return _png(speedup_figure(speedup, title, intervals))
 
 
 def write_latency_png(target: Path, latency: dict[str, dict[str, Any]], title: str) -> None:
@@ -181,8 +206,13 @@ def write_latency_png(target: Path, latency: dict[str, dict[str, Any]], title: s
         tmp.write_bytes(data)
 
 
-def write_speedup_png(target: Path, speedup: dict[str, dict[str, float]], title: str) -> None:
+def write_speedup_png(
+    target: Path,
+    speedup: dict[str, dict[str, float]],
+    title: str,
+    intervals: dict[str, dict[str, list[float]]] | None = None,
+) -> None:
     """:func:`speedup_figure` written atomically as a PNG file."""
-    data = speedup_png(speedup, title)
+    data = speedup_png(speedup, title, intervals)
     with atomic_path(Path(target)) as tmp:
         tmp.write_bytes(data)
