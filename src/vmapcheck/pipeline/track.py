@@ -432,9 +432,10 @@ def complete_run(
         pause_point("registered")
         # This stage's own record has no end yet: it ends now, as the run does.
         log_timeline(info["tracking_uri"], info["run_id"], stages, time.time())
-        # The run's last writes (pipeline_complete, then FINISHED): an attempt that dies
+        # The run's last writes (pipeline_complete, then FINISHED, or FAILED for a failed
+        # check, so that the runs list shows it at a glance): an attempt that dies
         # before them is marked FAILED by the next track, and this state logged afresh.
-        mark_complete(info["tracking_uri"], info["run_id"])
+        mark_complete(info["tracking_uri"], info["run_id"], info["verdict"])
     except BaseException as exc:
         with contextlib.suppress(Exception):  # the store may be what failed
             mark_failed(
