@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 from urllib.parse import urlencode
 
 from vmapcheck.config import load_config
@@ -99,6 +100,9 @@ def run_ui(layout: Layout, port: int = 5000) -> int:
     # MLflow 3's server starts a GenAI job runner (about ten huey consumer processes) that
     # vmapcheck's runs never use: on a two-core machine it only takes CPU. Unless asked for.
     os.environ.setdefault(JOB_EXECUTION_ENV, "false")
+    # exec replaces this process with its unwritten buffer: piped (`make ui | tee`, a
+    # log file) the lines above would be lost.
+    sys.stdout.flush()
     os.execvp(
         "mlflow",
         [
