@@ -283,8 +283,11 @@ def test_the_printed_urls_open_the_ml_view_with_the_summary_metrics(
     # Its first columns: the verdict, then what tells runs apart (the row's cells, in the
     # order shown: the header cells' order in the page is not the one shown).
     assert " passed toy f32 cpu quick " in runs_list
-    for name in ("_summary/worst_max_rel", "_summary/vmap_over_loop_at_b0008"):
+    # Then the figure that decides the verdict, the tolerance and the summary (the table
+    # renders only the columns in sight: the speed-ups are further right).
+    for name in ("_summary/worst_bound_ratio", "_summary/tolerance_rtol", "_summary/worst_max_rel"):
         assert name in runs_list and name in run_page
+    assert "_summary/vmap_over_loop_at_b0008" in run_page
     assert track["run_name"] in run_page and "Created by" in run_page
     assert "dvc.yaml" in run_page and "PASSED" in run_page  # source, description
     for png in ("runs-list.png", "run-page.png"):

@@ -121,7 +121,8 @@ def vmapcheck_ui(root: Path) -> Iterator[tuple[str, str]]:
             time.sleep(0.5)
         yield base, log.read_text()
     finally:
-        os.killpg(process.pid, signal.SIGINT)
+        if process.poll() is None:  # (gone already: it failed to start, said above)
+            os.killpg(process.pid, signal.SIGINT)
         try:
             process.wait(timeout=30)
         except subprocess.TimeoutExpired:

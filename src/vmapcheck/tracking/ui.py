@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+from pathlib import Path
 from urllib.parse import urlencode
 
 from vmapcheck.config import load_config
@@ -103,10 +104,14 @@ def run_ui(layout: Layout, port: int = 5000) -> int:
     # exec replaces this process with its unwritten buffer: piped (`make ui | tee`, a
     # log file) the lines above would be lost.
     sys.stdout.flush()
+    # MLflow's command of this interpreter's environment: `.venv/bin/vmapcheck ui` runs
+    # without the venv on PATH (make ui has it there), and finds no other `mlflow`.
+    beside = Path(sys.executable).with_name("mlflow")
+    mlflow = str(beside) if beside.is_file() else "mlflow"
     os.execvp(
-        "mlflow",
+        mlflow,
         [
-            "mlflow",
+            mlflow,
             "ui",
             "--backend-store-uri",
             uri,
