@@ -257,7 +257,8 @@ def main(argv: list[str] | None = None) -> int:
         shoot((plots / "index.html").as_uri(), out, "dvc-plots-show", "1400,3000")
     else:
         problems.append("dvc plots show wrote no index.html")
-    kept = [n for n in names if n in run(["dvc", "exp", "ls", "--name-only"], project, log)]
+    listed = run(["dvc", "exp", "ls", "--name-only"], project, log).split()
+    kept = [n for n in names if n in listed]
     diff = out / ".plots-diff"
     # The experiments DVC kept, and the workspace (the last run: the failing one).
     run(["dvc", "plots", "diff", *kept, "--out", str(diff)], project, log)
