@@ -299,17 +299,26 @@ def test_every_url_vmapcheck_prints_opens_the_page_it_names(project, tmp_path_fa
     ("open the run: ...", also the summary's "open it:") and `vmapcheck compare` print
     opens in headless Chromium on what it names: no "***" from the credential filter, no
     MLflow "does not exist", the run or runs named, the failed run shown failed."""
+    from vmapcheck.cli import main
     from vmapcheck.tracking.review import review_url
-    from vmapcheck.tracking.runs import run_compare
 
     layout, tracks = project
     out = tmp_path_factory.mktemp("printed-urls")
     # What track and the summary print, for a local store: made for make ui's port.
     made_for = "http://127.0.0.1:5000"
-    assert run_compare(layout, n=4, width=200) == 0
+    # Through the command line, as printed: every line passes the credential filter.
+    assert main(["compare", "--root", str(layout.root), "-n", "4", "--width", "200"]) == 0
     line = r"side by side in the MLflow UI: vmapcheck ui, then (\S+)\n"
     compared = re.findall(line, capsys.readouterr().out)
     assert len(compared) == 1
+    from vmapcheck.tracking.review import registry_url
+
+    # The version each passing run registered (registry.registered_model is
+    # vmapcheck-<model> by default; a failed check registers nothing): track and the
+    # summary print its page.
+    registered = [t["registry"] for t in tracks[:3]]
+    assert "registered_model" not in tracks[3]["registry"] and registry_url(tracks[3]) is None
+    version_links = [str(registry_url(t)).removeprefix("vmapcheck ui, then ") for t in tracks[:3]]
     run_links = []
     for track in tracks:
         printed = review_url(track)
@@ -323,6 +332,7 @@ def test_every_url_vmapcheck_prints_opens_the_page_it_names(project, tmp_path_fa
             "runs-list": listed[0],
             **{f"run-{i}": link for i, link in enumerate(run_links)},
             "compare": compared[0],
+            **{f"version-{i}": link for i, link in enumerate(version_links)},
         }
         texts = {}
         for name, url in pages.items():
@@ -346,3 +356,8 @@ def test_every_url_vmapcheck_prints_opens_the_page_it_names(project, tmp_path_fa
     assert "Failed" not in texts["run-2"] and "Finished" in texts["run-2"]
     for name in names:
         assert name in texts["compare"]
+    # Each registered version's page: its model and version.
+    for i, outcome in enumerate(registered):
+        text = texts[f"version-{i}"]
+        assert outcome["registered_model"] in text, (i, outcome)
+        assert f"Version {outcome['version']}" in text, (i, outcome)

@@ -57,7 +57,7 @@ from vmapcheck.tracking.registry import (
     register_if_verified,
     settle_pending_alias,
 )
-from vmapcheck.tracking.review import review_url
+from vmapcheck.tracking.review import registry_url, review_url
 from vmapcheck.tracking.run_inputs import dvc_exp_name, gather_run_inputs, pip_freeze
 from vmapcheck.tracking.server import reaching
 from vmapcheck.tracking.sqlite_store import store_faults, writer_lock
@@ -449,6 +449,9 @@ def complete_run(
         move_verified_alias(info["tracking_uri"], info["registry"])
         info["registry"]["verified_alias"] = "moved"
     print(f"track: registry: {outcome_line(info['registry'])}")
+    version_page = registry_url(info)
+    if version_page:
+        print(f"track: registry: open the version: {version_page}")
 
 
 def announce(

@@ -14,7 +14,7 @@ import json
 import os
 import sys
 from pathlib import Path
-from urllib.parse import urlencode
+from urllib.parse import quote, urlencode
 
 from vmapcheck.config import load_config
 from vmapcheck.layout import Layout
@@ -39,6 +39,11 @@ def experiment_url(base: str, experiment_id: str) -> str:
 def run_url(base: str, experiment_id: str, run_id: str) -> str:
     """One run's page in the ML view."""
     return f"{base.rstrip('/')}/#/experiments/{experiment_id}/runs/{run_id}?{urlencode(ML_VIEW)}"
+
+
+def model_version_url(base: str, name: str, version: str | int) -> str:
+    """A registered model version's page (the registry: vmapcheck.tracking.registry)."""
+    return f"{base.rstrip('/')}/#/models/{quote(name, safe='')}/versions/{version}"
 
 
 def compare_url(base: str, runs: list[tuple[str, str]]) -> str:
