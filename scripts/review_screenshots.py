@@ -9,7 +9,8 @@ since ``track`` has logged the run and written ``reports/report.html`` before it
 
 Then it serves the project's MLflow store with ``vmapcheck ui`` (as ``make ui`` does) on
 127.0.0.1 and opens in headless Chromium every URL that vmapcheck printed: the experiment's
-runs table (``vmapcheck ui``), each run's page (``track``: "open the run: ..."), and the
+runs table (``vmapcheck ui``), each run's page (``track``: "open the run: ..."), the
+model version each passing run registered ("registry: open the version: ...") and the
 compare view of the three runs (``vmapcheck compare``). It also shoots the HTML report of
 the failed run, ``dvc plots show`` and ``dvc plots diff`` of the three runs. The server is
 stopped at the end, whatever happened.
@@ -54,6 +55,7 @@ BROKEN = ("does not exist", "Page not found", "***")
 CHROMIUM_NAMES = ("chromium", "chromium-browser", "google-chrome-stable", "google-chrome")
 # The URLs vmapcheck prints (tracking.ui): after "vmapcheck ui, then " for a local store.
 RUN_URL = re.compile(r"open the run: (?:vmapcheck ui, then )?(\S+)")
+VERSION_URL = re.compile(r"registry: open the version: (?:vmapcheck ui, then )?(\S+)")
 COMPARE_URL = re.compile(r"side by side in the MLflow UI: (?:vmapcheck ui, then )?(\S+)")
 ANY_URL = re.compile(r"(https?://\S+/#/\S+)")
 DEFAULT_PORT = "http://127.0.0.1:5000"  # the base track and compare print for `vmapcheck ui`
@@ -207,12 +209,15 @@ def main(argv: list[str] | None = None) -> int:
     log: list[str] = []
     problems: list[str] = []
     run_urls: dict[str, str] = {}
+    version_urls: dict[str, str] = {}  # the passing runs': each registers a version
     names = list(DEFAULT_RUNS)
     if not args.skip_runs:
         for name in names:
             overrides = shlex.split(getattr(args, name.replace("-", "_")))
             text = run(["dvc", "exp", "run", "-n", name, "--force", *overrides], project, log)
             found = RUN_URL.findall(text)
+            if VERSION_URL.findall(text):
+                version_urls[name] = VERSION_URL.findall(text)[-1]
             if found:
                 run_urls[name] = found[-1]
             else:
@@ -234,6 +239,10 @@ def main(argv: list[str] | None = None) -> int:
         pages = [(f"mlflow-runs-list{'' if i == 0 else i}", u) for i, u in enumerate(ui_urls)]
         pages += [(f"mlflow-run-{name.removeprefix('review-')}", u) for name, u in run_urls.items()]
         pages += [("mlflow-compare-3-runs", u) for u in compare_urls[-1:]]
+        pages += [
+            (f"mlflow-version-{name.removeprefix('review-')}", u)
+            for name, u in version_urls.items()
+        ]
         for name, url in pages:
             if "***" in url:
                 problems.append(f"{name}: the printed URL carries '***': {url}")

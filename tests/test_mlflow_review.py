@@ -343,7 +343,8 @@ def test_every_url_vmapcheck_prints_opens_the_page_it_names(project, tmp_path_fa
         print(f"\nprinted URLs' screenshots: {out}")
     for name, text in texts.items():
         assert "does not exist" not in text and "Page not found" not in text, name
-        assert "Model training" in text, f"{name}: not MLflow's ML view"
+        # The ML view: its switch, and none of the GenAI view's menu entries.
+        assert "Model training" in text and " AI Gateway " not in text, f"{name}: GenAI view"
     names = [t["run_name"] for t in tracks]
     # The runs table lists every run, the failed one with its verdict, failed.
     for name in names:

@@ -42,8 +42,10 @@ def run_url(base: str, experiment_id: str, run_id: str) -> str:
 
 
 def model_version_url(base: str, name: str, version: str | int) -> str:
-    """A registered model version's page (the registry: vmapcheck.tracking.registry)."""
-    return f"{base.rstrip('/')}/#/models/{quote(name, safe='')}/versions/{version}"
+    """A registered model version's page (the registry: vmapcheck.tracking.registry), in
+    the ML view (without ``workflowType`` MLflow 3.17 opens it in its GenAI one)."""
+    page = f"{base.rstrip('/')}/#/models/{quote(name, safe='')}/versions/{version}"
+    return f"{page}?{urlencode(ML_VIEW)}"
 
 
 def compare_url(base: str, runs: list[tuple[str, str]]) -> str:
