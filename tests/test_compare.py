@@ -42,6 +42,8 @@ def _tags(model, verdict="passed", precision="f32", jaxlib="0.11.2", dirty="fals
         "precision": precision,
         "git_commit": "abcdef0123456789" + "0" * 24,
         "git_dirty": dirty,
+        "tolerance.rtol": "1e-05",
+        "tolerance.atol": "1e-06",
     }
 
 
@@ -65,6 +67,10 @@ def _metrics(agree, batches=(1, 8, 128), reference=None, padded=False):
         metrics[f"speedup/{label}/vmap_over_direct"] = b / 10
     if padded:  # the summary a run carries now (vmapcheck.report.headline)
         metrics["_summary/worst_max_rel"] = agree
+        # Each case's worst bound ratio; the summary's may be another pair's.
+        metrics["agree/standard/bound_ratio"] = agree * 0.5
+        metrics["agree/boundary/bound_ratio"] = agree * 6.4 if agree > 0.1 else agree / 1.2e-6
+        metrics["_summary/worst_bound_ratio"] = 0.1
         metrics["_summary/worst_vs_f64_max_rel"] = 2e-7
         if reference is not None:
             metrics["_summary/worst_vs_reference_max_rel"] = reference
@@ -142,7 +148,11 @@ def test_the_columns_side_by_side(store):
     assert batch == 8  # toy-f64 has no b128: the largest batch every run measured
     by_run = {row["run"]: row for row in rows}
     bad, toy, mlp = by_run["mlp-bad"], by_run["toy-f64"], by_run["mlp-f32"]
-    assert bad["verdict"] == "failed" and bad["agree max_rel"] == "0.5"
+    assert bad["verdict"] == "FAILED" and bad["agree max_rel"] == "0.5"
+    assert mlp["verdict"] == "PASSED" and mlp["rtol"] == "1e-05" and mlp["atol"] == "1e-06"
+    # The deciding figure: the largest case's bound ratio, the summary's for older runs.
+    assert bad["bound ratio"] == "3.2" and mlp["bound ratio"] == "0.25"
+    assert toy["bound ratio"] == "-" and toy["rtol"] == "1e-05"
     assert mlp["agree max_rel"] == "3e-07" and mlp["ref max_rel"] == "5e-06"
     assert bad["ref max_rel"] == "-" and bad["f64 max_rel"] == "2e-07"
     assert toy["jax"] == "0.11.2/0.11.1" and mlp["jax"] == "0.11.2"
@@ -153,10 +163,14 @@ def test_the_columns_side_by_side(store):
     # An older run (unpadded labels, no summary metrics) reads the same way.
     assert toy["vmap/loop"] == "8" and toy["vmap_jit p50 ms"] == "0.08"
     assert mlp["perf"] == "no baseline"
-    # The summary first: after the run and its verdict.
-    assert list(mlp)[:7] == [
+    # The verdict and the figure that decided it (with the tolerance) first, then the
+    # summary.
+    assert list(mlp)[:10] == [
         "run",
         "verdict",
+        "bound ratio",
+        "rtol",
+        "atol",
         "agree max_rel",
         "ref max_rel",
         "f64 max_rel",
@@ -238,3 +252,27 @@ def test_the_command_line(tmp_path, store, capsys):
     assert main(["compare", "--root", str(empty)]) == 2
     assert "compare: no MLflow store at sqlite:///" in capsys.readouterr().err
     assert not (empty / "mlflow.db").exists()
+
+
+def test_the_verdict_is_coloured_on_a_terminal_only(store, monkeypatch, capsys, tmp_path):
+    uri, _ = store
+    selection = select_runs(uri, n=3, prefix="vmapcheck")
+    coloured = format_compare(selection, width=220, color=True)
+    # rich's standard colours: 31 red, 32 green, bold 1.
+    assert re.search(r"\x1b\[1;31mFAILED *\x1b\[0m", coloured), coloured
+    assert re.search(r"\x1b\[1;32mPASSED *\x1b\[0m", coloured), coloured
+    assert "\x1b[" not in format_compare(selection, width=220)
+    # Piped (capsys is not a terminal), or NO_COLOR on a terminal: no colour codes.
+    (tmp_path / "params.yaml").write_text(
+        compose_yaml(ROOT / "conf", [f"tracking.tracking_uri={uri}"])
+    )
+    assert main(["compare", "--root", str(tmp_path), "-n", "3", "--width", "220"]) == 0
+    out = capsys.readouterr().out
+    assert "FAILED" in out and "\x1b[" not in out
+    monkeypatch.setattr("sys.stdout.isatty", lambda: True)
+    monkeypatch.setenv("NO_COLOR", "1")
+    from vmapcheck.tracking.runs import use_color
+
+    assert not use_color()
+    monkeypatch.delenv("NO_COLOR")
+    assert use_color()

@@ -85,7 +85,7 @@ def complete_run(store, key: str, median_ms: float, name: str = "good", **extra)
     tags = {**TAGS, PIPELINE_KEY_TAG: key, **owner_tags(), **extra}
     run_id = client.create_run(experiment, run_name=name, tags=tags).info.run_id
     client.log_artifact(run_id, str(bench_file(folder, median_ms)))
-    mark_complete(uri, run_id)
+    mark_complete(uri, run_id, tags.get("verdict", "passed"))
     return run_id
 
 
@@ -144,7 +144,7 @@ def test_a_run_left_by_a_killed_track_is_never_trusted_and_shows_as_failed(store
     with pytest.raises(ArtifactError, match=f"run '{killed}' .* not a complete run: its status"):
         resolve_baseline(killed, uri, "vmapcheck", WANTED)
     # compare shows its status, not its verdict tag, even before the cleanup.
-    assert verdicts(uri) == {"killed": "running", "good": "passed"}
+    assert verdicts(uri) == {"killed": "running", "good": "PASSED"}
 
     # (b) The next track, on another pipeline state, marks it before looking for baselines.
     assert settle_earlier_attempts(uri, "k-next") is None
@@ -156,7 +156,7 @@ def test_a_run_left_by_a_killed_track_is_never_trusted_and_shows_as_failed(store
     reason = run.data.tags[ABANDONED_TAG]
     assert reason.startswith("left RUNNING by a track that did not finish (its process")
     assert f"marked FAILED by the track of process {os.getpid()}" in reason
-    assert verdicts(uri) == {"killed": "failed", "good": "passed"}
+    assert verdicts(uri) == {"killed": "abandoned", "good": "PASSED"}
     with pytest.raises(ArtifactError, match="its status is FAILED \\(left RUNNING by a track"):
         resolve_baseline(killed, uri, "vmapcheck", WANTED)
     assert last_verified_run(uri, "vmapcheck", WANTED) == good
@@ -249,8 +249,8 @@ def test_the_complete_filter_is_what_mlflow_searches_with(store):
     assert [r.info.run_id for r in found] == [done]
     runs = client.search_runs([experiment])
     assert [r.info.run_id for r in runs if is_complete(r)] == [done]
-    assert verdicts(uri)["good"] == "passed"
-    assert sorted(verdicts(uri).values()) == ["incomplete", "incomplete", "passed"]
+    assert verdicts(uri)["good"] == "PASSED"
+    assert sorted(verdicts(uri).values()) == ["PASSED", "incomplete", "incomplete"]
 
 
 def test_last_verified_never_crosses_a_model_contract(store):
@@ -263,3 +263,28 @@ def test_last_verified_never_crosses_a_model_contract(store):
     assert last_verified_run(uri, "vmapcheck", wanted) == narrow
     unknown = {**WANTED, "model_contract_sha256": "c" * 64}
     assert last_verified_run(uri, "vmapcheck", unknown) is None
+
+
+def test_a_failed_check_ends_its_run_failed_and_it_is_still_a_complete_run(store, capsys):
+    """MLflow's runs list shows a failed check as a red cross (status FAILED); the run is
+    still complete: a baseline by id, logged once per pipeline state, shown as FAILED by
+    `vmapcheck compare`, never last-verified (that wants verdict=passed)."""
+    uri, client, experiment, _ = store
+    good = complete_run(store, "k-good", median_ms=1.0)
+    bad = complete_run(store, "k-bad", median_ms=2.0, name="bad", verdict="failed")
+    run = client.get_run(bad)
+    assert run.info.status == "FAILED" and is_complete(run)
+    assert client.get_run(good).info.status == "FINISHED"
+    found = client.search_runs([experiment], filter_string=complete_filter())
+    assert sorted(r.info.run_id for r in found) == sorted([good, bad])
+    assert last_verified_run(uri, "vmapcheck", WANTED) == good
+    assert resolve_baseline(bad, uri, "vmapcheck", WANTED).source == f"run {bad}"
+    assert verdicts(uri) == {"bad": "FAILED", "good": "PASSED"}
+    # The same pipeline state again: the FAILED run is the one logged before, not marked.
+    assert settle_earlier_attempts(uri, "k-bad")["run_id"] == bad
+    assert "marked run" not in capsys.readouterr().out
+    assert client.get_run(bad).info.status == "FAILED" and ABANDONED_TAG not in (
+        client.get_run(bad).data.tags
+    )
+    with pytest.raises(ValueError, match="verdict must be one of"):
+        mark_complete(uri, good, "unknown")

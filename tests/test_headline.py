@@ -152,3 +152,18 @@ def test_headline_keys_are_fixed_by_the_profile_not_by_what_ran():
         "vmap_over_direct@b0016",
         "vmap_over_map@b0016",
     }
+
+
+def test_the_worst_bound_ratio_is_the_deciding_figure_not_the_worst_max_rels():
+    """A pair with outputs near 0 has the largest relative error but sits under its atol;
+    another pair decides the verdict: the summary's bound ratio is that one's."""
+    from vmapcheck.report.headline import worst_bound_ratio
+
+    check = _check()
+    check["cases"]["standard"]["pairs"]["loop_eager-vs-vmap_jit"]["bound_ratio"] = 1.7
+    assert check_headline(check)["worst"]["bound_ratio"] == 0.2  # the worst max_rel's pair
+    assert worst_bound_ratio(check) == 1.7
+    assert summary_metrics(check)["summary/worst_bound_ratio"] == 1.7
+    check["cases"] = {"standard": {"pairs": {"a-vs-b": {"max_rel": None}}}}
+    assert worst_bound_ratio(check) is None
+    assert "summary/worst_bound_ratio" not in summary_metrics(check)

@@ -279,13 +279,14 @@ def test_only_credentials_are_masked_in_a_query(text, shown):
 def test_the_printed_mlflow_links_survive_the_credential_filter():
     """Every line is printed through redact: the runs-table view's share key
     (``viewStateShareKey``) was masked as ``***``, and MLflow opened another page."""
-    from vmapcheck.tracking.ui import compare_url, experiment_url, run_url
+    from vmapcheck.tracking.ui import compare_url, experiment_url, model_version_url, run_url
 
     base = "http://127.0.0.1:5000"
     urls = [
         experiment_url(base, "1"),
         run_url(base, "1", "abc"),
         compare_url(base, [("1", "abc"), ("1", "def")]),
+        model_version_url(base, "token-model", 3),  # a name is not a credential
     ]
     assert "viewStateShareKey=vmapcheck-summary" in urls[0]
     for url in urls:

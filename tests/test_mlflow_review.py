@@ -23,6 +23,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -30,7 +31,7 @@ from typing import Any
 import pytest
 
 from tests.helpers.inprocess import STAGES, inputs_repository, run_stage, write_params
-from tests.helpers.mlflow_ui import browse, serving
+from tests.helpers.mlflow_ui import browse, serving, vmapcheck_ui
 from tests.helpers.project import FAST_RUN, commit_all
 from vmapcheck.io import atomic_write_json, read_json
 from vmapcheck.layout import Layout
@@ -43,6 +44,7 @@ from vmapcheck.tracking.ui import compare_url, experiment_url, run_url
 
 pytestmark = pytest.mark.stages
 
+FAILING = ("model=mc_dropout", "model.factory.shared_key=true")
 OVERRIDES = (
     "data.n_rows=240",
     "data.standard_batch=8",
@@ -54,6 +56,9 @@ RUNS = (
     (("model=mlp", "precision=f32"), STAGES),
     (("model=mlp", "precision=f64"), ("forward", "check", "bench", "track")),
     (("model=toy", "precision=f32"), STAGES),
+    # A failed check: the MC dropout example with its shared-key bug planted (every row
+    # draws from one key); track logs the run, then exits 1.
+    (FAILING, STAGES),
 )
 DAY_S = 86400.0
 # The compare view's sections that list params, metrics and tags (their toggle's label).
@@ -84,7 +89,8 @@ def project(tmp_path_factory) -> tuple[Layout, list[dict[str, Any]]]:
         write_params(root, *overrides, *OVERRIDES)
         commit_all(root, " ".join(overrides))
         codes = {name: run_stage(root, name) for name in stages}
-        assert codes == dict.fromkeys(stages, 0), overrides
+        failing = overrides == FAILING
+        assert codes == {**dict.fromkeys(stages, 0), "track": int(failing)}, overrides
         tracks.append(read_json(layout.track_report) | {"stages": read_stage_times(layout)})
     return layout, tracks
 
@@ -118,9 +124,14 @@ def test_every_model_in_one_experiment_with_its_own_times_and_few_params(project
         ("mlp", "f32"),
         ("mlp", "f64"),
         ("toy", "f32"),
+        ("mc_dropout", "f32"),
     ]
-    for r in runs:
+    for r in runs[:3]:
         assert r.info.status == "FINISHED" and r.data.tags["verdict"] == "passed"
+    # The failed check's run ends FAILED (a red cross in the runs list), complete.
+    assert runs[3].info.status == "FAILED" and runs[3].data.tags["verdict"] == "failed"
+    assert runs[3].data.tags["pipeline_complete"] == "true"
+    for r in runs:
         # The compared knobs only; the whole config is the artifact params.yaml.
         assert sorted(r.data.params) == sorted([*COMPARED_PARAMS, *COMPARED_IF_PRESENT])
         print(f"{r.info.run_name}: {len(r.data.params)} params, {len(r.data.metrics)} metrics")
@@ -147,11 +158,11 @@ def test_the_compare_view_opens_in_the_ml_mode_with_the_verdict_and_summary_firs
     runs = _runs(layout, tracks)
     pairs = [(r.info.experiment_id, r.info.run_id) for r in reversed(runs)]
     # The address `vmapcheck compare` prints: its local UI's, with the ML mode.
-    assert run_compare(layout, n=3, width=160) == 0
+    assert run_compare(layout, n=4, width=200) == 0
     printed = capsys.readouterr().out
     local = compare_url("http://127.0.0.1:5000", pairs)
     assert f"vmapcheck ui, then {local}" in printed and "workflowType=machine_learning" in local
-    assert compare_view_line(select_runs(_uri(layout), n=3, prefix="vmapcheck")) in printed
+    assert compare_view_line(select_runs(_uri(layout), n=4, prefix="vmapcheck")) in printed
 
     out = tmp_path_factory.mktemp("mlflow-review-screenshots")
     text = browse(compare_url(server, pairs), out, "compare-runs", window="1280,2050")
@@ -169,7 +180,10 @@ def test_the_compare_view_opens_in_the_ml_mode_with_the_verdict_and_summary_firs
     assert parameters < metrics < tags
     assert text.index("_summary/worst_max_rel") < text.index("agree/") and "guard." not in text
     assert parameters < text.index("precision.tolerance.rtol") < metrics
-    assert " verdict passed passed passed " in text[tags:]
+    assert " verdict failed passed passed passed " in text[tags:]
+    # The parallel coordinates plot opens on the deciding figure (the first metric
+    # logged), before the params table.
+    assert text.index("_summary/worst_bound_ratio") < parameters
     # vmapcheck logs no NaN: a figure a run did not measure is left out, which this page
     # shows as "NaN" (the float64 run has no float64 oracle to be compared with).
     for r in runs:
@@ -182,8 +196,9 @@ def test_the_compare_view_opens_in_the_ml_mode_with_the_verdict_and_summary_firs
     (out / "compare-runs.txt").write_text(text)
     # Each row's cells in the order shown (verdict, model, precision, backend, bench):
     # the header cells' order in the page is not the one shown.
-    for model, precision in (("toy", "f32"), ("mlp", "f64"), ("mlp", "f32")):
-        assert f" passed {model} {precision} cpu quick " in table, (model, precision)
+    for model, precision in (("mc_dropout", "f32"), ("toy", "f32"), ("mlp", "f64"), ("mlp", "f32")):
+        verdict = "failed" if model == "mc_dropout" else "passed"
+        assert f" {verdict} {model} {precision} cpu quick " in table, (model, precision)
     keep = os.environ.get("VMAPCHECK_SCREENSHOT_DIR")
     if keep:  # a small PNG for docs/: 64 colours
         from PIL import Image
@@ -198,9 +213,9 @@ def test_the_compare_view_opens_in_the_ml_mode_with_the_verdict_and_summary_firs
 def test_the_last_run_carries_its_summary_description_source_and_timeline(project):
     from mlflow.tracking import MlflowClient
 
-    layout, _ = project
+    layout, tracks = project
     client = MlflowClient(tracking_uri=_uri(layout))
-    track = read_json(layout.track_report)  # the toy run's: every stage ran for it
+    track = tracks[2]  # the toy run's: every stage ran for it
     run_ = client.get_run(track["run_id"])
     tags, metrics = run_.data.tags, run_.data.metrics
     assert metrics["_summary/passed"] == 1.0
@@ -215,7 +230,7 @@ def test_the_last_run_carries_its_summary_description_source_and_timeline(projec
     assert tags["mlflow.user"] and tags["mlflow.source.type"] == "LOCAL"
     assert tags["mlflow.source.name"] == str(layout.root / "dvc.yaml")
     assert tags["bench"] in run_.info.run_name
-    stages = read_stage_times(layout)
+    stages = track["stages"]
     assert list(stages) == list(STAGES)  # oldest start first
     assert run_.info.start_time == int(1000 * stages["prepare"]["start"])
     assert run_.info.end_time >= int(1000 * stages["track"]["start"])
@@ -228,7 +243,7 @@ def test_the_last_run_carries_its_summary_description_source_and_timeline(projec
     view = json.loads(experiment.tags["mlflow.sharedViewState.vmapcheck-summary"])
     assert view["name"] == "vmapcheck summary"
     columns = json.loads(view["state"])["selectedColumns"]
-    # The verdict and what tells runs apart first, then the summary.
+    # The verdict and what tells runs apart first.
     assert columns[:8] == [
         "tags.`verdict`",
         "tags.`model`",
@@ -236,16 +251,21 @@ def test_the_last_run_carries_its_summary_description_source_and_timeline(projec
         "tags.`backend`",
         "tags.`bench`",
         "tags.`perf_verdict`",
+        # The figure the verdict is decided by and the tolerance, then the summary.
+        "metrics.`_summary/worst_bound_ratio`",
+        "metrics.`_summary/tolerance_rtol`",
+    ]
+    assert columns[8:10] == [
+        "metrics.`_summary/tolerance_atol`",
         "metrics.`_summary/worst_max_rel`",
-        "metrics.`_summary/worst_vs_reference_max_rel`",
     ]
 
 
 def test_the_printed_urls_open_the_ml_view_with_the_summary_metrics(
     project, server, tmp_path_factory
 ):
-    layout, _ = project
-    track = read_json(layout.track_report)
+    _, tracks = project
+    track = tracks[2]  # the toy run's
     out = tmp_path_factory.mktemp("mlflow-ui-screenshots")
     # Wide enough for the view's tag columns and the first summary metrics (the table
     # renders only the columns in sight).
@@ -263,9 +283,82 @@ def test_the_printed_urls_open_the_ml_view_with_the_summary_metrics(
     # Its first columns: the verdict, then what tells runs apart (the row's cells, in the
     # order shown: the header cells' order in the page is not the one shown).
     assert " passed toy f32 cpu quick " in runs_list
-    for name in ("_summary/worst_max_rel", "_summary/vmap_over_loop_at_b0008"):
+    # Then the figure that decides the verdict, the tolerance and the summary (the table
+    # renders only the columns in sight: the speed-ups are further right).
+    for name in ("_summary/worst_bound_ratio", "_summary/tolerance_rtol", "_summary/worst_max_rel"):
         assert name in runs_list and name in run_page
+    assert "_summary/vmap_over_loop_at_b0008" in run_page
     assert track["run_name"] in run_page and "Created by" in run_page
     assert "dvc.yaml" in run_page and "PASSED" in run_page  # source, description
     for png in ("runs-list.png", "run-page.png"):
         assert (out / png).stat().st_size > 10_000
+
+
+def test_every_url_vmapcheck_prints_opens_the_page_it_names(project, tmp_path_factory, capsys):
+    """`vmapcheck ui` (`make ui`) serves the project's store; each address it, `track`
+    ("open the run: ...", also the summary's "open it:") and `vmapcheck compare` print
+    opens in headless Chromium on what it names: no "***" from the credential filter, no
+    MLflow "does not exist", the run or runs named, the failed run shown failed."""
+    from vmapcheck.cli import main
+    from vmapcheck.tracking.review import review_url
+
+    layout, tracks = project
+    out = tmp_path_factory.mktemp("printed-urls")
+    # What track and the summary print, for a local store: made for make ui's port.
+    made_for = "http://127.0.0.1:5000"
+    # Through the command line, as printed: every line passes the credential filter.
+    assert main(["compare", "--root", str(layout.root), "-n", "4", "--width", "200"]) == 0
+    line = r"side by side in the MLflow UI: vmapcheck ui, then (\S+)\n"
+    compared = re.findall(line, capsys.readouterr().out)
+    assert len(compared) == 1
+    from vmapcheck.tracking.review import registry_url
+
+    # The version each passing run registered (registry.registered_model is
+    # vmapcheck-<model> by default; a failed check registers nothing): track and the
+    # summary print its page.
+    registered = [t["registry"] for t in tracks[:3]]
+    assert "registered_model" not in tracks[3]["registry"] and registry_url(tracks[3]) is None
+    version_links = [str(registry_url(t)).removeprefix("vmapcheck ui, then ") for t in tracks[:3]]
+    run_links = []
+    for track in tracks:
+        printed = review_url(track)
+        assert printed.startswith(f"vmapcheck ui, then {made_for}/#/"), printed
+        run_links.append(printed.removeprefix("vmapcheck ui, then "))
+    with vmapcheck_ui(layout.root) as (base, printed):
+        listed = re.findall(r"(http://127\.0\.0\.1:\d+/#/\S+)", printed)
+        # One address: the experiment's runs table, on the port it listens on.
+        assert len(listed) == 1 and listed[0].startswith(f"{base}/#/experiments/"), printed
+        pages = {
+            "runs-list": listed[0],
+            **{f"run-{i}": link for i, link in enumerate(run_links)},
+            "compare": compared[0],
+            **{f"version-{i}": link for i, link in enumerate(version_links)},
+        }
+        texts = {}
+        for name, url in pages.items():
+            assert "***" not in url, (name, url)
+            window = "2800,1200" if name == "runs-list" else "1600,1600"
+            texts[name] = browse(url.replace(made_for, base), out, name, window=window)
+    with capsys.disabled():
+        print(f"\nprinted URLs' screenshots: {out}")
+    for name, text in texts.items():
+        assert "does not exist" not in text and "Page not found" not in text, name
+        # The ML view: its switch, and none of the GenAI view's menu entries.
+        assert "Model training" in text and " AI Gateway " not in text, f"{name}: GenAI view"
+    names = [t["run_name"] for t in tracks]
+    # The runs table lists every run, the failed one with its verdict, failed.
+    for name in names:
+        assert name in texts["runs-list"]
+    assert " failed mc_dropout f32 cpu quick " in texts["runs-list"]
+    # Each run's page names its run, and shows its status: Failed for the failed check.
+    for i, name in enumerate(names):
+        assert name in texts[f"run-{i}"]
+    assert "Failed" in texts["run-3"] and "FAILED" in texts["run-3"]  # status, description
+    assert "Failed" not in texts["run-2"] and "Finished" in texts["run-2"]
+    for name in names:
+        assert name in texts["compare"]
+    # Each registered version's page: its model and version.
+    for i, outcome in enumerate(registered):
+        text = texts[f"version-{i}"]
+        assert outcome["registered_model"] in text, (i, outcome)
+        assert f"Version {outcome['version']}" in text, (i, outcome)

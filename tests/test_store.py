@@ -322,7 +322,9 @@ def test_an_interrupted_attempt_is_marked_failed_and_a_complete_run_kept(tmp_pat
     done = client.create_run(
         experiment, run_name="mlp-x", tags={PIPELINE_KEY_TAG: "k1", "verdict": "failed"}
     ).info.run_id
-    mark_complete(uri, done)
+    mark_complete(uri, done, "failed")
+    # A failed check's run ends FAILED (a red cross in MLflow's runs list), and is complete.
+    assert client.get_run(done).info.status == "FAILED"
     info = settle_earlier_attempts(uri, "k1")
     assert info["run_id"] == done and info["verdict"] == "failed" and info["logged_before"]
     assert info["experiment"] == "vmapcheck" and info["run_name"] == "mlp-x"

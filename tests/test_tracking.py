@@ -9,7 +9,13 @@ from tests.helpers.config import compose_config
 from vmapcheck.check.kinds import finding
 from vmapcheck.errors import ArtifactError
 from vmapcheck.layout import Layout
-from vmapcheck.tracking.log import collect_metrics, metric_name, run_name, verdict_note
+from vmapcheck.tracking.log import (
+    DECIDING_METRICS,
+    collect_metrics,
+    metric_name,
+    run_name,
+    verdict_note,
+)
 from vmapcheck.tracking.run_inputs import dvc_exp_name
 
 VALID = re.compile(r"^[\w.\- :/]+$")  # what MLflow accepts in a metric name
@@ -63,7 +69,9 @@ def _check_and_bench():
         "cases": {
             "standard": {
                 "passed": True,
-                "pairs": {"loop_eager-vs-vmap_jit": {"max_abs": 1e-7, "max_rel": 2e-6}},
+                "pairs": {
+                    "loop_eager-vs-vmap_jit": {"max_abs": 1e-7, "max_rel": 2e-6, "bound_ratio": 0.3}
+                },
                 "oracle": {"vmap_jit": {"max_abs": 1e-7, "max_rel": 3e-6}},
             },
             "zeros": {
@@ -88,6 +96,12 @@ def test_summary_metrics_come_first_and_batch_labels_are_zero_padded():
     check, bench = _check_and_bench()
     metrics = collect_metrics(check, bench, {})
     assert next(iter(metrics)).startswith("_summary/")
+    # The deciding figure and the tolerance first (the compare view's default metric
+    # axis is the first one logged), then the other summary figures.
+    assert tuple(metrics)[:3] == DECIDING_METRICS
+    assert metrics["_summary/worst_bound_ratio"] == 0.3
+    assert metrics["_summary/tolerance_rtol"] == 1e-5
+    assert metrics["_summary/tolerance_atol"] == 1e-6
     assert metrics["_summary/worst_max_rel"] == 5e-6
     assert metrics["_summary/worst_vs_reference_max_rel"] == 1e-7
     assert metrics["_summary/worst_vs_f64_max_rel"] == 3e-6

@@ -414,6 +414,8 @@ def test_planted_fault_is_diagnosed_and_logged_as_failed_before_the_pipeline_fai
     client = mlflow_client(project)
     run_ = client.get_run(track["run_id"])
     assert run_.data.tags["verdict"] == "failed"
+    # Ended FAILED (a red cross in MLflow's runs list), and complete: logged once.
+    assert run_.info.status == "FAILED" and run_.data.tags["pipeline_complete"] == "true"
     assert run_.data.metrics["check/passed"] == 0.0
     assert run_.data.tags["diagnosis.stage"] == "forward"
     assert run_.data.tags["diagnosis.layer"] == "layers[1]"

@@ -85,6 +85,51 @@ def serving(uri: str, cwd: Path) -> Iterator[str]:
             process.wait()
 
 
+@contextmanager
+def vmapcheck_ui(root: Path) -> Iterator[tuple[str, str]]:
+    """``vmapcheck ui --port P`` (what ``make ui`` runs) in project ``root`` on a free port,
+    its output into ``root/vmapcheck-ui.log``: (its base URL, what it printed once it
+    answers). Stopped after, with its workers."""
+    port = free_port()
+    base = f"http://127.0.0.1:{port}"
+    log = root / "vmapcheck-ui.log"
+    with log.open("wb") as out:
+        process = subprocess.Popen(
+            [str(Path(sys.executable).with_name("vmapcheck")), "ui", "--port", str(port)],
+            cwd=root,
+            # One worker, not MLflow's four (mlflow ui reads MLFLOW_WORKERS): one browser.
+            # The project's own store, as `make ui` finds it (no MLFLOW_TRACKING_URI).
+            env={
+                **{k: v for k, v in os.environ.items() if k != "MLFLOW_TRACKING_URI"},
+                "MLFLOW_WORKERS": "1",
+            },
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    try:
+        deadline = time.monotonic() + 120
+        while True:
+            try:
+                with urllib.request.urlopen(f"{base}/health", timeout=5) as answer:
+                    if answer.status == 200:
+                        break
+            except OSError:
+                pass
+            if process.poll() is not None or time.monotonic() > deadline:
+                raise AssertionError(f"vmapcheck ui did not start:\n{log.read_text()[-3000:]}")
+            time.sleep(0.5)
+        yield base, log.read_text()
+    finally:
+        if process.poll() is None:  # (gone already: it failed to start, said above)
+            os.killpg(process.pid, signal.SIGINT)
+        try:
+            process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+
+
 def browse(url: str, out: Path, name: str, window: str = "1920,1200") -> str:
     """Open ``url`` in headless Chromium: a screenshot ``out/<name>.png`` of a ``window``
     (width,height) and the text the page showed once the app rendered (the DOM's text,

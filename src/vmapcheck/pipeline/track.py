@@ -57,7 +57,7 @@ from vmapcheck.tracking.registry import (
     register_if_verified,
     settle_pending_alias,
 )
-from vmapcheck.tracking.review import review_url
+from vmapcheck.tracking.review import registry_url, review_url
 from vmapcheck.tracking.run_inputs import dvc_exp_name, gather_run_inputs, pip_freeze
 from vmapcheck.tracking.server import reaching
 from vmapcheck.tracking.sqlite_store import store_faults, writer_lock
@@ -434,9 +434,10 @@ def complete_run(
         pause_point("registered")
         # This stage's own record has no end yet: it ends now, as the run does.
         log_timeline(info["tracking_uri"], info["run_id"], stages, time.time())
-        # The run's last writes (pipeline_complete, then FINISHED): an attempt that dies
+        # The run's last writes (pipeline_complete, then FINISHED, or FAILED for a failed
+        # check, so that the runs list shows it at a glance): an attempt that dies
         # before them is marked FAILED by the next track, and this state logged afresh.
-        mark_complete(info["tracking_uri"], info["run_id"])
+        mark_complete(info["tracking_uri"], info["run_id"], info["verdict"])
     except BaseException as exc:
         with contextlib.suppress(Exception):  # the store may be what failed
             mark_failed(
@@ -450,6 +451,9 @@ def complete_run(
         move_verified_alias(info["tracking_uri"], info["registry"])
         info["registry"]["verified_alias"] = "moved"
     print(f"track: registry: {outcome_line(info['registry'])}")
+    version_page = registry_url(info)
+    if version_page:
+        print(f"track: registry: open the version: {version_page}")
 
 
 def announce(

@@ -7,7 +7,7 @@ stages, untouched). The failed attempt may have got as far as creating a run. So
 run carries the tag ``pipeline_key``: a sha256 over the contents of everything ``track``
 depends on in ``dvc.yaml`` (its code, ``params.yaml``, the reports, the params
 artifact). A run stays RUNNING while ``track`` logs into it; its last writes are the tag
-``pipeline_complete=true`` and then status FINISHED
+``pipeline_complete=true`` and then status FINISHED (FAILED for a failed check)
 (:func:`~vmapcheck.tracking.store.mark_complete`).
 
 **Before logging**, :func:`settle_earlier_attempts` marks runs FAILED (status FAILED,

@@ -92,7 +92,7 @@ def bench_from_run(tracking_uri: str, run_id: str, role: str = "baseline") -> Be
     if why is not None:
         raise ArtifactError(
             f"{named} in {tracking_uri} is not a complete run: {why}. Only "
-            "complete runs (status FINISHED, pipeline_complete=true, a verdict) are compared"
+            "complete runs (ended by track, pipeline_complete=true, a verdict) are compared"
         )
     with tempfile.TemporaryDirectory() as tmp:
         try:

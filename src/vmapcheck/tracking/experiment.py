@@ -33,6 +33,10 @@ VIEW_TAG_PREFIX = "mlflow.sharedViewState."
 # columns after them (by name prefix; the speed-ups' names end with their headline batch).
 VIEW_TAGS = ("verdict", "model", "precision", "backend", "bench", "perf_verdict")
 VIEW_ORDER = (
+    # The figure the verdict is decided by and the tolerance it is read against.
+    "_summary/worst_bound_ratio",
+    "_summary/tolerance_rtol",
+    "_summary/tolerance_atol",
     "_summary/worst_max_rel",
     "_summary/worst_vs_reference_max_rel",
     "_summary/worst_vs_f64_max_rel",

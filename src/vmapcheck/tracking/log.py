@@ -90,6 +90,18 @@ COMPARED_IF_PRESENT = ("data.n_rows",)
 MAX_NOTE_CHARS = 5000
 
 
+# The figure a verdict is decided by and the tolerance it is read against, logged first
+# and in this order: MLflow's compare view (3.17) opens its parallel coordinates plot on
+# one metric, the first that every compared run has in the order the store returns them,
+# the order they were logged. The tolerance is also a metric (beside the param
+# precision.tolerance.*), so that the runs table and the charts can show it as a number.
+DECIDING_METRICS = (
+    "_summary/worst_bound_ratio",
+    "_summary/tolerance_rtol",
+    "_summary/tolerance_atol",
+)
+
+
 def padded_label(label: str) -> str:
     """A report's batch label as metric names carry it: ``b128`` -> ``b0128``."""
     return batch_label(batch_from_label(label))
@@ -156,7 +168,9 @@ def collect_metrics(
     """The stage reports as MLflow metrics: the figures a reviewer compares across runs,
     a few hundred at most (about 150 for bench=quick), never one per pair of paths.
 
-    - ``_summary/*``: the headline (vmapcheck.report.headline), named to sort first;
+    - ``_summary/*``: the headline (vmapcheck.report.headline), named to sort first, and
+      the tolerance (``_summary/tolerance_rtol``, ``_summary/tolerance_atol``); the
+      :data:`DECIDING_METRICS` come first;
     - per regression case, its worst figures: ``agree/<case>/{passed,max_abs,max_rel,
       bound_ratio}`` over every pair of paths, ``oracle/<case>/max_rel`` over the paths,
       ``reference/<case>/max_rel``, ``composition/<case>/{passed,max_abs}``;
@@ -169,9 +183,13 @@ def collect_metrics(
     Every per-pair, per-path and per-leaf figure is in the run's artifacts
     (``reports/check_details.json``, ``bench_details.json``) and its HTML report.
     """
-    metrics: dict[str, float] = {
-        summary_metric_name(k): v for k, v in summary_metrics(check, bench).items()
-    }
+    summary = {summary_metric_name(k): v for k, v in summary_metrics(check, bench).items()}
+    tolerance = check.get("tolerance")  # absent from hand-made reports only
+    if tolerance is not None:
+        summary["_summary/tolerance_rtol"] = float(tolerance["rtol"])
+        summary["_summary/tolerance_atol"] = float(tolerance["atol"])
+    metrics: dict[str, float] = {k: summary.pop(k) for k in DECIDING_METRICS if k in summary}
+    metrics |= summary
     metrics |= {
         "check/passed": float(check["passed"]),
         "check/n_failures": float(len(check["failures"])),

@@ -17,7 +17,7 @@ from vmapcheck.io import read_json
 from vmapcheck.layout import Layout
 from vmapcheck.report.summary import summarize
 from vmapcheck.running import failed_stages, killed_stages
-from vmapcheck.tracking.ui import run_url, ui_base
+from vmapcheck.tracking.ui import model_version_url, run_url, ui_base
 
 
 def review_url(track: dict[str, Any]) -> str:
@@ -26,6 +26,17 @@ def review_url(track: dict[str, Any]) -> str:
     not its GenAI one: vmapcheck.tracking.ui)."""
     base, first = ui_base(str(track["tracking_uri"]))
     page = run_url(base, track["experiment_id"], track["run_id"])
+    return f"{first}, then {page}" if first else page
+
+
+def registry_url(track: dict[str, Any]) -> str | None:
+    """Where to open the model version that ``track`` (reports/track.json) registered or
+    re-verified, as :func:`review_url` says it; None when it made or names none."""
+    registered = track.get("registry") or {}
+    if not registered.get("registered_model") or not registered.get("version"):
+        return None
+    base, first = ui_base(str(track["tracking_uri"]))
+    page = model_version_url(base, registered["registered_model"], registered["version"])
     return f"{first}, then {page}" if first else page
 
 
@@ -55,6 +66,9 @@ def tracked_lines(layout: Layout) -> list[str]:
         )
     elif registered:
         lines.append(f"registry: {registered['status']}: {registered['why']}")
+    version_page = registry_url(track)
+    if version_page:
+        lines.append(f"registry: open the version: {version_page}")
     return lines
 
 

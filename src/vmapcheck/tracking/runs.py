@@ -5,7 +5,11 @@ picks (``--filter "tags.model = 'mlp' and tags.precision = 'f64'"``), from every
 experiment of this project (``tracking.experiment`` and ``<experiment>-<model>``,
 see ``tracking.experiment_per_model``), or one (``--experiment``), or all (``--all``).
 
-Columns, the summary first: run name, verdict, the worst ``max_rel`` between paths,
+Columns, the summary first: run name, verdict (PASSED or FAILED, green or red on a
+terminal), the figure that decided it, the worst bound ratio between paths (the largest
+``agree/<case>/bound_ratio``: ``|a - b| / (atol + rtol * S)``, above 1 fails; runs logged
+before it: ``_summary/worst_bound_ratio``), the tolerance it was judged by (tags
+``tolerance.rtol``, ``tolerance.atol``), the worst ``max_rel`` between paths,
 against the stored reference and against float64 (the run's ``_summary/*`` metrics; for
 runs logged before those, the largest ``agree/*/*/max_rel``, ``reference/*/*/max_rel``,
 ``oracle/*/*/max_rel``), vmap over the loop and over the direct form at the largest batch
@@ -23,15 +27,18 @@ Under the table, the address of the same runs (the newest :data:`COMPARE_VIEW_MA
 MLflow's compare view, in its ML mode (vmapcheck.tracking.ui.compare_url): the runs
 table's own Compare button opens that view without ``workflowType``.
 
-The verdict column holds a complete run's verdict (vmapcheck.tracking.store.is_complete);
-any other run shows its status: ``failed`` for one a killed ``track`` left unfinished
-(marked so by the next ``track``), ``running``, or ``incomplete``.
+The verdict column holds a complete run's verdict (vmapcheck.tracking.store.is_complete),
+``PASSED`` or ``FAILED``; any other run shows its status in lower case: ``abandoned`` for
+one a killed ``track`` left unfinished (marked FAILED by the next ``track``), ``running``,
+``killed``, or ``incomplete``. On a terminal (stdout a TTY, ``NO_COLOR`` unset) PASSED is
+green, FAILED red and the others yellow; piped, the table has no colour codes.
 """
 
 from __future__ import annotations
 
 import datetime
 import io
+import os
 import re
 import shutil
 import sys
@@ -43,7 +50,7 @@ from vmapcheck.core.paths import PATHS
 from vmapcheck.errors import VmapcheckError
 from vmapcheck.layout import Layout
 from vmapcheck.report.headline import batch_label
-from vmapcheck.tracking.store import is_complete
+from vmapcheck.tracking.store import ABANDONED_TAG, is_complete
 from vmapcheck.tracking.uri import sqlite_file
 
 # The paths whose p50 latency each row shows.
@@ -58,6 +65,15 @@ WORST = {
     "f64 max_rel": ("_summary/worst_vs_f64_max_rel", "oracle"),
 }
 SPEEDUPS = {"vmap/loop": "vmap_over_loop", "vmap/direct": "vmap_over_direct"}
+# The deciding figure and the tolerance it is read against: the worst bound ratio (each
+# case's worst, ``agree/<case>/bound_ratio``; runs logged before it carry only the summary
+# metric) and the tags of the tolerance rule (vmapcheck.tracking.log.run_tags).
+BOUND_RATIO = re.compile(r"^agree/[^/]+/bound_ratio$")
+BOUND_SUMMARY = "_summary/worst_bound_ratio"
+TOLERANCE = {"rtol": "tolerance.rtol", "atol": "tolerance.atol"}
+# The verdict column's colours on a terminal (rich styles), by the text shown.
+VERDICT_STYLES = {"PASSED": "bold green", "FAILED": "bold red"}
+OTHER_STYLE = "yellow"  # running, abandoned, incomplete: not a verdict
 LATENCY = re.compile(r"^latency_ms/vmap_jit/b(\d+)/p50$")
 # A run name wraps to no narrower than this many characters.
 RUN_MIN = 24
@@ -74,6 +90,7 @@ DROP_ORDER = (
     "vmap/direct",
     "f64 max_rel",
     "ref max_rel",
+    "atol",
 )
 
 
@@ -207,12 +224,22 @@ def _fmt(value: float | None, spec: str = ".3g") -> str:
 
 
 def shown_verdict(run: Any) -> str:
-    """A complete run's verdict tag; any other run's status, lowercase (``failed``,
-    ``running``, ``killed``), or ``incomplete`` for one FINISHED but not complete."""
+    """A complete run's verdict tag in capitals (``PASSED``, ``FAILED``); any other run's
+    status in lower case: ``abandoned`` (marked FAILED by a later track), ``running``,
+    ``killed``, or ``incomplete`` for one ended but not complete."""
     if is_complete(run):
-        return run.data.tags["verdict"]
+        return run.data.tags["verdict"].upper()
     status = run.info.status
-    return "incomplete" if status == "FINISHED" else status.lower()
+    if run.data.tags.get(ABANDONED_TAG):
+        return "abandoned"
+    return "incomplete" if status in ("FINISHED", "FAILED") else status.lower()
+
+
+def worst_bound_ratio(metrics: dict[str, float]) -> float | None:
+    """The largest ``agree/<case>/bound_ratio`` (the figure the agreement check fails on,
+    above 1); the ``_summary/worst_bound_ratio`` of a run without them; None: neither."""
+    values = [v for k, v in metrics.items() if BOUND_RATIO.match(k)]
+    return max(values) if values else metrics.get(BOUND_SUMMARY)
 
 
 def at_batch(metrics: dict[str, float], template: str, batch: int | None) -> float | None:
@@ -237,6 +264,8 @@ def compare_rows(runs: list[Any]) -> tuple[list[dict[str, str]], int | None]:
         commit = tags.get("git_commit", "-")
         started = datetime.datetime.fromtimestamp(run.info.start_time / 1000)
         row = {"run": run.info.run_name or run.info.run_id, "verdict": shown_verdict(run)}
+        row["bound ratio"] = _fmt(worst_bound_ratio(metrics))
+        row |= {column: tags.get(tag, "-") for column, tag in TOLERANCE.items()}
         for column, (summary, family) in WORST.items():
             value = metrics.get(summary)
             row[column] = _fmt(value if value is not None else worst(metrics, family))
@@ -259,11 +288,15 @@ def compare_rows(runs: list[Any]) -> tuple[list[dict[str, str]], int | None]:
     return rows, batch
 
 
-def _render(rows: list[dict[str, str]], columns: list[str], title: str, width: int) -> str:
+def _render(
+    rows: list[dict[str, str]], columns: list[str], title: str, width: int, color: bool = False
+) -> str:
+    """The table as text; ``color``: with ANSI colour codes (the verdict's, a terminal's)."""
     from rich.console import Console
     from rich.table import Table
+    from rich.text import Text
 
-    numeric = {*WORST, *SPEEDUPS, *(f"{path} p50 ms" for path in HEADLINE)}
+    numeric = {*WORST, *SPEEDUPS, "bound ratio", *TOLERANCE, *(f"{p} p50 ms" for p in HEADLINE)}
     table = Table(title=title, title_justify="left")
     for column in columns:
         table.add_column(
@@ -274,19 +307,32 @@ def _render(rows: list[dict[str, str]], columns: list[str], title: str, width: i
             no_wrap=column != "run",
         )
     for row in rows:
-        style = "" if row["verdict"] in ("passed", "running") else "bold red"
-        table.add_row(*(row[c] for c in columns), style=style)
+        style = VERDICT_STYLES.get(row["verdict"], OTHER_STYLE)
+        cells = [Text(row[c], style=style) if c == "verdict" else row[c] for c in columns]
+        table.add_row(*cells)
     buffer = io.StringIO()
-    Console(file=buffer, width=width, force_terminal=False).print(table)
+    Console(
+        file=buffer,
+        width=width,
+        force_terminal=color,
+        no_color=not color,
+        color_system="standard" if color else None,
+    ).print(table)
     return buffer.getvalue().rstrip()
+
+
+def use_color() -> bool:
+    """Colour for a terminal only: stdout a TTY, and no ``NO_COLOR`` (no-color.org) set."""
+    return sys.stdout.isatty() and not os.environ.get("NO_COLOR")
 
 
 def _widest(text: str) -> int:
     return max((len(line) for line in text.splitlines()), default=0)
 
 
-def format_compare(selection: Selection, width: int | None = None) -> str:
-    """The selection as a text table (rich), with what the columns mean underneath.
+def format_compare(selection: Selection, width: int | None = None, color: bool = False) -> str:
+    """The selection as a text table (rich), with what the columns mean underneath;
+    ``color``: the verdict in colour (:func:`use_color`).
 
     ``width`` None: the table's natural width, nothing left out or wrapped; a number:
     no line is longer. Columns are left out in :data:`DROP_ORDER` until the table fits
@@ -305,7 +351,7 @@ def format_compare(selection: Selection, width: int | None = None) -> str:
                 break
             columns.remove(column)
             left_out.append(column)
-    table = _render(rows, columns, title, width or 100_000)
+    table = _render(rows, columns, title, width or 100_000, color)
     where = (
         f"at batch {batch} (the largest every listed run measured)"
         if batch is not None
@@ -313,6 +359,9 @@ def format_compare(selection: Selection, width: int | None = None) -> str:
     )
     notes = [
         f"store: {selection.tracking_uri}",
+        "bound ratio: the worst |a - b| / (atol + rtol * S) between paths, the figure the "
+        "verdict is decided by (above 1 fails), against the tolerance rtol, atol it was "
+        "judged with",
         "max_rel: the worst between paths (_summary/worst_max_rel), against the stored "
         "reference (_summary/worst_vs_reference_max_rel) and against float64 "
         "(_summary/worst_vs_f64_max_rel)",
@@ -360,7 +409,7 @@ def run_compare(
     except VmapcheckError as exc:
         print(f"compare: {exc}", file=sys.stderr)
         return 2
-    print(format_compare(selection, width or shutil.get_terminal_size().columns))
+    print(format_compare(selection, width or shutil.get_terminal_size().columns, use_color()))
     print(compare_view_line(selection))
     return 0
 

@@ -10,10 +10,12 @@ and DVC passes the original repository's root to every stage in ``DVC_ROOT``
 ``<DVC_ROOT>/.dvc/tmp/``, ``DVC_ROOT`` is the store root: every experiment of a sweep
 reaches the one store of the repository it was queued from.
 
-**Complete runs.** A run is *complete* when its status is FINISHED, it has
-``pipeline_complete=true`` and a ``verdict`` tag (:data:`COMPLETE_FILTER` for MLflow
-searches, :func:`is_complete` on a run). Only complete runs are trusted: the benchmark
-baseline ``last-verified``, a baseline named by run id, registry rollback and loading.
+**Complete runs.** A run is *complete* when ``track`` ended it (status FINISHED, or
+FAILED for a check that failed: :data:`VERDICT_STATUS`), it has ``pipeline_complete=true``
+and a ``verdict`` tag, and no later ``track`` marked it abandoned (tag
+``vmapcheck.abandoned``) (:data:`COMPLETE_FILTER` for MLflow searches, :func:`is_complete`
+on a run). Only complete runs are trusted: the benchmark baseline ``last-verified`` (which
+also wants ``verdict=passed``), a baseline named by run id, registry rollback and loading.
 ``vmapcheck compare`` lists every run but shows an incomplete one by its status.
 
 Beside it: how long a run waits for a tracking server (:mod:`vmapcheck.tracking.server`),
@@ -58,11 +60,23 @@ PID_START_TAG = "vmapcheck.track_pid_start"
 HOST_TAG = "vmapcheck.track_host"
 # Why a run was marked FAILED by a later track (its process was gone, or it was replaced).
 ABANDONED_TAG = "vmapcheck.abandoned"
+# The status ``track`` ends a run with, by its verdict: MLflow's runs list shows FINISHED
+# as a green tick and FAILED as a red cross, so a failed check is seen at a glance there.
+# A run a later track marked abandoned is FAILED too, but carries ABANDONED_TAG.
+VERDICT_STATUS = {"passed": "FINISHED", "failed": "FAILED"}
 # The one definition of a complete run, as an MLflow search filter (is_complete: the same
-# on a Run): status FINISHED, pipeline_complete=true, and a verdict.
-COMPLETE_FILTER = (
-    f"attributes.status = 'FINISHED' and tags.{COMPLETE_TAG} = 'true' "
-    f"and tags.{VERDICT_TAG} LIKE '%'"
+# on a Run): ended by track (a status of VERDICT_STATUS), pipeline_complete=true, a
+# verdict, and not marked abandoned.
+# MLflow's search refuses ``status IN (...)`` (only run_id takes a list), so the filter
+# leaves out MLflow's other statuses (mlflow.entities.RunStatus) one by one.
+NOT_ENDED_BY_TRACK = ("RUNNING", "SCHEDULED", "KILLED")
+COMPLETE_FILTER = " and ".join(
+    [
+        *(f"attributes.status != '{status}'" for status in NOT_ENDED_BY_TRACK),
+        f"tags.{COMPLETE_TAG} = 'true'",
+        f"tags.{VERDICT_TAG} LIKE '%'",
+        f"tags.`{ABANDONED_TAG}` IS NULL",
+    ]
 )
 
 
@@ -216,7 +230,7 @@ def incomplete_because(run: Any) -> str | None:
     info, tags = run.info, run.data.tags
     if info.lifecycle_stage != "active":
         return "it was deleted"
-    if info.status != "FINISHED":
+    if info.status not in VERDICT_STATUS.values() or tags.get(ABANDONED_TAG):
         why = f"its status is {info.status}"
         return why + (f" ({tags[ABANDONED_TAG]})" if tags.get(ABANDONED_TAG) else "")
     if tags.get(COMPLETE_TAG) != "true":
@@ -226,14 +240,23 @@ def incomplete_because(run: Any) -> str | None:
     return None
 
 
-def mark_complete(uri: str, run_id: str) -> None:
-    """The last writes of a run: tag ``pipeline_complete=true``, then status FINISHED.
-    From then on it is a complete run (see the module docstring)."""
+def mark_complete(uri: str, run_id: str, verdict: str) -> None:
+    """The last writes of a run: tag ``pipeline_complete=true``, then its end status by
+    ``verdict`` (its ``verdict`` tag: FINISHED when passed, FAILED when failed,
+    :data:`VERDICT_STATUS`). From then on it is a complete run (see the module docstring).
+
+    Raises:
+        ValueError: ``verdict`` is neither ``passed`` nor ``failed``.
+    """
     from mlflow.tracking import MlflowClient
 
+    if verdict not in VERDICT_STATUS:
+        raise ValueError(
+            f"mark_complete: verdict must be one of {sorted(VERDICT_STATUS)}, got {verdict!r}"
+        )
     client = MlflowClient(tracking_uri=uri)
     client.set_tag(run_id, COMPLETE_TAG, "true")
-    client.set_terminated(run_id, status="FINISHED")
+    client.set_terminated(run_id, status=VERDICT_STATUS[verdict])
 
 
 # --- the process a run belongs to ------------------------------------------------------

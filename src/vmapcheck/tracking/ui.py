@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import json
 import os
-from urllib.parse import urlencode
+import sys
+from pathlib import Path
+from urllib.parse import quote, urlencode
 
 from vmapcheck.config import load_config
 from vmapcheck.layout import Layout
@@ -37,6 +39,13 @@ def experiment_url(base: str, experiment_id: str) -> str:
 def run_url(base: str, experiment_id: str, run_id: str) -> str:
     """One run's page in the ML view."""
     return f"{base.rstrip('/')}/#/experiments/{experiment_id}/runs/{run_id}?{urlencode(ML_VIEW)}"
+
+
+def model_version_url(base: str, name: str, version: str | int) -> str:
+    """A registered model version's page (the registry: vmapcheck.tracking.registry), in
+    the ML view (without ``workflowType`` MLflow 3.17 opens it in its GenAI one)."""
+    page = f"{base.rstrip('/')}/#/models/{quote(name, safe='')}/versions/{version}"
+    return f"{page}?{urlencode(ML_VIEW)}"
 
 
 def compare_url(base: str, runs: list[tuple[str, str]]) -> str:
@@ -99,10 +108,17 @@ def run_ui(layout: Layout, port: int = 5000) -> int:
     # MLflow 3's server starts a GenAI job runner (about ten huey consumer processes) that
     # vmapcheck's runs never use: on a two-core machine it only takes CPU. Unless asked for.
     os.environ.setdefault(JOB_EXECUTION_ENV, "false")
+    # exec replaces this process with its unwritten buffer: piped (`make ui | tee`, a
+    # log file) the lines above would be lost.
+    sys.stdout.flush()
+    # MLflow's command of this interpreter's environment: `.venv/bin/vmapcheck ui` runs
+    # without the venv on PATH (make ui has it there), and finds no other `mlflow`.
+    beside = Path(sys.executable).with_name("mlflow")
+    mlflow = str(beside) if beside.is_file() else "mlflow"
     os.execvp(
-        "mlflow",
+        mlflow,
         [
-            "mlflow",
+            mlflow,
             "ui",
             "--backend-store-uri",
             uri,
