@@ -81,7 +81,9 @@ def budget_caveat(bench: Mapping[str, Any], measured: bool = True) -> str | None
     by_sizes: dict[tuple[int, ...], list[str]] = {}
     for path, rows in left.items():
         by_sizes.setdefault(tuple(rows), []).append(path)
-    every = len(by_sizes) == 1 and set(left) == set(bench.get("skipped") or {})
+    # "every path" only when no path timed was spared: the paths of latency_ms and skipped.
+    benched = set(bench.get("latency_ms") or {}) | set(bench.get("skipped") or {})
+    every = len(by_sizes) == 1 and len(left) > 1 and set(left) == benched
     where = "; ".join(
         f"{'every path' if every else ', '.join(paths)} left out at "
         f"{', '.join(map(str, rows))} rows"
