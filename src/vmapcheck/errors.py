@@ -3,10 +3,22 @@
 from __future__ import annotations
 
 import contextlib
+import difflib
 import re
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from typing import TextIO
+
+
+def suggest(name: str, known: Iterable[str], prefix: str = "") -> str:
+    """`` (did you mean X?)`` for the known name closest to a mistyped ``name``
+    (difflib's ratio at least 0.6, its default), else ``""``: the one "did you mean" of
+    every error that names something unknown (a config key, a CLI verb or flag, a config
+    group's option). ``known``: the names that would have been accepted there;
+    ``prefix``: put before the name shown (a key's parent path, ``precision.``), and not
+    compared: a shared prefix would make any two names look alike."""
+    close = difflib.get_close_matches(name, [k for k in known if k != name], n=1)
+    return f" (did you mean {prefix}{close[0]}?)" if close else ""
 
 
 class VmapcheckError(Exception):
