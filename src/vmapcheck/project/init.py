@@ -14,8 +14,9 @@ It writes, relative to the repository's root (the current folder):
   ``dvc plots show`` fills, Vega inlined: it draws offline; :mod:`.plots_page`),
   ``data/raw/README.md`` and
   ``data/reference/README.md`` (the folders the stages read), ``VMAPCHECK.md`` (next steps);
-- a block of ``.gitignore`` rules that keep raw data, the MLflow store and DVC's
-  experiment outputs out of git, and ``__pycache__/`` in ``.dvcignore``.
+- a block of ``.gitignore`` rules that keep raw data, the MLflow store and every output
+  DVC caches (:func:`cached_outputs_rules`) out of git, and ``__pycache__/`` in
+  ``.dvcignore``.
 
 It runs ``dvc init`` when the repository is not a DVC repository yet, and turns on DVC's
 Hydra composition (``dvc config hydra.enabled true``) and names the offline plots page
