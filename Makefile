@@ -140,7 +140,7 @@ compare: $(STAMP)
 # key params that differ between the rows shown. A plain `dvc exp show` lists every
 # params.yaml key and every dependency, and DVC has no setting that hides columns by
 # default. Both are regexes over column names (metrics by key, params by dotted path).
-EXP_METRICS ?= passed|worst_max_rel_eps|vmap_over_loop@b[0-9]+
+EXP_METRICS ?= passed|worst_bound_ratio|worst_max_rel_eps|vmap_over_loop@b[0-9]+
 EXP_PARAMS ?= model\.name|backend\.name|precision\.name|bench\.name|precision\.tolerance\.rtol
 exp: $(STAMP)
 	dvc exp show --only-changed --keep '^(Experiment|$(EXP_METRICS))$$' \

@@ -28,6 +28,7 @@ COMMANDS = [
     "params",
     "plots",
     "summary",
+    "gate",
     "store",
 ]
 # The console script pip installed next to this interpreter (pip install -e . makes it).

@@ -401,12 +401,57 @@ def test_a_top_level_that_is_no_mapping_names_its_type():
     assert _error([1, 2]) == "params.yaml: expected a mapping at the top level, found list"
 
 
-def test_any_edit_of_params_yaml_reruns_a_stage_that_validates_it_all():
-    """An edit no stage declares (`-S +foo=1`) still reruns the stage that depends on
-    params.yaml as a whole, which refuses it at its start (the test above); the e2e
-    test_an_unknown_key_alone_is_refused_by_the_one_stage_dvc_reruns runs it in DVC."""
+def test_the_first_stage_always_runs_and_refuses_a_mistyped_key_with_a_suggestion(tmp_path, capsys):
+    """Any edit of params.yaml (`-S +precision.tolerence.rtol=1e-5`, declared by no
+    stage) is validated whole by the code stage: the first, always run (no stage
+    depends on params.yaml as a whole), it refuses the key with the one it was meant to
+    be, before prepare and before the run is marked; the e2e
+    test_an_unknown_key_is_refused_by_the_first_stage_before_prepare runs it in DVC."""
+    from vmapcheck.project.code import run
+
     stages = yaml.safe_load((ROOT / "dvc.yaml").read_text())["stages"]
-    assert [name for name, s in stages.items() if "params.yaml" in s.get("deps", [])] == ["track"]
+    assert next(iter(stages)) == "code" and stages["code"]["always_changed"] is True
+    assert not [name for name, s in stages.items() if "params.yaml" in s.get("deps", [])]
+    (tmp_path / "params.yaml").write_text(
+        compose_yaml(ROOT / "conf", ["+precision.tolerence.rtol=1e-5"])
+    )
+    assert run(tmp_path) == 2
+    err = capsys.readouterr().err
+    assert "code: error: invalid configuration in " in err
+    assert (
+        "  precision.tolerence: unknown key (found a mapping) "
+        "(did you mean precision.tolerance?)" in err
+    )
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["params.yaml"]  # nothing written
+
+
+@pytest.mark.parametrize(
+    "key,meant",
+    [
+        ("seedd", "seed"),
+        ("data.splitt", "data.split"),
+        ("tracking.tracking_urii", "tracking.tracking_uri"),
+        ("bench.early_stop.paired_look", "bench.early_stop.paired_looks"),
+    ],
+)
+def test_an_unknown_key_names_the_closest_known_key_at_its_level(key, meant):
+    from vmapcheck.config.load import known_keys
+
+    raw = _raw()
+    node = raw
+    *parents, last = key.split(".")
+    for part in parents:
+        node = node[part]
+    node[last] = 1
+    assert meant in known_keys(key, raw)
+    assert f"  {key}: unknown key (found value 1) (did you mean {meant}?)" in _error(raw)
+
+
+def test_a_key_like_no_known_one_gets_no_suggestion():
+    raw = _raw()
+    raw["precision"]["zzzz"] = 1
+    line = next(x for x in _error(raw).splitlines() if "zzzz" in x)
+    assert line == "  precision.zzzz: unknown key (found value 1)"
 
 
 @pytest.mark.parametrize(

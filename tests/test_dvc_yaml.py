@@ -54,18 +54,59 @@ def _covers(dep: str, file: str) -> bool:
 
 
 def test_stage_order_is_the_documented_one():
-    assert list(STAGES) == ["code", "prepare", "train", "forward", "check", "bench", "track"]
-    assert list(STAGE_CODE) == list(STAGES)[1:]
+    assert list(STAGES) == [
+        "code",
+        "prepare",
+        "train",
+        "forward",
+        "check",
+        "bench",
+        "track",
+        "gate",
+    ]
+    assert list(STAGE_CODE) == list(STAGES)[1:-1]
 
 
-def test_the_code_stage_always_runs_and_writes_one_record_per_stage():
+def test_the_code_stage_always_runs_and_keeps_one_record_per_stage():
+    """persist: DVC leaves the last records in place when it reruns the stage, so the
+    stage compares with them (without it, every run said every stage's code was new)."""
     assert STAGES["code"]["cmd"] == "python stages/code.py"
     assert STAGES["code"]["deps"] == ["stages/code.py"]
     assert STAGES["code"]["always_changed"] is True
     layout = Layout(ROOT)
     assert STAGES["code"]["outs"] == [
-        str(layout.code_record(s).relative_to(ROOT)) for s in STAGE_CODE
+        {str(layout.code_record(s).relative_to(ROOT)): {"persist": True}} for s in STAGE_CODE
     ]
+
+
+def test_the_gate_is_last_always_runs_writes_nothing_and_reads_the_verdict():
+    gate = STAGES["gate"]
+    assert gate["cmd"] == "python stages/gate.py" and gate["always_changed"] is True
+    assert "outs" not in gate and "metrics" not in gate
+    # After track (its report), on the check's headline and the guard's replay.
+    assert set(gate["deps"]) == {
+        "stages/gate.py",
+        "reports/check.json",
+        "reports/bench_details.json",
+        "reports/track.json",
+    }
+
+
+def test_track_depends_on_every_key_of_vmapcheck_and_on_none_of_the_users():
+    """A key of the user's own (`-S lr=0.3`) reruns no stage of vmapcheck's (track logged
+    another run for it); each of vmapcheck's own keys reruns track, which logs them."""
+    from vmapcheck.config import CONFIG_KEYS, Config
+
+    track = STAGES["track"]
+    assert track["params"] == list(CONFIG_KEYS)
+    assert set(CONFIG_KEYS) == set(Config.model_fields) - {"project_keys"}
+    for name, stage in STAGES.items():
+        assert "params.yaml" not in stage.get("deps", []), name
+
+
+def test_the_last_good_report_survives_a_failed_track():
+    outs = STAGES["track"]["outs"]
+    assert {"reports/report.html": {"persist": True}} in outs
 
 
 @pytest.mark.parametrize("stage", list(STAGE_CODE))
@@ -143,11 +184,11 @@ def test_a_changed_library_file_changes_the_records_of_the_stages_that_run_it(
     assert set(code.write_records(layout).values()) == {"changed"}
 
 
-def test_tolerance_is_read_only_by_check():
+def test_tolerance_is_read_only_by_check_and_logged_by_track():
     for name, stage in STAGES.items():
         params = stage.get("params", [])
         reads_tolerance = any(p in ("precision", "precision.tolerance") for p in params)
-        assert reads_tolerance == (name == "check"), name
+        assert reads_tolerance == (name in ("check", "track")), name
 
 
 def test_metrics_are_small_files_kept_in_git():
@@ -163,6 +204,21 @@ def test_metrics_are_small_files_kept_in_git():
         assert options == {"cache": False}, path
     ignored = (ROOT / "reports" / ".gitignore").read_text().split()
     assert not {f"/{Path(p).name}" for p in metrics} & set(ignored)
+    assert not {f"/{p}" for p in metrics} & set((ROOT / ".gitignore").read_text().split())
+
+
+def test_every_cached_output_is_git_ignored_before_any_stage_runs():
+    """DVC writes its ignore entries only when a stage succeeds: init's block ignores
+    every cached output up front, so `git add -A` after a failed run takes none."""
+    root_rules = set((ROOT / ".gitignore").read_text().splitlines())
+    for name, stage in STAGES.items():
+        for kind in ("outs", "metrics"):
+            for entry in stage.get(kind, []):
+                path, options = (
+                    next(iter(entry.items())) if isinstance(entry, dict) else (entry, {})
+                )
+                if options.get("cache", True):
+                    assert f"/{path}" in root_rules, (name, path)
 
 
 def _colour_scale(template: dict) -> dict:

@@ -293,6 +293,23 @@ def test_pipeline_key_follows_the_contents_of_the_stage_deps(tmp_path):
     assert pipeline_key(project) == changed
 
 
+def test_pipeline_key_follows_the_stage_params_and_no_other_key(tmp_path):
+    """track's params are vmapcheck's keys (dvc.yaml): a tolerance changes the key, a
+    key of the project's own (`-S lr=0.3`) does not: it logged another run."""
+    project = _project(tmp_path)
+    declared = yaml.safe_load((project / "dvc.yaml").read_text())
+    declared["stages"]["track"]["params"] = ["precision", "seed"]
+    (project / "dvc.yaml").write_text(yaml.safe_dump(declared))
+    params = {"precision": {"tolerance": {"rtol": 1e-5}}, "seed": 0, "lr": 0.01}
+    (project / "params.yaml").write_text(yaml.safe_dump(params))
+    key = pipeline_key(project)
+    (project / "params.yaml").write_text(yaml.safe_dump(params | {"lr": 0.3}))
+    assert pipeline_key(project) == key
+    params["precision"]["tolerance"]["rtol"] = 2e-5
+    (project / "params.yaml").write_text(yaml.safe_dump(params))
+    assert pipeline_key(project) != key
+
+
 def test_an_interrupted_attempt_is_marked_failed_and_a_complete_run_kept(tmp_path, capsys):
     from mlflow.tracking import MlflowClient
 

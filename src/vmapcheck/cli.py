@@ -191,6 +191,12 @@ def _summary(args: argparse.Namespace, layout: Layout) -> int:
     return run_summary(layout, args.repro_status)
 
 
+def _gate(args: argparse.Namespace, layout: Layout) -> int:
+    from vmapcheck.pipeline.gate import run_gate
+
+    return run_gate(layout, stage=False)
+
+
 def _store(args: argparse.Namespace, layout: Layout) -> int:
     from vmapcheck.tracking.store import run_store
 
@@ -313,6 +319,8 @@ COMMANDS = {
     "params": "recompose params.yaml from conf/ (as dvc exp run does)",
     "plots": "write the plots page (dvc plots show, Vega inlined: it draws offline), say where",
     "summary": "print the verdict of the last pipeline run and its MLflow run",
+    "gate": "exit 1 when the last run in this workspace failed its check or guard replay "
+    "(after `dvc exp run`, which keeps failed runs)",
     "store": "create (init), locate (where) or probe the MLflow store",
 }
 
@@ -594,6 +602,7 @@ VERBS: dict[str, tuple[Command, Callable[[argparse.ArgumentParser], None]]] = {
     "params": (_params, _params_flags),
     "plots": (_plots, _plots_flags),
     "summary": (_summary, _summary_flags),
+    "gate": (_gate, _root_flag),
     "store": (_store, _store_flags),
 }
 

@@ -76,7 +76,7 @@ class UnsupportedVersionError(VmapcheckError):
 SUGGEST_CUTOFF = 0.6
 
 
-def did_you_mean(name: str, known: Iterable[str]) -> str:
+def did_you_mean(name: str, known: Iterable[str], prefix: str = "") -> str:
     """``" (did you mean X?)"`` naming the known name closest to a mistyped ``name`` (two
     or three when they are about as close: ``" (did you mean X or Y?)"``), or ``""`` when
     none is close (:data:`SUGGEST_CUTOFF`) or ``name`` is itself known. Appended to an
@@ -84,7 +84,9 @@ def did_you_mean(name: str, known: Iterable[str]) -> str:
 
     Names are compared without their leading dashes, which every option shares
     (``--bogus`` is not close to ``--out``), and a name differing in case only
-    (``MLP``) is close."""
+    (``MLP``) is close. ``prefix``: put before each name shown (a key's parent path,
+    ``precision.``) and not compared: a shared prefix would make any two names look
+    alike."""
     known = [str(k) for k in known]
     if name in known:
         return ""
@@ -101,7 +103,7 @@ def did_you_mean(name: str, known: Iterable[str]) -> str:
         return ""
     # The best, and any other within 0.05 of it (3 at most): a tie is not broken by guessing.
     close = [k for k in close if scores[close[0]] - scores[k] < 0.05][:3]
-    return f" (did you mean {' or '.join(close)}?)"
+    return f" (did you mean {' or '.join(prefix + k for k in close)}?)"
 
 
 # The exit code of a stage or command stopped by Ctrl-C: 128 + SIGINT, as a shell reports it.

@@ -311,19 +311,22 @@ def test_second_repro_runs_no_stage(project, first_run):
     assert stages_run(result) == set()
     for stage in ("prepare", "train", "forward", "check", "bench", "track"):
         assert f"Stage '{stage}' didn't change, skipping" in result.stdout, result.stdout
+    # code kept its records (persist): it says nothing changed, not that all is new.
+    assert re.search(r"^code: vmapcheck \S+; no change$", result.stdout, re.M), result.stdout
+    assert "gate: the check PASSED; worst_bound_ratio " in result.stdout
 
 
-def test_an_unknown_key_alone_is_refused_by_the_one_stage_dvc_reruns(project, first_run):
-    # `-S +foo=1` changes no stage's declared params: only track (a dep on params.yaml as a
-    # whole) reruns, and refuses the key before any work (every stage validates it all).
+def test_an_unknown_key_alone_is_refused_by_the_first_stage(project, first_run):
+    # `-S +foo=1` changes no stage's declared params: code, the first stage and always
+    # run, validates the whole params.yaml and refuses the key before any work.
     compose(project, "+foo=1")
     try:
         result = run(project, "dvc", "repro", check=False)
     finally:
         compose(project)
     output = result.stdout + result.stderr
-    assert result.returncode != 0 and stages_run(result) == {"track"}, output
-    assert "track: error: invalid configuration in" in output
+    assert result.returncode != 0 and stages_run(result) == set(), output
+    assert "code: error: invalid configuration in" in output
     assert "  foo: unknown key (found value 1)" in output
 
 

@@ -54,26 +54,29 @@ def run(
     return result
 
 
-# dvc.yaml's first stage: it runs on every `dvc repro` by design (always_changed) and only
-# records which vmapcheck code each stage runs (vmapcheck.project.code).
-ALWAYS_RUN = "code"
+# dvc.yaml's first and last stages run on every `dvc repro` by design (always_changed):
+# code validates params.yaml and records which vmapcheck code each stage runs
+# (vmapcheck.project.code); gate turns the verdict into the exit status
+# (vmapcheck.pipeline.gate).
+ALWAYS_RUN = ("code", "gate")
 
 
 def stages_run(output: str) -> set[str]:
-    """The stages a `dvc repro` ran (its output), less the code stage, which always runs."""
+    """The stages a `dvc repro` ran (its output), less code and gate, which always run."""
     import re
 
-    return set(re.findall(r"Running stage '(\w+)'", output)) - {ALWAYS_RUN}
+    return set(re.findall(r"Running stage '(\w+)'", output)) - set(ALWAYS_RUN)
 
 
 def dvc_up_to_date(project: Path) -> dict:
-    """What `dvc status --json` reports beyond the code stage's "always changed": {} when
+    """What `dvc status --json` reports beyond code's and gate's "always changed": {} when
     every stage is up to date."""
     import json
 
     status = json.loads(run(project, "dvc", "status", "--json").stdout or "{}")
-    if status.get(ALWAYS_RUN) == ["always changed"]:
-        del status[ALWAYS_RUN]
+    for stage in ALWAYS_RUN:
+        if status.get(stage) == ["always changed"]:
+            del status[stage]
     return status
 
 

@@ -82,6 +82,7 @@ from vmapcheck.config.tracking import (
     tracking_uri_problem,
 )
 from vmapcheck.config.whole import (
+    CONFIG_KEYS,
     Config,
     ReferenceConfig,
 )
@@ -89,6 +90,7 @@ from vmapcheck.config.whole import (
 __all__ = [
     "BENCH_ROUNDS",
     "BUILTIN_MODELS",
+    "CONFIG_KEYS",
     "DTYPE_BYTES",
     "FINDING_KIND_NAMES",
     "HTTP_SCHEMES",

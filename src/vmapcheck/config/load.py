@@ -6,14 +6,16 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
+import types
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any, Union, get_args, get_origin
 
 import yaml
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
 from vmapcheck.config.whole import Config
-from vmapcheck.errors import ConfigError, redact
+from vmapcheck.errors import ConfigError, did_you_mean, redact
 
 # The discriminator of a tagged union (data.source): pydantic puts the tag's value into an
 # error's location (data.synthetic.split), where it is no key of params.yaml.
@@ -65,6 +67,58 @@ def _tag_key(key: str, err: dict[str, Any]) -> str:
     return f"{key}.{tag}" if tag and key != "<root>" else tag or key
 
 
+def _value_types(annotation: Any, raw: Any) -> list[Any]:
+    """The config sections (pydantic models) or mappings (``dict[str, X]``) a value of
+    ``annotation`` can be, ``raw`` (the value found) choosing among a tagged union's
+    members by its tag (``data.source``); other annotations (leaves) give none."""
+    origin = get_origin(annotation)
+    if origin is Annotated:
+        return _value_types(get_args(annotation)[0], raw)
+    if origin in (Union, types.UnionType):
+        members = [t for arg in get_args(annotation) for t in _value_types(arg, raw)]
+        tagged = [
+            m
+            for m in members
+            if isinstance(m, type)
+            and isinstance(raw, dict)
+            and any(
+                raw.get(tag) in get_args(m.model_fields[tag].annotation)
+                for tag in _TAG_KEYS
+                if tag in m.model_fields
+            )
+        ]
+        return tagged or members
+    if origin is dict:
+        return [annotation]
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return [annotation]
+    return []
+
+
+def known_keys(key: str, raw: Any = None) -> list[str]:
+    """The dotted keys the schema accepts beside ``key`` (a dotted params.yaml key, as
+    :func:`_key_path` writes it: ``precision.tolerence``), each with its parent's path
+    (``precision.tolerance``, ``precision.dtype``, ...): what a mistyped key was meant to
+    be. ``raw``: the parsed params.yaml, which picks a tagged union's member. Empty where
+    any key is accepted (a mapping of the user's names, e.g. ``model.inputs``)."""
+    parts = [re.sub(r"\[\d+\]$", "", part) for part in key.split(".")]
+    kinds: list[Any] = [Config]
+    node = raw
+    for part in parts[:-1]:
+        found: list[Any] = []
+        for kind in kinds:
+            if get_origin(kind) is dict:
+                found += _value_types(get_args(kind)[1], (node or {}).get(part))
+            elif part in kind.model_fields:
+                value = node.get(part) if isinstance(node, dict) else None
+                found += _value_types(kind.model_fields[part].annotation, value)
+        kinds = found
+        node = node.get(part) if isinstance(node, dict) else None
+    parent = ".".join(parts[:-1])
+    names = sorted({name for kind in kinds if isinstance(kind, type) for name in kind.model_fields})
+    return [f"{parent}.{name}" if parent else name for name in names]
+
+
 def describe_errors(errors: list[dict[str, Any]], source: str, raw: Any = None) -> str:
     lines = [f"invalid configuration in {source}:"]
     for err in errors:
@@ -78,7 +132,10 @@ def describe_errors(errors: list[dict[str, Any]], source: str, raw: Any = None) 
                 if len(err["loc"]) == 1
                 else ""
             )
-            lines.append(f"  {key}: unknown key (found {what}){hint}")
+            parent, _, name = key.rpartition(".")
+            siblings = [k.rpartition(".")[2] for k in known_keys(key, raw)]
+            close = did_you_mean(name, siblings, prefix=f"{parent}." if parent else "")
+            lines.append(f"  {key}: unknown key (found {what}){close or hint}")
         elif err["type"] == "missing":
             lines.append(f"  {key}: required key is missing")
         elif err["type"] == "union_tag_invalid":

@@ -70,3 +70,9 @@ class Config(Strict):
         if problem:
             raise ValueError(problem)
         return self
+
+
+# vmapcheck's own top-level keys of params.yaml (every field of Config but the list of
+# the project's keys): what the track stage depends on, as dvc.yaml params, so that a key
+# of the user's own (`-S lr=0.3`) reruns none of vmapcheck's stages.
+CONFIG_KEYS: tuple[str, ...] = tuple(name for name in Config.model_fields if name != "project_keys")

@@ -18,10 +18,12 @@ against what importing ``vmapcheck.stages.<stage>`` really loads, both ways.
 from __future__ import annotations
 
 import hashlib
+import sys
 from pathlib import Path
 
 from vmapcheck import __version__
-from vmapcheck.errors import ArtifactError
+from vmapcheck.config import read_params, validate_config
+from vmapcheck.errors import ArtifactError, ConfigError
 from vmapcheck.io import atomic_write_json, read_json
 from vmapcheck.layout import Layout
 from vmapcheck.running import mark_running
@@ -162,15 +164,29 @@ def write_records(layout: Layout) -> dict[str, str]:
 
 
 def run(root: Path | None = None) -> int:
-    """The ``code`` stage: write the records, say which stages' code changed."""
+    """The ``code`` stage: validate the whole params.yaml, write the records, say which
+    stages' code changed (exit 2, nothing written, on an invalid params.yaml)."""
     layout = Layout(Path.cwd() if root is None else root)
+    # The first stage of every `dvc repro` (always run), and cheap: a mistyped key
+    # (`-S +precision.tolerence.rtol=...`) is refused here, with its "did you mean",
+    # before prepare starts any work, not minutes later by the one stage whose params
+    # it happens to touch. Refused before the run is marked: no run began.
+    try:
+        _, raw = read_params(layout.params_yaml)
+        validate_config(raw, source=str(layout.params_yaml))
+    except ConfigError as exc:
+        print(f"code: error: {exc}", file=sys.stderr)
+        return 2
     # The first stage of every run: from here until track ends, a second `dvc exp run`
     # in this workspace is refused before it rewrites params.yaml.
     mark_running(layout)
     changes = write_records(layout)
-    changed = [stage for stage, change in changes.items() if change != "same"]
-    if changed:
-        print(f"code: vmapcheck {__version__}; new or changed code for {', '.join(changed)}")
-    else:
-        print(f"code: vmapcheck {__version__}; no stage's code changed")
+    # The records are `persist: true` outs (dvc.yaml): DVC leaves the last run's in place
+    # rather than deleting them before this stage runs, so "same" is measured against
+    # them; without it every run said every stage's code was new.
+    new = [stage for stage, change in changes.items() if change == "new"]
+    changed = [stage for stage, change in changes.items() if change == "changed"]
+    said = [f"new record for {', '.join(new)}"] if new else []
+    said += [f"changed code for {', '.join(changed)}"] if changed else []
+    print(f"code: vmapcheck {__version__}; {'; '.join(said) or 'no change'}")
     return 0

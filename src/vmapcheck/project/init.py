@@ -15,8 +15,9 @@ It writes, relative to the repository's root (the current folder):
   ``dvc plots show`` fills, Vega inlined: it draws offline; :mod:`.plots_page`),
   ``data/raw/README.md`` and
   ``data/reference/README.md`` (the folders the stages read), ``VMAPCHECK.md`` (next steps);
-- a block of ``.gitignore`` rules that keep raw data, the MLflow store and DVC's
-  experiment outputs out of git, and ``__pycache__/`` in ``.dvcignore``.
+- a block of ``.gitignore`` rules that keep raw data, the MLflow store and every output
+  DVC caches (:func:`cached_outputs_rules`) out of git, and ``__pycache__/`` in
+  ``.dvcignore``.
 
 It runs ``dvc init`` when the repository is not a DVC repository yet, and turns on DVC's
 Hydra composition (``dvc config hydra.enabled true``) and names the offline plots page
@@ -46,7 +47,7 @@ from jinja2 import Environment, PackageLoader, StrictUndefined
 
 from vmapcheck import __version__
 from vmapcheck.compose import compose_yaml
-from vmapcheck.config import Config, validate_config
+from vmapcheck.config import CONFIG_KEYS, Config, validate_config
 from vmapcheck.errors import ConfigError
 from vmapcheck.io import atomic_write_text
 from vmapcheck.layout import Layout
@@ -101,6 +102,32 @@ DVC_SETTINGS = {
     "hydra.config_name": "config",
     HTML_TEMPLATE_KEY: HTML_TEMPLATE_VALUE,
 }
+
+
+def cached_outputs_rules(dvc_yaml: str) -> tuple[str, ...]:
+    """``.gitignore`` rules for every output of the pipeline ``dvc_yaml`` (its text) that
+    lives in DVC's cache (outs, metrics and plots without ``cache: false``), each anchored
+    at the root (``/reports/report.html``), after a comment saying why.
+
+    DVC writes its own ignore entries only when a stage succeeds: after a failed run its
+    new outputs were untracked, so a ``git add -A`` took them into git and the next
+    ``dvc repro`` stopped on "output ... is already tracked by SCM". Ignored up front,
+    they never are (DVC then writes no entries of its own: they are ignored already)."""
+    stages = (yaml.safe_load(dvc_yaml) or {}).get("stages") or {}
+    paths: list[str] = []
+    for stage in stages.values():
+        for kind in ("outs", "metrics", "plots"):
+            for entry in stage.get(kind) or []:
+                path, options = (
+                    next(iter(entry.items())) if isinstance(entry, dict) else (entry, {})
+                )
+                if (options or {}).get("cache", True) and f"/{path}" not in paths:
+                    paths.append(f"/{path}")
+    return (
+        "# DVC's cached outputs (dvc.yaml): ignored before any stage runs, as DVC ignores",
+        "# them only once a stage succeeds (a failed run's would be taken by `git add -A`).",
+        *paths,
+    )
 
 
 @dataclass
@@ -241,6 +268,7 @@ def plan(
     out.files[rel(layout.dvc_yaml)] = _render(
         "dvc.yaml.j2",
         stages=list(STAGE_CODE),
+        config_keys=list(CONFIG_KEYS),
         model_code=list(model.code),
         data_deps=[raw] + ([data.dep] if data.dep and not data.dep.startswith(f"{raw}/") else []),
         lock_file=lock,
@@ -248,7 +276,7 @@ def plan(
         bench_paths=batch_paths(),
         speedups=[speedup.name for speedup in SPEEDUPS],
     )
-    for stage in ("code", *STAGE_CODE):
+    for stage in ("code", *STAGE_CODE, "gate"):
         out.files[rel(layout.stage_entry(stage))] = _render("stage_entry.py.j2", stage=stage)
     out.files[rel(layout.config_yaml)] = _render(
         "config.yaml.j2",
@@ -303,7 +331,9 @@ def plan(
     out.files[rel(layout.next_steps)] = _render(
         "VMAPCHECK.md.j2", model=model.name, own_model=model.config is not None, data=data.name
     )
-    out.blocks[".gitignore"] = GITIGNORE_RULES
+    out.blocks[".gitignore"] = GITIGNORE_RULES + cached_outputs_rules(
+        out.files[rel(layout.dvc_yaml)]
+    )
     out.blocks[".dvcignore"] = DVCIGNORE_RULES
     out.files[rel(layout.params_yaml)] = params
     # What init wrote, for the next init to tell its own files from the user's edits

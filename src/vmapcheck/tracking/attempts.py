@@ -5,9 +5,10 @@ unfinished before ``track`` logs.
 ``dvc repro`` runs it again on the reports left on disk (they are outputs of the earlier
 stages, untouched). The failed attempt may have got as far as creating a run. So every
 run carries the tag ``pipeline_key``: a sha256 over the contents of everything ``track``
-depends on in ``dvc.yaml`` (its code, ``params.yaml``, the reports, the params
-artifact). A run stays RUNNING while ``track`` logs into it; its last writes are the tag
-``pipeline_complete=true`` and then status FINISHED (FAILED for a failed check)
+depends on in ``dvc.yaml`` (its code, the reports, the params artifact) and the values of
+its params keys (vmapcheck's config, not the project's own keys). A run stays RUNNING
+while ``track`` logs into it; its last writes are the tag ``pipeline_complete=true`` and
+then status FINISHED (FAILED for a failed check)
 (:func:`~vmapcheck.tracking.store.mark_complete`).
 
 **Before logging**, :func:`settle_earlier_attempts` marks runs FAILED (status FAILED,
@@ -24,8 +25,8 @@ run, since a run may be another run's ``perf_baseline``:
   counts as abandoned after ``ABANDONED_AFTER_S`` (6 h). So the RUNNING run of a parallel
   experiment (``dvc queue start -j 2`` against a server) is left alone.
 - a complete one with this key is kept and nothing is logged again: ``track`` reports that
-  run (this happens when ``track`` reran on the same inputs, e.g. after a failed check made
-  it exit 1, or ``dvc repro -f``), so the store never holds two complete runs of one state.
+  run (this happens when ``track`` reran on the same inputs, e.g. after it failed to
+  reach the store, or ``dvc repro -f``), so the store never holds two complete runs of one state.
 
 Two ``track`` processes on the same inputs at the same moment would meet each other's
 unfinished run; on a sqlite store the lock orders them, and DVC never runs one pipeline
@@ -36,6 +37,7 @@ still differ in their benchmark timings, hence in their key).
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import socket
 import sys
@@ -67,23 +69,45 @@ ABANDONED_AFTER_S = 6 * 3600.0
 # --- logging once -----------------------------------------------------------------------
 
 
+def _param_values(project_root: Path, keys: list[str]) -> list[str]:
+    """``key=<JSON of its value>`` in params.yaml for each dotted ``key`` (``null`` when
+    absent), sorted; none when there is no params.yaml to read."""
+    try:
+        raw = yaml.safe_load(Layout(project_root).params_yaml.read_text(encoding="utf-8"))
+    except (OSError, yaml.YAMLError):
+        return []
+    values = []
+    for key in sorted(set(keys)):
+        node: Any = raw
+        for part in key.split("."):
+            node = node.get(part) if isinstance(node, dict) else None
+        values.append(f"{key}={json.dumps(node, sort_keys=True, default=str)}")
+    return values
+
+
 def pipeline_key(project_root: Path, stage: str = "track") -> str:
     """sha256 over the path and contents of every file ``stage`` depends on in dvc.yaml
-    (folders: every file in them), i.e. over the inputs DVC reruns the stage for.
+    (folders: every file in them) and the params.yaml values of its params keys, i.e.
+    over the inputs DVC reruns the stage for.
 
     Raises:
         ArtifactError: dvc.yaml is missing or has no such stage with a list of deps.
     """
     dvc_yaml = Layout(project_root).dvc_yaml
     try:
-        deps = yaml.safe_load(dvc_yaml.read_text(encoding="utf-8"))["stages"][stage]["deps"]
-    except (OSError, yaml.YAMLError, KeyError, TypeError) as exc:
+        declared = yaml.safe_load(dvc_yaml.read_text(encoding="utf-8"))["stages"][stage]
+        deps = declared["deps"]
+        # Keys of params.yaml by name (dvc.yaml's short form, as init writes them).
+        params = [k for k in declared.get("params") or [] if isinstance(k, str)]
+    except (OSError, yaml.YAMLError, KeyError, TypeError, AttributeError) as exc:
         raise ArtifactError(
             f"{dvc_yaml}: cannot read the deps of stage {stage!r} ({type(exc).__name__})"
         ) from None
     if not isinstance(deps, list) or not all(isinstance(d, str) for d in deps):
         raise ArtifactError(f"{dvc_yaml}: stages.{stage}.deps: expected a list of paths")
-    digest = hashlib.sha256(f"vmapcheck pipeline key 1\0{stage}\0".encode())
+    # Version 2: params by key (version 1 hashed params.yaml whole, a key of the
+    # project's own included).
+    digest = hashlib.sha256(f"vmapcheck pipeline key 2\0{stage}\0".encode())
     for dep in sorted(set(deps)):
         path = project_root / dep
         # Bytecode caches are not the state (.dvcignore leaves them out of DVC's hashes too).
@@ -95,6 +119,8 @@ def pipeline_key(project_root: Path, stage: str = "track") -> str:
         for file in files:
             digest.update(file.relative_to(project_root).as_posix().encode() + b"\0")
             digest.update((sha256_file(file) if file.is_file() else "missing").encode() + b"\0")
+    for value in _param_values(project_root, params):
+        digest.update(f"param\0{value}\0".encode())
     return digest.hexdigest()
 
 

@@ -79,9 +79,9 @@ def run_summary(layout: Layout, repro_status: int = 0) -> int:
     when not 0, a note says the figures may be from an earlier run."""
     if repro_status != 0:
         print(
-            f"dvc repro exited {repro_status}. If a stage before `track` failed (see its "
-            "error above), the figures below are from an earlier run: `dvc status` lists "
-            "what is stale."
+            f"dvc repro exited {repro_status}. If `gate` failed, the verdict below is this "
+            "run's and it failed; if a stage before it failed (see its error above), the "
+            "figures below are from an earlier run: `dvc status` lists what is stale."
         )
     # A stage the system killed (out of memory: DVC says only "exited with -9") is named,
     # and a stage that stopped on an error (train refusing NaN params) says why.
