@@ -94,7 +94,7 @@ def test_the_lock_records_each_stage_as_dvc_yaml_declares_it():
             stage.get("params", [])
         ), f"dvc.lock: {name}'s params differ from dvc.yaml's; {REGENERATE}"
         declared = _paths(stage.get("outs", []) + stage.get("metrics", []))
-        assert {o["path"] for o in locked["outs"]} == set(declared), (
+        assert {o["path"] for o in locked.get("outs", [])} == set(declared), (
             f"dvc.lock: {name}'s outs differ from dvc.yaml's; {REGENERATE}"
         )
 
