@@ -3,9 +3,10 @@
 In a vmapcheck project (a fresh ``vmapcheck init`` project, or this repository after
 ``make demo``), this makes three pipeline runs with ``dvc exp run``: two that pass and one
 that fails (by default the MC dropout example with its shared-key bug planted:
-``model.factory.shared_key=true``). A failed check may make ``dvc exp run`` exit non-zero
-and keep no experiment (DVC before issue 43's gate change): the script goes on either way,
-since ``track`` has logged the run and written ``reports/report.html`` before it exits.
+``model.factory.shared_key=true``). The failed run is kept as an experiment (the ``gate``
+stage exits 0 inside ``dvc exp run``); then ``dvc repro`` in the workspace, which holds the
+failed run, and ``vmapcheck gate`` must both exit non-zero on it (``gate.txt``). A project
+made before the gate stage keeps no failed experiment: the script goes on either way.
 
 Then it serves the project's MLflow store with ``vmapcheck ui`` (as ``make ui`` does) on
 127.0.0.1 and opens in headless Chromium every URL that vmapcheck printed: the experiment's
@@ -225,6 +226,15 @@ def main(argv: list[str] | None = None) -> int:
         (out / "exp-show.txt").write_text(
             run(["dvc", "exp", "show", "--no-pager", "--md"], project, log)
         )
+        # The gate: the workspace holds the failed run; both must exit non-zero.
+        gate_log: list[str] = []
+        run(["dvc", "repro"], project, gate_log)
+        run([vmapcheck_cli(), "gate"], project, gate_log)
+        (out / "gate.txt").write_text("\n".join(gate_log))
+        log += gate_log
+        for command, entry in zip(("dvc repro", "vmapcheck gate"), gate_log, strict=True):
+            if "(exit 0)" in entry.splitlines()[0]:
+                problems.append(f"{command} exited 0 on the failed run")
     compare_text = run([vmapcheck_cli(), "compare", "-n", "3", "--width", "220"], project, log)
     (out / "compare.txt").write_text(compare_text)
     compare_urls = COMPARE_URL.findall(compare_text)
