@@ -28,6 +28,7 @@ import pytest
 from tests.helpers.inprocess import JAX_SETTINGS
 from tests.helpers.registry import Store
 from tests.helpers.servers import free_port, start_in_group, wait_until_ok
+from tests.helpers.wait import HANG_S
 from vmapcheck import cli
 from vmapcheck.core.compare import compare
 from vmapcheck.errors import ArtifactError
@@ -274,7 +275,7 @@ class ModelServer:
         self.log = workdir / "serve.log"
         self.proc: subprocess.Popen | None = None
 
-    def start(self, wait_s: float = 180) -> None:
+    def start(self, wait_s: float = HANG_S) -> None:
         # A new port each start: a uvicorn worker of the stopped server that outlived its
         # group leader for a moment once answered the restarted server's request with the
         # version served before the rollback.
