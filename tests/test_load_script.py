@@ -10,6 +10,7 @@ import sys
 import time
 
 from tests.helpers.config import ROOT
+from tests.helpers.wait import HANG_S
 
 LOAD = ROOT / "scripts" / "load"
 
@@ -45,7 +46,7 @@ def test_sigterm_stops_it_and_its_busy_processes() -> None:
     assert "load: 2 busy processes" in load.stdout.readline()  # both started
     assert len(_busy_children(load.pid)) == 2
     load.send_signal(signal.SIGTERM)
-    out, _ = load.communicate(timeout=120)  # only guards a hang
+    out, _ = load.communicate(timeout=HANG_S)  # only guards a hang
     assert load.returncode == 0
     assert "stopped 2 busy processes" in out
 

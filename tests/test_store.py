@@ -16,6 +16,7 @@ import yaml
 
 from tests.helpers.config import ROOT, compose_config
 from tests.helpers.servers import free_port
+from tests.helpers.wait import HANG_S
 from vmapcheck.compose import compose_yaml
 from vmapcheck.config import TrackingConfig, validate_config
 from vmapcheck.errors import ConfigError, TrackingStoreError
@@ -231,7 +232,7 @@ def test_parallel_first_use_creates_one_sound_store(tmp_path, monkeypatch):
         )
         for _ in range(3)
     ]
-    results = [(*p.communicate(timeout=300), p.returncode) for p in procs]
+    results = [(*p.communicate(timeout=HANG_S), p.returncode) for p in procs]
     assert all(code == 0 for _, _, code in results), results
     assert len({out.strip() for out, _, _ in results}) == 1, results  # one experiment
     from mlflow.tracking import MlflowClient
@@ -555,7 +556,7 @@ def test_a_full_disk_while_logging_is_one_line_naming_the_store(tmp_path, monkey
         [sys.executable, "-c", FILL_THE_DISK, str(tmp_path), settings],
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=HANG_S,
     )
     assert "REFUSED the MLflow store" in done.stdout, done.stdout + done.stderr
     line = done.stdout.split("REFUSED ", 1)[1].strip()

@@ -27,6 +27,7 @@ import yaml
 from tests.helpers.project import FAST_RUN, commit_all, compose_params, copy_project, run
 from tests.helpers.project import stages_run as project_stages_run
 from tests.helpers.servers import MlflowServer
+from tests.helpers.wait import HANG_S
 
 pytestmark = pytest.mark.e2e
 
@@ -45,7 +46,7 @@ class ServerWithApi(MlflowServer):
 
     def get(self, endpoint: str, **query: str) -> dict[str, Any]:
         url = f"{self.uri}/api/2.0/mlflow/{endpoint}?{urllib.parse.urlencode(query)}"
-        with urllib.request.urlopen(url, timeout=30) as response:
+        with urllib.request.urlopen(url, timeout=HANG_S) as response:
             return json.loads(response.read())
 
     def post(self, endpoint: str, body: dict[str, Any]) -> dict[str, Any]:
@@ -55,7 +56,7 @@ class ServerWithApi(MlflowServer):
             headers={"Content-Type": "application/json"},
             method="POST",
         )
-        with urllib.request.urlopen(request, timeout=30) as response:
+        with urllib.request.urlopen(request, timeout=HANG_S) as response:
             return json.loads(response.read())
 
     def experiment_id(self, name: str = "vmapcheck") -> str:  # every model's runs
@@ -76,7 +77,7 @@ class ServerWithApi(MlflowServer):
         uri = run["info"]["artifact_uri"]
         assert uri.startswith("mlflow-artifacts:/"), uri
         url = f"{self.uri}/api/2.0/mlflow-artifacts/artifacts/{uri.split(':/', 1)[1].strip('/')}"
-        with urllib.request.urlopen(f"{url}/{path}", timeout=30) as response:
+        with urllib.request.urlopen(f"{url}/{path}", timeout=HANG_S) as response:
             return response.read()
 
 

@@ -11,6 +11,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from tests.helpers.store import copy_empty_store, empty_store_template
+from tests.helpers.wait import COMMAND_HANG_S
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -47,7 +48,7 @@ def run(
         env=project_env(project) | (env or {}),
         capture_output=True,
         text=True,
-        timeout=600,
+        timeout=COMMAND_HANG_S,
     )
     if check and result.returncode != 0:
         raise AssertionError(f"{args} exited {result.returncode}\n{result.stdout}\n{result.stderr}")

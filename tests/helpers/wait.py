@@ -5,7 +5,8 @@ A busy CI machine (load 15 on two cores: `scripts/load`) runs every process many
 slower than a quiet one, so a test must not bet on how long a step takes: it polls for
 the event, with backoff (a quick first look, then ever fewer looks, which would otherwise
 take CPU from the very process it waits for), and gives up only after :data:`HANG_S`,
-a limit that only a hang reaches.
+a limit that only a hang reaches. A subprocess's or a request's ``timeout=`` is such a
+limit too: :data:`HANG_S` for a step, :data:`COMMAND_HANG_S` for a whole pipeline.
 """
 
 from __future__ import annotations
@@ -18,6 +19,9 @@ from collections.abc import Callable, Iterator
 # that a stuck process fails the test with a message instead of holding CI until its
 # own limit.
 HANG_S = 900.0
+# The same for a whole command that runs pipelines (`dvc repro`, `dvc exp run`, a
+# numerics sweep): a few minutes quiet, eight times that at load 15 on two cores.
+COMMAND_HANG_S = 3600.0
 
 
 def polls(
