@@ -248,7 +248,8 @@ def test_writer_lock_is_exclusive_between_processes_and_reentrant(tmp_path):
             sys.executable,
             "-c",
             "import sys, time\nfrom vmapcheck.tracking.sqlite_store import writer_lock\n"
-            "with writer_lock(sys.argv[1]):\n    print('held', flush=True)\n    time.sleep(30)\n",
+            # Holds it until killed below: a 30 s hold could end first on a loaded machine.
+            "with writer_lock(sys.argv[1]):\n    print('held', flush=True)\n    time.sleep(3600)\n",
             uri,
         ],
         env=dict(os.environ, PYTHONPATH=str(ROOT / "src")),
