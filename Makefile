@@ -15,7 +15,7 @@ export PATH := $(BIN):$(PATH)
 export DVC_NO_ANALYTICS := 1
 export PYTHONUNBUFFERED := 1
 
-.PHONY: help setup demo test test-faults test-fast test-wheel wheel lint format ui clean params lock reference \
+.PHONY: help setup demo test test-faults test-fast test-wheel wheel load lint format ui clean params lock reference \
 	verdict browser compare registry rollback promote diagnose exp plots vega-bundle
 
 help:
@@ -24,6 +24,7 @@ help:
 	@echo "make test-fast  lint and the unit tests only (no end-to-end pipeline runs)"
 	@echo "make test-wheel  build the wheel, install it in a fresh venv, init and run an empty repository"
 	@echo "make wheel  build dist/vmapcheck-<version>-py3-none-any.whl"
+	@echo "make load [PROCS=8] [SECONDS=600]  PROCS busy processes (scripts/load): a loaded CI machine, to run tests beside"
 	@echo "make test-faults  the long fault-injection matrix (SIGKILL each stage, server stopped per MLflow call)"
 	@echo "make ui     MLflow UI over the local store on http://127.0.0.1:$(UI_PORT)"
 	@echo "make verdict BASELINE=last-verified|<run id>|<bench_details.json>  benchmark regression verdict"
@@ -70,6 +71,13 @@ PYTEST_WORKERS := -n 2 --dist loadfile --no-loadscope-reorder
 # Everything CI runs: lint, unit and end-to-end tests, the short part of the fault matrix.
 test: $(STAMP) lint browser
 	python -m pytest -m "not faults" $(PYTEST_WORKERS)
+
+# A busy machine on demand (scripts/load: PROCS tight-loop Python processes, stopped on
+# Ctrl-C or after SECONDS): run a test command beside it to see how the suite holds under
+# load. Not N, which `make compare` already uses.
+PROCS ?= 8
+load:
+	scripts/load $(PROCS) $(SECONDS)
 
 # The long part of the fault-injection matrix (tests/test_faults.py: SIGKILL of every
 # stage, the tracking server stopped around every MLflow call of track), 16 cases in

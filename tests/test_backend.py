@@ -5,6 +5,7 @@ import sys
 import textwrap
 
 from tests.helpers.config import ROOT
+from tests.helpers.wait import HANG_S
 
 
 def _run(code: str) -> subprocess.CompletedProcess:
@@ -15,7 +16,7 @@ def _run(code: str) -> subprocess.CompletedProcess:
         env=env,
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=HANG_S,
     )
 
 

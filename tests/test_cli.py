@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from tests.helpers.config import ROOT
+from tests.helpers.wait import HANG_S
 from vmapcheck import cli
 
 COMMANDS = [
@@ -44,7 +45,7 @@ def _env() -> dict[str, str]:
 def vmapcheck(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess[str]:
     assert SCRIPT.is_file(), f"{SCRIPT}: not installed; run `pip install -e .` (make setup)"
     return subprocess.run(
-        [str(SCRIPT), *args], cwd=cwd, env=_env(), capture_output=True, text=True, timeout=120
+        [str(SCRIPT), *args], cwd=cwd, env=_env(), capture_output=True, text=True, timeout=HANG_S
     )
 
 
@@ -63,7 +64,7 @@ def test_help_lists_every_command_with_one_line_each():
         env=_env(),
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=HANG_S,
     )
     assert module.returncode == 0 and module.stdout == result.stdout
 
@@ -177,7 +178,7 @@ def test_help_loads_neither_jax_nor_mlflow():
         "{'jax', 'mlflow', 'hydra', 'numpy', 'pydantic', 'scipy'}))"
     )
     result = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=HANG_S, check=True
     )
     assert result.stdout.strip() == "[]"
 

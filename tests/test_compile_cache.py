@@ -11,6 +11,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from tests.helpers.wait import HANG_S
 from vmapcheck.core.runtime import SHARED_COMPILE_CACHE_ENV, prune_compile_cache
 from vmapcheck.layout import Layout
 
@@ -49,7 +50,7 @@ def _run(folder, shared: Path | None = None) -> dict:
         [sys.executable, "-c", PROGRAM, str(folder)],
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=HANG_S,
         check=True,
         env=env,
     )

@@ -20,6 +20,7 @@ from pathlib import Path
 import psutil
 
 from tests.helpers.inprocess import write_params
+from tests.helpers.wait import HANG_S, polls
 from vmapcheck import running
 from vmapcheck.io import read_json
 from vmapcheck.layout import Layout
@@ -44,20 +45,18 @@ def sigkill_a_stage(root: Path, before_reaped: Callable[[], None] | None = None)
     env = {**os.environ, PAUSE_AT: "train:start#1", PAUSE_FILE: str(paused)}
     proc = subprocess.Popen([sys.executable, "-c", STAGE, str(root)], env=env)
     try:
-        deadline = time.monotonic() + 120
-        while not paused.exists():
+        for _ in polls("the stage reaching its pause point"):
+            if paused.exists():
+                break
             assert proc.poll() is None, f"the stage ended ({proc.returncode}) before its pause"
-            assert time.monotonic() < deadline, "the stage never reached its pause point"
-            time.sleep(0.05)
         assert json.loads(paused.read_text())["pid"] == proc.pid
         proc.send_signal(signal.SIGKILL)
         if before_reaped is not None:
-            deadline = time.monotonic() + 30
-            while psutil.Process(proc.pid).status() != psutil.STATUS_ZOMBIE:
-                assert time.monotonic() < deadline
-                time.sleep(0.05)
+            for _ in polls("the killed stage becoming a zombie"):
+                if psutil.Process(proc.pid).status() == psutil.STATUS_ZOMBIE:
+                    break
             before_reaped()
-        return proc.wait(timeout=30)
+        return proc.wait(timeout=HANG_S)
     finally:
         if proc.poll() is None:
             proc.kill()

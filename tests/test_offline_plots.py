@@ -25,6 +25,7 @@ import yaml
 
 from tests.helpers.chromium import OFFLINE, render
 from tests.helpers.config import ROOT
+from tests.helpers.wait import HANG_S
 from vmapcheck.core.paths import SPEEDUPS, path_names
 from vmapcheck.errors import ArtifactError, ConfigError
 from vmapcheck.layout import Layout
@@ -46,7 +47,7 @@ def _run(root: Path, *args: str, check: bool = True) -> subprocess.CompletedProc
         cwd=root,
         capture_output=True,
         text=True,
-        timeout=300,
+        timeout=HANG_S,
         check=False,
         env={**_env(), "DVC_NO_ANALYTICS": "1"},
     )

@@ -29,6 +29,11 @@ def workspace(tmp_path, monkeypatch) -> Layout:
     return Layout(tmp_path)
 
 
+# The "other" run: it must outlive the test on a machine at any load (a 60 s sleep could
+# end first, and the record would then be a dead run's); each test kills it in `finally`.
+_LIVES_UNTIL_KILLED = "import time; time.sleep(3600)"
+
+
 def _record(layout: Layout, pid: int, create_time: float) -> None:
     atomic_write_json(
         layout.running_record,
@@ -37,7 +42,7 @@ def _record(layout: Layout, pid: int, create_time: float) -> None:
 
 
 def test_a_live_run_of_another_process_refuses_the_composition(workspace):
-    other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    other = subprocess.Popen([sys.executable, "-c", _LIVES_UNTIL_KILLED])
     try:
         _record(workspace, other.pid, psutil.Process(other.pid).create_time())
         assert running_elsewhere(workspace)["pid"] == other.pid
@@ -60,7 +65,7 @@ def test_the_runs_own_processes_and_a_reused_pid_are_not_refused(workspace):
     _record(workspace, me.pid, me.create_time())
     assert running_elsewhere(workspace) is None and idle(3) == 3
     # A pid that a later process took (its start time differs): the run is gone.
-    other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    other = subprocess.Popen([sys.executable, "-c", _LIVES_UNTIL_KILLED])
     try:
         _record(workspace, other.pid, psutil.Process(other.pid).create_time() - 100.0)
         assert running_elsewhere(workspace) is None

@@ -16,6 +16,7 @@ import jax
 import pytest
 
 from tests.helpers.config import ROOT
+from tests.helpers.wait import HANG_S
 from vmapcheck.bench.machine import conditions
 from vmapcheck.core.runtime import (
     accelerator_runtime,
@@ -57,7 +58,7 @@ def _python(code: str, **env: str) -> subprocess.CompletedProcess[str]:
         env={**os.environ, **env},
         capture_output=True,
         text=True,
-        timeout=180,
+        timeout=HANG_S,
     )
 
 
@@ -257,7 +258,7 @@ def test_a_cpu_stages_process_starts_no_backend_but_cpu(stage):
         env={**os.environ, "JAX_PLATFORMS": "tpu"},
         capture_output=True,
         text=True,
-        timeout=180,
+        timeout=HANG_S,
     )
     assert result.returncode == 0, result.stderr
     assert json.loads(result.stdout.splitlines()[-1]) == ["cpu"]

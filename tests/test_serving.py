@@ -28,6 +28,7 @@ import pytest
 from tests.helpers.inprocess import JAX_SETTINGS
 from tests.helpers.registry import Store
 from tests.helpers.servers import free_port, start_in_group, wait_until_ok
+from tests.helpers.wait import HANG_S
 from vmapcheck import cli
 from vmapcheck.core.compare import compare
 from vmapcheck.errors import ArtifactError
@@ -251,7 +252,7 @@ def test_the_packaged_code_loads_where_no_vmapcheck_is_installed(mlp, tmp_path):
         env=env,
         capture_output=True,
         text=True,
-        timeout=300,
+        timeout=HANG_S,
     )
     assert done.returncode == 0, done.stderr[-3000:]
     answer = json.loads(done.stdout.strip().splitlines()[-1])
@@ -274,7 +275,7 @@ class ModelServer:
         self.log = workdir / "serve.log"
         self.proc: subprocess.Popen | None = None
 
-    def start(self, wait_s: float = 180) -> None:
+    def start(self, wait_s: float = HANG_S) -> None:
         # A new port each start: a uvicorn worker of the stopped server that outlived its
         # group leader for a moment once answered the restarted server's request with the
         # version served before the rollback.
@@ -310,7 +311,7 @@ class ModelServer:
             headers={"Content-Type": "application/json"},
         )
         try:
-            with urllib.request.urlopen(request, timeout=60) as response:
+            with urllib.request.urlopen(request, timeout=HANG_S) as response:
                 return response.status, json.loads(response.read())
         except urllib.error.HTTPError as error:
             return error.code, json.loads(error.read())

@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 
 from tests.helpers.config import ROOT, compose_config
+from tests.helpers.wait import HANG_S
 from vmapcheck.config import ModelConfig
 from vmapcheck.core.forms import ShardedForward, data_mesh
 from vmapcheck.core.models import build_model
@@ -31,7 +32,7 @@ def _run(code: str) -> dict:
         env=env,
         capture_output=True,
         text=True,
-        timeout=300,
+        timeout=HANG_S,
     )
     assert result.returncode == 0, result.stderr
     return json.loads(result.stdout.strip().splitlines()[-1])

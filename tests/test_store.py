@@ -16,6 +16,7 @@ import yaml
 
 from tests.helpers.config import ROOT, compose_config
 from tests.helpers.servers import free_port
+from tests.helpers.wait import HANG_S
 from vmapcheck.compose import compose_yaml
 from vmapcheck.config import TrackingConfig, validate_config
 from vmapcheck.errors import ConfigError, TrackingStoreError
@@ -231,7 +232,7 @@ def test_parallel_first_use_creates_one_sound_store(tmp_path, monkeypatch):
         )
         for _ in range(3)
     ]
-    results = [(*p.communicate(timeout=300), p.returncode) for p in procs]
+    results = [(*p.communicate(timeout=HANG_S), p.returncode) for p in procs]
     assert all(code == 0 for _, _, code in results), results
     assert len({out.strip() for out, _, _ in results}) == 1, results  # one experiment
     from mlflow.tracking import MlflowClient
@@ -247,7 +248,8 @@ def test_writer_lock_is_exclusive_between_processes_and_reentrant(tmp_path):
             sys.executable,
             "-c",
             "import sys, time\nfrom vmapcheck.tracking.sqlite_store import writer_lock\n"
-            "with writer_lock(sys.argv[1]):\n    print('held', flush=True)\n    time.sleep(30)\n",
+            # Holds it until killed below: a 30 s hold could end first on a loaded machine.
+            "with writer_lock(sys.argv[1]):\n    print('held', flush=True)\n    time.sleep(3600)\n",
             uri,
         ],
         env=dict(os.environ, PYTHONPATH=str(ROOT / "src")),
@@ -555,7 +557,7 @@ def test_a_full_disk_while_logging_is_one_line_naming_the_store(tmp_path, monkey
         [sys.executable, "-c", FILL_THE_DISK, str(tmp_path), settings],
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=HANG_S,
     )
     assert "REFUSED the MLflow store" in done.stdout, done.stdout + done.stderr
     line = done.stdout.split("REFUSED ", 1)[1].strip()

@@ -19,6 +19,7 @@ from packaging.requirements import Requirement
 from packaging.specifiers import SpecifierSet
 
 from tests.helpers.config import ROOT
+from tests.helpers.wait import HANG_S
 from vmapcheck import cli, testing, versions
 from vmapcheck.errors import UnsupportedVersionError, VmapcheckError
 
@@ -154,7 +155,7 @@ def test_a_stage_refuses_it_before_importing_jax():
         "import vmapcheck.stages.prepare"
     )
     done = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=ROOT
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=HANG_S, cwd=ROOT
     )
     assert done.returncode == 2, done.stderr
     assert done.stderr.startswith(f"vmapcheck stage: error: jax {jax.__version__} is outside")

@@ -16,6 +16,7 @@ import pytest
 import yaml
 
 from tests.helpers.config import ROOT
+from tests.helpers.wait import HANG_S
 
 WORKFLOW = ROOT / ".github" / "workflows" / "scheduled.yml"
 CI_WORKFLOW = ROOT / ".github" / "workflows" / "ci.yml"
@@ -47,7 +48,7 @@ def test_workflow_validates_against_the_github_workflow_schema(path: Path) -> No
         cwd=ROOT,
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=HANG_S,
     )
     output = result.stdout + result.stderr
     assert result.returncode == 0, f"check-jsonschema exited {result.returncode}:\n{output}"

@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 
 from tests.helpers.project import FAST_RUN, committed_project, dvc_up_to_date, run
+from tests.helpers.wait import COMMAND_HANG_S
 
 pytestmark = pytest.mark.e2e
 
@@ -178,7 +179,7 @@ def test_a_second_experiment_is_refused_while_one_runs_in_the_workspace(project)
         assert "vmapcheck: a pipeline is running in this workspace" in said, said
         assert f"pid {first.pid}" in said
         assert (project / "params.yaml").read_text() == params
-        output, _ = first.communicate(timeout=600)
+        output, _ = first.communicate(timeout=COMMAND_HANG_S)
     finally:
         if first.poll() is None:
             first.kill()

@@ -22,6 +22,7 @@ import yaml
 from tests.helpers.chromium import OFFLINE, render
 from tests.helpers.config import ROOT
 from tests.helpers.project import FAST_RUN, copy_project
+from tests.helpers.wait import COMMAND_HANG_S
 
 pytestmark = pytest.mark.e2e
 
@@ -112,7 +113,12 @@ class UserRepository:
     def run(self, *args: str, check: bool = True, label: str | None = None):
         start = time.monotonic()
         done = subprocess.run(
-            list(args), cwd=self.root, env=self.env, capture_output=True, text=True, timeout=900
+            list(args),
+            cwd=self.root,
+            env=self.env,
+            capture_output=True,
+            text=True,
+            timeout=COMMAND_HANG_S,
         )
         if label:
             self.timings[label] = time.monotonic() - start
@@ -173,7 +179,7 @@ def user_repo(tmp_path_factory) -> UserRepository:
         [uv, "pip", "install", "--quiet", "--python", str(venv / "bin" / "python"),
          "--constraint", str(ROOT / "requirements.lock"), f"{wheel}[pytest]"],
     ):  # fmt: skip
-        done = subprocess.run(command, capture_output=True, text=True, timeout=900)
+        done = subprocess.run(command, capture_output=True, text=True, timeout=COMMAND_HANG_S)
         assert done.returncode == 0, f"{command} exited {done.returncode}\n{done.stderr}"
     repo.timings["wheel install"] = time.monotonic() - start
     repo.run("git", "init", "-q")

@@ -27,6 +27,7 @@ import yaml
 from tests.helpers.project import FAST_RUN, commit_all, compose_params, copy_project, run
 from tests.helpers.project import stages_run as project_stages_run
 from tests.helpers.servers import MlflowServer
+from tests.helpers.wait import HANG_S
 
 pytestmark = pytest.mark.e2e
 
@@ -45,7 +46,7 @@ class ServerWithApi(MlflowServer):
 
     def get(self, endpoint: str, **query: str) -> dict[str, Any]:
         url = f"{self.uri}/api/2.0/mlflow/{endpoint}?{urllib.parse.urlencode(query)}"
-        with urllib.request.urlopen(url, timeout=30) as response:
+        with urllib.request.urlopen(url, timeout=HANG_S) as response:
             return json.loads(response.read())
 
     def post(self, endpoint: str, body: dict[str, Any]) -> dict[str, Any]:
@@ -55,7 +56,7 @@ class ServerWithApi(MlflowServer):
             headers={"Content-Type": "application/json"},
             method="POST",
         )
-        with urllib.request.urlopen(request, timeout=30) as response:
+        with urllib.request.urlopen(request, timeout=HANG_S) as response:
             return json.loads(response.read())
 
     def experiment_id(self, name: str = "vmapcheck") -> str:  # every model's runs
@@ -76,7 +77,7 @@ class ServerWithApi(MlflowServer):
         uri = run["info"]["artifact_uri"]
         assert uri.startswith("mlflow-artifacts:/"), uri
         url = f"{self.uri}/api/2.0/mlflow-artifacts/artifacts/{uri.split(':/', 1)[1].strip('/')}"
-        with urllib.request.urlopen(f"{url}/{path}", timeout=30) as response:
+        with urllib.request.urlopen(f"{url}/{path}", timeout=HANG_S) as response:
             return response.read()
 
 
@@ -155,10 +156,16 @@ def test_a_stopped_server_fails_track_fast_and_a_later_repro_logs_one_run(projec
     elapsed = time.monotonic() - started
     output = failed.stdout + failed.stderr
     assert failed.returncode != 0 and stages_run(failed) == {"track"}, output
-    assert elapsed < 30, f"track took {elapsed:.1f} s to fail"
     assert f"track: error: the MLflow tracking server {server.uri} does not answer" in output
+    # Fast means at the probe: one GET /health, refused, before any MLflow request (each
+    # of which would retry with backoff). The stage's own figure for the probe, not the
+    # wall time of `dvc repro`: that was asserted under 30 s, and at load 8-15 on two cores
+    # starting DVC and the stage's interpreter alone takes longer (issue 44).
+    probed = re.search(r"GET /health: connection refused; gave up after ([0-9.]+) s", output)
+    assert probed is not None, output
+    assert float(probed.group(1)) < 5, f"the probe took {probed.group(1)} s to fail"
     assert "Traceback" not in output
-    print(f"track failed in {elapsed:.1f} s (dvc repro included)")
+    print(f"track failed in {elapsed:.1f} s (dvc repro included), its probe in {probed.group(1)} s")
     # The reports track logs stay on disk (outputs of earlier stages, untouched).
     details = json.loads((project / "reports" / "check_details.json").read_text())
     assert details["passed"]

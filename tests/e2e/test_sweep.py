@@ -25,6 +25,7 @@ from tests.helpers.project import (
     project_env,
     run,
 )
+from tests.helpers.wait import COMMAND_HANG_S, HANG_S
 
 pytestmark = pytest.mark.e2e
 
@@ -32,7 +33,7 @@ TINY = ["data.n_rows=200", "data.standard_batch=8", *FAST_RUN]
 # Ordered so that the second pair can restore prepare/train/forward/bench of the first
 # pair from DVC's run cache: only check and track differ (the tolerance).
 SWEEP = [("toy", "1e-05"), ("mlp", "1e-05"), ("toy", "2e-05"), ("mlp", "2e-05")]
-WAIT_S = 1800  # four small pipelines on a loaded two-core machine; bounded all the same
+WAIT_S = COMMAND_HANG_S  # four small pipelines on a loaded two-core machine; only a hang
 
 
 def queue_status(project: Path) -> dict[str, str]:
@@ -57,7 +58,7 @@ def start_workers(project: Path, log: Path) -> None:
             stdout=out,
             stderr=subprocess.STDOUT,
             check=True,
-            timeout=120,
+            timeout=HANG_S,
         )
 
 

@@ -18,6 +18,8 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
+from tests.helpers.wait import HANG_S
+
 CANDIDATES = ("chromium", "chromium-browser", "google-chrome-stable", "google-chrome")
 
 PROBE = """<script>
@@ -73,7 +75,9 @@ def _chromium(browser: str, profile: Path, *args: str) -> subprocess.CompletedPr
         "--virtual-time-budget=10000",
         *args,
     ]
-    result = subprocess.run(command, capture_output=True, text=True, timeout=180)
+    result = subprocess.run(
+        command, capture_output=True, text=True, timeout=HANG_S
+    )  # only a hang: Chromium starts slowly under load
     if result.returncode != 0:
         raise AssertionError(
             f"{' '.join(command)} exited {result.returncode}\n{result.stdout}\n{result.stderr}"

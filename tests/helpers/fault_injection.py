@@ -31,6 +31,7 @@ import yaml
 
 from tests.helpers.project import project_env
 from tests.helpers.servers import MlflowServer
+from tests.helpers.wait import COMMAND_HANG_S
 from vmapcheck.pause import PAUSE_AT, PAUSE_FILE, PAUSE_TRACE
 
 # --- processes ---------------------------------------------------------------------------
@@ -82,7 +83,7 @@ def run_watched(
     stages: tuple[str, ...],
     kill_at: str | None = None,
     trace: bool = False,
-    timeout_s: float = 600,
+    timeout_s: float = COMMAND_HANG_S,
 ) -> Watched:
     """Run ``args`` in ``project`` in a new process group, polling every 50 ms for the
     processes of ``stages``.

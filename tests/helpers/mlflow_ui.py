@@ -16,13 +16,13 @@ import signal
 import socket
 import subprocess
 import sys
-import time
-import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
 from tests.helpers.chromium import find_chromium
+from tests.helpers.servers import wait_until_ok
+from tests.helpers.wait import HANG_S
 
 
 def free_port() -> int:
@@ -63,17 +63,9 @@ def serving(uri: str, cwd: Path) -> Iterator[str]:
             start_new_session=True,
         )
     try:
-        deadline = time.monotonic() + 120
-        while True:
-            try:
-                with urllib.request.urlopen(f"{base}/health", timeout=5) as answer:
-                    if answer.status == 200:
-                        break
-            except OSError:
-                pass
-            if process.poll() is not None or time.monotonic() > deadline:
-                raise AssertionError(f"mlflow ui did not start:\n{log.read_text()[-3000:]}")
-            time.sleep(0.5)
+        # A fixed 120 s could pass before the UI answered on a loaded machine: poll with
+        # backoff until it answers, exits, or only a hang explains the wait.
+        wait_until_ok(process, f"{base}/health", HANG_S, log)
         yield base
     finally:
         # Ctrl-C, as a user stops it (its workers ignore SIGTERM for a while).
@@ -108,17 +100,9 @@ def vmapcheck_ui(root: Path) -> Iterator[tuple[str, str]]:
             start_new_session=True,
         )
     try:
-        deadline = time.monotonic() + 120
-        while True:
-            try:
-                with urllib.request.urlopen(f"{base}/health", timeout=5) as answer:
-                    if answer.status == 200:
-                        break
-            except OSError:
-                pass
-            if process.poll() is not None or time.monotonic() > deadline:
-                raise AssertionError(f"vmapcheck ui did not start:\n{log.read_text()[-3000:]}")
-            time.sleep(0.5)
+        # A fixed 120 s could pass before the UI answered on a loaded machine: poll with
+        # backoff until it answers, exits, or only a hang explains the wait.
+        wait_until_ok(process, f"{base}/health", HANG_S, log)
         yield base, log.read_text()
     finally:
         if process.poll() is None:  # (gone already: it failed to start, said above)
@@ -155,7 +139,7 @@ def browse(url: str, out: Path, name: str, window: str = "1920,1200") -> str:
         [f"--user-data-dir={out / 'profile-dom'}", "--dump-dom", url],
     ):
         result = subprocess.run(
-            [*common, *args], capture_output=True, text=True, timeout=240, check=False
+            [*common, *args], capture_output=True, text=True, timeout=HANG_S, check=False
         )
         assert result.returncode == 0, result.stderr[-3000:]
     for profile in ("profile-shot", "profile-dom"):

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from tests.helpers.config import ROOT
+from tests.helpers.wait import COMMAND_HANG_S
 
 SCRIPT = ROOT / "benchmarks" / "tpu_numerics.py"
 
@@ -23,7 +24,7 @@ def run_numerics(out: Path, args: list[str], env: dict[str, str]) -> tuple[dict[
         text=True,
         cwd=ROOT,
         env=env,
-        timeout=600,
+        timeout=COMMAND_HANG_S,
         check=False,
     )
     assert done.returncode == 0, done.stderr[-4000:]

@@ -13,6 +13,7 @@ import time
 import urllib.request
 from pathlib import Path
 
+from tests.helpers.wait import HANG_S, polls
 from vmapcheck.tracking.ui import JOB_EXECUTION_ENV
 
 
@@ -42,19 +43,25 @@ def start_in_group(
 def wait_until_ok(proc: subprocess.Popen, url: str, wait_s: float, log: Path) -> float:
     """Poll ``url`` until it answers 200; return the seconds it took.
 
+    Polled with backoff (:func:`tests.helpers.wait.polls`), each request given longer
+    than the last (2 s up to 30 s): on a loaded machine a server that is up may take
+    seconds to answer, and a request given up on still occupies its one worker.
+
     Raises:
         AssertionError: the process exited, or nothing answered within ``wait_s``; the
             message ends with the tail of ``log``.
     """
-    started = time.monotonic()
-    while time.monotonic() - started < wait_s:
+    request_s = 2.0
+    for waited in polls(
+        f"an answer on {url}", wait_s, 0.2, 2.0, detail=lambda: log.read_text()[-4000:]
+    ):
         if proc.poll() is not None:
             raise AssertionError(f"{proc.args[:3]} exited:\n{log.read_text()[-4000:]}")
-        with contextlib.suppress(OSError), urllib.request.urlopen(url, timeout=2) as response:
-            if response.status == 200:
-                return time.monotonic() - started
-        time.sleep(0.2)
-    raise AssertionError(f"no answer on {url} in {wait_s} s:\n{log.read_text()[-4000:]}")
+        with contextlib.suppress(OSError), urllib.request.urlopen(url, timeout=request_s) as answer:
+            if answer.status == 200:
+                return waited
+        request_s = min(request_s * 2, 30.0)
+    raise AssertionError("unreachable: polls() yields until it raises")
 
 
 def mlflow_server_command(store: Path, artifacts: Path, port: int) -> list[str]:
@@ -93,7 +100,7 @@ class MlflowServer:
         self.log = self.workdir / "server.log"
         self.proc: subprocess.Popen | None = None
 
-    def start(self, wait_s: float = 240) -> float:
+    def start(self, wait_s: float = HANG_S) -> float:
         """Start it and wait until /health answers; the seconds that took."""
         command = mlflow_server_command(self.store, self.artifacts, self.port)
         # The server's settings are its command line, not this process's MLFLOW_* variables.
