@@ -261,7 +261,7 @@ def test_a_half_logged_run_is_never_trusted_by_the_next_run_on_another_state(pro
     assert marked.info.status == "FAILED" and marked.info.lifecycle_stage == "active"
     assert "left RUNNING by a track that did not finish" in marked.data.tags["vmapcheck.abandoned"]
 
-    assert shown_in_compare(root, half) == "failed"
+    assert shown_in_compare(root, half) == "abandoned"
     run(
         root,
         sys.executable,

@@ -63,9 +63,9 @@ def worst_pair(check: CheckDetails) -> dict[str, Any] | None:
 
 
 def worst_bound_ratio(check: CheckDetails) -> float | None:
-    """The figure the agreement check is decided by: the largest bound ratio
-    ``|a - b| / (atol + rtol * S)`` of any pair of forwards in any case (above 1 fails,
-    vmapcheck.core.compare). Not always :func:`worst_pair`'s: a pair with a large relative
+    """The figure the agreement check is decided by: the largest bound ratio (``|a - b|``
+    over the bound of vmapcheck.core.compare's tolerance rule) of any pair of forwards in
+    any case (above 1 fails). Not always :func:`worst_pair`'s: a pair with a large relative
     error on outputs near 0 sits under its ``atol``. None when no pair has one."""
     ratios = [
         float(ratio)

@@ -7,8 +7,8 @@ see ``tracking.experiment_per_model``), or one (``--experiment``), or all (``--a
 
 Columns, the summary first: run name, verdict (PASSED or FAILED, green or red on a
 terminal), the figure that decided it, the worst bound ratio between paths (the largest
-``agree/<case>/bound_ratio``: ``|a - b| / (atol + rtol * S)``, above 1 fails; runs logged
-before it: ``_summary/worst_bound_ratio``), the tolerance it was judged by (tags
+``agree/<case>/bound_ratio``: ``|a - b|`` over its bound, vmapcheck.core.compare; above 1
+fails; runs logged before it: ``_summary/worst_bound_ratio``), the tolerance it was judged by (tags
 ``tolerance.rtol``, ``tolerance.atol``), the worst ``max_rel`` between paths,
 against the stored reference and against float64 (the run's ``_summary/*`` metrics; for
 runs logged before those, the largest ``agree/*/*/max_rel``, ``reference/*/*/max_rel``,
