@@ -23,6 +23,13 @@ and for the whole run, and the CPU, cores, JAX version and git commit are record
 Corpus entries whose feature is not in the installed vmapcheck (``RealBug.missing()``)
 are listed as skipped. ``--json`` writes it all.
 
+``--narrow``: the API check with the unit-test choice of docs/python-api.md
+(:data:`NARROW_PATHS` the model provides, ``bitwise="off"``). ``--compile-cache``: two
+more ``api`` processes per model share a fresh folder as JAX's persistent compilation
+cache (``JAX_COMPILATION_CACHE_DIR``, every compile kept:
+``JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS=0``, the documented opt-in): the first fills
+it, the second's calls are the ``api_cache_warm`` figures (a test run after another).
+
 Usage (from the repository root; CPU-heavy, several minutes)::
 
     python benchmarks/api_cost.py --json benchmarks/api_cost_<YYYYMMDD>.json
@@ -37,6 +44,7 @@ import os
 import resource
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -53,6 +61,9 @@ SIDES = ("bug", "fix")
 # The shipped models measured besides the corpus (src/vmapcheck/conf/model/<name>.yaml).
 SHIPPED = ("mlp", "flax_cnn")
 KINDS = ("api", "hand")
+# --narrow: the plain loop, vmap under jit and the hand-batched form under jit (where the
+# model has one), bitwise invariance not measured (docs/python-api.md, "Speed").
+NARROW_PATHS = ("loop_eager", "vmap_jit", "direct_jit")
 # Issue 44's targets: the API's CPU against the hand-written check's first call.
 TARGET_FIRST = 3.0
 TARGET_REPEAT = 1.5
@@ -163,7 +174,7 @@ def _timed(call: Any) -> dict[str, Any]:
     return {"cpu_s": _cpu_now() - cpu, "wall_s": time.perf_counter() - wall, "passed": passed}
 
 
-def child(kind: str, name: str, side: str, rows: int) -> dict[str, Any]:
+def child(kind: str, name: str, side: str, rows: int, narrow: bool = False) -> dict[str, Any]:
     """One model, in this (fresh) process: the import and a first jitted op, then the
     API's check twice (``kind`` "api") or the hand-written one twice ("hand")."""
     wall, cpu = time.perf_counter(), _cpu_now()
@@ -181,7 +192,16 @@ def child(kind: str, name: str, side: str, rows: int) -> dict[str, Any]:
     imported = {"cpu_s": _cpu_now() - cpu, "wall_s": time.perf_counter() - wall}
     model, params, examples, kwargs = _case(name, side, rows)
     if kind == "api":
+        from vmapcheck.core.paths import not_provided
         from vmapcheck.testing import check_batching
+
+        if narrow:
+            lacking = not_provided(model)
+            kwargs = {
+                **kwargs,
+                "paths": [p for p in NARROW_PATHS if p not in lacking],
+                "bitwise": "off",
+            }
 
         def call() -> bool:
             return check_batching(model, params, examples, **kwargs).passed
@@ -219,9 +239,16 @@ def _git_commit() -> str:
     return done.stdout.strip() or "unknown"
 
 
-def _run_child(kind: str, name: str, side: str, rows: int) -> dict[str, Any]:
+def _run_child(
+    kind: str, name: str, side: str, rows: int, narrow: bool = False, cache: Path | None = None
+) -> dict[str, Any]:
     command = [sys.executable, __file__, "--child", kind, name, side, "--rows", str(rows)]
-    done = subprocess.run(command, capture_output=True, text=True, check=False, cwd=ROOT)
+    env = dict(os.environ)
+    if cache is not None:  # JAX reads its options from these variables at import
+        env["JAX_COMPILATION_CACHE_DIR"] = str(cache)
+        env["JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"] = "0"
+    command += ["--narrow"] if narrow and kind == "api" else []
+    done = subprocess.run(command, capture_output=True, text=True, check=False, cwd=ROOT, env=env)
     if done.returncode != 0:
         raise RuntimeError(f"{kind} child for {name} ({side}) failed:\n{done.stderr[-3000:]}")
     return json.loads(done.stdout.strip().splitlines()[-1])  # type: ignore[no-any-return]
@@ -231,11 +258,14 @@ def ratios(row: dict[str, Any]) -> dict[str, float]:
     """The API's first and repeat call, and the hand-written check's repeat, each over
     the hand-written check's first call (CPU seconds)."""
     hand = row["hand"]["first"]["cpu_s"]
-    return {
+    out = {
         "first_over_hand": row["api"]["first"]["cpu_s"] / hand,
         "repeat_over_hand": row["api"]["repeat"]["cpu_s"] / hand,
         "hand_repeat_over_hand": row["hand"]["repeat"]["cpu_s"] / hand,
     }
+    if "api_cache_warm" in row:
+        out["warm_first_over_hand"] = row["api_cache_warm"]["first"]["cpu_s"] / hand
+    return out
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -247,11 +277,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sides", nargs="+", choices=SIDES, default=list(SIDES))
     parser.add_argument("--rows", type=int, default=32, help="examples of a shipped model")
     parser.add_argument(
+        "--narrow", action="store_true", help="the API on NARROW_PATHS, bitwise off"
+    )
+    parser.add_argument(
+        "--compile-cache", action="store_true", help="also the API with JAX's persistent cache warm"
+    )
+    parser.add_argument(
         "--child", nargs=3, metavar=("KIND", "NAME", "SIDE"), help=argparse.SUPPRESS
     )
     args = parser.parse_args(argv)
     if args.child:
-        print(json.dumps(child(*args.child, rows=args.rows)))
+        print(json.dumps(child(*args.child, rows=args.rows, narrow=args.narrow)))
         return 0
 
     from tests.real_bugs import REAL_BUGS
@@ -269,6 +305,10 @@ def main(argv: list[str] | None = None) -> int:
         f"and a hand-written loop/vmap/jit + assert_allclose check twice; the shipped "
         f"models on {args.rows} rows, the corpus entries on their own examples (float32 "
         f"on the CPU unless the entry's check_kwargs say otherwise); CPU seconds",
+        "narrow": {"paths": list(NARROW_PATHS), "bitwise": "off"} if args.narrow else None,
+        "compile_cache": "JAX persistent cache warm (api_cache_warm)"
+        if args.compile_cache
+        else None,
         "targets": {"first_over_hand": TARGET_FIRST, "repeat_over_hand": TARGET_REPEAT},
         "load_1min": {"before": _load()},
         "rows": [],
@@ -276,7 +316,7 @@ def main(argv: list[str] | None = None) -> int:
     }
     print(
         f"{'model':44} {'side':4} {'API 1st':>7} {'API rep':>7} {'hand 1st':>8} {'hand rep':>8}"
-        f" {'1st/hand':>8} {'rep/hand':>8} {'load':>5}  verdict"
+        f" {'1st/hand':>8} {'rep/hand':>8} {'warm/hand':>9} {'load':>5}  verdict"
     )
     for name in names:
         if name in REAL_BUGS:
@@ -288,15 +328,23 @@ def main(argv: list[str] | None = None) -> int:
             before = _load()
             row: dict[str, Any] = {"model": name, "side": side}
             for kind in KINDS:
-                row[kind] = _run_child(kind, name, side, args.rows)
+                row[kind] = _run_child(kind, name, side, args.rows, args.narrow)
+            if args.compile_cache:
+                with tempfile.TemporaryDirectory(prefix="api_cost_jax_cache_") as folder:
+                    _run_child("api", name, side, args.rows, args.narrow, Path(folder))  # fills
+                    row["api_cache_warm"] = _run_child(
+                        "api", name, side, args.rows, args.narrow, Path(folder)
+                    )
             row["load_1min"] = [before, _load()]
             row["ratios"] = ratios(row)
             doc["rows"].append(row)
             api, hand, r = row["api"], row["hand"], row["ratios"]
+            warm = f"{r['warm_first_over_hand']:.1f}x" if "warm_first_over_hand" in r else "-"
             print(
                 f"{name:44} {side:4} {api['first']['cpu_s']:7.2f} {api['repeat']['cpu_s']:7.2f}"
                 f" {hand['first']['cpu_s']:8.2f} {hand['repeat']['cpu_s']:8.2f}"
-                f" {r['first_over_hand']:7.1f}x {r['repeat_over_hand']:7.1f}x {before:5.1f}  "
+                f" {r['first_over_hand']:7.1f}x {r['repeat_over_hand']:7.1f}x"
+                f" {warm:>9} {before:5.1f}  "
                 f"{'PASSED' if api['first']['passed'] else 'FAILED'}",
                 flush=True,
             )
@@ -312,6 +360,15 @@ def main(argv: list[str] | None = None) -> int:
             "first_over_hand": spread([row["ratios"]["first_over_hand"] for row in rows]),
             "repeat_over_hand": spread([row["ratios"]["repeat_over_hand"] for row in rows]),
             "import_cpu_s": spread([row["api"]["import"]["cpu_s"] for row in rows]),
+            **(
+                {
+                    "warm_first_over_hand": spread(
+                        [row["ratios"]["warm_first_over_hand"] for row in rows]
+                    )
+                }
+                if args.compile_cache
+                else {}
+            ),
             "within_target": {
                 "first": sum(r["ratios"]["first_over_hand"] <= TARGET_FIRST for r in rows),
                 "repeat": sum(r["ratios"]["repeat_over_hand"] <= TARGET_REPEAT for r in rows),
