@@ -297,14 +297,27 @@ def first_layer(
     import jax
 
     from vmapcheck.core.contract import take
+    from vmapcheck.core.jit_cache import cached
     from vmapcheck.core.paths import PATHS
 
     path = PATHS[path_name]
-    made = path.activations(model) if path.activations is not None else None
-    if made is None:
+    activations = path.activations
+    if activations is None:
         return None, False
-    layers, per_layer = made
-    run = jax.jit(layers) if path.jit else layers
+
+    def make() -> tuple[Any, bool, Any] | None:
+        made = activations(model)
+        if made is None:
+            return None
+        layers, per_layer = made
+        return layers, per_layer, jax.jit(layers) if path.jit else layers
+
+    # The same jitted activations on every row and call in this process (the bits are
+    # compared on each row that differs: one compile per shape, not per row and call).
+    built = cached(model, "activations", path_name, make)
+    if built is None:
+        return None, False
+    layers, per_layer, run = built
     with jax.disable_jit() if op_by_op else contextlib.nullcontext():
         batch = [np.asarray(a) for a in run(params, x)]
         names = list(layers.names)

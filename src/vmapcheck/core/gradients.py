@@ -11,6 +11,7 @@ the model's declared state leaves (``Model.state_leaves``) are held fixed
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import jax
@@ -18,9 +19,10 @@ import jax.numpy as jnp
 import numpy as np
 
 from vmapcheck.core.forms import forward_keys, keyed_model, with_keys
+from vmapcheck.core.jit_cache import cached
 from vmapcheck.core.models import Model, Params
 from vmapcheck.core.record import GradientProbe
-from vmapcheck.core.state import partition
+from vmapcheck.core.state import ParamsPartition, partition
 
 
 def make_loss_one(model: Model):
@@ -33,6 +35,40 @@ def make_loss_one(model: Model):
 def _finite(tree: dict[str, jax.Array]) -> dict[str, jax.Array]:
     """Leaf path -> whether every element of that leaf is finite (a bool scalar)."""
     return {name: jnp.all(jnp.isfinite(leaf)) for name, leaf in tree.items()}
+
+
+def _probe_program(model: Model, leaves: ParamsPartition) -> Callable[..., dict[str, Any]]:
+    """The gradient probe as one jitted program ``(trainable, state, xs, ys) -> dict``
+    (trainable and state: ``{leaf path: array}`` as ``leaves.split`` gives them; xs
+    ``(batch, ...)``, ys ``(batch, out_features)``, batch axis 0). The state leaves are
+    an argument, not captured: the program does not depend on the params' values, so
+    it is reused for any params of this structure."""
+    full_loss_one = make_loss_one(keyed_model(model))
+
+    def loss_one(
+        weights: dict[str, jax.Array], state: Any, x: jax.Array, y: jax.Array
+    ) -> jax.Array:
+        return full_loss_one(leaves.merge(weights, state), x, y)
+
+    def batch_loss(p: dict[str, jax.Array], state: Any, xs: jax.Array, ys: jax.Array) -> jax.Array:
+        return jnp.mean(jax.vmap(loss_one, in_axes=(None, None, 0, 0))(p, state, xs, ys))
+
+    def probe(p: dict[str, jax.Array], state: Any, xs: jax.Array, ys: jax.Array) -> dict[str, Any]:
+        value, grads = jax.value_and_grad(batch_loss)(p, state, xs, ys)
+        per_example = jax.vmap(jax.grad(loss_one), in_axes=(None, None, 0, 0))(p, state, xs, ys)
+        poisoned = ys.at[0, 0].set(jnp.nan)
+        probe_value, probe_grads = jax.value_and_grad(batch_loss)(p, state, xs, poisoned)
+        return {
+            "loss": value,
+            "grads": grads,
+            "per_example_mean": jax.tree.map(lambda g: jnp.mean(g, axis=0), per_example),
+            "grads_finite": _finite(grads),
+            "per_example_finite": _finite(per_example),
+            "probe_loss": probe_value,
+            "probe_grads_finite": _finite(probe_grads),
+        }
+
+    return jax.jit(probe)
 
 
 def gradient_probe(
@@ -58,30 +94,10 @@ def gradient_probe(
     leaves = partition(model, params)
     trainable, state = leaves.split(params)
     x = with_keys(model, x, key if key is not None else forward_keys(0))
-    full_loss_one = make_loss_one(keyed_model(model))
-
-    def loss_one(weights: dict[str, jax.Array], x: jax.Array, y: jax.Array) -> jax.Array:
-        return full_loss_one(leaves.merge(weights, state), x, y)
-
-    def batch_loss(p: dict[str, jax.Array], xs: jax.Array, ys: jax.Array) -> jax.Array:
-        return jnp.mean(jax.vmap(loss_one, in_axes=(None, 0, 0))(p, xs, ys))
-
-    def probe(p: dict[str, jax.Array], xs: jax.Array, ys: jax.Array) -> dict[str, Any]:
-        value, grads = jax.value_and_grad(batch_loss)(p, xs, ys)
-        per_example = jax.vmap(jax.grad(loss_one), in_axes=(None, 0, 0))(p, xs, ys)
-        poisoned = ys.at[0, 0].set(jnp.nan)
-        probe_value, probe_grads = jax.value_and_grad(batch_loss)(p, xs, poisoned)
-        return {
-            "loss": value,
-            "grads": grads,
-            "per_example_mean": jax.tree.map(lambda g: jnp.mean(g, axis=0), per_example),
-            "grads_finite": _finite(grads),
-            "per_example_finite": _finite(per_example),
-            "probe_loss": probe_value,
-            "probe_grads_finite": _finite(probe_grads),
-        }
-
-    found = jax.device_get(jax.jit(probe)(trainable, x, y))
+    # The same jitted program for this model and params structure on every call in the
+    # process (vmapcheck.core.jit_cache): a repeat check compiles nothing.
+    program = cached(model, "gradient_probe", leaves, lambda: _probe_program(model, leaves))
+    found = jax.device_get(program(trainable, state, x, y))
     arrays: dict[str, np.ndarray] = {}
     for prefix, tree in (
         ("batch_grad", found["grads"]),

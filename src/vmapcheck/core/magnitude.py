@@ -630,8 +630,14 @@ def case_magnitudes(
     max_rows: int | None = None,
     *,
     stochastic: bool = False,
+    programs: dict[Any, Program] | None = None,
 ) -> dict[str, dict[str, Any]]:
     """case name -> ``{"scale": S, "fallbacks": [...]}`` for every valid case.
+
+    ``programs``: the jitted magnitude programs by example structure, filled as they are
+    traced; pass the same dict again (for the same ``forward_one`` and params structure)
+    to reuse them (the Python API keeps it per model, :mod:`vmapcheck.core.jit_cache`);
+    None: a new one, for this call only.
 
     ``stochastic`` (the model's ``Model.stochastic``): no magnitude is computed, every
     case gets :func:`sampled_magnitudes`' entry (judged by the output rule, saying why).
@@ -652,7 +658,7 @@ def case_magnitudes(
         return sampled_magnitudes(cases)
     _require_x64()
     params64 = jax.tree_util.tree_map(lambda leaf: to_f64(leaf, run_dtype), params)
-    programs: dict[Any, Program] = {}
+    programs = {} if programs is None else programs
     out: dict[str, dict[str, Any]] = {}
     for name, case in cases.items():
         kind = kind_of(case, name)

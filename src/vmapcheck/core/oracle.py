@@ -18,6 +18,7 @@ import numpy as np
 from vmapcheck.core.cases import kind_of
 from vmapcheck.core.contract import cast_floats, rows, take
 from vmapcheck.core.forms import Keyed, cast_tree, forward_keys, keyed_model, row_keys, with_keys
+from vmapcheck.core.jit_cache import cached
 from vmapcheck.core.models import Model, Params
 
 
@@ -63,7 +64,9 @@ def float64_outputs(
         if draw_problem(model, params, example, run_dtype):
             return None
     params64 = jax.tree_util.tree_map(lambda leaf: to_f64(leaf, run_dtype), params)
-    forward = jax.jit(keyed_model(model).forward_one)
+    # One jitted forward per model (and x64/device settings) in this process: a
+    # stochastic model's keyed_model is a new closure each time, compiled again without it.
+    forward = cached(model, "oracle", None, lambda: jax.jit(keyed_model(model).forward_one))
     out: dict[str, np.ndarray] = {}
     for name, case in judged.items():
         kind = kind_of(case, name)

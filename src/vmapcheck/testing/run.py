@@ -286,19 +286,29 @@ def forward(
     stochastic model's row keys are split from the ``forward`` key of ``seed``'s stream
     (:func:`vmapcheck.core.forms.forward_keys`), as the pipeline splits them."""
     import jax
+    import jax.numpy as jnp
 
     from vmapcheck.core.bitwise import check_mode, measure_case
     from vmapcheck.core.forms import FORWARD_KEYS, data_mesh, forward_keys
     from vmapcheck.core.forward import build_all, run_composition, run_forward
+    from vmapcheck.core.jit_cache import cached, key_bytes
     from vmapcheck.core.paths import PATHS, describe_distributed, not_provided
     from vmapcheck.core.record import forward_record, keys_record
     from vmapcheck.core.runtime import runtime_info
 
     mesh = data_mesh()  # every device present (one on a plain CPU process)
     key = forward_keys(seed)
+    # Built once per model, dtype, mesh, key and numerics in this process: the same
+    # jitted objects again, so a repeat check compiles nothing (vmapcheck.core.jit_cache).
+    every = cached(
+        model,
+        "paths",
+        (jnp.dtype(dtype).name, mesh, key_bytes(key)),
+        lambda: build_all(model, dtype, mesh, key),
+    )
     built = {
         takes: {name: fn for name, fn in by_name.items() if name in selected}
-        for takes, by_name in build_all(model, dtype, mesh, key).items()
+        for takes, by_name in every.items()
     }
     outputs, per_case = run_forward(model, params, cases, dtype, mesh, built=built, key=key)
     regrouped, composition = run_composition(
@@ -358,6 +368,7 @@ def float64_side(
     import jax.numpy as jnp
 
     from vmapcheck.core.forms import forward_keys
+    from vmapcheck.core.jit_cache import cached
     from vmapcheck.core.magnitude import case_magnitudes
     from vmapcheck.core.oracle import float64_outputs
 
@@ -373,10 +384,30 @@ def float64_side(
             oracle = float64_outputs(model, params, cases, run_dtype, key=forward_keys(seed))
         magnitudes = None
         if config.uses_terms:
+            # The magnitude programs traced for this model (by params structure and
+            # run dtype) are kept for the next call: each is a compile.
+            programs: dict[Any, Any] = cached(
+                model, "magnitude", (run_dtype.name, _structure(params)), dict
+            )
             magnitudes = case_magnitudes(
-                model.forward_one, params, cases, run_dtype, stochastic=model.stochastic
+                model.forward_one,
+                params,
+                cases,
+                run_dtype,
+                stochastic=model.stochastic,
+                programs=programs,
             )
     return oracle, magnitudes
+
+
+def _structure(tree: Any) -> tuple[Any, tuple[tuple[tuple[int, ...], str], ...]]:
+    """A pytree's structure, and each leaf's shape and dtype: hashable, for a cache key
+    (:mod:`vmapcheck.core.jit_cache`)."""
+    import jax
+    import numpy as np
+
+    leaves, treedef = jax.tree_util.tree_flatten(tree)
+    return treedef, tuple((tuple(np.shape(v)), str(getattr(v, "dtype", type(v)))) for v in leaves)
 
 
 def _cpu_device() -> Any:
