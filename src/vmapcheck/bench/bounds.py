@@ -11,6 +11,7 @@ chip's matmul peak. These labels keep such figures from saying more than was mea
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from typing import Any
 
 # What a launch-bound label means, wherever it is printed.
@@ -18,6 +19,21 @@ LAUNCH_BOUND_MEANING = (
     "its time is dispatch and transfer, not compute: its ratios there say nothing about "
     "the work; compare rows/s"
 )
+
+
+def peak_contention(peak: Mapping[str, Any] | None) -> str | None:
+    """What a share of ``peak`` (a :class:`~vmapcheck.bench.records.Peak`) must say when
+    the peak was measured on a machine busier than its cores (``contended``, from
+    :func:`vmapcheck.bench.control.best_peak`), else None: such a peak reads low (on two
+    shared cores one sweep gave 40.5 to 131.3 GFLOP/s, issue 44), so every share of it
+    reads high. ``peak measured under contention (load 12.3 on 2 usable cores): shares
+    of it read high``."""
+    if not peak or not peak.get("contended"):
+        return None
+    return (
+        f"peak measured under contention (load {peak['load_avg_1m']:.1f} on "
+        f"{peak['usable_cores']} usable cores): shares of it read high"
+    )
 
 
 def roofline_share(gflops: float, peak_gflops: float) -> float | None:

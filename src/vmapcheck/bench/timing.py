@@ -31,13 +31,19 @@ Method, for every path and batch size:
 - no compilation may happen while samples are taken (counted through
   ``jax.monitoring``): a recompile is a harness bug, and the run stops;
 - XLA's ``cost_analysis`` gives each jit path's flops and bytes; against the device's
-  matmul peak measured in the same run (:func:`vmapcheck.bench.control.peak_sweep`:
-  square products in the run's dtype and matmul precision, doubled in size until the
-  device is busy) that gives the achieved share of the peak. A path cannot exceed the
-  peak: where its figure would, the share is left out and the report says why
+  matmul peak measured in the same run (:func:`vmapcheck.bench.control.best_peak`: the
+  best of short sweeps of square products in the run's dtype and matmul precision,
+  doubled in size until the device is busy, marked when measured under contention)
+  that gives the achieved share of the peak. A path cannot exceed the peak: where its
+  figure would, the share is left out and the report says why
   (:func:`vmapcheck.bench.bounds.roofline_share`);
 - the time budget (``bench.early_stop.time_budget_s``) covers the whole bench:
-  compiling, warm-up, the peak sweep and the timing. A path whose cost grows with its
+  compiling, warm-up, the peak sweep and the timing, counted by a
+  :class:`~vmapcheck.bench.budget.BudgetClock` (on the CPU backend the fewer of wall and
+  this process's CPU seconds: a loaded machine's stolen time does not spend it). The
+  profile's headline batch size (:func:`vmapcheck.report.headline.headline_batch`) is
+  compiled right after the first size, so a budget that runs out leaves out the sizes
+  between them, never the headline's. A path whose cost grows with its
   rows (the loop) is left out at a batch size where its projected compile or calls
   exceed what is left of it (:func:`vmapcheck.bench.budget.over_budget`);
 - a path whose p50 stays flat as the batch grows is launch-bound there
@@ -62,6 +68,7 @@ from vmapcheck.bench.bounds import launch_bound, roofline_share
 from vmapcheck.bench.budget import (
     BUDGET_SETTING,
     STOP_ALL,
+    BudgetClock,
     compile_over_budget,
     early_stops,
     median_interval,
@@ -69,7 +76,7 @@ from vmapcheck.bench.budget import (
     samples_per_round,
     stopped_line,
 )
-from vmapcheck.bench.control import control_figures, matmul_call, peak_sweep
+from vmapcheck.bench.control import best_peak, control_figures, matmul_call
 from vmapcheck.bench.latency import latency_stats, speedup_intervals, speedups
 from vmapcheck.bench.machine import ConditionsSampler, conditions, machine_record
 from vmapcheck.bench.progress import Eta, Progress, silent
@@ -163,14 +170,14 @@ class _Compiler:
     budget's projections (:func:`over_budget`, :func:`compile_over_budget`) read.
 
     ``built``: path -> its :class:`Compiled` (absent ones in ``absent``: path -> why);
-    ``began``: when the bench began (perf_counter), from which the budget counts;
+    ``clock``: the budget's clock, started when the bench began;
     ``least``: the fewest samples a round a cell keeps (:func:`over_budget`)."""
 
     built: dict[str, Compiled | None]
     absent: dict[str, str]
     run_params: Params
     config: BenchConfig
-    began: float
+    clock: BudgetClock
     least: int
     progress: Progress
     # Cell -> its compile_ms and XLA's cost analysis ({} for an eager cell).
@@ -199,7 +206,9 @@ class _Compiler:
         first_size = rows == config.batch_sizes[0]
         if name in self.absent:
             return f"not provided: {self.absent[name]}"
-        if name in self.out_of_memory:
+        # Only the sizes above the one it ran out at: the headline's is compiled second
+        # (compile_order), and a smaller size may still fit.
+        if name in self.out_of_memory and rows > self.out_of_memory[name][0]:
             at, words = self.out_of_memory[name]
             return (
                 f"{name} left out at {rows} rows: the device ran out of memory for it at "
@@ -211,31 +220,32 @@ class _Compiler:
                 f"{name} capped at {cap} rows (bench.{path.bench_cap}): one Python-level "
                 "forward per row, unrolled by jit"
             )
-        spent = time.perf_counter() - self.began
+        spent = self.clock.spent()
         if path.bench_cap and name in self.grown:
             over = over_budget(path, rows, self.grown[name], config, self.least, spent)
             if over:
                 return over
         # Every path is timed at the first batch size; past it, once compiling has
-        # spent the whole budget, the sizes still to compile are left out.
+        # spent the whole budget, the sizes still to compile are left out (the headline
+        # size is compiled second: :func:`compile_order`).
         if budget is not None and not first_size and spent > budget:
             return (
                 f"{name} left out at {rows} rows: compiling had spent {spent:.3g} s, the "
-                f"bench's whole budget of {budget:g} s ({BUDGET_SETTING})"
+                f"bench's whole budget of {budget:g} s ({BUDGET_SETTING}, counted in "
+                f"{self.clock.unit()})"
             )
         # And so is a path whose compile (a jit program, or an eager path's first
         # call), projected, would end past it.
         if path.bench_cap or first_size:
             return None
         if path.jit:
-            return compile_over_budget(
-                name, rows, self.compiled_at[rows], self.compile_last.get(name), budget, spent
-            )
+            own = _smaller(self.compile_last, name, rows)
+            return compile_over_budget(name, rows, self.compiled_at[rows], own, budget, spent)
         return compile_over_budget(
             name,
             rows,
             self.first_at[rows],
-            self.first_last.get(name),
+            _smaller(self.first_last, name, rows),
             budget,
             spent,
             what="its first call (compiling each operation it meets)",
@@ -304,6 +314,29 @@ class _Compiler:
         return lambda f=compiled.fn, a=args: f(*a)
 
 
+def _smaller(last: dict[str, tuple[int, float]], name: str, rows: int) -> tuple[int, float] | None:
+    """``name``'s last (rows, seconds) when it was at fewer rows than ``rows``, else None:
+    a compile's cost only grows with its rows, so a larger size's (the headline's,
+    compiled second) is no floor for a smaller one."""
+    entry = last.get(name)
+    return entry if entry is not None and entry[0] < rows else None
+
+
+def compile_order(config: BenchConfig) -> list[int]:
+    """The batch sizes in the order they are compiled (the budget's projections and
+    leave-outs follow it): the first, then the profile's headline batch
+    (:func:`vmapcheck.report.headline.headline_batch`, 128 rows in the quick profile),
+    then the rest ascending. A budget spent by compiling leaves out the sizes still to
+    compile: the middle ones, never the headline's (issue 44: at load 11+ the quick
+    bench compiled 1 and 16 rows, then ran out before 128)."""
+    from vmapcheck.report.headline import headline_batch
+
+    sizes = list(config.batch_sizes)
+    headline = headline_batch({"bench": config.model_dump()})  # type: ignore[typeddict-item]
+    middle = [headline] if headline in sizes[1:] else []
+    return sizes[:1] + middle + sorted(rows for rows in sizes[1:] if rows != headline)
+
+
 @dataclass
 class _Rounds:
     """What :func:`_time_rounds` measured: ``secs`` (cell -> seconds per sample, NaN
@@ -327,7 +360,7 @@ def _time_rounds(
     config: BenchConfig,
     timing_budget: float | None,
     least: int,
-    bench_began: float,
+    clock: BudgetClock,
     progress: Progress,
 ) -> _Rounds:
     """Time ``groups`` (the control's first, then one per batch size and mode; ``cells``
@@ -337,8 +370,9 @@ def _time_rounds(
     timed call right after a discarded call of its own: :func:`sample_passes`), within
     ``timing_budget`` seconds (None: no bound), each cell leaving at a round boundary
     once :func:`early_stops` says so.
-    ``per_call`` and ``inner``: each cell's cost and inner loop from warm-up;
-    ``bench_began``: when the bench began (the budget covers compiling and warm-up)."""
+    ``per_call`` and ``inner``: each cell's cost and inner loop from warm-up (wall
+    seconds); ``clock``: the budget's, started when the bench began (the budget covers
+    compiling and warm-up), whose seconds ``timing_budget`` is in."""
     # NaN where a cell took no sample: a cell of a reduced quota fills a prefix of
     # each round's indices.
     secs = {cell: np.full(config.repeats, np.nan) for group in groups for cell in group}
@@ -347,11 +381,14 @@ def _time_rounds(
     sample_s = {cell: sample_cost(per_call[cell], inner[cell]) for cell in secs}
     # The time budget binds from the first round: the dearest cells take fewer samples
     # a round (samples_per_round), not only fewer rounds once min_rounds are done.
+    # The plan is in wall seconds, the budget in the clock's: on a loaded machine a wall
+    # second of samples charges the budget less (BudgetClock.charge_rate).
+    rate = clock.charge_rate()
     quota = samples_per_round(
         sample_s,
         max(len(r) for r in rounds),
         len(rounds),
-        timing_budget,
+        None if timing_budget is None else timing_budget / max(rate, 1e-3),
         keep=[CONTROL],
         # A cell stopped at min_rounds still holds the samples a run's reader requires.
         least=least,
@@ -373,7 +410,7 @@ def _time_rounds(
             eta=Eta(planned, prior_rate=1.0),
         ) as timing,
     ):
-        began = time.perf_counter()
+        began, charged0 = time.perf_counter(), clock.spent()
         for done, indices in enumerate(rounds, start=1):
             for group in groups:
                 for i in indices:
@@ -394,10 +431,11 @@ def _time_rounds(
                     )
             going = [c for c in secs if c != CONTROL and c not in stopped]
             # Since the bench began: the budget covers compiling and warm-up too.
-            elapsed = time.perf_counter() - bench_began
-            # A round's cost as planned in warm-up, scaled by how much slower (or faster)
-            # than planned the machine has been so far: under load the plan is low.
-            pace = (time.perf_counter() - began) / timing.done if timing.done > 0 else 1.0
+            elapsed = clock.spent()
+            # A round's cost as planned in warm-up, scaled by what a planned second has
+            # charged the budget so far: more under a load that began after warm-up, less
+            # where the clock counts CPU seconds the load did not steal.
+            pace = (elapsed - charged0) / timing.done if timing.done > 0 else 1.0
             now = early_stops(
                 {
                     c: [float(np.nanmedian(secs[c][r.start : r.stop])) for r in rounds[:done]]
@@ -501,8 +539,9 @@ def _compile_groups(
     (``template_rows`` tiled to it, batch axis 0), in groups of one batch size and mode
     (jit, eager) for :func:`run_bench`'s timing. Fills ``skipped[path][label]`` with why
     a cell is left out (the budget, the device's memory)."""
-    groups: list[dict[Cell, Callable[[], Any]]] = []
-    batch_sizes = compiler.config.batch_sizes
+    by_size: dict[int, list[dict[Cell, Callable[[], Any]]]] = {}
+    # The headline size second (compile_order); timed in ascending order (below).
+    batch_sizes = compile_order(compiler.config)
     # Compile times are not known before (an unrolled loop's grows with its rows): a
     # count, no ETA.
     with progress.phase("compiling", len(batch_sizes), unit="batch sizes") as step:
@@ -521,9 +560,11 @@ def _compile_groups(
                         progress.note(why)
                 if why is not None:
                     skipped[path.name][label] = why
-            groups += [group for group in by_mode.values() if group]
+            by_size[rows] = [group for group in by_mode.values() if group]
             step.advance()
-    return groups
+    # Timed smallest first, as the profile lists them: the order of compiling is the
+    # budget's, not the timing's.
+    return [group for rows in sorted(by_size) for group in by_size[rows]]
 
 
 def _warm_groups(
@@ -548,17 +589,18 @@ def _warm_groups(
 
 
 def _measure_peak(
-    dtype: Any, start_size: int, budget: float | None, progress: Progress
+    dtype: Any, start_size: int, budget: float | None, clock: BudgetClock, progress: Progress
 ) -> dict[str, Any]:
-    """The device's peak (:func:`peak_sweep`), in the run's dtype and matmul precision, at
-    sizes that fill it; a tenth of the bench's ``budget`` at most (its first size always
-    runs)."""
-    with progress.phase("measuring the matmul peak", 1, unit="sweep") as sweeping:
-        peak = peak_sweep(dtype, start_size, None if budget is None else budget / 10)
+    """The device's peak (:func:`best_peak`: the best of short sweeps), in the run's
+    dtype and matmul precision, at sizes that fill it; a tenth of the bench's ``budget``
+    at most, in the ``clock``'s seconds (the first sweep always runs)."""
+    with progress.phase("measuring the matmul peak", 1, unit="sweeps") as sweeping:
+        peak = best_peak(dtype, start_size, None if budget is None else budget / 10, clock.spent)
         sweeping.advance()
     progress.note(
         f"matmul peak {peak['gflops']:.1f} GFLOP/s ({peak['size']}^3 {peak['dtype']}, "
-        f"matmul precision {peak['matmul_precision']}; sweep stopped: {peak['stopped']})"
+        f"matmul precision {peak['matmul_precision']}; best of {len(peak['sweeps_gflops'])} "
+        f"sweep(s); sweep stopped: {peak['stopped']})"
     )
     return peak
 
@@ -590,8 +632,10 @@ def run_bench(
     own_sampler = sampler is None
     sampler = (sampler or ConditionsSampler()).start()
     # Where the bench's own time goes (the profile's bound is read off these); the time
-    # budget counts from here: compiling, warm-up and the peak sweep spend it too.
-    bench_began = phase_began = time.perf_counter()
+    # budget counts from here: compiling, warm-up and the peak sweep spend it too, on the
+    # CPU backend in the CPU seconds a loaded machine does not steal (BudgetClock).
+    phase_began = time.perf_counter()
+    clock = BudgetClock(cpu_work=jax.default_backend() == "cpu").start()
     budget = config.early_stop.time_budget_s
     paths = batch_paths()
     absent = not_provided(model)
@@ -616,7 +660,7 @@ def run_bench(
         max(len(r) for r in round_slices(config.repeats)),
         math.ceil(MIN_SAMPLES / min(config.early_stop.min_rounds, ROUNDS)),
     )
-    compiler = _Compiler(built, absent, run_params, config, bench_began, least, progress)
+    compiler = _Compiler(built, absent, run_params, config, clock, least, progress)
     figures = compiler.figures
     groups += _compile_groups(compiler, paths, model, template_rows, dtype, skipped, progress)
     compile_s = time.perf_counter() - phase_began
@@ -624,13 +668,13 @@ def run_bench(
     first, inner, per_call = _warm_groups(groups, config.warmup, compiler.first_calls, progress)
     warm_up_s = time.perf_counter() - phase_began
     phase_began = time.perf_counter()
-    peak = _measure_peak(dtype, config.peak_matmul_size, budget, progress)
+    peak = _measure_peak(dtype, config.peak_matmul_size, budget, clock, progress)
     peak_s = time.perf_counter() - phase_began
     # What the timing may still spend: compiling, warm-up and the sweep came first.
-    before_timing_s = time.perf_counter() - bench_began
+    before_timing_s = clock.spent()
     timing_budget = None if budget is None else max(budget - before_timing_s, 0.0)
     timed = _time_rounds(
-        groups, len(figures), per_call, inner, config, timing_budget, least, bench_began, progress
+        groups, len(figures), per_call, inner, config, timing_budget, least, clock, progress
     )
     control_ = control_figures(config.peak_matmul_size, timed.secs[CONTROL])
     cells_by_path = _cell_results(
@@ -657,6 +701,9 @@ def run_bench(
         "early_stop": {
             "settings": config.early_stop.model_dump(),
             "cells": cells_by_path["stopping"],
+            # What the budget was counted in and what the bench spent of it, beside its
+            # wall and CPU seconds: at load the wall seconds run far past the budget.
+            "budget_clock": clock.record(),
         },
         # Noisy: the highest load over the whole bench (so far, for a caller's sampler
         # still running: vmapcheck.pipeline.bench records it again at its end).
