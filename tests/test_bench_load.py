@@ -1,6 +1,6 @@
 """The bench under load (issue 44): its budget is not eaten by a loaded machine's stolen
-wall time, the headline batch is compiled second, and the matmul peak is the best of
-several sweeps, marked when it was measured under contention.
+wall time, nor are its projections of a compile scaled from stolen wall time, and the
+matmul peak is the best of several sweeps, marked when it was measured under contention.
 
 The budget logic is driven with injected clocks where a test must be deterministic, and
 once with a real load (busy Python processes) around a short bench of a tiny model,
@@ -22,7 +22,7 @@ from vmapcheck.bench.bounds import peak_contention
 from vmapcheck.bench.budget import BudgetClock, budget_caveat
 from vmapcheck.bench.control import best_peak
 from vmapcheck.bench.progress import silent
-from vmapcheck.bench.timing import _Compiler, compile_order, run_bench
+from vmapcheck.bench.timing import _Compiler, run_bench
 from vmapcheck.config import BenchConfig, EarlyStopConfig, ModelConfig, RegressionConfig
 from vmapcheck.core.models import build_model
 from vmapcheck.core.paths import get
@@ -85,6 +85,21 @@ def test_a_loaded_machine_charges_the_budget_its_cpu_seconds_not_the_stolen_wall
     assert BudgetClock(True, wall=clocks.wall, cpu=clocks.cpu).start().charge_rate() == 1.0
 
 
+def test_what_one_compile_charged_is_counted_as_the_budget_counts():
+    """The projections scale one compile's cost to a larger size: the seconds it charged
+    the budget, not the wall seconds a loaded machine stretched it to."""
+    clocks = _Clocks()
+    clock = BudgetClock(cpu_work=True, wall=clocks.wall, cpu=clocks.cpu).start()
+    clocks.run(wall=5.0, cpu=5.0)
+    mark = clock.mark()
+    clocks.run(wall=0.96, cpu=0.12)  # a 1-row loop_jit compile at load 20
+    assert clock.charged_since(mark) == pytest.approx(0.12)
+    device = BudgetClock(cpu_work=False, wall=clocks.wall, cpu=clocks.cpu).start()
+    mark = device.mark()
+    clocks.run(wall=0.96, cpu=0.12)
+    assert device.charged_since(mark) == pytest.approx(0.96)
+
+
 def _compiler(config: BenchConfig, clock: BudgetClock) -> _Compiler:
     """The compile phase's bookkeeping, with nothing compiled yet: its leave-out
     decisions read only the budget, the clock and what earlier compiles cost."""
@@ -113,34 +128,6 @@ def test_compiling_under_load_no_longer_leaves_the_headline_batch_out():
     why = compiler.left_out(get("vmap_jit"), 16)
     assert why is not None and why.startswith("vmap_jit left out at 16 rows: compiling had spent")
     assert "bench.early_stop.time_budget_s, counted in the fewer of wall and" in why
-
-
-def test_the_headline_batch_is_compiled_right_after_the_first():
-    """The budget leaves out the sizes still to compile when it runs out: the headline's
-    (the largest within loop_max_batch, report.headline.headline_batch) goes second, so
-    the middle sizes are the ones left out."""
-    assert compile_order(_profile([1, 16, 128], 14.0)) == [1, 128, 16]
-    assert compile_order(_profile([1, 16, 64, 256, 1024], None, loop_max=256)) == [
-        1,
-        256,
-        16,
-        64,
-        1024,
-    ]
-    assert compile_order(_profile([8], 14.0)) == [8]
-    assert compile_order(_profile([1, 4], 14.0)) == [1, 4]
-
-
-def test_a_larger_sizes_compile_is_no_floor_for_a_smaller_one():
-    """Compiled second, the headline's compile (37 s, as the CNN's vmap_jit at 4,096 rows
-    on a TPU v5e) must not leave the middle sizes out as if each would cost as much."""
-    clocks = _Clocks()
-    config = _profile([1, 256, 4096], 60.0, loop_max=4096)
-    compiler = _compiler(config, BudgetClock(False, clocks.wall, clocks.cpu).start())
-    clocks.run(wall=40.0, cpu=40.0)
-    compiler.compile_last["vmap_jit"] = (4096, 37.0)
-    compiler.compiled_at[4096] = {"vmap_jit": 37.0}
-    assert compiler.left_out(get("vmap_jit"), 256) is None
 
 
 def test_the_peak_is_the_best_of_its_sweeps_and_says_when_the_machine_was_contended():

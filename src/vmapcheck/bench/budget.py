@@ -82,6 +82,18 @@ class BudgetClock:
         wall = self.wall_s()
         return min(wall, self.cpu_s()) if self.cpu_work else wall
 
+    def mark(self) -> tuple[float, float]:
+        """Now on both clocks (wall, CPU), for :meth:`charged_since`."""
+        return self._wall(), self._cpu()
+
+    def charged_since(self, mark: tuple[float, float]) -> float:
+        """The budget's seconds since ``mark`` (:meth:`mark`), counted as :meth:`spent`
+        counts them: what one compile or call charged, which the budget's projections
+        (:func:`over_budget`, :func:`compile_over_budget`) scale, so that a compile slowed
+        by a loaded machine is not projected at its stolen wall seconds."""
+        wall, cpu = self._wall() - mark[0], self._cpu() - mark[1]
+        return min(wall, cpu) if self.cpu_work else wall
+
     def charge_rate(self) -> float:
         """Budget seconds charged per wall second so far (1.0 before any time passed):
         about 1/6 for a process sharing two cores with ten busy ones. A plan made in wall

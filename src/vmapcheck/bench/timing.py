@@ -40,15 +40,15 @@ Method, for every path and batch size:
 - the time budget (``bench.early_stop.time_budget_s``) covers the whole bench:
   compiling, warm-up, the peak sweep and the timing, counted by a
   :class:`~vmapcheck.bench.budget.BudgetClock` (on the CPU backend the fewer of wall and
-  this process's CPU seconds: a loaded machine's stolen time does not spend it). The
-  profile's headline batch size (:func:`vmapcheck.report.headline.headline_batch`) is
-  compiled right after the first size, so a budget that runs out leaves out the sizes
-  between them, never the headline's. A path whose cost grows with its
+  this process's CPU seconds: a loaded machine's stolen time does not spend it, and the
+  projections below scale what each compile charged it). A path whose cost grows with its
   rows (the loop) is left out at a batch size where its projected compile or calls
   exceed what is left of it (:func:`vmapcheck.bench.budget.over_budget`);
 - a path whose p50 stays flat as the batch grows is launch-bound there
-  (:func:`vmapcheck.bench.bounds.launch_bound`): its time is dispatch and transfer, not
-  compute, so its ratios say nothing about the work and its rows/s are what matters.
+  (:func:`vmapcheck.bench.bounds.launch_bound`: a line fitted to its p50s, fixed cost
+  plus a cost a row, with a bootstrap interval of where it turns): its time is dispatch
+  and transfer, not compute, so its ratios say nothing about the work and its rows/s
+  are what matters.
 """
 
 from __future__ import annotations
@@ -185,7 +185,11 @@ class _Compiler:
     # Cell -> seconds of its first call, made here so that the budget governs it.
     first_calls: dict[Cell, float] = field(default_factory=dict)
     # What each path whose cost grows with its rows (a bench_cap path) cost at the last
-    # batch size: (rows, seconds), its compile (jit) or one warm call (eager).
+    # batch size: (rows, seconds), its compile (jit) or one warm call (eager). Here and
+    # below, the seconds the budget was charged (BudgetClock.charged_since), which the
+    # projections scale: at load 20 a 1-row loop_jit compile took 1 wall s and was
+    # projected at 123 s for 128 rows (2026-12-07). compile_ms and first_call_ms are
+    # the wall seconds, as reported.
     grown: dict[str, tuple[int, float]] = field(default_factory=dict)
     # Every jit path's last compile (rows, seconds), and each size's compiles so far
     # (rows -> path -> seconds); the same for the eager paths' first calls (the CNN's
@@ -206,9 +210,7 @@ class _Compiler:
         first_size = rows == config.batch_sizes[0]
         if name in self.absent:
             return f"not provided: {self.absent[name]}"
-        # Only the sizes above the one it ran out at: the headline's is compiled second
-        # (compile_order), and a smaller size may still fit.
-        if name in self.out_of_memory and rows > self.out_of_memory[name][0]:
+        if name in self.out_of_memory:
             at, words = self.out_of_memory[name]
             return (
                 f"{name} left out at {rows} rows: the device ran out of memory for it at "
@@ -226,8 +228,7 @@ class _Compiler:
             if over:
                 return over
         # Every path is timed at the first batch size; past it, once compiling has
-        # spent the whole budget, the sizes still to compile are left out (the headline
-        # size is compiled second: :func:`compile_order`).
+        # spent the whole budget, the sizes still to compile are left out.
         if budget is not None and not first_size and spent > budget:
             return (
                 f"{name} left out at {rows} rows: compiling had spent {spent:.3g} s, the "
@@ -239,13 +240,14 @@ class _Compiler:
         if path.bench_cap or first_size:
             return None
         if path.jit:
-            own = _smaller(self.compile_last, name, rows)
-            return compile_over_budget(name, rows, self.compiled_at[rows], own, budget, spent)
+            return compile_over_budget(
+                name, rows, self.compiled_at[rows], self.compile_last.get(name), budget, spent
+            )
         return compile_over_budget(
             name,
             rows,
             self.first_at[rows],
-            _smaller(self.first_last, name, rows),
+            self.first_last.get(name),
             budget,
             spent,
             what="its first call (compiling each operation it meets)",
@@ -266,22 +268,25 @@ class _Compiler:
         # path's batch is before it is timed.
         args = compiled.place(self.run_params, x)
         try:
+            compile_charged = 0.0
             if path.jit:
-                start = time.perf_counter()
+                start, mark = time.perf_counter(), self.clock.mark()
                 cost = _cost(compiled.fn.lower(*args).compile())
                 self.figures[cell] = {
                     "compile_ms": (time.perf_counter() - start) * 1e3,
                     **(_spread_cost(cost, compiled, rows) if path.distributed else cost),
                 }
-            start = time.perf_counter()
+                compile_charged = self.clock.charged_since(mark)
+            start, mark = time.perf_counter(), self.clock.mark()
             jax.block_until_ready(compiled.fn(*args))
             self.first_calls[cell] = time.perf_counter() - start
+            first_charged = self.clock.charged_since(mark)
             if path.bench_cap and not path.jit and self.config.early_stop.time_budget_s is not None:
                 # One warm call (the first compiled each primitive it met): what a
                 # per-row loop's cost at a larger size is projected from.
-                start = time.perf_counter()
+                mark = self.clock.mark()
                 jax.block_until_ready(compiled.fn(*args))
-                self.grown[name] = (rows, time.perf_counter() - start)
+                self.grown[name] = (rows, self.clock.charged_since(mark))
         except jax.errors.JaxRuntimeError as error:
             words = out_of_device_memory(error)
             if words is None:
@@ -293,17 +298,17 @@ class _Compiler:
             ) from error
         if path.jit:
             seconds, what = self.figures[cell]["compile_ms"] / 1e3, "compiling"
-            self.grown[name] = self.compile_last[name] = (rows, seconds)
+            self.grown[name] = self.compile_last[name] = (rows, compile_charged)
             # A per-row loop's compile grows with its rows: no yardstick for the
             # batched programs.
             if not path.bench_cap:
-                self.compiled_at[rows][name] = seconds
+                self.compiled_at[rows][name] = compile_charged
         else:
             self.figures[cell] = {}
             seconds, what = self.first_calls[cell], "the first call of"
             if not path.bench_cap:
-                self.first_last[name] = (rows, seconds)
-                self.first_at[rows][name] = seconds
+                self.first_last[name] = (rows, first_charged)
+                self.first_at[rows][name] = first_charged
         # A compile this slow is where an accelerator's budget goes (a TPU compiled the
         # unrolled loop_jit of a CNN in 24 s at 256 rows): named as it happens, not only
         # in bench_details once the bench is done.
@@ -312,29 +317,6 @@ class _Compiler:
         # Timed through the (jitted) function, as users call it: its C++ dispatch path
         # is faster than calling the AOT-compiled object from Python.
         return lambda f=compiled.fn, a=args: f(*a)
-
-
-def _smaller(last: dict[str, tuple[int, float]], name: str, rows: int) -> tuple[int, float] | None:
-    """``name``'s last (rows, seconds) when it was at fewer rows than ``rows``, else None:
-    a compile's cost only grows with its rows, so a larger size's (the headline's,
-    compiled second) is no floor for a smaller one."""
-    entry = last.get(name)
-    return entry if entry is not None and entry[0] < rows else None
-
-
-def compile_order(config: BenchConfig) -> list[int]:
-    """The batch sizes in the order they are compiled (the budget's projections and
-    leave-outs follow it): the first, then the profile's headline batch
-    (:func:`vmapcheck.report.headline.headline_batch`, 128 rows in the quick profile),
-    then the rest ascending. A budget spent by compiling leaves out the sizes still to
-    compile: the middle ones, never the headline's (issue 44: at load 11+ the quick
-    bench compiled 1 and 16 rows, then ran out before 128)."""
-    from vmapcheck.report.headline import headline_batch
-
-    sizes = list(config.batch_sizes)
-    headline = headline_batch({"bench": config.model_dump()})  # type: ignore[typeddict-item]
-    middle = [headline] if headline in sizes[1:] else []
-    return sizes[:1] + middle + sorted(rows for rows in sizes[1:] if rows != headline)
 
 
 @dataclass
@@ -539,9 +521,8 @@ def _compile_groups(
     (``template_rows`` tiled to it, batch axis 0), in groups of one batch size and mode
     (jit, eager) for :func:`run_bench`'s timing. Fills ``skipped[path][label]`` with why
     a cell is left out (the budget, the device's memory)."""
-    by_size: dict[int, list[dict[Cell, Callable[[], Any]]]] = {}
-    # The headline size second (compile_order); timed in ascending order (below).
-    batch_sizes = compile_order(compiler.config)
+    groups: list[dict[Cell, Callable[[], Any]]] = []
+    batch_sizes = compiler.config.batch_sizes
     # Compile times are not known before (an unrolled loop's grows with its rows): a
     # count, no ETA.
     with progress.phase("compiling", len(batch_sizes), unit="batch sizes") as step:
@@ -560,11 +541,9 @@ def _compile_groups(
                         progress.note(why)
                 if why is not None:
                     skipped[path.name][label] = why
-            by_size[rows] = [group for group in by_mode.values() if group]
+            groups += [group for group in by_mode.values() if group]
             step.advance()
-    # Timed smallest first, as the profile lists them: the order of compiling is the
-    # budget's, not the timing's.
-    return [group for rows in sorted(by_size) for group in by_size[rows]]
+    return groups
 
 
 def _warm_groups(
@@ -692,7 +671,8 @@ def run_bench(
         "speedup_ci": speedup_intervals(samples, config.confidence_level),
         "peak": peak,
         "control": control_,
-        "launch_bound": launch_bound(latency),
+        # Fitted over every size, its interval from each cell's samples.
+        "launch_bound": launch_bound(latency, samples),
         "skipped": skipped,
         "samples_ms": samples,
         # Samples in each of a cell's rounds, in order (the verdict's blocks; a cell
