@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 
 from vmapcheck.bench.bounds import peak_contention
-from vmapcheck.bench.budget import BudgetClock, budget_caveat
+from vmapcheck.bench.budget import BudgetClock, budget_caveat, budget_clock_line
 from vmapcheck.bench.control import best_peak
 from vmapcheck.bench.progress import silent
 from vmapcheck.bench.timing import _Compiler, run_bench
@@ -98,6 +98,18 @@ def test_what_one_compile_charged_is_counted_as_the_budget_counts():
     mark = device.mark()
     clocks.run(wall=0.96, cpu=0.12)
     assert device.charged_since(mark) == pytest.approx(0.96)
+
+
+def test_the_bench_log_says_what_the_budget_counted_and_spent():
+    """Under load the bench's wall time runs far past its budget: its log says why."""
+    clocks = _Clocks()
+    clock = BudgetClock(cpu_work=True, wall=clocks.wall, cpu=clocks.cpu).start()
+    clocks.run(wall=46.9, cpu=4.1)
+    assert budget_clock_line(clock.record(), 14.0) == (
+        "budget: spent 4.1 s of 14 s, counted in the fewer of wall and this process's CPU "
+        "seconds (wall 46.9 s, CPU 4.1 s)"
+    )
+    assert "(no budget)" in budget_clock_line(clock.record(), None)
 
 
 def _compiler(config: BenchConfig, clock: BudgetClock) -> _Compiler:

@@ -122,6 +122,19 @@ class BudgetClock:
         return "wall seconds"
 
 
+def budget_clock_line(record: Mapping[str, Any], budget_s: float | None) -> str:
+    """The bench log's line on what the budget was counted in and what was spent
+    (``record``: :meth:`BudgetClock.record`; ``budget_s``: the setting, None: none):
+    ``budget: spent 4.1 s of 14 s, counted in the fewer of wall and this process's CPU
+    seconds (wall 46.9 s, CPU 4.1 s)``. Under load the wall seconds run far past the
+    budget: this says why."""
+    of = f" of {budget_s:g} s" if budget_s is not None else " (no budget)"
+    return (
+        f"budget: spent {record['spent_s']:.1f} s{of}, counted in {record['counts']} "
+        f"(wall {record['wall_s']:.1f} s, CPU {record['cpu_s']:.1f} s)"
+    )
+
+
 def stopped_line(stopped: Mapping[Hashable, str], cells: int) -> str:
     """The bench's line on the cells whose timing ended before every round, as a
     sentence: ``11 of 11 cells stopped early by the time budget
@@ -291,7 +304,8 @@ def over_budget(
 ) -> str | None:
     """Why ``path`` is left out at ``rows`` (None: it is timed): a path whose cost grows
     with its rows (one forward per row), projected linearly from ``last`` (rows,
-    seconds) at a smaller batch size, would alone take more than what is left of the
+    seconds it charged the budget: :meth:`BudgetClock.charged_since`) at a smaller batch
+    size, would alone take more than what is left of the
     bench's budget (``bench.early_stop.time_budget_s`` less ``spent_s``, the seconds the
     bench has run so far: compiling and warm-up count; None: never left out). A jit
     path's projection is its compile; an eager path's, its warm-up calls and the fewest

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 import jax.numpy as jnp
 
 from vmapcheck.bench.bounds import LAUNCH_BOUND_MEANING, launch_bound_text, peak_contention
-from vmapcheck.bench.budget import STOP_ALL
+from vmapcheck.bench.budget import STOP_ALL, budget_clock_line
 from vmapcheck.bench.machine import (
     ConditionsSampler,
     conditions,
@@ -205,6 +205,9 @@ def run(config: Config, layout: Layout) -> None:
         print(f"bench: {path} launch-bound {launch_bound_text(entry)}: {LAUNCH_BOUND_MEANING}")
     print(f"bench: guard replay: {replay_summary(result['replay'])}")
     print(f"bench: {phases_line(result['phases_s'])}")
+    clock = result["early_stop"].get("budget_clock")
+    if clock:
+        print(f"bench: {budget_clock_line(clock, config.bench.early_stop.time_budget_s)}")
     for path in (p for p in PATHS.values() if p.distributed):
         one_device = result["latency_ms"][path.same_program_as]
         for label, stats in result["latency_ms"][path.name].items():
