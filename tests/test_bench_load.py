@@ -203,21 +203,19 @@ def busy() -> Iterator[int]:
 def test_under_a_real_load_the_quick_shape_times_its_headline_cells(busy):
     """A short bench of a tiny MLP at the quick profile's sizes and budget (1, 16, 128
     rows; 14 s), with busy processes taking most of the CPU: the budget is charged this
-    process's CPU seconds (never more than its wall seconds), and the headline's batched
-    paths are timed at 128 rows, which compiling cheaply in CPU seconds cannot starve.
-    The loop's compile at 128 rows is projected from its first and may be left out on a
-    slow machine: then the verdict's caveat names it and the setting."""
+    process's CPU seconds (never more than its wall seconds), and the batched paths are
+    timed at 128 rows, which compiling cheaply in CPU seconds cannot starve. The
+    unrolled loop is capped at 16 rows here: its 128-row compile took 107-120 wall
+    seconds at load 22 (docs/benchmark.md, the budget under load), too long for a test."""
     model = build_model(ModelConfig(name="mlp", in_features=4, hidden=[8], out_features=2))
     params = model.init(jax.random.key(0))
     rows = np.random.default_rng(0).normal(size=(5, 4)).astype(np.float32)
-    config = _profile([1, 16, 128], 14.0)
+    config = _profile([1, 16, 128], 14.0, loop_max=16)
     result = run_bench(model, params, rows, config, jnp.float32)
     clock = result["early_stop"]["budget_clock"]
     assert clock["spent_s"] == min(clock["wall_s"], clock["cpu_s"])
     assert "CPU seconds" in clock["counts"]
     for name in ("vmap_jit", "direct_jit", "map_jit"):
         assert "b128" in result["latency_ms"][name], result["skipped"][name]
-    if "b128" not in result["latency_ms"]["loop_jit"]:
-        caveat = budget_caveat(result)  # type: ignore[arg-type]
-        assert caveat is not None and "loop_jit" in caveat and "128" in caveat
+    assert budget_caveat(result) is None  # type: ignore[arg-type]
     assert {"sweeps_gflops", "load_avg_1m", "usable_cores", "contended"} <= set(result["peak"])
