@@ -1,9 +1,13 @@
 """What a benchmark's figures may claim (vmapcheck.bench.bounds): no share of the matmul
-peak above 1, and the launch-bound label where a path's time is flat in batch size."""
+peak above 1, and the launch-bound label where a path's time is flat in batch size, from
+a line fitted to its p50s with a bootstrap interval."""
 
 import math
 
+import numpy as np
+
 from vmapcheck.bench.bounds import (
+    fit_launch,
     launch_bound,
     launch_bound_at,
     launch_bound_text,
@@ -57,3 +61,47 @@ def test_a_ratio_of_two_launch_bound_paths_is_marked():
     # direct_jit is not launch-bound (one size), so vmap_over_direct compares work.
     assert not ratio_launch_bound(found, "vmap_over_direct", 256)
     assert not ratio_launch_bound(found, "no_such_ratio", 256)
+
+
+def _cells(p50_by_rows: dict[int, float], spread: float, n: int = 40, seed: int = 1):
+    """Each cell's samples (ms): its p50 times a lognormal jitter of ``spread``."""
+    rng = np.random.default_rng(seed)
+    return {rows: p50 * rng.lognormal(0.0, spread, n) for rows, p50 in p50_by_rows.items()}
+
+
+def test_the_launch_bound_boundary_is_a_fit_with_its_interval():
+    """A fixed cost of 0.5 ms and 0.001 ms a row: the time reaches 1.5x the fixed cost at
+    250 rows. The fit finds it from 1, 16, 128 and 1,024 rows, and its bootstrap
+    interval from each cell's samples holds it; noisier samples widen the interval."""
+    true = {rows: 0.5 + 0.001 * rows for rows in (1, 16, 128, 1024)}
+    fit = fit_launch(true)
+    assert fit is not None and fit["interval"] is None
+    assert math.isclose(fit["up_to_rows_fit"], 250.0, rel_tol=1e-6)
+    assert math.isclose(fit["fixed_ms"], 0.5, rel_tol=1e-6)
+    tight = fit_launch(true, _cells(true, 0.02))
+    wide = fit_launch(true, _cells(true, 0.2))
+    assert tight is not None and wide is not None
+    low, high = tight["interval"]
+    assert low < 250.0 < high
+    assert wide["interval"][1] - wide["interval"][0] > high - low
+    # Seeded: the same samples, the same interval.
+    assert fit_launch(true, _cells(true, 0.02)) == tight
+
+
+def test_a_launch_bound_label_comes_with_its_fitted_boundary_and_interval():
+    """The label is the largest timed size within the fitted boundary (128 rows, where
+    the fit says 250); the text gives the fit and its interval."""
+    true = {rows: 0.5 + 0.001 * rows for rows in (1, 16, 128, 1024)}
+    latency = {"vmap_jit": {f"b{r}": {"p50": p} for r, p in true.items()}}
+    samples = {"vmap_jit": {f"b{r}": list(v) for r, v in _cells(true, 0.02).items()}}
+    entry = launch_bound(latency, samples)["vmap_jit"]
+    assert entry["up_to_rows"] == 128 and entry["from_rows"] == 1
+    text = launch_bound_text(entry)
+    assert text.startswith("up to 128 rows (fit: flat to about 250 rows, 95% interval ")
+    # Flat over every size: no boundary within them, the largest size labelled.
+    flat = {"vmap_jit": _latency({1: 0.5, 256: 0.5, 4096: 0.49})}
+    entry = launch_bound(flat)["vmap_jit"]
+    assert entry["up_to_rows"] == 4096 and entry["fit"]["up_to_rows_fit"] is None
+    assert launch_bound_text(entry).startswith(
+        "up to 4096 rows (fit: no growth over the sizes timed; p50 0.5 ms at 1 row(s)"
+    )

@@ -11,13 +11,31 @@ chip's matmul peak. These labels keep such figures from saying more than was mea
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from typing import Any
+
+import numpy as np
 
 # What a launch-bound label means, wherever it is printed.
 LAUNCH_BOUND_MEANING = (
     "its time is dispatch and transfer, not compute: its ratios there say nothing about "
     "the work; compare rows/s"
 )
+
+
+def peak_contention(peak: Mapping[str, Any] | None) -> str | None:
+    """What a share of ``peak`` (a :class:`~vmapcheck.bench.records.Peak`) must say when
+    the peak was measured on a machine busier than its cores (``contended``, from
+    :func:`vmapcheck.bench.control.best_peak`), else None: such a peak reads low (on two
+    shared cores one sweep gave 40.5 to 131.3 GFLOP/s, issue 44), so every share of it
+    reads high. ``peak measured under contention (load 12.3 on 2 usable cores): shares
+    of it read high``."""
+    if not peak or not peak.get("contended"):
+        return None
+    return (
+        f"peak measured under contention (load {peak['load_avg_1m']:.1f} on "
+        f"{peak['usable_cores']} usable cores): shares of it read high"
+    )
 
 
 def roofline_share(gflops: float, peak_gflops: float) -> float | None:
@@ -30,47 +48,176 @@ def roofline_share(gflops: float, peak_gflops: float) -> float | None:
     return share if share <= 1.0 else None
 
 
-# A path is launch-bound up to a batch size where its p50 is within this factor of its
-# p50 at its smallest batch size (:func:`launch_bound`), the batch having grown at least
-# LAUNCH_MIN_GROWTH times: the work grew with the rows, the time did not.
+# A path is launch-bound up to the batch size where its time, on the line fitted to its
+# p50s (:func:`fit_launch`: fixed cost + per-row cost x rows), reaches this factor of the
+# fixed cost: there the rows' work is still at most half the call's fixed cost. It is
+# labelled only where that covers a batch at least LAUNCH_MIN_GROWTH times its smallest
+# timed one: the work grew with the rows, the time did not.
 LAUNCH_FLAT_FACTOR = 1.5
 LAUNCH_MIN_GROWTH = 8
+# Bootstrap replicates of the boundary's interval (each cell's samples resampled), and
+# the interval's coverage: a 95% percentile interval.
+LAUNCH_REPLICATES = 400
+LAUNCH_COVERAGE = 0.95
 
 
-def launch_bound(latency_ms: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
-    """The paths whose time is flat in batch size: ``{path: {"from_rows", "up_to_rows",
-    "p50_ms_from", "p50_ms_up_to", "rows_per_s"}}``, for each path whose p50 at some
-    batch of at least :data:`LAUNCH_MIN_GROWTH` times its smallest timed batch stays
-    within :data:`LAUNCH_FLAT_FACTOR` of the p50 there. ``up_to_rows`` is the largest
-    such batch, and ``rows_per_s`` its throughput at p50: there the time is the call's
-    fixed cost (dispatch, transfer, a launch), not its work, so the path would take more
-    rows for the same time; compare paths by rows per second at batch sizes past it.
+def _line(rows: np.ndarray, p50: np.ndarray) -> tuple[float, float]:
+    """``(fixed_ms, per_row_ms)`` of ``p50 = fixed + per_row * rows`` (both (n,)), by
+    least squares on relative residuals (weights 1/p50^2): a 1-row call of 0.05 ms
+    counts as much as a 128-row one of 5 ms, so the fixed cost is read where it shows."""
+    weight = 1.0 / p50
+    design = np.stack([np.ones_like(rows), rows], axis=1) * weight[:, None]
+    (fixed, per_row), *_ = np.linalg.lstsq(design, p50 * weight, rcond=None)
+    return float(fixed), float(per_row)
 
-    ``latency_ms``: per path, per ``b<rows>`` label, :func:`latency_stats`."""
-    out: dict[str, dict[str, Any]] = {}
-    for path, by_batch in latency_ms.items():
-        timed = sorted((int(label[1:]), stats_["p50"]) for label, stats_ in by_batch.items())
-        if len(timed) < 2:
-            continue
-        (rows0, p50_0), flat = timed[0], None
-        for rows, p50 in timed[1:]:
-            if rows >= LAUNCH_MIN_GROWTH * rows0 and p50 <= LAUNCH_FLAT_FACTOR * p50_0:
-                flat = (rows, p50)
-        if flat is not None:
-            out[path] = {
-                "from_rows": rows0,
-                "up_to_rows": flat[0],
-                "p50_ms_from": p50_0,
-                "p50_ms_up_to": flat[1],
-                "rows_per_s": flat[0] / (flat[1] / 1e3),
-            }
+
+def _boundary(fixed: float, per_row: float) -> float:
+    """Rows where the fitted time reaches :data:`LAUNCH_FLAT_FACTOR` x ``fixed``; inf
+    where the time does not grow with the rows (or the fit finds no fixed cost: 0)."""
+    if fixed <= 0:
+        return 0.0
+    if per_row <= 0:
+        return math.inf
+    return (LAUNCH_FLAT_FACTOR - 1.0) * fixed / per_row
+
+
+def _fit(rows: np.ndarray, p50: np.ndarray) -> tuple[float, float, float]:
+    """``(fixed_ms, per_row_ms, boundary_rows)``: the line through every size
+    (:func:`_line`), then once more through the sizes up to the first one past its
+    boundary (at least two). A device's cost a row grows at large batches (a TPU v5e's
+    past 4,096 rows), and those sizes would pull a line through all of them below a
+    boundary the small ones show."""
+    fixed, per_row = _line(rows, p50)
+    boundary = _boundary(fixed, per_row)
+    past = np.nonzero(rows > boundary)[0]
+    keep = max(int(past[0]) + 1, 2) if past.size else rows.size
+    if keep < rows.size:
+        fixed, per_row = _line(rows[:keep], p50[:keep])
+        boundary = _boundary(fixed, per_row)
+    return fixed, per_row, boundary
+
+
+def fit_launch(
+    p50_by_rows: Mapping[int, float],
+    samples_by_rows: Mapping[int, Any] | None = None,
+    seed: int = 0,
+) -> dict[str, Any] | None:
+    """The launch-bound boundary of one path from a fit over its batch sizes, with its
+    uncertainty (None with fewer than two sizes).
+
+    ``p50_by_rows``: rows -> p50 (ms); ``samples_by_rows``: rows -> that cell's samples
+    (ms, any order; None: no interval). The line ``p50 = fixed_ms + per_row_ms * rows``
+    (:func:`_fit`) gives the boundary ``up_to_rows_fit``, where the time reaches
+    :data:`LAUNCH_FLAT_FACTOR` x the fixed cost (``None``: the time did not grow over the
+    sizes measured, so no boundary within them). Its interval ``[low, high]`` is the
+    percentile interval of :data:`LAUNCH_REPLICATES` bootstrap fits, each on the medians
+    of every cell's samples resampled with replacement (``high`` None: some replicates
+    saw no growth). Seeded (``seed``): the same samples give the same interval."""
+    if len(p50_by_rows) < 2:
+        return None
+    rows = np.array(sorted(p50_by_rows), dtype=float)
+    p50 = np.array([p50_by_rows[int(r)] for r in rows], dtype=float)
+    fixed, per_row, boundary = _fit(rows, p50)
+    out: dict[str, Any] = {
+        "fixed_ms": fixed,
+        "per_row_ms": per_row,
+        "up_to_rows_fit": None if math.isinf(boundary) else boundary,
+        "interval": None,
+    }
+    if samples_by_rows is None or any(int(r) not in samples_by_rows for r in rows):
+        return out
+    cells = [np.asarray(samples_by_rows[int(r)], dtype=float) for r in rows]
+    cells = [c[np.isfinite(c)] for c in cells]
+    if any(c.size == 0 for c in cells):
+        return out
+    rng = np.random.default_rng(seed)
+    found = np.empty(LAUNCH_REPLICATES)
+    for i in range(LAUNCH_REPLICATES):
+        medians = np.array([np.median(rng.choice(c, size=c.size)) for c in cells])
+        found[i] = _fit(rows, medians)[2]
+    tail = (1.0 - LAUNCH_COVERAGE) / 2 * 100
+    # Order statistics, not interpolated: a replicate without growth is inf, and an
+    # interpolation next to it would give inf * 0.
+    low = np.percentile(found, tail, method="lower")
+    high = np.percentile(found, 100 - tail, method="higher")
+    out["interval"] = [float(low), None if math.isinf(high) else float(high)]
     return out
 
 
+def launch_bound(
+    latency_ms: dict[str, dict[str, Any]],
+    samples_ms: Mapping[str, Mapping[str, Any]] | None = None,
+) -> dict[str, dict[str, Any]]:
+    """The paths whose time is flat in batch size: ``{path: {"from_rows", "up_to_rows",
+    "p50_ms_from", "p50_ms_up_to", "rows_per_s", "fit"}}``, for each path whose fitted
+    boundary (:func:`fit_launch`: the line through its p50s, not one pair of them, which
+    moved the label from 128 rows to 16 between two runs under load, issue 44) covers a
+    timed batch of at least :data:`LAUNCH_MIN_GROWTH` times its smallest one.
+    ``up_to_rows`` is the largest timed batch within the boundary, and ``rows_per_s`` its
+    throughput at p50: there the time is the call's fixed cost (dispatch, transfer, a
+    launch), not its work, so the path would take more rows for the same time; compare
+    paths by rows per second at batch sizes past it. ``fit``: :func:`fit_launch`'s
+    record (the boundary in rows and its interval).
+
+    ``latency_ms``: per path, per ``b<rows>`` label, :func:`latency_stats`;
+    ``samples_ms``: the same cells' samples (None: the boundary without an interval)."""
+    out: dict[str, dict[str, Any]] = {}
+    for path, by_batch in latency_ms.items():
+        p50s = {int(label[1:]): float(stats_["p50"]) for label, stats_ in by_batch.items()}
+        cell_samples = (samples_ms or {}).get(path)
+        by_rows = (
+            {int(label[1:]): values for label, values in cell_samples.items()}
+            if cell_samples
+            else None
+        )
+        fit = fit_launch(p50s, by_rows)
+        if fit is None:
+            continue
+        boundary = fit["up_to_rows_fit"]
+        rows0 = min(p50s)
+        within = [
+            rows
+            for rows in p50s
+            if rows >= LAUNCH_MIN_GROWTH * rows0 and (boundary is None or rows <= boundary)
+        ]
+        if not within:
+            continue
+        flat = max(within)
+        out[path] = {
+            "from_rows": rows0,
+            "up_to_rows": flat,
+            "p50_ms_from": p50s[rows0],
+            "p50_ms_up_to": p50s[flat],
+            "rows_per_s": flat / (p50s[flat] / 1e3),
+            "fit": fit,
+        }
+    return out
+
+
+def _fit_text(fit: Mapping[str, Any]) -> str:
+    """``fit: flat to about 5,237 rows, 95% interval 3,900-7,000``; ``fit: no growth
+    over the sizes timed``; the interval's top ``beyond the sizes timed`` where some
+    bootstrap fits saw no growth."""
+    boundary = fit["up_to_rows_fit"]
+    if boundary is None:
+        return "fit: no growth over the sizes timed"
+    text = f"fit: flat to about {boundary:,.0f} rows"
+    if fit.get("interval"):
+        low, high = fit["interval"]
+        top = "beyond the sizes timed" if high is None else f"{high:,.0f}"
+        text += f", {LAUNCH_COVERAGE:.0%} interval {low:,.0f}-{top}"
+    return text
+
+
 def launch_bound_text(entry: dict[str, Any]) -> str:
-    """``up to 4096 rows (p50 0.51 ms at 1 row, 0.55 ms at 4096; 7.4e+06 rows/s)``."""
+    """``up to 4096 rows (fit: flat to about 5,237 rows, 95% interval 3,900-7,000; p50
+    0.51 ms at 1 row, 0.55 ms at 4096; 7.4e+06 rows/s)``: the largest timed batch within
+    the fitted boundary (:func:`fit_launch`), the boundary with its interval (a record
+    from before the fit: without them)."""
+    fit = entry.get("fit")
+    fitted = f"{_fit_text(fit)}; " if fit else ""
     return (
-        f"up to {entry['up_to_rows']} rows (p50 {entry['p50_ms_from']:.3g} ms at "
+        f"up to {entry['up_to_rows']} rows ({fitted}p50 {entry['p50_ms_from']:.3g} ms at "
         f"{entry['from_rows']} row(s), {entry['p50_ms_up_to']:.3g} ms at "
         f"{entry['up_to_rows']}; {entry['rows_per_s']:.3g} rows/s)"
     )

@@ -9,12 +9,15 @@
   whose projected calls or compile exceed what is left of the budget.
 
 The budget is ``bench.early_stop.time_budget_s``; it covers the whole bench (compiling,
-warm-up, the peak sweep and the timing: :mod:`vmapcheck.bench.timing`).
+warm-up, the peak sweep and the timing: :mod:`vmapcheck.bench.timing`), counted by a
+:class:`BudgetClock`: on the CPU backend in this process's CPU seconds where they are
+fewer than the wall seconds (a loaded machine steals wall time, not our CPU time).
 """
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Iterable, Mapping
+import time
+from collections.abc import Callable, Hashable, Iterable, Mapping
 from typing import Any
 
 import numpy as np
@@ -30,6 +33,106 @@ STOP_CI, STOP_BUDGET, STOP_ALL = "interval within target", "time budget", "all r
 # cell out names it (bench_details.json's ``skipped``), and what it cut is told by it
 # (:func:`left_out_by_budget`).
 BUDGET_SETTING = "bench.early_stop.time_budget_s"
+
+
+class BudgetClock:
+    """What the bench has spent of its time budget since :meth:`start`, in seconds.
+
+    On the CPU backend every part of the bench (compiling, warm-up, the peak sweep, the
+    timed calls) is this process's CPU work, so the budget charges the lesser of the wall
+    seconds and this process's CPU seconds (every thread's: ``time.process_time``).
+    On a machine busier than its cores the wall clock runs while other tenants hold the
+    CPU: at load 11+ on two cores, compiling the quick profile took 13.5-13.8 of its 14
+    wall seconds (issue 44) and the 128-row cells were left out, while the process had
+    spent a fraction of that in CPU. On a quiet machine XLA's threads spend CPU seconds
+    faster than wall ones, and the wall seconds are charged, as before.
+
+    On an accelerator (``cpu_work=False``) the device's time is not this process's CPU
+    time (a wait in ``block_until_ready`` spends none), so the wall seconds are charged.
+
+    ``wall`` and ``cpu``: the clocks (injectable, so that a unit test drives a loaded
+    machine deterministically)."""
+
+    def __init__(
+        self,
+        cpu_work: bool,
+        wall: Callable[[], float] = time.perf_counter,
+        cpu: Callable[[], float] = time.process_time,
+    ) -> None:
+        self.cpu_work = cpu_work
+        self._wall, self._cpu = wall, cpu
+        self._wall0, self._cpu0 = wall(), cpu()
+
+    def start(self) -> BudgetClock:
+        """Counts from now; returns itself."""
+        self._wall0, self._cpu0 = self._wall(), self._cpu()
+        return self
+
+    def wall_s(self) -> float:
+        """Wall seconds since :meth:`start`."""
+        return self._wall() - self._wall0
+
+    def cpu_s(self) -> float:
+        """This process's CPU seconds since :meth:`start`."""
+        return self._cpu() - self._cpu0
+
+    def spent(self) -> float:
+        """The budget's seconds since :meth:`start`: the lesser of wall and CPU seconds
+        on the CPU backend, wall seconds on an accelerator."""
+        wall = self.wall_s()
+        return min(wall, self.cpu_s()) if self.cpu_work else wall
+
+    def mark(self) -> tuple[float, float]:
+        """Now on both clocks (wall, CPU), for :meth:`charged_since`."""
+        return self._wall(), self._cpu()
+
+    def charged_since(self, mark: tuple[float, float]) -> float:
+        """The budget's seconds since ``mark`` (:meth:`mark`), counted as :meth:`spent`
+        counts them: what one compile or call charged, which the budget's projections
+        (:func:`over_budget`, :func:`compile_over_budget`) scale, so that a compile slowed
+        by a loaded machine is not projected at its stolen wall seconds."""
+        wall, cpu = self._wall() - mark[0], self._cpu() - mark[1]
+        return min(wall, cpu) if self.cpu_work else wall
+
+    def charge_rate(self) -> float:
+        """Budget seconds charged per wall second so far (1.0 before any time passed):
+        about 1/6 for a process sharing two cores with ten busy ones. A plan made in wall
+        seconds (each cell's cost from warm-up) times this rate is in budget seconds."""
+        wall = self.wall_s()
+        return min(self.spent() / wall, 1.0) if wall > 0 else 1.0
+
+    def record(self) -> dict[str, Any]:
+        """``{"counts", "spent_s", "wall_s", "cpu_s"}`` now, read once (bench_details.json's
+        ``early_stop.budget_clock``): what the budget was counted in and spent, beside the
+        wall and CPU seconds it was read from."""
+        wall, cpu = self.wall_s(), self.cpu_s()
+        spent = min(wall, cpu) if self.cpu_work else wall
+        return {
+            "counts": self.unit(),
+            "spent_s": round(spent, 3),
+            "wall_s": round(wall, 3),
+            "cpu_s": round(cpu, 3),
+        }
+
+    def unit(self) -> str:
+        """How the budget is counted, for a reason or a record: ``"the fewer of wall and
+        this process's CPU seconds"`` or ``"wall seconds"``."""
+        if self.cpu_work:
+            return "the fewer of wall and this process's CPU seconds"
+        return "wall seconds"
+
+
+def budget_clock_line(record: Mapping[str, Any], budget_s: float | None) -> str:
+    """The bench log's line on what the budget was counted in and what was spent
+    (``record``: :meth:`BudgetClock.record`; ``budget_s``: the setting, None: none):
+    ``budget: spent 4.1 s of 14 s, counted in the fewer of wall and this process's CPU
+    seconds (wall 46.9 s, CPU 4.1 s)``. Under load the wall seconds run far past the
+    budget: this says why."""
+    of = f" of {budget_s:g} s" if budget_s is not None else " (no budget)"
+    return (
+        f"budget: spent {record['spent_s']:.1f} s{of}, counted in {record['counts']} "
+        f"(wall {record['wall_s']:.1f} s, CPU {record['cpu_s']:.1f} s)"
+    )
 
 
 def stopped_line(stopped: Mapping[Hashable, str], cells: int) -> str:
@@ -201,7 +304,8 @@ def over_budget(
 ) -> str | None:
     """Why ``path`` is left out at ``rows`` (None: it is timed): a path whose cost grows
     with its rows (one forward per row), projected linearly from ``last`` (rows,
-    seconds) at a smaller batch size, would alone take more than what is left of the
+    seconds it charged the budget: :meth:`BudgetClock.charged_since`) at a smaller batch
+    size, would alone take more than what is left of the
     bench's budget (``bench.early_stop.time_budget_s`` less ``spent_s``, the seconds the
     bench has run so far: compiling and warm-up count; None: never left out). A jit
     path's projection is its compile; an eager path's, its warm-up calls and the fewest

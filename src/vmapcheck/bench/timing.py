@@ -31,18 +31,24 @@ Method, for every path and batch size:
 - no compilation may happen while samples are taken (counted through
   ``jax.monitoring``): a recompile is a harness bug, and the run stops;
 - XLA's ``cost_analysis`` gives each jit path's flops and bytes; against the device's
-  matmul peak measured in the same run (:func:`vmapcheck.bench.control.peak_sweep`:
-  square products in the run's dtype and matmul precision, doubled in size until the
-  device is busy) that gives the achieved share of the peak. A path cannot exceed the
-  peak: where its figure would, the share is left out and the report says why
+  matmul peak measured in the same run (:func:`vmapcheck.bench.control.best_peak`: the
+  best of short sweeps of square products in the run's dtype and matmul precision,
+  doubled in size until the device is busy, marked when measured under contention)
+  that gives the achieved share of the peak. A path cannot exceed the peak: where its
+  figure would, the share is left out and the report says why
   (:func:`vmapcheck.bench.bounds.roofline_share`);
 - the time budget (``bench.early_stop.time_budget_s``) covers the whole bench:
-  compiling, warm-up, the peak sweep and the timing. A path whose cost grows with its
+  compiling, warm-up, the peak sweep and the timing, counted by a
+  :class:`~vmapcheck.bench.budget.BudgetClock` (on the CPU backend the fewer of wall and
+  this process's CPU seconds: a loaded machine's stolen time does not spend it, and the
+  projections below scale what each compile charged it). A path whose cost grows with its
   rows (the loop) is left out at a batch size where its projected compile or calls
   exceed what is left of it (:func:`vmapcheck.bench.budget.over_budget`);
 - a path whose p50 stays flat as the batch grows is launch-bound there
-  (:func:`vmapcheck.bench.bounds.launch_bound`): its time is dispatch and transfer, not
-  compute, so its ratios say nothing about the work and its rows/s are what matters.
+  (:func:`vmapcheck.bench.bounds.launch_bound`: a line fitted to its p50s, fixed cost
+  plus a cost a row, with a bootstrap interval of where it turns): its time is dispatch
+  and transfer, not compute, so its ratios say nothing about the work and its rows/s
+  are what matters.
 """
 
 from __future__ import annotations
@@ -62,6 +68,7 @@ from vmapcheck.bench.bounds import launch_bound, roofline_share
 from vmapcheck.bench.budget import (
     BUDGET_SETTING,
     STOP_ALL,
+    BudgetClock,
     compile_over_budget,
     early_stops,
     median_interval,
@@ -69,7 +76,7 @@ from vmapcheck.bench.budget import (
     samples_per_round,
     stopped_line,
 )
-from vmapcheck.bench.control import control_figures, matmul_call, peak_sweep
+from vmapcheck.bench.control import best_peak, control_figures, matmul_call
 from vmapcheck.bench.latency import latency_stats, speedup_intervals, speedups
 from vmapcheck.bench.machine import ConditionsSampler, conditions, machine_record
 from vmapcheck.bench.progress import Eta, Progress, silent
@@ -163,14 +170,14 @@ class _Compiler:
     budget's projections (:func:`over_budget`, :func:`compile_over_budget`) read.
 
     ``built``: path -> its :class:`Compiled` (absent ones in ``absent``: path -> why);
-    ``began``: when the bench began (perf_counter), from which the budget counts;
+    ``clock``: the budget's clock, started when the bench began;
     ``least``: the fewest samples a round a cell keeps (:func:`over_budget`)."""
 
     built: dict[str, Compiled | None]
     absent: dict[str, str]
     run_params: Params
     config: BenchConfig
-    began: float
+    clock: BudgetClock
     least: int
     progress: Progress
     # Cell -> its compile_ms and XLA's cost analysis ({} for an eager cell).
@@ -178,7 +185,11 @@ class _Compiler:
     # Cell -> seconds of its first call, made here so that the budget governs it.
     first_calls: dict[Cell, float] = field(default_factory=dict)
     # What each path whose cost grows with its rows (a bench_cap path) cost at the last
-    # batch size: (rows, seconds), its compile (jit) or one warm call (eager).
+    # batch size: (rows, seconds), its compile (jit) or one warm call (eager). Here and
+    # below, the seconds the budget was charged (BudgetClock.charged_since), which the
+    # projections scale: at load 20 a 1-row loop_jit compile took 1 wall s and was
+    # projected at 123 s for 128 rows (2026-12-07). compile_ms and first_call_ms are
+    # the wall seconds, as reported.
     grown: dict[str, tuple[int, float]] = field(default_factory=dict)
     # Every jit path's last compile (rows, seconds), and each size's compiles so far
     # (rows -> path -> seconds); the same for the eager paths' first calls (the CNN's
@@ -211,7 +222,7 @@ class _Compiler:
                 f"{name} capped at {cap} rows (bench.{path.bench_cap}): one Python-level "
                 "forward per row, unrolled by jit"
             )
-        spent = time.perf_counter() - self.began
+        spent = self.clock.spent()
         if path.bench_cap and name in self.grown:
             over = over_budget(path, rows, self.grown[name], config, self.least, spent)
             if over:
@@ -221,7 +232,8 @@ class _Compiler:
         if budget is not None and not first_size and spent > budget:
             return (
                 f"{name} left out at {rows} rows: compiling had spent {spent:.3g} s, the "
-                f"bench's whole budget of {budget:g} s ({BUDGET_SETTING})"
+                f"bench's whole budget of {budget:g} s ({BUDGET_SETTING}, counted in "
+                f"{self.clock.unit()})"
             )
         # And so is a path whose compile (a jit program, or an eager path's first
         # call), projected, would end past it.
@@ -256,22 +268,25 @@ class _Compiler:
         # path's batch is before it is timed.
         args = compiled.place(self.run_params, x)
         try:
+            compile_charged = 0.0
             if path.jit:
-                start = time.perf_counter()
+                start, mark = time.perf_counter(), self.clock.mark()
                 cost = _cost(compiled.fn.lower(*args).compile())
                 self.figures[cell] = {
                     "compile_ms": (time.perf_counter() - start) * 1e3,
                     **(_spread_cost(cost, compiled, rows) if path.distributed else cost),
                 }
-            start = time.perf_counter()
+                compile_charged = self.clock.charged_since(mark)
+            start, mark = time.perf_counter(), self.clock.mark()
             jax.block_until_ready(compiled.fn(*args))
             self.first_calls[cell] = time.perf_counter() - start
+            first_charged = self.clock.charged_since(mark)
             if path.bench_cap and not path.jit and self.config.early_stop.time_budget_s is not None:
                 # One warm call (the first compiled each primitive it met): what a
                 # per-row loop's cost at a larger size is projected from.
-                start = time.perf_counter()
+                mark = self.clock.mark()
                 jax.block_until_ready(compiled.fn(*args))
-                self.grown[name] = (rows, time.perf_counter() - start)
+                self.grown[name] = (rows, self.clock.charged_since(mark))
         except jax.errors.JaxRuntimeError as error:
             words = out_of_device_memory(error)
             if words is None:
@@ -283,17 +298,17 @@ class _Compiler:
             ) from error
         if path.jit:
             seconds, what = self.figures[cell]["compile_ms"] / 1e3, "compiling"
-            self.grown[name] = self.compile_last[name] = (rows, seconds)
+            self.grown[name] = self.compile_last[name] = (rows, compile_charged)
             # A per-row loop's compile grows with its rows: no yardstick for the
             # batched programs.
             if not path.bench_cap:
-                self.compiled_at[rows][name] = seconds
+                self.compiled_at[rows][name] = compile_charged
         else:
             self.figures[cell] = {}
             seconds, what = self.first_calls[cell], "the first call of"
             if not path.bench_cap:
-                self.first_last[name] = (rows, seconds)
-                self.first_at[rows][name] = seconds
+                self.first_last[name] = (rows, first_charged)
+                self.first_at[rows][name] = first_charged
         # A compile this slow is where an accelerator's budget goes (a TPU compiled the
         # unrolled loop_jit of a CNN in 24 s at 256 rows): named as it happens, not only
         # in bench_details once the bench is done.
@@ -327,7 +342,7 @@ def _time_rounds(
     config: BenchConfig,
     timing_budget: float | None,
     least: int,
-    bench_began: float,
+    clock: BudgetClock,
     progress: Progress,
 ) -> _Rounds:
     """Time ``groups`` (the control's first, then one per batch size and mode; ``cells``
@@ -337,8 +352,9 @@ def _time_rounds(
     timed call right after a discarded call of its own: :func:`sample_passes`), within
     ``timing_budget`` seconds (None: no bound), each cell leaving at a round boundary
     once :func:`early_stops` says so.
-    ``per_call`` and ``inner``: each cell's cost and inner loop from warm-up;
-    ``bench_began``: when the bench began (the budget covers compiling and warm-up)."""
+    ``per_call`` and ``inner``: each cell's cost and inner loop from warm-up (wall
+    seconds); ``clock``: the budget's, started when the bench began (the budget covers
+    compiling and warm-up), whose seconds ``timing_budget`` is in."""
     # NaN where a cell took no sample: a cell of a reduced quota fills a prefix of
     # each round's indices.
     secs = {cell: np.full(config.repeats, np.nan) for group in groups for cell in group}
@@ -347,11 +363,14 @@ def _time_rounds(
     sample_s = {cell: sample_cost(per_call[cell], inner[cell]) for cell in secs}
     # The time budget binds from the first round: the dearest cells take fewer samples
     # a round (samples_per_round), not only fewer rounds once min_rounds are done.
+    # The plan is in wall seconds, the budget in the clock's: on a loaded machine a wall
+    # second of samples charges the budget less (BudgetClock.charge_rate).
+    rate = clock.charge_rate()
     quota = samples_per_round(
         sample_s,
         max(len(r) for r in rounds),
         len(rounds),
-        timing_budget,
+        None if timing_budget is None else timing_budget / max(rate, 1e-3),
         keep=[CONTROL],
         # A cell stopped at min_rounds still holds the samples a run's reader requires.
         least=least,
@@ -373,7 +392,7 @@ def _time_rounds(
             eta=Eta(planned, prior_rate=1.0),
         ) as timing,
     ):
-        began = time.perf_counter()
+        began, charged0 = time.perf_counter(), clock.spent()
         for done, indices in enumerate(rounds, start=1):
             for group in groups:
                 for i in indices:
@@ -394,10 +413,11 @@ def _time_rounds(
                     )
             going = [c for c in secs if c != CONTROL and c not in stopped]
             # Since the bench began: the budget covers compiling and warm-up too.
-            elapsed = time.perf_counter() - bench_began
-            # A round's cost as planned in warm-up, scaled by how much slower (or faster)
-            # than planned the machine has been so far: under load the plan is low.
-            pace = (time.perf_counter() - began) / timing.done if timing.done > 0 else 1.0
+            elapsed = clock.spent()
+            # A round's cost as planned in warm-up, scaled by what a planned second has
+            # charged the budget so far: more under a load that began after warm-up, less
+            # where the clock counts CPU seconds the load did not steal.
+            pace = (elapsed - charged0) / timing.done if timing.done > 0 else 1.0
             now = early_stops(
                 {
                     c: [float(np.nanmedian(secs[c][r.start : r.stop])) for r in rounds[:done]]
@@ -548,17 +568,18 @@ def _warm_groups(
 
 
 def _measure_peak(
-    dtype: Any, start_size: int, budget: float | None, progress: Progress
+    dtype: Any, start_size: int, budget: float | None, clock: BudgetClock, progress: Progress
 ) -> dict[str, Any]:
-    """The device's peak (:func:`peak_sweep`), in the run's dtype and matmul precision, at
-    sizes that fill it; a tenth of the bench's ``budget`` at most (its first size always
-    runs)."""
-    with progress.phase("measuring the matmul peak", 1, unit="sweep") as sweeping:
-        peak = peak_sweep(dtype, start_size, None if budget is None else budget / 10)
+    """The device's peak (:func:`best_peak`: the best of short sweeps), in the run's
+    dtype and matmul precision, at sizes that fill it; a tenth of the bench's ``budget``
+    at most, in the ``clock``'s seconds (the first sweep always runs)."""
+    with progress.phase("measuring the matmul peak", 1, unit="sweeps") as sweeping:
+        peak = best_peak(dtype, start_size, None if budget is None else budget / 10, clock.spent)
         sweeping.advance()
     progress.note(
         f"matmul peak {peak['gflops']:.1f} GFLOP/s ({peak['size']}^3 {peak['dtype']}, "
-        f"matmul precision {peak['matmul_precision']}; sweep stopped: {peak['stopped']})"
+        f"matmul precision {peak['matmul_precision']}; best of {len(peak['sweeps_gflops'])} "
+        f"sweep(s); sweep stopped: {peak['stopped']})"
     )
     return peak
 
@@ -590,8 +611,10 @@ def run_bench(
     own_sampler = sampler is None
     sampler = (sampler or ConditionsSampler()).start()
     # Where the bench's own time goes (the profile's bound is read off these); the time
-    # budget counts from here: compiling, warm-up and the peak sweep spend it too.
-    bench_began = phase_began = time.perf_counter()
+    # budget counts from here: compiling, warm-up and the peak sweep spend it too, on the
+    # CPU backend in the CPU seconds a loaded machine does not steal (BudgetClock).
+    phase_began = time.perf_counter()
+    clock = BudgetClock(cpu_work=jax.default_backend() == "cpu").start()
     budget = config.early_stop.time_budget_s
     paths = batch_paths()
     absent = not_provided(model)
@@ -616,7 +639,7 @@ def run_bench(
         max(len(r) for r in round_slices(config.repeats)),
         math.ceil(MIN_SAMPLES / min(config.early_stop.min_rounds, ROUNDS)),
     )
-    compiler = _Compiler(built, absent, run_params, config, bench_began, least, progress)
+    compiler = _Compiler(built, absent, run_params, config, clock, least, progress)
     figures = compiler.figures
     groups += _compile_groups(compiler, paths, model, template_rows, dtype, skipped, progress)
     compile_s = time.perf_counter() - phase_began
@@ -624,13 +647,13 @@ def run_bench(
     first, inner, per_call = _warm_groups(groups, config.warmup, compiler.first_calls, progress)
     warm_up_s = time.perf_counter() - phase_began
     phase_began = time.perf_counter()
-    peak = _measure_peak(dtype, config.peak_matmul_size, budget, progress)
+    peak = _measure_peak(dtype, config.peak_matmul_size, budget, clock, progress)
     peak_s = time.perf_counter() - phase_began
     # What the timing may still spend: compiling, warm-up and the sweep came first.
-    before_timing_s = time.perf_counter() - bench_began
+    before_timing_s = clock.spent()
     timing_budget = None if budget is None else max(budget - before_timing_s, 0.0)
     timed = _time_rounds(
-        groups, len(figures), per_call, inner, config, timing_budget, least, bench_began, progress
+        groups, len(figures), per_call, inner, config, timing_budget, least, clock, progress
     )
     control_ = control_figures(config.peak_matmul_size, timed.secs[CONTROL])
     cells_by_path = _cell_results(
@@ -648,7 +671,8 @@ def run_bench(
         "speedup_ci": speedup_intervals(samples, config.confidence_level),
         "peak": peak,
         "control": control_,
-        "launch_bound": launch_bound(latency),
+        # Fitted over every size, its interval from each cell's samples.
+        "launch_bound": launch_bound(latency, samples),
         "skipped": skipped,
         "samples_ms": samples,
         # Samples in each of a cell's rounds, in order (the verdict's blocks; a cell
@@ -657,6 +681,9 @@ def run_bench(
         "early_stop": {
             "settings": config.early_stop.model_dump(),
             "cells": cells_by_path["stopping"],
+            # What the budget was counted in and what the bench spent of it, beside its
+            # wall and CPU seconds: at load the wall seconds run far past the budget.
+            "budget_clock": clock.record(),
         },
         # Noisy: the highest load over the whole bench (so far, for a caller's sampler
         # still running: vmapcheck.pipeline.bench records it again at its end).

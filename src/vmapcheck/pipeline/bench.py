@@ -6,8 +6,8 @@ from typing import TYPE_CHECKING, Any
 
 import jax.numpy as jnp
 
-from vmapcheck.bench.bounds import LAUNCH_BOUND_MEANING, launch_bound_text
-from vmapcheck.bench.budget import STOP_ALL
+from vmapcheck.bench.bounds import LAUNCH_BOUND_MEANING, launch_bound_text, peak_contention
+from vmapcheck.bench.budget import STOP_ALL, budget_clock_line
 from vmapcheck.bench.machine import (
     ConditionsSampler,
     conditions,
@@ -86,11 +86,21 @@ def early_stop_lines(early_stop: dict[str, Any]) -> list[str]:
 
 
 def peak_line(peak: dict[str, Any]) -> str:
-    """``matmul peak 147,556 GFLOP/s (8192^3 float32, matmul precision default; ...)``."""
+    """``matmul peak 147,556 GFLOP/s (8192^3 float32, matmul precision default; best of 3
+    sweeps: ...; sweep stopped: ...)``, and its contention mark
+    (:func:`~vmapcheck.bench.bounds.peak_contention`) where it has one."""
+    sweeps = peak.get("sweeps_gflops")
+    best_of = (
+        f"best of {len(sweeps)} sweep(s): {', '.join(f'{g:,.1f}' for g in sweeps)}; "
+        if sweeps
+        else ""
+    )
+    contention = peak_contention(peak)
     return (
         f"matmul peak {peak['gflops']:,.1f} GFLOP/s on this device now ({peak['size']}^3 "
         f"{peak.get('dtype', '?')}, matmul precision {peak.get('matmul_precision', '?')}; "
-        f"sweep stopped: {peak.get('stopped', '?')})"
+        f"{best_of}sweep stopped: {peak.get('stopped', '?')})"
+        + (f"; {contention}" if contention else "")
     )
 
 
@@ -108,7 +118,9 @@ def roofline_text(result: BenchResult, label: str) -> str:
             if share is not None
             else f"{path.name} not shown (no flop count, or above the peak)"
         )
-    return ", ".join(shares) + " of the matmul peak"
+    contention = peak_contention(result.get("peak"))
+    marked = f" ({contention})" if contention else ""
+    return ", ".join(shares) + f" of the matmul peak{marked}"
 
 
 def phases_line(phases_s: dict[str, float]) -> str:
@@ -193,6 +205,9 @@ def run(config: Config, layout: Layout) -> None:
         print(f"bench: {path} launch-bound {launch_bound_text(entry)}: {LAUNCH_BOUND_MEANING}")
     print(f"bench: guard replay: {replay_summary(result['replay'])}")
     print(f"bench: {phases_line(result['phases_s'])}")
+    clock = result["early_stop"].get("budget_clock")
+    if clock:
+        print(f"bench: {budget_clock_line(clock, config.bench.early_stop.time_budget_s)}")
     for path in (p for p in PATHS.values() if p.distributed):
         one_device = result["latency_ms"][path.same_program_as]
         for label, stats in result["latency_ms"][path.name].items():
