@@ -27,6 +27,7 @@
 #                                batch axis) at f32 and bf16: its check must FAIL
 #   paired[:SIDES]               verdict-paired on the chip: A/A, then ~40% more work
 #                                (SIDES: aa, slow40 or both, the default)
+#   acctest                      `python -m pytest tests/test_accelerator.py`, as documented
 #   bitwise                      benchmarks/bitwise_report.py: bitwise batch invariance of
 #                                the shipped mlp and flax_cnn on the chip, per batch path
 # The machine has Python 3.11, JAX 0.10.2 and libtpu preinstalled, no sockets, and one
@@ -166,6 +167,19 @@ step_bitwise() {
         > "$OUT/bitwise_tpu.txt" 2>&1
     local rc=$?
     tail -n 40 "$OUT/bitwise_tpu.txt"
+    return $rc
+}
+
+step_acctest() {
+    # The accelerator test command as docs/development.md gives it, on the stock VM: its
+    # platform start-up warnings must not stop the suite (issue 44). pytest from .whl-tpu.
+    PIP_CONFIG_FILE=/dev/null "$VENV/bin/python" -m pip install --isolated --no-cache-dir \
+        --disable-pip-version-check --only-binary=:all: --quiet \
+        --index-url file:///opt/pypi/simple --find-links "$REPO/.whl-tpu" pytest || return 1
+    python -m pytest tests/test_accelerator.py -p no:cacheprovider > "$OUT/tpu_acctest.txt" 2>&1
+    local rc=$?
+    tail -n 15 "$OUT/tpu_acctest.txt"
+    echo "acctest exit $rc"
     return $rc
 }
 

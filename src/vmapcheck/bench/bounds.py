@@ -23,19 +23,37 @@ LAUNCH_BOUND_MEANING = (
 )
 
 
-def peak_contention(peak: Mapping[str, Any] | None) -> str | None:
-    """What a share of ``peak`` (a :class:`~vmapcheck.bench.records.Peak`) must say when
-    the peak was measured on a machine busier than its cores (``contended``, from
-    :func:`vmapcheck.bench.control.best_peak`), else None: such a peak reads low (on two
-    shared cores one sweep gave 40.5 to 131.3 GFLOP/s, issue 44), so every share of it
-    reads high. ``peak measured under contention (load 12.3 on 2 usable cores): shares
-    of it read high``."""
-    if not peak or not peak.get("contended"):
+# How a sweep that saw the throughput level off says so (vmapcheck.bench.control.peak_sweep's
+# ``stopped``); any other stop (its budget, a long call, the device's memory, the size cap)
+# left the sweep short of the plateau, and the peak may read low.
+PLATEAU_REACHED = "throughput levelled off"
+
+
+def peak_caveat(peak: Mapping[str, Any] | None) -> str | None:
+    """What a share of ``peak`` (a :class:`~vmapcheck.bench.records.Peak`) must say, else
+    None, for either of two reasons it may read low, and every share of it high:
+
+    - it was measured on a machine busier than its cores (``contended``, from
+      :func:`vmapcheck.bench.control.best_peak`): on two shared cores one sweep gave 40.5
+      to 131.3 GFLOP/s (issue 44);
+    - its sweep stopped before the throughput levelled off (``stopped``): on a TPU v5e the
+      quick profile's sweep stopped at 2048^3 after its budget, at 14.3 TFLOP/s where 30.5
+      is reachable (issue 44).
+
+    ``peak measured under contention (load 12.3 on 2 usable cores); the sweep stopped short
+    of a plateau (its budget of 0.6 s): shares of it read high``."""
+    if not peak:
         return None
-    return (
-        f"peak measured under contention (load {peak['load_avg_1m']:.1f} on "
-        f"{peak['usable_cores']} usable cores): shares of it read high"
-    )
+    reasons = []
+    if peak.get("contended"):
+        reasons.append(
+            f"peak measured under contention (load {peak['load_avg_1m']:.1f} on "
+            f"{peak['usable_cores']} usable cores)"
+        )
+    stopped = peak.get("stopped")
+    if stopped is not None and not stopped.startswith(PLATEAU_REACHED):
+        reasons.append(f"the sweep stopped short of a plateau ({stopped})")
+    return "; ".join(reasons) + ": shares of it read high" if reasons else None
 
 
 def roofline_share(gflops: float, peak_gflops: float) -> float | None:

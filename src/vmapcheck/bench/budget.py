@@ -33,6 +33,14 @@ STOP_CI, STOP_BUDGET, STOP_ALL = "interval within target", "time budget", "all r
 # cell out names it (bench_details.json's ``skipped``), and what it cut is told by it
 # (:func:`left_out_by_budget`).
 BUDGET_SETTING = "bench.early_stop.time_budget_s"
+# On the CPU backend a budget second is a CPU second, but never fewer than this many wall
+# seconds: the bench's wall time stays within WALL_PER_BUDGET_S x the budget however busy
+# the machine. At load 18-25 on two cores the bench's process got one CPU second in 12-14
+# wall seconds (benchmarks/bench_under_load_20261207.json: 162-209 wall s for 13-17 CPU s)
+# and the CPU seconds still decide, so every 128-row cell is timed there; on a machine
+# busier still the wall decides, and the cells that do not fit are left out and named,
+# as the budget leaves them out on a quiet machine.
+WALL_PER_BUDGET_S = 16.0
 
 
 class BudgetClock:
@@ -46,6 +54,10 @@ class BudgetClock:
     wall seconds (issue 44) and the 128-row cells were left out, while the process had
     spent a fraction of that in CPU. On a quiet machine XLA's threads spend CPU seconds
     faster than wall ones, and the wall seconds are charged, as before.
+
+    The CPU seconds are not charged below one budget second per :data:`WALL_PER_BUDGET_S`
+    wall seconds, so that a machine many times busier than its cores cannot stretch the
+    bench without bound.
 
     On an accelerator (``cpu_work=False``) the device's time is not this process's CPU
     time (a wait in ``block_until_ready`` spends none), so the wall seconds are charged.
@@ -77,10 +89,16 @@ class BudgetClock:
         return self._cpu() - self._cpu0
 
     def spent(self) -> float:
-        """The budget's seconds since :meth:`start`: the lesser of wall and CPU seconds
-        on the CPU backend, wall seconds on an accelerator."""
-        wall = self.wall_s()
-        return min(wall, self.cpu_s()) if self.cpu_work else wall
+        """The budget's seconds since :meth:`start`: on the CPU backend the lesser of
+        wall and CPU seconds, but at least the wall seconds / :data:`WALL_PER_BUDGET_S`;
+        wall seconds on an accelerator."""
+        return self._charge(self.wall_s(), self.cpu_s())
+
+    def _charge(self, wall: float, cpu: float) -> float:
+        """Budget seconds for ``wall`` and ``cpu`` seconds spent (:meth:`spent`)."""
+        if not self.cpu_work:
+            return wall
+        return max(min(wall, cpu), wall / WALL_PER_BUDGET_S)
 
     def mark(self) -> tuple[float, float]:
         """Now on both clocks (wall, CPU), for :meth:`charged_since`."""
@@ -91,8 +109,7 @@ class BudgetClock:
         counts them: what one compile or call charged, which the budget's projections
         (:func:`over_budget`, :func:`compile_over_budget`) scale, so that a compile slowed
         by a loaded machine is not projected at its stolen wall seconds."""
-        wall, cpu = self._wall() - mark[0], self._cpu() - mark[1]
-        return min(wall, cpu) if self.cpu_work else wall
+        return self._charge(self._wall() - mark[0], self._cpu() - mark[1])
 
     def charge_rate(self) -> float:
         """Budget seconds charged per wall second so far (1.0 before any time passed):
@@ -106,7 +123,7 @@ class BudgetClock:
         ``early_stop.budget_clock``): what the budget was counted in and spent, beside the
         wall and CPU seconds it was read from."""
         wall, cpu = self.wall_s(), self.cpu_s()
-        spent = min(wall, cpu) if self.cpu_work else wall
+        spent = self._charge(wall, cpu)
         return {
             "counts": self.unit(),
             "spent_s": round(spent, 3),
@@ -118,16 +135,19 @@ class BudgetClock:
         """How the budget is counted, for a reason or a record: ``"the fewer of wall and
         this process's CPU seconds"`` or ``"wall seconds"``."""
         if self.cpu_work:
-            return "the fewer of wall and this process's CPU seconds"
+            return (
+                "the fewer of wall and this process's CPU seconds, "
+                f"at least 1 per {WALL_PER_BUDGET_S:g} wall seconds"
+            )
         return "wall seconds"
 
 
 def budget_clock_line(record: Mapping[str, Any], budget_s: float | None) -> str:
     """The bench log's line on what the budget was counted in and what was spent
     (``record``: :meth:`BudgetClock.record`; ``budget_s``: the setting, None: none):
-    ``budget: spent 4.1 s of 14 s, counted in the fewer of wall and this process's CPU
-    seconds (wall 46.9 s, CPU 4.1 s)``. Under load the wall seconds run far past the
-    budget: this says why."""
+    ``budget: spent 3.1 s of 14 s, counted in the fewer of wall and this process's CPU
+    seconds, at least 1 per 16 wall seconds (wall 30.5 s, CPU 3.1 s)``. Under load the
+    wall seconds run far past the budget: this says why."""
     of = f" of {budget_s:g} s" if budget_s is not None else " (no budget)"
     return (
         f"budget: spent {record['spent_s']:.1f} s{of}, counted in {record['counts']} "

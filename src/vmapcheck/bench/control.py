@@ -7,7 +7,7 @@ is what the roofline share of each jit path is read against
 (:func:`vmapcheck.bench.bounds.roofline_share`). The peak is the best of several short
 sweeps (:func:`best_peak`), and says whether the machine was busier than its cores while
 it was measured: a share of a peak measured under contention reads high
-(:func:`vmapcheck.bench.bounds.peak_contention`).
+(:func:`vmapcheck.bench.bounds.peak_caveat`).
 """
 
 from __future__ import annotations
@@ -19,6 +19,8 @@ from typing import Any
 
 import jax
 import numpy as np
+
+from vmapcheck.bench.bounds import PLATEAU_REACHED
 
 
 def matmul_call(dtype: Any, size: int) -> Callable[[], Any]:
@@ -58,6 +60,20 @@ PEAK_MAX_SIZE = 16384
 # on two shared cores at load 6-16 one sweep's peak was 40.5, 131.3, 60.2 and 46.7
 # GFLOP/s in four runs (issue 44); a spell of contention rarely covers three sweeps.
 PEAK_SWEEPS = 3
+# The share of the bench's time budget the peak's sweeps may take. On the CPU a sweep
+# levels off at a few hundred rows in well under a second. On a TPU v5e each larger
+# product compiles for seconds: with a tenth of the accelerator profile's budget the
+# sweep stopped at 2048^3 and read 14.6 TFLOP/s, where 30.5 is reachable in float32
+# highest (2026-12-07, benchmarks/tpu_peak_20261207.json), so every share of it read high.
+PEAK_BUDGET_SHARE = {"cpu": 0.1, "accelerator": 0.3}
+
+
+def peak_budget(budget_s: float | None, backend: str) -> float | None:
+    """Seconds of a bench's ``budget_s`` (None: no budget) the peak's sweeps may take
+    on ``backend`` (JAX's platform name: cpu, tpu, gpu): :data:`PEAK_BUDGET_SHARE`."""
+    if budget_s is None:
+        return None
+    return budget_s * PEAK_BUDGET_SHARE["cpu" if backend == "cpu" else "accelerator"]
 
 
 def peak_sweep(
@@ -115,7 +131,7 @@ def peak_sweep(
         p50 = float(np.median(samples))
         sweep.append({"size": size, "p50_ms": p50 * 1e3, "gflops": 2 * size**3 / p50 / 1e9})
         if len(sweep) > 1 and sweep[-1]["gflops"] < PEAK_GROWTH * sweep[-2]["gflops"]:
-            stopped = f"throughput levelled off at {size}^3"
+            stopped = f"{PLATEAU_REACHED} at {size}^3"
             break
         if p50 > PEAK_MAX_CALL_S:
             stopped = f"a {size}^3 call took {p50:.2g} s"

@@ -45,7 +45,7 @@ class Peak(TypedDict):
     stopped: NotRequired[str]
     # The best of several sweeps (vmapcheck.bench.control.best_peak): each sweep's best,
     # and the machine's load while they ran; contended: that load above the usable
-    # cores (a share of this peak then reads high: vmapcheck.bench.bounds.peak_contention).
+    # cores (a share of this peak then reads high: vmapcheck.bench.bounds.peak_caveat).
     sweeps_gflops: NotRequired[list[float]]
     load_avg_1m: NotRequired[float]
     usable_cores: NotRequired[int]

@@ -76,7 +76,7 @@ from vmapcheck.bench.budget import (
     samples_per_round,
     stopped_line,
 )
-from vmapcheck.bench.control import best_peak, control_figures, matmul_call
+from vmapcheck.bench.control import best_peak, control_figures, matmul_call, peak_budget
 from vmapcheck.bench.latency import latency_stats, speedup_intervals, speedups
 from vmapcheck.bench.machine import ConditionsSampler, conditions, machine_record
 from vmapcheck.bench.progress import Eta, Progress, silent
@@ -571,10 +571,10 @@ def _measure_peak(
     dtype: Any, start_size: int, budget: float | None, clock: BudgetClock, progress: Progress
 ) -> dict[str, Any]:
     """The device's peak (:func:`best_peak`: the best of short sweeps), in the run's
-    dtype and matmul precision, at sizes that fill it; a tenth of the bench's ``budget``
-    at most, in the ``clock``'s seconds (the first sweep always runs)."""
+    dtype and matmul precision, at sizes that fill it; :func:`peak_budget` of the bench's
+    ``budget`` at most, in the ``clock``'s seconds (the first sweep always runs)."""
     with progress.phase("measuring the matmul peak", 1, unit="sweeps") as sweeping:
-        peak = best_peak(dtype, start_size, None if budget is None else budget / 10, clock.spent)
+        peak = best_peak(dtype, start_size, peak_budget(budget, jax.default_backend()), clock.spent)
         sweeping.advance()
     progress.note(
         f"matmul peak {peak['gflops']:.1f} GFLOP/s ({peak['size']}^3 {peak['dtype']}, "

@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING, Any
 
 import jax.numpy as jnp
 
-from vmapcheck.bench.bounds import LAUNCH_BOUND_MEANING, launch_bound_text, peak_contention
+from vmapcheck.bench.bounds import LAUNCH_BOUND_MEANING, launch_bound_text, peak_caveat
 from vmapcheck.bench.budget import STOP_ALL, budget_clock_line
 from vmapcheck.bench.machine import (
     ConditionsSampler,
@@ -88,14 +88,14 @@ def early_stop_lines(early_stop: dict[str, Any]) -> list[str]:
 def peak_line(peak: dict[str, Any]) -> str:
     """``matmul peak 147,556 GFLOP/s (8192^3 float32, matmul precision default; best of 3
     sweeps: ...; sweep stopped: ...)``, and its contention mark
-    (:func:`~vmapcheck.bench.bounds.peak_contention`) where it has one."""
+    (:func:`~vmapcheck.bench.bounds.peak_caveat`) where it has one."""
     sweeps = peak.get("sweeps_gflops")
     best_of = (
         f"best of {len(sweeps)} sweep(s): {', '.join(f'{g:,.1f}' for g in sweeps)}; "
         if sweeps
         else ""
     )
-    contention = peak_contention(peak)
+    contention = peak_caveat(peak)
     return (
         f"matmul peak {peak['gflops']:,.1f} GFLOP/s on this device now ({peak['size']}^3 "
         f"{peak.get('dtype', '?')}, matmul precision {peak.get('matmul_precision', '?')}; "
@@ -118,7 +118,7 @@ def roofline_text(result: BenchResult, label: str) -> str:
             if share is not None
             else f"{path.name} not shown (no flop count, or above the peak)"
         )
-    contention = peak_contention(result.get("peak"))
+    contention = peak_caveat(result.get("peak"))
     marked = f" ({contention})" if contention else ""
     return ", ".join(shares) + f" of the matmul peak{marked}"
 

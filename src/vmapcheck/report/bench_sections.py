@@ -13,7 +13,7 @@ import base64
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from vmapcheck.bench.bounds import launch_bound_text, peak_contention
+from vmapcheck.bench.bounds import launch_bound_text, peak_caveat
 from vmapcheck.bench.machine import conditions_line
 from vmapcheck.core.paths import SPEEDUPS, series_colours, speedup_text
 from vmapcheck.report.elements import by_batch, cell, in_path_order, kv_table, num, table
@@ -237,7 +237,7 @@ def _intro(bench: BenchDetails) -> str:
             )
             + f"): {num(peak['gflops'])} GFLOP/s"
             + (f", best of {len(peak['sweeps_gflops'])} sweeps" if "sweeps_gflops" in peak else "")
-            + (f"; {contention}" if (contention := peak_contention(peak)) else "")
+            + (f"; {contention}" if (contention := peak_caveat(peak)) else "")
             + ". A share of it is left out where a path's flop count would exceed it."
             if peak
             else ""

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from vmapcheck.bench.bounds import launch_bound_text, peak_contention, ratio_launch_bound
+from vmapcheck.bench.bounds import launch_bound_text, peak_caveat, ratio_launch_bound
 from vmapcheck.bench.budget import budget_caveat
 from vmapcheck.bench.records import BenchDetails, read_bench_details
 from vmapcheck.check.kinds import finding_lines, verdict_words
@@ -161,7 +161,7 @@ def summarize(layout: Layout, tracked: Sequence[str] = ()) -> str:
         if "peak" in bench:
             peak = bench["peak"]
             sized = f" ({peak['size']}^3 {peak['dtype']})" if "dtype" in peak else ""
-            contention = peak_contention(peak)
+            contention = peak_caveat(peak)
             lines.append(
                 f"  matmul peak measured in the same run: {peak['gflops']:.1f} GFLOP/s{sized}"
                 + (f"; {contention}" if contention else "")
