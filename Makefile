@@ -69,8 +69,10 @@ demo: $(STAMP)
 PYTEST_WORKERS := -n 2 --dist loadfile --no-loadscope-reorder
 
 # Everything CI runs: lint, unit and end-to-end tests, the short part of the fault matrix.
+# --durations: the log of every run (CI's too) names the 25 dearest tests, where the
+# suite's time goes (docs/development.md, "Tests under load").
 test: $(STAMP) lint browser
-	python -m pytest -m "not faults" $(PYTEST_WORKERS)
+	python -m pytest -m "not faults" $(PYTEST_WORKERS) --durations=25
 
 # A busy machine on demand (scripts/load: PROCS tight-loop Python processes, stopped on
 # Ctrl-C or after SECONDS): run a test command beside it to see how the suite holds under
