@@ -5,21 +5,31 @@ commands that had one take ``--root``), parses its flags here and calls one libr
 function in the module that owns the logic. Those modules are imported only by the
 command that needs them, so ``vmapcheck --help`` does not load JAX or MLflow.
 
-Exit status: each command's own (0 success; see each command's help), 2 for a usage
-error (argparse's one-line message) or a failure the command reports on stderr as
-``<command>: error: ...``.
+Exit status (docs/errors.md): each command's own (0 success, 1 what it looks for was
+found; see each command's help), 2 for a usage error (argparse's one-line message) or a
+refusal it reports on stderr as ``<command>: error: ...``, 3 an internal error (one line;
+``--debug`` shows its traceback), 130 Ctrl-C, 141 its reader went away (``| head``).
 """
 
 from __future__ import annotations
 
 import argparse
 import math
+import os
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from vmapcheck import __version__
-from vmapcheck.errors import INTERRUPTED, VmapcheckError, did_you_mean, redacted_output
+from vmapcheck.errors import (
+    DEBUG_ENV,
+    INTERRUPTED,
+    did_you_mean,
+    quiet_broken_pipe,
+    redact,
+    redacted_output,
+    user_error,
+)
 from vmapcheck.layout import Layout
 from vmapcheck.versions import require_supported_jax
 
@@ -619,6 +629,11 @@ def build_parser() -> argparse.ArgumentParser:
         epilog=f"commands:\n{listing}\n\n`vmapcheck <command> --help` describes its flags.",
     )
     parser.add_argument("--version", action="version", version=f"vmapcheck {__version__}")
+    parser.add_argument(
+        "--debug",
+        action="store_true",
+        help=f"show the traceback behind an error (as {DEBUG_ENV}=1 does)",
+    )
     commands = parser.add_subparsers(
         dest="command",
         metavar="<command>",
@@ -636,8 +651,15 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Parse ``argv`` (default: the command line), run the command, return its exit status."""
+    """Parse ``argv`` (default: the command line), run the command, return its exit status.
+
+    Every error reaches the user through :func:`vmapcheck.errors.user_error`: one line
+    ``<command>: error: ...`` and its exit status (docs/errors.md), no traceback unless
+    asked for (``--debug`` or ``VMAPCHECK_DEBUG=1``). A reader that goes away (``| head``)
+    ends the command quietly."""
     args = build_parser().parse_args(argv)
+    if args.debug:
+        os.environ[DEBUG_ENV] = "1"  # the stages and worker processes it starts see it too
     root = getattr(args, "root", None)
     layout = Layout(Path.cwd() if root is None else root)
     try:
@@ -645,10 +667,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         require_supported_jax()
         # No message shows a URL's credentials (MLFLOW_TRACKING_URI may hold them).
         with redacted_output():
-            return args.func(args, layout)
-    except VmapcheckError as exc:  # a command that does not report its own errors
-        print(f"{args.command}: error: {exc}", file=sys.stderr)
-        return 2
+            code = args.func(args, layout)
+            sys.stdout.flush()  # here, where a closed pipe is caught (not at exit)
+            return code
     except KeyboardInterrupt:  # Ctrl-C: one line, not a traceback (as the stages do)
         print(f"{args.command}: interrupted (Ctrl-C)", file=sys.stderr)
         return INTERRUPTED
+    except BrokenPipeError:
+        return quiet_broken_pipe()
+    except Exception as exc:  # a command that does not report its own errors
+        shown = user_error(exc)
+        if shown is None:
+            raise
+        code, message = shown
+        print(redact(f"{args.command}: error: {message}"), file=sys.stderr)
+        return code

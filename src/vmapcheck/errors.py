@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import contextlib
 import difflib
+import errno
+import os
 import re
 import sys
 from collections.abc import Iterable, Iterator
@@ -106,8 +108,111 @@ def did_you_mean(name: str, known: Iterable[str], prefix: str = "") -> str:
     return f" (did you mean {' or '.join(prefix + k for k in close)}?)"
 
 
+# --- the boundary: what a command, a stage or the API shows of an error -------------------
+#
+# Exit statuses of every command and stage (docs/errors.md lists them): 0 done; 1 the
+# command found what it looks for (a regression, a divergence, a failed check); 2 refused:
+# a bad flag, setting, file or value, named in one line; 3 an internal error (a bug in
+# vmapcheck or in the model's code: one line, the traceback with VMAPCHECK_DEBUG=1).
+REFUSED = 2
+INTERNAL = 3
 # The exit code of a stage or command stopped by Ctrl-C: 128 + SIGINT, as a shell reports it.
 INTERRUPTED = 130
+# Its output's reader went away (``vmapcheck registry | head -2``): quiet, with the status
+# a shell gives a Unix tool that SIGPIPE ended (128 + 13).
+BROKEN_PIPE = 141
+# Set (to anything but "", "0", "false", "no") to see the traceback behind a one-line error.
+DEBUG_ENV = "VMAPCHECK_DEBUG"
+
+
+def debug_wanted() -> bool:
+    """Whether the user asked for tracebacks (:data:`DEBUG_ENV`; ``vmapcheck --debug`` sets it)."""
+    return os.environ.get(DEBUG_ENV, "").strip().lower() not in ("", "0", "false", "no")
+
+
+# What an OSError's errno means for the file it names: what was expected of it.
+_OS_EXPECTED = {
+    errno.ENOENT: "expected an existing file or folder, found none",
+    errno.ELOOP: "expected a file, found a symbolic link loop",
+    errno.EACCES: "expected a file this user may read (or write), found it not permitted",
+    errno.EPERM: "expected a file this user may read (or write), found it not permitted",
+    errno.EISDIR: "expected a file, found a directory",
+    errno.ENOTDIR: "expected a folder in its path, found a file",
+    errno.ENOSPC: "expected room on its device, found the device full",
+    errno.EDQUOT: "expected room on its device, found the disk quota used up",
+    errno.EROFS: "expected a writable file system, found a read-only one",
+    errno.ENAMETOOLONG: "expected a shorter name, found one over the system's limit",
+    errno.EEXIST: "expected nothing there, found a file",
+    errno.ENXIO: "expected a regular file, found a device or socket",
+}
+
+# The errors that outside input causes (a file, a value, a nesting): shown as one line.
+OUTSIDE_ERRORS = (OSError, UnicodeError, RecursionError, OverflowError, MemoryError)
+
+
+def describe(exc: BaseException) -> str | None:
+    """One line for an error that a bad file or value causes (:data:`OUTSIDE_ERRORS`):
+    what it concerns (the file, when the error names one), what was expected and what
+    was found; None for any other error (a bug: :func:`internal_error`)."""
+    if isinstance(exc, OSError):
+        names = [str(n) for n in (exc.filename, exc.filename2) if n is not None]
+        where = " -> ".join(names) if names else "a file or connection"
+        expected = _OS_EXPECTED.get(exc.errno or -1, "")
+        said = exc.strerror or str(exc) or type(exc).__name__
+        return f"{where}: {expected + ' (' + said + ')' if expected else said}"
+    if isinstance(exc, UnicodeDecodeError):
+        return (
+            f"expected UTF-8 text, found the byte 0x{exc.object[exc.start]:02x} at offset "
+            f"{exc.start} ({exc.reason})"
+        )
+    if isinstance(exc, UnicodeError):
+        return f"expected text that can be encoded, found {first_line(exc)}"
+    if isinstance(exc, RecursionError):
+        return (
+            "expected input nested at most a few hundred levels deep, found it nested too "
+            "deeply for Python to read (RecursionError)"
+        )
+    if isinstance(exc, OverflowError):
+        return f"expected a number in range, found one too large ({first_line(exc)})"
+    if isinstance(exc, MemoryError):
+        return (
+            "ran out of memory (MemoryError): a file, a batch or a setting is too large "
+            "for this machine"
+        )
+    return None
+
+
+def internal_error(exc: BaseException) -> str:
+    """One line for an error no refusal foresaw: its type and message, and how to see more."""
+    return (
+        f"internal error: {type(exc).__name__}: {first_line(exc)} (a bug in vmapcheck or in "
+        f"the model's code; {DEBUG_ENV}=1 shows the traceback)"
+    )
+
+
+def user_error(exc: BaseException) -> tuple[int, str] | None:
+    """(exit status, one line) for ``exc`` at an entry point, or None: show its traceback
+    (the user asked for tracebacks, :func:`debug_wanted`). A refusal
+    (:class:`VmapcheckError`, :data:`OUTSIDE_ERRORS`) is :data:`REFUSED`, anything else
+    :data:`INTERNAL`. The CLI (``vmapcheck.cli.main``) and every stage
+    (``vmapcheck.pipeline.stage.run_stage``) show errors through this one function."""
+    if debug_wanted():
+        return None
+    if isinstance(exc, VmapcheckError):
+        return REFUSED, str(exc)
+    said = describe(exc)
+    if said is not None:
+        return REFUSED, said
+    return INTERNAL, internal_error(exc)
+
+
+def quiet_broken_pipe() -> int:
+    """After a BrokenPipeError on stdout: point stdout at /dev/null (so Python's own
+    flush at exit does not raise again and print), and return :data:`BROKEN_PIPE`."""
+    with contextlib.suppress(OSError, ValueError, AttributeError):
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    return BROKEN_PIPE
 
 
 # A URL's user name and password (``scheme://user:password@host``): never shown.
