@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import math
 import os
+import stat
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -80,6 +81,52 @@ def _number_in(expected: str, low: float, high: float) -> Callable[[str], float]
     return parse
 
 
+def _whole_number(expected: str, low: int) -> Callable[[str], int]:
+    """An argparse type: an integer of at least ``low``, refused as ``expected, found
+    <text>`` otherwise (``--width -5``)."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            value = low - 1
+        if value < low:
+            raise argparse.ArgumentTypeError(f"expected {expected}, found {text!r}")
+        return value
+
+    return parse
+
+
+def _batch_sizes(text: str) -> list[int]:
+    """An argparse type: comma-separated batch sizes (``8,64``), each a whole number of
+    rows of at least 1."""
+    sizes = []
+    for part in text.split(","):
+        try:
+            size = int(part)
+        except ValueError:
+            size = 0
+        if size < 1:
+            raise argparse.ArgumentTypeError(
+                f"expected comma-separated batch sizes of at least 1 row (8,64), found {text!r}"
+            )
+        sizes.append(size)
+    return sizes
+
+
+def _output_file(text: str) -> Path:
+    """An argparse type: a path where a file can be written, checked before the command's
+    work (``--out reports``, a directory, or ``/proc/x.json`` would be refused only when
+    the result is written)."""
+    from vmapcheck.io import output_file_problem  # numpy: not for --help
+
+    path = Path(text)
+    problem = output_file_problem(path)
+    if problem is not None:
+        raise argparse.ArgumentTypeError(f"{text!r}: {problem}")
+    return path
+
+
 def _verdict(args: argparse.Namespace, layout: Layout) -> int:
     from vmapcheck.tracking.baselines import run_verdict
 
@@ -101,7 +148,7 @@ def _verdict_paired(args: argparse.Namespace, layout: Layout) -> int:
         args.current_project or layout.root,
         args.baseline_project,
         args.paths.split(",") if args.paths else None,
-        [int(b) for b in args.batch_sizes.split(",")] if args.batch_sizes else None,
+        args.batch_sizes,
         args.rounds,
         args.samples,
         args.factor,
@@ -307,9 +354,28 @@ def unknown_option(
     return None
 
 
+def _folder(text: str) -> Path:
+    """An argparse type: an existing folder (``--root /dev/null`` is refused at once)."""
+    path = Path(text)
+    try:
+        mode = path.stat().st_mode
+    except OSError as exc:
+        found = "nothing there" if isinstance(exc, FileNotFoundError) else exc.strerror or exc
+        raise argparse.ArgumentTypeError(
+            f"{text!r}: expected the project's folder, found {found}"
+        ) from None
+    if not stat.S_ISDIR(mode):
+        from vmapcheck.io import file_kind  # numpy: not for --help
+
+        raise argparse.ArgumentTypeError(
+            f"{text!r}: expected the project's folder, found {file_kind(mode)}"
+        )
+    return path
+
+
 def _root_flag(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
-        "--root", type=Path, default=None, help="project root (default: the current folder)"
+        "--root", type=_folder, default=None, help="project root (default: the current folder)"
     )
 
 
@@ -409,6 +475,7 @@ def _init_rewrite_flags(init: argparse.ArgumentParser) -> None:
 def _diagnose_flags(diagnose: argparse.ArgumentParser) -> None:
     diagnose.add_argument(
         "--out",
+        type=_output_file,
         default=None,
         help="where to write the report (its summary goes beside it as .txt); the check "
         "stage's own diagnosis is reports/diagnosis.json",
@@ -444,7 +511,7 @@ def _verdict_flags(verdict: argparse.ArgumentParser) -> None:
         type=_number_in("a significance level between 0 and 1 (as bench.regression.alpha)", 0, 1),
         help="default: bench.regression.alpha",
     )
-    verdict.add_argument("--out", type=Path, help="also write the verdict as JSON here")
+    verdict.add_argument("--out", type=_output_file, help="also write the verdict as JSON here")
     verdict.add_argument(
         "--require-same",
         action="append",
@@ -469,12 +536,24 @@ def _verdict_paired_flags(paired: argparse.ArgumentParser) -> None:
     paired.add_argument(
         "--paths", help="comma-separated paths to time (default: the single-device jit paths)"
     )
-    paired.add_argument("--batch-sizes", help="comma-separated rows (default: bench.batch_sizes)")
-    _paired_schedule_flags(paired)
-    paired.add_argument("--factor", type=float, help="default: bench.regression.factor")
-    paired.add_argument("--alpha", type=float, help="default: bench.regression.alpha")
     paired.add_argument(
-        "--out", type=Path, help="the JSON report (default: reports/perf_verdict_paired.json)"
+        "--batch-sizes", type=_batch_sizes, help="comma-separated rows (default: bench.batch_sizes)"
+    )
+    _paired_schedule_flags(paired)
+    paired.add_argument(
+        "--factor",
+        type=_number_in("a factor above 1 and at most 10 (as bench.regression.factor)", 1.0, 10.0),
+        help="default: bench.regression.factor",
+    )
+    paired.add_argument(
+        "--alpha",
+        type=_number_in("a significance level between 0 and 1 (as bench.regression.alpha)", 0, 1),
+        help="default: bench.regression.alpha",
+    )
+    paired.add_argument(
+        "--out",
+        type=_output_file,
+        help="the JSON report (default: reports/perf_verdict_paired.json)",
     )
     paired.add_argument("--baseline-python", help="the baseline worker's interpreter")
     paired.add_argument("--current-python", help="the current worker's interpreter")
@@ -525,7 +604,10 @@ def _paired_schedule_flags(paired: argparse.ArgumentParser) -> None:
 
 def _compare_flags(compare: argparse.ArgumentParser) -> None:
     compare.add_argument(
-        "-n", type=int, default=COMPARE_DEFAULT_N, help="how many runs (newest first)"
+        "-n",
+        type=_whole_number("a count of runs of at least 0", 0),
+        default=COMPARE_DEFAULT_N,
+        help="how many runs (newest first)",
     )
     compare.add_argument(
         "--filter", default="", help="an MLflow search filter, e.g. \"tags.model = 'mlp'\""
@@ -536,7 +618,7 @@ def _compare_flags(compare: argparse.ArgumentParser) -> None:
     _root_flag(compare)
     compare.add_argument(
         "--width",
-        type=int,
+        type=_whole_number("a width of at least 1 column", 1),
         help="fit the table into this many columns (default: the terminal's width)",
     )
 

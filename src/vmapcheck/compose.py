@@ -34,6 +34,8 @@ def compose_yaml(conf_dir: Path, overrides: list[str] | None = None) -> str:
     try:
         cfg = _composed(conf_dir, overrides)
         OmegaConf.resolve(cfg)
+    except yaml.YAMLError as exc:  # a conf file Hydra could not parse: which one
+        raise ConfigError(_broken_yaml(conf_dir, exc)) from None
     except (HydraException, OmegaConfBaseException) as exc:
         found = _unknown_name(exc, conf_dir, overrides)
         if found is None:
@@ -42,6 +44,26 @@ def compose_yaml(conf_dir: Path, overrides: list[str] | None = None) -> str:
         # is then refused by the stages' validation (no vmapcheck key is open-ended).
         raise ConfigError(f"overrides {overrides}: {found}") from None
     return OmegaConf.to_yaml(cfg)
+
+
+def _broken_yaml(conf_dir: Path, error: yaml.YAMLError) -> str:
+    """A refusal naming the file under ``conf_dir`` that is not valid YAML (Hydra's
+    error names none), where, and what the parser expected and found."""
+    for path in sorted(conf_dir.rglob("*.yaml")):
+        try:
+            yaml.safe_load(path.read_text(encoding="utf-8"))
+        except yaml.YAMLError as exc:
+            error = exc
+            mark = getattr(exc, "problem_mark", None)
+            where = f" line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+            problem = getattr(exc, "problem", None) or "not valid YAML"
+            context = getattr(exc, "context", None)
+            return f"{path}:{where}: expected valid YAML, found {problem}" + (
+                f" ({context})" if context else ""
+            )
+        except (OSError, UnicodeDecodeError):
+            continue  # not what Hydra refused; the boundary names it if it matters
+    return f"{conf_dir}: a config file is not valid YAML: {' '.join(str(error).split())}"
 
 
 def _composed(conf_dir: Path, overrides: list[str]) -> DictConfig:

@@ -11,6 +11,11 @@ PositiveInt = Annotated[int, Field(gt=0)]
 Fraction = Annotated[float, Field(gt=0.0, lt=1.0)]
 NonNegativeFloat = Annotated[float, Field(ge=0.0)]
 
+# The largest seed: jax.random.key keeps 32 bits of a seed with 64-bit mode off (2**32
+# makes the same key as 0), and a seed past 2**63 overflows its conversion.
+MAX_SEED = 2**32 - 1
+Seed = Annotated[int, Field(ge=0, le=MAX_SEED)]
+
 
 class Strict(BaseModel):
     """The base of every config section: validated strictly, and frozen."""

@@ -15,7 +15,8 @@ import yaml
 from pydantic import BaseModel, ValidationError
 
 from vmapcheck.config.whole import Config
-from vmapcheck.errors import ConfigError, did_you_mean, redact
+from vmapcheck.errors import ArtifactError, ConfigError, describe, did_you_mean, redact
+from vmapcheck.io import read_text_bounded
 
 # The discriminator of a tagged union (data.source): pydantic puts the tag's value into an
 # error's location (data.synthetic.split), where it is no key of params.yaml.
@@ -214,15 +215,33 @@ def read_params(path: str | Path = "params.yaml") -> tuple[str, Any]:
     """
     path = Path(path)
     try:
-        text = path.read_text(encoding="utf-8")
+        # Bounded and type-checked before it is opened: a FIFO, /dev/zero or a huge file
+        # is refused at once (it would block, or fill the memory).
+        text = read_text_bounded(path, PARAMS_MAX_BYTES, "a params file")
     except FileNotFoundError:
         raise ConfigError(
             f"{path}: not found; run `vmapcheck params` to compose it from conf/"
         ) from None
+    except ArtifactError as exc:
+        raise ConfigError(str(exc)) from None
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{path}: {describe(exc)}") from None
+    except OSError as exc:  # a symlink loop, no permission: describe names the file
+        raise ConfigError(str(describe(exc))) from None
     try:
         return text, yaml.safe_load(text)
     except yaml.YAMLError as exc:
         raise ConfigError(f"{path}: not valid YAML: {exc}") from None
+    except RecursionError:
+        raise ConfigError(
+            f"{path}: expected YAML nested a few hundred levels at most, found it nested "
+            "too deeply to read"
+        ) from None
+
+
+# The largest params.yaml read (a composed one is a few kB): a bigger file is refused
+# with its size before it is read.
+PARAMS_MAX_BYTES = 4 * 2**20
 
 
 def load_config(path: str | Path = "params.yaml") -> Config:
