@@ -337,7 +337,11 @@ def test_a_pytree_model_passes_at_float64_every_wrong_dtype_refused_by_its_leaf(
     """At f64 the valid float leaves of a wrong-dtype case are float64 too, so the leaf
     under test is the one refused (the pipeline's stored case keeps them float32)."""
     report = assert_batching_consistent(
-        TOKENS_MODEL, TOKENS_PARAMS, TOKENS_EXAMPLES, precision="f64", paths=["loop_eager"]
+        TOKENS_MODEL,
+        TOKENS_PARAMS,
+        TOKENS_EXAMPLES,
+        precision="f64",
+        paths=["loop_eager", "vmap_eager"],
     )
     assert report.dtype == "float64" and report.oracle == {}
     negative = report.details["negative"]
@@ -473,6 +477,10 @@ def test_bad_arguments_are_named():
         ConfigError, match=r"unknown forward path 'vmap'; expected names .*vmap_jit"
     ):
         assert_batching_consistent(MODEL, PARAMS, EXAMPLES, paths=["vmap"])
+    # One path compares nothing: refused before any work, a bare string taken as one name.
+    for one in (["vmap_jit"], "vmap_jit", ("vmap_jit", "vmap_jit")):
+        with pytest.raises(ConfigError, match=r"paths: expected at least 2 forward paths"):
+            check_batching(MODEL, PARAMS, EXAMPLES, paths=one)
     no_direct = dataclasses.replace(MODEL, forward_batch=None)
     with pytest.raises(ConfigError, match=r"direct_jit cannot run: .*no hand-batched forward"):
         assert_batching_consistent(no_direct, PARAMS, EXAMPLES, paths=["direct_jit"])

@@ -67,6 +67,11 @@ class ResourceError(VmapcheckError):
     """A stage's work cannot fit in this machine's memory: refused before it starts."""
 
 
+class ModelCodeError(VmapcheckError):
+    """The model's own code (its factory, init or forward) raised: the model named, where
+    in its code, and the fix when one is known (:func:`model_code_error`)."""
+
+
 class UnsupportedVersionError(VmapcheckError):
     """An installed package vmapcheck depends on (jax, jaxlib) is outside the version range
     vmapcheck declares for it (:mod:`vmapcheck.versions`)."""
@@ -182,6 +187,65 @@ def describe(exc: BaseException) -> str | None:
     return None
 
 
+# vmapcheck's own code, and the interpreter's library (JAX, numpy and the rest of
+# site-packages included): what is not the user's code.
+_VMAPCHECK = os.path.dirname(os.path.abspath(__file__)) + os.sep
+_LIBRARY = tuple({os.path.join(os.path.abspath(p), "") for p in (sys.prefix, sys.base_prefix)})
+
+
+def user_frame(exc: BaseException) -> str | None:
+    """``file:line in function`` where ``exc`` left the user's code (a model's factory,
+    init or forward): the innermost traceback frame that is neither vmapcheck's nor a
+    library's, provided no vmapcheck frame lies below it (then the error is
+    vmapcheck's own); None when there is none."""
+    found = None
+    tb = exc.__traceback__
+    while tb is not None:
+        code = tb.tb_frame.f_code
+        path = os.path.abspath(code.co_filename)
+        if path.startswith(_VMAPCHECK):
+            found = None
+        elif not (
+            path.startswith(_LIBRARY) or "site-packages" in path or code.co_filename.startswith("<")
+        ):
+            found = f"{code.co_filename}:{tb.tb_lineno} in {code.co_name}"
+        tb = tb.tb_next
+    return found
+
+
+def known_model_fault(exc: BaseException, model: str | None = None) -> str | None:
+    """One line naming the model, the fault and its fix, for an error of the model's code
+    whose cause is known (a ``jax.pure_callback`` without ``vmap_method``, which JAX
+    refuses to batch); None for any other error."""
+    who = f"model {model!r}" if model else "the model"
+    if isinstance(exc, NotImplementedError) and "vmap_method" in str(exc):
+        where = user_frame(exc)
+        return (
+            f"{who}: its forward calls jax.pure_callback without vmap_method"
+            + (f" ({where})" if where else "")
+            + ", so vmap cannot batch it; pass vmap_method='sequential' (one callback per "
+            "row), or 'expand_dims' / 'broadcast_all' when the callback takes a batch"
+        )
+    return None
+
+
+def model_code_error(exc: BaseException, model: str | None = None) -> str | None:
+    """One line for an error the model's code raised (its factory, init or forward),
+    naming the model, where in its code and the fix when one is known; None when the
+    error did not come from the model's code."""
+    who = f"model {model!r}" if model else "the model"
+    known = known_model_fault(exc, model)
+    if known is not None:
+        return known
+    where = user_frame(exc)
+    if where is None:
+        return None
+    return (
+        f"{who}: its code raised {type(exc).__name__}: {first_line(exc)} (at {where}); "
+        f"fix the model's code there ({DEBUG_ENV}=1 shows the traceback)"
+    )
+
+
 def internal_error(exc: BaseException) -> str:
     """One line for an error no refusal foresaw: its type and message, and how to see more."""
     return (
@@ -190,20 +254,36 @@ def internal_error(exc: BaseException) -> str:
     )
 
 
-def user_error(exc: BaseException) -> tuple[int, str] | None:
+def user_error(exc: BaseException, model: str | None = None) -> tuple[int, str] | None:
     """(exit status, one line) for ``exc`` at an entry point, or None: show its traceback
     (the user asked for tracebacks, :func:`debug_wanted`). A refusal
-    (:class:`VmapcheckError`, :data:`OUTSIDE_ERRORS`) is :data:`REFUSED`, anything else
-    :data:`INTERNAL`. The CLI (``vmapcheck.cli.main``) and every stage
+    (:class:`VmapcheckError`, :data:`OUTSIDE_ERRORS`, an error of the model's code:
+    :func:`model_code_error`, naming ``model`` when given) is :data:`REFUSED`, anything
+    else :data:`INTERNAL`. The CLI (``vmapcheck.cli.main``) and every stage
     (``vmapcheck.pipeline.stage.run_stage``) show errors through this one function."""
     if debug_wanted():
         return None
     if isinstance(exc, VmapcheckError):
         return REFUSED, str(exc)
-    said = describe(exc)
+    said = describe(exc) or model_code_error(exc, model)
     if said is not None:
         return REFUSED, said
     return INTERNAL, internal_error(exc)
+
+
+def api_error(exc: BaseException, model: str | None = None) -> VmapcheckError | None:
+    """What the Python API raises instead of ``exc`` (chained ``from`` it), or None:
+    ``exc`` itself goes on (a :class:`VmapcheckError` already, a bug, or the user asked
+    for tracebacks, :func:`debug_wanted`). An error of a bad file or value
+    (:data:`OUTSIDE_ERRORS`) becomes a one-line :class:`VmapcheckError`, one of the
+    model's code a :class:`ModelCodeError` naming ``model``."""
+    if isinstance(exc, VmapcheckError) or debug_wanted():
+        return None
+    said = describe(exc)
+    if said is not None:
+        return VmapcheckError(said)
+    said = model_code_error(exc, model)
+    return None if said is None else ModelCodeError(said)
 
 
 def quiet_broken_pipe() -> int:

@@ -203,9 +203,11 @@ def _run_stage(name: str, body: StageBody, root: Path | None, compile_cache: boo
     code: int | None = None
     error: str | None = None
     params: dict[str, Any] | None = None
+    model_name: str | None = None
     try:
         text, raw = read_params(layout.params_yaml)
         config = validate_config(raw, source=str(layout.params_yaml))
+        model_name = config.model.name
         params = params_record(layout, name, text, raw)
         oom = oom_kills()
         # This stage's previous run, if the system killed it (its record has no end):
@@ -238,7 +240,9 @@ def _run_stage(name: str, body: StageBody, root: Path | None, compile_cache: boo
         return code
     except Exception as exc:
         if not _key_reuse(exc):
-            shown = user_error(exc)  # the one place every entry point shows errors
+            # The one place every entry point shows errors (the model named: its code
+            # may be what raised).
+            shown = user_error(exc, model_name)
             if shown is None:
                 raise
             code, message = shown
