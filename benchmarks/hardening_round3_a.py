@@ -39,8 +39,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import hardening_battery as hb  # noqa: E402
-from hardening_battery import ROWS, Outcome, cli, copy_of, proc, record, stage  # noqa: E402
+import hardening_battery as hb
+from hardening_battery import ROWS, Outcome, cli, copy_of, proc, record, stage
 
 VMAPCHECK = Path(sys.executable).with_name("vmapcheck")
 # Running as root, a file with mode 000 is still readable: such a row can only be served.
@@ -417,7 +417,7 @@ def data_file_cases(base: Path, tmp: Path) -> None:
 
 # --- 5. model factories ------------------------------------------------------------------
 
-FACTORY_MODULE = '''
+FACTORY_MODULE = """
 import sys
 
 import jax
@@ -488,7 +488,7 @@ def forward_exits(**kw):
     def one(params, x, tap=None):
         sys.exit(0)
     return _model(forward_one=one, forward_batch=None, **kw)
-'''
+"""
 
 # (factory, the stage that meets it, what the refusal must name)
 FACTORIES: list[tuple[str, str, tuple[str, ...]]] = [
@@ -529,8 +529,7 @@ def factory_cases(base: Path, tmp: Path) -> None:
                 result.code, result.err = 0, "params changed by a failed train: " + result.err
             return result
 
-        record("factory", f"model factory {factory}; stage {reader}", "refuse", call,
-               names=names)
+        record("factory", f"model factory {factory}; stage {reader}", "refuse", call, names=names)
 
 
 # --- 6. the API: bounds and paths ---------------------------------------------------------
@@ -544,8 +543,14 @@ def api_cases(base: Path, tmp: Path) -> None:
     from vmapcheck.testing import check_batching
 
     widths = [8, 16, 2]
-    model = Model(name="api_mlp", in_features=8, out_features=2, forward_one=mlp_forward_one,
-                  forward_batch=mlp_forward_batch, init=lambda key: mlp_init(key, widths))  # fmt: skip
+    model = Model(
+        name="api_mlp",
+        in_features=8,
+        out_features=2,
+        forward_one=mlp_forward_one,
+        forward_batch=mlp_forward_batch,
+        init=lambda key: mlp_init(key, widths),
+    )
     params = model.init(jax.random.key(0))
     few = np.ones((4, 8), np.float32)
 
