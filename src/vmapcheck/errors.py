@@ -155,6 +155,15 @@ _OS_EXPECTED = {
 OUTSIDE_ERRORS = (OSError, UnicodeError, RecursionError, OverflowError, MemoryError)
 
 
+def os_expected(exc: OSError) -> str:
+    """What was expected of the file an OSError names and what was found, with the
+    system's words (``expected a file, found a symbolic link loop (Too many levels of
+    symbolic links)``); the system's words alone for an errno not listed."""
+    expected = _OS_EXPECTED.get(exc.errno or -1, "")
+    said = exc.strerror or str(exc) or type(exc).__name__
+    return f"{expected} ({said})" if expected else said
+
+
 def describe(exc: BaseException) -> str | None:
     """One line for an error that a bad file or value causes (:data:`OUTSIDE_ERRORS`):
     what it concerns (the file, when the error names one), what was expected and what
@@ -162,9 +171,7 @@ def describe(exc: BaseException) -> str | None:
     if isinstance(exc, OSError):
         names = [str(n) for n in (exc.filename, exc.filename2) if n is not None]
         where = " -> ".join(names) if names else "a file or connection"
-        expected = _OS_EXPECTED.get(exc.errno or -1, "")
-        said = exc.strerror or str(exc) or type(exc).__name__
-        return f"{where}: {expected + ' (' + said + ')' if expected else said}"
+        return f"{where}: {os_expected(exc)}"
     if isinstance(exc, UnicodeDecodeError):
         return (
             f"expected UTF-8 text, found the byte 0x{exc.object[exc.start]:02x} at offset "
@@ -265,10 +272,21 @@ def user_error(exc: BaseException, model: str | None = None) -> tuple[int, str] 
         return None
     if isinstance(exc, VmapcheckError):
         return REFUSED, str(exc)
-    said = describe(exc) or model_code_error(exc, model)
+    said = outside_error(exc, model)
     if said is not None:
         return REFUSED, said
     return INTERNAL, internal_error(exc)
+
+
+def outside_error(exc: BaseException, model: str | None = None) -> str | None:
+    """One line for an error from outside vmapcheck, or None (a bug of vmapcheck's): a
+    file's OSError names the file (:func:`describe`) even when the model's code met it;
+    any other error of the model's code names the model and where
+    (:func:`model_code_error`: its endless recursion is not a file nested too deeply);
+    a decode, recursion, overflow or memory error elsewhere is :func:`describe`'s."""
+    if isinstance(exc, OSError):
+        return describe(exc)
+    return model_code_error(exc, model) or describe(exc)
 
 
 def api_error(exc: BaseException, model: str | None = None) -> VmapcheckError | None:
@@ -279,11 +297,10 @@ def api_error(exc: BaseException, model: str | None = None) -> VmapcheckError | 
     model's code a :class:`ModelCodeError` naming ``model``."""
     if isinstance(exc, VmapcheckError) or debug_wanted():
         return None
-    said = describe(exc)
-    if said is not None:
-        return VmapcheckError(said)
-    said = model_code_error(exc, model)
-    return None if said is None else ModelCodeError(said)
+    said = outside_error(exc, model)
+    if said is None:
+        return None
+    return ModelCodeError(said) if model_code_error(exc, model) == said else VmapcheckError(said)
 
 
 def quiet_broken_pipe() -> int:

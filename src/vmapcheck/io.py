@@ -24,7 +24,7 @@ from typing import Any, TypeVar, Union, cast, get_args, get_origin, get_type_hin
 
 import numpy as np
 
-from vmapcheck.errors import ArtifactError
+from vmapcheck.errors import ArtifactError, os_expected
 from vmapcheck.pause import pause_point
 
 
@@ -207,8 +207,8 @@ def output_file_problem(path: Path) -> str | None:
         mode = os.stat(path).st_mode
     except FileNotFoundError:
         mode = None
-    except OSError as exc:
-        return f"expected a file path, found {exc.strerror or exc}"
+    except OSError as exc:  # a file where a folder of the path should be, a link loop
+        return os_expected(exc)
     if mode is not None and not stat.S_ISREG(mode):
         return f"expected a file path, found {file_kind(mode)}"
     folder = path.parent

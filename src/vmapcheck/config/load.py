@@ -180,9 +180,36 @@ def validate_config(raw: Any, source: str = "params.yaml") -> Config:
         )
     raw = without_project_keys(raw, source)
     try:
-        return Config.model_validate(raw)
+        config = Config.model_validate(raw)
     except ValidationError as exc:
         raise ConfigError(describe_errors(exc.errors(), source, raw)) from None
+    # After the keys' own ranges (a seed's is narrower, and named): a key with none.
+    too_wide = _beyond_int64(raw)
+    if too_wide:
+        key, value = too_wide
+        raise ConfigError(
+            f"invalid configuration in {source}:\n  {key}: expected an integer within int64 "
+            f"({-(2**63)} to {2**63 - 1}: numpy, JAX and MLflow hold it as one), found {value}"
+        )
+    return config
+
+
+def _beyond_int64(raw: Any, key: str = "") -> tuple[str, int] | None:
+    """The first integer in ``raw`` (a parsed params.yaml) outside int64, with its dotted
+    key, or None. Every key's own range is narrower; this one holds for keys that have
+    none, where such a value would overflow (``OverflowError``) in the stage that uses it."""
+    if isinstance(raw, bool):
+        return None
+    if isinstance(raw, int):
+        return (key or "<root>", raw) if not -(2**63) <= raw < 2**63 else None
+    children = (
+        raw.items() if isinstance(raw, dict) else enumerate(raw) if isinstance(raw, list) else ()
+    )
+    for name, value in children:
+        found = _beyond_int64(value, f"{key}.{name}" if key else str(name))
+        if found:
+            return found
+    return None
 
 
 def without_project_keys(raw: dict[str, Any], source: str = "params.yaml") -> dict[str, Any]:
