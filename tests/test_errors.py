@@ -173,8 +173,8 @@ def test_debug_shows_the_traceback_behind_the_one_line(tmp_path):
         [str(SCRIPT), "gate"], cwd=tmp_path, capture_output=True, text=True, timeout=120
     )
     assert plain.returncode == REFUSED and "Traceback" not in plain.stderr
-    debug = subprocess.run(
-        [str(SCRIPT), "--debug", "gate"], cwd=tmp_path, capture_output=True, text=True,
-        timeout=120,
-    )  # fmt: skip
-    assert "Traceback (most recent call last)" in debug.stderr
+    for args in (["--debug", "gate"], ["gate", "--debug"]):  # before or after the command
+        debug = subprocess.run(
+            [str(SCRIPT), *args], cwd=tmp_path, capture_output=True, text=True, timeout=120
+        )
+        assert "Traceback (most recent call last)" in debug.stderr

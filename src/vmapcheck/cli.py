@@ -42,6 +42,7 @@ DIAGNOSIS_ON_DEMAND = "diagnosis-on-demand.json"  # under reports/
 PAIRED_ROUNDS = 40  # vmapcheck.bench.paired.DEFAULT_ROUNDS
 PAIRED_SAMPLES = 10  # vmapcheck.bench.paired.DEFAULT_SAMPLES
 PAIRED_PROCESSES = 3  # vmapcheck.bench.paired.DEFAULT_PROCESSES
+DEBUG_HELP = f"show the traceback behind an error (as {DEBUG_ENV}=1 does; docs/errors.md)"
 
 Command = Callable[[argparse.Namespace, Layout], int]
 
@@ -711,11 +712,7 @@ def build_parser() -> argparse.ArgumentParser:
         epilog=f"commands:\n{listing}\n\n`vmapcheck <command> --help` describes its flags.",
     )
     parser.add_argument("--version", action="version", version=f"vmapcheck {__version__}")
-    parser.add_argument(
-        "--debug",
-        action="store_true",
-        help=f"show the traceback behind an error (as {DEBUG_ENV}=1 does)",
-    )
+    parser.add_argument("--debug", action="store_true", help=DEBUG_HELP)
     commands = parser.add_subparsers(
         dest="command",
         metavar="<command>",
@@ -729,6 +726,9 @@ def build_parser() -> argparse.ArgumentParser:
         sub = commands.add_parser(name, description=text[0].upper() + text[1:] + ".")
         sub.set_defaults(func=func)
         add_flags(sub)
+        # Also after the command (`vmapcheck compare --debug`); SUPPRESS: absent there, it
+        # leaves the top-level flag's value as it is.
+        sub.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help=DEBUG_HELP)
     return parser
 
 
