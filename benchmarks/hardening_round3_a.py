@@ -312,6 +312,24 @@ def boundary_cases(base: Path, tmp: Path) -> None:
 
             record("boundary", f"vmapcheck {verb}, mlflow.db {what}", "refuse", call,
                    names=("mlflow.db",))  # fmt: skip
+    # A stage's input array file spoiled: refused by name, never blocked on.
+    train_npz = work / "data" / "prepared" / "train.npz"
+    for what, make in spoils[:4]:
+
+        def staged(make=make) -> Outcome:
+            with spoiled(train_npz, make):
+                return stage(work, "train")
+
+        record("boundary", f"stage train, data/prepared/train.npz {what}", "refuse", staged,
+               names=("train.npz",))  # fmt: skip
+    # dvc.yaml spoiled: a stage reads it for its params record; it must not block there.
+    for what, make in spoils[:4]:
+
+        def declared(make=make) -> Outcome:
+            with spoiled(work / "dvc.yaml", make):
+                return stage(work, "prepare")
+
+        record("boundary", f"stage prepare, dvc.yaml {what}", "any", declared)
     # A reader that goes away: quiet, as Unix tools end (no traceback, no error line).
     for verb in ("registry", "compare", "store where", "summary", "--help"):
 

@@ -159,3 +159,12 @@ def test_an_output_path_is_checked_before_the_work(tmp_path):
     under_a_file = output_file_problem(tmp_path / "file" / "out.json")
     assert under_a_file == "expected a folder in its path, found a file (Not a directory)"
     assert "refuses" in str(output_file_problem("/proc/out.json"))
+
+
+def test_an_npz_that_is_a_fifo_is_refused_without_opening_it(tmp_path):
+    import os
+
+    path = tmp_path / "train.npz"
+    os.mkfifo(path)
+    with pytest.raises(ArtifactError, match=r"train\.npz: expected an \.npz file .* found a FIFO"):
+        load_npz(path)

@@ -164,6 +164,20 @@ def file_kind(mode: int) -> str:
     return next((name for test, name in _FILE_KINDS if test(mode)), "a regular file")
 
 
+def require_regular_file(path: Path, what: str) -> None:
+    """Refuse ``path`` unless it is (or links to) a regular file, before anything opens
+    it: opening a FIFO blocks until a writer comes, a device such as /dev/zero never
+    ends, a directory fails with a message that names no expectation.
+
+    Raises:
+        ArtifactError: naming the file, ``what`` it should be and the kind found.
+        OSError: it cannot be reached (missing, a symlink loop, no permission).
+    """
+    mode = os.stat(path).st_mode  # follows symlinks: the file they lead to is checked
+    if not stat.S_ISREG(mode):
+        raise ArtifactError(f"{path}: expected {what} (a regular file), found {file_kind(mode)}")
+
+
 def read_bytes_bounded(path: Path, limit: int, what: str) -> bytes:
     """The bytes of ``path``, which must be a regular file of at most ``limit`` bytes
     (``what`` names it in the refusal: "a params file").
@@ -178,9 +192,7 @@ def read_bytes_bounded(path: Path, limit: int, what: str) -> bytes:
         OSError: it cannot be reached or read (missing, a symlink loop, no permission).
     """
     path = Path(path)
-    mode = os.stat(path).st_mode  # follows symlinks: the file they lead to is checked
-    if not stat.S_ISREG(mode):
-        raise ArtifactError(f"{path}: expected {what} (a regular file), found {file_kind(mode)}")
+    require_regular_file(path, what)
     with open(path, "rb") as fh:
         data = fh.read(limit + 1)
         size = max(os.fstat(fh.fileno()).st_size, len(data))
@@ -321,6 +333,7 @@ def load_npz(path: Path) -> dict[str, np.ndarray]:
     """Load every array of an .npz file; object arrays (pickle) are refused."""
     path = Path(path)
     try:
+        require_regular_file(path, "an .npz file")  # a FIFO would block the open
         # Opened here, so that a file np.load refuses is closed too.
         with open(path, "rb") as fh:
             # An .npz is a zip archive: anything else np.load would try as a pickle.

@@ -15,6 +15,7 @@ from typing import Any
 import yaml
 
 from vmapcheck.config import Config, read_params, validate_config
+from vmapcheck.config.load import PARAMS_MAX_BYTES
 from vmapcheck.core.runtime import enable_compile_cache
 from vmapcheck.errors import (
     INTERRUPTED,
@@ -24,7 +25,7 @@ from vmapcheck.errors import (
     redacted_output,
     user_error,
 )
-from vmapcheck.io import atomic_write_json, read_json
+from vmapcheck.io import atomic_write_json, read_json, read_text_bounded
 from vmapcheck.layout import Layout
 from vmapcheck.pause import pause_point, set_stage
 from vmapcheck.running import clear_running, killed_stage, oom_kills
@@ -78,8 +79,18 @@ def declared_params(layout: Layout) -> dict[str, list[str]]:
     """Each dvc.yaml stage's params keys of params.yaml (dotted, as dvc.yaml lists them);
     empty when there is no readable dvc.yaml (a stage run outside a pipeline)."""
     try:
-        stages = (yaml.safe_load(layout.dvc_yaml.read_text(encoding="utf-8")) or {})["stages"]
-    except (OSError, yaml.YAMLError, KeyError, TypeError):
+        # Bounded and type-checked: a dvc.yaml that is a FIFO would block every stage.
+        text = read_text_bounded(layout.dvc_yaml, PARAMS_MAX_BYTES, "a dvc.yaml")
+        stages = (yaml.safe_load(text) or {})["stages"]
+    except (
+        OSError,
+        ValueError,
+        RecursionError,
+        ArtifactError,
+        yaml.YAMLError,
+        KeyError,
+        TypeError,
+    ):
         return {}
     declared: dict[str, list[str]] = {}
     for stage_name, stage in stages.items() if isinstance(stages, dict) else ():
