@@ -621,6 +621,9 @@ def api_cases(base: Path, tmp: Path) -> None:
          refused(api(paths=["loop_eager", "vmap_jit"])), "serve", ()),
         ("examples a 100,000-deep nested list", refused(api(_deep_list(100_000))), "refuse",
          ("examples",)),
+        ("seed=2**32", refused(api(seed=2**32)), "refuse", ("seed",)),
+        ("seed=18446744073709551616", refused(api(seed=2**64)), "refuse", ("seed",)),
+        ("seed=-1", refused(api(seed=-1)), "refuse", ("seed",)),
         ("examples with 0 rows", refused(api(np.zeros((0, 8), np.float32))), "refuse",
          ("examples",)),
     ]  # fmt: skip

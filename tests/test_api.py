@@ -643,6 +643,9 @@ def test_more_rows_than_max_rows_are_refused_before_any_work_with_the_figures():
         check_batching(MODEL, PARAMS, EXAMPLES[:8], max_rows=5)
     with pytest.raises(ConfigError, match=r"max_rows: expected an int >= 1"):
         check_batching(MODEL, PARAMS, EXAMPLES, max_rows=0)
+    # A seed past 32 bits would make a smaller seed's keys (jax.random.key wraps it).
+    with pytest.raises(ConfigError, match=r"seed: expected an int >= 0 and <= 4294967295"):
+        check_batching(MODEL, PARAMS, EXAMPLES, seed=2**32)
 
 
 def _raising_init(key):

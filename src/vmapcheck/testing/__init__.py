@@ -40,6 +40,7 @@ from pydantic import ValidationError
 
 from vmapcheck.config import PrecisionConfig, VerdictConfig
 from vmapcheck.config import describe_errors as _describe
+from vmapcheck.config.fields import MAX_SEED
 from vmapcheck.core.bitwise import PathBitwise, check_mode
 from vmapcheck.errors import ConfigError, api_error
 from vmapcheck.testing.report import (
@@ -250,8 +251,11 @@ def _check_batching(
         raise ConfigError(f"gradients: expected True or False, got {gradients!r}")
     if isinstance(max_rows, bool) or not isinstance(max_rows, int) or max_rows < 1:
         raise ConfigError(f"max_rows: expected an int >= 1 (rows of examples), got {max_rows!r}")
-    if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
-        raise ConfigError(f"seed: expected an int >= 0 (the run's key stream), got {seed!r}")
+    if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed <= MAX_SEED:
+        raise ConfigError(
+            f"seed: expected an int >= 0 and <= {MAX_SEED} (the run's key stream; "
+            f"vmapcheck.config.fields.MAX_SEED), got {seed!r}"
+        )
     config = precision_config(precision, rtol=rtol, atol=atol)
     verdict = verdict_config(fail_on)
     mode = check_mode(bitwise, "bitwise")
