@@ -117,8 +117,8 @@ def did_you_mean(name: str, known: Iterable[str], prefix: str = "") -> str:
 #
 # Exit statuses of every command and stage (docs/errors.md lists them): 0 done; 1 the
 # command found what it looks for (a regression, a divergence, a failed check); 2 refused:
-# a bad flag, setting, file or value, named in one line; 3 an internal error (a bug in
-# vmapcheck or in the model's code: one line, the traceback with VMAPCHECK_DEBUG=1).
+# a bad flag, setting, file or value, or the model's own code raising, named in one line;
+# 3 an internal error (a bug in vmapcheck: one line, the traceback with VMAPCHECK_DEBUG=1).
 REFUSED = 2
 INTERNAL = 3
 # The exit code of a stage or command stopped by Ctrl-C: 128 + SIGINT, as a shell reports it.
