@@ -337,7 +337,11 @@ def test_a_pytree_model_passes_at_float64_every_wrong_dtype_refused_by_its_leaf(
     """At f64 the valid float leaves of a wrong-dtype case are float64 too, so the leaf
     under test is the one refused (the pipeline's stored case keeps them float32)."""
     report = assert_batching_consistent(
-        TOKENS_MODEL, TOKENS_PARAMS, TOKENS_EXAMPLES, precision="f64", paths=["loop_eager"]
+        TOKENS_MODEL,
+        TOKENS_PARAMS,
+        TOKENS_EXAMPLES,
+        precision="f64",
+        paths=["loop_eager", "vmap_eager"],
     )
     assert report.dtype == "float64" and report.oracle == {}
     negative = report.details["negative"]
@@ -473,6 +477,10 @@ def test_bad_arguments_are_named():
         ConfigError, match=r"unknown forward path 'vmap'; expected names .*vmap_jit"
     ):
         assert_batching_consistent(MODEL, PARAMS, EXAMPLES, paths=["vmap"])
+    # One path compares nothing: refused before any work, a bare string taken as one name.
+    for one in (["vmap_jit"], "vmap_jit", ("vmap_jit", "vmap_jit")):
+        with pytest.raises(ConfigError, match=r"paths: expected at least 2 forward paths"):
+            check_batching(MODEL, PARAMS, EXAMPLES, paths=one)
     no_direct = dataclasses.replace(MODEL, forward_batch=None)
     with pytest.raises(ConfigError, match=r"direct_jit cannot run: .*no hand-batched forward"):
         assert_batching_consistent(no_direct, PARAMS, EXAMPLES, paths=["direct_jit"])
@@ -618,3 +626,54 @@ def test_an_oracle_whose_output_is_not_float64_judges_nothing_and_says_so():
     )
     assert "vs float64: not judged (the output under x64 is not float64)" in report.summary
     assert "vs float64: max_rel" not in report.summary
+
+
+# --- issue 45: bounded before work, one line for the model's own faults ------------------
+
+
+def test_more_rows_than_max_rows_are_refused_before_any_work_with_the_figures():
+    many = np.zeros((20_000, IN), np.float32)
+    with pytest.raises(
+        InvalidInputError, match=r"expected at most max_rows=10,000 rows, found 20,000"
+    ) as refused:
+        check_batching(MODEL, PARAMS, many)
+    assert refused.value.reason == "batch_too_large"
+    assert "max_rows=20000 to run them all" in str(refused.value)
+    with pytest.raises(InvalidInputError, match=r"max_rows=5 rows, found 8"):
+        check_batching(MODEL, PARAMS, EXAMPLES[:8], max_rows=5)
+    with pytest.raises(ConfigError, match=r"max_rows: expected an int >= 1"):
+        check_batching(MODEL, PARAMS, EXAMPLES, max_rows=0)
+    # A seed past 32 bits would make a smaller seed's keys (jax.random.key wraps it).
+    with pytest.raises(ConfigError, match=r"seed: expected an int >= 0 and <= 4294967295"):
+        check_batching(MODEL, PARAMS, EXAMPLES, seed=2**32)
+
+
+def _raising_init(key):
+    raise ValueError("this init is broken")
+
+
+def test_an_init_that_raises_is_one_line_naming_the_model_and_where():
+    from vmapcheck.errors import ModelCodeError
+
+    broken = dataclasses.replace(MODEL, name="broken", init=_raising_init)
+    with pytest.raises(ModelCodeError) as refused:
+        check_batching(broken, PARAMS, EXAMPLES)
+    message = str(refused.value)
+    assert message.startswith("model 'broken': its code raised ValueError: this init is broken")
+    assert "test_api.py" in message and "in _raising_init" in message
+    assert isinstance(refused.value.__cause__, ValueError)  # the original, chained
+
+
+def _callback_one(params, x):
+    return jax.pure_callback(
+        lambda a: np.asarray(a)[:OUT], jax.ShapeDtypeStruct((OUT,), x.dtype), x
+    )
+
+
+def test_a_pure_callback_without_vmap_method_is_named_with_its_fix():
+    model = dataclasses.replace(MODEL, name="cb", forward_one=_callback_one, forward_batch=None)
+    report = check_batching(model, PARAMS, EXAMPLES[:4], gradients=False)
+    assert not report.passed
+    vmap = [f for f in report.failures if f.startswith("examples/vmap_jit")]
+    assert vmap and "model 'cb': its forward calls jax.pure_callback without vmap_method" in vmap[0]
+    assert "pass vmap_method='sequential'" in vmap[0]

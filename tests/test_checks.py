@@ -393,3 +393,18 @@ def test_a_case_without_a_usable_magnitude_is_judged_by_its_output_and_says_why(
     case = report["cases"]["standard"]
     assert case["rule"] == "output" and case["magnitude_error"] == "TypeError: x"
     assert not report["passed"]
+
+
+def test_a_case_whose_paths_gave_one_output_compares_nothing_and_never_passes(inputs):
+    """Only one path's output of the standard case (the others absent): nothing was
+    compared, which says so and fails, even with batching left out of fail_on."""
+    outputs = inputs[2]
+    for p in path_names("batch")[1:]:
+        del outputs[f"standard.{p}"]
+    report = check(inputs)
+    assert not report["passed"]
+    assert not report["cases"]["standard"]["passed"]
+    assert any("standard: no pair of paths to compare (1 path(s)" in f for f in report["failures"])
+    lenient = inputs[0].model_copy(update={"verdict": VerdictConfig(fail_on=["contract"])})
+    report = check((lenient, *inputs[1:]))
+    assert not report["passed"] and not report["cases"]["standard"]["passed"]

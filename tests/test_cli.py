@@ -53,7 +53,7 @@ def test_help_lists_every_command_with_one_line_each():
     result = vmapcheck("--help")
     assert result.returncode == 0, result.stderr
     lines = result.stdout.splitlines()
-    assert lines[0] == "usage: vmapcheck [-h] [--version] <command> ..."
+    assert lines[0] == "usage: vmapcheck [-h] [--version] [--debug] <command> ..."
     for name in COMMANDS:
         [line] = [line for line in lines if line.startswith(f"  {name} ")]
         assert line.split(maxsplit=1)[1].strip() == cli.COMMANDS[name]

@@ -561,3 +561,74 @@ def test_a_tolerance_too_loose_to_detect_a_mistake_is_refused(key, which):
     assert f"precision.{key}.{which}: Input should be less than or equal to 0.1" in message
     raw["precision"][key][which] = 0.1
     validate_config(raw)
+
+
+# --- issue 45: values that passed validation and failed (or misled) after the work ------
+
+
+def test_a_seed_past_32_bits_is_refused_naming_the_key_and_its_range():
+    with pytest.raises(ConfigError, match=r"seed: expected an integer from 0 to 4294967295"):
+        compose_config("seed=18446744073709551616")
+    with pytest.raises(ConfigError, match=r"guard\.replay\.seed: expected an integer from 0"):
+        compose_config("guard.replay.seed=4294967296")
+    assert compose_config("seed=4294967295").seed == 2**32 - 1
+
+
+def test_a_learning_rate_below_float32s_smallest_normal_is_refused():
+    import numpy as np
+
+    from vmapcheck.config.run import MIN_LEARNING_RATE
+
+    assert float(np.finfo(np.float32).tiny) == MIN_LEARNING_RATE
+    for rate in ("1e-320", "1e-39"):
+        with pytest.raises(
+            ConfigError, match=r"train\.learning_rate: expected at least float32's smallest normal"
+        ):
+            compose_config(f"train.learning_rate={rate}")
+    assert compose_config("train.learning_rate=1e-30").train.learning_rate == 1e-30
+
+
+def test_an_experiment_name_past_mlflows_limit_is_refused_at_validation():
+    from mlflow.utils.validation import MAX_EXPERIMENT_NAME_LENGTH as MLFLOWS
+
+    from vmapcheck.config.tracking import MAX_EXPERIMENT_NAME_LENGTH
+
+    assert MAX_EXPERIMENT_NAME_LENGTH == MLFLOWS
+    with pytest.raises(ConfigError, match=r"tracking\.experiment: String should have at most 500"):
+        compose_config("tracking.experiment=" + "e" * 5000)
+    with pytest.raises(ConfigError, match=r"expected at most 500 characters \(MLflow's limit\)"):
+        compose_config("tracking.experiment=" + "e" * 498, "tracking.experiment_per_model=true")
+
+
+def test_an_absurd_warm_up_is_refused_and_an_integer_past_int64_is_named():
+    from vmapcheck.config.bench import MAX_WARMUP
+
+    with pytest.raises(
+        ConfigError, match=rf"bench\.warmup: Input should be less than or equal to {MAX_WARMUP}"
+    ):
+        compose_config("bench.warmup=1000000000")
+    with pytest.raises(ConfigError, match=r"train\.steps: expected an integer within int64"):
+        compose_config("train.steps=18446744073709551616")
+
+
+def test_conf_files_hydra_would_block_on_or_skip_are_refused_by_name(tmp_path):
+    import os
+    import shutil
+
+    conf = tmp_path / "conf"
+    shutil.copytree(ROOT / "conf", conf)
+    config = conf / "config.yaml"
+    text = config.read_text()
+    config.write_text(text + "\nbad: [1, 2\n")
+    with pytest.raises(ConfigError, match=r"config\.yaml: line \d+, column 1: expected valid YAML"):
+        compose_yaml(conf)
+    config.unlink()
+    os.mkfifo(config)
+    with pytest.raises(ConfigError, match=r"config\.yaml: expected a config file .* found a FIFO"):
+        compose_yaml(conf)
+    config.unlink()
+    config.write_bytes(text.encode() + b"# caf\xe9\n")
+    with pytest.raises(
+        ConfigError, match=r"config\.yaml: expected UTF-8 text, found the byte 0xe9"
+    ):
+        compose_yaml(conf)

@@ -107,3 +107,64 @@ def test_the_layout_names_the_params_folder_s_files_as_params_io_does(tmp_path):
     layout = Layout(tmp_path)
     assert layout.contract == layout.params / CONTRACT_FILE
     assert layout.params_manifest == layout.params / MANIFEST_FILE
+
+
+# --- issue 45: params.yaml and JSON read bounded, their file type checked before opening --
+
+
+@pytest.mark.parametrize(
+    ("make", "said"),
+    [
+        (
+            lambda p: p.write_bytes(b"seed: 0\nname: caf\xe9\n"),
+            "expected UTF-8 text, found the byte 0xe9",
+        ),
+        (lambda p: p.mkdir(), "expected a params file (a regular file), found a directory"),
+        (lambda p: p.symlink_to("/dev/zero"), "found a character device"),
+        (lambda p: __import__("os").mkfifo(p), "found a FIFO (named pipe)"),
+        (lambda p: p.symlink_to(p.name), "expected a file, found a symbolic link loop"),
+        (lambda p: p.write_bytes(b"a: " + b"[" * 100_000 + b"]" * 100_000), "nested too deeply"),
+        (
+            lambda p: p.write_bytes(b"#" * (5 * 2**20)),
+            "of at most 4,194,304 bytes, found 5,242,880",
+        ),
+    ],
+)
+def test_a_params_file_that_is_no_small_yaml_file_is_refused_naming_it(tmp_path, make, said):
+    from vmapcheck.config.load import read_params
+    from vmapcheck.errors import ConfigError
+
+    path = tmp_path / "params.yaml"
+    make(path)
+    with pytest.raises(ConfigError, match=r"params\.yaml") as refused:
+        read_params(path)
+    assert said in str(refused.value)
+
+
+def test_json_nested_too_deeply_is_refused_naming_the_file(tmp_path):
+    from vmapcheck.io import read_json
+
+    path = tmp_path / "deep.json"
+    path.write_text("[" * 100_000 + "]" * 100_000)
+    with pytest.raises(ArtifactError, match=r"deep\.json: expected JSON nested a few hundred"):
+        read_json(path)
+
+
+def test_an_output_path_is_checked_before_the_work(tmp_path):
+    from vmapcheck.io import output_file_problem
+
+    assert output_file_problem(tmp_path / "new" / "out.json") is None
+    assert output_file_problem(tmp_path) == "expected a file path, found a directory"
+    (tmp_path / "file").write_text("x")
+    under_a_file = output_file_problem(tmp_path / "file" / "out.json")
+    assert under_a_file == "expected a folder in its path, found a file (Not a directory)"
+    assert "refuses" in str(output_file_problem("/proc/out.json"))
+
+
+def test_an_npz_that_is_a_fifo_is_refused_without_opening_it(tmp_path):
+    import os
+
+    path = tmp_path / "train.npz"
+    os.mkfifo(path)
+    with pytest.raises(ArtifactError, match=r"train\.npz: expected an \.npz file .* found a FIFO"):
+        load_npz(path)

@@ -487,3 +487,21 @@ def test_prepare_makes_disjoint_splits_and_cases_from_the_diabetes_table(
     assert stored["standard"]["x"].shape == (config.data.standard_batch, 8)
     assert stored["standard"]["y"].shape == (config.data.standard_batch, 1)
     assert "expected 8 features, got 9" in cases["invalid_features"]["expect"]
+
+
+@pytest.mark.parametrize(
+    ("make", "said"),
+    [
+        (lambda p: p.symlink_to(p.name), "expected a file, found a symbolic link loop"),
+        (lambda p: __import__("os").mkfifo(p), "(a regular file), found a FIFO (named pipe)"),
+        (lambda p: p.symlink_to("/dev/zero"), "(a regular file), found a character device"),
+    ],
+)
+def test_a_table_that_is_a_link_loop_or_a_special_file_is_refused_before_opening(
+    tmp_path, make, said
+):
+    table = tmp_path / "table.csv"
+    make(table)
+    with pytest.raises(SourceError, match=r"table\.csv") as refused:
+        read_table(table, SCHEMA)
+    assert said in str(refused.value)

@@ -196,9 +196,9 @@ def test_keys_of_the_wrong_shape_are_refused_by_name():
 
 def test_the_seed_picks_the_keys():
     model, params = _model()
-    first = check_batching(model, params, EXAMPLES, paths=["loop_eager"], seed=1)
-    again = check_batching(model, params, EXAMPLES, paths=["loop_eager"], seed=1)
-    other = check_batching(model, params, EXAMPLES, paths=["loop_eager"], seed=2)
+    first = check_batching(model, params, EXAMPLES, paths=["loop_eager", "vmap_eager"], seed=1)
+    again = check_batching(model, params, EXAMPLES, paths=["loop_eager", "vmap_eager"], seed=1)
+    other = check_batching(model, params, EXAMPLES, paths=["loop_eager", "vmap_eager"], seed=2)
     assert first.passed and other.passed
     assert first.details["cases"]["examples"] == again.details["cases"]["examples"]
     with pytest.raises(ConfigError, match="seed: expected an int >= 0"):

@@ -5,21 +5,32 @@ commands that had one take ``--root``), parses its flags here and calls one libr
 function in the module that owns the logic. Those modules are imported only by the
 command that needs them, so ``vmapcheck --help`` does not load JAX or MLflow.
 
-Exit status: each command's own (0 success; see each command's help), 2 for a usage
-error (argparse's one-line message) or a failure the command reports on stderr as
-``<command>: error: ...``.
+Exit status (docs/errors.md): each command's own (0 success, 1 what it looks for was
+found; see each command's help), 2 for a usage error (argparse's one-line message) or a
+refusal it reports on stderr as ``<command>: error: ...``, 3 an internal error (one line;
+``--debug`` shows its traceback), 130 Ctrl-C, 141 its reader went away (``| head``).
 """
 
 from __future__ import annotations
 
 import argparse
 import math
+import os
+import stat
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from vmapcheck import __version__
-from vmapcheck.errors import INTERRUPTED, VmapcheckError, did_you_mean, redacted_output
+from vmapcheck.errors import (
+    DEBUG_ENV,
+    INTERRUPTED,
+    did_you_mean,
+    quiet_broken_pipe,
+    redact,
+    redacted_output,
+    user_error,
+)
 from vmapcheck.layout import Layout
 from vmapcheck.versions import require_supported_jax
 
@@ -31,6 +42,7 @@ DIAGNOSIS_ON_DEMAND = "diagnosis-on-demand.json"  # under reports/
 PAIRED_ROUNDS = 40  # vmapcheck.bench.paired.DEFAULT_ROUNDS
 PAIRED_SAMPLES = 10  # vmapcheck.bench.paired.DEFAULT_SAMPLES
 PAIRED_PROCESSES = 3  # vmapcheck.bench.paired.DEFAULT_PROCESSES
+DEBUG_HELP = f"show the traceback behind an error (as {DEBUG_ENV}=1 does; docs/errors.md)"
 
 Command = Callable[[argparse.Namespace, Layout], int]
 
@@ -70,6 +82,52 @@ def _number_in(expected: str, low: float, high: float) -> Callable[[str], float]
     return parse
 
 
+def _whole_number(expected: str, low: int) -> Callable[[str], int]:
+    """An argparse type: an integer of at least ``low``, refused as ``expected, found
+    <text>`` otherwise (``--width -5``)."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            value = low - 1
+        if value < low:
+            raise argparse.ArgumentTypeError(f"expected {expected}, found {text!r}")
+        return value
+
+    return parse
+
+
+def _batch_sizes(text: str) -> list[int]:
+    """An argparse type: comma-separated batch sizes (``8,64``), each a whole number of
+    rows of at least 1."""
+    sizes = []
+    for part in text.split(","):
+        try:
+            size = int(part)
+        except ValueError:
+            size = 0
+        if size < 1:
+            raise argparse.ArgumentTypeError(
+                f"expected comma-separated batch sizes of at least 1 row (8,64), found {text!r}"
+            )
+        sizes.append(size)
+    return sizes
+
+
+def _output_file(text: str) -> Path:
+    """An argparse type: a path where a file can be written, checked before the command's
+    work (``--out reports``, a directory, or ``/proc/x.json`` would be refused only when
+    the result is written)."""
+    from vmapcheck.io import output_file_problem  # numpy: not for --help
+
+    path = Path(text)
+    problem = output_file_problem(path)
+    if problem is not None:
+        raise argparse.ArgumentTypeError(f"{text!r}: {problem}")
+    return path
+
+
 def _verdict(args: argparse.Namespace, layout: Layout) -> int:
     from vmapcheck.tracking.baselines import run_verdict
 
@@ -91,7 +149,7 @@ def _verdict_paired(args: argparse.Namespace, layout: Layout) -> int:
         args.current_project or layout.root,
         args.baseline_project,
         args.paths.split(",") if args.paths else None,
-        [int(b) for b in args.batch_sizes.split(",")] if args.batch_sizes else None,
+        args.batch_sizes,
         args.rounds,
         args.samples,
         args.factor,
@@ -297,9 +355,28 @@ def unknown_option(
     return None
 
 
+def _folder(text: str) -> Path:
+    """An argparse type: an existing folder (``--root /dev/null`` is refused at once)."""
+    path = Path(text)
+    try:
+        mode = path.stat().st_mode
+    except OSError as exc:
+        found = "nothing there" if isinstance(exc, FileNotFoundError) else exc.strerror or exc
+        raise argparse.ArgumentTypeError(
+            f"{text!r}: expected the project's folder, found {found}"
+        ) from None
+    if not stat.S_ISDIR(mode):
+        from vmapcheck.io import file_kind  # numpy: not for --help
+
+        raise argparse.ArgumentTypeError(
+            f"{text!r}: expected the project's folder, found {file_kind(mode)}"
+        )
+    return path
+
+
 def _root_flag(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
-        "--root", type=Path, default=None, help="project root (default: the current folder)"
+        "--root", type=_folder, default=None, help="project root (default: the current folder)"
     )
 
 
@@ -399,6 +476,7 @@ def _init_rewrite_flags(init: argparse.ArgumentParser) -> None:
 def _diagnose_flags(diagnose: argparse.ArgumentParser) -> None:
     diagnose.add_argument(
         "--out",
+        type=_output_file,
         default=None,
         help="where to write the report (its summary goes beside it as .txt); the check "
         "stage's own diagnosis is reports/diagnosis.json",
@@ -434,7 +512,7 @@ def _verdict_flags(verdict: argparse.ArgumentParser) -> None:
         type=_number_in("a significance level between 0 and 1 (as bench.regression.alpha)", 0, 1),
         help="default: bench.regression.alpha",
     )
-    verdict.add_argument("--out", type=Path, help="also write the verdict as JSON here")
+    verdict.add_argument("--out", type=_output_file, help="also write the verdict as JSON here")
     verdict.add_argument(
         "--require-same",
         action="append",
@@ -459,12 +537,24 @@ def _verdict_paired_flags(paired: argparse.ArgumentParser) -> None:
     paired.add_argument(
         "--paths", help="comma-separated paths to time (default: the single-device jit paths)"
     )
-    paired.add_argument("--batch-sizes", help="comma-separated rows (default: bench.batch_sizes)")
-    _paired_schedule_flags(paired)
-    paired.add_argument("--factor", type=float, help="default: bench.regression.factor")
-    paired.add_argument("--alpha", type=float, help="default: bench.regression.alpha")
     paired.add_argument(
-        "--out", type=Path, help="the JSON report (default: reports/perf_verdict_paired.json)"
+        "--batch-sizes", type=_batch_sizes, help="comma-separated rows (default: bench.batch_sizes)"
+    )
+    _paired_schedule_flags(paired)
+    paired.add_argument(
+        "--factor",
+        type=_number_in("a factor above 1 and at most 10 (as bench.regression.factor)", 1.0, 10.0),
+        help="default: bench.regression.factor",
+    )
+    paired.add_argument(
+        "--alpha",
+        type=_number_in("a significance level between 0 and 1 (as bench.regression.alpha)", 0, 1),
+        help="default: bench.regression.alpha",
+    )
+    paired.add_argument(
+        "--out",
+        type=_output_file,
+        help="the JSON report (default: reports/perf_verdict_paired.json)",
     )
     paired.add_argument("--baseline-python", help="the baseline worker's interpreter")
     paired.add_argument("--current-python", help="the current worker's interpreter")
@@ -515,7 +605,10 @@ def _paired_schedule_flags(paired: argparse.ArgumentParser) -> None:
 
 def _compare_flags(compare: argparse.ArgumentParser) -> None:
     compare.add_argument(
-        "-n", type=int, default=COMPARE_DEFAULT_N, help="how many runs (newest first)"
+        "-n",
+        type=_whole_number("a count of runs of at least 0", 0),
+        default=COMPARE_DEFAULT_N,
+        help="how many runs (newest first)",
     )
     compare.add_argument(
         "--filter", default="", help="an MLflow search filter, e.g. \"tags.model = 'mlp'\""
@@ -526,7 +619,7 @@ def _compare_flags(compare: argparse.ArgumentParser) -> None:
     _root_flag(compare)
     compare.add_argument(
         "--width",
-        type=int,
+        type=_whole_number("a width of at least 1 column", 1),
         help="fit the table into this many columns (default: the terminal's width)",
     )
 
@@ -619,6 +712,7 @@ def build_parser() -> argparse.ArgumentParser:
         epilog=f"commands:\n{listing}\n\n`vmapcheck <command> --help` describes its flags.",
     )
     parser.add_argument("--version", action="version", version=f"vmapcheck {__version__}")
+    parser.add_argument("--debug", action="store_true", help=DEBUG_HELP)
     commands = parser.add_subparsers(
         dest="command",
         metavar="<command>",
@@ -632,12 +726,22 @@ def build_parser() -> argparse.ArgumentParser:
         sub = commands.add_parser(name, description=text[0].upper() + text[1:] + ".")
         sub.set_defaults(func=func)
         add_flags(sub)
+        # Also after the command (`vmapcheck compare --debug`); SUPPRESS: absent there, it
+        # leaves the top-level flag's value as it is.
+        sub.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help=DEBUG_HELP)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Parse ``argv`` (default: the command line), run the command, return its exit status."""
+    """Parse ``argv`` (default: the command line), run the command, return its exit status.
+
+    Every error reaches the user through :func:`vmapcheck.errors.user_error`: one line
+    ``<command>: error: ...`` and its exit status (docs/errors.md), no traceback unless
+    asked for (``--debug`` or ``VMAPCHECK_DEBUG=1``). A reader that goes away (``| head``)
+    ends the command quietly."""
     args = build_parser().parse_args(argv)
+    if args.debug:
+        os.environ[DEBUG_ENV] = "1"  # the stages and worker processes it starts see it too
     root = getattr(args, "root", None)
     layout = Layout(Path.cwd() if root is None else root)
     try:
@@ -645,10 +749,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         require_supported_jax()
         # No message shows a URL's credentials (MLFLOW_TRACKING_URI may hold them).
         with redacted_output():
-            return args.func(args, layout)
-    except VmapcheckError as exc:  # a command that does not report its own errors
-        print(f"{args.command}: error: {exc}", file=sys.stderr)
-        return 2
+            code = args.func(args, layout)
+            sys.stdout.flush()  # here, where a closed pipe is caught (not at exit)
+            return code
     except KeyboardInterrupt:  # Ctrl-C: one line, not a traceback (as the stages do)
         print(f"{args.command}: interrupted (Ctrl-C)", file=sys.stderr)
         return INTERRUPTED
+    except BrokenPipeError:
+        return quiet_broken_pipe()
+    except Exception as exc:  # a command that does not report its own errors
+        shown = user_error(exc)
+        if shown is None:
+            raise
+        code, message = shown
+        print(redact(f"{args.command}: error: {message}"), file=sys.stderr)
+        return code

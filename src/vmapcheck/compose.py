@@ -14,8 +14,9 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from vmapcheck.config import validate_config
-from vmapcheck.errors import ConfigError, did_you_mean
-from vmapcheck.io import atomic_write_text
+from vmapcheck.config.load import PARAMS_MAX_BYTES
+from vmapcheck.errors import ArtifactError, ConfigError, describe, did_you_mean
+from vmapcheck.io import atomic_write_text, read_text_bounded
 from vmapcheck.layout import Layout
 from vmapcheck.running import register as register_run_guard
 
@@ -31,9 +32,12 @@ def compose_yaml(conf_dir: Path, overrides: list[str] | None = None) -> str:
             names the override.
     """
     overrides = list(overrides or [])
+    _check_conf_files(conf_dir)
     try:
         cfg = _composed(conf_dir, overrides)
         OmegaConf.resolve(cfg)
+    except yaml.YAMLError as exc:  # a conf file Hydra could not parse: which one
+        raise ConfigError(_broken_yaml(conf_dir, exc)) from None
     except (HydraException, OmegaConfBaseException) as exc:
         found = _unknown_name(exc, conf_dir, overrides)
         if found is None:
@@ -42,6 +46,46 @@ def compose_yaml(conf_dir: Path, overrides: list[str] | None = None) -> str:
         # is then refused by the stages' validation (no vmapcheck key is open-ended).
         raise ConfigError(f"overrides {overrides}: {found}") from None
     return OmegaConf.to_yaml(cfg)
+
+
+def _check_conf_files(conf_dir: Path) -> None:
+    """Refuse, naming it, a file under ``conf_dir`` that Hydra would block on (a FIFO),
+    read without end (a device), skip without a word (a directory, a symlink loop: then
+    "cannot find primary config"), or fail on undecoded (not UTF-8): each must be a
+    regular UTF-8 file of at most :data:`PARAMS_MAX_BYTES`.
+
+    Raises:
+        ConfigError: naming the file, what was expected and what was found.
+    """
+    for path in sorted(conf_dir.rglob("*.yaml")):
+        try:
+            read_text_bounded(path, PARAMS_MAX_BYTES, "a config file")
+        except ArtifactError as exc:
+            raise ConfigError(str(exc)) from None
+        except UnicodeDecodeError as exc:
+            raise ConfigError(f"{path}: {describe(exc)}") from None
+        except OSError as exc:  # a symlink loop, a dangling link, no permission
+            raise ConfigError(str(describe(exc))) from None
+
+
+def _broken_yaml(conf_dir: Path, error: yaml.YAMLError) -> str:
+    """A refusal naming the file under ``conf_dir`` that is not valid YAML (Hydra's
+    error names none), where, and what the parser expected and found."""
+    for path in sorted(conf_dir.rglob("*.yaml")):
+        try:
+            yaml.safe_load(path.read_text(encoding="utf-8"))
+        except yaml.YAMLError as exc:
+            error = exc
+            mark = getattr(exc, "problem_mark", None)
+            where = f" line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+            problem = getattr(exc, "problem", None) or "not valid YAML"
+            context = getattr(exc, "context", None)
+            return f"{path}:{where}: expected valid YAML, found {problem}" + (
+                f" ({context})" if context else ""
+            )
+        except (OSError, UnicodeDecodeError):
+            continue  # not what Hydra refused; the boundary names it if it matters
+    return f"{conf_dir}: a config file is not valid YAML: {' '.join(str(error).split())}"
 
 
 def _composed(conf_dir: Path, overrides: list[str]) -> DictConfig:

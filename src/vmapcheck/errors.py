@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import contextlib
 import difflib
+import errno
+import os
 import re
 import sys
 from collections.abc import Iterable, Iterator
@@ -65,6 +67,11 @@ class ResourceError(VmapcheckError):
     """A stage's work cannot fit in this machine's memory: refused before it starts."""
 
 
+class ModelCodeError(VmapcheckError):
+    """The model's own code (its factory, init or forward) raised: the model named, where
+    in its code, and the fix when one is known (:func:`model_code_error`)."""
+
+
 class UnsupportedVersionError(VmapcheckError):
     """An installed package vmapcheck depends on (jax, jaxlib) is outside the version range
     vmapcheck declares for it (:mod:`vmapcheck.versions`)."""
@@ -106,8 +113,203 @@ def did_you_mean(name: str, known: Iterable[str], prefix: str = "") -> str:
     return f" (did you mean {' or '.join(prefix + k for k in close)}?)"
 
 
+# --- the boundary: what a command, a stage or the API shows of an error -------------------
+#
+# Exit statuses of every command and stage (docs/errors.md lists them): 0 done; 1 the
+# command found what it looks for (a regression, a divergence, a failed check); 2 refused:
+# a bad flag, setting, file or value, or the model's own code raising, named in one line;
+# 3 an internal error (a bug in vmapcheck: one line, the traceback with VMAPCHECK_DEBUG=1).
+REFUSED = 2
+INTERNAL = 3
 # The exit code of a stage or command stopped by Ctrl-C: 128 + SIGINT, as a shell reports it.
 INTERRUPTED = 130
+# Its output's reader went away (``vmapcheck registry | head -2``): quiet, with the status
+# a shell gives a Unix tool that SIGPIPE ended (128 + 13).
+BROKEN_PIPE = 141
+# Set (to anything but "", "0", "false", "no") to see the traceback behind a one-line error.
+DEBUG_ENV = "VMAPCHECK_DEBUG"
+
+
+def debug_wanted() -> bool:
+    """Whether the user asked for tracebacks (:data:`DEBUG_ENV`; ``vmapcheck --debug`` sets it)."""
+    return os.environ.get(DEBUG_ENV, "").strip().lower() not in ("", "0", "false", "no")
+
+
+# What an OSError's errno means for the file it names: what was expected of it.
+_OS_EXPECTED = {
+    errno.ENOENT: "expected an existing file or folder, found none",
+    errno.ELOOP: "expected a file, found a symbolic link loop",
+    errno.EACCES: "expected a file this user may read (or write), found it not permitted",
+    errno.EPERM: "expected a file this user may read (or write), found it not permitted",
+    errno.EISDIR: "expected a file, found a directory",
+    errno.ENOTDIR: "expected a folder in its path, found a file",
+    errno.ENOSPC: "expected room on its device, found the device full",
+    errno.EDQUOT: "expected room on its device, found the disk quota used up",
+    errno.EROFS: "expected a writable file system, found a read-only one",
+    errno.ENAMETOOLONG: "expected a shorter name, found one over the system's limit",
+    errno.EEXIST: "expected nothing there, found a file",
+    errno.ENXIO: "expected a regular file, found a device or socket",
+}
+
+# The errors that outside input causes (a file, a value, a nesting): shown as one line.
+OUTSIDE_ERRORS = (OSError, UnicodeError, RecursionError, OverflowError, MemoryError)
+
+
+def os_expected(exc: OSError) -> str:
+    """What was expected of the file an OSError names and what was found, with the
+    system's words (``expected a file, found a symbolic link loop (Too many levels of
+    symbolic links)``); the system's words alone for an errno not listed."""
+    expected = _OS_EXPECTED.get(exc.errno or -1, "")
+    said = exc.strerror or str(exc) or type(exc).__name__
+    return f"{expected} ({said})" if expected else said
+
+
+def describe(exc: BaseException) -> str | None:
+    """One line for an error that a bad file or value causes (:data:`OUTSIDE_ERRORS`):
+    what it concerns (the file, when the error names one), what was expected and what
+    was found; None for any other error (a bug: :func:`internal_error`)."""
+    if isinstance(exc, OSError):
+        names = [str(n) for n in (exc.filename, exc.filename2) if n is not None]
+        where = " -> ".join(names) if names else "a file or connection"
+        return f"{where}: {os_expected(exc)}"
+    if isinstance(exc, UnicodeDecodeError):
+        return (
+            f"expected UTF-8 text, found the byte 0x{exc.object[exc.start]:02x} at offset "
+            f"{exc.start} ({exc.reason})"
+        )
+    if isinstance(exc, UnicodeError):
+        return f"expected text that can be encoded, found {first_line(exc)}"
+    if isinstance(exc, RecursionError):
+        return (
+            "expected input nested at most a few hundred levels deep, found it nested too "
+            "deeply for Python to read (RecursionError)"
+        )
+    if isinstance(exc, OverflowError):
+        return f"expected a number in range, found one too large ({first_line(exc)})"
+    if isinstance(exc, MemoryError):
+        return (
+            "ran out of memory (MemoryError): a file, a batch or a setting is too large "
+            "for this machine"
+        )
+    return None
+
+
+# vmapcheck's own code, and the interpreter's library (JAX, numpy and the rest of
+# site-packages included): what is not the user's code.
+_VMAPCHECK = os.path.dirname(os.path.abspath(__file__)) + os.sep
+_LIBRARY = tuple({os.path.join(os.path.abspath(p), "") for p in (sys.prefix, sys.base_prefix)})
+
+
+def user_frame(exc: BaseException) -> str | None:
+    """``file:line in function`` where ``exc`` left the user's code (a model's factory,
+    init or forward): the innermost traceback frame that is neither vmapcheck's nor a
+    library's, provided no vmapcheck frame lies below it (then the error is
+    vmapcheck's own); None when there is none."""
+    found = None
+    tb = exc.__traceback__
+    while tb is not None:
+        code = tb.tb_frame.f_code
+        path = os.path.abspath(code.co_filename)
+        if path.startswith(_VMAPCHECK):
+            found = None
+        elif not (
+            path.startswith(_LIBRARY) or "site-packages" in path or code.co_filename.startswith("<")
+        ):
+            found = f"{code.co_filename}:{tb.tb_lineno} in {code.co_name}"
+        tb = tb.tb_next
+    return found
+
+
+def known_model_fault(exc: BaseException, model: str | None = None) -> str | None:
+    """One line naming the model, the fault and its fix, for an error of the model's code
+    whose cause is known (a ``jax.pure_callback`` without ``vmap_method``, which JAX
+    refuses to batch); None for any other error."""
+    who = f"model {model!r}" if model else "the model"
+    if isinstance(exc, NotImplementedError) and "vmap_method" in str(exc):
+        where = user_frame(exc)
+        return (
+            f"{who}: its forward calls jax.pure_callback without vmap_method"
+            + (f" ({where})" if where else "")
+            + ", so vmap cannot batch it; pass vmap_method='sequential' (one callback per "
+            "row), or 'expand_dims' / 'broadcast_all' when the callback takes a batch"
+        )
+    return None
+
+
+def model_code_error(exc: BaseException, model: str | None = None) -> str | None:
+    """One line for an error the model's code raised (its factory, init or forward),
+    naming the model, where in its code and the fix when one is known; None when the
+    error did not come from the model's code."""
+    who = f"model {model!r}" if model else "the model"
+    known = known_model_fault(exc, model)
+    if known is not None:
+        return known
+    where = user_frame(exc)
+    if where is None:
+        return None
+    return (
+        f"{who}: its code raised {type(exc).__name__}: {first_line(exc)} (at {where}); "
+        f"fix the model's code there ({DEBUG_ENV}=1 shows the traceback)"
+    )
+
+
+def internal_error(exc: BaseException) -> str:
+    """One line for an error no refusal foresaw: its type and message, and how to see more."""
+    return (
+        f"internal error: {type(exc).__name__}: {first_line(exc)} (a bug in vmapcheck or in "
+        f"the model's code; {DEBUG_ENV}=1 shows the traceback)"
+    )
+
+
+def user_error(exc: BaseException, model: str | None = None) -> tuple[int, str] | None:
+    """(exit status, one line) for ``exc`` at an entry point, or None: show its traceback
+    (the user asked for tracebacks, :func:`debug_wanted`). A refusal
+    (:class:`VmapcheckError`, :data:`OUTSIDE_ERRORS`, an error of the model's code:
+    :func:`model_code_error`, naming ``model`` when given) is :data:`REFUSED`, anything
+    else :data:`INTERNAL`. The CLI (``vmapcheck.cli.main``) and every stage
+    (``vmapcheck.pipeline.stage.run_stage``) show errors through this one function."""
+    if debug_wanted():
+        return None
+    if isinstance(exc, VmapcheckError):
+        return REFUSED, str(exc)
+    said = outside_error(exc, model)
+    if said is not None:
+        return REFUSED, said
+    return INTERNAL, internal_error(exc)
+
+
+def outside_error(exc: BaseException, model: str | None = None) -> str | None:
+    """One line for an error from outside vmapcheck, or None (a bug of vmapcheck's): a
+    file's OSError names the file (:func:`describe`) even when the model's code met it;
+    any other error of the model's code names the model and where
+    (:func:`model_code_error`: its endless recursion is not a file nested too deeply);
+    a decode, recursion, overflow or memory error elsewhere is :func:`describe`'s."""
+    if isinstance(exc, OSError):
+        return describe(exc)
+    return model_code_error(exc, model) or describe(exc)
+
+
+def api_error(exc: BaseException, model: str | None = None) -> VmapcheckError | None:
+    """What the Python API raises instead of ``exc`` (chained ``from`` it), or None:
+    ``exc`` itself goes on (a :class:`VmapcheckError` already, a bug, or the user asked
+    for tracebacks, :func:`debug_wanted`). An error of a bad file or value
+    (:data:`OUTSIDE_ERRORS`) becomes a one-line :class:`VmapcheckError`, one of the
+    model's code a :class:`ModelCodeError` naming ``model``."""
+    if isinstance(exc, VmapcheckError) or debug_wanted():
+        return None
+    said = outside_error(exc, model)
+    if said is None:
+        return None
+    return ModelCodeError(said) if model_code_error(exc, model) == said else VmapcheckError(said)
+
+
+def quiet_broken_pipe() -> int:
+    """After a BrokenPipeError on stdout: point stdout at /dev/null (so Python's own
+    flush at exit does not raise again and print), and return :data:`BROKEN_PIPE`."""
+    with contextlib.suppress(OSError, ValueError, AttributeError):
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    return BROKEN_PIPE
 
 
 # A URL's user name and password (``scheme://user:password@host``): never shown.

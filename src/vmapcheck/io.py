@@ -14,6 +14,7 @@ import hashlib
 import json
 import os
 import shutil
+import stat
 import tempfile
 import zipfile
 from collections.abc import Iterator, Mapping
@@ -23,7 +24,7 @@ from typing import Any, TypeVar, Union, cast, get_args, get_origin, get_type_hin
 
 import numpy as np
 
-from vmapcheck.errors import ArtifactError
+from vmapcheck.errors import ArtifactError, os_expected
 from vmapcheck.pause import pause_point
 
 
@@ -129,13 +130,111 @@ def sha256_file(path: Path) -> str:
 def read_json(path: Path) -> Any:
     path = Path(path)
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
+        text = read_text_bounded(path, JSON_MAX_BYTES, "a JSON file")
+        return json.loads(text)
     except FileNotFoundError:
         raise ArtifactError(f"{path}: not found; has the stage that writes it run?") from None
     except json.JSONDecodeError as exc:
         raise ArtifactError(f"{path}: not valid JSON ({exc})") from None
     except UnicodeDecodeError as exc:
         raise ArtifactError(f"{path}: not UTF-8 text (byte {exc.start}): not JSON") from None
+    except RecursionError:
+        raise ArtifactError(
+            f"{path}: expected JSON nested a few hundred levels at most, found it nested too "
+            "deeply to read"
+        ) from None
+
+
+# The largest JSON file vmapcheck reads (its own reports are kilobytes to a few MB): a
+# bigger one is refused with its size before it is read into memory.
+JSON_MAX_BYTES = 256 * 2**20
+
+# What ``stat`` calls each kind of file that is not a regular one.
+_FILE_KINDS = (
+    (stat.S_ISDIR, "a directory"),
+    (stat.S_ISFIFO, "a FIFO (named pipe)"),
+    (stat.S_ISCHR, "a character device"),
+    (stat.S_ISBLK, "a block device"),
+    (stat.S_ISSOCK, "a socket"),
+)
+
+
+def file_kind(mode: int) -> str:
+    """ "a regular file", "a directory", "a FIFO (named pipe)", ... for an ``st_mode``."""
+    return next((name for test, name in _FILE_KINDS if test(mode)), "a regular file")
+
+
+def require_regular_file(path: Path, what: str) -> None:
+    """Refuse ``path`` unless it is (or links to) a regular file, before anything opens
+    it: opening a FIFO blocks until a writer comes, a device such as /dev/zero never
+    ends, a directory fails with a message that names no expectation.
+
+    Raises:
+        ArtifactError: naming the file, ``what`` it should be and the kind found.
+        OSError: it cannot be reached (missing, a symlink loop, no permission).
+    """
+    mode = os.stat(path).st_mode  # follows symlinks: the file they lead to is checked
+    if not stat.S_ISREG(mode):
+        raise ArtifactError(f"{path}: expected {what} (a regular file), found {file_kind(mode)}")
+
+
+def read_bytes_bounded(path: Path, limit: int, what: str) -> bytes:
+    """The bytes of ``path``, which must be a regular file of at most ``limit`` bytes
+    (``what`` names it in the refusal: "a params file").
+
+    Its type is checked before it is opened (a FIFO would block the open, a device such
+    as /dev/zero never ends), and no more than ``limit`` + 1 bytes are read (a file that
+    grows meanwhile is refused too).
+
+    Raises:
+        ArtifactError: not a regular file, or larger than ``limit``: naming the file,
+            what was expected and what was found (its kind, its size).
+        OSError: it cannot be reached or read (missing, a symlink loop, no permission).
+    """
+    path = Path(path)
+    require_regular_file(path, what)
+    with open(path, "rb") as fh:
+        data = fh.read(limit + 1)
+        size = max(os.fstat(fh.fileno()).st_size, len(data))
+    if len(data) > limit:
+        raise ArtifactError(
+            f"{path}: expected {what} of at most {limit:,} bytes, found {size:,} bytes or more"
+        )
+    return data
+
+
+def read_text_bounded(path: Path, limit: int, what: str) -> str:
+    """:func:`read_bytes_bounded` decoded as UTF-8 (UnicodeDecodeError when it is not)."""
+    return read_bytes_bounded(path, limit, what).decode("utf-8")
+
+
+def output_file_problem(path: Path) -> str | None:
+    """Why a file cannot be written at ``path`` (checked before the work whose result it
+    would hold), or None: it can. ``path`` must not be a directory or a special file; its
+    folder (or the nearest one above that exists: missing ones are created) must be a
+    directory where a file can be made, tried for real (permissions alone do not tell a
+    read-only file system or /proc)."""
+    path = Path(path)
+    try:
+        mode = os.stat(path).st_mode
+    except FileNotFoundError:
+        mode = None
+    except OSError as exc:  # a file where a folder of the path should be, a link loop
+        return os_expected(exc)
+    if mode is not None and not stat.S_ISREG(mode):
+        return f"expected a file path, found {file_kind(mode)}"
+    folder = path.parent
+    while not folder.exists() and folder != folder.parent:
+        folder = folder.parent
+    if not folder.is_dir():
+        return f"expected a folder at {folder}, found {file_kind(folder.stat().st_mode)}"
+    try:
+        fd, probe = tempfile.mkstemp(prefix=".vmapcheck-probe-", dir=folder)
+    except OSError as exc:
+        return f"expected a folder it can write in, {folder} refuses ({exc.strerror or exc})"
+    os.close(fd)
+    os.unlink(probe)
+    return None
 
 
 def read_json_object(path: Path, keys: tuple[str, ...] = ()) -> dict[str, Any]:
@@ -234,6 +333,7 @@ def load_npz(path: Path) -> dict[str, np.ndarray]:
     """Load every array of an .npz file; object arrays (pickle) are refused."""
     path = Path(path)
     try:
+        require_regular_file(path, "an .npz file")  # a FIFO would block the open
         # Opened here, so that a file np.load refuses is closed too.
         with open(path, "rb") as fh:
             # An .npz is a zip archive: anything else np.load would try as a pickle.

@@ -245,6 +245,15 @@ def _valid_case(
     rows_of = case_rows(meta) if kind.takes == "batch" else None
     pairs = _pairs(name, kind, outputs, tolerance, _scale_for(tolerance, magnitude), rows_of)
     found = contract_findings(name, contract)
+    if not pairs:
+        # Fewer than two paths gave outputs: nothing was compared, so nothing agreed.
+        found.append(
+            finding(
+                "batching",
+                f"{name}: no pair of paths to compare ({len(present)} path(s) gave outputs: "
+                f"{', '.join(present) or 'none'}); the check needs at least two",
+            )
+        )
     found += non_finite_findings(name, non_finite)
     found += [
         finding("batching", f"{name}/{pair}: {r['reason']}")
@@ -292,7 +301,8 @@ def _valid_case(
         }
     if capped:
         report["capped"] = capped
-    report["passed"] = not any(f["kind"] in fail_on(config) for f in found)
+    # A case with no pair compared never passes, whatever verdict.fail_on excludes.
+    report["passed"] = bool(pairs) and not any(f["kind"] in fail_on(config) for f in found)
     return report, found
 
 
@@ -605,8 +615,10 @@ def run_checks(
     found_all += found
     kinds = fail_on(config)
     findings, failures = judge_findings(found_all, kinds)
+    # Nothing compared (no valid case, or one whose paths gave no pair) is no pass.
+    compared = bool(cases_report) and all(case["pairs"] for case in cases_report.values())
     report: CheckDetails = {
-        "passed": not failures,
+        "passed": compared and not failures,
         "failures": failures,
         "findings": findings,
         "fail_on": kinds,

@@ -5,11 +5,27 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
 PositiveInt = Annotated[int, Field(gt=0)]
 Fraction = Annotated[float, Field(gt=0.0, lt=1.0)]
 NonNegativeFloat = Annotated[float, Field(ge=0.0)]
+
+# The largest seed: jax.random.key keeps 32 bits of a seed with 64-bit mode off (2**32
+# makes the same key as 0), and a seed past 2**63 overflows its conversion.
+MAX_SEED = 2**32 - 1
+
+
+def _seed_in_range(seed: int) -> int:
+    if not 0 <= seed <= MAX_SEED:
+        raise ValueError(
+            f"expected an integer from 0 to {MAX_SEED} (2**32 - 1: jax.random.key keeps 32 "
+            "bits of a seed, a larger one makes a smaller one's key)"
+        )
+    return seed
+
+
+Seed = Annotated[int, AfterValidator(_seed_in_range)]
 
 
 class Strict(BaseModel):

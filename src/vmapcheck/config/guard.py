@@ -8,7 +8,7 @@ from typing import Annotated, Any
 
 from pydantic import Field, model_validator
 
-from vmapcheck.config.fields import NonNegativeFloat, PositiveInt, Strict
+from vmapcheck.config.fields import NonNegativeFloat, PositiveInt, Seed, Strict
 from vmapcheck.config.model import ModelConfig
 
 
@@ -22,7 +22,7 @@ class GuardReplayConfig(Strict):
     # Share of requests made invalid on purpose, spread evenly over the invalid kinds.
     invalid_share: Annotated[float, Field(ge=0.0, lt=1.0)]
     # Seeds the numpy Generator that draws batch sizes, kinds and values.
-    seed: Annotated[int, Field(ge=0)]
+    seed: Seed
     # Noise added to the real rows a request is drawn around, in units of each feature's
     # standard deviation over those rows.
     noise_std: NonNegativeFloat

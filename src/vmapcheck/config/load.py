@@ -15,7 +15,8 @@ import yaml
 from pydantic import BaseModel, ValidationError
 
 from vmapcheck.config.whole import Config
-from vmapcheck.errors import ConfigError, did_you_mean, redact
+from vmapcheck.errors import ArtifactError, ConfigError, describe, did_you_mean, redact
+from vmapcheck.io import read_text_bounded
 
 # The discriminator of a tagged union (data.source): pydantic puts the tag's value into an
 # error's location (data.synthetic.split), where it is no key of params.yaml.
@@ -179,9 +180,36 @@ def validate_config(raw: Any, source: str = "params.yaml") -> Config:
         )
     raw = without_project_keys(raw, source)
     try:
-        return Config.model_validate(raw)
+        config = Config.model_validate(raw)
     except ValidationError as exc:
         raise ConfigError(describe_errors(exc.errors(), source, raw)) from None
+    # After the keys' own ranges (a seed's is narrower, and named): a key with none.
+    too_wide = _beyond_int64(raw)
+    if too_wide:
+        key, value = too_wide
+        raise ConfigError(
+            f"invalid configuration in {source}:\n  {key}: expected an integer within int64 "
+            f"({-(2**63)} to {2**63 - 1}: numpy, JAX and MLflow hold it as one), found {value}"
+        )
+    return config
+
+
+def _beyond_int64(raw: Any, key: str = "") -> tuple[str, int] | None:
+    """The first integer in ``raw`` (a parsed params.yaml) outside int64, with its dotted
+    key, or None. Every key's own range is narrower; this one holds for keys that have
+    none, where such a value would overflow (``OverflowError``) in the stage that uses it."""
+    if isinstance(raw, bool):
+        return None
+    if isinstance(raw, int):
+        return (key or "<root>", raw) if not -(2**63) <= raw < 2**63 else None
+    children = (
+        raw.items() if isinstance(raw, dict) else enumerate(raw) if isinstance(raw, list) else ()
+    )
+    for name, value in children:
+        found = _beyond_int64(value, f"{key}.{name}" if key else str(name))
+        if found:
+            return found
+    return None
 
 
 def without_project_keys(raw: dict[str, Any], source: str = "params.yaml") -> dict[str, Any]:
@@ -214,15 +242,33 @@ def read_params(path: str | Path = "params.yaml") -> tuple[str, Any]:
     """
     path = Path(path)
     try:
-        text = path.read_text(encoding="utf-8")
+        # Bounded and type-checked before it is opened: a FIFO, /dev/zero or a huge file
+        # is refused at once (it would block, or fill the memory).
+        text = read_text_bounded(path, PARAMS_MAX_BYTES, "a params file")
     except FileNotFoundError:
         raise ConfigError(
             f"{path}: not found; run `vmapcheck params` to compose it from conf/"
         ) from None
+    except ArtifactError as exc:
+        raise ConfigError(str(exc)) from None
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{path}: {describe(exc)}") from None
+    except OSError as exc:  # a symlink loop, no permission: describe names the file
+        raise ConfigError(str(describe(exc))) from None
     try:
         return text, yaml.safe_load(text)
     except yaml.YAMLError as exc:
         raise ConfigError(f"{path}: not valid YAML: {exc}") from None
+    except RecursionError:
+        raise ConfigError(
+            f"{path}: expected YAML nested a few hundred levels at most, found it nested "
+            "too deeply to read"
+        ) from None
+
+
+# The largest params.yaml read (a composed one is a few kB): a bigger file is refused
+# with its size before it is read.
+PARAMS_MAX_BYTES = 4 * 2**20
 
 
 def load_config(path: str | Path = "params.yaml") -> Config:

@@ -5,19 +5,22 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal, get_args
 
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from vmapcheck.config.fields import MODELS_URI_PATTERN, PositiveInt, Strict
 
 MAX_LEARNING_RATE = 10.0
+# float32's smallest normal number (numpy.finfo(numpy.float32).tiny): a smaller rate is 0
+# or subnormal in float32, so no step moves the params (and train reports best step 0).
+MIN_LEARNING_RATE = 1.1754943508222875e-38
 
 
 class TrainConfig(Strict):
     optimizer: Literal["adam", "sgd"]
     steps: Annotated[int, Field(ge=0)]
     batch_size: PositiveInt
-    # Above MAX_LEARNING_RATE no optimizer step stays finite on any model here: refused
-    # at the door, not as a NaN loss after the work has started.
+    # Above MAX_LEARNING_RATE no optimizer step stays finite on any model here, below
+    # MIN_LEARNING_RATE none moves the params: refused at the door, not found after the work.
     learning_rate: Annotated[float, Field(gt=0.0, le=MAX_LEARNING_RATE)]
     eval_every: PositiveInt
     # Bring your own params: a safetensors file and its expected sha256 (both or neither).
@@ -27,6 +30,16 @@ class TrainConfig(Strict):
     # Or verified params from the MLflow Model Registry (vmapcheck.tracking.registry): a pinned
     # version models:/<name>/<version>, or an alias models:/<name>@<alias>.
     params_source: Annotated[str, Field(pattern=MODELS_URI_PATTERN)] | None = None
+
+    @field_validator("learning_rate", mode="after")
+    @classmethod
+    def _rate_moves_float32_params(cls, rate: float) -> float:
+        if rate < MIN_LEARNING_RATE:
+            raise ValueError(
+                f"expected at least float32's smallest normal number {MIN_LEARNING_RATE:.8g} "
+                "(a smaller rate is 0 or subnormal in float32: no step would move the params)"
+            )
+        return rate
 
     @model_validator(mode="after")
     def _file_with_its_digest(self) -> TrainConfig:

@@ -44,6 +44,12 @@ def tracking_uri_problem(uri: str) -> str | None:
     )
 
 
+# MLflow's limit on an experiment's name (mlflow.utils.validation.MAX_EXPERIMENT_NAME_LENGTH;
+# tests/test_config.py checks they agree): a longer one is refused here, not by MLflow at
+# track after the whole run. Kept here so that validating the config does not import MLflow.
+MAX_EXPERIMENT_NAME_LENGTH = 500
+
+
 class TrackingConfig(Strict):
     """Where runs are logged (``tracking=local``: a sqlite file; ``tracking=server``: an
     MLflow tracking server) and how long to wait for a server (vmapcheck.tracking.store).
@@ -62,7 +68,9 @@ class TrackingConfig(Strict):
     # The experiment of every model's runs, or with experiment_per_model the prefix of one
     # per model (``<experiment>-<model.name>``). No quotes or spaces: it goes into search
     # filters.
-    experiment: Annotated[str, Field(pattern=r"^[A-Za-z0-9_./-]+$")]
+    experiment: Annotated[
+        str, Field(pattern=r"^[A-Za-z0-9_./-]+$", max_length=MAX_EXPERIMENT_NAME_LENGTH)
+    ]
     experiment_per_model: bool
     # MLflow reads these as integers (MLFLOW_HTTP_REQUEST_TIMEOUT, ..._MAX_RETRIES,
     # ..._BACKOFF_FACTOR) and bounds retries by 10 and the factor by 120.

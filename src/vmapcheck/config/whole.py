@@ -9,11 +9,15 @@ from pydantic import Field, model_validator
 
 from vmapcheck.config.bench import BenchConfig, BudgetConfig
 from vmapcheck.config.data import DataConfig
-from vmapcheck.config.fields import Strict
+from vmapcheck.config.fields import Seed, Strict
 from vmapcheck.config.guard import DTYPE_BYTES, GuardConfig, byte_limit_problem, example_bytes
 from vmapcheck.config.model import ModelConfig
 from vmapcheck.config.run import BackendConfig, PrecisionConfig, TrainConfig, VerdictConfig
-from vmapcheck.config.tracking import RegistryConfig, TrackingConfig
+from vmapcheck.config.tracking import (
+    MAX_EXPERIMENT_NAME_LENGTH,
+    RegistryConfig,
+    TrackingConfig,
+)
 
 
 class ReferenceConfig(Strict):
@@ -24,7 +28,7 @@ class ReferenceConfig(Strict):
 class Config(Strict):
     """The whole validated configuration (one field per conf/ group, plus the seed)."""
 
-    seed: Annotated[int, Field(ge=0)]
+    seed: Seed
     model: ModelConfig
     data: DataConfig
     train: TrainConfig
@@ -69,6 +73,21 @@ class Config(Strict):
         )
         if problem:
             raise ValueError(problem)
+        return self
+
+    @model_validator(mode="after")
+    def _experiment_name_fits_mlflow(self) -> Config:
+        # With experiment_per_model the name MLflow gets is <experiment>-<model.name>
+        # (vmapcheck.tracking.store): its whole length is bounded, not the prefix alone.
+        if not self.tracking.experiment_per_model:
+            return self
+        name = f"{self.tracking.experiment}-{self.model.name}"
+        if len(name) > MAX_EXPERIMENT_NAME_LENGTH:
+            raise ValueError(
+                f"tracking.experiment with experiment_per_model makes the experiment name "
+                f"'<tracking.experiment>-{self.model.name}': expected at most "
+                f"{MAX_EXPERIMENT_NAME_LENGTH} characters (MLflow's limit), found {len(name)}"
+            )
         return self
 
 

@@ -15,7 +15,7 @@ from vmapcheck.core.composition import REGROUPINGS, applies, composition_key
 from vmapcheck.core.forms import cast_tree, forward_keys, with_keys
 from vmapcheck.core.models import Model, Params
 from vmapcheck.core.paths import PATHS, Forward, build, output_key, row_cap
-from vmapcheck.errors import InvalidInputError
+from vmapcheck.errors import InvalidInputError, known_model_fault
 
 Built = dict[str, dict[str, Forward]]  # takes ("batch", "vector") -> path -> forward
 
@@ -105,7 +105,8 @@ def run_forward(
                     "refused": False,
                     "crashed": True,
                     "error": type(exc).__name__,
-                    "message": str(exc),
+                    # A fault whose fix is known is said with it (errors.known_model_fault).
+                    "message": known_model_fault(exc, model.name) or str(exc),
                 }
                 continue
             host = np.asarray(out)

@@ -281,6 +281,11 @@ def _from_factory(config: ModelConfig) -> Model:
             f"model.factory._target_={target!r} could not be instantiated: "
             f"{type(exc).__name__}: {exc}"
         ) from None
+    except SystemExit as exc:  # Hydra passes it on: the factory (or its module) exited
+        raise ConfigError(
+            f"model.factory._target_={target!r} called sys.exit({exc.code!r}) instead of "
+            "returning a Model: nothing was built; a factory must return a Model or raise"
+        ) from None
     if not isinstance(model, Model):
         raise ConfigError(
             f"model.factory._target_={target!r} returned {type(model).__name__}, "

@@ -19,7 +19,9 @@ from __future__ import annotations
 import csv
 import datetime as dt
 import io
+import os
 import re
+import stat
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -27,7 +29,8 @@ from pathlib import Path
 
 import numpy as np
 
-from vmapcheck.errors import ConfigError, SourceError
+from vmapcheck.errors import ConfigError, SourceError, describe
+from vmapcheck.io import file_kind
 
 SUFFIXES = (".csv", ".parquet")
 
@@ -188,10 +191,20 @@ def read_table(path: Path, schema: Schema, delimiter: str = ",") -> RawTable:
     path = Path(path)
     if len(delimiter) != 1:
         raise ConfigError(f"data.delimiter: expected one character, found {delimiter!r}")
-    if not path.exists():
-        raise SourceError(f"{path}: file not found; expected a {' or '.join(SUFFIXES)} table")
-    if not path.is_file():
-        raise SourceError(f"{path}: is not a file; expected a {' or '.join(SUFFIXES)} table")
+    try:
+        mode = os.stat(path).st_mode  # follows symlinks; a loop is ELOOP, not "not found"
+    except FileNotFoundError:
+        raise SourceError(
+            f"{path}: file not found; expected a {' or '.join(SUFFIXES)} table"
+        ) from None
+    except OSError as exc:
+        raise SourceError(f"{describe(exc)}; expected a {' or '.join(SUFFIXES)} table") from None
+    if not stat.S_ISREG(mode):
+        # Checked before any open: a FIFO would block it, a device never end.
+        raise SourceError(
+            f"{path}: expected a {' or '.join(SUFFIXES)} table (a regular file), found "
+            f"{file_kind(mode)}"
+        )
     suffix = path.suffix.lower()
     if suffix not in SUFFIXES:
         raise SourceError(
@@ -211,7 +224,10 @@ def _read_csv(path: Path, schema: Schema, delimiter: str) -> RawTable:
     records: list[list[str]] = []
     lines: list[int] = []  # the line where each record starts (a quoted field may span lines)
     end = 0
-    raw = path.read_bytes()
+    try:
+        raw = path.read_bytes()
+    except OSError as exc:  # no permission, or gone since it was checked
+        raise SourceError(f"{describe(exc)}; expected a readable .csv table") from None
     try:
         # Decoded whole, not through a reader: a decoder reading ahead by blocks fails at
         # the block that holds the bad byte, lines before it; the byte's offset is exact.

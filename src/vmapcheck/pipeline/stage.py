@@ -15,9 +15,17 @@ from typing import Any
 import yaml
 
 from vmapcheck.config import Config, read_params, validate_config
+from vmapcheck.config.load import PARAMS_MAX_BYTES
 from vmapcheck.core.runtime import enable_compile_cache
-from vmapcheck.errors import INTERRUPTED, ArtifactError, VmapcheckError, redact, redacted_output
-from vmapcheck.io import atomic_write_json, read_json
+from vmapcheck.errors import (
+    INTERRUPTED,
+    REFUSED,
+    ArtifactError,
+    redact,
+    redacted_output,
+    user_error,
+)
+from vmapcheck.io import atomic_write_json, read_json, read_text_bounded
 from vmapcheck.layout import Layout
 from vmapcheck.pause import pause_point, set_stage
 from vmapcheck.running import clear_running, killed_stage, oom_kills
@@ -71,8 +79,18 @@ def declared_params(layout: Layout) -> dict[str, list[str]]:
     """Each dvc.yaml stage's params keys of params.yaml (dotted, as dvc.yaml lists them);
     empty when there is no readable dvc.yaml (a stage run outside a pipeline)."""
     try:
-        stages = (yaml.safe_load(layout.dvc_yaml.read_text(encoding="utf-8")) or {})["stages"]
-    except (OSError, yaml.YAMLError, KeyError, TypeError):
+        # Bounded and type-checked: a dvc.yaml that is a FIFO would block every stage.
+        text = read_text_bounded(layout.dvc_yaml, PARAMS_MAX_BYTES, "a dvc.yaml")
+        stages = (yaml.safe_load(text) or {})["stages"]
+    except (
+        OSError,
+        ValueError,
+        RecursionError,
+        ArtifactError,
+        yaml.YAMLError,
+        KeyError,
+        TypeError,
+    ):
         return {}
     declared: dict[str, list[str]] = {}
     for stage_name, stage in stages.items() if isinstance(stages, dict) else ():
@@ -169,7 +187,10 @@ def run_stage(
     ``root``: the project root (None: the working directory, where DVC runs each
     stage's cmd). The body returns an exit code (None = 0). A :class:`VmapcheckError`
     prints ``<stage>: error: <message>`` and returns 2; Ctrl-C prints one line and
-    returns :data:`INTERRUPTED`; anything else is a bug and keeps its traceback.
+    returns :data:`INTERRUPTED`; an OSError, a decode, recursion, overflow or memory
+    error prints one line and returns 2, anything else (a bug) one line and 3
+    (:func:`vmapcheck.errors.user_error`; ``VMAPCHECK_DEBUG=1`` shows its traceback); a
+    ``sys.exit`` from user code is refused as such (2).
     ``compile_cache``: JAX keeps and reuses its compiled programs in the project's
     ``.jax_cache/`` (:func:`vmapcheck.core.runtime.enable_compile_cache`);
     stages/<name>.py turn it on for prepare, train, forward and check (not ``bench``,
@@ -193,9 +214,11 @@ def _run_stage(name: str, body: StageBody, root: Path | None, compile_cache: boo
     code: int | None = None
     error: str | None = None
     params: dict[str, Any] | None = None
+    model_name: str | None = None
     try:
         text, raw = read_params(layout.params_yaml)
         config = validate_config(raw, source=str(layout.params_yaml))
+        model_name = config.model.name
         params = params_record(layout, name, text, raw)
         oom = oom_kills()
         # This stage's previous run, if the system killed it (its record has no end):
@@ -214,15 +237,30 @@ def _run_stage(name: str, body: StageBody, root: Path | None, compile_cache: boo
         code = body(config, layout) or 0
         pause_point("end")
         return code
-    except VmapcheckError as exc:
-        print(f"{name}: error: {exc}", file=sys.stderr)
-        # Kept in its record: DVC's own last line says only that the stage failed.
-        error = f"{type(exc).__name__}: {exc}"
-        code = 2
+    except SystemExit as exc:
+        # Only user code exits mid-stage (a model factory calling sys.exit): the stage
+        # did not finish, whatever status it exited with, and says so.
+        message = (
+            f"the stage's code called sys.exit({exc.code!r}) before the stage finished "
+            "(the model's factory, init or forward?): nothing it should write was written; "
+            "user code must raise an exception, not exit"
+        )
+        print(f"{name}: error: {message}", file=sys.stderr)
+        error = f"SystemExit: {message}"
+        code = REFUSED
         return code
     except Exception as exc:
         if not _key_reuse(exc):
-            raise
+            # The one place every entry point shows errors (the model named: its code
+            # may be what raised).
+            shown = user_error(exc, model_name)
+            if shown is None:
+                raise
+            code, message = shown
+            print(f"{name}: error: {message}", file=sys.stderr)
+            # Kept in its record: DVC's own last line says only that the stage failed.
+            error = f"{type(exc).__name__}: {message}"
+            return code
         first_line = str(exc).splitlines()[0]
         # The params leaves that share the key, when train could name them.
         shared_by = getattr(exc, "shared_by", None)

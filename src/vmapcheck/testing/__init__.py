@@ -40,8 +40,9 @@ from pydantic import ValidationError
 
 from vmapcheck.config import PrecisionConfig, VerdictConfig
 from vmapcheck.config import describe_errors as _describe
+from vmapcheck.config.fields import MAX_SEED
 from vmapcheck.core.bitwise import PathBitwise, check_mode
-from vmapcheck.errors import ConfigError
+from vmapcheck.errors import ConfigError, api_error
 from vmapcheck.testing.report import (
     SHOWN_FAILURES,
     BatchingCheckError,
@@ -58,6 +59,7 @@ from vmapcheck.testing.run import (
     SINGLE_VECTOR_CASE,
     build_cases,
     check_params,
+    check_rows,
     checked_examples,
     checked_targets,
     float64_side,
@@ -97,6 +99,10 @@ __all__ = [
 PRECISION_PACKAGE = "vmapcheck.conf"
 PRECISION_GROUP = "precision"
 DEFAULT_PRECISION = "f32"
+# The most rows of examples a check runs unless told more (``max_rows``): each loop path
+# runs one forward per row, eagerly for loop_eager (about a millisecond a row on a CPU),
+# and the float64 oracle every row again: 10,000 rows is about a minute of loops.
+MAX_ROWS = 10_000
 
 
 # --- precision ---------------------------------------------------------------------------
@@ -180,9 +186,53 @@ def check_batching(
     targets: Any = None,
     bitwise: str = "report",
     seed: int = 0,
+    max_rows: int = MAX_ROWS,
 ) -> BatchingReport:
     """Run the checks and return the report, passed or not (report first, then assert:
     :func:`assert_batching_consistent` raises on it). Arguments as there."""
+    try:
+        return _check_batching(
+            model,
+            params,
+            examples,
+            precision=precision,
+            paths=paths,
+            rtol=rtol,
+            atol=atol,
+            edge_cases=edge_cases,
+            fail_on=fail_on,
+            gradients=gradients,
+            targets=targets,
+            bitwise=bitwise,
+            seed=seed,
+            max_rows=max_rows,
+        )
+    except Exception as exc:
+        # The API's boundary: a bad file or value, or the model's own code raising, in
+        # one line naming it (the original chained; VMAPCHECK_DEBUG=1 keeps it as is).
+        error = api_error(exc, getattr(model, "name", None))
+        if error is None:
+            raise
+        raise error from exc
+
+
+def _check_batching(
+    model: Model,
+    params: Params,
+    examples: Any,
+    *,
+    precision: str,
+    paths: Iterable[str] | None,
+    rtol: float | None,
+    atol: float | None,
+    edge_cases: bool,
+    fail_on: Iterable[str] | None,
+    gradients: bool,
+    targets: Any,
+    bitwise: str,
+    seed: int,
+    max_rows: int,
+) -> BatchingReport:
     # Before JAX loads: a jax/jaxlib outside vmapcheck's ranges is refused, named.
     require_supported_jax()
     import jax
@@ -199,8 +249,13 @@ def check_batching(
         )
     if not isinstance(gradients, bool):
         raise ConfigError(f"gradients: expected True or False, got {gradients!r}")
-    if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
-        raise ConfigError(f"seed: expected an int >= 0 (the run's key stream), got {seed!r}")
+    if isinstance(max_rows, bool) or not isinstance(max_rows, int) or max_rows < 1:
+        raise ConfigError(f"max_rows: expected an int >= 1 (rows of examples), got {max_rows!r}")
+    if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed <= MAX_SEED:
+        raise ConfigError(
+            f"seed: expected an int >= 0 and <= {MAX_SEED} (the run's key stream; "
+            f"vmapcheck.config.fields.MAX_SEED), got {seed!r}"
+        )
     config = precision_config(precision, rtol=rtol, atol=atol)
     verdict = verdict_config(fail_on)
     mode = check_mode(bitwise, "bitwise")
@@ -214,6 +269,7 @@ def check_batching(
         dtype = jnp.dtype(config.dtype)
         check_params(model, params)
         x = checked_examples(model, examples, dtype)
+        check_rows(rows(x), max_rows, selected)
         # Shapes only: an output off the contract is named, not a traceback from a path.
         # A stochastic model is traced with row 0's key (forms.keyed_model).
         problem = output_contract_problem(
@@ -263,6 +319,7 @@ def assert_batching_consistent(
     targets: Any = None,
     bitwise: str = "report",
     seed: int = 0,
+    max_rows: int = MAX_ROWS,
 ) -> BatchingReport:
     """Assert that ``model``'s forward paths agree on ``examples``, as the pipeline checks.
 
@@ -314,6 +371,10 @@ def assert_batching_consistent(
             batch gets ``jax.random.split(named_keys(seed)["forward"], rows)[i]`` on
             every path (:mod:`vmapcheck.core.forms`); its copies of one row (the
             ``duplicate_rows`` case, always run for it) must not all get one output.
+        max_rows: the most rows of ``examples`` run (:data:`MAX_ROWS` by default): each
+            loop path runs one forward per row and the float64 oracle every row again,
+            so more rows are refused before any work, with the figures; raise it to run
+            them all.
 
     Returns:
         The :class:`BatchingReport`, every check passed: per-pair worst figures, the
@@ -336,8 +397,13 @@ def assert_batching_consistent(
         ArtifactError: ``params`` do not match the model's params (the leaf named,
             expected and found shape), or hold NaN/Inf.
         InvalidInputError: ``examples`` do not match the model's input contract (the leaf
-            named, expected and found), or ``targets`` are not a finite float array
-            ``(n, out_features)`` (named, expected and found).
+            named, expected and found), have more rows than ``max_rows``, or ``targets``
+            are not a finite float array ``(n, out_features)`` (named, expected and found).
+        ModelCodeError: the model's own code raised (its init or forward): the model
+            named, where in its code, and the fix when known (a ``jax.pure_callback``
+            without ``vmap_method``). An OSError, decode, recursion, overflow or memory
+            error is a one-line :class:`vmapcheck.errors.VmapcheckError`; with
+            ``VMAPCHECK_DEBUG=1`` each stays the original exception.
         UnsupportedVersionError: the installed jax or jaxlib is outside the range
             vmapcheck supports (:mod:`vmapcheck.versions`; named, with the range).
     """
@@ -356,6 +422,7 @@ def assert_batching_consistent(
         targets=targets,
         bitwise=bitwise,
         seed=seed,
+        max_rows=max_rows,
     )
     if not report.passed:
         raise BatchingCheckError(report)

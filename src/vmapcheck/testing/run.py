@@ -32,9 +32,18 @@ SINGLE_VECTOR_CASE = "single_vector"
 EDGE_KINDS = tuple(kind.name for kind in CASE_KINDS.values() if kind.edge)
 
 
+# The fewest paths a check compares: agreement is between two of them at least.
+MIN_PATHS = 2
+
+
 def select_paths(model: Model, paths: Iterable[str] | None) -> tuple[str, ...]:
     """The registry's paths to run, in registry order: those named, else every one the
-    model provides (a missing one is reported as not provided, as in the pipeline)."""
+    model provides (a missing one is reported as not provided, as in the pipeline).
+    ``paths`` a bare string is one path's name.
+
+    Raises:
+        ConfigError: a name unknown or not provided by the model, or fewer than
+            :data:`MIN_PATHS` paths (nothing would be compared)."""
     from vmapcheck.core.paths import PATHS, not_provided
 
     lacking = not_provided(model)
@@ -42,7 +51,7 @@ def select_paths(model: Model, paths: Iterable[str] | None) -> tuple[str, ...]:
         return tuple(name for name in PATHS if name not in lacking)
     if isinstance(paths, str):  # one name would be iterated letter by letter
         paths = [paths]
-    wanted = list(paths)
+    wanted = list(dict.fromkeys(paths))  # a name given twice is one path
     unknown = [name for name in wanted if name not in PATHS]
     if unknown:
         raise ConfigError(
@@ -52,9 +61,31 @@ def select_paths(model: Model, paths: Iterable[str] | None) -> tuple[str, ...]:
     absent = [name for name in wanted if name in lacking]
     if absent:
         raise ConfigError(f"paths: {absent[0]} cannot run: {lacking[absent[0]]}")
-    if not wanted:
-        raise ConfigError("paths: expected at least one forward path, got none")
+    if len(wanted) < MIN_PATHS:
+        # One path alone agrees with nothing: its check would pass having compared nothing.
+        raise ConfigError(
+            f"paths: expected at least {MIN_PATHS} forward paths (the check compares paths "
+            f"with each other), got {wanted}; add one, e.g. 'loop_eager'"
+        )
     return tuple(name for name in PATHS if name in wanted)
+
+
+def check_rows(n: int, max_rows: int, selected: tuple[str, ...]) -> None:
+    """Refuse ``n`` rows of examples above ``max_rows`` before any work, with the figures:
+    the forward calls the loop paths of ``selected`` and the float64 oracle would make."""
+    from vmapcheck.core.paths import PATHS
+    from vmapcheck.errors import InvalidInputError
+
+    if n <= max_rows:
+        return
+    # The paths whose cost grows row by row are those the pipeline's budget caps.
+    loops = sum(PATHS[name].forward_cap is not None for name in selected)
+    raise InvalidInputError(
+        f"examples: expected at most max_rows={max_rows:,} rows, found {n:,}: the {loops} "
+        f"loop path(s) and the float64 oracle would make about {(loops + 1) * n:,} forward "
+        f"calls of one row; pass a sample of the rows, or max_rows={n} to run them all",
+        reason="batch_too_large",
+    )
 
 
 def check_params(model: Model, params: Params) -> None:

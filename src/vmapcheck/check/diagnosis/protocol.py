@@ -385,7 +385,10 @@ def on_demand(layout: Layout, out: Path) -> int:
         # On CPU, like check: one device, the run's precision settings.
         configure_jax(BackendConfig(name="cpu", platform="cpu", num_devices=None), config.precision)
         details = layout.check_details
-        check = read_check_details(details) if details.is_file() else None
+        # Absent is "no check report"; anything else there (a folder, a FIFO, a link to
+        # nowhere it can read) is read, and refused by name.
+        there = details.exists() or details.is_symlink()
+        check = read_check_details(details) if there else None
         state = (
             "no check report"
             if check is None
