@@ -280,7 +280,11 @@ def local_folder(location: str | None) -> Path | None:
         return None
     from urllib.parse import unquote, urlsplit
 
-    return Path(unquote(urlsplit(location).path)).resolve()
+    path = Path(unquote(urlsplit(location).path))
+    try:
+        return path.resolve()
+    except (OSError, RuntimeError):  # a symlink loop: require_artifacts_writable names it
+        return Path(os.path.normpath(path.absolute()))
 
 
 def require_artifacts_writable(location: str | None) -> None:
@@ -298,6 +302,11 @@ def require_artifacts_writable(location: str | None) -> None:
     if folder is None:
         return
     setting = "the artifact folder (tracking.artifact_root when its experiment was made)"
+    if folder.is_symlink() and not folder.exists():
+        raise TrackingStoreError(
+            f"{setting} {folder} is a symlink to {os.readlink(folder)}, which does not exist "
+            "or loops: point it at a folder, or remove it (MLflow makes the folder)"
+        )
     if folder.exists() and not folder.is_dir():
         raise TrackingStoreError(
             f"{setting} {folder} is a file, not a folder: move it aside (MLflow makes the "
