@@ -37,8 +37,13 @@ from collections.abc import Callable
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+# Run from hardening_battery.py (its __main__): record into that module's ROWS, not into a
+# second copy of it that importing it by name would make.
+_main = sys.modules.get("__main__")
+if getattr(_main, "__file__", "").endswith("hardening_battery.py"):
+    sys.modules.setdefault("hardening_battery", _main)  # type: ignore[arg-type]
 
-from hardening_battery import (
+from hardening_battery import (  # noqa: E402
     ROOT,
     ROWS,
     Outcome,
@@ -91,6 +96,16 @@ def _runs(db: Path) -> list[tuple[str, str]]:
 
 def _files(folder: Path) -> int:
     return sum(len(files) for _, _, files in os.walk(folder)) if folder.is_dir() else 0
+
+
+def _own_copy(base: Path, dest: Path) -> Path:
+    """A copy of ``base`` whose store names its own artifacts (``store relink``): a plain
+    copy is a copied project, refused by track for that before any other fault."""
+    root = copy_of(base, dest)
+    done = cli(root, "store", "relink")
+    if done.code != 0:
+        raise RuntimeError(f"store relink of {root} failed: {done.err}")
+    return root
 
 
 def _also(result: Outcome, trace: str | None) -> Outcome:
@@ -241,7 +256,7 @@ def artifact_cases(base: Path, tmp: Path) -> None:
         ("mlartifacts/sub", "tracking.artifact_root"),
     ]
     for value, name in roots:
-        root = copy_of(base, tmp / f"art-{len(ROWS)}")
+        root = _own_copy(base, tmp / f"art-{len(ROWS)}")
         _new_state(root)
         before = _files(root / "mlartifacts")
 
@@ -256,7 +271,7 @@ def artifact_cases(base: Path, tmp: Path) -> None:
     # A new experiment (another tracking.experiment) with an artifact root that cannot be
     # written: refused before the experiment or a run is made.
     for value in ("/proc/nope", "/nonexistent/a/b", "reports/check.json"):
-        root = copy_of(base, tmp / f"art-new-{len(ROWS)}")
+        root = _own_copy(base, tmp / f"art-new-{len(ROWS)}")
         _new_state(root)
 
         def call(root=root, value=value) -> Outcome:
@@ -304,18 +319,21 @@ def track_cases(base: Path, tmp: Path) -> None:
         ("mlartifacts a symlink to a file", lambda r: (shutil.rmtree(r / "mlartifacts"),
                                                        (r / "mlartifacts").symlink_to("dvc.yaml")),
          "mlartifacts"),
+        ("mlartifacts a dangling symlink", lambda r: (
+            shutil.rmtree(r / "mlartifacts"), (r / "mlartifacts").symlink_to(r / "gone")),
+         "mlartifacts"),
         ("mlartifacts a symlink to /proc", lambda r: (shutil.rmtree(r / "mlartifacts"),
                                                       (r / "mlartifacts").symlink_to("/proc")),
          "mlartifacts"),
     ]  # fmt: skip
     for what, damage, name in damages:
-        root = copy_of(base, tmp / f"trk-{len(ROWS)}")
+        root = _own_copy(base, tmp / f"trk-{len(ROWS)}")
         _new_state(root)
         damage(root)
         record("store3", f"{what}; stage track", "refuse", lambda root=root: stage(root, "track"),
                names=(name,), loss=_no_false_failure(root / DB))  # fmt: skip
     # After such a failure: compare shows no run of a passing check as "failed".
-    root = copy_of(base, tmp / "trk-compare")
+    root = _own_copy(base, tmp / "trk-compare")
     _new_state(root)
     shutil.rmtree(root / "mlartifacts")
     (root / "mlartifacts").write_text("x")
@@ -326,7 +344,7 @@ def track_cases(base: Path, tmp: Path) -> None:
     for what, per_model in (("the experiment deleted", False),
                             ("the per-model experiment deleted", True)):  # fmt: skip
         for target in ("track", "store init"):
-            root = copy_of(base, tmp / f"trk-del-{len(ROWS)}")
+            root = _own_copy(base, tmp / f"trk-del-{len(ROWS)}")
             _new_state(root)
             if per_model:
                 compose(root, "tracking.experiment_per_model=true")
@@ -341,7 +359,7 @@ def track_cases(base: Path, tmp: Path) -> None:
             record("store3", f"{what}; {target}", "refuse", call,
                    names=(name, "mlflow experiments restore"))  # fmt: skip
     # Restored the way the message says: track logs again.
-    root = copy_of(base, tmp / "trk-restored")
+    root = _own_copy(base, tmp / "trk-restored")
     _new_state(root)
     experiment_id = _delete_experiment(root, "vmapcheck")
     record("store3", "the experiment deleted, then restored as told; stage track", "serve",
@@ -528,21 +546,21 @@ def cache_cases(base: Path, tmp: Path) -> None:
     if os.geteuid() != 0 or not shutil.which("mount"):
         return
     for size in ("16m", "32m"):
-        root = copy_of(base, tmp / f"cache-{len(ROWS)}")
+        root = _own_copy(base, tmp / f"cache-{len(ROWS)}")
         mount = tmp / f"cache-mnt-{len(ROWS)}"
         mount.mkdir()
         if subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(mount)],
                           capture_output=True).returncode != 0:  # fmt: skip
             return
         try:
-            (mount / "filler").write_bytes(b"")
-            with open(mount / "filler", "wb") as fill:  # fill it to the last block
-                try:
-                    while True:
-                        fill.write(b"\0" * 4096)
-                        fill.flush()
-                except OSError:
-                    pass
+            fill = os.open(mount / "filler", os.O_WRONLY | os.O_CREAT)
+            try:  # to the last block (unbuffered: nothing left to flush on close)
+                while True:
+                    os.write(fill, b"\0" * 4096)
+            except OSError:
+                pass
+            finally:
+                os.close(fill)
             (root / ".dvc" / "config.local").write_text(f"[cache]\n    dir = {mount}\n")
             # A new registered model: this passing run registers version 1 of it, whose
             # alias move must wait for room in the cache.

@@ -150,7 +150,11 @@ def artifact_location(tracking: TrackingConfig, project_root: Path) -> str | Non
         return root
     if is_http(tracking_uri(tracking, project_root)):
         return None
-    return (store_root(project_root) / root).resolve().as_uri()
+    folder = store_root(project_root) / root
+    try:
+        return folder.resolve().as_uri()
+    except (OSError, RuntimeError):  # a symlink loop: named before a run is logged there
+        return absolute_store_file(folder).as_uri()
 
 
 def resolve_tracking_uri(tracking: TrackingConfig, root: Path) -> str:
@@ -299,22 +303,27 @@ def require_artifacts_writable(location: str | None) -> None:
         TrackingStoreError: naming the folder, what is wrong and tracking.artifact_root.
     """
     folder = local_folder(location)
-    if folder is None:
+    if folder is None or location is None:
         return
+    from urllib.parse import unquote, urlsplit
+
+    # Named as the store has it, and where a symlink leads.
+    given = Path(unquote(urlsplit(location).path))
+    named = f"{given}" if given == folder else f"{given} (-> {folder})"
     setting = "the artifact folder (tracking.artifact_root when its experiment was made)"
-    if folder.is_symlink() and not folder.exists():
+    if given.is_symlink() and not given.exists():  # dangling or a loop: nothing made
         raise TrackingStoreError(
-            f"{setting} {folder} is a symlink to {os.readlink(folder)}, which does not exist "
+            f"{setting} {given} is a symlink to {os.readlink(given)}, which does not exist "
             "or loops: point it at a folder, or remove it (MLflow makes the folder)"
         )
     if folder.exists() and not folder.is_dir():
         raise TrackingStoreError(
-            f"{setting} {folder} is a file, not a folder: move it aside (MLflow makes the "
+            f"{setting} {named} is a file, not a folder: move it aside (MLflow makes the "
             "folder), or set tracking.artifact_root to a folder"
         )
     if not folder.exists() and not folder.parent.is_dir():
         raise TrackingStoreError(
-            f"{setting} {folder} does not exist, nor its parent {folder.parent} (a mistyped "
+            f"{setting} {named} does not exist, nor its parent {folder.parent} (a mistyped "
             "path?): create it (mkdir -p), or set tracking.artifact_root to a folder"
         )
     try:
@@ -323,7 +332,7 @@ def require_artifacts_writable(location: str | None) -> None:
             pass
     except OSError as exc:
         raise TrackingStoreError(
-            f"{setting} {folder} cannot be written ({exc.strerror or exc}): make it "
+            f"{setting} {named} cannot be written ({exc.strerror or exc}): make it "
             "writable, or set tracking.artifact_root to a folder this user can write"
         ) from None
 
