@@ -475,10 +475,12 @@ def _run_folders(path: Path, root: Path) -> list[str]:
 
 
 def run_store(layout: Layout, verb: str) -> int:
-    """``vmapcheck store init|where|probe`` for the project ``layout``.
+    """``vmapcheck store init|where|probe|relink`` for the project ``layout``.
 
-    init: create (or migrate) the store and the experiment, e.g. before a sweep; where:
-    print the store and artifact location; probe: check a server answers. Exit 2 with
+    init: create (or migrate) the store and the experiment, e.g. before a sweep (its
+    folder too: asked for); where: print the store and artifact location; probe: check a
+    server answers, or a local store is sound; relink: point a copied or moved project's
+    store at its own artifact folder (:func:`relink_store`). Exit 2 with
     ``store: error: ...`` on stderr when the store cannot be reached or made.
     """
     try:
