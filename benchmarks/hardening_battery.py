@@ -1134,6 +1134,7 @@ def main() -> int:
             ("secrets", lambda: secret_cases(base, tmp)),
             ("served", lambda: served_cases(copy_of(base, tmp / "served"))),
             ("round3_a", lambda: __import__("hardening_round3_a").cases(base, tmp)),
+            ("store3", lambda: __import__("hardening_round3_b").cases(base, tmp)),
         ]
         if not args.quick:
             groups += [

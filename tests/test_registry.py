@@ -614,3 +614,50 @@ def test_a_run_off_the_target_serving_what_verified_serves_re_verifies_it(store)
         "not registered again"
     )
     assert len(registry_commands.list_versions(store.uri, NAME)) == 1 and store.verified() == "1"
+
+
+def test_an_empty_or_unknown_model_name_is_refused_and_moves_nothing(
+    store, root, tmp_path, monkeypatch, capsys
+):
+    # `promote --model ''` used to fall back to registry.registered_model and move its alias.
+    shutil.copy(root / "params.yaml", tmp_path / "params.yaml")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", store.uri)
+    store.run_and_register(seed=1)
+    store.config = compose_config("bench=full")  # off the target: registered, alias stays
+    store.run_and_register(seed=2)
+    assert store.verified() == "1"
+    for model in ("", " ", "nosuch"):
+        assert cli.main(["promote", "--model", model, "--version", "2"]) == 2
+        err = capsys.readouterr().err
+        assert f"found {model!r}" in err or f"no registered model {model!r}" in err
+        assert cli.main(["rollback", "--model", model]) == 2
+        capsys.readouterr()
+    assert store.verified() == "1"
+
+
+def _point_alias_at(store, number: int) -> None:
+    import sqlite3
+
+    with sqlite3.connect(store.uri.removeprefix("sqlite:///")) as con:
+        con.execute(
+            "UPDATE registered_model_aliases SET version = ? WHERE alias = 'verified'", (number,)
+        )
+
+
+def test_an_alias_naming_a_missing_version_is_reported_refused_and_repaired(store):
+    store.run_and_register(seed=1)
+    store.run_and_register(seed=2)
+    _point_alias_at(store, 9)  # a store edited or restored in part: MLflow keeps no check
+    client = registry.registry_client(store.uri)
+    assert registry.dangling_alias(client, NAME, registry.VERIFIED) == "9"
+    listing = registry_commands.show(store.uri, NAME)
+    assert f"models:/{NAME}@verified points at version 9, which is not in the store" in listing
+    with pytest.raises(ArtifactError, match="points at version 9, which is not in the store"):
+        registry_commands.rollback(store.uri, NAME)
+    moved = registry_commands.promote(store.uri, NAME, version="1")
+    assert "moved from version 9 (which is not in the store) to version 1" in moved["message"]
+    assert store.verified() == "1"
+    assert registry.dangling_alias(client, NAME, registry.VERIFIED) is None
+    versions = registry_commands.list_versions(store.uri, NAME)
+    assert versions[0].tags["promoted_from"] == "9"

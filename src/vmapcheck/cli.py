@@ -398,7 +398,8 @@ COMMANDS = {
     "summary": "print the verdict of the last pipeline run and its MLflow run",
     "gate": "exit 1 when the last run in this workspace failed its check or guard replay "
     "(after `dvc exp run`, which keeps failed runs)",
-    "store": "create (init), locate (where) or probe the MLflow store",
+    "store": "create (init), locate (where), probe the MLflow store, or relink a copied "
+    "project's store to its own artifacts",
 }
 
 
@@ -673,9 +674,11 @@ def _summary_flags(summary: argparse.ArgumentParser) -> None:
 def _store_flags(store: argparse.ArgumentParser) -> None:
     store.add_argument(
         "verb",
-        choices=["init", "where", "probe"],
+        choices=["init", "where", "probe", "relink"],
         help="init: create (or migrate) the store and the experiment, e.g. before a sweep; "
-        "where: print the store and artifact location; probe: check a server answers",
+        "where: print the store and artifact location; probe: check a server answers; "
+        "relink: point a copied or moved project's store at its own artifact folder "
+        "(tracking.artifact_root), after a backup",
     )
     _root_flag(store)
 

@@ -25,11 +25,26 @@ def tracking_uri_problem(uri: str) -> str | None:
     instead; any other scheme is refused (MLflow would fail later, with a traceback).
     """
     if uri.startswith(SQLITE_URI):
-        if not uri[len(SQLITE_URI) :].split("?", 1)[0].strip():
+        path = uri[len(SQLITE_URI) :].split("?", 1)[0]
+        if not path.strip():
             return "expected sqlite:///<path to a .db file>, with a path"
+        if path.strip() == ":memory:" or "mode=memory" in uri:
+            # SQLAlchemy reads sqlite:///:memory: as a database that ends with the process
+            # (nothing logged or registered would remain), and MLflow's own paths make a
+            # file named ':memory:' of it: neither is a store.
+            return (
+                "an in-memory SQLite database keeps no run or registered version after the "
+                "process ends: expected sqlite:///<path to a .db file>, e.g. sqlite:///mlflow.db"
+            )
         return None
     if uri.startswith(HTTP_SCHEMES):
         return None
+    if uri.rstrip("/") == "sqlite:" or uri == "sqlite://":
+        # SQLAlchemy's spelling of an in-memory database.
+        return (
+            "sqlite:// with no path is an in-memory database, which keeps no run: expected "
+            "sqlite:///<path to a .db file>, e.g. sqlite:///mlflow.db"
+        )
     if "://" not in uri or uri.startswith("file:"):
         path = uri.removeprefix("file://").removeprefix("file:").rstrip("/") or "."
         suggested = path if path.endswith(".db") else f"{path}/mlflow.db"

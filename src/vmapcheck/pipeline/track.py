@@ -270,7 +270,9 @@ def track(config: Config, layout: Layout) -> int:
     frozen = freezing.submit(pip_freeze) if freezing is not None else None
     # A track that died after completing its run but before moving alias `verified` (this
     # state's, when `earlier` is it, or another's): the move is made now.
-    if config.registry.registered_model is not None:
+    # Not while DVC's cache has no room for this stage's outputs (complete_run).
+    no_room = dvc_cache_problem(layout)
+    if config.registry.registered_model is not None and no_room is None:
         for line in settle_pending_alias(uri, config.registry.registered_model):
             print(f"track: registry: {line}")
     check = read_check_details(layout.check_details)
@@ -448,13 +450,76 @@ def complete_run(
             )
         raise
     pause_point("run complete")  # the alias move (if any) not yet made
-    if info["registry"].get("verified_alias") == "pending":
+    # The alias moves only once DVC can keep this stage's outputs: with its cache full,
+    # DVC fails after this stage and would leave @verified on a run its lock does not
+    # record. Left pending, the next track (the rerun, once there is room) moves it.
+    no_room = dvc_cache_problem(layout) if info["registry"].get("verified_alias") else None
+    if info["registry"].get("verified_alias") == "pending" and no_room is None:
         move_verified_alias(info["tracking_uri"], info["registry"])
         info["registry"]["verified_alias"] = "moved"
-    print(f"track: registry: {outcome_line(info['registry'])}")
+    if info["registry"].get("verified_alias") == "pending":
+        print(
+            f"track: registry: params registered as {info['registry']['uri']}; alias "
+            f"verified NOT moved to it yet: {no_room}. The move is pending: free space, "
+            "then `dvc repro` (the next track makes it)"
+        )
+    else:
+        print(f"track: registry: {outcome_line(info['registry'])}")
     version_page = registry_url(info)
     if version_page:
         print(f"track: registry: open the version: {version_page}")
+
+
+# What DVC's cache must have free after track for the outputs it caches then (track's
+# and gate's: a few small JSON files and the HTML report), beyond the report's size.
+CACHE_SLACK_BYTES = 8 * 2**20
+
+
+def dvc_cache_folder(layout: Layout) -> Path | None:
+    """The DVC cache of this project (``cache.dir`` of ``.dvc/config`` or
+    ``config.local``, relative to ``.dvc/``; default ``.dvc/cache``) of the repository
+    DVC runs in (a queued experiment's: the original's, vmapcheck.tracking.store); None
+    outside a DVC project."""
+    import configparser
+
+    dvc = store_root(layout.root) / ".dvc"
+    if not dvc.is_dir():
+        return None
+    folder = dvc / "cache"
+    for name in ("config", "config.local"):
+        parser = configparser.ConfigParser(strict=False, interpolation=None)
+        with contextlib.suppress(OSError, configparser.Error):
+            parser.read(dvc / name)
+            if parser.has_option("cache", "dir"):
+                folder = dvc / parser.get("cache", "dir").strip().strip("'\"")
+    return folder
+
+
+def dvc_cache_problem(layout: Layout, need: int | None = None) -> str | None:
+    """Why DVC could not cache this stage's outputs now (None: it can): its cache's disk
+    has less free than ``need`` bytes (default: the HTML report's size and
+    :data:`CACHE_SLACK_BYTES`)."""
+    import shutil
+
+    folder = dvc_cache_folder(layout)
+    if folder is None:
+        return None
+    if need is None:
+        report = layout.html_report
+        need = (report.stat().st_size if report.is_file() else 0) + CACHE_SLACK_BYTES
+    probe_at = folder
+    while not probe_at.exists() and probe_at != probe_at.parent:
+        probe_at = probe_at.parent
+    try:
+        free = shutil.disk_usage(probe_at).free
+    except OSError as exc:
+        return f"the DVC cache {folder} cannot be read ({exc.strerror or exc})"
+    if free >= need:
+        return None
+    return (
+        f"the DVC cache {folder} has {free / 2**20:.1f} MB free, under the "
+        f"{need / 2**20:.1f} MB this stage's outputs need there"
+    )
 
 
 def announce(

@@ -18,6 +18,7 @@ configuration and bench profile it is (unique), the verdict as its description
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import getpass
 import re
@@ -34,7 +35,7 @@ from vmapcheck.config import Config, flatten
 from vmapcheck.core.composition import REGROUPINGS
 from vmapcheck.core.paths import speedup_text
 from vmapcheck.core.runtime import runtime_tags
-from vmapcheck.errors import ConfigError
+from vmapcheck.errors import ConfigError, first_line
 from vmapcheck.params_io import contract_digest
 from vmapcheck.provenance import git_state
 from vmapcheck.report.check_sections import verdict_sentence
@@ -468,9 +469,19 @@ def fill_run(
                 client.log_artifact(run_id, str(path))
         if finish:
             client.set_terminated(run_id, status="FINISHED")
-    except BaseException:
+    except BaseException as exc:
+        # FAILED is also a failed check's status: the tag says it was the logging that
+        # failed (`vmapcheck compare` shows "log failed", not the verdict).
+        with contextlib.suppress(Exception):  # the store may be what failed
+            client.set_tag(run_id, store.LOG_FAILED_TAG, log_failure(exc))
         client.set_terminated(run_id, status="FAILED")
         raise
+
+
+def log_failure(exc: BaseException) -> str:
+    """The :data:`~vmapcheck.tracking.store.LOG_FAILED_TAG` value for ``exc``: which error
+    stopped the logging (not the check's verdict)."""
+    return f"logging the run failed: {type(exc).__name__}: {first_line(exc)}"[:5000]
 
 
 def log_run(

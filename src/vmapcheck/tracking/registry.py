@@ -179,6 +179,35 @@ def alias_version(client: Any, name: str, alias: str) -> Any | None:
         return None
 
 
+def dangling_alias(client: Any, name: str, alias: str) -> str | None:
+    """The version number ``alias`` of ``name`` names when that version is not in the
+    store (MLflow drops an alias with its version, but a store edited or restored in part
+    can keep one); None: the alias is unset, resolves, or there is no such model.
+    MLflow's own lookup then only says "not found", which reads as "no alias"."""
+    from mlflow.exceptions import MlflowException
+
+    try:
+        number = client.get_registered_model(name).aliases.get(alias)
+    except MlflowException:
+        return None
+    if number is None:
+        return None
+    try:
+        client.get_model_version(name, str(number))
+    except MlflowException:
+        return str(number)
+    return None
+
+
+def dangling_alias_line(name: str, alias: str, number: str) -> str:
+    """One line saying that ``alias`` of ``name`` points at the missing version ``number``."""
+    return (
+        f"models:/{name}@{alias} points at version {number}, which is not in the store "
+        f"(deleted, or the store restored in part): `vmapcheck promote --version N` moves "
+        "it to a version that exists"
+    )
+
+
 def untrusted_because(client: Any, version: Any) -> str | None:
     """Why the run that registered ``version`` is not a complete run (None: it is)."""
     from mlflow.exceptions import MlflowException

@@ -36,6 +36,8 @@ from vmapcheck.tracking.registry import (
     TARGET_SETTING,
     VERIFIED,
     alias_version,
+    dangling_alias,
+    dangling_alias_line,
     registry_client,
     untrusted_because,
     utc_now,
@@ -113,6 +115,12 @@ def rollback(tracking_uri: str, name: str) -> dict[str, Any]:
     client = registry_client(tracking_uri)
     versions = list_versions(tracking_uri, name)
     current = alias_version(client, name, VERIFIED)
+    missing = dangling_alias(client, name, VERIFIED)
+    if missing is not None:
+        raise ArtifactError(
+            f"{dangling_alias_line(name, VERIFIED, missing)}; rollback goes back from a "
+            "version that exists"
+        )
     if current is None:
         raise ArtifactError(
             f"models:/{name}@{VERIFIED}: no version holds the alias; nothing to roll back"
@@ -215,6 +223,8 @@ def promote(
     if untrusted is not None:
         raise ArtifactError(f"{where}: {untrusted}; only versions of complete runs are promoted")
     current = alias_version(client, name, VERIFIED)
+    # Said, then moved: the promotion repairs an alias left pointing at nothing.
+    missing = dangling_alias(client, name, VERIFIED)
     off = chosen.tags.get(TAG_OFF_TARGET)
     note = (
         f"; version {number} is off the deployment target ({TARGET_SETTING}): {off}" if off else ""
@@ -230,7 +240,7 @@ def promote(
         }
     client.set_registered_model_alias(name, VERIFIED, number)
     client.set_model_version_tag(name, number, TAG_PROMOTED, utc_now())
-    previous = str(current.version) if current is not None else "none"
+    previous = str(current.version) if current is not None else (missing or "none")
     client.set_model_version_tag(name, number, "promoted_from", previous)
     for tag in (TAG_ROLLED_BACK, "rolled_back_to"):
         if tag in chosen.tags:
@@ -240,6 +250,8 @@ def promote(
         f"; the pending alias move to version(s) {', '.join(dropped)} dropped" if dropped else ""
     )
     moved_from = f"from {_describe(current)} " if current is not None else ""
+    if missing is not None:
+        moved_from = f"from version {missing} (which is not in the store) "
     return {
         "registered_model": name,
         "alias": VERIFIED,
@@ -259,6 +271,10 @@ def show(tracking_uri: str, name: str) -> str:
     for alias, number in client.get_registered_model(name).aliases.items():
         held.setdefault(str(number), []).append(alias)
     lines = [f"registered model {name} in {tracking_uri}: {len(versions)} version(s)"]
+    numbers = {str(v.version) for v in versions}
+    for number, aliases in sorted(held.items()):
+        if number not in numbers:  # an alias naming a version the store lacks
+            lines.extend(f"  {dangling_alias_line(name, a, number)}" for a in sorted(aliases))
     for v in reversed(versions):
         names = sorted(held.get(str(v.version), []))
         aliases = f" @{', @'.join(names)}" if names else ""
@@ -316,7 +332,10 @@ def _command(layout: Layout, model: str | None, action: Callable[[str, str], Non
             # A server that does not answer is said so: its reads would otherwise look
             # like an empty registry ("no registered model").
             probe(uri, config.tracking)
-        name = model or config.registry.registered_model
+        # Only an absent --model means the configured one: an empty name (`--model ''`, a
+        # shell variable left unset) matches nothing and is refused below, never read as
+        # "the default model".
+        name = model if model is not None else config.registry.registered_model
         if name is None:
             raise ConfigError("registry.registered_model is null and no --model was given")
         if not re.fullmatch(REGISTERED_MODEL_PATTERN, name):

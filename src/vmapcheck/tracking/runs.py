@@ -50,7 +50,7 @@ from vmapcheck.core.paths import PATHS
 from vmapcheck.errors import VmapcheckError
 from vmapcheck.layout import Layout
 from vmapcheck.report.headline import batch_label
-from vmapcheck.tracking.store import ABANDONED_TAG, is_complete
+from vmapcheck.tracking.store import ABANDONED_TAG, LOG_FAILED_TAG, is_complete
 from vmapcheck.tracking.uri import sqlite_file
 
 # The paths whose p50 latency each row shows.
@@ -226,10 +226,13 @@ def _fmt(value: float | None, spec: str = ".3g") -> str:
 def shown_verdict(run: Any) -> str:
     """A complete run's verdict tag in capitals (``PASSED``, ``FAILED``); any other run's
     status in lower case: ``abandoned`` (marked FAILED by a later track), ``running``,
-    ``killed``, or ``incomplete`` for one ended but not complete."""
+    ``killed``, ``log failed`` (logging it stopped part-way: not its check), or
+    ``incomplete`` for one ended but not complete."""
     if is_complete(run):
         return run.data.tags["verdict"].upper()
     status = run.info.status
+    if run.data.tags.get(LOG_FAILED_TAG):
+        return "log failed"  # its check may have passed: the logging did not
     if run.data.tags.get(ABANDONED_TAG):
         return "abandoned"
     return "incomplete" if status in ("FINISHED", "FAILED") else status.lower()
@@ -391,13 +394,15 @@ def run_compare(
     ``width`` columns (None: the terminal's width, 80 when it has none); exit 2 with a
     message when there is nothing to compare."""
     from vmapcheck.config import load_config
-    from vmapcheck.tracking.sqlite_store import require_usable_store
+    from vmapcheck.tracking.sqlite_store import require_store_path, require_usable_store
     from vmapcheck.tracking.store import resolve_tracking_uri
 
     try:
         config = load_config(layout.params_yaml)
         uri = resolve_tracking_uri(config.tracking, layout.root)
-        # A corrupt local store is named here, not by a traceback from MLflow's reads.
+        # A corrupt local store, or a symlink loop or dangling symlink in its place, is
+        # named here, not by a traceback from MLflow's reads.
+        require_store_path(uri, create_folder=True)
         require_usable_store(uri, write=False)
         selection = select_runs(
             uri,

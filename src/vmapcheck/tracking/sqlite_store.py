@@ -15,9 +15,11 @@ own).
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import logging
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -29,9 +31,110 @@ from pathlib import Path
 from vmapcheck.errors import TrackingStoreError, first_line
 from vmapcheck.tracking.uri import sqlite_file
 
+# Where a store's URI comes from, as messages name it.
+URI_SETTING = "tracking.tracking_uri, or MLFLOW_TRACKING_URI when set"
+
 # How long track waits for another process (a parallel experiment) to finish logging to
 # the same sqlite file before giving up.
 LOCK_WAIT_S = 900.0
+
+
+# --- whether the path can hold a store -------------------------------------------------
+
+
+def store_path_problem(path: Path, create_folder: bool = False) -> str | None:
+    """Why a store must not be opened or created at ``path`` (None: it may): MLflow
+    creates an empty store wherever its URI points, so a mistake in the path would
+    otherwise start a new, empty store and register ``@verified`` there, silently.
+
+    Refused: a symlink loop; a symlink whose target does not exist (the store it pointed
+    at is gone or unmounted: a new one is not made at its target); a store file whose
+    folder does not exist (a mistyped folder), unless ``create_folder`` (``vmapcheck
+    store init``, which is asked to make it); a folder path that is not a folder. A
+    missing file in an existing folder is fine: the project's first run makes its store
+    there (``sqlite:///mlflow.db`` in the project root).
+    """
+    if path.is_symlink():
+        try:
+            os.stat(path)
+        except OSError as exc:
+            target = os.readlink(path)
+            if exc.errno == errno.ELOOP:
+                return (
+                    f"is a symlink loop ({path} -> {target} -> ...): remove the link, or "
+                    "point it at the store's file"
+                )
+            return (
+                f"is a symlink to {target}, which does not exist ({exc.strerror}); no new "
+                "store is made there: restore the file (or mount its disk), or remove the "
+                "link to start a new store"
+            )
+        return None
+    if path.exists():
+        return None
+    folder = path.parent
+    if folder.is_dir():
+        return None
+    if folder.exists() or folder.is_symlink():
+        return f"cannot be made: {folder} is not a folder"
+    if create_folder:
+        return None
+    return (
+        f"does not exist, nor its folder {folder} (a mistyped path?); no store is made "
+        "there unless asked: check the path, or create the store with `vmapcheck store "
+        "init` (which makes the folder)"
+    )
+
+
+def require_store_path(uri: str, create_folder: bool = False) -> None:
+    """Refuse a local store path that would open or create the wrong store
+    (:func:`store_path_problem`), naming the setting it came from; a server passes.
+
+    Raises:
+        TrackingStoreError: the path's problem and the way out.
+    """
+    path = sqlite_file(uri)
+    if path is None:
+        return
+    problem = store_path_problem(path, create_folder)
+    if problem:
+        raise TrackingStoreError(f"the MLflow store {path} ({URI_SETTING}) {problem}")
+
+
+# --- which MLflow made it ----------------------------------------------------------------
+
+
+def known_schema_revisions() -> set[str]:
+    """The alembic revisions of the installed MLflow's store schema (its migration
+    scripts, ``mlflow/store/db_migrations/versions/*.py``, each naming its ``revision``)."""
+    import mlflow.store.db_migrations as migrations
+
+    folder = Path(migrations.__file__).parent / "versions"
+    found = set()
+    for script in folder.glob("*.py"):
+        match = re.search(r"^revision\s*=\s*[\"']([0-9a-f]+)[\"']", script.read_text(), re.M)
+        if match:
+            found.add(match.group(1))
+    return found
+
+
+def newer_schema_problem(revision: str | None) -> str | None:
+    """Why a store stamped with alembic ``revision`` is left alone: a revision the installed
+    MLflow does not know was made by a newer MLflow (its migrations are not here); MLflow
+    would offer `mlflow db upgrade`, which cannot go to an unknown revision, and nothing
+    here migrates or downgrades it. None: a revision this MLflow knows (older stores are
+    migrated by `vmapcheck store init`, after a backup)."""
+    if revision is None or revision in known_schema_revisions():
+        return None
+    from importlib.metadata import version
+
+    return (
+        f"was made by a newer MLflow than the {version('mlflow')} installed here (its schema "
+        f"revision {revision} is not one this MLflow knows; the store does not record the "
+        "version that made it): it is left as it is, not migrated or downgraded. Use the "
+        "MLflow that made it (pip install -U mlflow, then requirements.lock), or set "
+        "tracking.tracking_uri to another store"
+    )
 
 
 # --- whether the file can be used -------------------------------------------------------
@@ -72,6 +175,11 @@ def sqlite_problem(path: Path, write: bool = True) -> str | None:
         with contextlib.closing(sqlite3.connect(opened, uri=not recover)) as db:
             verdict = db.execute("PRAGMA quick_check").fetchone()[0]
             tables = {n for (n,) in db.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+            stamped = (
+                db.execute("SELECT version_num FROM alembic_version").fetchone()
+                if "alembic_version" in tables
+                else None
+            )
     except sqlite3.DatabaseError as exc:
         if "locked" in str(exc):  # another writer holds it: not a fault of the file
             return (
@@ -95,6 +203,9 @@ def sqlite_problem(path: Path, write: bool = True) -> str | None:
             f"is another program's SQLite database (tables {listed}; none of MLflow's "
             "experiments, runs): set tracking.tracking_uri to a file of its own"
         )
+    newer = newer_schema_problem(stamped[0] if stamped else None)
+    if newer:
+        return newer
     if not write:
         return None
     if not os.access(path, os.W_OK) or not os.access(path.parent, os.W_OK):
@@ -175,6 +286,8 @@ def require_existing_store(uri: str, action: str) -> None:
         TrackingStoreError: naming the file, what it was needed for and how it is made.
     """
     path = sqlite_file(uri)
+    # A symlink loop or a dangling symlink: said as such (not "no store").
+    require_store_path(uri, create_folder=True)
     if path is not None and not path.exists():
         raise TrackingStoreError(
             f"no MLflow store at {path} (tracking.tracking_uri, or MLFLOW_TRACKING_URI when "
@@ -277,3 +390,48 @@ def create_sqlite_store(uri: str, migrate: bool = False, artifact_root: str | No
             f"migrating the MLflow store {path} failed (`mlflow db upgrade`, exit "
             f"{done.returncode}); the file before migration is {backup}"
         )
+
+
+# --- a copied or moved project ----------------------------------------------------------
+
+# The columns of an MLflow 3.17 sqlite store that hold an artifact location (a file://
+# URI under the artifact root): what a copy of the store must have rewritten to use its
+# own project's artifacts (tables absent from older schemas are passed over).
+LOCATION_COLUMNS = (
+    ("experiments", "artifact_location"),
+    ("runs", "artifact_uri"),
+    ("logged_models", "artifact_location"),
+    ("model_versions", "source"),
+    ("model_versions", "storage_location"),
+)
+
+
+def relink_artifacts(path: Path, old: str, new: str) -> dict[str, int]:
+    """Rewrite every artifact location under ``old`` (a ``file://`` URI of a folder) to
+    the same place under ``new`` in the sqlite store ``path``, in one transaction, after
+    copying the file to ``<db>.bak-<UTC time>`` (call under :func:`writer_lock`). Returns
+    the rows changed per ``table.column``.
+
+    For a project copied or moved with its store: the store still names the original's
+    folder (MLflow keeps absolute locations), so runs would be logged, and versions
+    loaded, from there.
+    """
+    import sqlite3
+
+    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
+    shutil.copy2(path, path.with_name(f"{path.name}.bak-{stamp}"))
+    old, new = old.rstrip("/"), new.rstrip("/")
+    changed: dict[str, int] = {}
+    with contextlib.closing(sqlite3.connect(path)) as db, db:
+        tables = {n for (n,) in db.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+        for table, column in LOCATION_COLUMNS:
+            if table not in tables:
+                continue
+            # substr, not LIKE: a path may hold LIKE's wildcards (_ and %).
+            done = db.execute(
+                f"UPDATE {table} SET {column} = ? || substr({column}, ?) "
+                f"WHERE {column} = ? OR substr({column}, 1, ?) = ?",
+                (new, len(old) + 1, old, len(old) + 1, old + "/"),
+            )
+            changed[f"{table}.{column}"] = done.rowcount
+    return changed

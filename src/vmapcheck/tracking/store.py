@@ -28,16 +28,20 @@ from __future__ import annotations
 import os
 import socket
 import sys
+import tempfile
 from pathlib import Path
 from typing import Any
 
 from vmapcheck.config import Config, TrackingConfig, load_config, tracking_uri_problem
 from vmapcheck.config.tracking import SQLITE_URI
-from vmapcheck.errors import ConfigError, VmapcheckError
+from vmapcheck.errors import ConfigError, TrackingStoreError, VmapcheckError
 from vmapcheck.layout import Layout
 from vmapcheck.tracking.server import apply_http_settings, probe
 from vmapcheck.tracking.sqlite_store import (
     create_sqlite_store,
+    relink_artifacts,
+    require_existing_store,
+    require_store_path,
     require_usable_store,
     store_faults,
     writer_lock,
@@ -58,6 +62,9 @@ VIEW_KEY = "vmapcheck-summary"
 PID_TAG = "vmapcheck.track_pid"
 PID_START_TAG = "vmapcheck.track_pid_start"
 HOST_TAG = "vmapcheck.track_host"
+# Why logging a run stopped part-way (an artifact that could not be written, the store
+# failing): set with status FAILED, which a failed check also has; the run is incomplete.
+LOG_FAILED_TAG = "vmapcheck.log_failed"
 # Why a run was marked FAILED by a later track (its process was gone, or it was replaced).
 ABANDONED_TAG = "vmapcheck.abandoned"
 # The status ``track`` ends a run with, by its verdict: MLflow's runs list shows FINISHED
@@ -112,8 +119,22 @@ def tracking_uri(tracking: TrackingConfig, project_root: Path) -> str:
     else:
         uri = tracking.tracking_uri
     if uri.startswith(SQLITE_URI) and not uri[len(SQLITE_URI) :].startswith("/"):
-        return SQLITE_URI + str((store_root(project_root) / uri[len(SQLITE_URI) :]).resolve())
+        return SQLITE_URI + str(
+            absolute_store_file(store_root(project_root) / uri[len(SQLITE_URI) :])
+        )
     return uri
+
+
+def absolute_store_file(path: Path) -> Path:
+    """``path`` made absolute with its folders resolved but not the file itself: a store
+    file that is a symlink stays one, so that a symlink loop or a dangling link is judged
+    as such (vmapcheck.tracking.sqlite_store.store_path_problem) rather than followed to
+    a store that does not exist (or raising on the loop)."""
+    path = Path(os.path.normpath(path.absolute()))
+    try:
+        return path.parent.resolve() / path.name
+    except (OSError, RuntimeError):  # a loop among its folders: named when it is opened
+        return path
 
 
 def artifact_location(tracking: TrackingConfig, project_root: Path) -> str | None:
@@ -129,7 +150,11 @@ def artifact_location(tracking: TrackingConfig, project_root: Path) -> str | Non
         return root
     if is_http(tracking_uri(tracking, project_root)):
         return None
-    return (store_root(project_root) / root).resolve().as_uri()
+    folder = store_root(project_root) / root
+    try:
+        return folder.resolve().as_uri()
+    except (OSError, RuntimeError):  # a symlink loop: named before a run is logged there
+        return absolute_store_file(folder).as_uri()
 
 
 def resolve_tracking_uri(tracking: TrackingConfig, root: Path) -> str:
@@ -185,6 +210,7 @@ def open_store(tracking: TrackingConfig, project_root: Path) -> str:
     if is_http(uri):
         probe(uri, tracking)
     elif sqlite_file(uri) is not None:
+        require_store_path(uri)
         require_usable_store(uri)
         with writer_lock(uri), store_faults(uri):
             create_sqlite_store(uri, artifact_root=artifact_location(tracking, project_root))
@@ -193,21 +219,122 @@ def open_store(tracking: TrackingConfig, project_root: Path) -> str:
 
 def ensure_experiment(uri: str, name: str, artifact_location: str | None) -> str:
     """Id of experiment ``name``, created if missing (another process may create it at the
-    same moment: then its id)."""
+    same moment: then its id), once it is fit to log into (:func:`experiment_problem`).
+
+    Raises:
+        TrackingStoreError: the experiment is deleted, or its artifacts would go elsewhere
+            than ``artifact_location`` or to a folder that cannot be written.
+    """
     from mlflow.exceptions import MlflowException
     from mlflow.tracking import MlflowClient
 
     client = MlflowClient(tracking_uri=uri)
     found = client.get_experiment_by_name(name)
-    if found is not None:
-        return found.experiment_id
+    if found is None:
+        require_artifacts_writable(artifact_location)
+        try:
+            return client.create_experiment(name, artifact_location=artifact_location)
+        except MlflowException:
+            found = client.get_experiment_by_name(name)
+            if found is None:
+                raise
+    problem = experiment_problem(found, uri, artifact_location)
+    if problem:
+        raise TrackingStoreError(problem)
+    require_artifacts_writable(found.artifact_location)
+    return found.experiment_id
+
+
+def experiment_problem(experiment: Any, uri: str, artifact_location: str | None) -> str | None:
+    """Why runs must not be logged into ``experiment`` (an MLflow ``Experiment``) of the
+    store ``uri`` (None: they may), with the way out.
+
+    - It is deleted (in MLflow's trash): MLflow refuses a run there with a traceback, and
+      restoring what a user deleted is theirs to decide, so the refusal names it and the
+      command that restores it.
+    - Its artifact location (fixed when it was made) is not ``artifact_location`` (what
+      ``tracking.artifact_root`` names now), both local folders: MLflow would write this
+      run's artifacts to the old one, silently. A copied or moved project's store names
+      the original's folder (an absolute path): ``vmapcheck store relink`` points the
+      store at this project's folder.
+    """
+    where = f"experiment {experiment.name!r} (id {experiment.experiment_id}) in {shown(uri)}"
+    if experiment.lifecycle_stage != "active":
+        return (
+            f"{where} is deleted (in MLflow's trash; tracking.experiment names it): restore "
+            f"it with `MLFLOW_TRACKING_URI={shown(uri)} mlflow experiments restore "
+            f"--experiment-id {experiment.experiment_id}`, or set tracking.experiment to "
+            "another name"
+        )
+    have, want = local_folder(experiment.artifact_location), local_folder(artifact_location)
+    if have is None or want is None or have == want:
+        return None
+    return (
+        f"{where} keeps its artifacts in {have}, but tracking.artifact_root names {want}: "
+        f"MLflow would write this run's artifacts to {have}. If this project was copied or "
+        f"moved, `vmapcheck store relink` points the store at {want} (after a backup); "
+        f"to keep {have}, set tracking.artifact_root to it; or log to a new experiment "
+        "(tracking.experiment)"
+    )
+
+
+def local_folder(location: str | None) -> Path | None:
+    """The local folder of a ``file://`` artifact location (resolved), else None."""
+    if location is None or not location.startswith("file:"):
+        return None
+    from urllib.parse import unquote, urlsplit
+
+    path = Path(unquote(urlsplit(location).path))
     try:
-        return client.create_experiment(name, artifact_location=artifact_location)
-    except MlflowException:
-        found = client.get_experiment_by_name(name)
-        if found is None:
-            raise
-        return found.experiment_id
+        return path.resolve()
+    except (OSError, RuntimeError):  # a symlink loop: require_artifacts_writable names it
+        return Path(os.path.normpath(path.absolute()))
+
+
+def require_artifacts_writable(location: str | None) -> None:
+    """Refuse a local artifact folder this process cannot write, before a run is created
+    (MLflow would fail with a traceback after the run exists, and leave it FAILED as if
+    its check had failed). The folder is made when it is missing and its parent exists
+    (MLflow makes it at the first artifact; ``mlartifacts/`` of a fresh project), not a
+    tree of missing folders (a mistyped path). Another location (a server's, s3://)
+    passes.
+
+    Raises:
+        TrackingStoreError: naming the folder, what is wrong and tracking.artifact_root.
+    """
+    folder = local_folder(location)
+    if folder is None or location is None:
+        return
+    from urllib.parse import unquote, urlsplit
+
+    # Named as the store has it, and where a symlink leads.
+    given = Path(unquote(urlsplit(location).path))
+    named = f"{given}" if given == folder else f"{given} (-> {folder})"
+    setting = "the artifact folder (tracking.artifact_root when its experiment was made)"
+    if given.is_symlink() and not given.exists():  # dangling or a loop: nothing made
+        raise TrackingStoreError(
+            f"{setting} {given} is a symlink to {os.readlink(given)}, which does not exist "
+            "or loops: point it at a folder, or remove it (MLflow makes the folder)"
+        )
+    if folder.exists() and not folder.is_dir():
+        raise TrackingStoreError(
+            f"{setting} {named} is a file, not a folder: move it aside (MLflow makes the "
+            "folder), or set tracking.artifact_root to a folder"
+        )
+    if not folder.exists() and not folder.parent.is_dir():
+        raise TrackingStoreError(
+            f"{setting} {named} does not exist, nor its parent {folder.parent} (a mistyped "
+            "path?): create it (mkdir -p), or set tracking.artifact_root to a folder"
+        )
+    try:
+        folder.mkdir(exist_ok=True)
+        with tempfile.TemporaryFile(dir=folder):
+            pass
+    except OSError as exc:
+        raise TrackingStoreError(
+            f"{setting} {named} cannot be written ({exc.strerror or exc}): make it "
+            "writable, or set tracking.artifact_root to a folder this user can write"
+        ) from None
 
 
 # --- complete runs ----------------------------------------------------------------------
@@ -230,6 +357,8 @@ def incomplete_because(run: Any) -> str | None:
     info, tags = run.info, run.data.tags
     if info.lifecycle_stage != "active":
         return "it was deleted"
+    if tags.get(LOG_FAILED_TAG):
+        return f"its status is {info.status} ({tags[LOG_FAILED_TAG]})"
     if info.status not in VERDICT_STATUS.values() or tags.get(ABANDONED_TAG):
         why = f"its status is {info.status}"
         return why + (f" ({tags[ABANDONED_TAG]})" if tags.get(ABANDONED_TAG) else "")
@@ -286,11 +415,72 @@ def owner_tags() -> dict[str, str]:
 # --- command line -----------------------------------------------------------------------
 
 
-def run_store(layout: Layout, verb: str) -> int:
-    """``vmapcheck store init|where|probe`` for the project ``layout``.
+def relink_store(config: Config, uri: str, location: str | None) -> str:
+    """``vmapcheck store relink``: point the local store's artifact locations at
+    ``location`` (this project's ``tracking.artifact_root``) where they name another
+    folder (the project was copied or moved); one line saying what changed, and which
+    artifact folders the store names that this project lacks.
 
-    init: create (or migrate) the store and the experiment, e.g. before a sweep; where:
-    print the store and artifact location; probe: check a server answers. Exit 2 with
+    Raises:
+        TrackingStoreError: not a local store, no such store or experiment, or a location
+            that is not a local folder.
+    """
+    from mlflow.tracking import MlflowClient
+
+    path = sqlite_file(uri)
+    if path is None or location is None:
+        raise TrackingStoreError(
+            f"relink: {shown(uri)} is a tracking server; its artifact store is its own"
+        )
+    require_existing_store(uri, "relink")
+    name = experiment_name(config)
+    with writer_lock(uri), store_faults(uri):
+        found = MlflowClient(tracking_uri=uri).get_experiment_by_name(name)
+        if found is None:
+            raise TrackingStoreError(
+                f"relink: no experiment {name!r} (tracking.experiment) in {path}: nothing to relink"
+            )
+        have, want = local_folder(found.artifact_location), local_folder(location)
+        if have is None or want is None:
+            raise TrackingStoreError(
+                f"relink: experiment {name!r} keeps its artifacts at {found.artifact_location}, "
+                f"not a local folder; tracking.artifact_root: {location}"
+            )
+        if have == want:
+            return f"relink: experiment {name!r} keeps its artifacts in {want}; nothing to change"
+        changed = relink_artifacts(path, have.as_uri(), want.as_uri())
+    missing = [p for p in (want / n for n in _run_folders(path, want)) if not p.exists()]
+    note = (
+        f"; {len(missing)} run artifact folder(s) it names are not in {want} (e.g. "
+        f"{missing[0]}): copy them from {have}"
+        if missing
+        else ""
+    )
+    counts = ", ".join(f"{k} {v}" for k, v in changed.items() if v)
+    return f"relink: {path}: artifact locations under {have} now under {want} ({counts}){note}"
+
+
+def _run_folders(path: Path, root: Path) -> list[str]:
+    """The first folder names, under ``root``, of the run artifact locations the store at
+    ``path`` holds (a run's id, ``models``)."""
+    import contextlib
+    import sqlite3
+
+    prefix = root.as_uri() + "/"
+    with contextlib.closing(sqlite3.connect(f"file:{path}?mode=ro", uri=True)) as db:
+        rows = db.execute("SELECT artifact_uri FROM runs").fetchall()
+    return sorted(
+        {u[len(prefix) :].split("/", 1)[0] for (u,) in rows if u and u.startswith(prefix)}
+    )
+
+
+def run_store(layout: Layout, verb: str) -> int:
+    """``vmapcheck store init|where|probe|relink`` for the project ``layout``.
+
+    init: create (or migrate) the store and the experiment, e.g. before a sweep (its
+    folder too: asked for); where: print the store and artifact location; probe: check a
+    server answers, or a local store is sound; relink: point a copied or moved project's
+    store at its own artifact folder (:func:`relink_store`). Exit 2 with
     ``store: error: ...`` on stderr when the store cannot be reached or made.
     """
     try:
@@ -308,6 +498,7 @@ def run_store(layout: Layout, verb: str) -> int:
             print(f"{shown(uri)} answers")
         elif verb == "probe":
             path = sqlite_file(uri)
+            require_store_path(uri)
             if path is None or not path.exists():
                 print(f"{shown(uri)}: no store there yet (the first `dvc repro` makes it)")
                 return 0
@@ -320,7 +511,12 @@ def run_store(layout: Layout, verb: str) -> int:
             else:
                 print(f"{shown(uri)}: an SQLite store, integrity ok, writable")
             return 0
+        if verb == "relink":
+            print(relink_store(config, uri, location))
+            return 0
         if verb == "init":
+            # Asked for: the store's folder is made (not a dangling symlink's target).
+            require_store_path(uri, create_folder=True)
             require_usable_store(uri)
             with writer_lock(uri), store_faults(uri):
                 if sqlite_file(uri) is not None:

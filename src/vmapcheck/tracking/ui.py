@@ -10,14 +10,18 @@ experiment (vmapcheck.tracking.experiment.describe_experiment).
 
 from __future__ import annotations
 
+import errno
 import json
 import os
+import socket
 import sys
 from pathlib import Path
 from urllib.parse import quote, urlencode
 
 from vmapcheck.config import load_config
+from vmapcheck.errors import ResourceError
 from vmapcheck.layout import Layout
+from vmapcheck.tracking.sqlite_store import require_store_path
 from vmapcheck.tracking.store import (
     VIEW_KEY,
     experiment_name,
@@ -77,9 +81,42 @@ def ui_base(tracking_uri: str, port: int = 5000) -> tuple[str, str]:
 JOB_EXECUTION_ENV = "MLFLOW_SERVER_ENABLE_JOB_EXECUTION"
 
 
+def require_free_port(port: int, host: str = "127.0.0.1") -> None:
+    """Refuse a port another process already listens on, before ``mlflow ui`` starts:
+    its server prints "Address already in use" and MLflow's launcher still exits 0, after
+    this command printed the URL (of the other process's page).
+
+    A bind test on ``host``: ``SO_REUSEADDR`` so that a port left in TIME_WAIT by a UI
+    that just stopped is not taken for a live one (Linux still refuses a port that a
+    socket listens on).
+
+    Raises:
+        ResourceError: naming the port, what holds it (as far as the error says) and the
+            flag that picks another.
+    """
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe_socket:
+        probe_socket.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe_socket.bind((host, port))
+        except OSError as exc:
+            taken = exc.errno == errno.EADDRINUSE
+            why = "another process listens on it" if taken else exc.strerror or str(exc)
+            other = port + 1 if port < 65535 else 5001
+            raise ResourceError(
+                f"--port {port}: {host}:{port} cannot be used ({why}): stop that process, "
+                f"or pick another port, e.g. `vmapcheck ui --port {other}`"
+            ) from None
+
+
 def run_ui(layout: Layout, port: int = 5000) -> int:
     """Replace this process by ``mlflow ui`` on ``127.0.0.1:<port>`` over the project's
-    local store; with a tracking server, say where its own UI is and return 0."""
+    local store; with a tracking server, say where its own UI is and return 0.
+
+    Raises:
+        ResourceError: the port is taken (:func:`require_free_port`).
+        TrackingStoreError: the local store cannot be used (its path, :func:`~vmapcheck.
+            tracking.sqlite_store.store_path_problem`, or its file).
+    """
     config = load_config(layout.params_yaml)
     uri = resolve_tracking_uri(config.tracking, layout.root)
     location = resolve_artifact_root(config.tracking, layout.root)
@@ -87,6 +124,10 @@ def run_ui(layout: Layout, port: int = 5000) -> int:
         # A tracking server has its own UI.
         print(f"the store is a tracking server: open {shown(uri)} in a browser")
         return 0
+    # `mlflow ui` would create a store wherever the URI points (a dangling symlink's
+    # target, a mistyped folder): the same refusal as track's.
+    require_store_path(uri)
+    require_free_port(port)
     base = f"http://127.0.0.1:{port}"
     print(f"MLflow UI for {uri} on {base} (Ctrl-C stops it)")
     scope = (
