@@ -6,6 +6,7 @@ import contextlib
 import hashlib
 import json
 import os
+import signal
 import sys
 import time
 from collections.abc import Callable
@@ -185,7 +186,42 @@ def run_stage(
         return _run_stage(name, body, root, compile_cache)
 
 
+# The exit code of a stage stopped by SIGTERM: 128 + 15, as a shell reports it.
+TERMINATED = 128 + signal.SIGTERM
+
+
+class Terminated(BaseException):
+    """SIGTERM arrived (a job scheduler, ``kill``, ``timeout``, a stopped container):
+    raised in the stage's main thread, so its record gets its end and the summary says
+    "terminated" (Python's default for SIGTERM is to die at once, leaving a record with
+    no end, which reads as a SIGKILL, most likely for lack of memory)."""
+
+
+def _raise_terminated(signum: int, frame: Any) -> None:
+    raise Terminated
+
+
+@contextlib.contextmanager
+def _sigterm_ends_the_stage():
+    """SIGTERM raises :class:`Terminated` in the stage while it runs; the previous
+    handler afterwards. Only the main thread may set a handler: elsewhere, nothing."""
+    try:
+        previous = signal.signal(signal.SIGTERM, _raise_terminated)
+    except ValueError:  # not the main thread
+        yield
+        return
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
 def _run_stage(name: str, body: StageBody, root: Path | None, compile_cache: bool) -> int:
+    with _sigterm_ends_the_stage():
+        return _run_stage_body(name, body, root, compile_cache)
+
+
+def _run_stage_body(name: str, body: StageBody, root: Path | None, compile_cache: bool) -> int:
     layout = Layout(Path.cwd() if root is None else root)
     set_stage(name)
     start = time.time()
@@ -244,6 +280,16 @@ def _run_stage(name: str, body: StageBody, root: Path | None, compile_cache: boo
             file=sys.stderr,
         )
         code = INTERRUPTED
+        return code
+    except Terminated:
+        message = (
+            "terminated (SIGTERM: sent by a person, a job scheduler or a time limit, not the "
+            "out-of-memory killer); no output of this stage is half-written, and `dvc repro` "
+            "runs it again"
+        )
+        print(f"{name}: {message}", file=sys.stderr)
+        error = f"Terminated: {message}"
+        code = TERMINATED
         return code
     finally:
         if timed:
