@@ -14,7 +14,7 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from vmapcheck.config import validate_config
-from vmapcheck.errors import ConfigError, did_you_mean
+from vmapcheck.errors import ConfigError, did_you_mean, redact
 from vmapcheck.io import atomic_write_text
 from vmapcheck.layout import Layout
 from vmapcheck.running import register as register_run_guard
@@ -31,16 +31,18 @@ def compose_yaml(conf_dir: Path, overrides: list[str] | None = None) -> str:
             names the override.
     """
     overrides = list(overrides or [])
+    # A refused override is named without a credential it may hold (running.compose_guard).
+    shown = [redact(o) for o in overrides]
     try:
         cfg = _composed(conf_dir, overrides)
         OmegaConf.resolve(cfg)
     except (HydraException, OmegaConfBaseException) as exc:
         found = _unknown_name(exc, conf_dir, overrides)
         if found is None:
-            raise ConfigError(f"overrides {overrides}: {exc}") from None
+            raise ConfigError(f"overrides {shown}: {exc}") from None
         # Hydra's own advice for a key the config lacks is to add it with "+": every key
         # is then refused by the stages' validation (no vmapcheck key is open-ended).
-        raise ConfigError(f"overrides {overrides}: {found}") from None
+        raise ConfigError(f"overrides {shown}: {found}") from None
     return OmegaConf.to_yaml(cfg)
 
 

@@ -21,7 +21,7 @@ from vmapcheck.errors import INTERRUPTED, ArtifactError, VmapcheckError, redact,
 from vmapcheck.io import atomic_write_json, read_json
 from vmapcheck.layout import Layout
 from vmapcheck.pause import pause_point, set_stage
-from vmapcheck.running import clear_running, killed_stage, oom_kills
+from vmapcheck.running import clear_running, killed_stage, oom_kills, scrub_credentials
 
 StageBody = Callable[[Config, Layout], int | None]
 # The pipeline's last stage (dvc.yaml): when it ends, the run is over.
@@ -230,6 +230,7 @@ def _run_stage_body(name: str, body: StageBody, root: Path | None, compile_cache
     error: str | None = None
     params: dict[str, Any] | None = None
     try:
+        scrub_credentials(layout.params_yaml, name)
         text, raw = read_params(layout.params_yaml)
         config = validate_config(raw, source=str(layout.params_yaml))
         params = params_record(layout, name, text, raw)
