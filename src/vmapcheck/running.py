@@ -216,8 +216,8 @@ def compose_guard(value: Any = 0, *, _root_: Any = None) -> Any:
 def scrub_credentials(path: Path, stage: str) -> bool:
     """Rewrite ``path`` (params.yaml) with every credential in it redacted (``***``), when
     it holds one, saying so on stderr as ``stage``; whether it did. The stages call it
-    before validating params.yaml: an override of ``seed`` (``-S seed=5``) replaces the interpolation that runs
-    :func:`compose_guard`, so DVC may have written a credential there; validation then
+    before validating params.yaml: an override of ``seed`` (``-S seed=5``) replaces the
+    interpolation that runs :func:`compose_guard`, so DVC may have written a credential there; validation then
     refuses the setting, and the secret does not stay in the file for ``git commit -a``."""
     try:
         # Only a regular file of a params.yaml's size: a FIFO or device would block or
