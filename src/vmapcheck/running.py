@@ -217,8 +217,9 @@ def scrub_credentials(path: Path, stage: str) -> bool:
     """Rewrite ``path`` (params.yaml) with every credential in it redacted (``***``), when
     it holds one, saying so on stderr as ``stage``; whether it did. The stages call it
     before validating params.yaml: an override of ``seed`` (``-S seed=5``) replaces the
-    interpolation that runs :func:`compose_guard`, so DVC may have written a credential there; validation then
-    refuses the setting, and the secret does not stay in the file for ``git commit -a``."""
+    interpolation that runs :func:`compose_guard`, so DVC may have written a credential
+    there; validation then refuses the setting, and the secret does not stay in the file
+    for ``git commit -a``."""
     try:
         # Only a regular file of a params.yaml's size: a FIFO or device would block or
         # never end here (read_params refuses them, naming the file).
