@@ -39,6 +39,7 @@ from vmapcheck.provenance import git_state
 from vmapcheck.report.html import render_report
 from vmapcheck.report.summary import verdict_line
 from vmapcheck.running import dvc_run_began
+from vmapcheck.tracking import clock
 from vmapcheck.tracking.attempts import mark_failed, pipeline_key, settle_earlier_attempts
 from vmapcheck.tracking.baselines import resolve_baseline, run_of_timing
 from vmapcheck.tracking.log import (
@@ -287,7 +288,7 @@ def track(config: Config, layout: Layout) -> int:
     atomic_write_json(layout.perf_verdict, perf)
     # One name for the report and the run: it carries the DVC experiment's name, if any.
     name = run_name(config, check["runtime"], git, dvc_exp_name())
-    start_ms = int(1000 * run_start(stages, time.time()))
+    start_ms = int(1000 * run_start(stages, clock.now()))
     # Written before logging: a failed check is reported (and logged) like a passed one.
     reports = RunReports(check, bench, train, contract, perf, git)
     write_report(config, layout, reports, name)
