@@ -96,6 +96,28 @@ def _value_at(raw: dict[str, Any], key: str) -> Any:
     return node
 
 
+def _digest(value: Any) -> str:
+    return hashlib.sha256(json.dumps(value, sort_keys=True, default=str).encode()).hexdigest()
+
+
+def leaf_digests(raw: dict[str, Any], keys: list[str]) -> dict[str, str]:
+    """``{dotted leaf: sha256 of its value}`` for every leaf under ``keys`` of params.yaml
+    ``raw`` (a key whose value is not a mapping is its own leaf): what lets track name
+    ``train.steps``, not only ``train``, when a stage ran with other values."""
+    found: dict[str, str] = {}
+
+    def walk(node: Any, key: str) -> None:
+        if isinstance(node, dict) and node:
+            for part, child in node.items():
+                walk(child, f"{key}.{part}")
+        else:
+            found[key] = _digest(node)
+
+    for key in keys:
+        walk(_value_at(raw, key), key)
+    return found
+
+
 def params_record(layout: Layout, name: str, text: str, raw: dict[str, Any]) -> dict[str, Any]:
     """What a stage records of the params.yaml it ran with (``text``, parsed ``raw``):
     ``{"keys": its own dvc.yaml params keys, "sha256": {key: sha256 of its value} for
@@ -107,12 +129,9 @@ def params_record(layout: Layout, name: str, text: str, raw: dict[str, Any]) -> 
     every = sorted({key for keys in declared.values() for key in keys})
     return {
         "keys": declared.get(name, []),
-        "sha256": {
-            key: hashlib.sha256(
-                json.dumps(_value_at(raw, key), sort_keys=True, default=str).encode()
-            ).hexdigest()
-            for key in every
-        },
+        "sha256": {key: _digest(_value_at(raw, key)) for key in every},
+        # Its own keys' leaves: named when its outputs no longer match params.yaml.
+        "leaves": leaf_digests(raw, declared.get(name, [])),
         "file_sha256": text_sha256(text),
     }
 

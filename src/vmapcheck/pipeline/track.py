@@ -34,7 +34,14 @@ from vmapcheck.errors import SettingsChangedError, VmapcheckError, first_line
 from vmapcheck.io import atomic_write_json, atomic_write_text, read_json_object
 from vmapcheck.layout import Layout
 from vmapcheck.pause import pause_point
-from vmapcheck.pipeline.stage import LAST_STAGE, read_stage_times, settings_changed, text_sha256
+from vmapcheck.pipeline.stage import (
+    LAST_STAGE,
+    declared_params,
+    leaf_digests,
+    read_stage_times,
+    settings_changed,
+    text_sha256,
+)
 from vmapcheck.provenance import git_state
 from vmapcheck.report.html import render_report
 from vmapcheck.report.summary import verdict_line
@@ -234,6 +241,7 @@ def refuse_changed_settings(layout: Layout, stages: dict[str, dict[str, Any]]) -
             f"(other values than track read, of {where}): another `dvc exp run` in this "
             "workspace rewrote it? Nothing is logged or registered; " + ONE_AT_A_TIME
         )
+    refuse_stale_outputs(layout, stages, skip=set(changed))
     mine = ((stages.get(LAST_STAGE) or {}).get("params") or {}).get("file_sha256")
     if mine is not None:
         text, _ = read_params(layout.params_yaml)
@@ -242,6 +250,63 @@ def refuse_changed_settings(layout: Layout, stages: dict[str, dict[str, Any]]) -
                 f"{layout.params_yaml} changed while track ran: the settings it would log "
                 "are not the ones it read. Nothing is logged or registered; " + ONE_AT_A_TIME
             )
+
+
+def stale_outputs(layout: Layout, stages: dict[str, dict[str, Any]]) -> dict[str, list[str]]:
+    """Per stage, the leaves of its own params keys (``train.steps``) whose values in
+    params.yaml now differ from those it ran with (its time record, a DVC output that
+    travels with the stage's other outputs): the outputs in the workspace were not made
+    with the settings params.yaml, and so dvc.lock, say. Empty when all agree; a record
+    without leaves (written before stages kept them) is compared by key."""
+    _, raw = read_params(layout.params_yaml)
+    now_keys = ((stages.get(LAST_STAGE) or {}).get("params") or {}).get("sha256") or {}
+    stale: dict[str, list[str]] = {}
+    for name, record in stages.items():
+        theirs = record.get("params") if name != LAST_STAGE else None
+        if not theirs:
+            continue
+        leaves = theirs.get("leaves")
+        if isinstance(leaves, dict):
+            now = leaf_digests(raw, list(theirs.get("keys", [])))
+            keys = sorted(k for k in set(leaves) | set(now) if leaves.get(k) != now.get(k))
+        else:
+            keys = [k for k in theirs.get("keys", []) if theirs["sha256"].get(k) != now_keys.get(k)]
+        if keys:
+            stale[name] = keys
+    return stale
+
+
+def refuse_stale_outputs(
+    layout: Layout, stages: dict[str, dict[str, Any]], skip: set[str] | None = None
+) -> None:
+    """Refuse to log or register a run whose stages' outputs were made with other values
+    than params.yaml holds (:func:`stale_outputs`), e.g. params.yaml edited while train
+    ran: DVC wrote the new values into dvc.lock when train ended, so the next ``dvc
+    repro`` skips train and would register @verified with ``train.steps`` that did not
+    make its params. ``skip``: stages already named by :func:`refuse_changed_settings`.
+
+    Raises:
+        SettingsChangedError: naming each stage and leaf, and the command that remakes them.
+    """
+    found = stale_outputs(layout, stages)
+    # In dvc.yaml's order: the first is the one to rerun (DVC reruns those after it).
+    order = [*declared_params(layout), *found]
+    stale = {
+        name: found[name]
+        for name in dict.fromkeys(order)
+        if name in found and name not in (skip or set())
+    }
+    if not stale:
+        return
+    where = "; ".join(f"{stage}: {', '.join(keys)}" for stage, keys in stale.items())
+    first = next(iter(stale))
+    raise SettingsChangedError(
+        f"the outputs of stage(s) {', '.join(stale)} were made with other settings than "
+        f"{layout.params_yaml} holds now ({where}): it was edited while they ran, and "
+        "dvc.lock recorded the new values. Nothing is logged or registered, so the "
+        "registered version, its metrics and dvc.lock never disagree; remake them with "
+        f"`dvc repro --force --single-item {first}`, then `dvc repro`"
+    )
 
 
 def run(config: Config, layout: Layout) -> int:
