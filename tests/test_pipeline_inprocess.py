@@ -202,8 +202,8 @@ def test_a_run_whose_params_changed_under_it_is_never_logged(
     """As when a second `dvc exp run` rewrites params.yaml while the first runs: train ran
     with one learning rate, track reads another. track refuses before it opens the
     store, naming the stage and key; the store keeps only the earlier runs, and alias
-    `verified` does not move. (Stages of earlier pipeline runs are not compared: `dvc
-    repro --single-item track` after a change of train's params is DVC's to flag.)"""
+    `verified` does not move. (Stages of earlier pipeline runs are compared by what their
+    outputs were made with: the next test.)"""
     import shutil
 
     from mlflow.tracking import MlflowClient
