@@ -388,3 +388,28 @@ def test_a_run_made_with_the_clock_behind_is_filed_after_the_newest_and_listed_f
     # A clock that is right again files the next run at its own reading.
     monkeypatch.setattr(clock, "now", lambda: real_now + 5)
     assert clock.checked_start_ms(client, None) == (int(1000 * (real_now + 5)), {})
+
+
+def test_track_refuses_to_start_when_the_dvc_cache_has_no_room_for_its_outputs(tmp_path):
+    """DVC caches track's outputs after track ends: with no room there it would fail after
+    @verified moved. track refuses first, naming the cache folder and its free space. The
+    "full" cache: a sparse report as large as the disk's free space (no block written), so
+    its outputs need three times what is free."""
+    import shutil
+
+    from vmapcheck.pipeline.track import dvc_cache_folder, refuse_full_cache
+
+    layout = Layout(tmp_path)
+    (tmp_path / ".dvc").mkdir()
+    (tmp_path / ".dvc" / "config").write_text("[cache]\n    dir = ../shared-cache\n")
+    assert dvc_cache_folder(tmp_path) == (tmp_path / "shared-cache").resolve()
+    refuse_full_cache(layout)  # room enough: nothing said
+    report = tmp_path / "reports" / "report.html"
+    report.parent.mkdir()
+    with report.open("wb") as fh:
+        fh.truncate(shutil.disk_usage(tmp_path).free)
+    with pytest.raises(ArtifactError) as caught:
+        refuse_full_cache(layout)
+    message = str(caught.value)
+    assert message.startswith("the DVC cache is full: ") and f"free in {tmp_path}" in message
+    assert "nothing is logged or registered" in message

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -30,8 +31,8 @@ from vmapcheck.bench.records import BenchDetails, read_bench_details
 from vmapcheck.bench.verdict import compare, format_table
 from vmapcheck.check.schema import CheckDetails, read_check_details, read_diagnosis
 from vmapcheck.config import Config, read_params
-from vmapcheck.errors import SettingsChangedError, VmapcheckError, first_line
-from vmapcheck.io import atomic_write_json, atomic_write_text, read_json_object
+from vmapcheck.errors import ArtifactError, SettingsChangedError, VmapcheckError, first_line
+from vmapcheck.io import atomic_write_json, atomic_write_text, free_space, read_json_object
 from vmapcheck.layout import Layout
 from vmapcheck.pause import pause_point
 from vmapcheck.pipeline.stage import (
@@ -76,6 +77,7 @@ from vmapcheck.tracking.store import (
     mark_complete,
     model_experiments,
     open_store,
+    resolve_artifact_root,
     store_root,
 )
 from vmapcheck.tracking.uri import shown
@@ -309,16 +311,67 @@ def refuse_stale_outputs(
     )
 
 
+# track's outputs that DVC copies into its cache after track ends (dvc.yaml), and the
+# least room the cache must have for them: a run's are well under 1 MB (the HTML report's
+# plots included), so 2 MiB, or 3x their last size when that is more.
+TRACK_OUTS = ("reports/track.json", "reports/report.html", "reports/perf_verdict.json")
+CACHE_MIN_FREE_BYTES = 2 * 2**20
+
+
+def dvc_cache_folder(root: Path) -> Path:
+    """The project's DVC cache: ``[cache] dir`` of .dvc/config.local or .dvc/config
+    (relative to .dvc/), else .dvc/cache."""
+    import configparser
+
+    for name in ("config.local", "config"):
+        parser = configparser.ConfigParser()
+        with contextlib.suppress(OSError, configparser.Error):
+            parser.read(root / ".dvc" / name, encoding="utf-8")
+            if parser.has_option("cache", "dir"):
+                return (root / ".dvc" / parser.get("cache", "dir")).resolve()
+    return root / ".dvc" / "cache"
+
+
+def refuse_full_cache(layout: Layout) -> None:
+    """Refuse to start when the DVC cache has no room for track's outputs: DVC caches
+    them after track ends, so it would fail only after track moved @verified.
+
+    Raises:
+        ArtifactError: naming the folder, its free space and what is needed.
+    """
+    folder = dvc_cache_folder(layout.root)
+    if not (layout.root / ".dvc").is_dir():
+        return  # not a DVC project (the stage body called directly): no cache to fill
+    last = sum((layout.root / p).stat().st_size for p in TRACK_OUTS if (layout.root / p).is_file())
+    needed = max(CACHE_MIN_FREE_BYTES, 3 * last)
+    here = folder if folder.exists() else folder.parent
+    try:
+        free = shutil.disk_usage(here).free
+    except OSError:
+        return  # unreadable: DVC will say why
+    if free < needed:
+        raise ArtifactError(
+            f"the DVC cache is full: {free_space(folder)}, under the {needed} bytes "
+            "track's outputs need there (DVC caches them after track ends, and would fail "
+            "after @verified moved): nothing is logged or registered. Free space there, then "
+            "`dvc repro` again"
+        )
+
+
 def run(config: Config, layout: Layout) -> int:
     # First: a run whose settings changed under it is never logged (nor its store opened).
     refuse_changed_settings(layout, read_stage_times(layout))
+    refuse_full_cache(layout)
     # MLflow draws a progress bar for each artifact it downloads (the registry's checks of
     # a few kB of params): noise among the stage's lines, unless the user asked for them.
     os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
     # Before any work: a stopped server fails here, naming its URI. The lock makes parallel
     # experiments (dvc queue start -j N) take turns on a sqlite store.
     uri = open_store(config.tracking, layout.root)
-    with reaching(uri, config.tracking), writer_lock(uri), store_faults(uri):
+    # The local artifact root, named when a write there fails for lack of room.
+    artifacts = (resolve_artifact_root(config.tracking, layout.root) or "").removeprefix("file://")
+    folder = Path(artifacts) if artifacts.startswith("/") else None
+    with reaching(uri, config.tracking), writer_lock(uri), store_faults(uri, folder):
         return track(config, layout)
 
 
