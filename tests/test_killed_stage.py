@@ -18,6 +18,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import psutil
+import pytest
 
 from tests.helpers.inprocess import write_params
 from tests.helpers.wait import HANG_S, polls
@@ -129,19 +130,21 @@ def test_the_out_of_memory_killers_count_names_memory(tmp_path, monkeypatch):
     assert line is not None and "most likely the system, for lack of memory" in line
 
 
-def test_a_stage_sent_sigterm_is_said_to_be_terminated_not_out_of_memory(tmp_path, capsys):
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP])
+def test_a_stage_sent_sigterm_is_said_to_be_terminated_not_out_of_memory(tmp_path, capsys, sig):
     from vmapcheck.pipeline.stage import TERMINATED
 
     write_params(tmp_path)
     layout = Layout(tmp_path)
-    assert sigkill_a_stage(tmp_path, sig=signal.SIGTERM) == TERMINATED == 143
+    assert TERMINATED == 143
+    assert sigkill_a_stage(tmp_path, sig=sig) == 128 + sig
     record = read_json(layout.stage_time("train"))
-    assert record["end"] is not None and record["exit_code"] == TERMINATED
+    assert record["end"] is not None and record["exit_code"] == 128 + sig
     assert killed_stages(layout) == []
     capsys.readouterr()
     run_summary(layout, repro_status=1)
     out = capsys.readouterr().out
-    assert "train (started " in out and "failed: Terminated: terminated (SIGTERM" in out, out
+    assert "train (started " in out and f"failed: Terminated: terminated ({sig.name}" in out, out
     assert "memory" not in out.replace("out-of-memory killer", ""), out
     assert "SIGKILL" not in out, out
 

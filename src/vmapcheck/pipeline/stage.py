@@ -8,7 +8,6 @@ import json
 import os
 import signal
 import sys
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -22,6 +21,7 @@ from vmapcheck.io import atomic_write_json, read_json
 from vmapcheck.layout import Layout
 from vmapcheck.pause import pause_point, set_stage
 from vmapcheck.running import clear_running, killed_stage, oom_kills, scrub_credentials
+from vmapcheck.tracking import clock
 
 StageBody = Callable[[Config, Layout], int | None]
 # The pipeline's last stage (dvc.yaml): when it ends, the run is over.
@@ -205,45 +205,53 @@ def run_stage(
         return _run_stage(name, body, root, compile_cache)
 
 
+# The signals that end a stage "politely" (a person, a job scheduler, a time limit, a
+# closed terminal), not the out-of-memory killer's SIGKILL: with Python's default action
+# the stage would die at once, leaving a record with no end, which reads as a SIGKILL.
+ENDING_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
 # The exit code of a stage stopped by SIGTERM: 128 + 15, as a shell reports it.
 TERMINATED = 128 + signal.SIGTERM
 
 
 class Terminated(BaseException):
-    """SIGTERM arrived (a job scheduler, ``kill``, ``timeout``, a stopped container):
-    raised in the stage's main thread, so its record gets its end and the summary says
-    "terminated" (Python's default for SIGTERM is to die at once, leaving a record with
-    no end, which reads as a SIGKILL, most likely for lack of memory)."""
+    """One of :data:`ENDING_SIGNALS` arrived: raised in the stage's main thread, so its
+    record gets its end and the summary says "terminated"."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signum)
+        self.signum = signum
 
 
 def _raise_terminated(signum: int, frame: Any) -> None:
-    raise Terminated
+    raise Terminated(signum)
 
 
 @contextlib.contextmanager
-def _sigterm_ends_the_stage():
-    """SIGTERM raises :class:`Terminated` in the stage while it runs; the previous
-    handler afterwards. Only the main thread may set a handler: elsewhere, nothing."""
+def _ending_signals_end_the_stage():
+    """Each of :data:`ENDING_SIGNALS` raises :class:`Terminated` in the stage while it
+    runs; the previous handlers afterwards. Only the main thread may set a handler:
+    elsewhere, nothing."""
     try:
-        previous = signal.signal(signal.SIGTERM, _raise_terminated)
+        previous = {sig: signal.signal(sig, _raise_terminated) for sig in ENDING_SIGNALS}
     except ValueError:  # not the main thread
         yield
         return
     try:
         yield
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
 
 
 def _run_stage(name: str, body: StageBody, root: Path | None, compile_cache: bool) -> int:
-    with _sigterm_ends_the_stage():
+    with _ending_signals_end_the_stage():
         return _run_stage_body(name, body, root, compile_cache)
 
 
 def _run_stage_body(name: str, body: StageBody, root: Path | None, compile_cache: bool) -> int:
     layout = Layout(Path.cwd() if root is None else root)
     set_stage(name)
-    start = time.time()
+    start = clock.now()
     timed = False
     code: int | None = None
     error: str | None = None
@@ -301,19 +309,20 @@ def _run_stage_body(name: str, body: StageBody, root: Path | None, compile_cache
         )
         code = INTERRUPTED
         return code
-    except Terminated:
+    except Terminated as ended:
+        sig = signal.Signals(ended.signum).name
         message = (
-            "terminated (SIGTERM: sent by a person, a job scheduler or a time limit, not the "
-            "out-of-memory killer); no output of this stage is half-written, and `dvc repro` "
-            "runs it again"
+            f"terminated ({sig}: sent by a person, a job scheduler, a time limit or a closed "
+            "terminal, not the out-of-memory killer); no output of this stage is "
+            "half-written, and `dvc repro` runs it again"
         )
         print(f"{name}: {message}", file=sys.stderr)
         error = f"Terminated: {message}"
-        code = TERMINATED
+        code = 128 + ended.signum
         return code
     finally:
         if timed:
-            write_stage_time(layout, name, start, time.time(), code, params, oom, error)
+            write_stage_time(layout, name, start, clock.now(), code, params, oom, error)
         if name == LAST_STAGE:
             # The run is over, whatever its outcome: another may compose params.yaml.
             clear_running(layout)
