@@ -1130,6 +1130,7 @@ def main() -> int:
             ("server", lambda: server_cases(base, tmp, with_server=not args.quick)),
             ("secrets", lambda: secret_cases(base, tmp)),
             ("served", lambda: served_cases(copy_of(base, tmp / "served"))),
+            ("round3-c", lambda: __import__("hardening_round3_c").cases(base, tmp)),
         ]
         if not args.quick:
             groups += [

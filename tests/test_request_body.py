@@ -67,6 +67,7 @@ def test_a_dict_of_leaves_model_takes_its_leaves_by_name():
         ({"inputs": [[1.0, "2", 3.0]]}, "dtype", "column 1: expected a number, got a JSON string"),
         ({"inputs": [[1.0, True, 3.0]]}, "dtype", "got a JSON boolean"),
         ({"inputs": [[1.0, None, 3.0]]}, "dtype", "got a JSON null"),
+        ({"inputs": [[1.0, 10**400, 3.0]]}, "dtype", "an integer too large for a float"),
         ({"inputs": [[1, 2, 3]], "dataframe_split": {}}, "format", "expected exactly one of"),
         ({"data": [[1, 2, 3]]}, "format", "expected exactly one of"),
     ],

@@ -20,7 +20,7 @@ or raises :class:`BodyRefused` with an HTTP status.
 from __future__ import annotations
 
 import json
-import math
+import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -35,6 +35,8 @@ JSON_TYPE = "application/json"
 # json.dumps is at most 24 ("-1.2345678901234567e-308"), plus separators, indentation of a
 # pretty-printed body, and the column name each element repeats in dataframe_records.
 CHARS_PER_ELEMENT = 64
+# A JSON integer larger than this is no float of any width (float64's largest).
+_LARGEST_FLOAT = sys.float_info.max
 # Room for the body's braces, keys and ``columns`` list, whatever the batch.
 BODY_OVERHEAD = 4096
 
@@ -244,7 +246,7 @@ def _check_rows(key: str, rows: Any, width: int) -> None:
                     f"JSON {_json_type(element)}",
                     "dtype",
                 )
-            if isinstance(element, int) and not math.isfinite(float(element)):
+            if isinstance(element, int) and abs(element) > _LARGEST_FLOAT:
                 raise BodyRefused(
                     f"request refused: {key}: row {i} column {j}: an integer too large for a float",
                     "dtype",
