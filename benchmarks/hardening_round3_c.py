@@ -65,8 +65,13 @@ def _loaded(root: Path) -> tuple[object, list[str]]:
 
 
 def served_http_cases(root: Path) -> None:
+    # This checkout's serving code, not the copy packaged with the base project's model
+    # (MLflow puts the model's code/ first on sys.path when it loads it).
     from mlflow.exceptions import MlflowException
     from mlflow.pyfunc import scoring_server
+
+    import vmapcheck.tracking.request_body
+    import vmapcheck.tracking.serving  # noqa: F401
 
     try:
         model, features = _loaded(root)
@@ -470,9 +475,6 @@ CREDENTIAL_OVERRIDES = [
 
 
 def credential_cases(base: Path, tmp: Path) -> None:
-    from vmapcheck.compose import run_params
-    from vmapcheck.layout import Layout
-
     root = copy_of(base, tmp / "cred")
     params = root / "params.yaml"
     original = params.read_text()
@@ -480,7 +482,7 @@ def credential_cases(base: Path, tmp: Path) -> None:
     def composed(override: str) -> Callable[[], Outcome]:
         def call() -> Outcome:
             params.write_text(original)
-            result = hb.captured(lambda: run_params(Layout(root), [*hb.TINY, override]))
+            result = cli(root, "params", *hb.TINY, override)
             if SECRET in params.read_text() and "sqlite" not in override:
                 return Outcome(0, "", "the secret is in params.yaml")
             return result
@@ -634,6 +636,16 @@ def first(text: str) -> str:
     return hb.first_line(text)
 
 
+def new_state(root: Path, why: str) -> None:
+    """A state track has not logged: a line more in requirements.lock, a dep of track
+    alone (its pipeline key hashes track's deps and params values, not comments)."""
+    from tests.helpers.project import commit_all
+
+    lock = root / "requirements.lock"
+    lock.write_text(lock.read_text() + f"# a state for {why}\n")
+    commit_all(root, f"a new state for {why}")
+
+
 # --- clocks --------------------------------------------------------------------------------
 
 
@@ -672,12 +684,13 @@ def clock_cases(base: Path, tmp: Path) -> None:
 
         return call
 
+    # Behind by less than the time since the newest run: the order holds, nothing to say.
+    record("clock", "a run filed with the clock a second behind", "serve", filed(-1))
     for offset, label in [
         (-365 * 86400, "a year behind"),
         (-30 * 86400, "a month behind"),
         (-86400, "a day behind"),
         (-3600, "an hour behind"),
-        (-1, "a second behind"),
         (-40 * 365 * 86400, "at 1986"),
     ]:
         record(
@@ -691,11 +704,8 @@ def clock_cases(base: Path, tmp: Path) -> None:
 
     # The whole track stage, in process, with the clock a year behind (stage times too).
     def track_behind() -> Outcome:
-        from tests.helpers.project import commit_all
 
-        params = root / "params.yaml"
-        params.write_text(params.read_text() + "# a state for the clock\n")
-        commit_all(root, "a new state")
+        new_state(root, "the clock")
         clock.now = lambda: real() - 365 * 86400
         try:
             for name in ("check", "track"):
@@ -704,10 +714,12 @@ def clock_cases(base: Path, tmp: Path) -> None:
                     return Outcome(result.code, result.out, result.err)
         finally:
             clock.now = real
-        said = cli(root, "compare", "-n", "1")
         logged = json.loads((root / "reports" / "track.json").read_text())["run_id"]
-        if logged[:8] not in said.out:
-            return Outcome(0, said.out, f"compare -n 1 does not show run {logged[:8]}")
+        # compare's own selection (tracking.runs.select_runs), newest first.
+        newest = select_runs(uri, n=1).runs[0].info.run_id
+        said = Outcome(0, f"newest: {newest[:8]}", "")
+        if newest != logged:
+            return Outcome(0, said.out, f"compare -n 1 shows {newest[:8]}, not run {logged[:8]}")
         warned = [ln for ln in result.err.splitlines() if "the clock reads" in ln]
         return Outcome(
             2 if warned else 0, said.out, (warned or ["no warning"])[0] + "; compare -n 1 shows it"
@@ -760,17 +772,14 @@ def tiny_disk(folder: Path) -> Iterator[Path]:
 
 
 def disk_cases(base: Path, tmp: Path) -> None:
-    from tests.helpers.project import commit_all
 
     root = copy_of(base, tmp / "disk")
     db = root / "mlflow.db"
 
-    def full(name: str, folder: str, new_state: bool = False) -> Callable[[], Outcome]:
+    def full(name: str, folder: str, new: bool = False) -> Callable[[], Outcome]:
         def call() -> Outcome:
-            if new_state:
-                params = root / "params.yaml"
-                params.write_text(params.read_text() + f"# a state for {folder}\n")
-                commit_all(root, "a new state")
+            if new:
+                new_state(root, folder)
             with tiny_disk(root / folder):
                 failed = stage(root, name)
             if failed.code == 0:
