@@ -302,11 +302,13 @@ def _run_stage_body(name: str, body: StageBody, root: Path | None, compile_cache
     except KeyboardInterrupt:
         # Ctrl-C (dvc repro passes it on to the stage): one line, not a traceback. Every
         # output is written atomically, so none is left half-written.
-        print(
-            f"{name}: interrupted (Ctrl-C); no output of this stage is half-written, and "
-            "`dvc repro` runs it again",
-            file=sys.stderr,
+        message = (
+            "interrupted (Ctrl-C); no output of this stage is half-written, and `dvc repro` "
+            "runs it again"
         )
+        print(f"{name}: {message}", file=sys.stderr)
+        # Kept in its record too: `vmapcheck summary` lists how the stage ended.
+        error = f"Interrupted: {message}"
         code = INTERRUPTED
         return code
     except Terminated as ended:
