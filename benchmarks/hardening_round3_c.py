@@ -802,6 +802,8 @@ def disk_cases(base: Path, tmp: Path) -> None:
                 where = Path(urlparse(location).path)
             with tiny_disk(where):
                 failed = stage(root, name)
+            if failed.raised is not None:
+                return failed
             if failed.code == 0:
                 return Outcome(0, failed.out, f"{name} succeeded on a full {folder}")
             recovered = stage(root, name)
@@ -812,18 +814,20 @@ def disk_cases(base: Path, tmp: Path) -> None:
         return call
 
     for name, folder, names, new in [
-        ("prepare", "data/prepared", ("data/prepared", "free in"), False),
-        ("train", "data/params", ("data/params", "free in"), False),
+        ("prepare", "data", ("data/prepared", "free in"), False),
+        ("train", "data", ("data/params", "free in"), False),
+        ("forward", "data", ("data/forward", "free in"), False),
         ("train", "reports/stages", ("reports/stages", "free in"), False),
-        ("forward", "data/forward", ("data/forward", "free in"), False),
         ("check", "reports", ("reports", "free in"), False),
-        ("bench", "reports/plots", ("reports/plots", "free in"), False),
+        ("bench", "reports", ("reports", "free in"), False),
+        # The output folder itself a mount point: it cannot be swapped by a rename.
+        ("prepare", "data/prepared", ("data/prepared", "busy"), False),
         ("track", "mlartifacts", ("mlartifacts", "free in"), True),
         ("track", ".dvc/cache", (".dvc/cache", "free in", "DVC cache"), True),
     ]:
         record(
             "disk-full",
-            f"stage {name} with {folder} full (tmpfs)",
+            f"stage {name} with {folder}/ full (tmpfs)",
             "refuse",
             full(name, folder, new),
             names=names,

@@ -34,8 +34,17 @@ def _umask() -> int:
 
 
 # The write failures that are the machine's, not the program's: no permission, a
-# read-only file system, no space or quota left, a file size limit.
-_CANNOT_WRITE = {errno.EACCES, errno.EPERM, errno.EROFS, errno.ENOSPC, errno.EDQUOT, errno.EFBIG}
+# read-only file system, no space or quota left, a file size limit, and an output folder
+# that is a mount point (EBUSY: it cannot be swapped for the new one by a rename).
+_CANNOT_WRITE = {
+    errno.EACCES,
+    errno.EPERM,
+    errno.EROFS,
+    errno.ENOSPC,
+    errno.EDQUOT,
+    errno.EFBIG,
+    errno.EBUSY,
+}
 
 
 @contextlib.contextmanager

@@ -358,6 +358,24 @@ def refuse_full_cache(layout: Layout) -> None:
         )
 
 
+def local_artifact_folder(config: Config, layout: Layout, uri: str) -> Path | None:
+    """The folder this run's artifacts go to, named when a write there fails for lack of
+    room: the experiment's own artifact location when it exists in the store (it may be
+    another folder than the config says: one set when the experiment was made), else the
+    configured root; None for a server's own store."""
+    from mlflow.tracking import MlflowClient
+
+    location = resolve_artifact_root(config.tracking, layout.root) or ""
+    if not uri.startswith("sqlite:"):
+        return None  # a server's store: not asked here (a dead one would be waited for)
+    with contextlib.suppress(Exception):  # no store or experiment yet: the config's root
+        found = MlflowClient(tracking_uri=uri).get_experiment_by_name(experiment_name(config))
+        if found is not None and found.artifact_location:
+            location = found.artifact_location
+    path = location.removeprefix("file://")
+    return Path(path) if path.startswith("/") else None
+
+
 def run(config: Config, layout: Layout) -> int:
     # First: a run whose settings changed under it is never logged (nor its store opened).
     refuse_changed_settings(layout, read_stage_times(layout))
@@ -368,9 +386,7 @@ def run(config: Config, layout: Layout) -> int:
     # Before any work: a stopped server fails here, naming its URI. The lock makes parallel
     # experiments (dvc queue start -j N) take turns on a sqlite store.
     uri = open_store(config.tracking, layout.root)
-    # The local artifact root, named when a write there fails for lack of room.
-    artifacts = (resolve_artifact_root(config.tracking, layout.root) or "").removeprefix("file://")
-    folder = Path(artifacts) if artifacts.startswith("/") else None
+    folder = local_artifact_folder(config, layout, uri)
     with reaching(uri, config.tracking), writer_lock(uri), store_faults(uri, folder):
         return track(config, layout)
 
