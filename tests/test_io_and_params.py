@@ -192,3 +192,37 @@ def test_an_artifact_store_with_no_room_is_named_not_the_database(tmp_path, empt
     assert line.startswith("the run's artifacts could not be written in "), line
     assert str(artifacts) in line and "free in " in line and "mlflow.db" not in line
     assert "the next `track` marks it FAILED" in line
+
+
+def test_params_and_folder_outputs_with_no_room_name_the_output_folder(tmp_path):
+    """safetensors' own I/O error and a file of a folder output (atomic_dir) are named as
+    the output folder, with its free space, not as a traceback or the temp folder."""
+    params = tmp_path / "data" / "params"
+    folder = tmp_path / "data" / "prepared"
+    done = run_with_file_limit(
+        "from pathlib import Path\n"
+        "import numpy as np\n"
+        "from vmapcheck.errors import ArtifactError\n"
+        "from vmapcheck.io import atomic_dir, atomic_save_npz\n"
+        "from vmapcheck.params_io import save_params\n"
+        "params, folder = Path(sys.argv[2]), Path(sys.argv[3])\n"
+        "try:\n"
+        "    save_params(params, {'w': np.zeros((64, 64), np.float32)}, {})\n"
+        "except ArtifactError as exc:\n"
+        "    print(exc)\n"
+        "try:\n"
+        "    with atomic_dir(folder) as tmp:\n"
+        "        atomic_save_npz(tmp / 'train.npz', {'x': np.zeros((64, 64))})\n"
+        "except ArtifactError as exc:\n"
+        "    print(exc)\n",
+        4096,
+        str(params),
+        str(folder),
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    saved, built = done.stdout.splitlines()
+    assert saved.startswith(f"{params}/params.safetensors: cannot write it in {params} (File")
+    assert "free in" in saved and "ulimit -f" in saved
+    assert built.startswith(f"{folder}/train.npz: cannot write it in {folder} (File too large")
+    assert built.endswith("the folder is as it was before") and "free in" in built
+    assert not folder.exists() and list(params.iterdir()) == []

@@ -154,7 +154,15 @@ def atomic_dir(path: Path) -> Iterator[Path]:
         tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", dir=path.parent))
         try:
             os.chmod(tmp, 0o777 & ~_umask())
-            yield tmp
+            try:
+                yield tmp
+            except ArtifactError as exc:
+                # A file of the folder could not be written: named within the output
+                # folder, not the temp folder it was being built in.
+                message = str(exc).replace(str(tmp), str(path))
+                raise ArtifactError(
+                    message.replace("the file is as it was before", "the folder is as it was before")
+                ) from None
             pause_point(f"write {path.name}/")  # a test may kill the stage here
             old = None
             if path.exists():
