@@ -160,9 +160,8 @@ def atomic_dir(path: Path) -> Iterator[Path]:
                 # A file of the folder could not be written: named within the output
                 # folder, not the temp folder it was being built in.
                 message = str(exc).replace(str(tmp), str(path))
-                raise ArtifactError(
-                    message.replace("the file is as it was before", "the folder is as it was before")
-                ) from None
+                kept = "the folder is as it was before"
+                raise ArtifactError(message.replace("the file is as it was before", kept)) from None
             pause_point(f"write {path.name}/")  # a test may kill the stage here
             old = None
             if path.exists():
