@@ -882,7 +882,14 @@ def params_edit_cases(base: Path, tmp: Path) -> None:
     DVC does when train ends): the next `dvc repro` must not register it."""
     import yaml
 
-    for key, change in [("train.steps", 1), ("train.learning_rate", 2.0), ("train.batch_size", 2)]:
+    edits = [
+        ("train.steps", 1),
+        ("train.learning_rate", 2.0),
+        ("train.batch_size", 2),
+        ("train.eval_every", 5),
+        ("train.optimizer", "sgd"),
+    ]
+    for key, change in edits:
         root = copy_of(base, tmp / f"edit-{key}")
 
         def call(root=root, key=key, change=change) -> Outcome:
@@ -894,7 +901,10 @@ def params_edit_cases(base: Path, tmp: Path) -> None:
             if leaf not in raw[group]:
                 return Outcome(None, "", "", KeyError(key))
             old = raw[group][leaf]
-            raw[group][leaf] = old + change if isinstance(change, int) else old * change
+            if isinstance(change, str):
+                raw[group][leaf] = change
+            else:
+                raw[group][leaf] = old + change if isinstance(change, int) else old * change
             text = params.read_text()
             params.write_text(
                 text.replace(f"  {leaf}: {old}\n", f"  {leaf}: {raw[group][leaf]}\n", 1)
@@ -918,6 +928,22 @@ def params_edit_cases(base: Path, tmp: Path) -> None:
         )
 
 
+def params_control_case(base: Path, tmp: Path) -> None:
+    """Nothing edited: the same `dvc repro` is not refused (no false alarm)."""
+    root = copy_of(base, tmp / "edit-none")
+
+    def call() -> Outcome:
+        from tests.helpers.project import commit_all
+
+        commit_all(root, "as built")
+        new_state(root, "a control run")
+        return proc(root, "dvc", "repro", timeout=1200)
+
+    record(
+        "params-edit", "nothing edited, a new state, then dvc repro (no false alarm)", "serve", call
+    )
+
+
 # --- the group -----------------------------------------------------------------------------
 
 
@@ -931,7 +957,10 @@ GROUPS: dict[str, Callable[[Path, Path], None]] = {
     "signals": signal_cases,
     "clock": clock_cases,
     "disk-full": disk_cases,
-    "params-edit": params_edit_cases,
+    "params-edit": lambda base, tmp: (
+        params_edit_cases(base, tmp),
+        params_control_case(base, tmp),
+    ),
 }
 
 
