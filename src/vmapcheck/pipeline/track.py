@@ -262,10 +262,13 @@ def stale_outputs(layout: Layout, stages: dict[str, dict[str, Any]]) -> dict[str
     without leaves (written before stages kept them) is compared by key."""
     _, raw = read_params(layout.params_yaml)
     now_keys = ((stages.get(LAST_STAGE) or {}).get("params") or {}).get("sha256") or {}
+    # Only the stages dvc.yaml has now: a record left by a stage since removed or renamed
+    # made no output this run uses.
+    current = declared_params(layout)
     stale: dict[str, list[str]] = {}
     for name, record in stages.items():
         theirs = record.get("params") if name != LAST_STAGE else None
-        if not theirs:
+        if not theirs or (current and name not in current):
             continue
         leaves = theirs.get("leaves")
         if isinstance(leaves, dict):
