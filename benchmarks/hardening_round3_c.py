@@ -418,7 +418,9 @@ def served_tamper_cases(root: Path, tmp: Path) -> None:
         path = folder / relative
         saved = path.read_bytes()
 
-        def call(path=path, saved=saved, change=change) -> Outcome:
+        seen: dict[str, int | bool] = {}
+
+        def call(path=path, saved=saved, change=change, seen=seen) -> Outcome:
             try:
                 if change == "delete":
                     path.unlink()
@@ -434,7 +436,11 @@ def served_tamper_cases(root: Path, tmp: Path) -> None:
                         return Outcome(0, "", "the server started (no refusal in 180 s)")
                 # Progress bars (\r) are not lines.
                 text = log.read_text(errors="replace").replace("\r", "")
-                lines = [ln for ln in text.split("\n") if ln.strip()]
+                lines = [
+                    ln
+                    for ln in text.split("\n")
+                    if ln.strip() and not ln.startswith("Downloading artifacts")
+                ]
                 ours = [ln for ln in lines if ln.startswith("vmapcheck: the model was not served")]
                 tracebacks = text.count("Traceback (most recent call last)")
                 # MLflow's launcher (mlflow/pyfunc/backend.py, `serve`) raises its own
@@ -445,8 +451,8 @@ def served_tamper_cases(root: Path, tmp: Path) -> None:
                     return Outcome(
                         None, "", "", RuntimeError(f"{len(lines)} lines, {tracebacks} traceback(s)")
                     )
-                shown = f"{ours[0]} [{len(lines)} lines in all"
-                shown += ", then MLflow's launcher's traceback]" if launcher else "]"
+                seen["lines"], seen["launcher"] = len(lines), launcher
+                shown = ours[0]
                 return Outcome(server.returncode or 1, "", shown)
             finally:
                 path.write_bytes(saved)
@@ -458,10 +464,11 @@ def served_tamper_cases(root: Path, tmp: Path) -> None:
             call,
             names=(relative.split("/")[-1], "not served"),
         )
-        if "MLflow's launcher" in row.shown:
+        if seen.get("launcher"):
             row.note = (
-                "vmapcheck's one line, then the traceback MLflow's `serve` launcher prints for "
-                "any non-zero exit of uvicorn (was 85 lines around the refusal)"
+                f"{seen['lines']} lines in all: vmapcheck's one line, then the traceback "
+                "MLflow's `serve` launcher prints for any non-zero exit of uvicorn (85 lines "
+                "around the refusal before)"
             )
 
 
