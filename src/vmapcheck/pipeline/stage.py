@@ -111,7 +111,9 @@ def leaf_digests(raw: dict[str, Any], keys: list[str]) -> dict[str, str]:
             for part, child in node.items():
                 walk(child, f"{key}.{part}")
         else:
-            found[key] = _digest(node)
+            # 16 hex digits tell a changed value apart; the record (written at the stage's
+            # start, on a disk that may be nearly full) stays small with many leaves.
+            found[key] = _digest(node)[:16]
 
     for key in keys:
         walk(_value_at(raw, key), key)

@@ -254,6 +254,13 @@ def refuse_changed_settings(layout: Layout, stages: dict[str, dict[str, Any]]) -
             )
 
 
+def _same(recorded: Any, now: str | None) -> bool:
+    """A recorded leaf digest and today's agree (a record may keep a longer digest)."""
+    if not isinstance(recorded, str) or now is None:
+        return recorded is None and now is None
+    return recorded.startswith(now) or now.startswith(recorded)
+
+
 def stale_outputs(layout: Layout, stages: dict[str, dict[str, Any]]) -> dict[str, list[str]]:
     """Per stage, the leaves of its own params keys (``train.steps``) whose values in
     params.yaml now differ from those it ran with (its time record, a DVC output that
@@ -273,7 +280,7 @@ def stale_outputs(layout: Layout, stages: dict[str, dict[str, Any]]) -> dict[str
         leaves = theirs.get("leaves")
         if isinstance(leaves, dict):
             now = leaf_digests(raw, list(theirs.get("keys", [])))
-            keys = sorted(k for k in set(leaves) | set(now) if leaves.get(k) != now.get(k))
+            keys = sorted(k for k in set(leaves) | set(now) if not _same(leaves.get(k), now.get(k)))
         else:
             keys = [k for k in theirs.get("keys", []) if theirs["sha256"].get(k) != now_keys.get(k)]
         if keys:
