@@ -1135,6 +1135,7 @@ def main() -> int:
             ("served", lambda: served_cases(copy_of(base, tmp / "served"))),
             ("round3_a", lambda: __import__("hardening_round3_a").cases(base, tmp)),
             ("store3", lambda: __import__("hardening_round3_b").cases(base, tmp)),
+            ("round3-c", lambda: __import__("hardening_round3_c").cases(base, tmp)),
         ]
         if not args.quick:
             groups += [

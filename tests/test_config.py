@@ -326,7 +326,7 @@ def test_every_tolerance_must_be_finite(group, key, value):
         ),
         ("file:///srv/runs", "e.g. sqlite:////srv/runs/mlflow.db, found 'file:///srv/runs'"),
         ("mlruns", "e.g. sqlite:///mlruns/mlflow.db, found 'mlruns'"),
-        ("postgresql://u@h/db", "not scheme 'postgresql'"),
+        ("postgresql://h/db", "not scheme 'postgresql'"),
         ("sqlite:///", "tracking.tracking_uri: expected sqlite:///<path to a .db file>"),
     ],
 )

@@ -168,3 +168,122 @@ def test_an_npz_that_is_a_fifo_is_refused_without_opening_it(tmp_path):
     os.mkfifo(path)
     with pytest.raises(ArtifactError, match=r"train\.npz: expected an \.npz file .* found a FIFO"):
         load_npz(path)
+
+
+# A full disk the tests can make as any user: a child process whose file size limit
+# (RLIMIT_FSIZE, `ulimit -f`) is small, with SIGXFSZ ignored, so that a write past it fails
+# with EFBIG, as one on a full disk fails with ENOSPC (both mapped alike: vmapcheck.io.NO_ROOM).
+# Chosen over a small tmpfs: mounting one needs root or user namespaces, which CI
+# containers often lack; /dev/shm is shared with the machine and cannot be made small.
+FULL_DISK_CHILD = """
+import resource, signal, sys
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+limit = int(sys.argv[1])
+resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+"""
+
+
+def run_with_file_limit(code: str, limit: int, *args: str):
+    import subprocess
+    import sys
+
+    return subprocess.run(
+        [sys.executable, "-c", FULL_DISK_CHILD + code, str(limit), *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def test_a_write_with_no_room_names_the_folder_and_its_free_space_and_loses_nothing(tmp_path):
+    target = tmp_path / "reports" / "check.json"
+    target.parent.mkdir()
+    target.write_text('{"before": true}\n')
+    done = run_with_file_limit(
+        "from pathlib import Path\n"
+        "from vmapcheck.io import atomic_write_json\n"
+        "from vmapcheck.errors import ArtifactError\n"
+        "try:\n"
+        "    atomic_write_json(Path(sys.argv[2]), {'x': 'y' * 100_000})\n"
+        "except ArtifactError as exc:\n"
+        "    print(exc)\n",
+        4096,
+        str(target),
+    )
+    assert done.returncode == 0, done.stderr
+    (line,) = done.stdout.splitlines()
+    assert line.startswith(f"{target}: cannot write it in {target.parent} (File too large; ")
+    assert f"free in {target.parent}, and this process may write files of at most 4096" in line
+    assert line.endswith("; the file is as it was before")
+    # Nothing lost, nothing half-written: the old file stays, no temp file is left, and the
+    # next write (room again) succeeds.
+    assert target.read_text() == '{"before": true}\n'
+    assert [p.name for p in target.parent.iterdir()] == ["check.json"]
+    atomic_write_json(target, {"x": "y" * 100_000})
+    assert json.loads(target.read_text())["x"] == "y" * 100_000
+
+
+def test_an_artifact_store_with_no_room_is_named_not_the_database(tmp_path, empty_mlflow_store):
+    """MLflow copies a run's artifacts into the artifact root: a write there that fails
+    for lack of room names that folder and its free space, not mlflow.db."""
+    uri = empty_mlflow_store(tmp_path / "mlflow.db")
+    artifacts = tmp_path / "mlartifacts"
+    big = tmp_path / "big.bin"
+    big.write_bytes(b"\0" * 2_000_000)
+    done = run_with_file_limit(
+        "from pathlib import Path\n"
+        "from mlflow.tracking import MlflowClient\n"
+        "from vmapcheck.errors import TrackingStoreError\n"
+        "from vmapcheck.tracking.sqlite_store import store_faults\n"
+        "uri, artifacts, big = sys.argv[2], Path(sys.argv[3]), sys.argv[4]\n"
+        "client = MlflowClient(tracking_uri=uri)\n"
+        "run = client.create_run(client.create_experiment('e', str(artifacts)))\n"
+        "try:\n"
+        "    with store_faults(uri, artifacts):\n"
+        "        client.log_artifact(run.info.run_id, big)\n"
+        "except TrackingStoreError as exc:\n"
+        "    print(exc)\n",
+        1_000_000,
+        uri,
+        str(artifacts),
+        str(big),
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    line = done.stdout.strip().splitlines()[-1]
+    assert line.startswith("the run's artifacts could not be written in "), line
+    assert str(artifacts) in line and "free in " in line and "mlflow.db" not in line
+    assert "the next `track` marks it FAILED" in line
+
+
+def test_params_and_folder_outputs_with_no_room_name_the_output_folder(tmp_path):
+    """safetensors' own I/O error and a file of a folder output (atomic_dir) are named as
+    the output folder, with its free space, not as a traceback or the temp folder."""
+    params = tmp_path / "data" / "params"
+    folder = tmp_path / "data" / "prepared"
+    done = run_with_file_limit(
+        "from pathlib import Path\n"
+        "import numpy as np\n"
+        "from vmapcheck.errors import ArtifactError\n"
+        "from vmapcheck.io import atomic_dir, atomic_save_npz\n"
+        "from vmapcheck.params_io import save_params\n"
+        "params, folder = Path(sys.argv[2]), Path(sys.argv[3])\n"
+        "try:\n"
+        "    save_params(params, {'w': np.zeros((64, 64), np.float32)}, {})\n"
+        "except ArtifactError as exc:\n"
+        "    print(exc)\n"
+        "try:\n"
+        "    with atomic_dir(folder) as tmp:\n"
+        "        atomic_save_npz(tmp / 'train.npz', {'x': np.zeros((64, 64))})\n"
+        "except ArtifactError as exc:\n"
+        "    print(exc)\n",
+        4096,
+        str(params),
+        str(folder),
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    saved, built = done.stdout.splitlines()
+    assert saved.startswith(f"{params}/params.safetensors: cannot write it in {params} (File")
+    assert "free in" in saved and "ulimit -f" in saved
+    assert built.startswith(f"{folder}/train.npz: cannot write it in {folder} (File too large")
+    assert built.endswith("the folder is as it was before") and "free in" in built
+    assert not folder.exists() and list(params.iterdir()) == []

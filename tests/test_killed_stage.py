@@ -18,6 +18,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import psutil
+import pytest
 
 from tests.helpers.inprocess import write_params
 from tests.helpers.wait import HANG_S, polls
@@ -36,7 +37,11 @@ STAGE = (
 )
 
 
-def sigkill_a_stage(root: Path, before_reaped: Callable[[], None] | None = None) -> int:
+def sigkill_a_stage(
+    root: Path,
+    before_reaped: Callable[[], None] | None = None,
+    sig: signal.Signals = signal.SIGKILL,
+) -> int:
     """Start stage ``train`` in a process of its own, hold it once it has started (its
     time record written), SIGKILL it there; its exit status (-9). ``before_reaped``:
     called while the killed process is a zombie (killed, not yet waited for: what a stage
@@ -50,7 +55,7 @@ def sigkill_a_stage(root: Path, before_reaped: Callable[[], None] | None = None)
                 break
             assert proc.poll() is None, f"the stage ended ({proc.returncode}) before its pause"
         assert json.loads(paused.read_text())["pid"] == proc.pid
-        proc.send_signal(signal.SIGKILL)
+        proc.send_signal(sig)
         if before_reaped is not None:
             for _ in polls("the killed stage becoming a zombie"):
                 if psutil.Process(proc.pid).status() == psutil.STATUS_ZOMBIE:
@@ -123,6 +128,25 @@ def test_the_out_of_memory_killers_count_names_memory(tmp_path, monkeypatch):
     # Unchanged: killed, most likely for memory, said without the certainty.
     line = killed_stage(record | {"oom_kills": {"source": str(counter), "count": 4}})
     assert line is not None and "most likely the system, for lack of memory" in line
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP])
+def test_a_stage_sent_sigterm_is_said_to_be_terminated_not_out_of_memory(tmp_path, capsys, sig):
+    from vmapcheck.pipeline.stage import TERMINATED
+
+    write_params(tmp_path)
+    layout = Layout(tmp_path)
+    assert TERMINATED == 143
+    assert sigkill_a_stage(tmp_path, sig=sig) == 128 + sig
+    record = read_json(layout.stage_time("train"))
+    assert record["end"] is not None and record["exit_code"] == 128 + sig
+    assert killed_stages(layout) == []
+    capsys.readouterr()
+    run_summary(layout, repro_status=1)
+    out = capsys.readouterr().out
+    assert "train (started " in out and f"failed: Terminated: terminated ({sig.name}" in out, out
+    assert "memory" not in out.replace("out-of-memory killer", ""), out
+    assert "SIGKILL" not in out, out
 
 
 def test_a_killed_stage_not_yet_reaped_is_named_as_killed(tmp_path):

@@ -201,3 +201,4 @@ def test_ctrl_c_in_a_stage_is_one_line_and_the_shells_exit_code(tmp_path, capsys
     # The stage's time record says how it ended.
     record = read_json(Layout(tmp_path).stage_time("bench"))
     assert record["exit_code"] == INTERRUPTED
+    assert record["error"].startswith("Interrupted: interrupted (Ctrl-C)")

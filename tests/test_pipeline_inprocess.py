@@ -202,8 +202,8 @@ def test_a_run_whose_params_changed_under_it_is_never_logged(
     """As when a second `dvc exp run` rewrites params.yaml while the first runs: train ran
     with one learning rate, track reads another. track refuses before it opens the
     store, naming the stage and key; the store keeps only the earlier runs, and alias
-    `verified` does not move. (Stages of earlier pipeline runs are not compared: `dvc
-    repro --single-item track` after a change of train's params is DVC's to flag.)"""
+    `verified` does not move. (Stages of earlier pipeline runs are compared by what their
+    outputs were made with: the next test.)"""
     import shutil
 
     from mlflow.tracking import MlflowClient
@@ -239,6 +239,44 @@ def test_a_run_whose_params_changed_under_it_is_never_logged(
     assert "(other values than track read, of train: train)" in err, err
     assert "Nothing is logged or registered" in err and "`dvc queue start`" in err
     assert logged() == before
+
+
+def test_params_edited_while_train_ran_are_refused_by_the_next_repro_too(
+    project, tmp_path, capsys, monkeypatch
+):
+    """params.yaml edited while train runs: DVC records the new value in dvc.lock when train
+    ends, so the next `dvc repro` skips train. Its track (a new `dvc` process: train's
+    record is an earlier run's) compares the values train ran with, in train's record,
+    with params.yaml, and refuses, naming the leaf: @verified never gets train settings
+    that did not make its params."""
+    import shutil
+
+    from mlflow.tracking import MlflowClient
+
+    import vmapcheck.pipeline.track as track_stage
+
+    root = tmp_path / "edited"
+    shutil.copytree(project.layout.root, root, symlinks=True)
+    config = load_config(Layout(root).params_yaml)
+    client = MlflowClient(tracking_uri=tracking_uri(config.tracking, root))
+
+    def run_count() -> int:
+        return sum(len(client.search_runs([e.experiment_id])) for e in client.search_experiments())
+
+    runs_before = run_count()
+    assert run_stage(root, "train") == 0
+    write_params(root, *OVERRIDES, f"train.learning_rate={config.train.learning_rate * 2}")
+    capsys.readouterr()
+    began = time.time() + 1.0  # the next `dvc repro`, started after train's record
+    monkeypatch.setattr(track_stage, "dvc_run_began", lambda: began)
+    assert run_stage(root, "track") == 2
+    err = capsys.readouterr().err
+    # check declares train's params too (dvc.yaml): it ran with the old value as well.
+    assert "the outputs of stage(s) train, check were made with other settings than" in err
+    assert "(train: train.learning_rate; check: train.learning_rate)" in err, err
+    assert "dvc.lock recorded the new values" in err
+    assert "`dvc repro --force --single-item train`, then `dvc repro`" in err
+    assert run_count() == runs_before
 
 
 # The records stages exchange are typed (issue 36): check_details.json, the forward record

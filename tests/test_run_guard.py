@@ -89,3 +89,63 @@ def test_the_config_reads_seed_through_the_guard():
     text = (ROOT / "conf" / "config.yaml").read_text()
     assert "seed: ${vmapcheck_idle:0}" in text
     assert "\nseed: 0\n" in Path(ROOT / "params.yaml").read_text()
+
+
+@pytest.mark.parametrize(
+    ("override", "shown"),
+    [
+        ("tracking.tracking_uri=http://alice:s3cretpw@127.0.0.1:9", "http://***@127.0.0.1:9"),
+        ("tracking.tracking_uri=https://alice@mlflow.example", "https://***@mlflow.example"),
+        ("tracking.tracking_uri='http://h:5000/?access_token=s3cretpw'", "access_token=***"),
+        ("tracking.artifact_root=s3://AKIA:s3cretpw@bucket/x", "s3://***@bucket/x"),
+    ],
+)
+def test_a_credential_in_a_setting_is_refused_where_hydra_composes(
+    override, shown, tmp_path, monkeypatch
+):
+    """What `dvc exp run -S` and `vmapcheck params` compose goes through the guard's
+    resolver before DVC writes params.yaml: refused, the secret never printed."""
+    from vmapcheck.compose import run_params
+    from vmapcheck.layout import Layout as ProjectLayout
+
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ConfigError) as caught:
+        compose_yaml(ROOT / "conf", [override])
+    message = str(caught.value)
+    assert "s3cretpw" not in message and "alice" not in message and "AKIA" not in message
+    assert "a credential given in a setting" in message and shown in message
+    assert "so nothing was written" in message
+    # `vmapcheck params` leaves params.yaml as it was.
+    project = tmp_path / "project"
+    (project / "conf").mkdir(parents=True)
+    for item in (ROOT / "conf").iterdir():
+        (project / "conf" / item.name).symlink_to(item)
+    (project / "params.yaml").write_text("untouched\n")
+    with pytest.raises(ConfigError):
+        run_params(ProjectLayout(project), [override])
+    assert (project / "params.yaml").read_text() == "untouched\n"
+
+
+def test_a_credential_that_reached_params_yaml_is_scrubbed_before_the_refusal(tmp_path, capsys):
+    """`-S seed=5` replaces the resolver that refuses it, so DVC writes the URL; the first
+    stage replaces the secret by *** before validation refuses the setting."""
+    from vmapcheck.project.code import run as code_stage
+    from vmapcheck.running import scrub_credentials
+
+    params = tmp_path / "params.yaml"
+    text = (ROOT / "params.yaml").read_text()
+    params.write_text(
+        text.replace("tracking_uri: sqlite:///mlflow.db", "tracking_uri: http://al:s3cretpw@h:9")
+    )
+    assert "s3cretpw" in params.read_text()
+    assert code_stage(tmp_path) == 2
+    err = capsys.readouterr().err
+    assert "s3cretpw" not in params.read_text() and "s3cretpw" not in err
+    assert "tracking_uri: http://***@h:9" in params.read_text()
+    assert "a credential given in a setting was replaced by *** in the file" in err
+    assert "tracking.tracking_uri: a user or password in the URL" in err
+    # A clean file, a FIFO or a missing file is left alone (never read, never blocked on).
+    assert not scrub_credentials(params, "code")
+    os.mkfifo(tmp_path / "fifo.yaml")
+    assert not scrub_credentials(tmp_path / "fifo.yaml", "code")
+    assert not scrub_credentials(tmp_path / "missing.yaml", "code")

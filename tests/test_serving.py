@@ -144,6 +144,46 @@ def test_a_request_the_guard_refuses_is_a_400_with_its_message_and_no_value(mlp_
     assert "Shape of input (2, 7) does not match expected shape (-1, 8)" in caught.value.message
 
 
+def test_the_scoring_server_takes_named_columns_by_name_and_refuses_bad_bodies(mlp, mlp_model):
+    """MLflow's own scoring function, in process, as `mlflow models serve` calls it: loading
+    the model put vmapcheck's body rule in front of it (request_body.install)."""
+    from mlflow.pyfunc import scoring_server
+
+    store, _ = mlp
+    schema = mlp_model.metadata.get_input_schema()
+    x = rows(3)
+    expected = mlp_model.predict(x)
+
+    def invoke(value: Any, content_type: str = "application/json") -> tuple[int, Any]:
+        data = value if isinstance(value, bytes) else json.dumps(value).encode()
+        answer = scoring_server.invocations(data, content_type, mlp_model, schema)
+        return answer.status, json.loads(answer.response)
+
+    reversed_names = store.features[::-1]
+    split = {"columns": reversed_names, "data": x[:, ::-1].tolist()}
+    status, answer = invoke({"dataframe_split": split})
+    assert status == 200
+    np.testing.assert_array_equal(np.asarray(answer["predictions"], np.float32), expected)
+    records = [dict(zip(reversed_names, row[::-1], strict=True)) for row in x.tolist()]
+    status, answer = invoke({"dataframe_records": records})
+    assert status == 200
+    np.testing.assert_array_equal(np.asarray(answer["predictions"], np.float32), expected)
+
+    status, answer = invoke(b"[" * (50 * 2**20))
+    assert (status, answer["reason"]) == (413, "body_too_large")
+    status, answer = invoke(b"x0,x1\n1,2\n", "text/csv")
+    assert (status, answer["reason"]) == (415, "content_type") and "stack_trace" not in answer
+    misnamed = dict(records[0], x9=records[0].pop("x0"))
+    status, answer = invoke({"dataframe_records": [misnamed]})
+    assert (status, answer["reason"]) == (400, "columns")
+    assert "missing ['x0']; unknown ['x9']" in answer["message"]
+    status, answer = invoke({"inputs": rows(2, width=7).tolist()})
+    assert (status, answer["reason"]) == (400, "row_shape")
+    assert answer["message"] == (
+        "request refused: inputs: row 0 has 7 values, expected 8 (one per feature)"
+    )
+
+
 @pytest.mark.parametrize(
     "relative",
     [
@@ -353,7 +393,13 @@ def test_mlflow_models_serve_answers_refuses_and_follows_a_rollback(
 
         status, answer = server.invoke(json.dumps({"inputs": rows(2, width=7).tolist()}))
         assert status == 400 and answer["error_code"] == "INVALID_PARAMETER_VALUE"
-        assert "Shape of input (2, 7) does not match expected shape (-1, 8)" in answer["message"]
+        assert "row 0 has 7 values, expected 8" in answer["message"]
+        # Named columns in another order: by name, the same prediction.
+        names = store.features[::-1]
+        split = {"columns": names, "data": x[:, ::-1].tolist()}
+        status, answer = server.invoke(json.dumps({"dataframe_split": split}))
+        assert status == 200
+        np.testing.assert_array_equal(np.asarray(answer["predictions"], np.float32), served)
 
         with_nan = x.tolist()
         with_nan[3][2] = float("nan")  # json.dumps writes NaN, which MLflow's reader takes

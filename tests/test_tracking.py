@@ -351,3 +351,65 @@ def test_a_run_whose_bench_was_not_rerun_gets_no_new_benchmark_verdict(tmp_path)
     stages["bench"] = record(fresh - 25, 20)
     assert bench_not_rerun(stages) is None
     assert bench_not_rerun({}) is None
+
+
+def test_a_run_made_with_the_clock_behind_is_filed_after_the_newest_and_listed_first(
+    tmp_path, empty_mlflow_store, monkeypatch, capsys
+):
+    """The clock a year behind (tracking.clock.now, the clock track reads): the run is filed
+    1 ms after the newest run in the store, with a warning, so `compare -n 2` ("newest
+    first") shows it first; the clock's reading stays in a tag."""
+    from mlflow.tracking import MlflowClient
+
+    from vmapcheck.tracking import clock
+    from vmapcheck.tracking.runs import select_runs
+
+    uri = empty_mlflow_store(tmp_path / "mlflow.db")
+    client = MlflowClient(tracking_uri=uri)
+    experiment = client.create_experiment("vmapcheck", artifact_location=str(tmp_path / "a"))
+    start, tags = clock.checked_start_ms(client, None)
+    assert tags == {} and capsys.readouterr().err == ""
+    first = client.create_run(experiment, start_time=start, run_name="first")
+    year_s = 365 * 24 * 3600
+    real_now = clock.now()
+    monkeypatch.setattr(clock, "now", lambda: real_now - year_s)
+    start, tags = clock.checked_start_ms(client, None)
+    assert start == first.info.start_time + 1
+    err = capsys.readouterr().err
+    assert err.startswith("track: warning: the clock reads ") and "system clock is behind" in err
+    assert set(tags) == {clock.CLOCK_TAG}
+    second = client.create_run(experiment, start_time=start, run_name="second", tags=tags)
+    # A start track computed from stage records a year behind is checked the same way.
+    behind_ms = int(1000 * (real_now - year_s))
+    third_start, _ = clock.checked_start_ms(client, behind_ms)
+    third = client.create_run(experiment, start_time=third_start, run_name="third")
+    newest = select_runs(uri, n=2, experiment="vmapcheck").runs
+    assert [r.info.run_id for r in newest] == [third.info.run_id, second.info.run_id]
+    # A clock that is right again files the next run at its own reading.
+    monkeypatch.setattr(clock, "now", lambda: real_now + 5)
+    assert clock.checked_start_ms(client, None) == (int(1000 * (real_now + 5)), {})
+
+
+def test_track_refuses_to_start_when_the_dvc_cache_has_no_room_for_its_outputs(tmp_path):
+    """DVC caches track's outputs after track ends: with no room there it would fail after
+    @verified moved. track refuses first, naming the cache folder and its free space. The
+    "full" cache: a sparse report as large as the disk's free space (no block written), so
+    its outputs need three times what is free."""
+    import shutil
+
+    from vmapcheck.pipeline.track import dvc_cache_folder, refuse_full_cache
+
+    layout = Layout(tmp_path)
+    (tmp_path / ".dvc").mkdir()
+    (tmp_path / ".dvc" / "config").write_text("[cache]\n    dir = ../shared-cache\n")
+    assert dvc_cache_folder(tmp_path) == (tmp_path / "shared-cache").resolve()
+    refuse_full_cache(layout)  # room enough: nothing said
+    report = tmp_path / "reports" / "report.html"
+    report.parent.mkdir()
+    with report.open("wb") as fh:
+        fh.truncate(shutil.disk_usage(tmp_path).free)
+    with pytest.raises(ArtifactError) as caught:
+        refuse_full_cache(layout)
+    message = str(caught.value)
+    assert message.startswith("the DVC cache is full: ") and f"free in {tmp_path}" in message
+    assert "nothing is logged or registered" in message

@@ -15,7 +15,7 @@ from omegaconf.errors import OmegaConfBaseException
 
 from vmapcheck.config import validate_config
 from vmapcheck.config.load import PARAMS_MAX_BYTES
-from vmapcheck.errors import ArtifactError, ConfigError, describe, did_you_mean
+from vmapcheck.errors import ArtifactError, ConfigError, describe, did_you_mean, redact
 from vmapcheck.io import atomic_write_text, read_text_bounded
 from vmapcheck.layout import Layout
 from vmapcheck.running import register as register_run_guard
@@ -33,6 +33,8 @@ def compose_yaml(conf_dir: Path, overrides: list[str] | None = None) -> str:
     """
     overrides = list(overrides or [])
     _check_conf_files(conf_dir)
+    # A refused override is named without a credential it may hold (running.compose_guard).
+    shown = [redact(o) for o in overrides]
     try:
         cfg = _composed(conf_dir, overrides)
         OmegaConf.resolve(cfg)
@@ -41,10 +43,10 @@ def compose_yaml(conf_dir: Path, overrides: list[str] | None = None) -> str:
     except (HydraException, OmegaConfBaseException) as exc:
         found = _unknown_name(exc, conf_dir, overrides)
         if found is None:
-            raise ConfigError(f"overrides {overrides}: {exc}") from None
+            raise ConfigError(f"overrides {shown}: {exc}") from None
         # Hydra's own advice for a key the config lacks is to add it with "+": every key
         # is then refused by the stages' validation (no vmapcheck key is open-ended).
-        raise ConfigError(f"overrides {overrides}: {found}") from None
+        raise ConfigError(f"overrides {shown}: {found}") from None
     return OmegaConf.to_yaml(cfg)
 
 

@@ -35,8 +35,17 @@ def _umask() -> int:
 
 
 # The write failures that are the machine's, not the program's: no permission, a
-# read-only file system, no space or quota left, a file size limit.
-_CANNOT_WRITE = {errno.EACCES, errno.EPERM, errno.EROFS, errno.ENOSPC, errno.EDQUOT, errno.EFBIG}
+# read-only file system, no space or quota left, a file size limit, and an output folder
+# that is a mount point (EBUSY: it cannot be swapped for the new one by a rename).
+_CANNOT_WRITE = {
+    errno.EACCES,
+    errno.EPERM,
+    errno.EROFS,
+    errno.ENOSPC,
+    errno.EDQUOT,
+    errno.EFBIG,
+    errno.EBUSY,
+}
 
 
 @contextlib.contextmanager
@@ -49,7 +58,48 @@ def _writing(path: Path, what: str) -> Iterator[None]:
         if exc.errno not in _CANNOT_WRITE:
             raise
         cause = exc.strerror or errno.errorcode.get(exc.errno or 0, "")
-        raise ArtifactError(f"{path}: cannot write it in {path.parent} ({cause}); {what}") from None
+        raise ArtifactError(
+            f"{path}: cannot write it in {path.parent} ({cause}{space_note(exc, path.parent)})"
+            f"; {what}"
+        ) from None
+
+
+# The write failures that mean "no room": the disk or quota is full, or a file size limit.
+NO_ROOM = {errno.ENOSPC, errno.EDQUOT, errno.EFBIG}
+
+
+def space_note(exc: OSError, folder: Path) -> str:
+    """For a write that failed for lack of room (:data:`NO_ROOM`): ``"; 12 kB free in
+    <folder>"`` (the first existing folder at or above it), and for EFBIG the process's
+    file size limit (``ulimit -f``); else ``""``."""
+    if exc.errno not in NO_ROOM:
+        return ""
+    note = f"; {free_space(folder)}"
+    if exc.errno == errno.EFBIG:
+        import resource
+
+        soft, _ = resource.getrlimit(resource.RLIMIT_FSIZE)
+        if soft != resource.RLIM_INFINITY:
+            note += f", and this process may write files of at most {soft} bytes (ulimit -f)"
+    return note
+
+
+def free_space(folder: Path) -> str:
+    """``"<n> free in <folder>"`` (bytes, kB, MB or GB), for the first existing folder at
+    or above ``folder``; ``"free space in <folder> unknown"`` when it cannot be read."""
+    here = Path(folder)
+    while not here.exists() and here != here.parent:
+        here = here.parent
+    try:
+        free = float(shutil.disk_usage(here).free)
+    except OSError:
+        return f"free space in {here} unknown"
+    for unit in ("bytes", "kB", "MB", "GB"):
+        if free < 1024 or unit == "GB":
+            shown = f"{free:.0f} {unit}" if unit == "bytes" else f"{free:.1f} {unit}"
+            return f"{shown} free in {here}"
+        free /= 1024
+    return f"free space in {here} unknown"  # not reached
 
 
 @contextlib.contextmanager
@@ -105,7 +155,14 @@ def atomic_dir(path: Path) -> Iterator[Path]:
         tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", dir=path.parent))
         try:
             os.chmod(tmp, 0o777 & ~_umask())
-            yield tmp
+            try:
+                yield tmp
+            except ArtifactError as exc:
+                # A file of the folder could not be written: named within the output
+                # folder, not the temp folder it was being built in.
+                message = str(exc).replace(str(tmp), str(path))
+                kept = "the folder is as it was before"
+                raise ArtifactError(message.replace("the file is as it was before", kept)) from None
             pause_point(f"write {path.name}/")  # a test may kill the stage here
             old = None
             if path.exists():

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
+import re
 from pathlib import Path
 from typing import Any
 
@@ -88,7 +90,16 @@ def save_params(folder: Path, params: Any, metadata: dict[str, Any]) -> dict[str
     }
     target = folder / PARAMS_FILE
     with atomic_path(target) as tmp:
-        save_file(arrays, str(tmp))
+        try:
+            save_file(arrays, str(tmp))
+        except SafetensorError as exc:
+            # safetensors (Rust) reports a failed write as "I/O error: ... (os error 28)":
+            # as the OSError it is, so that atomic_path names the folder and its free space.
+            found = re.search(r"os error (\d+)", str(exc))
+            if found is None:
+                raise
+            code = int(found.group(1))
+            raise OSError(code, os.strerror(code)) from None
     manifest = {
         "file": PARAMS_FILE,
         "sha256": sha256_file(target),

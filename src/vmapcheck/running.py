@@ -27,12 +27,13 @@ import contextlib
 import datetime
 import json
 import os
+import sys
 from pathlib import Path
 from typing import Any
 
 import psutil
 
-from vmapcheck.errors import ArtifactError, first_line
+from vmapcheck.errors import ArtifactError, first_line, redact
 from vmapcheck.io import atomic_write_json, read_json
 from vmapcheck.layout import Layout
 
@@ -161,12 +162,92 @@ def idle(value: Any = 0) -> Any:
     return value
 
 
+class CredentialInSettingError(ValueError):
+    """A setting holds a credential (a URL's user or password, a token in a query): refused
+    while Hydra composes params.yaml, before anything is written."""
+
+
+def credential_settings(root: Any) -> list[str]:
+    """The keys of the composed config ``root`` whose value holds a credential: a URL's
+    user or password, or a query parameter named as one (what :func:`vmapcheck.errors.redact`
+    hides), as ``key=<value redacted>``. Values are read unresolved: an interpolation is
+    not a credential given in a setting."""
+    from omegaconf import DictConfig, ListConfig, OmegaConf
+
+    found = []
+
+    def walk(node: Any, key: str) -> None:
+        if isinstance(node, dict):
+            for name, child in node.items():
+                walk(child, f"{key}.{name}" if key else str(name))
+        elif isinstance(node, list):
+            for i, child in enumerate(node):
+                walk(child, f"{key}[{i}]")
+        elif isinstance(node, str) and redact(node) != node:
+            found.append(f"{key}={redact(node)}")
+
+    if isinstance(root, DictConfig | ListConfig):
+        walk(OmegaConf.to_container(root, resolve=False), "")
+    return found
+
+
+def compose_guard(value: Any = 0, *, _root_: Any = None) -> Any:
+    """The resolver ``${vmapcheck_idle:<value>}`` (conf/config.yaml's ``seed``), which runs
+    in every process that composes params.yaml (``dvc exp run -S``, ``vmapcheck params``),
+    before it is written: refuses a credential given in a setting (DVC would write it in
+    plain text to params.yaml, then dvc.lock), then :func:`idle`.
+
+    Raises:
+        CredentialInSettingError: naming each key, its value redacted, and where
+            credentials go instead.
+        PipelineRunningError: see :func:`idle`.
+    """
+    found = credential_settings(_root_)
+    if found:
+        raise CredentialInSettingError(
+            f"vmapcheck: a credential given in a setting ({'; '.join(found)}) would be "
+            "written in plain text to params.yaml and dvc.lock, so nothing was written: give "
+            "the URL without it, and the credentials in MLFLOW_TRACKING_USERNAME and "
+            "MLFLOW_TRACKING_PASSWORD (or MLFLOW_TRACKING_TOKEN), which MLflow reads"
+        )
+    return idle(value)
+
+
+def scrub_credentials(path: Path, stage: str) -> bool:
+    """Rewrite ``path`` (params.yaml) with every credential in it redacted (``***``), when
+    it holds one, saying so on stderr as ``stage``; whether it did. The stages call it
+    before validating params.yaml: an override of ``seed`` (``-S seed=5``) replaces the
+    interpolation that runs :func:`compose_guard`, so DVC may have written a credential
+    there; validation then refuses the setting, and the secret does not stay in the file
+    for ``git commit -a``."""
+    try:
+        # Only a regular file of a params.yaml's size: a FIFO or device would block or
+        # never end here (read_params refuses them, naming the file).
+        if not path.is_file() or path.stat().st_size > 2**20:
+            return False
+        text = path.read_text(encoding="utf-8")
+    except (OSError, ValueError):
+        return False  # unreadable: read_params says why
+    scrubbed = redact(text)
+    if scrubbed == text:
+        return False
+    from vmapcheck.io import atomic_write_text
+
+    atomic_write_text(path, scrubbed)
+    print(
+        f"{stage}: {path}: a credential given in a setting was replaced by *** in the file "
+        "(never kept there); the setting is refused below",
+        file=sys.stderr,
+    )
+    return True
+
+
 def register() -> None:
-    """Register :func:`idle` with OmegaConf (once; a second call changes nothing)."""
+    """Register :func:`compose_guard` with OmegaConf (once; a second call changes nothing)."""
     from omegaconf import OmegaConf
 
     if not OmegaConf.has_resolver(RESOLVER):
-        OmegaConf.register_new_resolver(RESOLVER, idle, use_cache=False)
+        OmegaConf.register_new_resolver(RESOLVER, compose_guard, use_cache=False)
 
 
 # --- a stage the system killed ------------------------------------------------------

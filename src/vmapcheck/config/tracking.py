@@ -65,6 +65,35 @@ def tracking_uri_problem(uri: str) -> str | None:
 MAX_EXPERIMENT_NAME_LENGTH = 500
 
 
+def credential_problem(uri: str) -> str | None:
+    """Why ``uri`` may not be a setting because it holds a credential (a user or password,
+    a query or fragment, where tokens go), or None. Said without the secret: the message is
+    printed and logs keep it. Checked where the config is validated and where Hydra
+    composes params.yaml (:mod:`vmapcheck.running`'s resolver), so that no credential given
+    in a setting is written to a file."""
+    try:
+        parts = urllib.parse.urlsplit(uri)
+        has_user = parts.username is not None or parts.password is not None
+    except ValueError:  # e.g. a port that is not a number: tracking_uri_problem's to say
+        return None
+    if has_user:
+        # (The environment's MLFLOW_TRACKING_URI may hold them: it is never written.)
+        return (
+            "a user or password in the URL would be stored in params.yaml, dvc.lock "
+            "and MLflow's tags: give the URL without them, and the credentials in "
+            "MLFLOW_TRACKING_USERNAME and MLFLOW_TRACKING_PASSWORD (or "
+            "MLFLOW_TRACKING_TOKEN), which MLflow reads"
+        )
+    if parts.query or parts.fragment:
+        # A token in a query string is a credential stored in params.yaml as well.
+        return (
+            "expected a URL without a query or fragment (?... or #...): a token there "
+            "would be stored in params.yaml, dvc.lock and MLflow's tags; give a token in "
+            "MLFLOW_TRACKING_TOKEN, which MLflow reads"
+        )
+    return None
+
+
 class TrackingConfig(Strict):
     """Where runs are logged (``tracking=local``: a sqlite file; ``tracking=server``: an
     MLflow tracking server) and how long to wait for a server (vmapcheck.tracking.store).
@@ -100,23 +129,9 @@ class TrackingConfig(Strict):
         problem = tracking_uri_problem(uri)
         if problem:
             raise ValueError(problem)
-        parts = urllib.parse.urlsplit(uri)
-        if parts.username is not None or parts.password is not None:
-            # Said without the secret: the error is printed, and logs keep it. (The
-            # environment's MLFLOW_TRACKING_URI may hold them: it is never written.)
-            raise ValueError(
-                "a user or password in the URL would be stored in params.yaml, dvc.lock "
-                "and MLflow's tags: give the URL without them, and the credentials in "
-                "MLFLOW_TRACKING_USERNAME and MLFLOW_TRACKING_PASSWORD (or "
-                "MLFLOW_TRACKING_TOKEN), which MLflow reads"
-            )
-        if parts.query or parts.fragment:
-            # A token in a query string is a credential stored in params.yaml as well.
-            raise ValueError(
-                "expected a URL without a query or fragment (?... or #...): a token there "
-                "would be stored in params.yaml, dvc.lock and MLflow's tags; give a token in "
-                "MLFLOW_TRACKING_TOKEN, which MLflow reads"
-            )
+        problem = credential_problem(uri)
+        if problem:
+            raise ValueError(problem)
         return uri
 
     @model_validator(mode="after")

@@ -6,8 +6,8 @@ import contextlib
 import hashlib
 import json
 import os
+import signal
 import sys
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -28,7 +28,8 @@ from vmapcheck.errors import (
 from vmapcheck.io import atomic_write_json, read_json, read_text_bounded
 from vmapcheck.layout import Layout
 from vmapcheck.pause import pause_point, set_stage
-from vmapcheck.running import clear_running, killed_stage, oom_kills
+from vmapcheck.running import clear_running, killed_stage, oom_kills, scrub_credentials
+from vmapcheck.tracking import clock
 
 StageBody = Callable[[Config, Layout], int | None]
 # The pipeline's last stage (dvc.yaml): when it ends, the run is over.
@@ -113,6 +114,30 @@ def _value_at(raw: dict[str, Any], key: str) -> Any:
     return node
 
 
+def _digest(value: Any) -> str:
+    return hashlib.sha256(json.dumps(value, sort_keys=True, default=str).encode()).hexdigest()
+
+
+def leaf_digests(raw: dict[str, Any], keys: list[str]) -> dict[str, str]:
+    """``{dotted leaf: sha256 of its value}`` for every leaf under ``keys`` of params.yaml
+    ``raw`` (a key whose value is not a mapping is its own leaf): what lets track name
+    ``train.steps``, not only ``train``, when a stage ran with other values."""
+    found: dict[str, str] = {}
+
+    def walk(node: Any, key: str) -> None:
+        if isinstance(node, dict) and node:
+            for part, child in node.items():
+                walk(child, f"{key}.{part}")
+        else:
+            # 16 hex digits tell a changed value apart; the record (written at the stage's
+            # start, on a disk that may be nearly full) stays small with many leaves.
+            found[key] = _digest(node)[:16]
+
+    for key in keys:
+        walk(_value_at(raw, key), key)
+    return found
+
+
 def params_record(layout: Layout, name: str, text: str, raw: dict[str, Any]) -> dict[str, Any]:
     """What a stage records of the params.yaml it ran with (``text``, parsed ``raw``):
     ``{"keys": its own dvc.yaml params keys, "sha256": {key: sha256 of its value} for
@@ -124,12 +149,9 @@ def params_record(layout: Layout, name: str, text: str, raw: dict[str, Any]) -> 
     every = sorted({key for keys in declared.values() for key in keys})
     return {
         "keys": declared.get(name, []),
-        "sha256": {
-            key: hashlib.sha256(
-                json.dumps(_value_at(raw, key), sort_keys=True, default=str).encode()
-            ).hexdigest()
-            for key in every
-        },
+        "sha256": {key: _digest(_value_at(raw, key)) for key in every},
+        # Its own keys' leaves: named when its outputs no longer match params.yaml.
+        "leaves": leaf_digests(raw, declared.get(name, [])),
         "file_sha256": text_sha256(text),
     }
 
@@ -206,16 +228,60 @@ def run_stage(
         return _run_stage(name, body, root, compile_cache)
 
 
+# The signals that end a stage "politely" (a person, a job scheduler, a time limit, a
+# closed terminal), not the out-of-memory killer's SIGKILL: with Python's default action
+# the stage would die at once, leaving a record with no end, which reads as a SIGKILL.
+ENDING_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
+# The exit code of a stage stopped by SIGTERM: 128 + 15, as a shell reports it.
+TERMINATED = 128 + signal.SIGTERM
+
+
+class Terminated(BaseException):
+    """One of :data:`ENDING_SIGNALS` arrived: raised in the stage's main thread, so its
+    record gets its end and the summary says "terminated"."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signum)
+        self.signum = signum
+
+
+def _raise_terminated(signum: int, frame: Any) -> None:
+    raise Terminated(signum)
+
+
+@contextlib.contextmanager
+def _ending_signals_end_the_stage():
+    """Each of :data:`ENDING_SIGNALS` raises :class:`Terminated` in the stage while it
+    runs; the previous handlers afterwards. Only the main thread may set a handler:
+    elsewhere, nothing."""
+    try:
+        previous = {sig: signal.signal(sig, _raise_terminated) for sig in ENDING_SIGNALS}
+    except ValueError:  # not the main thread
+        yield
+        return
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
 def _run_stage(name: str, body: StageBody, root: Path | None, compile_cache: bool) -> int:
+    with _ending_signals_end_the_stage():
+        return _run_stage_body(name, body, root, compile_cache)
+
+
+def _run_stage_body(name: str, body: StageBody, root: Path | None, compile_cache: bool) -> int:
     layout = Layout(Path.cwd() if root is None else root)
     set_stage(name)
-    start = time.time()
+    start = clock.now()
     timed = False
     code: int | None = None
     error: str | None = None
     params: dict[str, Any] | None = None
     model_name: str | None = None
     try:
+        scrub_credentials(layout.params_yaml, name)
         text, raw = read_params(layout.params_yaml)
         config = validate_config(raw, source=str(layout.params_yaml))
         model_name = config.model.name
@@ -276,16 +342,29 @@ def _run_stage(name: str, body: StageBody, root: Path | None, compile_cache: boo
     except KeyboardInterrupt:
         # Ctrl-C (dvc repro passes it on to the stage): one line, not a traceback. Every
         # output is written atomically, so none is left half-written.
-        print(
-            f"{name}: interrupted (Ctrl-C); no output of this stage is half-written, and "
-            "`dvc repro` runs it again",
-            file=sys.stderr,
+        message = (
+            "interrupted (Ctrl-C); no output of this stage is half-written, and `dvc repro` "
+            "runs it again"
         )
+        print(f"{name}: {message}", file=sys.stderr)
+        # Kept in its record too: `vmapcheck summary` lists how the stage ended.
+        error = f"Interrupted: {message}"
         code = INTERRUPTED
+        return code
+    except Terminated as ended:
+        sig = signal.Signals(ended.signum).name
+        message = (
+            f"terminated ({sig}: sent by a person, a job scheduler, a time limit or a closed "
+            "terminal, not the out-of-memory killer); no output of this stage is "
+            "half-written, and `dvc repro` runs it again"
+        )
+        print(f"{name}: {message}", file=sys.stderr)
+        error = f"Terminated: {message}"
+        code = 128 + ended.signum
         return code
     finally:
         if timed:
-            write_stage_time(layout, name, start, time.time(), code, params, oom, error)
+            write_stage_time(layout, name, start, clock.now(), code, params, oom, error)
         if name == LAST_STAGE:
             # The run is over, whatever its outcome: another may compose params.yaml.
             clear_running(layout)

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -30,15 +31,23 @@ from vmapcheck.bench.records import BenchDetails, read_bench_details
 from vmapcheck.bench.verdict import compare, format_table
 from vmapcheck.check.schema import CheckDetails, read_check_details, read_diagnosis
 from vmapcheck.config import Config, read_params
-from vmapcheck.errors import SettingsChangedError, VmapcheckError, first_line
-from vmapcheck.io import atomic_write_json, atomic_write_text, read_json_object
+from vmapcheck.errors import ArtifactError, SettingsChangedError, VmapcheckError, first_line
+from vmapcheck.io import atomic_write_json, atomic_write_text, free_space, read_json_object
 from vmapcheck.layout import Layout
 from vmapcheck.pause import pause_point
-from vmapcheck.pipeline.stage import LAST_STAGE, read_stage_times, settings_changed, text_sha256
+from vmapcheck.pipeline.stage import (
+    LAST_STAGE,
+    declared_params,
+    leaf_digests,
+    read_stage_times,
+    settings_changed,
+    text_sha256,
+)
 from vmapcheck.provenance import git_state
 from vmapcheck.report.html import render_report
 from vmapcheck.report.summary import verdict_line
 from vmapcheck.running import dvc_run_began
+from vmapcheck.tracking import clock
 from vmapcheck.tracking.attempts import mark_failed, pipeline_key, settle_earlier_attempts
 from vmapcheck.tracking.baselines import resolve_baseline, run_of_timing
 from vmapcheck.tracking.log import (
@@ -68,6 +77,7 @@ from vmapcheck.tracking.store import (
     mark_complete,
     model_experiments,
     open_store,
+    resolve_artifact_root,
     store_root,
 )
 from vmapcheck.tracking.uri import shown
@@ -233,6 +243,7 @@ def refuse_changed_settings(layout: Layout, stages: dict[str, dict[str, Any]]) -
             f"(other values than track read, of {where}): another `dvc exp run` in this "
             "workspace rewrote it? Nothing is logged or registered; " + ONE_AT_A_TIME
         )
+    refuse_stale_outputs(layout, stages, skip=set(changed))
     mine = ((stages.get(LAST_STAGE) or {}).get("params") or {}).get("file_sha256")
     if mine is not None:
         text, _ = read_params(layout.params_yaml)
@@ -243,16 +254,150 @@ def refuse_changed_settings(layout: Layout, stages: dict[str, dict[str, Any]]) -
             )
 
 
+def _same(recorded: Any, now: str | None) -> bool:
+    """A recorded leaf digest and today's agree (a record may keep a longer digest)."""
+    if not isinstance(recorded, str) or now is None:
+        return recorded is None and now is None
+    return recorded.startswith(now) or now.startswith(recorded)
+
+
+def stale_outputs(layout: Layout, stages: dict[str, dict[str, Any]]) -> dict[str, list[str]]:
+    """Per stage, the leaves of its own params keys (``train.steps``) whose values in
+    params.yaml now differ from those it ran with (its time record, a DVC output that
+    travels with the stage's other outputs): the outputs in the workspace were not made
+    with the settings params.yaml, and so dvc.lock, say. Empty when all agree; a record
+    without leaves (written before stages kept them) is compared by key."""
+    _, raw = read_params(layout.params_yaml)
+    now_keys = ((stages.get(LAST_STAGE) or {}).get("params") or {}).get("sha256") or {}
+    # Only the stages dvc.yaml has now: a record left by a stage since removed or renamed
+    # made no output this run uses.
+    current = declared_params(layout)
+    stale: dict[str, list[str]] = {}
+    for name, record in stages.items():
+        theirs = record.get("params") if name != LAST_STAGE else None
+        if not theirs or (current and name not in current):
+            continue
+        leaves = theirs.get("leaves")
+        if isinstance(leaves, dict):
+            now = leaf_digests(raw, list(theirs.get("keys", [])))
+            keys = sorted(k for k in set(leaves) | set(now) if not _same(leaves.get(k), now.get(k)))
+        else:
+            keys = [k for k in theirs.get("keys", []) if theirs["sha256"].get(k) != now_keys.get(k)]
+        if keys:
+            stale[name] = keys
+    return stale
+
+
+def refuse_stale_outputs(
+    layout: Layout, stages: dict[str, dict[str, Any]], skip: set[str] | None = None
+) -> None:
+    """Refuse to log or register a run whose stages' outputs were made with other values
+    than params.yaml holds (:func:`stale_outputs`), e.g. params.yaml edited while train
+    ran: DVC wrote the new values into dvc.lock when train ended, so the next ``dvc
+    repro`` skips train and would register @verified with ``train.steps`` that did not
+    make its params. ``skip``: stages already named by :func:`refuse_changed_settings`.
+
+    Raises:
+        SettingsChangedError: naming each stage and leaf, and the command that remakes them.
+    """
+    found = stale_outputs(layout, stages)
+    # In dvc.yaml's order: the first is the one to rerun (DVC reruns those after it).
+    order = [*declared_params(layout), *found]
+    stale = {
+        name: found[name]
+        for name in dict.fromkeys(order)
+        if name in found and name not in (skip or set())
+    }
+    if not stale:
+        return
+    where = "; ".join(f"{stage}: {', '.join(keys)}" for stage, keys in stale.items())
+    first = next(iter(stale))
+    raise SettingsChangedError(
+        f"the outputs of stage(s) {', '.join(stale)} were made with other settings than "
+        f"{layout.params_yaml} holds now ({where}): it was edited while they ran, and "
+        "dvc.lock recorded the new values. Nothing is logged or registered, so the "
+        "registered version, its metrics and dvc.lock never disagree; remake them with "
+        f"`dvc repro --force --single-item {first}`, then `dvc repro`"
+    )
+
+
+# track's outputs that DVC copies into its cache after track ends (dvc.yaml), and the
+# least room the cache must have for them: a run's are well under 1 MB (the HTML report's
+# plots included), so 2 MiB, or 3x their last size when that is more.
+TRACK_OUTS = ("reports/track.json", "reports/report.html", "reports/perf_verdict.json")
+CACHE_MIN_FREE_BYTES = 2 * 2**20
+
+
+def dvc_cache_folder(root: Path) -> Path:
+    """The project's DVC cache: ``[cache] dir`` of .dvc/config.local or .dvc/config
+    (relative to .dvc/), else .dvc/cache."""
+    import configparser
+
+    for name in ("config.local", "config"):
+        parser = configparser.ConfigParser()
+        with contextlib.suppress(OSError, configparser.Error):
+            parser.read(root / ".dvc" / name, encoding="utf-8")
+            if parser.has_option("cache", "dir"):
+                return (root / ".dvc" / parser.get("cache", "dir")).resolve()
+    return root / ".dvc" / "cache"
+
+
+def refuse_full_cache(layout: Layout) -> None:
+    """Refuse to start when the DVC cache has no room for track's outputs: DVC caches
+    them after track ends, so it would fail only after track moved @verified.
+
+    Raises:
+        ArtifactError: naming the folder, its free space and what is needed.
+    """
+    folder = dvc_cache_folder(layout.root)
+    if not (layout.root / ".dvc").is_dir():
+        return  # not a DVC project (the stage body called directly): no cache to fill
+    last = sum((layout.root / p).stat().st_size for p in TRACK_OUTS if (layout.root / p).is_file())
+    needed = max(CACHE_MIN_FREE_BYTES, 3 * last)
+    here = folder if folder.exists() else folder.parent
+    try:
+        free = shutil.disk_usage(here).free
+    except OSError:
+        return  # unreadable: DVC will say why
+    if free < needed:
+        raise ArtifactError(
+            f"the DVC cache is full: {free_space(folder)}, under the {needed} bytes "
+            "track's outputs need there (DVC caches them after track ends, and would fail "
+            "after @verified moved): nothing is logged or registered. Free space there, then "
+            "`dvc repro` again"
+        )
+
+
+def local_artifact_folder(config: Config, layout: Layout, uri: str) -> Path | None:
+    """The folder this run's artifacts go to, named when a write there fails for lack of
+    room: the experiment's own artifact location when it exists in the store (it may be
+    another folder than the config says: one set when the experiment was made), else the
+    configured root; None for a server's own store."""
+    from mlflow.tracking import MlflowClient
+
+    location = resolve_artifact_root(config.tracking, layout.root) or ""
+    if not uri.startswith("sqlite:"):
+        return None  # a server's store: not asked here (a dead one would be waited for)
+    with contextlib.suppress(Exception):  # no store or experiment yet: the config's root
+        found = MlflowClient(tracking_uri=uri).get_experiment_by_name(experiment_name(config))
+        if found is not None and found.artifact_location:
+            location = found.artifact_location
+    path = location.removeprefix("file://")
+    return Path(path) if path.startswith("/") else None
+
+
 def run(config: Config, layout: Layout) -> int:
     # First: a run whose settings changed under it is never logged (nor its store opened).
     refuse_changed_settings(layout, read_stage_times(layout))
+    refuse_full_cache(layout)
     # MLflow draws a progress bar for each artifact it downloads (the registry's checks of
     # a few kB of params): noise among the stage's lines, unless the user asked for them.
     os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
     # Before any work: a stopped server fails here, naming its URI. The lock makes parallel
     # experiments (dvc queue start -j N) take turns on a sqlite store.
     uri = open_store(config.tracking, layout.root)
-    with reaching(uri, config.tracking), writer_lock(uri), store_faults(uri):
+    folder = local_artifact_folder(config, layout, uri)
+    with reaching(uri, config.tracking), writer_lock(uri), store_faults(uri, folder):
         return track(config, layout)
 
 
@@ -289,7 +434,7 @@ def track(config: Config, layout: Layout) -> int:
     atomic_write_json(layout.perf_verdict, perf)
     # One name for the report and the run: it carries the DVC experiment's name, if any.
     name = run_name(config, check["runtime"], git, dvc_exp_name())
-    start_ms = int(1000 * run_start(stages, time.time()))
+    start_ms = int(1000 * run_start(stages, clock.now()))
     # Written before logging: a failed check is reported (and logged) like a passed one.
     reports = RunReports(check, bench, train, contract, perf, git)
     write_report(config, layout, reports, name)

@@ -26,7 +26,7 @@ from vmapcheck.config import read_params, validate_config
 from vmapcheck.errors import ArtifactError, ConfigError
 from vmapcheck.io import atomic_write_json, read_json
 from vmapcheck.layout import Layout
-from vmapcheck.running import mark_running
+from vmapcheck.running import mark_running, scrub_credentials
 
 # Every stage loads these: the config, the errors, atomic I/O, the layout, the stage runner.
 _SHARED = (
@@ -171,6 +171,7 @@ def run(root: Path | None = None) -> int:
     # (`-S +precision.tolerence.rtol=...`) is refused here, with its "did you mean",
     # before prepare starts any work, not minutes later by the one stage whose params
     # it happens to touch. Refused before the run is marked: no run began.
+    scrub_credentials(layout.params_yaml, "code")
     try:
         _, raw = read_params(layout.params_yaml)
         validate_config(raw, source=str(layout.params_yaml))

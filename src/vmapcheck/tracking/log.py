@@ -49,6 +49,7 @@ from vmapcheck.report.headline import (
 )
 from vmapcheck.report.summary import bench_budget_caveat
 from vmapcheck.tracking import store
+from vmapcheck.tracking.clock import checked_start_ms
 from vmapcheck.tracking.experiment import NOTE_TAG, describe_experiment
 from vmapcheck.tracking.store import (
     MODEL_CONTRACT_TAG,
@@ -535,7 +536,11 @@ def log_run(
     tags = run_tags(config, root, check, bench, contract, git, note, extra_tags)
     if name is None:
         name = run_name(config, check["runtime"], git, (extra_tags or {}).get("dvc_exp_name"))
-    run = client.create_run(experiment_id, start_time=start_time, run_name=name, tags=tags)
+    # Filed after the newest run in the store, whatever the clock says (tracking.clock).
+    start_time, clock_tags = checked_start_ms(client, start_time)
+    run = client.create_run(
+        experiment_id, start_time=start_time, run_name=name, tags={**tags, **clock_tags}
+    )
     run_id = run.info.run_id
     fill_run(client, run_id, config, collected, artifacts, datasets, finish)
     return {

@@ -38,6 +38,7 @@ import importlib
 import importlib.metadata
 import importlib.util
 import json
+import os
 import re
 import shutil
 import sys
@@ -58,6 +59,8 @@ from vmapcheck.core.contract import VECTOR_LEAF, InputSpec, Leaf, leaf_arrays
 from vmapcheck.errors import ArtifactError, InvalidInputError, NonFiniteOutputError
 from vmapcheck.io import read_json, sha256_file
 from vmapcheck.layout import CONTRACT_FILE, MANIFEST_FILE, PARAMS_FILE
+from vmapcheck.tracking import request_body
+from vmapcheck.tracking.request_body import BodyRule
 
 with warnings.catch_warnings():
     # MLflow 3.17 warns while importing its own agent request types (an `Any` field it
@@ -376,6 +379,22 @@ def _artifact_file(artifacts: Mapping[str, str], relative: str) -> Path:
     return Path(artifacts[PARAMS_ARTIFACT]) / relative.split("/", 1)[1]
 
 
+def _in_scoring_server() -> bool:
+    """Whether this process is MLflow's scoring server loading its model (``mlflow models
+    serve`` names the model in this variable for the app module it starts)."""
+    from mlflow.pyfunc import scoring_server
+
+    return scoring_server._SERVER_MODEL_PATH in os.environ
+
+
+def body_rule(contract: Mapping[str, Any], spec: InputSpec, max_batch: int) -> BodyRule:
+    """What an HTTP body must hold (:mod:`vmapcheck.tracking.request_body`): the contract's
+    feature names for a flat model, else each leaf's values per row."""
+    if spec.flat:
+        return BodyRule(tuple(contract["inputs"]["features"]), None, max_batch)
+    return BodyRule(None, {leaf.name: leaf.size for leaf in spec.leaves}, max_batch)
+
+
 class VerifiedModel(mlflow.pyfunc.PythonModel):
     """Verified params served through the guard (:class:`vmapcheck.bench.guard.Guard`).
 
@@ -402,8 +421,29 @@ class VerifiedModel(mlflow.pyfunc.PythonModel):
         self.sha256 = dict(sha256)
         self._guard: Any = None
         self._lock: Any = None
+        self.body_rule: BodyRule | None = None
 
     def load_context(self, context: Any) -> None:
+        """:meth:`_load` it; in MLflow's scoring server (``mlflow models serve``), a refusal
+        ends the process with that one line instead of a traceback.
+
+        Raises:
+            ArtifactError, BackendUnavailableError: see :meth:`_load` (outside a server).
+            SystemExit: in a scoring server, with the refusal as its message.
+        """
+        from vmapcheck.errors import VmapcheckError
+
+        try:
+            self._load(context)
+        except VmapcheckError as exc:
+            if _in_scoring_server():
+                # uvicorn imports MLflow's app module, which loads the model: an exception
+                # there is printed with ~85 lines of MLflow's and uvicorn's frames around
+                # the one that matters. SystemExit prints only its message.
+                raise SystemExit(f"vmapcheck: the model was not served: {exc}") from None
+            raise
+
+    def _load(self, context: Any) -> None:
         """Check every artifact file's sha256, pin JAX to the run's backend and precision,
         load and check the params, and build the guard (compiling every bucket when
         ``guard.precompile``).
@@ -458,6 +498,9 @@ class VerifiedModel(mlflow.pyfunc.PythonModel):
         self._dtype = jax.numpy.dtype(precision.dtype)
         self._wire = wire_dtype(precision.dtype)
         self._guard = Guard(model, params, self._dtype, guard)
+        self.body_rule = body_rule(contract, model.contract, guard.max_batch)
+        # HTTP bodies are read by name and bounded before MLflow parses them.
+        request_body.install()
         # The scoring server runs each request in a thread; one guard serves one at a time.
         self._lock = threading.Lock()
 

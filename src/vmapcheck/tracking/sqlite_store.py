@@ -29,6 +29,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from vmapcheck.errors import TrackingStoreError, first_line
+from vmapcheck.io import NO_ROOM, space_note
 from vmapcheck.tracking.uri import sqlite_file
 
 # Where a store's URI comes from, as messages name it.
@@ -238,7 +239,7 @@ def require_usable_store(uri: str, write: bool = True) -> None:
 
 
 @contextlib.contextmanager
-def store_faults(uri: str) -> Iterator[None]:
+def store_faults(uri: str, artifacts: Path | None = None) -> Iterator[None]:
     """A local store failing while it is written (disk full, I/O error, read-only, a
     corrupt page) becomes one :class:`TrackingStoreError` naming the store and the fault;
     the run it was logging is left unfinished, and the next ``track`` marks it FAILED
@@ -254,6 +255,19 @@ def store_faults(uri: str) -> Iterator[None]:
         yield
     except TrackingStoreError:
         raise
+    except OSError as exc:
+        if exc.errno not in NO_ROOM:
+            raise
+        # A file write (an artifact copied into the artifact root), not the database: the
+        # folder that was full is named, with its free space, not mlflow.db.
+        folder = Path(exc.filename).parent if exc.filename else artifacts
+        where = f"{folder}" if folder is not None else "the artifact store"
+        raise TrackingStoreError(
+            f"the run's artifacts could not be written in {where}: "
+            f"{exc.strerror or 'no room'}{space_note(exc, folder or Path.cwd())}; the run is "
+            "left unfinished and the next `track` marks it FAILED. Free space there, then "
+            "`dvc repro` again"
+        ) from None
     except Exception as exc:
         text = f"{type(exc).__name__}: {exc}"
         faults = {
