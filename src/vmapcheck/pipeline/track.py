@@ -32,7 +32,7 @@ from vmapcheck.bench.verdict import compare, format_table
 from vmapcheck.check.schema import CheckDetails, read_check_details, read_diagnosis
 from vmapcheck.config import Config, read_params
 from vmapcheck.errors import ArtifactError, SettingsChangedError, VmapcheckError, first_line
-from vmapcheck.io import atomic_write_json, atomic_write_text, free_space, read_json_object
+from vmapcheck.io import atomic_write_json, atomic_write_text, read_json_object
 from vmapcheck.layout import Layout
 from vmapcheck.pause import pause_point
 from vmapcheck.pipeline.stage import (
@@ -321,50 +321,20 @@ def refuse_stale_outputs(
     )
 
 
-# track's outputs that DVC copies into its cache after track ends (dvc.yaml), and the
-# least room the cache must have for them: a run's are well under 1 MB (the HTML report's
-# plots included), so 2 MiB, or 3x their last size when that is more.
-TRACK_OUTS = ("reports/track.json", "reports/report.html", "reports/perf_verdict.json")
-CACHE_MIN_FREE_BYTES = 2 * 2**20
-
-
-def dvc_cache_folder(root: Path) -> Path:
-    """The project's DVC cache: ``[cache] dir`` of .dvc/config.local or .dvc/config
-    (relative to .dvc/), else .dvc/cache."""
-    import configparser
-
-    for name in ("config.local", "config"):
-        parser = configparser.ConfigParser()
-        with contextlib.suppress(OSError, configparser.Error):
-            parser.read(root / ".dvc" / name, encoding="utf-8")
-            if parser.has_option("cache", "dir"):
-                return (root / ".dvc" / parser.get("cache", "dir")).resolve()
-    return root / ".dvc" / "cache"
-
-
 def refuse_full_cache(layout: Layout) -> None:
-    """Refuse to start when the DVC cache has no room for track's outputs: DVC caches
-    them after track ends, so it would fail only after track moved @verified.
+    """Refuse to start when the DVC cache has no room for track's outputs
+    (:func:`dvc_cache_problem`): DVC caches them after track ends, so it would fail only
+    after track logged the run and moved @verified.
 
     Raises:
         ArtifactError: naming the folder, its free space and what is needed.
     """
-    folder = dvc_cache_folder(layout.root)
-    if not (layout.root / ".dvc").is_dir():
-        return  # not a DVC project (the stage body called directly): no cache to fill
-    last = sum((layout.root / p).stat().st_size for p in TRACK_OUTS if (layout.root / p).is_file())
-    needed = max(CACHE_MIN_FREE_BYTES, 3 * last)
-    here = folder if folder.exists() else folder.parent
-    try:
-        free = shutil.disk_usage(here).free
-    except OSError:
-        return  # unreadable: DVC will say why
-    if free < needed:
+    problem = dvc_cache_problem(layout)
+    if problem is not None:
         raise ArtifactError(
-            f"the DVC cache is full: {free_space(folder)}, under the {needed} bytes "
-            "track's outputs need there (DVC caches them after track ends, and would fail "
-            "after @verified moved): nothing is logged or registered. Free space there, then "
-            "`dvc repro` again"
+            f"{problem} (DVC caches them after track ends, and would fail after @verified "
+            "moved): nothing is logged or registered. Free space there, then `dvc repro` "
+            "again"
         )
 
 
@@ -644,8 +614,6 @@ def dvc_cache_problem(layout: Layout, need: int | None = None) -> str | None:
     """Why DVC could not cache this stage's outputs now (None: it can): its cache's disk
     has less free than ``need`` bytes (default: the HTML report's size and
     :data:`CACHE_SLACK_BYTES`)."""
-    import shutil
-
     folder = dvc_cache_folder(layout)
     if folder is None:
         return None
