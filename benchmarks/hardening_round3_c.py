@@ -666,6 +666,7 @@ def new_state(root: Path, why: str) -> None:
 def clock_cases(base: Path, tmp: Path) -> None:
     from mlflow.tracking import MlflowClient
 
+    from vmapcheck import clock as system_clock
     from vmapcheck.tracking import clock
     from vmapcheck.tracking.runs import select_runs
 
@@ -673,11 +674,11 @@ def clock_cases(base: Path, tmp: Path) -> None:
     uri = f"sqlite:///{root / 'mlflow.db'}"
     client = MlflowClient(tracking_uri=uri)
     experiment = client.get_experiment_by_name("vmapcheck") or client.search_experiments()[0]
-    real = clock.now
+    real = system_clock.now
 
     def filed(offset_s: float) -> Callable[[], Outcome]:
         def call() -> Outcome:
-            clock.now = lambda: real() + offset_s
+            system_clock.now = lambda: real() + offset_s
             try:
                 err = hb.io.StringIO()
                 with contextlib.redirect_stderr(err):
@@ -685,7 +686,7 @@ def clock_cases(base: Path, tmp: Path) -> None:
                 run = client.create_run(experiment.experiment_id, start_time=start, tags=tags)
                 client.set_terminated(run.info.run_id)
             finally:
-                clock.now = real
+                system_clock.now = real
             newest = select_runs(uri, n=2, experiment=experiment.name).runs
             if newest[0].info.run_id != run.info.run_id:
                 return Outcome(
@@ -721,14 +722,14 @@ def clock_cases(base: Path, tmp: Path) -> None:
     def track_behind() -> Outcome:
 
         new_state(root, "the clock")
-        clock.now = lambda: real() - 365 * 86400
+        system_clock.now = lambda: real() - 365 * 86400
         try:
             for name in ("check", "track"):
                 result = stage(root, name)
                 if result.code != 0:
                     return Outcome(result.code, result.out, result.err)
         finally:
-            clock.now = real
+            system_clock.now = real
         logged = json.loads((root / "reports" / "track.json").read_text())["run_id"]
         # compare's own selection (tracking.runs.select_runs), newest first.
         newest = select_runs(uri, n=1).runs[0].info.run_id

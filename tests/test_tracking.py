@@ -356,11 +356,12 @@ def test_a_run_whose_bench_was_not_rerun_gets_no_new_benchmark_verdict(tmp_path)
 def test_a_run_made_with_the_clock_behind_is_filed_after_the_newest_and_listed_first(
     tmp_path, empty_mlflow_store, monkeypatch, capsys
 ):
-    """The clock a year behind (tracking.clock.now, the clock track reads): the run is filed
+    """The clock a year behind (vmapcheck.clock.now, the clock track reads): the run is filed
     1 ms after the newest run in the store, with a warning, so `compare -n 2` ("newest
     first") shows it first; the clock's reading stays in a tag."""
     from mlflow.tracking import MlflowClient
 
+    from vmapcheck import clock as system_clock
     from vmapcheck.tracking import clock
     from vmapcheck.tracking.runs import select_runs
 
@@ -371,8 +372,8 @@ def test_a_run_made_with_the_clock_behind_is_filed_after_the_newest_and_listed_f
     assert tags == {} and capsys.readouterr().err == ""
     first = client.create_run(experiment, start_time=start, run_name="first")
     year_s = 365 * 24 * 3600
-    real_now = clock.now()
-    monkeypatch.setattr(clock, "now", lambda: real_now - year_s)
+    real_now = system_clock.now()
+    monkeypatch.setattr(system_clock, "now", lambda: real_now - year_s)
     start, tags = clock.checked_start_ms(client, None)
     assert start == first.info.start_time + 1
     err = capsys.readouterr().err
@@ -386,7 +387,7 @@ def test_a_run_made_with_the_clock_behind_is_filed_after_the_newest_and_listed_f
     newest = select_runs(uri, n=2, experiment="vmapcheck").runs
     assert [r.info.run_id for r in newest] == [third.info.run_id, second.info.run_id]
     # A clock that is right again files the next run at its own reading.
-    monkeypatch.setattr(clock, "now", lambda: real_now + 5)
+    monkeypatch.setattr(system_clock, "now", lambda: real_now + 5)
     assert clock.checked_start_ms(client, None) == (int(1000 * (real_now + 5)), {})
 
 

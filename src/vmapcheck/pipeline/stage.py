@@ -14,6 +14,7 @@ from typing import Any
 
 import yaml
 
+from vmapcheck import clock
 from vmapcheck.config import Config, read_params, validate_config
 from vmapcheck.config.load import PARAMS_MAX_BYTES
 from vmapcheck.core.runtime import enable_compile_cache
@@ -29,7 +30,6 @@ from vmapcheck.io import atomic_write_json, read_json, read_text_bounded
 from vmapcheck.layout import Layout
 from vmapcheck.pause import pause_point, set_stage
 from vmapcheck.running import clear_running, killed_stage, oom_kills, scrub_credentials
-from vmapcheck.tracking import clock
 
 StageBody = Callable[[Config, Layout], int | None]
 # The pipeline's last stage (dvc.yaml): when it ends, the run is over.

@@ -25,6 +25,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from vmapcheck import clock
 from vmapcheck.bench.baseline import record_from_details
 from vmapcheck.bench.labels import verdict_headline
 from vmapcheck.bench.records import BenchDetails, read_bench_details
@@ -47,7 +48,6 @@ from vmapcheck.provenance import git_state
 from vmapcheck.report.html import render_report
 from vmapcheck.report.summary import verdict_line
 from vmapcheck.running import dvc_run_began
-from vmapcheck.tracking import clock
 from vmapcheck.tracking.attempts import mark_failed, pipeline_key, settle_earlier_attempts
 from vmapcheck.tracking.baselines import resolve_baseline, run_of_timing
 from vmapcheck.tracking.log import (

@@ -33,6 +33,7 @@ _SHARED = (
     "__init__.py",
     "config",
     "errors.py",
+    "clock.py",
     "versions.py",
     "io.py",
     "pause.py",

@@ -8,24 +8,20 @@ on stderr) and the run is filed 1 ms after that newest run, so the store's order
 the order in which runs were made. The clock's own reading is kept in the run's tag
 :data:`CLOCK_TAG`.
 
-:func:`now` is the one clock ``track`` reads (a module-level function: tests set another
-clock here, as ``faketime`` would for the process).
+:func:`vmapcheck.clock.now` is the one clock it reads (tests set another clock there, as
+``faketime`` would for the process).
 """
 
 from __future__ import annotations
 
 import datetime
 import sys
-import time
 from typing import Any
+
+from vmapcheck import clock as system_clock
 
 # The run's tag holding what the clock read when it was filed later than that.
 CLOCK_TAG = "clock_start"
-
-
-def now() -> float:
-    """Seconds since the epoch, from the system clock."""
-    return time.time()
 
 
 def _utc(ms: int) -> str:
@@ -57,7 +53,7 @@ def checked_start_ms(client: Any, start_ms: int | None) -> tuple[int, dict[str, 
     it: ``start_ms`` (None: :func:`now`), unless the store already holds a run that started
     at or after it; then 1 ms after that run, with the clock's reading in
     :data:`CLOCK_TAG` and a warning on stderr naming both times."""
-    read = int(1000 * now()) if start_ms is None else int(start_ms)
+    read = int(1000 * system_clock.now()) if start_ms is None else int(start_ms)
     newest = newest_start_ms(client)
     if newest is None or read > newest:
         return read, {}
