@@ -55,7 +55,10 @@ from hardening_battery import (  # noqa: E402
     proc,
     record,
     stage,
+    track_after_train,
 )
+
+from tests.helpers.servers import free_port  # noqa: E402
 
 DB = "mlflow.db"
 MODEL = "vmapcheck-mlp"  # the base project's registry.registered_model
@@ -172,7 +175,9 @@ def symlink_cases(base: Path, tmp: Path) -> None:
         root = copy_of(base, tmp / f"link-ui-{len(ROWS)}")
         (root / DB).unlink()
         (root / DB).symlink_to(target_of(root))
-        record("store3", f"{what}; vmapcheck ui", "refuse", lambda root=root: _run_ui(root),
+        # On a free port: another process on this machine (a test run) may hold 5000.
+        record("store3", f"{what}; vmapcheck ui", "refuse",
+               lambda root=root: _run_ui(root, "--port", str(free_port())),
                names=("symlink",))  # fmt: skip
 
 
@@ -201,7 +206,9 @@ def uri_cases(base: Path, tmp: Path) -> None:
                     compose(root, f"tracking.tracking_uri={uri}")
                 except Exception as exc:  # Hydra's own refusal of the override
                     return Outcome(1, "", f"composition refused: {type(exc).__name__}")
-                result = stage(root, "track") if target == "track" else cli(root, *target.split())
+                result = (
+                    track_after_train(root) if target == "track" else cli(root, *target.split())
+                )
                 made = [
                     p
                     for p in (Path("/nonexistent"), root / ":memory:", root / "typo-folder",
