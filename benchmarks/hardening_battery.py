@@ -290,8 +290,15 @@ def base_project(tmp: Path) -> Path:
     return root
 
 
-def copy_of(base: Path, dest: Path) -> Path:
+def copy_of(base: Path, dest: Path, relink: bool = True) -> Path:
+    """A copy of ``base`` at ``dest``. Its store is relinked to the copy's own artifacts
+    (``vmapcheck store relink``) unless ``relink`` is False: since issue 45 a plain copy is
+    a copied project, which track refuses before any other fault a case plants."""
     shutil.copytree(base, dest, symlinks=True)
+    if relink and (dest / "mlflow.db").is_file():
+        done = cli(dest, "store", "relink")
+        if done.code != 0:
+            raise RuntimeError(f"store relink of {dest} failed: {done.err}")
     return dest
 
 

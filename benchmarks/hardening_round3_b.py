@@ -502,9 +502,9 @@ def copy_cases(base: Path, tmp: Path) -> None:
     for what in ("copied", "moved"):
         root = tmp / f"copy-{what}"
         if what == "copied":
-            copy_of(base, root)
+            copy_of(base, root, relink=False)
         else:
-            first = copy_of(base, tmp / "copy-before-move")
+            first = copy_of(base, tmp / "copy-before-move", relink=False)
             cli(first, "store", "relink")
             shutil.move(first, root)
         _new_state(root)
