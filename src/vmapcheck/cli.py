@@ -503,16 +503,7 @@ def _verdict_flags(verdict: argparse.ArgumentParser) -> None:
         default=None,
         help="the run to judge: a bench_details.json or an MLflow run id",
     )
-    verdict.add_argument(
-        "--factor",
-        type=_number_in("a factor above 1 and at most 10 (as bench.regression.factor)", 1.0, 10.0),
-        help="default: bench.regression.factor",
-    )
-    verdict.add_argument(
-        "--alpha",
-        type=_number_in("a significance level between 0 and 1 (as bench.regression.alpha)", 0, 1),
-        help="default: bench.regression.alpha",
-    )
+    _regression_flags(verdict)
     verdict.add_argument("--out", type=_output_file, help="also write the verdict as JSON here")
     verdict.add_argument(
         "--require-same",
@@ -542,16 +533,7 @@ def _verdict_paired_flags(paired: argparse.ArgumentParser) -> None:
         "--batch-sizes", type=_batch_sizes, help="comma-separated rows (default: bench.batch_sizes)"
     )
     _paired_schedule_flags(paired)
-    paired.add_argument(
-        "--factor",
-        type=_number_in("a factor above 1 and at most 10 (as bench.regression.factor)", 1.0, 10.0),
-        help="default: bench.regression.factor",
-    )
-    paired.add_argument(
-        "--alpha",
-        type=_number_in("a significance level between 0 and 1 (as bench.regression.alpha)", 0, 1),
-        help="default: bench.regression.alpha",
-    )
+    _regression_flags(paired)
     paired.add_argument(
         "--out",
         type=_output_file,
@@ -573,6 +555,21 @@ def _verdict_paired_flags(paired: argparse.ArgumentParser) -> None:
         "stage's passes over the cells (interleaved)",
     )
     _root_flag(paired)
+
+
+def _regression_flags(parser: argparse.ArgumentParser) -> None:
+    """``--factor`` and ``--alpha``, the regression rule's settings, as ``verdict`` and
+    ``verdict-paired`` both take them (range-checked at the door)."""
+    parser.add_argument(
+        "--factor",
+        type=_number_in("a factor above 1 and at most 10 (as bench.regression.factor)", 1.0, 10.0),
+        help="default: bench.regression.factor",
+    )
+    parser.add_argument(
+        "--alpha",
+        type=_number_in("a significance level between 0 and 1 (as bench.regression.alpha)", 0, 1),
+        help="default: bench.regression.alpha",
+    )
 
 
 def _paired_schedule_flags(paired: argparse.ArgumentParser) -> None:
