@@ -36,6 +36,7 @@ import io
 import json
 import os
 import platform
+import re
 import shutil
 import signal
 import sqlite3
@@ -144,6 +145,17 @@ def record(group: str, done: str, expect: str, call: Callable[[], Outcome], **kw
 # --- how a case is run -------------------------------------------------------------------
 
 
+def forget_mlflow_stores() -> None:
+    """Drop the store objects MLflow keeps per URI in this process, as a new process of
+    each command would start: a case that damages a store file (empties it, deletes it)
+    after an earlier call here opened it must not meet that call's open connection."""
+    from mlflow.tracking._model_registry.registry import ModelRegistryStoreRegistry
+    from mlflow.tracking._tracking_service.registry import TrackingStoreRegistry
+
+    TrackingStoreRegistry._get_store_with_resolved_uri.cache_clear()
+    ModelRegistryStoreRegistry._get_store_with_resolved_uri.cache_clear()
+
+
 @contextlib.contextmanager
 def inside(root: Path, env: dict[str, str] | None = None) -> Iterator[None]:
     """cwd ``root``, the stage's view of the environment (no tracking variables), JAX's
@@ -151,6 +163,7 @@ def inside(root: Path, env: dict[str, str] | None = None) -> Iterator[None]:
     from tests.helpers.inprocess import stage_process
 
     here = Path.cwd()
+    forget_mlflow_stores()
     with stage_process():
         saved = {k: os.environ.get(k) for k in (env or {})}
         os.environ.update(env or {})
@@ -207,13 +220,20 @@ def track_after_train(root: Path, env: dict[str, str] | None = None) -> Outcome:
     return trained if trained.code != 0 else stage(root, "track", env)
 
 
+# What mlflow.set_tracking_uri / set_registry_uri export to child processes.
+MLFLOW_URI_ENV = ("MLFLOW_TRACKING_URI", "MLFLOW_REGISTRY_URI")
+
+
 def proc(root: Path, *args: str, timeout: float = 600, env: dict | None = None) -> Outcome:
     from tests.helpers.project import project_env
 
+    # Not this process's MLflow URIs: loading a served model here (mlflow.set_tracking_uri)
+    # exports them, and a command in another project would then use this one's store.
+    inherited = {k: v for k, v in project_env(root).items() if k not in MLFLOW_URI_ENV}
     done = subprocess.run(
         list(args),
         cwd=root,
-        env={**project_env(root), **(env or {})},
+        env={**inherited, **(env or {})},
         capture_output=True,
         text=True,
         timeout=timeout,
@@ -996,8 +1016,11 @@ def kill_cases(base: Path, tmp: Path) -> None:
     root = copy_of(base, tmp / "kills")
     for name in STAGES:
         if name == "track":  # a state not logged yet: track does its work
+            # A new value of a key only track reads (a comment is no new state: a run is
+            # found by its values, and track would find this one logged).
             params = root / "params.yaml"
-            params.write_text(params.read_text() + "# a state for the kill\n")
+            text = params.read_text()
+            params.write_text(re.sub(r"http_timeout_s: \d+", "http_timeout_s: 321", text, count=1))
             commit_all(root, "a new state")
         at = f"{name}:start#1" if name != "track" else "track:run created#1"
         lock = (root / "dvc.lock").read_text()
@@ -1171,6 +1194,11 @@ def main() -> int:
             except Exception:  # the battery's own failure: said, the other groups go on
                 traceback.print_exc()
                 print(f"battery: group {group} stopped early (above)", file=sys.stderr)
+            finally:
+                # A group that loaded a served model set MLflow's URIs in this process's
+                # environment: the next group's commands would find that group's store.
+                for name in MLFLOW_URI_ENV:
+                    os.environ.pop(name, None)
     path = write_table(started, (load0, os.getloadavg()[0]), args.out)
     counts = {c: sum(r.outcome == c for r in ROWS) for c in CLASSES}
     print(f"{len(ROWS)} inputs: {counts}; table: {path}")

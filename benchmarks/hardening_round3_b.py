@@ -24,9 +24,11 @@ group ``store3``.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import re
 import shutil
+import signal
 import socket
 import sqlite3
 import subprocess
@@ -44,6 +46,7 @@ if getattr(_main, "__file__", "").endswith("hardening_battery.py"):
     sys.modules.setdefault("hardening_battery", _main)  # type: ignore[arg-type]
 
 from hardening_battery import (  # noqa: E402
+    MLFLOW_URI_ENV,
     ROOT,
     ROWS,
     Outcome,
@@ -123,12 +126,32 @@ def _also(result: Outcome, trace: str | None) -> Outcome:
 def _run_ui(root: Path, *args: str) -> Outcome:
     """``vmapcheck ui`` in its own process (a UI that starts replaces the process it runs
     in): bounded, and the UI stopped when it started after all."""
+    from tests.helpers.project import project_env
+
+    # This checkout's code (a base project kept from an earlier run has its own copy); not
+    # this process's MLflow URIs (hardening_battery.proc says why).
+    env = {k: v for k, v in project_env(root).items() if k not in MLFLOW_URI_ENV}
+    env["PYTHONPATH"] = str(ROOT / "src")
+    # A session of its own: a UI that starts is `mlflow ui`, whose server (uvicorn and its
+    # workers) must be stopped with it, not left running after the battery.
+    child = subprocess.Popen(
+        [sys.executable, "-m", "vmapcheck", "ui", *args],
+        cwd=root,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
     try:
-        # This checkout's code (a base project kept from an earlier run has its own copy).
-        env = {"PYTHONPATH": str(ROOT / "src")}
-        return proc(root, sys.executable, "-m", "vmapcheck", "ui", *args, timeout=60, env=env)
+        out, err = child.communicate(timeout=60)
+        return Outcome(child.returncode, out, err)
     except subprocess.TimeoutExpired:
         return Outcome(0, "", "the UI started and ran for 60 s (not refused)")
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(child.pid, signal.SIGKILL)
+        child.communicate()
 
 
 # --- 1. the store file a symlink --------------------------------------------------------
@@ -240,7 +263,8 @@ def uri_cases(base: Path, tmp: Path) -> None:
     compose(root, "tracking.tracking_uri=sqlite:///stores/new/mlflow.db")
     record("store3", "tracking_uri in a new folder; vmapcheck store init (asked)", "serve",
            lambda: cli(root, "store", "init"))  # fmt: skip
-    root = copy_of(base, tmp / "uri-fresh")
+    # Not relinked: its store is deleted.
+    root = copy_of(base, tmp / "uri-fresh", relink=False)
     (root / DB).unlink()
     shutil.rmtree(root / "mlartifacts")
     _new_state(root)
@@ -479,11 +503,15 @@ def schema_cases(base: Path, tmp: Path) -> None:
             with sqlite3.connect(root / DB) as con:
                 con.execute("UPDATE alembic_version SET version_num = ?", (revision,))
 
-            def call(root=root, args=args, revision=revision) -> Outcome:
+            # The copy's relink (copy_of) made a backup already: only one made by the
+            # call itself would mean the store was about to be changed.
+            before = set(root.glob(f"{DB}.bak-*"))
+
+            def call(root=root, args=args, revision=revision, before=before) -> Outcome:
                 result = stage(root, "track") if args == ("track",) else cli(root, *args)
                 with sqlite3.connect(root / DB) as con:
                     now = con.execute("SELECT version_num FROM alembic_version").fetchone()[0]
-                backups = list(root.glob(f"{DB}.bak-*"))
+                backups = sorted(set(root.glob(f"{DB}.bak-*")) - before)
                 trace = f"schema stamp changed to {now}" if now != revision else None
                 return _also(result, trace or (f"backup {backups[0].name} made" if backups
                                                else None))  # fmt: skip
