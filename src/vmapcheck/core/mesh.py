@@ -202,6 +202,21 @@ class InMesh:
             return self.jitted.lower(*args)
 
 
+@dataclass(frozen=True)
+class Program:
+    """:class:`MeshForward`'s program as ``jax.jit`` gives one: ``program(params, x)``
+    runs it, ``program.lower(params, x)`` lowers it (params and batch placed), each with
+    the program for the params' structure."""
+
+    forward: MeshForward
+
+    def __call__(self, params: Params, x: Any) -> jax.Array:
+        return self.forward._program(params)[1](params, x)
+
+    def lower(self, params: Params, x: Any) -> Any:
+        return self.forward._program(params)[1].lower(params, x)
+
+
 class MeshForward:
     """``jax.jit(jax.vmap(forward_one, in_axes=(None, 0)))`` with the params split over
     the mesh axis ``"model"`` (tensor parallelism, not vmap), and with ``split_batch``
@@ -259,13 +274,11 @@ class MeshForward:
         x = contract.pad_rows(x, self.padded_rows(contract.rows(x)))
         return jax.device_put(x, self.batch_sharding)
 
-    def jitted(self, params: Params, x: Any) -> jax.Array:
-        """The compiled program on placed params and batch (what the bench times)."""
-        return self._program(params)[1](params, x)
-
-    def lower(self, params: Params, x: Any) -> Any:
-        """``jax.jit(...).lower`` of the program for these placed params and batch."""
-        return self._program(params)[1].lower(params, x)
+    @property
+    def jitted(self) -> Program:
+        """The compiled program on placed params and batch, callable and lowerable like
+        a ``jax.jit`` function (what the bench times and costs)."""
+        return Program(self)
 
     def describe(self) -> dict[str, Any]:
         """What the path ran on, for forward, check and bench records: its parallelism
