@@ -333,7 +333,15 @@ def test_stored_cases_changed_after_prepare_are_found_by_the_data_stage(healthy,
     assert report["first_divergence"]["feature"] == "x3"
 
 
-@pytest.mark.parametrize(("path", "stage"), [("vmap_jit", "backend"), ("sharded_jit", "sharding")])
+@pytest.mark.parametrize(
+    ("path", "stage"),
+    [
+        ("vmap_jit", "backend"),
+        ("sharded_jit", "sharding"),
+        ("tensor_parallel_jit", "sharding"),
+        ("data_model_jit", "sharding"),
+    ],
+)
 @pytest.mark.stages
 def test_a_divergence_only_in_the_runs_stored_outputs_is_the_backends(
     healthy, tmp_path, path, stage
@@ -353,6 +361,9 @@ def test_a_divergence_only_in_the_runs_stored_outputs_is_the_backends(
     # The figures line leads with the deciding figure, the fraction of its bound.
     assert first["bound_ratio"] > 1
     assert f"{first['bound_ratio']:.3g} of its bound, max_rel" in report["summary"]
+    if stage == "sharding":  # the mesh axis it diverges on, and which parallelism (not vmap)
+        assert "not vmap) differs from vmap_jit" in first["message"]
+        assert "it diverges on mesh axis '" in first["message"]
 
 
 def test_a_plug_in_without_activations_is_compared_on_its_outputs(config):

@@ -295,3 +295,32 @@ def test_the_shipped_models_pass_on_a_2x4_mesh_and_a_tensor_parallel_mesh_of_8(e
         run["pairs"]
     )
     assert {"tensor_parallel_jit", "data_model_jit"} <= set(run["oracle"])
+
+
+def test_a_flax_models_with_partitioning_annotations_give_the_tree_docs_mesh_md_says():
+    nnx = pytest.importorskip("flax.nnx", reason="flax is not installed: pip install -e '.[flax]'")
+
+    class Two(nnx.Module):
+        def __init__(self, rngs):
+            kernel = nnx.with_partitioning(nnx.initializers.lecun_normal(), (None, MODEL_AXIS))
+            self.hidden = nnx.Linear(4, 8, kernel_init=kernel, rngs=rngs)
+            self.out = nnx.Linear(8, 3, rngs=rngs)
+
+    # The recipe of docs/mesh.md: built abstractly under a mesh with a "model" axis.
+    auto = (jax.sharding.AxisType.Auto,)
+    with jax.set_mesh(jax.make_mesh((1,), (MODEL_AXIS,), axis_types=auto)):
+        abstract = nnx.eval_shape(lambda: Two(nnx.Rngs(0)))
+        # Flax places an annotated variable as it is made: the params too need the mesh.
+        params = nnx.to_pure_dict(nnx.state(Two(nnx.Rngs(0))))
+    specs = nnx.to_pure_dict(nnx.get_partition_spec(nnx.state(abstract)))
+    model = type(_mlp())(
+        name="flax_two",
+        in_features=4,
+        out_features=3,
+        forward_one=lambda p, x: x,
+        init=lambda key: params,
+        partitioning=lambda p: specs,
+    )
+    checked = partition_specs(model, params, 2)
+    assert checked["hidden"]["kernel"] == P(None, MODEL_AXIS)
+    assert checked["out"]["kernel"] == P() and checked["hidden"]["bias"] == P()
