@@ -119,3 +119,16 @@ def make_model(fault: str, in_features: int = 4, hidden: int = 8, out_features: 
         init=init,
         partitioning=partitioning,
     )
+
+
+def factory_overrides(fault: str) -> tuple[str, ...]:
+    """Hydra overrides (on top of the built-in MLP's config) that make the run's model
+    :func:`make_model` with ``fault``, named after it, as ``dvc exp run -S`` would set
+    them; its hidden width is the default (a multiple of the test process's 2 devices)."""
+    return (
+        f"model.name=planted_mesh_{fault}",
+        "+model.factory._target_=tests.helpers.mesh_faults.make_model",
+        f"+model.factory.fault={fault}",
+        "+model.factory.in_features=${model.in_features}",
+        "+model.factory.out_features=${model.out_features}",
+    )
