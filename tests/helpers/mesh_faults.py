@@ -103,12 +103,14 @@ def make_model(fault: str, in_features: int = 4, hidden: int = 8, out_features: 
         return _plain(params, x)
 
     def init(key: jax.Array) -> Params:
+        # float32 whatever jax_enable_x64 says (the check stage runs with it on).
         k1, k2, k3, k4 = jax.random.split(key, 4)
+        f32 = jnp.float32
         return {
-            "W1": jax.random.normal(k1, (in_features, hidden)) / in_features**0.5,
-            "b1": 0.1 * jax.random.normal(k2, (hidden,)),
-            "W2": jax.random.normal(k3, (hidden, out_features)) / hidden**0.5,
-            "b2": 0.1 * jax.random.normal(k4, (out_features,)),
+            "W1": jax.random.normal(k1, (in_features, hidden), f32) / f32(in_features**0.5),
+            "b1": f32(0.1) * jax.random.normal(k2, (hidden,), f32),
+            "W2": jax.random.normal(k3, (hidden, out_features), f32) / f32(hidden**0.5),
+            "b2": f32(0.1) * jax.random.normal(k4, (out_features,), f32),
         }
 
     return Model(
