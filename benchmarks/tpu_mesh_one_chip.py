@@ -10,9 +10,19 @@ paths' labels and mesh shapes, and the verdict's text. On a mesh of one the plan
 mistakes cannot show (a psum over one device is the identity): that they pass there is
 the expected result, and the reason the docs say a mesh of one tests no partitioning.
 
-Usage (repository root; on the device machine, OUT set)::
+Usage (repository root; on the device machine, OUT set). The machine has JAX 0.10.2 and
+libtpu but not what vmapcheck imports; its own package index has it (the install below
+ran there on 2026-12-07), and the machine's JAX stays first on PYTHONPATH::
 
-    PYTHONPATH=$PYTHONPATH:src:. python3 benchmarks/tpu_mesh_one_chip.py --out $OUT/x.json
+    PIP_CONFIG_FILE=/dev/null python3 -m pip install --isolated -q --only-binary=:all: \
+        --index-url file:///opt/pypi/simple --target /tmp/site pydantic pyyaml \
+        cloudpickle etils filelock pygments packaging safetensors optax
+    export PYTHONPATH=$PYTHONPATH:/tmp/site:$(pwd)/src:$(pwd)
+    python3 benchmarks/tpu_mesh_one_chip.py --out $OUT/tpu_mesh_one_chip.json
+
+Rehearsed on this project's CPU machine with JAX 0.10.2 from the same index (one CPU
+device: every run passed, each mesh path labelled "a mesh of 1: nothing split"; two:
+both planted mistakes failed), not yet on the chip.
 """
 
 from __future__ import annotations
