@@ -26,6 +26,7 @@ import pytest
 from tests.helpers.config import compose_config
 from tests.helpers.faults import factory_overrides
 from tests.helpers.inprocess import run_stages, stage_process, write_params
+from tests.helpers.mesh_faults import factory_overrides as mesh_factory_overrides
 from vmapcheck.check.diagnosis import (
     STAGE_NAMES,
     Subject,
@@ -333,7 +334,15 @@ def test_stored_cases_changed_after_prepare_are_found_by_the_data_stage(healthy,
     assert report["first_divergence"]["feature"] == "x3"
 
 
-@pytest.mark.parametrize(("path", "stage"), [("vmap_jit", "backend"), ("sharded_jit", "sharding")])
+@pytest.mark.parametrize(
+    ("path", "stage"),
+    [
+        ("vmap_jit", "backend"),
+        ("sharded_jit", "sharding"),
+        ("tensor_parallel_jit", "sharding"),
+        ("data_model_jit", "sharding"),
+    ],
+)
 @pytest.mark.stages
 def test_a_divergence_only_in_the_runs_stored_outputs_is_the_backends(
     healthy, tmp_path, path, stage
@@ -353,6 +362,24 @@ def test_a_divergence_only_in_the_runs_stored_outputs_is_the_backends(
     # The figures line leads with the deciding figure, the fraction of its bound.
     assert first["bound_ratio"] > 1
     assert f"{first['bound_ratio']:.3g} of its bound, max_rel" in report["summary"]
+    if stage == "sharding":  # the mesh axis it diverges on, and which parallelism (not vmap)
+        assert "not vmap) differs from vmap_jit" in first["message"]
+        assert "it diverges on mesh axis '" in first["message"]
+
+
+@pytest.mark.parametrize("fault", ["forgot_psum", "local_norm"])
+@pytest.mark.stages
+def test_a_sharding_mistake_is_found_by_the_sharding_stage_naming_the_mesh_axis(
+    prepared, tmp_path, fault
+):
+    # tests/helpers/mesh_faults.py: a hand-written tensor-parallel body that is right on
+    # one device and wrong on the "model" axis of this process's two devices.
+    check, report = run_with(prepared, tmp_path / "p", *mesh_factory_overrides(fault))
+    assert not check["passed"]
+    assert_localized(report, "sharding", "output", paths=["tensor_parallel_jit"])
+    message = report["first_divergence"]["message"]
+    assert "tensor_parallel_jit (tensor-parallel over mesh model=2, not vmap)" in message
+    assert message.endswith("it diverges on mesh axis 'model' (2 devices)")
 
 
 def test_a_plug_in_without_activations_is_compared_on_its_outputs(config):

@@ -26,6 +26,7 @@ from tests.helpers.inprocess import STAGES, inputs_repository, run_stage, write_
 from tests.helpers.project import FAST_RUN, TWO_BATCH_SIZES, commit_all
 from vmapcheck.bench.records import read_bench_details
 from vmapcheck.check.schema import CheckDetails, DiagnosisReport, read_check_details, read_diagnosis
+from vmapcheck.core.paths import batch_paths
 from vmapcheck.layout import Layout
 from vmapcheck.report.failures import deciding_figure
 from vmapcheck.report.html import render_report
@@ -150,11 +151,15 @@ def test_failures_are_grouped_by_pair_and_case_with_counts(failed):
         for pair in check["cases"]["standard"]["pairs"]
     }
     failing = {pair: cases for pair, cases in failing.items() if cases}
-    assert len(failing) == 18 and all("direct" in pair for pair in failing)
+    # Each direct path against every batch path that is not direct (from the registry).
+    expected = 2 * sum(p.form != "direct" for p in batch_paths())
+    assert len(failing) == expected and all("direct" in pair for pair in failing)
     assert len({tuple(cases) for cases in failing.values()}) == 1  # the same cases
     # One row for them all, not a line per pair and case: where to look, then the pairs.
-    merged = next(row for row in cells if row[0].startswith("18 pairs"))
-    assert merged[0] == ("18 pairs, each holding direct_eager or direct_jit " + ", ".join(failing))
+    merged = next(row for row in cells if row[0].startswith(f"{expected} pairs"))
+    assert merged[0] == (
+        f"{expected} pairs, each holding direct_eager or direct_jit " + ", ".join(failing)
+    )
     cases = next(iter(failing.values()))
     assert merged[1:4] == ["batching", f"{len(cases)} of {n_cases} cases", ", ".join(cases)]
     worst = max(

@@ -83,6 +83,9 @@ class BenchDetails(BenchResult):
     runtime: dict[str, Any]  # vmapcheck.core.runtime.RuntimeInfo
     bench: dict[str, Any]  # the bench settings (vmapcheck.config.BenchConfig)
     sharded: dict[str, Any] | None
+    # Every distributed path's mesh (vmapcheck.core.paths.describe_meshes); absent in
+    # records older than the mesh paths.
+    meshes: NotRequired[dict[str, dict[str, Any]]]
     replay: NotRequired[dict[str, Any]]
 
 

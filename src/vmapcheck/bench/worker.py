@@ -94,7 +94,8 @@ class Side:
         from vmapcheck.bench.machine import conditions
         from vmapcheck.bench.sampling import bench_input, warm_up
         from vmapcheck.config import load_config
-        from vmapcheck.core.forms import cast_tree, data_mesh, validate_batch
+        from vmapcheck.core.forms import cast_tree, validate_batch
+        from vmapcheck.core.mesh import run_mesh
         from vmapcheck.core.models import build_model
         from vmapcheck.core.paths import PATHS, not_provided
         from vmapcheck.core.runtime import configure_jax
@@ -120,7 +121,7 @@ class Side:
         template = load_cases(layout.cases)[STANDARD_CASE]["x"]
         dtype = jnp.dtype(config.precision.dtype)
         mesh = (
-            data_mesh(config.backend.num_devices)
+            run_mesh(config.backend.num_devices, config.backend.model_axis)
             if any(PATHS[p].distributed for p in paths)
             else None
         )

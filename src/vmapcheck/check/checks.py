@@ -636,6 +636,8 @@ def run_checks(
         "gradients": gradients_report,
         "inputs": inputs_report,
     }
+    if "meshes" in forward_record:
+        report["meshes"] = forward_record["meshes"]
     if composition_report is not None:
         report["composition"] = composition_report
     if bitwise_report is not None:

@@ -189,6 +189,9 @@ class CheckDetails(TypedDict):
     runtime: dict[str, Any]  # vmapcheck.core.runtime.RuntimeInfo
     not_provided: dict[str, str]
     sharded: dict[str, Any] | None
+    # Every distributed path's mesh (vmapcheck.core.paths.describe_meshes); absent in
+    # reports older than the mesh paths.
+    meshes: NotRequired[dict[str, dict[str, Any]]]
     cases: dict[str, CaseReport]
     negative: dict[str, NegativeReport]
     reference: ReferenceReport

@@ -62,12 +62,29 @@ class BackendConfig(Strict):
     # On CPU, JAX is started with this many emulated CPU devices (jax_num_cpu_devices).
     # The other paths run on one device whatever this says.
     num_devices: PositiveInt | None
+    # Devices on the "model" axis of the 2-D (data x model) path data_model_jit: a divisor
+    # of the mesh's device count, the "data" axis taking the rest. null: the data axis is
+    # the count's smallest prime factor (8 devices: 2 x 4). tensor_parallel_jit puts every
+    # device on "model", sharded_jit every device on "data" (vmapcheck.core.mesh).
+    model_axis: PositiveInt | None = None
     # Whether one process at a time may open the devices: on a TPU, a process that opens
     # the chip while another holds it fails (libtpu's lockfile). The paired verdict
     # (vmapcheck.bench.paired) then never runs two worker processes at once. Absent: true
     # on every platform but cpu (the validator below), so a backend that does not say is
     # treated as exclusive.
     exclusive_device: bool = True
+
+    @model_validator(mode="after")
+    def _model_axis_divides_the_devices(self) -> BackendConfig:
+        # Refused here, before any stage starts, when the device count is known; with
+        # num_devices null it is checked when the mesh is made (vmapcheck.core.mesh).
+        axis, devices = self.model_axis, self.num_devices
+        if axis is not None and devices is not None and devices % axis:
+            raise ValueError(
+                f"backend.model_axis={axis}: expected a divisor of backend.num_devices="
+                f"{devices} (the 2-D mesh is data x model = {devices} devices); found {axis}"
+            )
+        return self
 
     @model_validator(mode="before")
     @classmethod

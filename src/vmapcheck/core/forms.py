@@ -325,6 +325,7 @@ class ShardedForward:
             "path": self.name,
             "form": "jax.jit(jax.vmap(forward_one, in_axes=(None, 0))): batch axis 0 split "
             f"over mesh axis {DATA_AXIS!r}, params replicated (data parallelism, not vmap)",
+            "parallelism": "data-parallel",
             "devices": self.devices,
             "mesh_shape": {DATA_AXIS: self.devices},
             "device_ids": [int(d.id) for d in devices],

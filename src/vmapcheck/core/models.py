@@ -102,6 +102,11 @@ class Model:
       file, contract, reference and registry keep them) and training leaves them
       bit-identical. Every other leaf is trained and must be float
       (:func:`vmapcheck.core.state.partition` refuses one that is not, naming it).
+    - ``partitioning(params)`` (optional): how the tensor-parallel paths split the params
+      over the mesh axis ``"model"``: a pytree shaped like ``params`` with a
+      ``jax.sharding.PartitionSpec`` per leaf (``P(None, "model")``: a dense kernel
+      ``(in, out)`` split on its output axis; ``P()``: replicated). None: the default
+      rule (:func:`vmapcheck.core.mesh.default_partitioning`). docs/mesh.md.
     """
 
     name: str
@@ -119,6 +124,7 @@ class Model:
     inputs: InputSpec | None = None
     state_leaves: tuple[str, ...] = ()
     stochastic: bool = False
+    partitioning: Callable[[Params], Any] | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.stochastic, bool):

@@ -85,8 +85,10 @@ def _single_device(path: ForwardPath, model: Model, _mesh: Mesh | None) -> Compi
 
 def _sharded(path: ForwardPath, model: Model, mesh: Mesh | None) -> Compiled:
     from vmapcheck.core import contract, forms
+    from vmapcheck.core.mesh import view
 
-    mesh = mesh if mesh is not None else forms.data_mesh()
+    # Every device of the run's mesh on the one axis "data" (the run's mesh may be 2-D).
+    mesh = view(mesh if mesh is not None else forms.data_mesh(), path.mesh_axes)
     sharded = forms.ShardedForward(model, mesh, path.name)
     return Compiled(
         fn=sharded.jitted,
@@ -95,6 +97,25 @@ def _sharded(path: ForwardPath, model: Model, mesh: Mesh | None) -> Compiled:
         devices=sharded.devices,
         rows_run=sharded.padded_rows,
         about=sharded.describe(),
+        rows_of=contract.rows,
+    )
+
+
+def _partitioned(path: ForwardPath, model: Model, mesh: Mesh | None) -> Compiled:
+    """A tensor-parallel path (vmapcheck.core.mesh): params split over "model", and the
+    batch over "data" when the path's mesh has that axis."""
+    from vmapcheck.core import contract, forms
+    from vmapcheck.core.mesh import MeshForward, view
+
+    mesh = view(mesh if mesh is not None else forms.data_mesh(), path.mesh_axes)
+    split = MeshForward(model, mesh, path.name, split_batch=forms.DATA_AXIS in path.mesh_axes)
+    return Compiled(
+        fn=split.jitted,
+        place=lambda params, x: (split.place_params(params), split.place_batch(x)),
+        finish=lambda out, rows: out if out.shape[0] == rows else out[:rows],
+        devices=split.devices,
+        rows_run=split.padded_rows,
+        about=split.describe(),
         rows_of=contract.rows,
     )
 
@@ -123,7 +144,12 @@ class ForwardPath:
         same_program_as: a path computing the same program on one device; a
             distributed path is judged against it, and a stored reference made before
             this path existed stands in with that path's output.
-        distributed: runs on a mesh of devices (data parallelism, not vmap).
+        mesh_axes: the mesh axes it splits over (``("data",)``: the batch,
+            ``("model",)``: the params, both: a 2-D mesh); empty for a one-device path.
+            A path with any is ``distributed`` (not vmap: vmap vectorizes on one
+            device), and the diagnosis names its axes when it is the first to diverge.
+        parallelism: how it distributes, in the words every output uses beside "not
+            vmap" ("data-parallel", "tensor-parallel", ...); "" for a one-device path.
         headline: shown in run comparisons (``vmapcheck compare``).
         plain: the untransformed per-example path (the loop, eager): the one a case's
             loss is computed from, against the stored reference.
@@ -147,11 +173,17 @@ class ForwardPath:
     bench_cap: str | None = None
     forward_cap: str | None = None
     same_program_as: str | None = None
-    distributed: bool = False
+    mesh_axes: tuple[str, ...] = ()
+    parallelism: str = ""
     headline: bool = False
     plain: bool = False
     no_eager: str = ""
     flops_as: str | None = None
+
+    @property
+    def distributed(self) -> bool:
+        """Runs on a mesh of devices (data or tensor parallelism, not vmap)."""
+        return bool(self.mesh_axes)
 
     @property
     def mode(self) -> str:
@@ -301,7 +333,35 @@ PATHS: dict[str, ForwardPath] = {
             forward=_form("vmap_forward"),
             build=_sharded,
             same_program_as="vmap_jit",
-            distributed=True,
+            mesh_axes=("data",),
+            parallelism="data-parallel",
+        ),
+        ForwardPath(
+            name="tensor_parallel_jit",
+            form="tensor_parallel",
+            jit=True,
+            takes="batch",
+            about="jit(vmap(forward_one)) with the params split over the mesh axis 'model' "
+            "by the model's partitioning (or the default rule), the batch replicated "
+            "(tensor parallelism, not vmap)",
+            forward=_form("vmap_forward"),
+            build=_partitioned,
+            same_program_as="vmap_jit",
+            mesh_axes=("model",),
+            parallelism="tensor-parallel",
+        ),
+        ForwardPath(
+            name="data_model_jit",
+            form="data_model",
+            jit=True,
+            takes="batch",
+            about="jit(vmap(forward_one)) on a 2-D mesh: the batch split over 'data', the "
+            "params over 'model' (data and tensor parallelism, not vmap)",
+            forward=_form("vmap_forward"),
+            build=_partitioned,
+            same_program_as="vmap_jit",
+            mesh_axes=("data", "model"),
+            parallelism="data- and tensor-parallel",
         ),
         *_eager_and_jit(
             "one",
@@ -476,6 +536,53 @@ def describe_distributed(model: Model, mesh: Mesh | None) -> dict[str, Any] | No
             compiled = p.compile(model, mesh)
             return compiled.about if compiled is not None else None
     return None
+
+
+def describe_meshes(
+    model: Model, mesh: Mesh | None, selected: Sequence[str] | None = None
+) -> dict[str, dict[str, Any]]:
+    """Every distributed path's mesh (its ``Compiled.about``: parallelism, devices, mesh
+    shape by axis, padding; a mesh of one device says so), by path name, for the records
+    and the diagnosis; ``selected``: only those paths (None: all)."""
+    described: dict[str, dict[str, Any]] = {}
+    for p in PATHS.values():
+        if p.distributed and (selected is None or p.name in selected):
+            compiled = p.compile(model, mesh)
+            if compiled is not None and compiled.about is not None:
+                described[p.name] = compiled.about
+    return described
+
+
+def mesh_label(about: dict[str, Any]) -> str:
+    """One line naming a distributed path's parallelism and mesh from its description
+    (:func:`describe_meshes`), as every output words it: ``tensor_parallel_jit
+    (tensor-parallel over mesh model=8, not vmap)``; ``(..., a mesh of 1: nothing split,
+    ...)`` when it ran on one device. A description older than ``parallelism`` is
+    sharded_jit's, the only distributed path then: data-parallel."""
+    shape = " x ".join(f"{axis}={size}" for axis, size in about.get("mesh_shape", {}).items())
+    parallelism = about.get("parallelism", "data-parallel")
+    one = ", a mesh of 1: nothing split" if about.get("devices") == 1 else ""
+    if not one and about.get("mesh_shape", {}).get("model") == 1:
+        one = ", a model axis of 1: no param split"
+    return f"{about['path']} ({parallelism} over mesh {shape}{one}, not vmap)"
+
+
+def mesh_axis_blamed(path: ForwardPath, shape: dict[str, Any], agreeing: set[str]) -> str:
+    """The mesh axis (or axes) ``path``'s divergence lies on, in words (``mesh axis
+    'model' (8 devices)``): its axes of more than one device in ``shape`` (its mesh's
+    ``mesh_shape``; an axis of 1 splits nothing), less those along which another
+    distributed path of the same run, named in ``agreeing`` and splitting over that axis
+    alone, agreed. The diagnosis and the Python API's summary both word it so."""
+    split = [a for a in path.mesh_axes if shape.get(a) != 1]
+    cleared = {PATHS[name].mesh_axes[0] for name in agreeing if len(PATHS[name].mesh_axes) == 1}
+    blamed = [a for a in split if a not in cleared] or split or list(path.mesh_axes)
+    sizes = ", ".join(f"{a!r} ({shape.get(a, '?')} devices)" for a in blamed)
+    why = (
+        f"; {', '.join(sorted(cleared & set(split)))} alone agreed"
+        if cleared & set(split) and len(blamed) < len(split)
+        else ""
+    )
+    return f"mesh axis {sizes}{why}"
 
 
 def _guarded(compiled: Compiled, check: Callable[[Any], None]) -> Forward:

@@ -171,6 +171,9 @@ class ForwardRecord(TypedDict):
     params_sha256: str
     not_provided: dict[str, str]  # path -> why the model lacks it
     sharded: dict[str, Any] | None  # devices and mesh of the distributed path
+    # Every distributed path's (vmapcheck.core.paths.describe_meshes): its parallelism,
+    # devices and mesh shape by axis; absent in records older than the mesh paths.
+    meshes: NotRequired[dict[str, dict[str, Any]]]
     reference: dict[str, Any]  # status of the stored reference's recomputation
     gradients: GradientProbe | GradientProbeError | None  # None: not run
     cases: dict[str, dict[str, PathRun]]  # case -> path -> what it did
@@ -202,6 +205,7 @@ def forward_record(
     budget: dict[str, int] | None = None,
     bitwise: Mapping[str, Any] | None = None,
     keys: KeysRecord | None = None,
+    meshes: dict[str, dict[str, Any]] | None = None,
 ) -> ForwardRecord:
     """The record of one forward run: ``runtime`` (:class:`vmapcheck.core.runtime.
     RuntimeInfo` as a dict), the run's ``dtype`` name, per case and path what it did
@@ -223,6 +227,8 @@ def forward_record(
         "cases": cases,
         "composition": composition,
     }
+    if meshes is not None:
+        record["meshes"] = meshes
     if budget is not None:
         record["budget"] = budget
     if bitwise is not None:

@@ -19,9 +19,15 @@ from vmapcheck.bench.records import BenchDetails
 from vmapcheck.bench.replay import replay_figures, replay_summary, run_replay
 from vmapcheck.bench.timing import run_bench
 from vmapcheck.config import Config
-from vmapcheck.core.forms import data_mesh
+from vmapcheck.core.mesh import run_mesh
 from vmapcheck.core.models import build_model
-from vmapcheck.core.paths import PATHS, describe_distributed, speedup_text
+from vmapcheck.core.paths import (
+    PATHS,
+    describe_distributed,
+    describe_meshes,
+    mesh_label,
+    speedup_text,
+)
 from vmapcheck.core.runtime import configure_jax
 from vmapcheck.data.regression import STANDARD_CASE, load_cases
 from vmapcheck.io import atomic_dir, atomic_write_json, read_json_object
@@ -135,7 +141,7 @@ def run(config: Config, layout: Layout) -> None:
     params, _ = load_model_params(model, layout.params)
     rows = load_cases(layout.cases)[STANDARD_CASE]["x"]
     dtype = jnp.dtype(config.precision.dtype)
-    mesh = data_mesh(config.backend.num_devices)
+    mesh = run_mesh(config.backend.num_devices, config.backend.model_axis)
     # Progress bars on a terminal, plain lines in a log (dvc repro piped, CI). The load
     # and CPU frequency are sampled over all of it: compiles, warm-up, timing, replays.
     with open_progress("bench") as progress, ConditionsSampler() as sampler:
@@ -154,6 +160,8 @@ def run(config: Config, layout: Layout) -> None:
     }
     # Devices and mesh shape of the data-parallel path.
     sharded = describe_distributed(model, mesh)
+    # Every mesh path's: which is data-parallel, which tensor-parallel (none is vmap).
+    meshes = describe_meshes(model, mesh)
     result["replay"] = {**replay, "figures": replay_figures(replay)}
     details: BenchDetails = {
         "model": config.model.name,
@@ -165,6 +173,7 @@ def run(config: Config, layout: Layout) -> None:
         "runtime": runtime.as_dict(),
         "bench": config.bench.model_dump(),
         "sharded": sharded,
+        "meshes": meshes,
         **result,
     }
     # From the details, which hold the profile: the headline batch is the profile's, not
@@ -213,7 +222,7 @@ def run(config: Config, layout: Layout) -> None:
         for label, stats in result["latency_ms"][path.name].items():
             if label in one_device:
                 print(
-                    f"bench: {label}: {path.name} (data-parallel over {sharded['devices']} "
-                    f"{sharded['platform']} device(s), not vmap) p50 {stats['p50']:.3g} ms vs "
+                    f"bench: {label}: {mesh_label(meshes[path.name])} on "
+                    f"{meshes[path.name]['platform']} p50 {stats['p50']:.3g} ms vs "
                     f"{path.same_program_as} (one device) {one_device[label]['p50']:.3g} ms"
                 )

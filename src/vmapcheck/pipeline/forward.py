@@ -15,11 +15,12 @@ from vmapcheck.config import Config
 from vmapcheck.core import contract
 from vmapcheck.core.bitwise import measure_case
 from vmapcheck.core.cases import case_input
-from vmapcheck.core.forms import FORWARD_KEYS, cast_tree, data_mesh, forward_keys
+from vmapcheck.core.forms import FORWARD_KEYS, cast_tree, forward_keys
 from vmapcheck.core.forward import build_all, run_composition, run_forward
 from vmapcheck.core.gradients import gradient_probe
+from vmapcheck.core.mesh import run_mesh
 from vmapcheck.core.models import build_model
-from vmapcheck.core.paths import describe_distributed, not_provided
+from vmapcheck.core.paths import describe_distributed, describe_meshes, mesh_label, not_provided
 from vmapcheck.core.record import forward_record, keys_record
 from vmapcheck.core.runtime import configure_jax
 from vmapcheck.data.regression import STANDARD_CASE, load_cases
@@ -67,8 +68,9 @@ def run(config: Config, layout: Layout) -> None:
         read_json_object(layout.cases_manifest, ("features",))["features"], manifest, "data/cases"
     )
     dtype = jnp.dtype(config.precision.dtype)
-    mesh = data_mesh(config.backend.num_devices)
+    mesh = run_mesh(config.backend.num_devices, config.backend.model_axis)
     sharded = describe_distributed(model, mesh)
+    meshes = describe_meshes(model, mesh)
     # A stochastic model's row keys: split from the seed's "forward" key on every path.
     key = forward_keys(config.seed)
     built = build_all(model, dtype, mesh, key)
@@ -132,6 +134,7 @@ def run(config: Config, layout: Layout) -> None:
                 params_sha256=manifest["sha256"],
                 not_provided=not_provided(model),
                 sharded=sharded,
+                meshes=meshes,
                 reference=reference_status,
                 gradients=grad_record,
                 cases=record,
@@ -149,8 +152,8 @@ def run(config: Config, layout: Layout) -> None:
         f"forward: {len(outputs)} outputs and {refused} refusals from {len(cases)} cases, "
         f"{len(regrouped)} on regrouped batches ({len(composition['cases'])} cases), on "
         f"{runtime.backend} ({runtime.device_kind}, {jax.device_count()} device(s)), dtype "
-        f"{dtype.name}; {sharded['path']} (data-parallel, not vmap) over a mesh of "
-        f"{sharded['devices']} device(s); reference: {reference_status['status']}"
+        f"{dtype.name}; {'; '.join(mesh_label(about) for about in meshes.values())}; "
+        f"reference: {reference_status['status']}"
     )
     # What the budget cut, never silently.
     for case_name, per_path in record.items():

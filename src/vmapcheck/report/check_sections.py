@@ -16,7 +16,7 @@ from vmapcheck.check.kinds import verdict_words
 from vmapcheck.check.rules import rule
 from vmapcheck.check.schema import CaseReport, CheckDetails, RuleRecord
 from vmapcheck.core.composition import REGROUPINGS
-from vmapcheck.core.paths import PATHS
+from vmapcheck.core.paths import PATHS, mesh_label
 from vmapcheck.core.record import Comparison
 from vmapcheck.core.runtime import accelerator_runtime_text, device_text
 from vmapcheck.report.elements import (
@@ -49,6 +49,10 @@ def forms_compared(check: CheckDetails) -> str:
     forms = list(dict.fromkeys(p.form for p in paths))
     modes = " and ".join(dict.fromkeys(p.mode for p in paths))
     text = f"{and_list(forms)} forwards ({modes})" if forms else "no one-device batch forward"
+    meshes = check.get("meshes")
+    if meshes:  # each mesh path with its parallelism and mesh: none is vmap
+        text += ", and " + and_list([mesh_label(about) for about in meshes.values()])
+        return text
     sharded = check.get("sharded")
     if sharded:
         text += (

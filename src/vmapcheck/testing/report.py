@@ -349,7 +349,7 @@ def _summary(
     from vmapcheck.check.kinds import finding_lines
     from vmapcheck.check.rules import summary_lines as rule_lines
     from vmapcheck.core.composition import composition_line
-    from vmapcheck.core.paths import not_provided, plain_path
+    from vmapcheck.core.paths import PATHS, mesh_axis_blamed, mesh_label, not_provided, plain_path
     from vmapcheck.report.check_sections import leaves_text, not_provided_lines
     from vmapcheck.report.summary import case_line, refusals_line, verdict_line
 
@@ -363,6 +363,13 @@ def _summary(
                 f"  disagree with {plain_path()} (the plain per-example loop): "
                 + ", ".join(culprits)
             )
+        # A mesh path among them: which parallelism it is (none is vmap) and the mesh
+        # axis its divergence lies on, cleared along an axis another mesh path agreed on.
+        meshes = details.get("meshes") or {}
+        agreeing = {name for name in meshes if name not in culprits}
+        for name in (c for c in culprits if c in meshes):
+            axis = mesh_axis_blamed(PATHS[name], meshes[name].get("mesh_shape", {}), agreeing)
+            lines.append(f"  {mesh_label(meshes[name])} diverges on {axis}")
     # Paths the model lacks, as the pipeline words them; those left out by ``paths=``
     # (also skipped by the check) on one line.
     lacking = not_provided(model)

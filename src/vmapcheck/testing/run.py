@@ -323,7 +323,7 @@ def forward(
     from vmapcheck.core.forms import FORWARD_KEYS, data_mesh, forward_keys
     from vmapcheck.core.forward import build_all, run_composition, run_forward
     from vmapcheck.core.jit_cache import cached, key_bytes
-    from vmapcheck.core.paths import PATHS, describe_distributed, not_provided
+    from vmapcheck.core.paths import PATHS, describe_distributed, describe_meshes, not_provided
     from vmapcheck.core.record import forward_record, keys_record
     from vmapcheck.core.runtime import runtime_info
 
@@ -361,6 +361,7 @@ def forward(
         dtype=str(dtype),
         not_provided=skipped,
         sharded=describe_distributed(model, mesh) if distributed else None,
+        meshes=describe_meshes(model, mesh, selected) if distributed else None,
         reference={"status": "missing", "message": "the Python API compares no reference"},
         gradients=gradients,
         cases=per_case,

@@ -33,7 +33,7 @@ from vmapcheck.check.rules import metrics as rule_metrics
 from vmapcheck.check.schema import CheckDetails, DiagnosisReport
 from vmapcheck.config import Config, flatten
 from vmapcheck.core.composition import REGROUPINGS
-from vmapcheck.core.paths import speedup_text
+from vmapcheck.core.paths import mesh_label, speedup_text
 from vmapcheck.core.runtime import runtime_tags
 from vmapcheck.errors import ConfigError, first_line
 from vmapcheck.params_io import contract_digest
@@ -432,6 +432,8 @@ def run_tags(
             if check.get("sharded")
             else {}
         ),
+        # Every mesh path's parallelism and mesh (none is vmap), where the run recorded them.
+        **{f"mesh.{path}": mesh_label(about) for path, about in check.get("meshes", {}).items()},
         "bench_noisy": str(bench["machine"]["noisy"]).lower(),
         **git,
         "mlflow.source.git.commit": git["git_commit"],

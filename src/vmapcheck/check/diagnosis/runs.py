@@ -23,7 +23,16 @@ from vmapcheck.check.diagnosis.subject import (
 from vmapcheck.core.compare import measure
 from vmapcheck.core.contract import cast_floats, rows, take
 from vmapcheck.core.forms import OUTPUT
-from vmapcheck.core.paths import PATHS, ForwardPath, output_key, path_names, split_output_key
+from vmapcheck.core.paths import (
+    PATHS,
+    ForwardPath,
+    mesh_axis_blamed,
+    mesh_label,
+    output_key,
+    path_names,
+    split_output_key,
+)
+from vmapcheck.core.record import Measurement
 
 if TYPE_CHECKING:
     from vmapcheck.check.schema import CheckDetails, StageResult
@@ -105,16 +114,29 @@ def backend_stage(subject: Subject, stored: StoredRun | None) -> StageResult:
     )
 
 
+def _mesh_of(stored: StoredRun, path: ForwardPath) -> dict[str, Any]:
+    """``path``'s mesh as the run recorded it (``meshes``; a record older than them has
+    sharded_jit's alone, under ``sharded``), else its registry axes of unknown size."""
+    recorded = (stored.record.get("meshes") or {}).get(path.name)
+    if recorded is None and (stored.record.get("sharded") or {}).get("path") == path.name:
+        recorded = stored.record["sharded"]
+    if recorded is None:
+        recorded = {"path": path.name, "mesh_shape": dict.fromkeys(path.mesh_axes, "?")}
+    return {"parallelism": path.parallelism, **recorded}
+
+
 def sharding_stage(subject: Subject, stored: StoredRun | None) -> StageResult:
-    """Stage 10: each distributed path of the run (``sharded_jit``) against the path
-    running the same program on one device (its ``same_program_as``: ``vmap_jit``), every
-    batch case, within precision.tolerance."""
+    """Stage 10: each distributed path of the run (``sharded_jit``, ``tensor_parallel_jit``,
+    ``data_model_jit``) against the path running the same program on one device (its
+    ``same_program_as``: ``vmap_jit``), every batch case, within precision.tolerance.
+    The first to diverge is named with its parallelism (which is data-parallel, which
+    tensor-parallel; none is vmap) and the mesh axis the divergence lies on
+    (:func:`mesh_axis_blamed`)."""
     evidence: list[dict[str, Any]] = []
     if stored is None:
         return stage_result("sharding", evidence, skipped="no stored run outputs given")
-    mesh = stored.record.get("sharded") or {}
-    devices = mesh.get("devices", "?")
     agreed: set[str] = set()
+    by_case: dict[str, list[tuple[ForwardPath, str, Measurement]]] = {}
     for key in stored.outputs:
         case, path = split_output_key(key)
         one_device = path.same_program_as
@@ -133,14 +155,22 @@ def sharding_stage(subject: Subject, stored: StoredRun | None) -> StageResult:
         )
         pair = f"{one_device}-vs-{path.name}"
         evidence.append({"what": f"case {case}", "pair": pair, **result})
-        if not result["passed"]:
+        by_case.setdefault(case, []).append((path, pair, result))
+    for case, results in by_case.items():
+        agreeing = {path.name for path, _, result in results if result["passed"]}
+        for path, pair, result in sorted(results, key=lambda r: list(PATHS).index(r[0].name)):
+            mesh = _mesh_of(stored, path)
+            if result["passed"]:
+                agreed.add(f"{mesh_label(mesh)} agrees with {path.same_program_as}")
+                continue
+            axis = mesh_axis_blamed(path, mesh.get("mesh_shape", {}), agreeing)
             return stage_result(
                 "sharding",
                 evidence,
                 make_finding(
                     "sharding",
-                    f"case {case}: {path.name} over {devices} device(s) "
-                    f"differs from {one_device} ({result['reason']})",
+                    f"case {case}: {mesh_label(mesh)} differs from {path.same_program_as} "
+                    f"({result['reason']}); it diverges on {axis}",
                     what="output",
                     input=f"case {case}",
                     layer=OUTPUT,
@@ -149,7 +179,6 @@ def sharding_stage(subject: Subject, stored: StoredRun | None) -> StageResult:
                     figures=result,
                 ),
             )
-        agreed.add(f"{path.name} over {devices} device(s) agrees with {one_device}")
     if not evidence:
         return stage_result(
             "sharding", evidence, skipped="the run has no distributed path's outputs"
@@ -157,7 +186,7 @@ def sharding_stage(subject: Subject, stored: StoredRun | None) -> StageResult:
     return stage_result(
         "sharding",
         evidence,
-        summary=f"{'; '.join(sorted(agreed))} on {len(evidence)} case(s)",
+        summary=f"{'; '.join(sorted(agreed))} on {len(by_case)} case(s)",
     )
 
 
