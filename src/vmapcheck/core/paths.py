@@ -91,7 +91,7 @@ def _sharded(path: ForwardPath, model: Model, mesh: Mesh | None) -> Compiled:
     return Compiled(
         fn=sharded.jitted,
         place=lambda params, x: (sharded.place_params(params), sharded.place_batch(x)),
-        finish=lambda out, rows: out if out.shape[0] == rows else out[:rows],
+        finish=sharded.finish,
         devices=sharded.devices,
         rows_run=sharded.padded_rows,
         about=sharded.describe(),
