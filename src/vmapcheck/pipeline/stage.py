@@ -17,7 +17,7 @@ import yaml
 from vmapcheck import clock
 from vmapcheck.config import Config, read_params, validate_config
 from vmapcheck.config.load import PARAMS_MAX_BYTES
-from vmapcheck.core.distributed import launched
+from vmapcheck.core.distributed import Launch, launched
 from vmapcheck.core.runtime import enable_compile_cache
 from vmapcheck.errors import (
     INTERRUPTED,
@@ -277,8 +277,8 @@ def _run_stage_body(name: str, body: StageBody, root: Path | None, compile_cache
     # One of a group of processes (backend.processes, vmapcheck.pipeline.multiprocess):
     # its launcher, the stage's own process, keeps the stage's record; this one's messages
     # say which process it is.
-    member = launched()
-    shown = name if member is None else f"{name} ({member.label()})"
+    member: Launch | None = None
+    shown = name
     set_stage(name)
     start = clock.now()
     timed = False
@@ -287,6 +287,8 @@ def _run_stage_body(name: str, body: StageBody, root: Path | None, compile_cache
     params: dict[str, Any] | None = None
     model_name: str | None = None
     try:
+        member = launched()  # its variables refused here, by name, as a config's are
+        shown = name if member is None else f"{name} ({member.label()})"
         scrub_credentials(layout.params_yaml, name)
         text, raw = read_params(layout.params_yaml)
         config = validate_config(raw, source=str(layout.params_yaml))
