@@ -141,8 +141,7 @@ def _project(root: Path, *overrides: str) -> Layout:
 
 def _arrays(layout: Layout) -> dict[str, dict[str, np.ndarray]]:
     return {
-        name: dict(np.load(layout.forward / f"{name}.npz", allow_pickle=False))
-        for name in ARRAYS
+        name: dict(np.load(layout.forward / f"{name}.npz", allow_pickle=False)) for name in ARRAYS
     }
 
 
@@ -172,9 +171,7 @@ def _assert_same_record_but_processes(group: dict, alone: dict, processes: int) 
 
 
 @pytest.mark.stages
-def test_two_processes_of_one_device_agree_bitwise_with_one_process_of_two(
-    tmp_path, capfd
-):
+def test_two_processes_of_one_device_agree_bitwise_with_one_process_of_two(tmp_path, capfd):
     layout = _project(tmp_path, "backend.num_devices=2")
     assert run_stage(tmp_path, "forward") == 0  # one process, this one's 2 devices
     alone, alone_record = _arrays(layout), _record(layout)
@@ -190,8 +187,9 @@ def test_two_processes_of_one_device_agree_bitwise_with_one_process_of_two(
     assert out.count("forward: ") == 1 and "across 2 processes (process 0 wrote)" in out
     timed = json.loads(layout.stage_time("forward").read_text())
     assert (timed["pid"], timed["exit_code"]) == (os.getpid(), 0)
-    assert timed["start"] >= started - 1 and (layout.forward / "record.json").stat().st_mtime < (
-        timed["end"]
+    assert (
+        timed["start"] >= started - 1
+        and (layout.forward / "record.json").stat().st_mtime < (timed["end"])
     )
 
 
