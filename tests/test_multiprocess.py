@@ -241,6 +241,41 @@ def test_a_process_killed_mid_run_is_named_and_the_others_are_stopped(tmp_path):
     assert timed["exit_code"] == 2 and "ProcessGroupError" in timed["error"]
 
 
+NEVER_JOINED = """
+import vmapcheck.core.distributed as distributed
+from vmapcheck.config import BackendConfig
+distributed.INIT_TIMEOUT_S = 10  # the test's patience, not 2 minutes
+distributed.join(BackendConfig(name="cpu", platform="cpu", num_devices=2, processes=2))
+print("joined")
+"""
+
+
+def test_a_process_whose_peers_never_come_says_so_before_jax_ends_it(tmp_path):
+    env = {
+        **os.environ,
+        COORDINATOR_ENV: f"127.0.0.1:{_free_port()}",
+        PROCESSES_ENV: "2",
+        PROCESS_ID_ENV: "0",
+    }
+    done = subprocess.run(
+        [sys.executable, "-c", NEVER_JOINED],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=HANG_S,
+    )
+    # JAX aborts the process (SIGABRT): no Python exception reaches vmapcheck.
+    assert done.returncode == -signal.SIGABRT and "joined" not in done.stdout
+    assert "process 0 of 2: the group of processes at 127.0.0.1:" in done.stderr
+    assert "another process died or never started" in done.stderr
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
 def test_a_group_whose_process_fails_raises_naming_it(tmp_path):
     """A group on a folder with no project: each process refuses (no params.yaml) and
     the launcher names the first that ended, with its exit code."""

@@ -26,6 +26,8 @@ Neither set: one process, and nothing here changes anything.
 from __future__ import annotations
 
 import os
+import sys
+import threading
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -138,9 +140,11 @@ def join(backend: BackendConfig) -> Launch | None:
     ``jax.distributed.initialize``. None (nothing done): the process runs alone.
 
     Raises:
-        BackendUnavailableError: the group did not form within :data:`INIT_TIMEOUT_S`
-            (another process died or never started; the coordinator's port was taken),
-            or a cluster's process count is not ``backend.processes``.
+        BackendUnavailableError: JAX refused to join (its error said, with this
+            process's place), or a cluster's process count is not
+            ``backend.processes``. A group that does not form within
+            :data:`INIT_TIMEOUT_S` raises nothing: JAX aborts this process (SIGABRT),
+            after this process has said on stderr what it waited for.
     """
     launch = launched()
     if launch is None:
@@ -150,6 +154,22 @@ def join(backend: BackendConfig) -> Launch | None:
     jax.config.update("jax_platforms", backend.platform)
     if backend.platform == "cpu" and launch.local_devices is not None:
         jax.config.update("jax_num_cpu_devices", launch.local_devices)
+    where = launch.coordinator or "the cluster's coordinator"
+    # A group that never forms is not an exception: JAX aborts the waiting process
+    # (SIGABRT, "DEADLINE_EXCEEDED ... RegisterTask") once INIT_TIMEOUT_S has passed. So
+    # that its log says which process waited for what, this line comes first.
+    waiting = threading.Timer(
+        INIT_TIMEOUT_S * 0.9,
+        lambda: print(
+            f"{launch.label()}: the group of processes at {where} has not formed after "
+            f"{INIT_TIMEOUT_S * 0.9:.0f} s: another process died or never started; JAX "
+            f"ends this one once {INIT_TIMEOUT_S} s have passed",
+            file=sys.stderr,
+            flush=True,
+        ),
+    )
+    waiting.daemon = True
+    waiting.start()
     try:
         jax.distributed.initialize(
             launch.coordinator,
@@ -161,12 +181,12 @@ def join(backend: BackendConfig) -> Launch | None:
         )
         count = jax.process_count()
     except Exception as exc:  # JAX raises RuntimeError or its own XlaRuntimeError here
-        where = launch.coordinator or "the cluster's coordinator"
         raise BackendUnavailableError(
-            f"{launch.label()}: could not join the group of processes at {where} within "
-            f"{INIT_TIMEOUT_S} s ({type(exc).__name__}: {first_line(exc)}); another process "
-            "may have died or never started, or the coordinator's port is taken"
+            f"{launch.label()}: could not join the group of processes at {where} "
+            f"({type(exc).__name__}: {first_line(exc)})"
         ) from None
+    finally:
+        waiting.cancel()
     if count != backend.processes:
         raise BackendUnavailableError(
             f"backend.processes={backend.processes}, but the cluster started {count} "
