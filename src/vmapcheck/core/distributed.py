@@ -50,9 +50,10 @@ CLUSTER = "cluster"  # CLUSTER_ENV's one value
 LOCAL_ENV = (COORDINATOR_ENV, PROCESSES_ENV, PROCESS_ID_ENV, LOCAL_DEVICES_ENV)
 
 # How long a process waits for the others to join (jax.distributed's connection
-# retries): four processes importing JAX and a model on two busy cores took up to
-# 40 s to reach initialize in this project's tests; a dead one is caught sooner by the
-# launcher, which watches every process (vmapcheck.pipeline.multiprocess).
+# retries; JAX's default is 300 s): a process here reaches initialize seconds after it
+# starts (its imports took 0.8-2 s on 2 cores at load 7, 2026-12-07), so 120 s is wide
+# margin; a process that dies is caught sooner by the launcher, which watches every
+# process (vmapcheck.pipeline.multiprocess).
 INIT_TIMEOUT_S = 120
 # A process silent this long is taken for dead, and the others stop (jax.distributed's
 # heartbeats): what ends a cluster's processes when one dies with no launcher watching.

@@ -307,8 +307,9 @@ def _run_stage_body(name: str, body: StageBody, root: Path | None, compile_cache
             write_stage_time(layout, name, start, None, None, params, oom)
             timed = True
         pause_point("start")
-        # Not in a group: its processes would write the same cache entries at once.
-        if compile_cache and member is None:
+        # In a group too: JAX writes cache entries from process 0 alone, under a file lock
+        # (jax._src.compiler._cache_write, lru_cache), and every process reads them.
+        if compile_cache:
             enable_compile_cache(layout.compile_cache)
         code = body(config, layout) or 0
         pause_point("end")
