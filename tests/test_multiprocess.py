@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -28,6 +29,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from tests.helpers.config import compose_config
 from tests.helpers.inprocess import inputs_repository, run_stage, run_stages, write_params
 from tests.helpers.project import commit_all
 from tests.helpers.wait import HANG_S
@@ -65,6 +67,26 @@ def _backend(**keys) -> BackendConfig:
 def test_a_process_count_not_a_positive_whole_number_is_refused_by_name(value):
     with pytest.raises(ValueError, match="processes"):
         _backend(processes=value)
+
+
+@pytest.mark.parametrize("value", [0, -2, "2", 1.5])
+def test_a_device_count_not_a_positive_whole_number_is_refused_by_name(value):
+    with pytest.raises(ValueError, match="num_devices"):
+        _backend(num_devices=value, processes=2)
+
+
+@pytest.mark.parametrize(
+    ("override", "said"),
+    [
+        ("+backend.processes=0", "backend.processes: Input should be greater than 0, found 0"),
+        ("+backend.processes=two", "backend.processes: Input should be a valid integer"),
+        ("+backend.processes=3", "backend.num_devices=2 with backend.processes=3: expected"),
+        ("+backend.coordinator_port=80", "backend.coordinator_port: Input should be greater"),
+    ],
+)
+def test_params_yaml_refusals_name_the_key_and_what_was_found(override, said):
+    with pytest.raises(ConfigError, match=re.escape(said)):
+        compose_config("backend=cpu", override)
 
 
 def test_devices_that_do_not_split_over_the_processes_are_refused_with_both_values():
