@@ -232,36 +232,70 @@ def _process_id(pid: int) -> str | None:
     return None
 
 
-@pytest.mark.stages
-def test_a_process_killed_mid_run_is_named_and_the_others_are_stopped(tmp_path):
-    layout = _project(tmp_path, "backend.num_devices=2", "+backend.processes=2")
+def _alive(pid: int) -> bool:
+    """Whether ``pid`` runs (a zombie, ended and not yet reaped, does not)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"
+
+
+def _start_group(root: Path) -> tuple[subprocess.Popen, dict[str, int]]:
+    """The forward stage of a 2-process project at ``root`` started as DVC starts it;
+    (the launcher, {process index: pid}) once both processes run."""
     launcher = subprocess.Popen(
         [sys.executable, "-m", "vmapcheck.stages.forward"],
-        cwd=tmp_path,
+        cwd=root,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
     )
-    # Kill process 1 once it has joined (its gloo line says so) or has started at least.
     deadline = time.monotonic() + HANG_S
-    victim = None
-    while victim is None and time.monotonic() < deadline and launcher.poll() is None:
+    found: dict[str | None, int] = {}
+    while len(found) < 2 and time.monotonic() < deadline and launcher.poll() is None:
         found = {_process_id(pid): pid for pid in _children(launcher.pid)}
-        victim = found.get("1") if len(found) == 2 else None
         time.sleep(0.2)
-    assert victim is not None, "the launcher never started its 2 processes"
-    time.sleep(3)  # into its run (importing, joining or computing: any point must do)
-    os.kill(victim, signal.SIGKILL)
-    others = [pid for pid in _children(launcher.pid) if pid != victim]
+    assert sorted(map(str, found)) == ["0", "1"], "the launcher never started its 2 processes"
+    time.sleep(3)  # into their run (importing, joining or computing: any point must do)
+    return launcher, {str(k): pid for k, pid in found.items()}
+
+
+def _gone(pids, within_s: float = 60.0) -> bool:
+    deadline = time.monotonic() + within_s
+    while any(_alive(pid) for pid in pids) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    return not any(_alive(pid) for pid in pids)
+
+
+@pytest.mark.stages
+def test_a_process_killed_mid_run_is_named_and_the_others_are_stopped(tmp_path):
+    layout = _project(tmp_path, "backend.num_devices=2", "+backend.processes=2")
+    launcher, group = _start_group(tmp_path)
+    os.kill(group["1"], signal.SIGKILL)
     _, err = launcher.communicate(timeout=HANG_S)
     assert launcher.returncode == 2, err
-    assert f"process 1 of 2 (pid {victim}) ended with killed by SIGKILL" in err
-    assert "were stopped" in err
-    for pid in others:  # none left behind
-        assert not Path(f"/proc/{pid}").exists() or "Z" in Path(f"/proc/{pid}/stat").read_text()
+    assert f"process 1 of 2 (pid {group['1']}) ended with killed by SIGKILL" in err
+    assert "the 1 still running were stopped" in err
+    assert _gone(group.values(), within_s=0)  # none left behind
     assert not (layout.forward / "record.json").exists()
     timed = json.loads(layout.stage_time("forward").read_text())
     assert timed["exit_code"] == 2 and "ProcessGroupError" in timed["error"]
+
+
+@pytest.mark.stages
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL])
+def test_a_launcher_ended_by_a_signal_ends_its_processes(tmp_path, sig):
+    """SIGTERM (a person, a scheduler): the launcher stops its processes itself. SIGKILL
+    (the out-of-memory killer): it cannot, and the kernel ends them (their parent-death
+    signal), so none writes the outputs of a stage that has failed."""
+    layout = _project(tmp_path, "backend.num_devices=2", "+backend.processes=2")
+    launcher, group = _start_group(tmp_path)
+    launcher.send_signal(sig)
+    _, err = launcher.communicate(timeout=HANG_S)
+    assert launcher.returncode == (128 + sig if sig == signal.SIGTERM else -sig), err
+    assert _gone(group.values()), "a process of the group outlived its launcher"
+    assert not (layout.forward / "record.json").exists()
 
 
 NEVER_JOINED = """

@@ -155,6 +155,11 @@ def join(backend: BackendConfig) -> Launch | None:
     jax.config.update("jax_platforms", backend.platform)
     if backend.platform == "cpu" and launch.local_devices is not None:
         jax.config.update("jax_num_cpu_devices", launch.local_devices)
+    # JAX's preemption service takes SIGTERM over (a preemption notice, for training
+    # to checkpoint at a sync point), and a process then ran on to write the outputs
+    # of a stage its launcher had stopped. A check has nothing to save: SIGTERM ends
+    # it, as it ends every stage (vmapcheck.pipeline.stage).
+    jax.config.update("jax_enable_preemption_service", False)
     where = launch.coordinator or "the cluster's coordinator"
     # A group that never forms is not an exception: JAX aborts the waiting process
     # (SIGABRT, "DEADLINE_EXCEEDED ... RegisterTask") once INIT_TIMEOUT_S has passed. So

@@ -120,6 +120,20 @@ def exit_said(code: int) -> str:
     return f"exit code {code}"
 
 
+def _end_with_the_launcher() -> None:
+    """In a process about to be started (``preexec_fn``): on Linux, SIGKILL when the
+    launcher dies, whatever kills it (the out-of-memory killer's SIGKILL leaves it no
+    time to stop its processes): a process of the group never outlives it to write the
+    stage's outputs after the stage has failed (every write is atomic: a kill leaves
+    none half-written). Elsewhere, nothing."""
+    if sys.platform != "linux":
+        return
+    import ctypes
+
+    set_parent_death_signal = 1  # prctl(2): PR_SET_PDEATHSIG
+    ctypes.CDLL(None, use_errno=True).prctl(set_parent_death_signal, int(signal.SIGKILL))
+
+
 def _stop(processes: list[subprocess.Popen]) -> None:
     """SIGTERM to each process still running, SIGKILL to those alive after
     :data:`STOP_GRACE_S`; waits for every one."""
@@ -156,7 +170,14 @@ def run_group(stage: str, backend: BackendConfig, root: Path) -> int:
     processes: list[subprocess.Popen] = []
     try:
         for k in range(n):
-            processes.append(subprocess.Popen(command, cwd=root, env=process_env(backend, port, k)))
+            processes.append(
+                subprocess.Popen(
+                    command,
+                    cwd=root,
+                    env=process_env(backend, port, k),
+                    preexec_fn=_end_with_the_launcher,
+                )
+            )
         while True:
             codes = [proc.poll() for proc in processes]
             failed = [(k, c) for k, c in enumerate(codes) if c not in (None, 0)]
