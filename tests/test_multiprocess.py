@@ -46,8 +46,10 @@ from vmapcheck.core.distributed import (
 from vmapcheck.errors import ConfigError, ProcessGroupError
 from vmapcheck.layout import Layout
 from vmapcheck.pipeline.multiprocess import (
+    LAUNCHER_PID_ENV,
     check_launchable,
     exit_said,
+    follow_launcher,
     process_env,
     run_group,
 )
@@ -101,6 +103,7 @@ def test_each_process_is_told_its_place_and_its_share_of_the_devices():
     assert env[COORDINATOR_ENV] == "127.0.0.1:1234"
     assert (env[PROCESSES_ENV], env[PROCESS_ID_ENV], env[LOCAL_DEVICES_ENV]) == ("4", "3", "2")
     assert CLUSTER_ENV not in env  # the launcher's group, not a cluster's
+    assert env[LAUNCHER_PID_ENV] == str(os.getpid())
     assert launched(env) == Launch("127.0.0.1:1234", 4, 3, 2)
 
 
@@ -143,6 +146,17 @@ def test_alone_or_in_a_cluster_the_environment_says_so():
     cluster = launched({CLUSTER_ENV: "cluster"})
     assert cluster == Launch(None, None, None, None)
     assert cluster.label() == "a process of the cluster"
+
+
+def test_a_process_whose_launcher_is_gone_or_unnamed_says_so():
+    follow_launcher({})  # alone or a cluster's: nothing to follow
+    with pytest.raises(ConfigError, match=f"{LAUNCHER_PID_ENV}: expected a process id"):
+        follow_launcher({LAUNCHER_PID_ENV: "me"})
+    # Not this process's parent (checked before the parent-death signal is set: this
+    # test process is left as it was).
+    gone = str(os.getppid() + 1)
+    with pytest.raises(ProcessGroupError, match=rf"launcher of this group \(pid {gone}\)"):
+        follow_launcher({LAUNCHER_PID_ENV: gone})
 
 
 def test_an_exit_status_is_said_as_a_person_reads_it():
@@ -243,7 +257,8 @@ def _alive(pid: int) -> bool:
 
 def _start_group(root: Path) -> tuple[subprocess.Popen, dict[str, int]]:
     """The forward stage of a 2-process project at ``root`` started as DVC starts it;
-    (the launcher, {process index: pid}) once both processes run."""
+    (the launcher, {process index: pid}) once both processes run (a process is known by
+    its environment once it has exec'd: until then it shows its launcher's)."""
     launcher = subprocess.Popen(
         [sys.executable, "-m", "vmapcheck.stages.forward"],
         cwd=root,
@@ -252,13 +267,19 @@ def _start_group(root: Path) -> tuple[subprocess.Popen, dict[str, int]]:
         text=True,
     )
     deadline = time.monotonic() + HANG_S
-    found: dict[str | None, int] = {}
-    while len(found) < 2 and time.monotonic() < deadline and launcher.poll() is None:
+    group: dict[str, int] = {}
+    while not {"0", "1"} <= set(group) and time.monotonic() < deadline:
+        if launcher.poll() is not None:
+            break
         found = {_process_id(pid): pid for pid in _children(launcher.pid)}
+        group = {k: pid for k, pid in found.items() if k is not None}
         time.sleep(0.2)
-    assert sorted(map(str, found)) == ["0", "1"], "the launcher never started its 2 processes"
+    if not {"0", "1"} <= set(group):
+        launcher.kill()
+        _, err = launcher.communicate()
+        pytest.fail(f"the launcher never started its 2 processes: {err[-2000:]}")
     time.sleep(3)  # into their run (importing, joining or computing: any point must do)
-    return launcher, {str(k): pid for k, pid in found.items()}
+    return launcher, group
 
 
 def _gone(pids, within_s: float = 60.0) -> bool:

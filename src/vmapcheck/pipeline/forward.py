@@ -33,7 +33,7 @@ from vmapcheck.errors import ArtifactError
 from vmapcheck.io import atomic_dir, atomic_save_npz, atomic_write_json, read_json_object
 from vmapcheck.layout import Layout
 from vmapcheck.params_io import check_features, load_model_params
-from vmapcheck.pipeline.multiprocess import run_group
+from vmapcheck.pipeline.multiprocess import follow_launcher, run_group
 
 
 def _run_reference(config: Config, layout: Layout, model, dtype, mesh, built):
@@ -73,6 +73,7 @@ def run(config: Config, layout: Layout) -> int | None:
     if config.backend.processes > 1 and launched() is None:
         # This process launches the group and watches it; it starts no JAX backend.
         return run_group("forward", config.backend, layout.root)
+    follow_launcher()  # one of a local group: it ends with its launcher
     join(config.backend)  # one of a group: joined before JAX starts its backend
     runtime = configure_jax(config.backend, config.precision)
     model = build_model(config.model)

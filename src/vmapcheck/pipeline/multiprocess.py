@@ -22,6 +22,7 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Mapping
 from pathlib import Path
 
 from vmapcheck.config import BackendConfig
@@ -35,6 +36,8 @@ from vmapcheck.core.distributed import (
 from vmapcheck.errors import ConfigError, ProcessGroupError
 
 HOST = "127.0.0.1"
+# The launcher's process id, given to each process it starts (follow_launcher).
+LAUNCHER_PID_ENV = "VMAPCHECK_LAUNCHER_PID"
 # How often the launcher looks at its processes.
 POLL_S = 0.2
 # How long a process stopped with SIGTERM has to end before SIGKILL.
@@ -103,6 +106,7 @@ def process_env(
             PROCESSES_ENV: str(backend.processes),
             PROCESS_ID_ENV: str(process_id),
             LOCAL_DEVICES_ENV: str(per_process),
+            LAUNCHER_PID_ENV: str(os.getpid()),
             # Each process's output as it comes: a process that dies says why first.
             "PYTHONUNBUFFERED": "1",
         }
@@ -120,18 +124,40 @@ def exit_said(code: int) -> str:
     return f"exit code {code}"
 
 
-def _end_with_the_launcher() -> None:
-    """In a process about to be started (``preexec_fn``): on Linux, SIGKILL when the
+def follow_launcher(env: Mapping[str, str] | None = None) -> None:
+    """In a process of a local group, before anything else: on Linux, be killed when the
     launcher dies, whatever kills it (the out-of-memory killer's SIGKILL leaves it no
-    time to stop its processes): a process of the group never outlives it to write the
-    stage's outputs after the stage has failed (every write is atomic: a kill leaves
-    none half-written). Elsewhere, nothing."""
-    if sys.platform != "linux":
-        return
-    import ctypes
+    time to stop its processes), so that no process of the group outlives it to write
+    the outputs of a stage that has failed (every write is atomic: a kill leaves none
+    half-written). Set here, in the process itself, not between fork and exec: a
+    ``preexec_fn`` makes ``subprocess`` fork a process where JAX's threads run. Nothing
+    when ``env`` (default: ``os.environ``) names no launcher (alone, or a cluster's
+    process); off Linux, only the check that the launcher is still there.
 
-    set_parent_death_signal = 1  # prctl(2): PR_SET_PDEATHSIG
-    ctypes.CDLL(None, use_errno=True).prctl(set_parent_death_signal, int(signal.SIGKILL))
+    Raises:
+        ProcessGroupError: the launcher had already died when this process got here.
+        ConfigError: :data:`LAUNCHER_PID_ENV` is no process id."""
+    env = os.environ if env is None else env
+    text = env.get(LAUNCHER_PID_ENV)
+    if text is None:
+        return
+    if not text.isdigit():
+        raise ConfigError(f"{LAUNCHER_PID_ENV}: expected a process id, found {text!r}")
+    # The parent is checked before the signal is set (a launcher gone already) and after
+    # (one that died meanwhile): this process's parent is then another, from which no
+    # signal will come.
+    for when in ("before", "after"):
+        if os.getppid() != int(text):
+            raise ProcessGroupError(
+                f"the launcher of this group (pid {text}) is not this process's parent: "
+                "it has ended"
+            )
+        if when == "before" and sys.platform == "linux":
+            import ctypes
+
+            set_parent_death_signal = 1  # prctl(2): PR_SET_PDEATHSIG
+            libc = ctypes.CDLL(None, use_errno=True)
+            libc.prctl(set_parent_death_signal, int(signal.SIGKILL))
 
 
 def _stop(processes: list[subprocess.Popen]) -> None:
@@ -170,14 +196,7 @@ def run_group(stage: str, backend: BackendConfig, root: Path) -> int:
     processes: list[subprocess.Popen] = []
     try:
         for k in range(n):
-            processes.append(
-                subprocess.Popen(
-                    command,
-                    cwd=root,
-                    env=process_env(backend, port, k),
-                    preexec_fn=_end_with_the_launcher,
-                )
-            )
+            processes.append(subprocess.Popen(command, cwd=root, env=process_env(backend, port, k)))
         while True:
             codes = [proc.poll() for proc in processes]
             failed = [(k, c) for k, c in enumerate(codes) if c not in (None, 0)]
