@@ -362,6 +362,20 @@ def test_a_group_whose_process_fails_raises_naming_it(tmp_path):
         run_group("forward", _backend(processes=2), tmp_path)
 
 
+@pytest.mark.multiprocess
+@pytest.mark.parametrize("model", ["mc_dropout", "two_tower"])
+def test_a_sampling_model_and_a_dict_input_agree_bitwise_too(tmp_path, model):
+    """The rows' keys of a sampling model and a model's dict of inputs are placed leaf
+    by leaf (vmapcheck.core.distributed.put: a key array through its data)."""
+    keys = (f"model={model}", "reference.required=false", "backend.num_devices=2")
+    layout = _project(tmp_path, *keys)
+    assert run_stage(tmp_path, "forward") == 0
+    alone = _arrays(layout)
+    write_params(tmp_path, *SMALL, *keys, "+backend.processes=2")
+    assert run_stage(tmp_path, "forward") == 0
+    _assert_bitwise(_arrays(layout), alone)
+
+
 # --- the big run: 4 processes of 2 devices, and the pipeline after it ---------------------
 
 
