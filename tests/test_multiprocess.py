@@ -319,6 +319,26 @@ def test_a_launcher_ended_by_a_signal_ends_its_processes(tmp_path, sig):
     assert not (layout.forward / "record.json").exists()
 
 
+@pytest.mark.stages
+def test_a_cluster_process_where_there_is_no_cluster_says_so_and_keeps_its_record(tmp_path):
+    layout = _project(tmp_path, "backend.num_devices=2")
+    done = subprocess.run(
+        [sys.executable, "-m", "vmapcheck.stages.forward"],
+        cwd=tmp_path,
+        env={**os.environ, CLUSTER_ENV: "cluster"},
+        capture_output=True,
+        text=True,
+        timeout=HANG_S,
+    )
+    assert done.returncode == 2, done.stderr
+    said = "forward (a process of the cluster): error: could not join the group of processes"
+    assert said in done.stderr and f"{CLUSTER_ENV}=cluster asks JAX to find" in done.stderr
+    # No launcher here: the process keeps its own record, on its host.
+    timed = json.loads(layout.stage_time("forward").read_text())
+    assert timed["exit_code"] == 2 and "BackendUnavailableError" in timed["error"]
+    assert not (layout.forward / "record.json").exists()
+
+
 NEVER_JOINED = """
 import vmapcheck.core.distributed as distributed
 from vmapcheck.config import BackendConfig

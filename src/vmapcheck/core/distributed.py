@@ -187,9 +187,17 @@ def join(backend: BackendConfig) -> Launch | None:
         )
         count = jax.process_count()
     except Exception as exc:  # JAX raises RuntimeError or its own XlaRuntimeError here
+        # The stage's message says which process this is (vmapcheck.pipeline.stage).
+        hint = ""
+        if launch.coordinator is None:
+            hint = (
+                f"; {CLUSTER_ENV}={CLUSTER} asks JAX to find the cluster (a TPU slice, "
+                "SLURM, Open MPI, a Kubernetes Job): unset it to run alone, or set "
+                "backend.processes for a group on this machine"
+            )
         raise BackendUnavailableError(
-            f"{launch.label()}: could not join the group of processes at {where} "
-            f"({type(exc).__name__}: {first_line(exc)})"
+            f"could not join the group of processes at {where} ({type(exc).__name__}: "
+            f"{first_line(exc)}){hint}"
         ) from None
     finally:
         waiting.cancel()

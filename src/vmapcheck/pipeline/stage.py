@@ -275,9 +275,11 @@ def _run_stage(name: str, body: StageBody, root: Path | None, compile_cache: boo
 def _run_stage_body(name: str, body: StageBody, root: Path | None, compile_cache: bool) -> int:
     layout = Layout(Path.cwd() if root is None else root)
     # One of a group of processes (backend.processes, vmapcheck.pipeline.multiprocess):
-    # its launcher, the stage's own process, keeps the stage's record; this one's messages
-    # say which process it is.
+    # its messages say which process it is. In a local group the launcher, the stage's
+    # own process, keeps the stage's record; a cluster's process keeps its own, on its
+    # host (docs/multiprocess.md).
     member: Launch | None = None
+    recorded = True
     shown = name
     set_stage(name)
     start = clock.now()
@@ -289,6 +291,7 @@ def _run_stage_body(name: str, body: StageBody, root: Path | None, compile_cache
     try:
         member = launched()  # its variables refused here, by name, as a config's are
         shown = name if member is None else f"{name} ({member.label()})"
+        recorded = member is None or member.coordinator is None
         scrub_credentials(layout.params_yaml, name)
         text, raw = read_params(layout.params_yaml)
         config = validate_config(raw, source=str(layout.params_yaml))
@@ -298,12 +301,12 @@ def _run_stage_body(name: str, body: StageBody, root: Path | None, compile_cache
         # This stage's previous run, if the system killed it (its record has no end):
         # said once, before its record is replaced.
         previous = layout.stage_time(name)
-        if previous.is_file() and member is None:
+        if previous.is_file() and recorded:
             with contextlib.suppress(ArtifactError):
                 killed = killed_stage(read_json(previous))
                 if killed is not None:
                     print(f"{name}: note: its previous run: {killed}", file=sys.stderr)
-        if member is None:
+        if recorded:
             write_stage_time(layout, name, start, None, None, params, oom)
             timed = True
         pause_point("start")
