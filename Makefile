@@ -15,7 +15,7 @@ export PATH := $(BIN):$(PATH)
 export DVC_NO_ANALYTICS := 1
 export PYTHONUNBUFFERED := 1
 
-.PHONY: help setup demo test test-faults test-fast test-wheel wheel load lint format ui clean params lock reference \
+.PHONY: help setup demo test test-faults test-multiprocess test-fast test-wheel wheel load lint format ui clean params lock reference \
 	verdict browser compare registry rollback promote diagnose exp plots vega-bundle
 
 help:
@@ -26,6 +26,7 @@ help:
 	@echo "make wheel  build dist/vmapcheck-<version>-py3-none-any.whl"
 	@echo "make load [PROCS=8] [SECONDS=600]  PROCS busy processes (scripts/load): a loaded CI machine, to run tests beside"
 	@echo "make test-faults  the long fault-injection matrix (SIGKILL each stage, server stopped per MLflow call)"
+	@echo "make test-multiprocess  the big multi-process run (4 JAX processes of 2 devices, then check, bench, track)"
 	@echo "make ui     MLflow UI over the local store on http://127.0.0.1:$(UI_PORT)"
 	@echo "make verdict BASELINE=last-verified|<run id>|<bench_details.json>  benchmark regression verdict"
 	@echo "make verdict-paired BASELINE_PROJECT=<dir>  time it and this project ABBA, judge the pairs"
@@ -72,7 +73,7 @@ PYTEST_WORKERS := -n 2 --dist loadfile --no-loadscope-reorder
 # --durations: the log of every run (CI's too) names the 25 dearest tests, where the
 # suite's time goes (docs/development.md, "Tests under load").
 test: $(STAMP) lint browser
-	python -m pytest -m "not faults" $(PYTEST_WORKERS) --durations=25
+	python -m pytest -m "not faults and not multiprocess" $(PYTEST_WORKERS) --durations=25
 
 # A busy machine on demand (scripts/load: PROCS tight-loop Python processes, stopped on
 # Ctrl-C or after SECONDS): run a test command beside it to see how the suite holds under
@@ -87,6 +88,12 @@ load:
 # run by the nightly workflow, and before a change to io, store or track.
 test-faults: $(STAMP)
 	python -m pytest -s -m faults tests/test_faults.py
+
+# The big multi-process run (docs/multiprocess.md): the forward stage as 4 processes of 2
+# emulated CPU devices against one of 8, then check, bench and track (one MLflow run).
+# CI runs the small one (2 processes of 1 device) in `make test`.
+test-multiprocess: $(STAMP)
+	python -m pytest -s -m multiprocess tests/test_multiprocess.py
 
 # The unit tests only: no DVC pipeline (e2e) and no stage bodies run in-process
 # (stages): the loop while working. The HTML report's unit tests open it in Chromium.

@@ -67,6 +67,11 @@ class ResourceError(VmapcheckError):
     """A stage's work cannot fit in this machine's memory: refused before it starts."""
 
 
+class ProcessGroupError(VmapcheckError):
+    """A multi-process run (``backend.processes``, docs/multiprocess.md) could not form its
+    group of processes, or one of them failed: the process named, with its exit code."""
+
+
 class ModelCodeError(VmapcheckError):
     """The model's own code (its factory, init or forward) raised: the model named, where
     in its code, and the fix when one is known (:func:`model_code_error`)."""

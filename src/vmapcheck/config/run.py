@@ -73,6 +73,16 @@ class BackendConfig(Strict):
     # on every platform but cpu (the validator below), so a backend that does not say is
     # treated as exclusive.
     exclusive_device: bool = True
+    # Processes of the forward stage (docs/multiprocess.md). 1: this process alone. N > 1 on
+    # cpu: the stage starts N local processes joined by jax.distributed (a coordinator on
+    # 127.0.0.1), each holding num_devices / N emulated devices of the mesh; process 0
+    # writes the records. Started by a cluster instead (a TPU slice, SLURM, GKE): the
+    # cluster's process count, which the stage checks. Absent from conf/backend/*.yaml, as
+    # exclusive_device: `-S +backend.processes=4`.
+    processes: PositiveInt = 1
+    # The coordinator's TCP port on 127.0.0.1 for a local multi-process run; null: a free
+    # port, chosen when the stage starts.
+    coordinator_port: Annotated[int, Field(ge=1024, le=65535)] | None = None
 
     @model_validator(mode="after")
     def _model_axis_divides_the_devices(self) -> BackendConfig:
@@ -92,6 +102,17 @@ class BackendConfig(Strict):
         if isinstance(data, dict) and "exclusive_device" not in data:
             return {**data, "exclusive_device": data.get("platform") != "cpu"}
         return data
+
+    @model_validator(mode="after")
+    def _devices_split_over_processes(self) -> BackendConfig:
+        n, processes = self.num_devices, self.processes
+        if n is not None and n % processes:
+            raise ValueError(
+                f"backend.num_devices={n} with backend.processes={processes}: expected a "
+                f"multiple of {processes} (each process holds num_devices / processes devices "
+                "of the mesh)"
+            )
+        return self
 
 
 # What the relative tolerance is relative to (vmapcheck.core.compare.scale_of): "output",

@@ -41,7 +41,7 @@ import numpy as np
 from jax.sharding import AxisType, Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from vmapcheck.core import contract
+from vmapcheck.core import contract, distributed
 from vmapcheck.core.keys import named_keys
 from vmapcheck.core.models import Model, Params
 from vmapcheck.core.runtime import check_device_count
@@ -304,19 +304,25 @@ class ShardedForward:
         return -(-rows // self.devices) * self.devices
 
     def place_params(self, params: Params) -> Params:
-        """Params copied to every device of the mesh (replicated)."""
-        return jax.device_put(params, self.replicated)
+        """Params copied to every device of the mesh (replicated); in a group of
+        processes, each places its own devices' copies (vmapcheck.core.distributed)."""
+        return distributed.put(params, self.replicated)
 
     def place_batch(self, x: Any) -> Any:
         """Every leaf of ``x`` padded to :meth:`padded_rows` rows (its last row repeated)
         and split over the mesh along axis 0."""
         x = contract.pad_rows(x, self.padded_rows(contract.rows(x)))
-        return jax.device_put(x, self.batch_sharding)
+        return distributed.put(x, self.batch_sharding)
+
+    def finish(self, out: jax.Array, rows: int) -> Any:
+        """The output's first ``rows`` rows (the padding dropped), whole on this process
+        (gathered from every process when the mesh spans several)."""
+        out = distributed.to_host(out)
+        return out if out.shape[0] == rows else out[:rows]
 
     def __call__(self, params: Params, x: Any) -> jax.Array:
-        rows = contract.rows(x)
         out = self.jitted(self.place_params(params), self.place_batch(x))
-        return out if out.shape[0] == rows else out[:rows]
+        return self.finish(out, contract.rows(x))
 
     def describe(self) -> dict[str, Any]:
         """What the sharded path ran on: recorded in forward, check and bench reports."""

@@ -38,7 +38,7 @@ import numpy as np
 from jax.sharding import AxisType, Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from vmapcheck.core import contract
+from vmapcheck.core import contract, distributed
 from vmapcheck.core.forms import DATA_AXIS
 from vmapcheck.core.models import Model, Params
 from vmapcheck.core.runtime import check_device_count
@@ -265,14 +265,23 @@ class MeshForward:
         return -(-rows // self.data_size) * self.data_size
 
     def place_params(self, params: Params) -> Params:
-        """Each params leaf split over ``"model"`` by its spec (:func:`partition_specs`)."""
-        return jax.device_put(params, self._program(params)[0])
+        """Each params leaf split over ``"model"`` by its spec (:func:`partition_specs`);
+        in a group of processes, each places its own devices' shards
+        (vmapcheck.core.distributed)."""
+        shardings = self._program(params)[0]
+        return jax.tree_util.tree_map(distributed.put, params, shardings)
 
     def place_batch(self, x: Any) -> Any:
         """``x`` padded to :meth:`padded_rows` rows and put on the mesh (split over
         ``"data"``, or replicated)."""
         x = contract.pad_rows(x, self.padded_rows(contract.rows(x)))
-        return jax.device_put(x, self.batch_sharding)
+        return distributed.put(x, self.batch_sharding)
+
+    def finish(self, out: jax.Array, rows: int) -> Any:
+        """The output's first ``rows`` rows (the padding dropped), whole on this process
+        (gathered from every process when the mesh spans several)."""
+        out = distributed.to_host(out)
+        return out if out.shape[0] == rows else out[:rows]
 
     @property
     def jitted(self) -> Program:

@@ -93,7 +93,7 @@ def _sharded(path: ForwardPath, model: Model, mesh: Mesh | None) -> Compiled:
     return Compiled(
         fn=sharded.jitted,
         place=lambda params, x: (sharded.place_params(params), sharded.place_batch(x)),
-        finish=lambda out, rows: out if out.shape[0] == rows else out[:rows],
+        finish=sharded.finish,
         devices=sharded.devices,
         rows_run=sharded.padded_rows,
         about=sharded.describe(),
@@ -112,7 +112,7 @@ def _partitioned(path: ForwardPath, model: Model, mesh: Mesh | None) -> Compiled
     return Compiled(
         fn=split.jitted,
         place=lambda params, x: (split.place_params(params), split.place_batch(x)),
-        finish=lambda out, rows: out if out.shape[0] == rows else out[:rows],
+        finish=split.finish,
         devices=split.devices,
         rows_run=split.padded_rows,
         about=split.describe(),

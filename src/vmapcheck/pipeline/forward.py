@@ -5,6 +5,11 @@ which check compares with the original batch's outputs (vmapcheck.core.compositi
 
 Also evaluates the stored reference's params on the reference's inputs, so `check` can
 compare this run (this JAX, this backend) with the verified run that made it.
+
+With backend.processes > 1 the stage runs as that many processes joined by
+jax.distributed (vmapcheck.pipeline.multiprocess starts them on this machine; a cluster
+starts them on its hosts): each runs this body, the sharded path's mesh spans every
+process's devices, and process 0 writes the outputs (docs/multiprocess.md).
 """
 
 import jax
@@ -15,6 +20,7 @@ from vmapcheck.config import Config
 from vmapcheck.core import contract
 from vmapcheck.core.bitwise import measure_case
 from vmapcheck.core.cases import case_input
+from vmapcheck.core.distributed import barrier, join, launched, writes
 from vmapcheck.core.forms import FORWARD_KEYS, cast_tree, forward_keys
 from vmapcheck.core.forward import build_all, run_composition, run_forward
 from vmapcheck.core.gradients import gradient_probe
@@ -28,6 +34,7 @@ from vmapcheck.errors import ArtifactError
 from vmapcheck.io import atomic_dir, atomic_save_npz, atomic_write_json, read_json_object
 from vmapcheck.layout import Layout
 from vmapcheck.params_io import check_features, load_model_params
+from vmapcheck.pipeline.multiprocess import follow_launcher, run_group
 
 
 def _run_reference(config: Config, layout: Layout, model, dtype, mesh, built):
@@ -59,7 +66,16 @@ def _run_reference(config: Config, layout: Layout, model, dtype, mesh, built):
     return outputs, {"status": "ok", "message": f"evaluated {where}"}
 
 
-def run(config: Config, layout: Layout) -> None:
+def _across(processes: int) -> str:
+    return "" if processes == 1 else f" across {processes} processes (process 0 wrote)"
+
+
+def run(config: Config, layout: Layout) -> int | None:
+    if config.backend.processes > 1 and launched() is None:
+        # This process launches the group and watches it; it starts no JAX backend.
+        return run_group("forward", config.backend, layout.root)
+    follow_launcher()  # one of a local group: it ends with its launcher
+    join(config.backend)  # one of a group: joined before JAX starts its backend
     runtime = configure_jax(config.backend, config.precision)
     model = build_model(config.model)
     params, manifest = load_model_params(model, layout.params)
@@ -71,6 +87,13 @@ def run(config: Config, layout: Layout) -> None:
     mesh = run_mesh(config.backend.num_devices, config.backend.model_axis)
     sharded = describe_distributed(model, mesh)
     meshes = describe_meshes(model, mesh)
+    if sharded is not None:
+        # The processes the mesh spans, each with its devices' ids (1: this one alone).
+        sharded["processes"] = jax.process_count()
+        sharded["process_devices"] = {
+            str(p): [int(d.id) for d in mesh.devices.flat if d.process_index == p]
+            for p in range(jax.process_count())
+        }
     # A stochastic model's row keys: split from the seed's "forward" key on every path.
     key = forward_keys(config.seed)
     built = build_all(model, dtype, mesh, key)
@@ -121,6 +144,11 @@ def run(config: Config, layout: Layout) -> None:
             capped_by="budget.loop_max_rows",
         )
     )
+    # Every process has computed its part (the collectives were entered by all); only then
+    # does process 0 write, once. The others are done.
+    barrier("vmapcheck forward: outputs computed")
+    if not writes():
+        return None
     with atomic_dir(layout.forward) as folder:
         atomic_save_npz(folder / layout.outputs.name, outputs)
         atomic_save_npz(folder / layout.composition.name, regrouped)
@@ -152,8 +180,8 @@ def run(config: Config, layout: Layout) -> None:
         f"forward: {len(outputs)} outputs and {refused} refusals from {len(cases)} cases, "
         f"{len(regrouped)} on regrouped batches ({len(composition['cases'])} cases), on "
         f"{runtime.backend} ({runtime.device_kind}, {jax.device_count()} device(s)), dtype "
-        f"{dtype.name}; {'; '.join(mesh_label(about) for about in meshes.values())}; "
-        f"reference: {reference_status['status']}"
+        f"{dtype.name}; {'; '.join(mesh_label(about) for about in meshes.values())}"
+        f"{_across(jax.process_count())}; reference: {reference_status['status']}"
     )
     # What the budget cut, never silently.
     for case_name, per_path in record.items():

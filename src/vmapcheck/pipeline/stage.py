@@ -17,6 +17,7 @@ import yaml
 from vmapcheck import clock
 from vmapcheck.config import Config, read_params, validate_config
 from vmapcheck.config.load import PARAMS_MAX_BYTES
+from vmapcheck.core.distributed import Launch, launched
 from vmapcheck.core.runtime import enable_compile_cache
 from vmapcheck.errors import (
     INTERRUPTED,
@@ -273,6 +274,13 @@ def _run_stage(name: str, body: StageBody, root: Path | None, compile_cache: boo
 
 def _run_stage_body(name: str, body: StageBody, root: Path | None, compile_cache: bool) -> int:
     layout = Layout(Path.cwd() if root is None else root)
+    # One of a group of processes (backend.processes, vmapcheck.pipeline.multiprocess):
+    # its messages say which process it is. In a local group the launcher, the stage's
+    # own process, keeps the stage's record; a cluster's process keeps its own, on its
+    # host (docs/multiprocess.md).
+    member: Launch | None = None
+    recorded = True
+    shown = name
     set_stage(name)
     start = clock.now()
     timed = False
@@ -281,6 +289,9 @@ def _run_stage_body(name: str, body: StageBody, root: Path | None, compile_cache
     params: dict[str, Any] | None = None
     model_name: str | None = None
     try:
+        member = launched()  # its variables refused here, by name, as a config's are
+        shown = name if member is None else f"{name} ({member.label()})"
+        recorded = member is None or member.coordinator is None
         scrub_credentials(layout.params_yaml, name)
         text, raw = read_params(layout.params_yaml)
         config = validate_config(raw, source=str(layout.params_yaml))
@@ -290,14 +301,17 @@ def _run_stage_body(name: str, body: StageBody, root: Path | None, compile_cache
         # This stage's previous run, if the system killed it (its record has no end):
         # said once, before its record is replaced.
         previous = layout.stage_time(name)
-        if previous.is_file():
+        if previous.is_file() and recorded:
             with contextlib.suppress(ArtifactError):
                 killed = killed_stage(read_json(previous))
                 if killed is not None:
                     print(f"{name}: note: its previous run: {killed}", file=sys.stderr)
-        write_stage_time(layout, name, start, None, None, params, oom)
-        timed = True
+        if recorded:
+            write_stage_time(layout, name, start, None, None, params, oom)
+            timed = True
         pause_point("start")
+        # In a group too: JAX writes cache entries from process 0 alone, under a file lock
+        # (jax._src.compiler._cache_write, lru_cache), and every process reads them.
         if compile_cache:
             enable_compile_cache(layout.compile_cache)
         code = body(config, layout) or 0
@@ -311,7 +325,7 @@ def _run_stage_body(name: str, body: StageBody, root: Path | None, compile_cache
             "(the model's factory, init or forward?): nothing it should write was written; "
             "user code must raise an exception, not exit"
         )
-        print(f"{name}: error: {message}", file=sys.stderr)
+        print(f"{shown}: error: {message}", file=sys.stderr)
         error = f"SystemExit: {message}"
         code = REFUSED
         return code
@@ -319,11 +333,11 @@ def _run_stage_body(name: str, body: StageBody, root: Path | None, compile_cache
         if not _key_reuse(exc):
             # The one place every entry point shows errors (the model named: its code
             # may be what raised).
-            shown = user_error(exc, model_name)
-            if shown is None:
+            said = user_error(exc, model_name)
+            if said is None:
                 raise
-            code, message = shown
-            print(f"{name}: error: {message}", file=sys.stderr)
+            code, message = said
+            print(f"{shown}: error: {message}", file=sys.stderr)
             # Kept in its record: DVC's own last line says only that the stage failed.
             error = f"{type(exc).__name__}: {message}"
             return code
@@ -335,7 +349,7 @@ def _run_stage_body(name: str, body: StageBody, root: Path | None, compile_cache
             f"a PRNG key was used twice ({first_line}){where}; each subkey "
             "of the key stream (vmapcheck.core.keys) must feed exactly one random operation"
         )
-        print(f"{name}: error: {message}", file=sys.stderr)
+        print(f"{shown}: error: {message}", file=sys.stderr)
         error = f"{type(exc).__name__}: {message}"
         code = 2
         return code
@@ -346,7 +360,7 @@ def _run_stage_body(name: str, body: StageBody, root: Path | None, compile_cache
             "interrupted (Ctrl-C); no output of this stage is half-written, and `dvc repro` "
             "runs it again"
         )
-        print(f"{name}: {message}", file=sys.stderr)
+        print(f"{shown}: {message}", file=sys.stderr)
         # Kept in its record too: `vmapcheck summary` lists how the stage ended.
         error = f"Interrupted: {message}"
         code = INTERRUPTED
@@ -358,7 +372,7 @@ def _run_stage_body(name: str, body: StageBody, root: Path | None, compile_cache
             "terminal, not the out-of-memory killer); no output of this stage is "
             "half-written, and `dvc repro` runs it again"
         )
-        print(f"{name}: {message}", file=sys.stderr)
+        print(f"{shown}: {message}", file=sys.stderr)
         error = f"Terminated: {message}"
         code = 128 + ended.signum
         return code

@@ -66,6 +66,7 @@ STAGE_CODE: dict[str, tuple[str, ...]] = {
         *_SHARED,
         "stages/forward.py",
         "pipeline/forward.py",
+        "pipeline/multiprocess.py",
         "params_io.py",
         "provenance.py",
         "core",

@@ -70,6 +70,7 @@ COMPARED_PARAMS = (
     "model.name",
     "backend.name",
     "backend.num_devices",
+    "backend.processes",  # the forward stage's processes (docs/multiprocess.md)
     "precision.name",
     "precision.dtype",
     "precision.matmul_precision",
