@@ -194,13 +194,19 @@ def _record(layout: Layout) -> dict:
 
 
 def _assert_same_record_but_processes(group: dict, alone: dict, processes: int) -> None:
-    """Every key of the two forward records alike but ``sharded``, whose devices differ
-    by their ids (a process's devices are numbered from 2048 x its index)."""
-    assert {k: v for k, v in group.items() if k != "sharded"} == {
-        k: v for k, v in alone.items() if k != "sharded"
+    """Every key of the two forward records alike but ``sharded`` and ``meshes`` (every
+    mesh path's), whose devices differ by their ids (a process's devices are numbered
+    from 2048 x its index)."""
+    by_ids = ("sharded", "meshes")
+    assert {k: v for k, v in group.items() if k not in by_ids} == {
+        k: v for k, v in alone.items() if k not in by_ids
     }
     keep = ("path", "devices", "mesh_shape", "padding", "form")
     assert {k: group["sharded"][k] for k in keep} == {k: alone["sharded"][k] for k in keep}
+    assert sorted(group["meshes"]) == sorted(alone["meshes"])
+    for name, about in group["meshes"].items():
+        same = [k for k in keep if k in about]
+        assert {k: about[k] for k in same} == {k: alone["meshes"][name][k] for k in same}, name
     assert group["sharded"]["processes"] == processes and alone["sharded"]["processes"] == 1
     held = group["sharded"]["process_devices"]
     assert sorted(held) == [str(p) for p in range(processes)]
