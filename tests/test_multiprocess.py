@@ -189,18 +189,54 @@ def _assert_bitwise(ours: dict, theirs: dict) -> None:
         assert not differ, f"{name}: {differ[:5]} differ from the single-process run"
 
 
+def _reduces_across_devices(key: str) -> bool:
+    """Whether the array ``key`` (``<case>.<path>``, ``<case>.<path>.<regrouping>``)
+    comes from a path that splits the params over the mesh axis "model": its partial
+    sums are added by a collective, whose order is gloo's across processes and XLA's
+    within one, so its bits may differ."""
+    from vmapcheck.core.paths import PATHS
+
+    return any(part in PATHS and "model" in PATHS[part].mesh_axes for part in key.split("."))
+
+
+def _assert_agree(ours: dict, theirs: dict, tolerance) -> None:
+    """Bitwise alike where no collective reduces across devices; within the check's one
+    tolerance rule (vmapcheck.core.compare) on the tensor-parallel paths."""
+    from vmapcheck.core.compare import compare
+
+    reduced = 0
+    for name in ARRAYS:
+        assert sorted(ours[name]) == sorted(theirs[name]), name
+        for key in ours[name]:
+            a, b = ours[name][key], theirs[name][key]
+            if _reduces_across_devices(key):
+                reduced += 1
+                result = compare(a, b, tolerance)
+                assert result["passed"], f"{name}: {key}: {result}"
+            else:
+                assert np.array_equal(a, b), f"{name}: {key} differs from the single-process run"
+    assert reduced, "no tensor-parallel output was compared"
+
+
 def _record(layout: Layout) -> dict:
     return json.loads((layout.forward / "record.json").read_text())
 
 
-def _assert_same_record_but_processes(group: dict, alone: dict, processes: int) -> None:
+def _assert_same_record_but_processes(
+    group: dict, alone: dict, processes: int, bits_may_differ: bool = False
+) -> None:
     """Every key of the two forward records alike but ``sharded`` and ``meshes`` (every
     mesh path's), whose devices differ by their ids (a process's devices are numbered
-    from 2048 x its index)."""
-    by_ids = ("sharded", "meshes")
+    from 2048 x its index). ``bits_may_differ``: the tensor-parallel paths' collectives
+    add in another order (:func:`_reduces_across_devices`), so the bitwise report, which
+    measures every path's bits, is only checked to cover the same case and rows."""
+    by_ids = ("sharded", "meshes", *(("bitwise",) if bits_may_differ else ()))
     assert {k: v for k, v in group.items() if k not in by_ids} == {
         k: v for k, v in alone.items() if k not in by_ids
     }
+    if bits_may_differ:
+        same = ("case", "rows", "rows_alone")
+        assert {k: group["bitwise"][k] for k in same} == {k: alone["bitwise"][k] for k in same}
     keep = ("path", "devices", "mesh_shape", "padding", "form")
     assert {k: group["sharded"][k] for k in keep} == {k: alone["sharded"][k] for k in keep}
     assert sorted(group["meshes"]) == sorted(alone["meshes"])
@@ -430,8 +466,8 @@ def test_four_processes_of_two_devices_agree_with_one_of_eight_and_log_one_run(t
     write_params(tmp_path, *SMALL, "backend.num_devices=8", "+backend.processes=4")
     commit_all(tmp_path, "four processes")
     stage("forward")
-    _assert_bitwise(_arrays(layout), alone)
-    _assert_same_record_but_processes(_record(layout), alone_record, 4)
+    _assert_agree(_arrays(layout), alone, load_config(layout.params_yaml).precision.tolerance)
+    _assert_same_record_but_processes(_record(layout), alone_record, 4, bits_may_differ=True)
     for name in ("check", "bench", "track"):
         stage(name)
     uri = tracking_uri(load_config(layout.params_yaml).tracking, layout.root)
