@@ -578,6 +578,10 @@ def credential_cases(base: Path, tmp: Path) -> None:
 # --- signals -------------------------------------------------------------------------------
 
 
+def _default_sigint() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def signal_cases(base: Path, tmp: Path) -> None:
     from vmapcheck.pause import PAUSE_AT, PAUSE_FILE
 
@@ -598,6 +602,10 @@ def signal_cases(base: Path, tmp: Path) -> None:
                 stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE,
                 text=True,
+                # Ctrl-C as a terminal's foreground job gets it: a battery started in the
+                # background (`nohup ... &`) ignores SIGINT, its children inherit that, and
+                # Python then never raises KeyboardInterrupt (the stage waited 120 s).
+                preexec_fn=_default_sigint,
             )
             deadline = time.monotonic() + 300
             while not paused.exists() and child.poll() is None and time.monotonic() < deadline:
