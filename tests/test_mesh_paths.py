@@ -10,20 +10,15 @@ devices (the device count is fixed when JAX starts).
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
-import textwrap
-
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 from jax.sharding import PartitionSpec as P
 
-from tests.helpers.config import ROOT, compose_config
+from tests.helpers.config import compose_config
 from tests.helpers.mesh_faults import FAULTS, make_model
-from tests.helpers.wait import HANG_S
+from tests.helpers.subprocess_json import json_of_python
 from vmapcheck.check.diagnosis.runs import sharding_stage
 from vmapcheck.check.diagnosis.subject import StoredRun, Subject
 from vmapcheck.config import ModelConfig
@@ -268,17 +263,7 @@ EIGHT_DEVICES = """
 
 @pytest.fixture(scope="module")
 def eight_devices() -> dict:
-    env = {"PATH": "/usr/bin:/bin", "HOME": "/tmp", "JAX_PLATFORMS": "cpu"}
-    result = subprocess.run(
-        [sys.executable, "-c", textwrap.dedent(EIGHT_DEVICES)],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=HANG_S,
-    )
-    assert result.returncode == 0, result.stderr
-    return json.loads(result.stdout.strip().splitlines()[-1])
+    return json_of_python(EIGHT_DEVICES, jax_platforms="cpu")
 
 
 @pytest.mark.parametrize("name", ["flax_transformer", "resnet"])

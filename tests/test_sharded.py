@@ -6,18 +6,13 @@ configure_jax, as the forward and bench stages do). This process has the two emu
 CPU devices tests/conftest.py sets.
 """
 
-import json
-import subprocess
-import sys
-import textwrap
-
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from tests.helpers.config import ROOT, compose_config
-from tests.helpers.wait import HANG_S
+from tests.helpers.config import compose_config
+from tests.helpers.subprocess_json import json_of_python
 from vmapcheck.config import ModelConfig
 from vmapcheck.core.forms import ShardedForward, data_mesh
 from vmapcheck.core.models import build_model
@@ -25,17 +20,7 @@ from vmapcheck.errors import BackendUnavailableError, ConfigError
 
 
 def _run(code: str) -> dict:
-    env = {"PATH": "/usr/bin:/bin", "HOME": "/tmp", "JAX_PLATFORMS": ""}
-    result = subprocess.run(
-        [sys.executable, "-c", textwrap.dedent(code)],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=HANG_S,
-    )
-    assert result.returncode == 0, result.stderr
-    return json.loads(result.stdout.strip().splitlines()[-1])
+    return json_of_python(code, jax_platforms="")
 
 
 # Four emulated CPU devices; batch sizes divisible by 4 and not (1, 5, 7).

@@ -263,3 +263,11 @@ def to_host(out: jax.Array) -> Any:
     from jax.experimental import multihost_utils
 
     return multihost_utils.process_allgather(out, tiled=True)
+
+
+def whole_rows(out: jax.Array, rows: int) -> Any:
+    """A mesh path's output ``out`` whole on this process (:func:`to_host`), its first
+    ``rows`` rows: the padding that made the batch a multiple of the ``"data"`` axis
+    dropped. Shapes: (padded_rows, ...) -> (rows, ...)."""
+    out = to_host(out)
+    return out if out.shape[0] == rows else out[:rows]
