@@ -11,7 +11,7 @@ from collections.abc import Callable
 import pytest
 
 from tests.helpers.config import ROOT
-from vmapcheck.check.rules import CASE_RULES
+from vmapcheck.check.rules import CASE_RULES, every_case
 from vmapcheck.core.cases import CASE_KINDS
 from vmapcheck.core.paths import PATHS
 
@@ -39,7 +39,8 @@ def kinds_table() -> str:
         "|---|---|---|---|---|---|---|",
     ]
     for kind in CASE_KINDS.values():
-        judged = ", ".join([kind.judged, *kind.rules])
+        # A valid case is judged by agreement and the built-in rules besides its kind's.
+        judged = ", ".join([kind.judged, *(every_case() if kind.valid else ()), *kind.rules])
         rows.append(
             f"| `{kind.name}` | {kind.takes} | {judged} | {'yes' if kind.oracle else 'no'} | "
             f"{'yes' if kind.in_reference else 'no'} | {'yes' if kind.edge else 'no'} | "
@@ -48,11 +49,28 @@ def kinds_table() -> str:
     return "\n".join(rows)
 
 
+def judges(name: str) -> str:
+    """Which cases the rule ``name`` judges: every valid case (a built-in rule), those of
+    the kinds naming it, or, for a stochastic model, those of the rules it replaces."""
+    if CASE_RULES[name].every_case:
+        return "every valid case"
+    found = [f"`{k.name}` cases" for k in CASE_KINDS.values() if name in k.rules]
+    found += [
+        f"instead of `{r.name}` for a stochastic model"
+        for r in CASE_RULES.values()
+        if r.stochastic == name
+    ]
+    return "; ".join(found) or "none (no kind names it)"
+
+
 def rules_table() -> str:
-    """The Markdown table of CASE_RULES."""
-    rows = ["| rule | figures | what it checks |", "|---|---|---|"]
+    """The Markdown table of CASE_RULES, one row a rule in registry order."""
+    rows = ["| rule | judges | figures | what it checks |", "|---|---|---|---|"]
     for rule in CASE_RULES.values():
-        rows.append(f"| `{rule.name}` | {', '.join(rule.figures)} | {cell(rule.about)} |")
+        rows.append(
+            f"| `{rule.name}` | {judges(rule.name)} | {', '.join(rule.figures) or '-'} | "
+            f"{cell(rule.about)} |"
+        )
     return "\n".join(rows)
 
 

@@ -1,8 +1,8 @@
 """A valid case's problems as findings, each of its kind (:data:`vmapcheck.check.kinds.
-FINDING_KINDS`): the contract on every path or on some, non-finite rows, and paths far
-from the float64 oracle. :func:`vmapcheck.check.checks.run_checks` calls them on each
-case; the rule of each is in its docstring, and docs/checks.md ("What kind of finding")
-says it for users.
+FINDING_KINDS`): the contract on every path or on some, and paths far from the float64
+oracle (non-finite rows are the ``finite`` rule's, :mod:`vmapcheck.check.rules`).
+:func:`vmapcheck.check.checks.run_checks` calls them on each case; the rule of each is in
+its docstring, and docs/checks.md ("What kind of finding") says it for users.
 """
 
 from __future__ import annotations
@@ -36,43 +36,6 @@ def contract_findings(name: str, contract: dict[str, list[str]]) -> list[CheckFi
         )
         for msg in next(iter(broken.values()))
     ]
-
-
-def _rows_text(rows: list[int]) -> str:
-    shown = ", ".join(str(r) for r in rows[:8]) + (", ..." if len(rows) > 8 else "")
-    return f"row{'s' if len(rows) > 1 else ''} {shown}"
-
-
-def non_finite_findings(name: str, non_finite: dict[str, list[int]]) -> list[CheckFinding]:
-    """Non-finite outputs judged per row (batch axis 0). Rows non-finite on every path
-    are the model's fault (the per-example loop computes them too), named once; a row
-    non-finite on some paths only is a batching fault on those. Every other row is still
-    compared (:func:`vmapcheck.core.compare.compare` measures around rows that hold the
-    same NaN/Inf in both)."""
-    if not any(non_finite.values()):
-        return []
-    common = set.intersection(*(set(rows) for rows in non_finite.values()))
-    found = []
-    if common:
-        rows = sorted(common)
-        found.append(
-            finding(
-                "model",
-                f"{name}: non-finite output on {_rows_text(rows)} on every path: the model "
-                "computes it, not the batching (the other rows are compared)",
-            )
-        )
-    for p, rows in non_finite.items():
-        extra = sorted(set(rows) - common)
-        if extra:
-            found.append(
-                finding(
-                    "batching",
-                    f"{name}/{p}: non-finite output on {_rows_text(extra)}, where other "
-                    "paths are finite",
-                )
-            )
-    return found
 
 
 def oracle_not_float64(oracle: np.ndarray) -> str:

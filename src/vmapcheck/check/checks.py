@@ -8,19 +8,18 @@ non-zero.
 from __future__ import annotations
 
 from itertools import combinations
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
 from vmapcheck.check.case_findings import (
     contract_findings,
-    non_finite_findings,
     oracle_findings,
     oracle_not_float64,
 )
 from vmapcheck.check.kinds import finding, judge_findings
 from vmapcheck.check.probes import judge_bitwise, judge_gradients, judge_inputs
-from vmapcheck.check.rules import judge_case, rules_for
+from vmapcheck.check.rules import every_case, judge_case, rules_for
 from vmapcheck.check.schema import (
     BudgetReport,
     Capped,
@@ -39,7 +38,6 @@ from vmapcheck.core.compare import (
     compare,
     largest,
     looser,
-    non_finite_rows,
     within,
     worst_element,
 )
@@ -237,11 +235,9 @@ def _valid_case(
         for p in paths
     }
     present = {p: outputs[output_key(name, p)] for p in paths if output_key(name, p) in outputs}
-    non_finite = {
-        p: non_finite_rows(~np.isfinite(v.astype(np.float64))) for p, v in present.items()
-    }
-    finite = {p: not rows for p, rows in non_finite.items()}
     tolerance = config.precision.tolerance
+    # The built-in rules (vmapcheck.check.rules, every_case: outputs finite), on every path.
+    builtin = judge_case(name, every_case(), present, tolerance)
     rows_of = case_rows(meta) if kind.takes == "batch" else None
     pairs = _pairs(name, kind, outputs, tolerance, _scale_for(tolerance, magnitude), rows_of)
     found = contract_findings(name, contract)
@@ -254,7 +250,7 @@ def _valid_case(
                 f"{', '.join(present) or 'none'}); the check needs at least two",
             )
         )
-    found += non_finite_findings(name, non_finite)
+    found += [finding(kind, line) for r in builtin.values() for kind, line in r.findings()]
     found += [
         finding("batching", f"{name}/{pair}: {r['reason']}")
         for pair, r in pairs.items()
@@ -262,7 +258,7 @@ def _valid_case(
     ]
     # The rules its kind adds to agreement (vmapcheck.check.rules), each on every path.
     rules = judge_case(name, rules_for(kind.rules, stochastic), present, tolerance)
-    found += [finding("batching", line) for result in rules.values() for line in result.failures]
+    found += [finding(kind, line) for r in rules.values() for kind, line in r.findings()]
     report: CaseReport = {
         "kind": kind.name,
         "shape": meta["shape"],
@@ -270,7 +266,8 @@ def _valid_case(
         "max_abs": largest(pairs.values(), "max_abs"),
         "max_rel": largest(pairs.values(), "max_rel"),
         "contract": contract,
-        "finite": finite,
+        # The built-in rules' fields: finite (path -> bool), non_finite_rows where any.
+        **cast(CaseReport, {k: v for r in builtin.values() for k, v in r.fields.items()}),
         "pairs": pairs,
         # The rule the pairs were judged by, the primitives whose terms' magnitude fell
         # back to |y| (vmapcheck.core.magnitude), and S at the worst element.
@@ -278,8 +275,6 @@ def _valid_case(
         **worst_element(pairs),
         "passed": False,  # judged below, once every failure is in
     }
-    if any(non_finite.values()):
-        report["non_finite_rows"] = {p: rows for p, rows in non_finite.items() if rows}
     if rules:
         report["rules"] = {rule: result.to_json() for rule, result in rules.items()}
     if oracle is not None and name in oracle:

@@ -1,16 +1,20 @@
-"""The rules a case kind adds to agreement: one :data:`CASE_RULES` entry per rule.
+"""The rules that judge a valid case's outputs: one :data:`CASE_RULES` entry per rule.
 
 Every valid case is judged by agreement (each pair of paths, the float64 oracle, the
-stored reference: :mod:`vmapcheck.check.checks`). A case kind may name further rules in
-its ``rules`` (:class:`vmapcheck.core.cases.CaseKind`): each is an entry here holding
-its rule (``judge``), the figures it reports, and the line that shows it. check stores
-each result under the case's ``rules`` in ``reports/check_details.json``; the printed
-summary, the HTML report and MLflow (metrics ``rule/<case>/<rule>/<figure>``) show
-every entry the same way, so a new rule needs no edit there.
+stored reference: :mod:`vmapcheck.check.checks`) and by every rule here whose
+``every_case`` is set (a built-in rule: ``finite``, outputs finite on every path). A
+case kind may name further rules in its ``rules`` (:class:`vmapcheck.core.cases.
+CaseKind`). Each entry holds its rule (``judge``), the figures it reports, and the line
+that shows it. check stores a kind's rule's result under the case's ``rules`` in
+``reports/check_details.json``; the printed summary, the HTML report and MLflow (metrics
+``rule/<case>/<rule>/<figure>``) show every such entry the same way, so a new rule needs
+no edit there. A built-in rule's result is recorded in the case's own fields instead
+(:attr:`RuleResult.fields`, e.g. ``finite``), which the report's sections show.
 
-To add a case kind with a rule of its own (docs/development.md): its entry in
-:data:`vmapcheck.core.cases.CASE_KINDS` naming the rule, its cases in
-:func:`vmapcheck.data.regression.regression_cases`, and the rule below.
+To add a rule, add its entry below (docs/development.md, "Adding a case rule"); a case
+kind with a rule of its own also needs its entry in :data:`vmapcheck.core.cases.
+CASE_KINDS` naming the rule and its cases in :func:`vmapcheck.data.regression.
+regression_cases`.
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ from typing import Any, cast
 
 import numpy as np
 
+from vmapcheck.check.kinds import KindName
 from vmapcheck.check.schema import RuleRecord
 from vmapcheck.config import ToleranceConfig
 from vmapcheck.errors import ArtifactError
@@ -37,15 +42,29 @@ class RuleResult:
             :attr:`CaseRule.figures` in that order; logged to MLflow.
         text: one line saying what was found, for the summary and the HTML report.
         failures: one line per failure (``case/path: what``), empty when passed.
+        kinds: each failure's finding kind (:data:`vmapcheck.check.kinds.
+            FINDING_KINDS`), in order; empty: every one is ``"batching"``.
+        fields: what a built-in rule (:attr:`CaseRule.every_case`) records in the
+            case's report (check_details.json ``cases.<case>``), e.g. ``finite``.
     """
 
     passed: bool
     figures: dict[str, float | None]
     text: str
     failures: list[str] = field(default_factory=list)
+    # Not in the JSON record (to_json): a rule of a case kind records the four above.
+    kinds: tuple[KindName, ...] = ()
+    fields: dict[str, Any] = field(default_factory=dict)
 
     def to_json(self) -> RuleRecord:
-        return cast(RuleRecord, asdict(self))
+        record = asdict(self)
+        return cast(RuleRecord, {k: record[k] for k in ("passed", "figures", "text", "failures")})
+
+    def findings(self) -> list[tuple[KindName, str]]:
+        """``(kind, line)`` for each failure: its :attr:`kinds` entry, or "batching"."""
+        batching: KindName = "batching"
+        kinds = self.kinds or (batching,) * len(self.failures)
+        return list(zip(kinds, self.failures, strict=True))
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any], where: str) -> RuleResult:
@@ -76,6 +95,8 @@ class CaseRule:
         figures: the figures its result carries, in order.
         judge: the rule itself (see :data:`Judge`).
         stochastic: the rule judging the case instead for a stochastic model.
+        every_case: a built-in rule: it judges every valid case, whatever its kind
+            names, and records its result in the case's own fields.
     """
 
     name: str
@@ -86,6 +107,10 @@ class CaseRule:
     # every row has its own key, so what held for a deterministic forward flips), or
     # None: the same rule.
     stochastic: str | None = None
+    # Built-in (True): judged on every valid case, its result recorded in the case's own
+    # fields (RuleResult.fields) and findings, which the report's sections show; a kind's
+    # rule (False) is judged where a kind names it and recorded under the case's `rules`.
+    every_case: bool = False
 
     def line(self, case: str, result: RuleResult) -> str:
         """The summary's line for ``result`` on ``case``."""
@@ -97,6 +122,59 @@ class CaseRule:
         found = {f"{prefix}/passed": float(result.passed)}
         found |= {f"{prefix}/{k}": float(v) for k, v in result.figures.items() if v is not None}
         return found
+
+
+def _rows_text(rows: list[int]) -> str:
+    shown = ", ".join(str(r) for r in rows[:8]) + (", ..." if len(rows) > 8 else "")
+    return f"row{'s' if len(rows) > 1 else ''} {shown}"
+
+
+def _finite(case: str, outputs: Mapping[str, np.ndarray], tolerance: ToleranceConfig) -> RuleResult:
+    """Every path's output (rows, ...) finite, judged per row (batch axis 0). Rows
+    non-finite on every path are the model's fault (the per-example loop computes them
+    too), named once; a row non-finite on some paths only is a batching fault on those.
+    Every other row is still compared (:func:`vmapcheck.core.compare.compare` measures
+    around rows that hold the same NaN/Inf in both). ``tolerance`` is not used: a NaN is
+    not a rounding. No output at all passes (agreement reports that no pair ran)."""
+    from vmapcheck.core.compare import non_finite_rows  # loads JAX: only when judged
+
+    non_finite = {
+        p: non_finite_rows(~np.isfinite(v.astype(np.float64))) for p, v in outputs.items()
+    }
+    fields: dict[str, Any] = {"finite": {p: not rows for p, rows in non_finite.items()}}
+    failures: list[str] = []
+    kinds: list[KindName] = []
+    if any(non_finite.values()):
+        fields["non_finite_rows"] = {p: rows for p, rows in non_finite.items() if rows}
+        common = set.intersection(*(set(rows) for rows in non_finite.values()))
+        if common:
+            kinds.append("model")
+            failures.append(
+                f"{case}: non-finite output on {_rows_text(sorted(common))} on every path: "
+                "the model computes it, not the batching (the other rows are compared)"
+            )
+        for p, rows in non_finite.items():
+            extra = sorted(set(rows) - common)
+            if extra:
+                kinds.append("batching")
+                failures.append(
+                    f"{case}/{p}: non-finite output on {_rows_text(extra)}, where other "
+                    "paths are finite"
+                )
+    broken = [p for p, rows in non_finite.items() if rows]
+    text = (
+        f"non-finite output on {', '.join(broken)}"
+        if broken
+        else f"finite on each of {len(non_finite)} paths"
+    )
+    return RuleResult(
+        passed=not failures,
+        figures={},
+        text=text,
+        failures=failures,
+        kinds=tuple(kinds),
+        fields=fields,
+    )
 
 
 def _copies_agree(
@@ -179,6 +257,16 @@ CASE_RULES: dict[str, CaseRule] = {
     r.name: r
     for r in [
         CaseRule(
+            "finite",
+            about="every path's output is finite, row by row (batch axis 0): rows with a "
+            "NaN or Inf on every path are the model's (one model finding), rows non-finite "
+            "on some paths only are a batching fault on those; the other rows are still "
+            "compared",
+            figures=(),
+            judge=_finite,
+            every_case=True,
+        ),
+        CaseRule(
             "copies_agree",
             about="every copy of one row in a batch gets the first copy's output, on each "
             "path, at precision.tolerance (output rule): a batched form that lets a row's "
@@ -197,6 +285,11 @@ CASE_RULES: dict[str, CaseRule] = {
         ),
     ]
 }
+
+
+def every_case() -> tuple[str, ...]:
+    """The built-in rules (:attr:`CaseRule.every_case`): judged on every valid case."""
+    return tuple(name for name, r in CASE_RULES.items() if r.every_case)
 
 
 def rules_for(names: tuple[str, ...], stochastic: bool) -> tuple[str, ...]:
@@ -223,11 +316,13 @@ def judge_case(
     outputs: Mapping[str, np.ndarray],
     tolerance: ToleranceConfig,
 ) -> dict[str, RuleResult]:
-    """Every rule of ``rules`` (a case kind's) on ``case``'s outputs (path -> (rows,
-    ...)); a case no path produced an output for fails each rule, saying so."""
+    """Every rule of ``rules`` (a case kind's, or :func:`every_case`) on ``case``'s
+    outputs (path -> (rows, ...)); a case no path produced an output for fails each
+    rule of a kind, saying so (a built-in rule judges that itself: agreement already
+    fails a case with no pair of paths)."""
     results = {}
     for name in rules:
-        if not outputs:
+        if not outputs and not rule(name).every_case:
             results[name] = RuleResult(
                 passed=False,
                 figures=dict.fromkeys(rule(name).figures),
