@@ -18,6 +18,8 @@ import numpy as np
 import pytest
 
 import vmapcheck
+from tests.helpers.registries import edge_kinds, forms_text
+from vmapcheck.config import precision_dtype
 from vmapcheck.core.contract import InputSpec, Leaf
 from vmapcheck.core.models import Model
 from vmapcheck.core.paths import PATHS
@@ -189,11 +191,8 @@ def test_a_planted_batching_mistake_fails_naming_the_paths(mistake, regrouping, 
     with pytest.raises(AssertionError) as caught:
         assert_batching_consistent(planted(**mistake), PARAMS, EXAMPLES, paths=paths)
     message = str(caught.value)
-    forms = (
-        "loop, map, scan, vmap, vmap_of_jit and direct"
-        if paths is None
-        else "loop, vmap and direct"
-    )
+    # Every one-device form of PATHS, or the forms of the paths given.
+    forms = forms_text() if paths is None else "loop, vmap and direct"
     # A batching fault, and nothing else: the model's other checks hold.
     assert re.match(
         rf"verdict: FAILED \(\d+ batching faults\) - {forms} forwards \(eager and jit\)", message
@@ -368,10 +367,10 @@ def test_the_edge_cases_run_when_asked():
         MODEL, PARAMS, EXAMPLES, paths=["loop_eager", "vmap_jit"], edge_cases=True
     )
     cases = report.details["cases"]
-    assert set(cases) == {
-        "examples", "single", "zeros", "boundary", "large_magnitude", "denormal",
-        "duplicate_rows",
-    }  # fmt: skip
+    # The examples as given, and a case of every edge kind of CASE_KINDS (the regression
+    # set's, built as prepare builds them).
+    assert {"examples", "single", "zeros", "boundary", "large_magnitude"} <= set(cases)
+    assert {case["kind"] for case in cases.values()} == {"batch"} | edge_kinds()
     assert cases["boundary"]["shape"] == [2, IN] and cases["denormal"]["kind"] == "denormal"
     assert all(case["passed"] for case in cases.values())
 
@@ -468,7 +467,7 @@ def test_bad_arguments_are_named():
     with pytest.raises(ConfigError, match=r"model: expected a vmapcheck.core.models.Model .* dict"):
         assert_batching_consistent({"forward_one": forward_one}, PARAMS, EXAMPLES)
     with pytest.raises(
-        ConfigError, match=r"precision='f16': expected one of bf16, f32, f32_default, f64"
+        ConfigError, match=rf"precision='f16': expected one of {', '.join(precision_names())}"
     ):
         assert_batching_consistent(MODEL, PARAMS, EXAMPLES, precision="f16")
     with pytest.raises(ConfigError, match=r"precision\.tolerance\.rtol: .*greater than or equal"):
@@ -505,7 +504,13 @@ def test_bad_arguments_are_named():
 
 
 def test_the_precision_options_are_the_packaged_files():
-    assert precision_names() == ("bf16", "f32", "f32_default", "f64")
+    # The conf folder is the one list: every file an option, named as its file, with the
+    # dtype the registry's target shows (vmapcheck.config.precision_dtype).
+    folder = Path(vmapcheck.__file__).parent / "conf" / "precision"
+    assert precision_names() == tuple(sorted(p.stem for p in folder.glob("*.yaml")))
+    for name in precision_names():
+        assert precision_config(name).name == name
+        assert precision_config(name).dtype == precision_dtype(name)
     assert precision_config("bf16").dtype == "bfloat16"
     overridden = precision_config("f32", rtol=2e-5)
     assert overridden.tolerance.rtol == 2e-5

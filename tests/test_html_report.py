@@ -25,6 +25,7 @@ import pytest
 
 from tests.helpers.chromium import png_size, render
 from tests.helpers.config import ROOT, compose_config
+from tests.helpers.registries import forms_text
 from vmapcheck.check.diagnosis import Probe, Subject, diagnose
 from vmapcheck.check.schema import CheckDetails, read_check_details
 from vmapcheck.core.composition import REGROUPINGS
@@ -573,9 +574,10 @@ def test_the_headline_names_the_paths_that_ran_and_only_those():
     # The verdict word and the headline are adjacent divs: their texts join.
     headline = parse(render_report(check, bench, train, contract)).text("verdict")
     assert headline.startswith(
-        "PASSEDloop, map, scan, vmap, vmap_of_jit and direct forwards (eager and jit), and "
+        f"PASSED{forms_text()} forwards (eager and jit), and "
         "sharded_jit (data-parallel over 2 device(s), not vmap) on cpu (cpu), float32"
     )
+    assert forms_text().startswith("loop, ") and forms_text().endswith(" and direct")
     # An Equinox module has no hand-batched forward: the headline does not claim one.
     pytest.importorskip("equinox", reason="equinox is not installed: pip install -e '.[equinox]'")
     model = build_model(compose_config("model=equinox_mlp").model)
@@ -584,7 +586,7 @@ def test_the_headline_names_the_paths_that_ran_and_only_those():
     check["sharded"] = None  # and when no distributed path ran, none is named
     headline = parse(render_report(check, bench, train, contract)).text("verdict")
     assert headline.startswith(
-        "PASSEDloop, map, scan, vmap and vmap_of_jit forwards (eager and jit) on cpu (cpu), float32"
+        f"PASSED{forms_text(check['not_provided'])} forwards (eager and jit) on cpu (cpu), float32"
     )
     assert "direct" not in headline and "sharded" not in headline
     assert forms_compared(check) in headline
@@ -602,7 +604,7 @@ def test_the_terminal_summary_says_what_the_headline_says(tmp_path):
     layout.check_details.write_text(json.dumps(check), encoding="utf-8")
     first = summarize(layout, tracked_lines(layout)).splitlines()[0]
     assert first == (
-        "verdict: PASSED - loop, map, scan, vmap and vmap_of_jit forwards (eager and jit), and "
+        f"verdict: PASSED - {forms_text(check['not_provided'])} forwards (eager and jit), and "
         "sharded_jit (data-parallel over 2 device(s), not vmap) on cpu (cpu), float32, "
         "rtol=1e-05 atol=1e-06, jax 0.11.2 / jaxlib 0.11.2"
     )
@@ -852,7 +854,7 @@ def test_a_model_without_a_direct_path_is_never_said_to_have_one(tmp_path):
     page = parse(page_html)
     headline = page.text("verdict")
     assert headline.startswith(
-        "PASSEDloop, map, scan, vmap and vmap_of_jit forwards (eager and jit), and sharded_jit "
+        f"PASSED{forms_text(missing)} forwards (eager and jit), and sharded_jit "
         "(data-parallel over 2 device(s), not vmap) on cpu (cpu)"
     )
     assert "direct" not in headline

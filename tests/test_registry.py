@@ -7,6 +7,7 @@ models:/ URI with the sha256 digests and the contract checked again.
 from __future__ import annotations
 
 import json
+import re
 import shutil
 
 import jax
@@ -19,7 +20,7 @@ from tests.helpers.config import compose_config
 from tests.helpers.registry import RUNTIME, Store
 from vmapcheck import cli
 from vmapcheck.compose import compose_yaml
-from vmapcheck.config import validate_config
+from vmapcheck.config import precision_names, validate_config
 from vmapcheck.core.models import build_model
 from vmapcheck.errors import ArtifactError, ConfigError
 from vmapcheck.io import read_json, sha256_file
@@ -577,8 +578,10 @@ def test_the_deployment_target_is_validated_naming_the_key(root):
         (
             "precision",
             "f16",
-            r"registry\.target\.precision: Input should be 'f32', 'f32_default', 'f64' or "
-            r"'bf16', found 'f16'",
+            # The options are the shipped files (vmapcheck.config.precision_names).
+            rf"registry\.target\.precision: expected one of "
+            rf"{re.escape(', '.join(precision_names()))} \(the files of "
+            rf"vmapcheck/conf/precision/\), found 'f16'",
         ),
         ("backend", "cuda", r"registry\.target\.backend: .*found 'cuda'"),
         ("hidden", [32, 0], r"registry\.target\.hidden\[1\]: .*greater than 0, found 0"),

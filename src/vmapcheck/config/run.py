@@ -3,9 +3,12 @@ which device the model runs, and at which dtype, judged with which tolerances.""
 
 from __future__ import annotations
 
+import functools
+import importlib.resources
 from typing import Annotated, Any, Literal, get_args
 
-from pydantic import Field, field_validator, model_validator
+import yaml
+from pydantic import AfterValidator, Field, field_validator, model_validator
 
 from vmapcheck.config.fields import MODELS_URI_PATTERN, PositiveInt, Strict
 
@@ -13,6 +16,88 @@ MAX_LEARNING_RATE = 10.0
 # float32's smallest normal number (numpy.finfo(numpy.float32).tiny): a smaller rate is 0
 # or subnormal in float32, so no step moves the params (and train reports best step 0).
 MIN_LEARNING_RATE = 1.1754943508222875e-38
+
+
+# The options of a shipped config group are its files, vmapcheck/conf/<group>/<name>.yaml:
+# the names of the precisions and backends (and a precision's dtype) are read from the
+# folder, so a new precision or backend is one new file, no list to keep in step.
+CONF_PACKAGE = "vmapcheck.conf"
+PRECISION_GROUP = "precision"
+
+
+def conf_folder(group: str) -> str:
+    """``vmapcheck/conf/<group>/``, as errors name it."""
+    return f"{CONF_PACKAGE.replace('.', '/')}/{group}/"
+
+
+PRECISION_FOLDER = conf_folder(PRECISION_GROUP)
+
+
+@functools.cache
+def conf_options(group: str) -> tuple[str, ...]:
+    """The shipped options of config group ``group``, sorted: the files
+    ``vmapcheck/conf/<group>/<name>.yaml``."""
+    folder = importlib.resources.files(CONF_PACKAGE) / group
+    return tuple(
+        sorted(p.name.removesuffix(".yaml") for p in folder.iterdir() if p.name.endswith(".yaml"))
+    )
+
+
+def _shipped(group: str) -> AfterValidator:
+    """A validator refusing a name that is no shipped option of ``group``."""
+
+    def known(name: str) -> str:
+        if name not in conf_options(group):
+            raise ValueError(
+                f"expected one of {', '.join(conf_options(group))} (the files of "
+                f"{conf_folder(group)})"
+            )
+        return name
+
+    return AfterValidator(known)
+
+
+def precision_names() -> tuple[str, ...]:
+    """The shipped precision options, sorted: the files ``vmapcheck/conf/precision/
+    <name>.yaml``."""
+    return conf_options(PRECISION_GROUP)
+
+
+def precision_file(name: str) -> dict[str, Any]:
+    """A fresh parse of the file of the precision option ``name`` (one of
+    :func:`precision_names`), as composed into ``precision`` of params.yaml.
+
+    Raises:
+        ValueError: ``name`` is no shipped option (the message lists them), or its file
+            is not a mapping.
+    """
+    if name not in precision_names():
+        raise ValueError(
+            f"expected one of {', '.join(precision_names())} (the files of {PRECISION_FOLDER})"
+        )
+    resource = importlib.resources.files(CONF_PACKAGE) / PRECISION_GROUP / f"{name}.yaml"
+    raw = yaml.safe_load(resource.read_text(encoding="utf-8"))
+    if not isinstance(raw, dict):
+        raise ValueError(
+            f"{PRECISION_FOLDER}{name}.yaml: expected a mapping of precision keys, found "
+            f"{type(raw).__name__}"
+        )
+    return raw
+
+
+def precision_dtype(name: str) -> str:
+    """The float dtype the precision option ``name`` runs in (its file's ``dtype``;
+    f32_default is float32 at the backend's own matmul precision)."""
+    dtype = precision_file(name).get("dtype")
+    if not isinstance(dtype, str):
+        raise ValueError(f"{PRECISION_FOLDER}{name}.yaml: expected key dtype, found {dtype!r}")
+    return dtype
+
+
+# A precision's and a backend's name, validated against the shipped files (a Literal
+# would be a second list to keep in step with them).
+PrecisionName = Annotated[str, _shipped(PRECISION_GROUP)]
+BackendName = Annotated[str, _shipped("backend")]
 
 
 class TrainConfig(Strict):
@@ -56,7 +141,7 @@ class TrainConfig(Strict):
 
 
 class BackendConfig(Strict):
-    name: Literal["cpu", "gpu", "tpu"]
+    name: BackendName
     platform: Literal["cpu", "cuda", "rocm", "tpu"]
     # Devices of the data-parallel (sharded_jit) path's 1-D mesh; null: every device present.
     # On CPU, JAX is started with this many emulated CPU devices (jax_num_cpu_devices).
@@ -137,17 +222,6 @@ class ToleranceConfig(Strict):
     atol: Annotated[float, Field(ge=0.0, le=MAX_TOLERANCE)]
     # conf/precision/*.yaml set it ("terms"); the default serves tolerances built in code.
     scale: ToleranceScale = "terms"
-
-
-# The float dtype each precision option (conf/precision/<name>.yaml) runs in; f32_default
-# is float32 at the backend's own matmul precision (bfloat16 operands on a TPU).
-PRECISION_DTYPES = {
-    "f32": "float32",
-    "f32_default": "float32",
-    "f64": "float64",
-    "bf16": "bfloat16",
-}
-PrecisionName = Literal["f32", "f32_default", "f64", "bf16"]
 
 
 class PrecisionConfig(Strict):

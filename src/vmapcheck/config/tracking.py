@@ -9,7 +9,7 @@ from typing import Annotated, Literal
 from pydantic import Field, field_validator, model_validator
 
 from vmapcheck.config.fields import REGISTERED_MODEL_PATTERN, PositiveInt, Strict
-from vmapcheck.config.run import PrecisionName
+from vmapcheck.config.run import BackendName, PrecisionName
 
 # The stores this project logs to: a sqlite file (tracking=local) or a tracking server.
 SQLITE_URI = "sqlite:///"
@@ -176,7 +176,7 @@ class DeploymentTargetConfig(Strict):
 
     model: Annotated[str, Field(pattern=r"^[A-Za-z][A-Za-z0-9_-]*$")]
     hidden: list[PositiveInt] | None
-    backend: Literal["cpu", "gpu", "tpu"]
+    backend: BackendName
     precision: PrecisionName
     bench: Annotated[str, Field(pattern=r"^[A-Za-z][A-Za-z0-9_-]*$")]
 

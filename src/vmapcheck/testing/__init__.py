@@ -31,16 +31,15 @@ module in every test session; JAX loads on the first check).
 
 from __future__ import annotations
 
-import importlib.resources
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
-import yaml
 from pydantic import ValidationError
 
-from vmapcheck.config import PrecisionConfig, VerdictConfig
+from vmapcheck.config import PrecisionConfig, VerdictConfig, precision_names
 from vmapcheck.config import describe_errors as _describe
 from vmapcheck.config.fields import MAX_SEED
+from vmapcheck.config.run import PRECISION_FOLDER, PRECISION_GROUP, precision_file
 from vmapcheck.core.bitwise import PathBitwise, check_mode
 from vmapcheck.errors import ConfigError, api_error
 from vmapcheck.testing.report import (
@@ -94,10 +93,6 @@ __all__ = [
     "precision_names",
 ]
 
-# Where the shipped precision options live: one <name>.yaml each, the same files the
-# pipeline composes (``-S precision=<name>``).
-PRECISION_PACKAGE = "vmapcheck.conf"
-PRECISION_GROUP = "precision"
 DEFAULT_PRECISION = "f32"
 # The most rows of examples a check runs unless told more (``max_rows``): each loop path
 # runs one forward per row, eagerly for loop_eager (about a millisecond a row on a CPU),
@@ -106,14 +101,6 @@ MAX_ROWS = 10_000
 
 
 # --- precision ---------------------------------------------------------------------------
-
-
-def precision_names() -> tuple[str, ...]:
-    """The shipped precision options: the files ``vmapcheck/conf/precision/<name>.yaml``."""
-    folder = importlib.resources.files(PRECISION_PACKAGE) / PRECISION_GROUP
-    return tuple(
-        sorted(p.name.removesuffix(".yaml") for p in folder.iterdir() if p.name.endswith(".yaml"))
-    )
 
 
 def precision_config(
@@ -132,15 +119,16 @@ def precision_config(
             is refused by the config model (the message names the key, expected and
             found).
     """
-    names = precision_names()
-    if not isinstance(name, str) or name not in names:
+    if not isinstance(name, str) or name not in precision_names():
         raise ConfigError(
-            f"precision={name!r}: expected one of {', '.join(names)} (the files of "
-            f"{PRECISION_PACKAGE.replace('.', '/')}/{PRECISION_GROUP}/)"
+            f"precision={name!r}: expected one of {', '.join(precision_names())} (the files "
+            f"of {PRECISION_FOLDER})"
         )
-    source = f"{PRECISION_PACKAGE.replace('.', '/')}/{PRECISION_GROUP}/{name}.yaml"
-    resource = importlib.resources.files(PRECISION_PACKAGE) / PRECISION_GROUP / f"{name}.yaml"
-    raw = yaml.safe_load(resource.read_text(encoding="utf-8"))
+    source = f"{PRECISION_FOLDER}{name}.yaml"
+    try:
+        raw = precision_file(name)
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
     overrides = {k: v for k, v in (("rtol", rtol), ("atol", atol)) if v is not None}
     if overrides and isinstance(raw, dict) and isinstance(raw.get("tolerance"), dict):
         raw = {**raw, "tolerance": {**raw["tolerance"], **overrides}}

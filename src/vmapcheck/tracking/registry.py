@@ -45,10 +45,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from vmapcheck.config import (
-    PRECISION_DTYPES,
-    Config,
-)
+from vmapcheck.config import Config, precision_dtype
 from vmapcheck.errors import ArtifactError
 from vmapcheck.io import read_json, sha256_file
 from vmapcheck.layout import CONTRACT_FILE, MANIFEST_FILE, PARAMS_FILE
@@ -474,9 +471,7 @@ def off_target(config: Config) -> list[str]:
         compare("model.hidden", config.model.hidden, target.hidden)
     compare("backend", config.backend.name, target.backend)
     run_precision = f"{config.precision.name} ({config.precision.dtype})"
-    compare(
-        "precision", run_precision, f"{target.precision} ({PRECISION_DTYPES[target.precision]})"
-    )
+    compare("precision", run_precision, f"{target.precision} ({precision_dtype(target.precision)})")
     compare("bench profile", config.bench.name, target.bench)
     return differences
 

@@ -21,7 +21,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from vmapcheck.config import PRECISION_DTYPES, REGISTERED_MODEL_PATTERN, Config, load_config
+from vmapcheck.config import REGISTERED_MODEL_PATTERN, Config, load_config, precision_dtype
 from vmapcheck.errors import ArtifactError, ConfigError, VmapcheckError
 from vmapcheck.io import read_json
 from vmapcheck.layout import MANIFEST_FILE, Layout
@@ -360,7 +360,7 @@ def target_line(config: Config) -> str:
     return (
         f"deployment target ({TARGET_SETTING}): model {target.model}, hidden {hidden}, "
         f"backend {target.backend}, precision {target.precision} "
-        f"({PRECISION_DTYPES[target.precision]}), bench {target.bench}; a passing run of it "
+        f"({precision_dtype(target.precision)}), bench {target.bench}; a passing run of it "
         f"moves @{VERIFIED}, `vmapcheck promote` any other"
     )
 
