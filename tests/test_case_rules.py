@@ -11,12 +11,19 @@ import numpy as np
 import pytest
 
 from tests.test_api import EXAMPLES, MODEL, PARAMS
-from vmapcheck.check.rules import CASE_RULES, RuleResult, metrics, rule, summary_lines
+from vmapcheck.check.rules import (
+    CASE_RULES,
+    RuleResult,
+    every_case,
+    metrics,
+    rule,
+    summary_lines,
+)
 from vmapcheck.core.cases import CASE_KINDS
 from vmapcheck.data.regression import DUPLICATE_ROWS, regression_cases
 from vmapcheck.errors import ArtifactError
 from vmapcheck.report.check_sections import agreement
-from vmapcheck.testing import check_batching
+from vmapcheck.testing import check_batching, precision_config
 
 PATHS = ["loop_eager", "vmap_jit", "direct_eager", "direct_jit"]
 
@@ -54,6 +61,34 @@ def test_a_correct_model_gets_the_same_output_for_every_copy():
     assert f"{DUPLICATE_ROWS} copies of one row, the same output on each of 4 paths" in result.text
     # The API's verdict lists it among the edge cases, as the pipeline's summary does.
     assert "  ok   duplicate_rows   copies_agree: 8 copies of one row" in report.summary
+    # The built-in rules judged every valid case, in the case's own fields, not `rules`.
+    for name, judged in report.details["cases"].items():
+        assert set(judged["finite"]) == set(PATHS) and all(judged["finite"].values()), name
+        assert not set(every_case()) & set(judged.get("rules", {})), name
+
+
+def test_the_finite_rule_tells_the_models_rows_from_the_batchings():
+    """Row 1 NaN on both paths: the model's, named once; row 0 Inf on one path only: a
+    batching fault there. The rule records the case's finite and non_finite_rows."""
+    finite = rule("finite")
+    assert finite.every_case and "finite" in every_case()
+    a = np.ones((3, 2), np.float32)
+    a[1, 0] = np.nan
+    b = a.copy()
+    b[0, 1] = np.inf
+    result = finite.judge("c", {"a": a, "b": b}, precision_config("f32").tolerance)
+    assert not result.passed
+    assert result.findings() == [
+        ("model", "c: non-finite output on row 1 on every path: the model computes it, not "
+         "the batching (the other rows are compared)"),
+        ("batching", "c/b: non-finite output on row 0, where other paths are finite"),
+    ]  # fmt: skip
+    assert result.fields == {
+        "finite": {"a": False, "b": False},
+        "non_finite_rows": {"a": [1], "b": [0, 1]},
+    }
+    clean = finite.judge("c", {"a": np.ones((3, 2))}, precision_config("f32").tolerance)
+    assert clean.passed and clean.findings() == [] and clean.fields == {"finite": {"a": True}}
 
 
 def test_a_row_whose_output_depends_on_its_position_fails_on_the_batched_paths_only():

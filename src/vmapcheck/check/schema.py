@@ -60,6 +60,7 @@ class CaseReport(TypedDict):
     max_abs: float | None
     max_rel: float | None
     contract: dict[str, list[str]]  # path -> problems (empty: kept the contract)
+    # The built-in rule `finite`'s fields (vmapcheck.check.rules, RuleResult.fields).
     finite: dict[str, bool]
     # path -> the rows (batch axis 0) with a NaN or Inf, where any (absent: all finite).
     non_finite_rows: NotRequired[dict[str, list[int]]]
