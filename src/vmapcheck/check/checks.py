@@ -250,7 +250,7 @@ def _valid_case(
                 f"{', '.join(present) or 'none'}); the check needs at least two",
             )
         )
-    found += [finding(kind, line) for r in builtin.values() for kind, line in r.findings()]
+    found += [finding(k, line) for r in builtin.values() for k, line in r.findings()]
     found += [
         finding("batching", f"{name}/{pair}: {r['reason']}")
         for pair, r in pairs.items()
@@ -258,7 +258,7 @@ def _valid_case(
     ]
     # The rules its kind adds to agreement (vmapcheck.check.rules), each on every path.
     rules = judge_case(name, rules_for(kind.rules, stochastic), present, tolerance)
-    found += [finding(kind, line) for r in rules.values() for kind, line in r.findings()]
+    found += [finding(k, line) for r in rules.values() for k, line in r.findings()]
     report: CaseReport = {
         "kind": kind.name,
         "shape": meta["shape"],
