@@ -85,8 +85,8 @@ def _cycles(arrows: dict[str, set[str]]) -> list[list[str]]:
 
 
 def _package_of(module: str, is_init: bool) -> str:
-    """``vmapcheck.bench.timing`` -> ``vmapcheck.bench``; a package's ``__init__`` belongs
-    to the package itself."""
+    """``vmapcheck.bench.timing.run`` -> ``vmapcheck.bench.timing``; a package's
+    ``__init__`` belongs to the package itself."""
     return module if is_init else module.rsplit(".", 1)[0]
 
 

@@ -1,4 +1,4 @@
-"""The paired verdict (vmapcheck.bench.paired): its statistics on synthetic rounds, and
+"""The paired verdict (vmapcheck.bench.verdict.paired): its statistics on synthetic rounds, and
 its driver with two real worker processes on a tiny project."""
 
 from __future__ import annotations
@@ -6,9 +6,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from vmapcheck.bench.paired import run_paired
-from vmapcheck.bench.paired_report import format_paired
-from vmapcheck.bench.pairs import (
+from vmapcheck.bench.verdict.paired import run_paired
+from vmapcheck.bench.verdict.paired_report import format_paired
+from vmapcheck.bench.verdict.pairs import (
     BASELINE,
     CURRENT,
     InsufficientRoundsError,
@@ -17,7 +17,7 @@ from vmapcheck.bench.pairs import (
     process_of_pair,
     schedule,
 )
-from vmapcheck.bench.sides import side_spec
+from vmapcheck.bench.verdict.sides import side_spec
 from vmapcheck.errors import ConfigError
 
 CELLS = ("direct_jit/b256", "direct_jit/b1024", "vmap_jit/b256", "vmap_jit/b1024")
@@ -245,7 +245,7 @@ def test_sides_share_a_process_only_with_the_same_code_and_settings(tmp_path):
     from dataclasses import replace
 
     from tests.helpers.inprocess import write_params
-    from vmapcheck.bench.sides import why_not_one_process
+    from vmapcheck.bench.verdict.sides import why_not_one_process
 
     a, b, c = (tmp_path / n for n in "abc")
     for folder in (a, b, c):

@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from vmapcheck.bench import labels
-from vmapcheck.bench.baseline import (
+from vmapcheck.bench.verdict import labels
+from vmapcheck.bench.verdict.baseline import (
     CONTEXT,
     CONTEXT_KEYS,
     OPTIONAL_KEYS,
@@ -18,8 +18,8 @@ from vmapcheck.bench.baseline import (
     read_bench_file,
     record_from_details,
 )
-from vmapcheck.bench.labels import FASTER, NO_DIFFERENCE, REGRESSION, UNDERPOWERED
-from vmapcheck.bench.verdict import (
+from vmapcheck.bench.verdict.labels import FASTER, NO_DIFFERENCE, REGRESSION, UNDERPOWERED
+from vmapcheck.bench.verdict.regression import (
     NOT_COMPARABLE,
     compare,
     format_table,
@@ -886,7 +886,13 @@ def test_no_store_means_no_baseline_at_once_and_no_store_is_made(tmp_path):
 def test_direction_labels_need_the_adjusted_significance_and_below_means_wholly_below():
     """Seen in A/A (2026-12-06): cells labelled `faster` or `slower (below the factor)` at
     adjusted p 0.027-0.19, and one `below the factor` whose interval reached 1.103."""
-    from vmapcheck.bench.labels import FASTER, NO_DIFFERENCE, SLOWER, UNDERPOWERED, cell_label
+    from vmapcheck.bench.verdict.labels import (
+        FASTER,
+        NO_DIFFERENCE,
+        SLOWER,
+        UNDERPOWERED,
+        cell_label,
+    )
 
     def cell(ratio, low, high, p_slower=0.5, p_faster=0.5):
         return {

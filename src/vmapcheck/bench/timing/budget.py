@@ -9,7 +9,7 @@
   whose projected calls or compile exceed what is left of the budget.
 
 The budget is ``bench.early_stop.time_budget_s``; it covers the whole bench (compiling,
-warm-up, the peak sweep and the timing: :mod:`vmapcheck.bench.timing`), counted by a
+warm-up, the peak sweep and the timing: :mod:`vmapcheck.bench.timing.run`), counted by a
 :class:`BudgetClock`: on the CPU backend in this process's CPU seconds where they are
 fewer than the wall seconds (a loaded machine steals wall time, not our CPU time).
 """

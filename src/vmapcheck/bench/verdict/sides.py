@@ -1,9 +1,9 @@
-"""The two sides of a paired verdict (:mod:`vmapcheck.bench.paired`) and their worker
+"""The two sides of a paired verdict (:mod:`vmapcheck.bench.verdict.paired`) and their worker
 processes.
 
 - :class:`SideSpec` (:func:`side_spec`): a side's project folder, and the interpreter and
   code its worker runs (:func:`worker_pythonpath`);
-- :class:`Worker`: a running ``python -m vmapcheck.bench.worker`` and its JSON lines;
+- :class:`Worker`: a running ``python -m vmapcheck.bench.verdict.worker`` and its JSON lines;
   :class:`Channel`: one side's rounds in one worker (a worker may hold both sides);
 - whether the sides may share a process (:func:`why_not_one_process`), and whether the
   device takes one process at a time (:func:`one_at_a_time`, :func:`keep_off_device`);
@@ -25,8 +25,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from vmapcheck.bench.baseline import CONTEXT, BenchRecord
-from vmapcheck.bench.verdict import NOT_COMPARABLE, comparability
+from vmapcheck.bench.verdict.baseline import CONTEXT, BenchRecord
+from vmapcheck.bench.verdict.regression import NOT_COMPARABLE, comparability
 from vmapcheck.errors import ConfigError, VmapcheckError
 
 # Seconds a worker may take to start (import, compile, warm up), and to time one round.
@@ -106,7 +106,14 @@ class Worker:
         self.log = log
         self._log_file = log.open("w")
         self.proc = subprocess.Popen(
-            [spec.python, "-m", "vmapcheck.bench.worker", "--project", str(spec.project), *args],
+            [
+                spec.python,
+                "-m",
+                "vmapcheck.bench.verdict.worker",
+                "--project",
+                str(spec.project),
+                *args,
+            ],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=self._log_file,
