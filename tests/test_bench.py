@@ -18,17 +18,14 @@ from vmapcheck.bench.timing.budget import (
     left_out_by_budget,
     median_interval,
     over_budget,
+    round_slices,
     samples_per_round,
     stopped_line,
 )
 from vmapcheck.bench.timing.control import peak_sweep
 from vmapcheck.bench.timing.latency import latency_stats
 from vmapcheck.bench.timing.progress import PlainLines, Progress
-from vmapcheck.bench.timing.run import (
-    ROUNDS,
-    round_slices,
-    run_bench,
-)
+from vmapcheck.bench.timing.run import ROUNDS, run_bench
 from vmapcheck.bench.timing.run import (
     out_of_device_memory as timing_out_of_device_memory,
 )

@@ -7,8 +7,8 @@ JAX, as the summary and the track stage need, so it re-exports nothing):
   timed in rounds after warm-up;
 - ``sampling``: how one sample is taken (``warm_up``, ``sample_passes``,
   ``balanced_orders``, ``no_compiles``, ``CompileCounter``, ``bench_input``);
-- ``budget``: how long each cell is timed (``early_stops``, ``samples_per_round``,
-  ``BudgetClock``);
+- ``budget``: how long each cell is timed (``round_slices``, ``early_stops``,
+  ``samples_per_round``, ``BudgetClock``);
 - ``control``: the control matmul and the matmul peak (``control_figures``,
   ``peak_sweep``, ``best_peak``);
 - ``latency``: figures of latency samples (``latency_stats``, ``speedups``,

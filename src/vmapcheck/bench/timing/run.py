@@ -73,6 +73,7 @@ from vmapcheck.bench.timing.budget import (
     early_stops,
     median_interval,
     over_budget,
+    round_slices,
     samples_per_round,
     stopped_line,
 )
@@ -114,16 +115,6 @@ LIMITS = (
     "jit speeds up repeated calls, but compile time (compile_ms), transfers and new "
     "shapes (one compile each) can dominate end-to-end time.",
 )
-
-
-def round_slices(repeats: int, rounds: int = ROUNDS) -> list[range]:
-    """Sample indices of each round: ``repeats`` cut into ``min(rounds, repeats)``
-    contiguous, near-equal ranges (``np.array_split``'s cut, which the verdict's blocks
-    use too, so a block is exactly one round)."""
-    return [
-        range(int(c[0]), int(c[-1]) + 1)
-        for c in np.array_split(np.arange(repeats), min(rounds, repeats))
-    ]
 
 
 def _cost(compiled: Any) -> dict[str, float]:
