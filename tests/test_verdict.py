@@ -19,6 +19,7 @@ from vmapcheck.bench.verdict.baseline import (
     record_from_details,
 )
 from vmapcheck.bench.verdict.labels import FASTER, NO_DIFFERENCE, REGRESSION, UNDERPOWERED
+from vmapcheck.bench.verdict.records import PerfVerdict
 from vmapcheck.bench.verdict.regression import (
     NOT_COMPARABLE,
     compare,
@@ -28,6 +29,7 @@ from vmapcheck.bench.verdict.regression import (
 )
 from vmapcheck.cli import main as cli_main
 from vmapcheck.errors import ArtifactError, ConfigError
+from vmapcheck.io import atomic_write_json, read_json_typed
 from vmapcheck.layout import Layout
 from vmapcheck.tracking.baselines import resolve_baseline
 
@@ -506,6 +508,20 @@ def test_every_required_context_key_is_covered():
         if a.dest == "require_same"
     )
     assert tuple(action.choices) == OPTIONAL_KEYS
+
+
+@pytest.mark.parametrize("changes", [{}, {"bench": "full"}], ids=["compared", "not comparable"])
+def test_the_verdict_written_reads_back_as_its_type(tmp_path, changes):
+    """perf_verdict.json as track writes it holds every key PerfVerdict requires, and
+    each compared cell every key of a CellComparison (read_json_typed checks both)."""
+    base = BenchRecord("base.json", SAME, _full_context(), **_control(2.0, 3))
+    cur = BenchRecord("cur.json", SLOWER, _full_context(**changes), **_control(2.0, 4))
+    atomic_write_json(tmp_path / "perf_verdict.json", compare(base, cur, 1.1, 0.01))
+    read = read_json_typed(tmp_path / "perf_verdict.json", PerfVerdict)
+    compared = not changes
+    assert read["comparable"] is compared and ("cells" in read) is compared
+    if compared:
+        assert read["cells"]["vmap_jit"]["b16"]["status"] == REGRESSION
 
 
 @pytest.mark.parametrize(("key", "value", "named"), REQUIRED, ids=[k for k, _, _ in REQUIRED])
