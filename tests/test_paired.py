@@ -3,6 +3,8 @@ its driver with two real worker processes on a tiny project."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -17,7 +19,7 @@ from vmapcheck.bench.verdict.pairs import (
     process_of_pair,
     schedule,
 )
-from vmapcheck.bench.verdict.sides import side_spec
+from vmapcheck.bench.verdict.sides import WORKER_MODULES, side_spec
 from vmapcheck.errors import ConfigError
 
 CELLS = ("direct_jit/b256", "direct_jit/b1024", "vmap_jit/b256", "vmap_jit/b1024")
@@ -239,6 +241,29 @@ def test_two_real_workers_time_one_project_abba(tmp_path):
     assert result["differences"] == {}
     assert result["load"]["load_avg_1m_max"] >= result["load"]["load_avg_1m_min"] >= 0
     assert "paired benchmark verdict" in format_paired(result)
+
+
+@pytest.mark.parametrize("worker", WORKER_MODULES)
+def test_a_side_with_its_own_src_runs_the_worker_its_revision_has(tmp_path, worker):
+    """A baseline checkout of an older revision keeps its worker where that revision put
+    it (bench/worker.py before the split by job); the side starts that module on its
+    own src/. Without a src/, the driver's code and this revision's worker."""
+    import vmapcheck
+
+    (tmp_path / "params.yaml").write_text("{}")
+    driver = side_spec(BASELINE, tmp_path)
+    assert driver.pythonpath == str(Path(vmapcheck.__file__).resolve().parents[1])
+    assert (driver.own_code, driver.worker_module) == (False, WORKER_MODULES[0])
+    module = tmp_path / "src" / Path(*worker.split("."))
+    module.parent.mkdir(parents=True)
+    module.with_suffix(".py").write_text("")
+    own = side_spec(BASELINE, tmp_path)
+    assert (own.own_code, own.pythonpath, own.worker_module) == (
+        True,
+        str(tmp_path / "src"),
+        worker,
+    )
+    assert own.describe()["worker"] == worker
 
 
 def test_sides_share_a_process_only_with_the_same_code_and_settings(tmp_path):
