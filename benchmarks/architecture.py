@@ -1,14 +1,17 @@
-"""The package's shape in figures (issue 36): import cycles and arrows up a floor, module
-and function sizes, the ``dict[str, Any]`` count, and start-up times of the CLI and of
-the track stage, as JSON on stdout (``--out`` writes it too).
+"""The package's shape in figures (issues 36 and 47): import cycles and arrows up a floor,
+module and function sizes, rooms (modules) per package and the biggest room, the
+``dict[str, Any]`` count, mypy's coverage of ``src/``, the public names, the modules no
+test file imports, and start-up times of the CLI and of the track stage, as JSON on
+stdout (``--out`` writes it too).
 
     .venv/bin/python benchmarks/architecture.py [--rev REV] [--repeat 7] [--out F.json]
 
-``--rev`` measures the static figures of another commit (``git archive`` into a
-temporary folder; the floors are read from that commit's docs/development.md when it
-has them, else from this checkout's). Start-up times are measured on this checkout only
-(``--rev`` skips them): median and p90 over ``--repeat`` fresh processes, with the load
-average beside them, since the machine is shared.
+``--rev`` measures the static figures of another commit (``git archive`` of its src/,
+docs/, tests/ and pyproject.toml into a temporary folder; the floors are read from that
+commit's docs/development.md when it has them, else from this checkout's; the import
+rules are always this checkout's tests/test_layers.py). Start-up times are measured on
+this checkout only (``--rev`` skips them): median and p90 over ``--repeat`` fresh
+processes, with the load average beside them, since the machine is shared.
 """
 
 from __future__ import annotations
@@ -25,11 +28,14 @@ import sys
 import tarfile
 import tempfile
 import time
+import tomllib
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 MODULE_LIMIT = 700
 FUNCTION_LIMIT = 120
+# ``type X = ...`` (Python 3.12); the package supports 3.11, where no module has one.
+TYPE_ALIAS = getattr(ast, "TypeAlias", ())
 
 
 def _layer_rules():
@@ -78,6 +84,153 @@ def _cycles(arrows: dict[str, set[str]]) -> list[list[str]]:
     return found
 
 
+def _package_of(module: str, is_init: bool) -> str:
+    """``vmapcheck.bench.timing.run`` -> ``vmapcheck.bench.timing``; a package's
+    ``__init__`` belongs to the package itself."""
+    return module if is_init else module.rsplit(".", 1)[0]
+
+
+def rooms_per_package(package: Path) -> dict:
+    """Per package (a folder with ``__init__.py``, dotted name): its modules (the rooms,
+    ``__init__`` included), their lines, and its biggest room with its lines; beside them
+    the biggest room of all and the package with most rooms."""
+    per: dict[str, dict] = {}
+    for path in sorted(package.rglob("*.py")):
+        parts = list(path.relative_to(package.parent).with_suffix("").parts)
+        is_init = parts[-1] == "__init__"
+        module = ".".join(parts[:-1] if is_init else parts)
+        lines = path.read_text().count("\n")
+        room = per.setdefault(
+            _package_of(module, is_init), {"modules": 0, "lines": 0, "biggest": ["", -1]}
+        )
+        room["modules"] += 1
+        room["lines"] += lines
+        if lines > room["biggest"][1]:
+            room["biggest"] = [path.name, lines]
+    table = {
+        name: {
+            "modules": r["modules"],
+            "lines": r["lines"],
+            "biggest_room": r["biggest"][0],
+            "biggest_room_lines": r["biggest"][1],
+        }
+        for name, r in sorted(per.items())
+    }
+    most = max(table.items(), key=lambda kv: kv[1]["modules"])
+    biggest = max(table.items(), key=lambda kv: kv[1]["biggest_room_lines"])
+    return {
+        "packages": table,
+        "most_rooms": {"package": most[0], "modules": most[1]["modules"]},
+        "biggest_room": {
+            "module": f"{biggest[0]}/{biggest[1]['biggest_room']}",
+            "lines": biggest[1]["biggest_room_lines"],
+        },
+    }
+
+
+def mypy_coverage(root: Path) -> dict:
+    """The files and lines of ``src/`` that ``[tool.mypy] files`` in pyproject.toml lists
+    (a folder: every ``.py`` under it), against all of ``src/``."""
+    config = tomllib.loads((root / "pyproject.toml").read_text()).get("tool", {}).get("mypy", {})
+    src = sorted((root / "src").rglob("*.py"))
+    covered: set[Path] = set()
+    for entry in config.get("files", []):
+        target = root / entry
+        covered |= set(target.rglob("*.py")) if target.is_dir() else {target}
+    covered &= set(src)
+    lines = {p: p.read_text().count("\n") for p in src}
+    total_lines = sum(lines.values())
+    covered_lines = sum(lines[p] for p in covered)
+    return {
+        "files": len(covered),
+        "files_of": len(src),
+        "lines": covered_lines,
+        "lines_of": total_lines,
+        "lines_pct": round(100 * covered_lines / total_lines, 1),
+    }
+
+
+def _top_level(tree: ast.Module):
+    """The module's own statements, into ``if`` and ``try`` blocks (``if TYPE_CHECKING:``,
+    an optional import), not into functions or classes."""
+    stack = list(tree.body)
+    while stack:
+        node = stack.pop(0)
+        if isinstance(node, ast.If):
+            stack[:0] = [*node.body, *node.orelse]
+        elif isinstance(node, ast.Try):
+            stack[:0] = [*node.body, *node.orelse, *node.finalbody]
+            for handler in node.handlers:
+                stack[:0] = handler.body
+        else:
+            yield node
+
+
+def public_names(package: Path) -> dict:
+    """Module-level names not starting with ``_`` that a module defines (functions,
+    classes, assignments, type aliases; imported names not counted), and the modules that
+    define ``__all__``."""
+    defined = 0
+    with_all = []
+    for path in sorted(package.rglob("*.py")):
+        names: set[str] = set()
+        for node in _top_level(ast.parse(path.read_text())):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                names.add(node.name)
+            elif isinstance(node, ast.Assign):
+                names |= {
+                    n.id for t in node.targets for n in ast.walk(t) if isinstance(n, ast.Name)
+                }
+            elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
+                names.add(node.target.id)
+            elif isinstance(node, TYPE_ALIAS) and isinstance(node.name, ast.Name):
+                names.add(node.name.id)
+        if "__all__" in names:
+            with_all.append(str(path.relative_to(package.parent)))
+        defined += sum(1 for n in names if not n.startswith("_"))
+    return {
+        "module_level": defined,
+        "modules_with___all__": len(with_all),
+        "with___all__": with_all,
+    }
+
+
+def untested_modules(root: Path) -> tuple[list[str], list[str]]:
+    """The package's modules that no test file under ``tests/`` imports: by its dotted
+    name (``import vmapcheck.io``, ``from vmapcheck.io import x``) or as
+    ``from vmapcheck.bench import timing``. A package counts as imported when a test
+    imports it or one of its modules (that runs its ``__init__``). A test that only
+    starts a module in a subprocess (``python -m``) does not count: the second list holds
+    those of the first that a test names only as text (a ``-m`` argument, a string)."""
+    package = root / "src" / "vmapcheck"
+    modules = set()
+    for path in package.rglob("*.py"):
+        parts = list(path.relative_to(package.parent).with_suffix("").parts)
+        modules.add(".".join(parts[:-1] if parts[-1] == "__init__" else parts))
+    imported: set[str] = set()
+    texts = []
+    for path in (root / "tests").rglob("*.py"):
+        texts.append(path.read_text())
+        try:
+            tree = ast.parse(texts[-1])
+        except SyntaxError:
+            continue
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                imported |= {a.name for a in node.names}
+            elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+                imported.add(node.module)
+                imported |= {f"{node.module}.{a.name}" for a in node.names}
+    reached = set()
+    for name in imported & modules:
+        parts = name.split(".")
+        reached |= {".".join(parts[:i]) for i in range(1, len(parts) + 1)}
+    untested = sorted(modules - reached)
+    text = "\n".join(texts)
+    named = [m for m in untested if re.search(re.escape(m) + r"(?![\w.])", text)]
+    return untested, named
+
+
 def static_figures(root: Path, floors_doc: Path) -> dict:
     rules = _layer_rules()
     rules.PACKAGE = root / "src" / "vmapcheck"
@@ -102,12 +255,22 @@ def static_figures(root: Path, floors_doc: Path) -> dict:
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
                 functions.append((node.end_lineno - node.lineno + 1, f"{name}:{node.name}"))
     functions.sort(reverse=True)
+    untested, named_as_text = untested_modules(root)
     return {
         "modules": len(modules),
+        "rooms": rooms_per_package(rules.PACKAGE),
         "arrows": sum(len(t) for t in arrows.values()),
         "cycles": _cycles(arrows),
         "up_arrows": up,
+        "up_arrows_count": len(up),
         "dict_str_any": dict_any,
+        "mypy_coverage": mypy_coverage(root),
+        "public_names": public_names(rules.PACKAGE),
+        "modules_with_no_test": {
+            "count": len(untested),
+            "modules": untested,
+            "named_only_as_text": named_as_text,
+        },
         f"modules_over_{MODULE_LIMIT}": {
             k: v for k, v in sorted(modules.items(), key=lambda kv: -kv[1]) if v > MODULE_LIMIT
         },
@@ -187,7 +350,7 @@ def main() -> int:
     if args.rev:
         with tempfile.TemporaryDirectory() as tmp:
             archive = subprocess.run(
-                ["git", "archive", args.rev, "src", "docs"],
+                ["git", "archive", args.rev, "src", "docs", "tests", "pyproject.toml"],
                 capture_output=True,
                 check=True,
                 cwd=ROOT,

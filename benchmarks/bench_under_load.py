@@ -3,7 +3,7 @@ rows) timed, how steady is the matmul peak, and a path's share of it?
 
 Each run times the shipped MLP (``src/vmapcheck/conf/model/mlp.yaml``) with the quick
 profile (``src/vmapcheck/conf/bench/quick.yaml``) in this process, through
-``vmapcheck.bench.timing.run_bench`` (the bench stage's timing, without DVC or the guard's
+``vmapcheck.bench.timing.run.run_bench`` (the bench stage's timing, without DVC or the guard's
 replays), while ``--spinners`` busy Python processes run beside it. Each run records the
 load over it, where its time and its budget went, which 128-row cells were timed (or why
 not), the headline speed-ups, the peak and its sweeps, and vmap_jit's share of the peak at
@@ -41,8 +41,8 @@ def one_run(label: str = "b128") -> dict[str, Any]:
     import jax.numpy as jnp
     import numpy as np
 
-    from vmapcheck.bench.machine import ConditionsSampler
-    from vmapcheck.bench.timing import run_bench
+    from vmapcheck.bench.timing.machine import ConditionsSampler
+    from vmapcheck.bench.timing.run import run_bench
     from vmapcheck.config import BenchConfig, ModelConfig
     from vmapcheck.core.models import build_model
 

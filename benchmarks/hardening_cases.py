@@ -221,7 +221,7 @@ def case_ragged() -> tuple[str, bool]:
 
 
 def case_guard_wrong_leaf() -> tuple[str, bool]:
-    from vmapcheck.bench.guard import Guard
+    from vmapcheck.guard.predictor import Guard
 
     model, params = mlp()
     wrong = jax.tree.map(lambda leaf: leaf, params)
@@ -231,7 +231,7 @@ def case_guard_wrong_leaf() -> tuple[str, bool]:
 
 def case_guard_dtype(dtype) -> Callable[[], tuple[str, bool]]:
     def case() -> tuple[str, bool]:
-        from vmapcheck.bench.guard import Guard
+        from vmapcheck.guard.predictor import Guard
 
         model, params = mlp()
         return refused(lambda: Guard(model, params, dtype, guard_config()), ("Guard dtype",))
@@ -240,7 +240,7 @@ def case_guard_dtype(dtype) -> Callable[[], tuple[str, bool]]:
 
 
 def case_masked() -> tuple[str, bool]:
-    from vmapcheck.bench.guard import Guard
+    from vmapcheck.guard.predictor import Guard
 
     model, params = mlp()
     guard = Guard(model, params, jnp.float32, guard_config())

@@ -3,7 +3,7 @@
 Two measurements of the same ratio for the default MLP (conf/model/mlp.yaml), one per
 process, each printed with the 1-minute load average before and after it:
 
-- ``bench``: :func:`vmapcheck.bench.timing.run_bench` at ``--rows`` only, with the other
+- ``bench``: :func:`vmapcheck.bench.timing.run.run_bench` at ``--rows`` only, with the other
   settings of ``conf/bench/<--bench>.yaml`` (the method of the code on ``PYTHONPATH``): its
   ``vmap_over_direct`` and that ratio's confidence interval;
 - ``reference``: the two jit paths alone, called alternately ``--calls`` times each, each
@@ -53,7 +53,7 @@ def _setup(bench_option: str) -> tuple[Any, ...]:
 
 
 def bench(rows_n: int, bench_option: str) -> str:
-    from vmapcheck.bench.timing import run_bench
+    from vmapcheck.bench.timing.run import run_bench
 
     config, model, params, rows, dtype = _setup(bench_option)
     settings = config.bench.model_copy(update={"batch_sizes": [rows_n]})
@@ -72,7 +72,7 @@ def reference(rows_n: int, calls: int, bench_option: str) -> str:
     import jax
     import numpy as np
 
-    from vmapcheck.bench.sampling import bench_input
+    from vmapcheck.bench.timing.sampling import bench_input
     from vmapcheck.core.forms import cast_tree
     from vmapcheck.core.paths import PATHS
 

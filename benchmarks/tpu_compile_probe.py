@@ -45,7 +45,7 @@ def child(
     import numpy as np
     from tpu_numerics import build, inputs_for  # the same model and params as the numerics
 
-    from vmapcheck.bench.sampling import bench_input
+    from vmapcheck.bench.timing.sampling import bench_input
     from vmapcheck.core.forms import cast_tree
     from vmapcheck.core.paths import batch_paths
 

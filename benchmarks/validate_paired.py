@@ -8,7 +8,7 @@ Optionally starts a bounded background load itself (``--load N`` busy processes,
 ending by itself after ``--load-seconds``, all killed when the script ends). Then
 alternates, ``--comparisons`` times each:
 
-- A/A: :func:`vmapcheck.bench.paired.run_paired` with A as both sides (the same folder
+- A/A: :func:`vmapcheck.bench.verdict.paired.run_paired` with A as both sides (the same folder
   loaded twice, as verdict-paired does: in each process, or with ``--no-share`` in two):
   any ``regression`` is a false alarm;
 - A/B: A as baseline, B as current: a ``regression`` on a ``direct`` cell is a detection,
@@ -147,14 +147,14 @@ def _detected(
     processes: int,
 ) -> bool:
     """Whether ``cell`` of an A/A ``comparison``, its pairs made ``slowdown`` times
-    slower, is a regression by verdict-paired's rule (vmapcheck.bench.paired).
+    slower, is a regression by verdict-paired's rule (vmapcheck.bench.verdict.paired).
 
     The ratio, p and per-process ratios as ``pairs.paired_cell`` computes them, without
     its bootstrap CI: the rule does not use the CI, and the search calls this thousands
     of times."""
     from scipy import stats
 
-    from vmapcheck.bench.pairs import is_regression, process_of_pair
+    from vmapcheck.bench.verdict.pairs import is_regression, process_of_pair
 
     logs = np.log(np.asarray(comparison["cells"][cell]["pair_ratios"])) + np.log(slowdown)
     ratio = float(np.exp(np.median(logs)))
@@ -265,11 +265,11 @@ def tables(
 
 
 def label_counts(ds: list[dict[str, Any]], alpha: float) -> dict[str, Any]:
-    """Every label (:data:`vmapcheck.bench.labels.LABELS`, a label never given counted 0)
+    """Every label (:data:`vmapcheck.bench.verdict.labels.LABELS`, a label never given counted 0)
     over all cells of ``ds``, and the direction labels whose own adjusted p (p slower for
     ``slower (below the factor)`` and ``regression``, p faster for ``faster``) is not below
     ``alpha``: each one a direction said without significance (issue 35; none expected)."""
-    from vmapcheck.bench.labels import FASTER, LABELS, REGRESSION, SLOWER
+    from vmapcheck.bench.verdict.labels import FASTER, LABELS, REGRESSION, SLOWER
 
     counts = dict.fromkeys(LABELS, 0)
     unsupported = []
@@ -334,14 +334,14 @@ def markdown(report: dict[str, Any]) -> str:
 
 
 def _cpu_model() -> str | None:
-    from vmapcheck.bench.machine import conditions
+    from vmapcheck.bench.timing.machine import conditions
 
     return conditions().get("cpu_model")
 
 
 def main() -> int:
-    from vmapcheck.bench.paired import DEFAULT_ROUNDS, DEFAULT_SAMPLES
-    from vmapcheck.bench.worker import BLOCKS, INTERLEAVED
+    from vmapcheck.bench.verdict.paired import DEFAULT_ROUNDS, DEFAULT_SAMPLES
+    from vmapcheck.bench.verdict.worker import BLOCKS, INTERLEAVED
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--comparisons", type=int, default=10, help="of each kind (A/A, A/B)")
@@ -419,9 +419,9 @@ def main() -> int:
         print(markdown(report))
         return 0
 
-    from vmapcheck.bench.paired import run_paired
-    from vmapcheck.bench.pairs import BASELINE, CURRENT
-    from vmapcheck.bench.sides import side_spec
+    from vmapcheck.bench.verdict.paired import run_paired
+    from vmapcheck.bench.verdict.pairs import BASELINE, CURRENT
+    from vmapcheck.bench.verdict.sides import side_spec
     from vmapcheck.compose import compose_yaml
     from vmapcheck.errors import VmapcheckError
 

@@ -3,7 +3,8 @@
 Runs the benchmark ``--runs`` times for the normal model (A) and as many times for the
 planted slowdown ``model=mlp_slow`` (B: its ``direct`` paths do ~25% more arithmetic;
 ``loop``/``vmap`` are untouched), alternating A and B, each run in a fresh process as the
-pipeline's ``bench`` stage does. Then judges, with :func:`vmapcheck.bench.verdict.compare`:
+pipeline's ``bench`` stage does. Then judges, with
+:func:`vmapcheck.bench.verdict.regression.compare`:
 
 - every pair of A runs (A/A): any regression reported is a false alarm;
 - every (A baseline, B current) pair: a regression on a ``direct`` cell is a detection,
@@ -44,7 +45,7 @@ def bench_once(model_option: str, bench_option: str, out: Path) -> None:
     import numpy as np
     import yaml
 
-    from vmapcheck.bench.timing import run_bench
+    from vmapcheck.bench.timing.run import run_bench
     from vmapcheck.compose import compose_yaml
     from vmapcheck.config import validate_config
     from vmapcheck.core.models import build_model
@@ -129,8 +130,8 @@ def main() -> int:
 
     import yaml
 
-    from vmapcheck.bench.baseline import read_bench_file
-    from vmapcheck.bench.verdict import compare
+    from vmapcheck.bench.verdict.baseline import read_bench_file
+    from vmapcheck.bench.verdict.regression import compare
     from vmapcheck.compose import compose_yaml
     from vmapcheck.io import atomic_write_json
 

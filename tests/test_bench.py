@@ -9,7 +9,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from vmapcheck.bench.budget import (
+from vmapcheck.bench.timing.budget import (
     BUDGET_SETTING,
     STOP_BUDGET,
     STOP_CI,
@@ -18,28 +18,25 @@ from vmapcheck.bench.budget import (
     left_out_by_budget,
     median_interval,
     over_budget,
+    round_slices,
     samples_per_round,
     stopped_line,
 )
-from vmapcheck.bench.control import peak_sweep
-from vmapcheck.bench.latency import latency_stats
-from vmapcheck.bench.progress import PlainLines, Progress
-from vmapcheck.bench.sampling import (
+from vmapcheck.bench.timing.control import peak_sweep
+from vmapcheck.bench.timing.latency import latency_stats
+from vmapcheck.bench.timing.progress import PlainLines, Progress
+from vmapcheck.bench.timing.run import ROUNDS, run_bench
+from vmapcheck.bench.timing.run import (
+    out_of_device_memory as timing_out_of_device_memory,
+)
+from vmapcheck.bench.timing.sampling import (
     balanced_orders,
     no_compiles,
     pass_orders,
     sample_passes,
     warm_up,
 )
-from vmapcheck.bench.timing import (
-    ROUNDS,
-    round_slices,
-    run_bench,
-)
-from vmapcheck.bench.timing import (
-    out_of_device_memory as timing_out_of_device_memory,
-)
-from vmapcheck.bench.verdict import BLOCKS, blocks_of
+from vmapcheck.bench.verdict.regression import BLOCKS, blocks_of
 from vmapcheck.config import BenchConfig, EarlyStopConfig, ModelConfig, RegressionConfig
 from vmapcheck.core.models import build_model
 from vmapcheck.core.paths import get, path_names, speedup_text
@@ -179,7 +176,7 @@ def test_the_median_comes_with_a_confidence_interval():
 
 
 def test_a_call_below_the_timer_resolution_gets_an_inner_loop():
-    from vmapcheck.bench.sampling import inner_loop_size
+    from vmapcheck.bench.timing.sampling import inner_loop_size
 
     assert inner_loop_size(1.0) == 1
     assert inner_loop_size(1e-12) > 1
@@ -210,7 +207,7 @@ def test_rounds_are_the_verdicts_blocks(repeats):
 
 
 def test_a_speedup_comes_with_its_confidence_interval():
-    from vmapcheck.bench.latency import ratio_interval
+    from vmapcheck.bench.timing.latency import ratio_interval
 
     rng = np.random.default_rng(1)
     slower, faster = rng.normal(2.0, 0.1, 100), rng.normal(1.0, 0.05, 100)
@@ -246,7 +243,7 @@ BASE_S, PENALTY_S = 1e-3, 3e-3
 
 
 class _PlayedTime:
-    """Stands in for the ``time`` module of vmapcheck.bench.sampling: ``perf_counter`` is
+    """Stands in for the ``time`` module of vmapcheck.bench.timing.sampling: ``perf_counter`` is
     a clock that moves only when a simulated call says how long it took, so a test of
     the timing's order is exact on a loaded machine (time.sleep overshoots there)."""
 
@@ -260,7 +257,7 @@ class _PlayedTime:
 
 @pytest.fixture
 def played(monkeypatch) -> _PlayedTime:
-    import vmapcheck.bench.sampling as sampling
+    import vmapcheck.bench.timing.sampling as sampling
 
     clock = _PlayedTime()
     monkeypatch.setattr(sampling, "time", clock)
@@ -455,7 +452,7 @@ def test_run_bench_records_each_cells_rounds_and_why_it_stopped():
     # The progress counts only the samples taken: the stopped cells' rounds left the plan.
     assert f"done, {cells * 5 + 20:,} samples in" in log.getvalue()
     # What the verdict reads back: the recorded rounds.
-    from vmapcheck.bench.baseline import record_from_details
+    from vmapcheck.bench.verdict.baseline import record_from_details
 
     record = record_from_details(result, "run")
     some = next(iter(record.samples_ms))
@@ -598,7 +595,7 @@ def test_the_bench_asks_the_projection_before_each_compile_past_the_first_size(m
     """run_bench with a real model asks compile_over_budget before each jit compile past
     the first size, with what that size's compiles so far took; a path it leaves out
     is not compiled there, and its reason is the bench's."""
-    import vmapcheck.bench.timing as timing
+    import vmapcheck.bench.timing.run as timing
 
     model = build_model(ModelConfig(name="mlp", in_features=4, hidden=[8], out_features=2))
     params = model.init(jax.random.key(0))

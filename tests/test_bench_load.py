@@ -18,16 +18,16 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from vmapcheck.bench.bounds import peak_caveat
-from vmapcheck.bench.budget import (
+from vmapcheck.bench.timing.bounds import peak_caveat
+from vmapcheck.bench.timing.budget import (
     WALL_PER_BUDGET_S,
     BudgetClock,
     budget_caveat,
     budget_clock_line,
 )
-from vmapcheck.bench.control import best_peak
-from vmapcheck.bench.progress import silent
-from vmapcheck.bench.timing import _Compiler, run_bench
+from vmapcheck.bench.timing.control import best_peak
+from vmapcheck.bench.timing.progress import silent
+from vmapcheck.bench.timing.run import _Compiler, run_bench
 from vmapcheck.config import BenchConfig, EarlyStopConfig, ModelConfig, RegressionConfig
 from vmapcheck.core.models import build_model
 from vmapcheck.core.paths import get

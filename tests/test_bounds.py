@@ -1,4 +1,4 @@
-"""What a benchmark's figures may claim (vmapcheck.bench.bounds): no share of the matmul
+"""What a benchmark's figures may claim (vmapcheck.bench.timing.bounds): no share of the matmul
 peak above 1, and the launch-bound label where a path's time is flat in batch size, from
 a line fitted to its p50s with a bootstrap interval."""
 
@@ -6,7 +6,7 @@ import math
 
 import numpy as np
 
-from vmapcheck.bench.bounds import (
+from vmapcheck.bench.timing.bounds import (
     fit_launch,
     launch_bound,
     launch_bound_at,

@@ -184,7 +184,7 @@ def test_help_loads_neither_jax_nor_mlflow():
 
 
 def test_the_help_constants_are_the_modules_own():
-    from vmapcheck.bench.paired import DEFAULT_PROCESSES, DEFAULT_ROUNDS, DEFAULT_SAMPLES
+    from vmapcheck.bench.verdict.paired import DEFAULT_PROCESSES, DEFAULT_ROUNDS, DEFAULT_SAMPLES
     from vmapcheck.tracking.baselines import LAST_VERIFIED
     from vmapcheck.tracking.runs import DEFAULT_N
 

@@ -6,7 +6,7 @@ import pytest
 import yaml
 
 from tests.helpers.config import PACKAGE_CONF, ROOT, compose_config
-from vmapcheck.bench.budget import early_stops
+from vmapcheck.bench.timing.budget import early_stops
 from vmapcheck.compose import compose_yaml
 from vmapcheck.config import load_config, validate_config
 from vmapcheck.errors import ConfigError
@@ -518,7 +518,7 @@ def test_early_stop_without_a_budget_and_its_absence():
 
 def test_min_rounds_beyond_the_rounds_of_few_repeats_is_valid_and_takes_every_round():
     """``-S bench.repeats=6`` alone is a valid run of six rounds, none stopped early
-    (vmapcheck.bench.budget.early_stops never stops before min_rounds), rather than an
+    (vmapcheck.bench.timing.budget.early_stops never stops before min_rounds), rather than an
     error that asks for a second override."""
     raw = _raw()
     raw["bench"]["repeats"] = 6  # six rounds of one sample

@@ -11,9 +11,14 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from vmapcheck.bench.guard import INVALID_KINDS, REASONS, Guard
-from vmapcheck.bench.progress import PlainLines, Progress
-from vmapcheck.bench.replay import (
+from vmapcheck.bench.timing.progress import PlainLines, Progress
+from vmapcheck.bench.timing.sampling import CompileCounter
+from vmapcheck.config import GuardConfig, GuardReplayConfig, ModelConfig
+from vmapcheck.core.models import Model, build_model
+from vmapcheck.data.anonymize import find_canaries
+from vmapcheck.errors import ArtifactError, ConfigError, InvalidInputError, NonFiniteOutputError
+from vmapcheck.guard.predictor import INVALID_KINDS, REASONS, Guard
+from vmapcheck.guard.replay import (
     REQUEST_CANARY,
     SERVED,
     replay,
@@ -21,11 +26,6 @@ from vmapcheck.bench.replay import (
     request_stream,
     run_replay,
 )
-from vmapcheck.bench.sampling import CompileCounter
-from vmapcheck.config import GuardConfig, GuardReplayConfig, ModelConfig
-from vmapcheck.core.models import Model, build_model
-from vmapcheck.data.anonymize import find_canaries
-from vmapcheck.errors import ArtifactError, ConfigError, InvalidInputError, NonFiniteOutputError
 from vmapcheck.io import atomic_write_json
 
 FEATURES = 4

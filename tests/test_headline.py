@@ -89,7 +89,7 @@ def test_the_noisy_caveat_covers_the_whole_bench():
     45 s run). Sampled from the bench's start to its end, the highest load of any phase
     (here the replays, after the timing) makes it noisy, and the caveat says the range."""
     from tests.helpers.wait import polls
-    from vmapcheck.bench.machine import ConditionsSampler, conditions_line, machine_record
+    from vmapcheck.bench.timing.machine import ConditionsSampler, conditions_line, machine_record
     from vmapcheck.report.headline import noisy_caveat
 
     quiet = {"load_avg_1m": 0.4, "usable_cores": 2}

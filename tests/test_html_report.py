@@ -253,7 +253,7 @@ def make_inputs(failed: bool) -> tuple[CheckDetails, dict, dict, dict]:
 
 
 def perf_verdict(verdict: str = "no regression") -> dict[str, Any]:
-    """reports/perf_verdict.json as track writes it (vmapcheck.bench.verdict.compare),
+    """reports/perf_verdict.json as track writes it (vmapcheck.bench.verdict.regression.compare),
     trimmed to what the report reads."""
     return {
         "verdict": verdict,

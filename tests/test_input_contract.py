@@ -194,8 +194,8 @@ def test_a_wrong_dtype_leaf_is_the_one_refused_at_every_precision(two_tower, dty
 
 
 def test_the_guard_serves_and_refuses_a_dict_input_model(two_tower):
-    from vmapcheck.bench.guard import Guard, invalid_kinds
-    from vmapcheck.bench.replay import replay, request_stream
+    from vmapcheck.guard.predictor import Guard, invalid_kinds
+    from vmapcheck.guard.replay import replay, request_stream
 
     model, params = two_tower
     config = GuardConfig.model_validate(

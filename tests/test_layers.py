@@ -35,7 +35,7 @@ def module_of(path: Path) -> str:
 
 
 def room_of(module: str) -> str:
-    """``vmapcheck.bench.timing`` -> ``bench``; ``vmapcheck.io`` -> ``io``; the package
+    """``vmapcheck.bench.timing.run`` -> ``bench``; ``vmapcheck.io`` -> ``io``; the package
     itself -> ``__init__``."""
     parts = module.split(".")
     return parts[1] if len(parts) > 1 else "__init__"

@@ -1,14 +1,16 @@
-"""The paired verdict (vmapcheck.bench.paired): its statistics on synthetic rounds, and
+"""The paired verdict (vmapcheck.bench.verdict.paired): its statistics on synthetic rounds, and
 its driver with two real worker processes on a tiny project."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 
-from vmapcheck.bench.paired import run_paired
-from vmapcheck.bench.paired_report import format_paired
-from vmapcheck.bench.pairs import (
+from vmapcheck.bench.verdict.paired import run_paired
+from vmapcheck.bench.verdict.paired_report import format_paired
+from vmapcheck.bench.verdict.pairs import (
     BASELINE,
     CURRENT,
     InsufficientRoundsError,
@@ -17,7 +19,7 @@ from vmapcheck.bench.pairs import (
     process_of_pair,
     schedule,
 )
-from vmapcheck.bench.sides import side_spec
+from vmapcheck.bench.verdict.sides import WORKER_MODULES, side_spec
 from vmapcheck.errors import ConfigError
 
 CELLS = ("direct_jit/b256", "direct_jit/b1024", "vmap_jit/b256", "vmap_jit/b1024")
@@ -241,11 +243,34 @@ def test_two_real_workers_time_one_project_abba(tmp_path):
     assert "paired benchmark verdict" in format_paired(result)
 
 
+@pytest.mark.parametrize("worker", WORKER_MODULES)
+def test_a_side_with_its_own_src_runs_the_worker_its_revision_has(tmp_path, worker):
+    """A baseline checkout of an older revision keeps its worker where that revision put
+    it (bench/worker.py before the split by job); the side starts that module on its
+    own src/. Without a src/, the driver's code and this revision's worker."""
+    import vmapcheck
+
+    (tmp_path / "params.yaml").write_text("{}")
+    driver = side_spec(BASELINE, tmp_path)
+    assert driver.pythonpath == str(Path(vmapcheck.__file__).resolve().parents[1])
+    assert (driver.own_code, driver.worker_module) == (False, WORKER_MODULES[0])
+    module = tmp_path / "src" / Path(*worker.split("."))
+    module.parent.mkdir(parents=True)
+    module.with_suffix(".py").write_text("")
+    own = side_spec(BASELINE, tmp_path)
+    assert (own.own_code, own.pythonpath, own.worker_module) == (
+        True,
+        str(tmp_path / "src"),
+        worker,
+    )
+    assert own.describe()["worker"] == worker
+
+
 def test_sides_share_a_process_only_with_the_same_code_and_settings(tmp_path):
     from dataclasses import replace
 
     from tests.helpers.inprocess import write_params
-    from vmapcheck.bench.sides import why_not_one_process
+    from vmapcheck.bench.verdict.sides import why_not_one_process
 
     a, b, c = (tmp_path / n for n in "abc")
     for folder in (a, b, c):

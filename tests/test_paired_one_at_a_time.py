@@ -12,9 +12,9 @@ import time
 import psutil
 import pytest
 
-from vmapcheck.bench import paired, sides
-from vmapcheck.bench.paired_report import format_paired
-from vmapcheck.bench.pairs import (
+from vmapcheck.bench.verdict import paired, sides
+from vmapcheck.bench.verdict.paired_report import format_paired
+from vmapcheck.bench.verdict.pairs import (
     BASELINE,
     CURRENT,
     min_pairs,
@@ -120,7 +120,7 @@ class _Lifetimes:
     """Every worker's lifetime as the driver sees it (from just before its Popen to just
     after its exit was waited for: the process lives within), and the most worker
     processes a poller saw alive at once (psutil, every 10 ms: this process's children
-    that run vmapcheck.bench.worker)."""
+    that run vmapcheck.bench.verdict.worker)."""
 
     def __init__(self, monkeypatch) -> None:
         self.spans: list[list[float | None]] = []
@@ -153,7 +153,7 @@ class _Lifetimes:
             for child in me.children():
                 try:
                     if child.status() != psutil.STATUS_ZOMBIE and (
-                        "vmapcheck.bench.worker" in child.cmdline()
+                        "vmapcheck.bench.verdict.worker" in child.cmdline()
                     ):
                         alive += 1
                 except psutil.Error:  # ended meanwhile

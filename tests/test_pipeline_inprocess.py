@@ -22,7 +22,7 @@ import pytest
 
 from tests.helpers.inprocess import STAGES, inputs_repository, run_stage, write_params
 from tests.helpers.project import FAST_RUN, TWO_BATCH_SIZES, commit_all, run
-from vmapcheck.bench.records import BenchDetails, read_bench_details
+from vmapcheck.bench.timing.records import BenchDetails, read_bench_details
 from vmapcheck.check.schema import (
     CheckDetails,
     read_check_details,

@@ -8,14 +8,14 @@ import io
 import numpy as np
 import pytest
 
-from vmapcheck.bench.progress import (
+from vmapcheck.bench.timing.progress import (
     Eta,
     PlainLines,
     Progress,
     clock_text,
     open_progress,
 )
-from vmapcheck.bench.sampling import pass_orders, sample_cost
+from vmapcheck.bench.timing.sampling import pass_orders, sample_cost
 
 
 class FakeClock:
@@ -143,7 +143,7 @@ def test_rich_bars_on_a_terminal_show_the_count_and_the_eta():
     from rich.progress import Progress as Bars
     from rich.progress import TextColumn
 
-    from vmapcheck.bench.progress import RichBars
+    from vmapcheck.bench.timing.progress import RichBars
 
     out = io.StringIO()
     console = Console(file=out, force_terminal=True, width=120)

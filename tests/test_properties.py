@@ -42,7 +42,6 @@ from hypothesis.database import DirectoryBasedExampleDatabase
 from hypothesis.extra import numpy as hnp
 
 from tests.helpers.config import PACKAGE_CONF, ROOT
-from vmapcheck.bench.guard import Guard
 from vmapcheck.compose import compose_yaml
 from vmapcheck.config import (
     GuardConfig,
@@ -64,6 +63,7 @@ from vmapcheck.errors import (
     NonFiniteOutputError,
     SourceError,
 )
+from vmapcheck.guard.predictor import Guard
 from vmapcheck.io import sha256_file
 from vmapcheck.layout import MANIFEST_FILE, PARAMS_FILE
 from vmapcheck.params_io import load_params, save_params

@@ -24,7 +24,7 @@ from tests.helpers.chromium import render
 from tests.helpers.faults import factory_overrides
 from tests.helpers.inprocess import STAGES, inputs_repository, run_stage, write_params
 from tests.helpers.project import FAST_RUN, TWO_BATCH_SIZES, commit_all
-from vmapcheck.bench.records import read_bench_details
+from vmapcheck.bench.timing.records import read_bench_details
 from vmapcheck.check.schema import CheckDetails, DiagnosisReport, read_check_details, read_diagnosis
 from vmapcheck.core.paths import batch_paths
 from vmapcheck.layout import Layout

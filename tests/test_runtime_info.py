@@ -17,7 +17,7 @@ import pytest
 
 from tests.helpers.config import ROOT
 from tests.helpers.wait import HANG_S
-from vmapcheck.bench.machine import conditions
+from vmapcheck.bench.timing.machine import conditions
 from vmapcheck.core.runtime import (
     accelerator_runtime,
     accelerator_runtime_text,

@@ -1,5 +1,5 @@
-"""Group-sequential tests (vmapcheck.bench.sequential) and the paired verdict's stopping
-rules (vmapcheck.bench.pairs.SequentialPlan), on deterministic synthetic streams."""
+"""Group-sequential tests (vmapcheck.bench.verdict.sequential) and the paired verdict's stopping
+rules (vmapcheck.bench.verdict.pairs.SequentialPlan), on deterministic synthetic streams."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from vmapcheck.bench.pairs import (
+from vmapcheck.bench.verdict.pairs import (
     ALL_PAIRS,
     BELOW_FACTOR,
     BEYOND_FACTOR,
@@ -19,7 +19,7 @@ from vmapcheck.bench.pairs import (
     process_of_pair,
     schedule,
 )
-from vmapcheck.bench.sequential import (
+from vmapcheck.bench.verdict.sequential import (
     OBRIEN_FLEMING,
     POCOCK,
     Design,

@@ -81,7 +81,7 @@ SHARDED_ON_FOUR_DEVICES = """
     except BackendUnavailableError as exc:
         errors["configure_jax"] = str(exc)
     out["errors"] = errors
-    from vmapcheck.bench.timing import run_bench
+    from vmapcheck.bench.timing.run import run_bench
     from vmapcheck.config import BenchConfig, EarlyStopConfig, RegressionConfig
     bench = BenchConfig(name="t", batch_sizes=[3, 8], warmup=1, repeats=5, loop_max_batch=1,
                         confidence_level=0.95, peak_matmul_size=64, replay_requests=10,

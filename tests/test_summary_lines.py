@@ -2,7 +2,7 @@
 with the stored reference names its worst figure and bound, and always has a
 ``failure:`` line, however many pairs failed before it."""
 
-from vmapcheck.bench.budget import BUDGET_SETTING
+from vmapcheck.bench.timing.budget import BUDGET_SETTING
 from vmapcheck.check.kinds import finding, finding_lines
 from vmapcheck.pipeline.check import gradients_line
 from vmapcheck.report.summary import bench_budget_caveat, case_line, reference_line

@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from vmapcheck.bench import labels
-from vmapcheck.bench.baseline import (
+from vmapcheck.bench.verdict import labels
+from vmapcheck.bench.verdict.baseline import (
     CONTEXT,
     CONTEXT_KEYS,
     OPTIONAL_KEYS,
@@ -18,8 +18,9 @@ from vmapcheck.bench.baseline import (
     read_bench_file,
     record_from_details,
 )
-from vmapcheck.bench.labels import FASTER, NO_DIFFERENCE, REGRESSION, UNDERPOWERED
-from vmapcheck.bench.verdict import (
+from vmapcheck.bench.verdict.labels import FASTER, NO_DIFFERENCE, REGRESSION, UNDERPOWERED
+from vmapcheck.bench.verdict.records import PerfVerdict
+from vmapcheck.bench.verdict.regression import (
     NOT_COMPARABLE,
     compare,
     format_table,
@@ -28,6 +29,7 @@ from vmapcheck.bench.verdict import (
 )
 from vmapcheck.cli import main as cli_main
 from vmapcheck.errors import ArtifactError, ConfigError
+from vmapcheck.io import atomic_write_json, read_json_typed
 from vmapcheck.layout import Layout
 from vmapcheck.tracking.baselines import resolve_baseline
 
@@ -508,6 +510,20 @@ def test_every_required_context_key_is_covered():
     assert tuple(action.choices) == OPTIONAL_KEYS
 
 
+@pytest.mark.parametrize("changes", [{}, {"bench": "full"}], ids=["compared", "not comparable"])
+def test_the_verdict_written_reads_back_as_its_type(tmp_path, changes):
+    """perf_verdict.json as track writes it holds every key PerfVerdict requires, and
+    each compared cell every key of a CellComparison (read_json_typed checks both)."""
+    base = BenchRecord("base.json", SAME, _full_context(), **_control(2.0, 3))
+    cur = BenchRecord("cur.json", SLOWER, _full_context(**changes), **_control(2.0, 4))
+    atomic_write_json(tmp_path / "perf_verdict.json", compare(base, cur, 1.1, 0.01))
+    read = read_json_typed(tmp_path / "perf_verdict.json", PerfVerdict)
+    compared = not changes
+    assert read["comparable"] is compared and ("cells" in read) is compared
+    if compared:
+        assert read["cells"]["vmap_jit"]["b16"]["status"] == REGRESSION
+
+
 @pytest.mark.parametrize(("key", "value", "named"), REQUIRED, ids=[k for k, _, _ in REQUIRED])
 def test_a_run_that_differs_in_a_required_key_is_not_comparable(key, value, named):
     base = BenchRecord("base.json", SAME, _full_context(), **_control(2.0, 3))
@@ -886,7 +902,13 @@ def test_no_store_means_no_baseline_at_once_and_no_store_is_made(tmp_path):
 def test_direction_labels_need_the_adjusted_significance_and_below_means_wholly_below():
     """Seen in A/A (2026-12-06): cells labelled `faster` or `slower (below the factor)` at
     adjusted p 0.027-0.19, and one `below the factor` whose interval reached 1.103."""
-    from vmapcheck.bench.labels import FASTER, NO_DIFFERENCE, SLOWER, UNDERPOWERED, cell_label
+    from vmapcheck.bench.verdict.labels import (
+        FASTER,
+        NO_DIFFERENCE,
+        SLOWER,
+        UNDERPOWERED,
+        cell_label,
+    )
 
     def cell(ratio, low, high, p_slower=0.5, p_faster=0.5):
         return {

@@ -39,9 +39,9 @@ from vmapcheck.versions import require_supported_jax
 LAST_VERIFIED = "last-verified"  # vmapcheck.tracking.baselines.LAST_VERIFIED
 COMPARE_DEFAULT_N = 10  # vmapcheck.tracking.runs.DEFAULT_N
 DIAGNOSIS_ON_DEMAND = "diagnosis-on-demand.json"  # under reports/
-PAIRED_ROUNDS = 40  # vmapcheck.bench.paired.DEFAULT_ROUNDS
-PAIRED_SAMPLES = 10  # vmapcheck.bench.paired.DEFAULT_SAMPLES
-PAIRED_PROCESSES = 3  # vmapcheck.bench.paired.DEFAULT_PROCESSES
+PAIRED_ROUNDS = 40  # vmapcheck.bench.verdict.paired.DEFAULT_ROUNDS
+PAIRED_SAMPLES = 10  # vmapcheck.bench.verdict.paired.DEFAULT_SAMPLES
+PAIRED_PROCESSES = 3  # vmapcheck.bench.verdict.paired.DEFAULT_PROCESSES
 DEBUG_HELP = f"show the traceback behind an error (as {DEBUG_ENV}=1 does; docs/errors.md)"
 
 Command = Callable[[argparse.Namespace, Layout], int]
@@ -143,7 +143,7 @@ def _verdict(args: argparse.Namespace, layout: Layout) -> int:
 
 
 def _verdict_paired(args: argparse.Namespace, layout: Layout) -> int:
-    from vmapcheck.bench.paired import run_verdict_paired
+    from vmapcheck.bench.verdict.paired import run_verdict_paired
 
     return run_verdict_paired(
         args.current_project or layout.root,
@@ -549,7 +549,7 @@ def _verdict_paired_flags(paired: argparse.ArgumentParser) -> None:
     )
     paired.add_argument(
         "--order",
-        choices=("blocks", "interleaved"),  # vmapcheck.bench.worker.BLOCKS, INTERLEAVED
+        choices=("blocks", "interleaved"),  # vmapcheck.bench.verdict.worker.BLOCKS, INTERLEAVED
         default="blocks",
         help="within a round: each cell's samples back to back (blocks), or the bench "
         "stage's passes over the cells (interleaved)",

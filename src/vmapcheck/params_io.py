@@ -243,7 +243,7 @@ def contract_digest(contract: dict[str, Any]) -> str:
     whether it has a hand-batched forward, and which leaves are state (only when some
     are). Not its name or description, nor the table's column names: two models of one
     name and other widths differ here, the same network on a renamed table does not. A
-    run's identity for comparisons (vmapcheck.bench.baseline.CONTEXT, the MLflow tag
+    run's identity for comparisons (vmapcheck.bench.verdict.baseline.CONTEXT, the MLflow tag
     ``model_contract_sha256``)."""
     inputs = {k: v for k, v in contract["inputs"].items() if k != "features"}
     identity = {

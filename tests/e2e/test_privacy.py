@@ -24,9 +24,9 @@ from tests.helpers.project import (
     planted,
     run,
 )
-from vmapcheck.bench.replay import REQUEST_CANARY
 from vmapcheck.data.anonymize import find_canaries
 from vmapcheck.data.builtin import synthetic_raw_table, write_csv
+from vmapcheck.guard.replay import REQUEST_CANARY
 
 pytestmark = pytest.mark.e2e
 

@@ -12,7 +12,7 @@ from vmapcheck.config.fields import Fraction, PositiveInt, Strict
 
 
 class RegressionConfig(Strict):
-    """When a benchmark counts as slower than its baseline (vmapcheck.bench.verdict)."""
+    """When a benchmark counts as slower than its baseline (vmapcheck.bench.verdict.regression)."""
 
     # A cell regresses only when median(current) / median(baseline) exceeds this ...
     factor: Annotated[float, Field(gt=1.0, le=10.0)]
@@ -38,22 +38,22 @@ class RegressionConfig(Strict):
         )
 
 
-# Rounds the bench stage times every cell in (vmapcheck.bench.timing.ROUNDS): a cell
+# Rounds the bench stage times every cell in (vmapcheck.bench.timing.run.ROUNDS): a cell
 # stopped early has fewer (EarlyStopConfig), never more.
 BENCH_ROUNDS = 10
-# The fewest latencies a cell keeps (vmapcheck.bench.timing.samples_per_round) and a stored
-# baseline's cell must hold to be compared (vmapcheck.bench.baseline): one number for both.
+# The fewest latencies a cell keeps (vmapcheck.bench.timing.budget.samples_per_round) and a stored
+# baseline's cell must hold to be compared (vmapcheck.bench.verdict.baseline): one number for both.
 MIN_SAMPLES = 5
 
 
 class EarlyStopConfig(Strict):
     """When timing stops before its maximum (docs/benchmark.md, "Early stopping").
 
-    The bench stage (vmapcheck.bench.timing.run_bench) stops a cell at a round boundary,
+    The bench stage (vmapcheck.bench.timing.run.run_bench) stops a cell at a round boundary,
     never within a round, once it has ``min_rounds`` rounds and either its median's
     confidence interval over those rounds is within ``ci_target`` or the timing has run
-    ``time_budget_s``. The paired verdict (vmapcheck.bench.paired) looks at its pairs
-    ``paired_looks`` times, a group-sequential test (vmapcheck.bench.sequential).
+    ``time_budget_s``. The paired verdict (vmapcheck.bench.verdict.paired) looks at its pairs
+    ``paired_looks`` times, a group-sequential test (vmapcheck.bench.verdict.sequential).
     """
 
     # The stored-run verdict tests round medians (Mann-Whitney): 7 rounds a side still
@@ -64,7 +64,7 @@ class EarlyStopConfig(Strict):
     # Relative half-width of a cell's median interval over its round medians (the
     # order-statistic interval at bench.confidence_level) at which the cell stops.
     ci_target: Fraction
-    # Wall seconds the timing phase plans to fit (vmapcheck.bench.timing): the dearest
+    # Wall seconds the timing phase plans to fit (vmapcheck.bench.timing.run): the dearest
     # cells take fewer samples a round from the first round on (samples_per_round), a
     # loop path whose projected cost alone exceeds it is left out at that batch size
     # (over_budget), and from min_rounds on the cells stop at a round boundary once the
@@ -95,7 +95,7 @@ class BenchConfig(Strict):
     confidence_level: Annotated[float, Field(gt=0.5, lt=1.0)]
     # Side of the control matmul timed in every round (the verdict's yardstick), and the
     # first size of the peak sweep, which doubles it until the device is busy
-    # (vmapcheck.bench.timing.peak_sweep).
+    # (vmapcheck.bench.timing.control.peak_sweep).
     peak_matmul_size: Annotated[int, Field(ge=64, le=8192)]
     # Requests the serving guard's replay sends (guard.replay.n_requests interpolates it):
     # the replay is part of the bench, so its profile bounds it too.

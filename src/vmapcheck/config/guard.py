@@ -13,7 +13,7 @@ from vmapcheck.config.model import ModelConfig
 
 
 class GuardReplayConfig(Strict):
-    """The request stream the guard's replay sends (vmapcheck.bench.guard.request_stream)."""
+    """The request stream the guard's replay sends (vmapcheck.guard.replay.request_stream)."""
 
     n_requests: PositiveInt
     # Wall seconds after which the bucketed replay sends no further request (the
@@ -29,7 +29,7 @@ class GuardReplayConfig(Strict):
     # How many of the stream's first requests the un-bucketed comparison replays (each
     # new batch size compiles there: replaying all would take minutes); 0 skips it.
     unbucketed_requests: Annotated[int, Field(ge=0)]
-    # Plant vmapcheck.bench.guard.REQUEST_CANARY in one cell of every request, for privacy tests
+    # Plant vmapcheck.guard.replay.REQUEST_CANARY in one cell of every request, for privacy tests
     # that search every output for it afterwards. The value lives in the code, not here:
     # the config itself is logged (params.yaml, MLflow params), and must not hold it.
     plant_canary: bool = False
@@ -51,7 +51,7 @@ def _strictly_increasing(key: str, values: list[Any]) -> None:
 
 
 class GuardConfig(Strict):
-    """The batched predictor that serves verified params (vmapcheck.bench.guard)."""
+    """The batched predictor that serves verified params (vmapcheck.guard.predictor)."""
 
     # Every request is padded up to the smallest of these row counts that holds it: at
     # most one compilation per bucket, whatever batch sizes arrive.

@@ -154,7 +154,7 @@ class BackendConfig(Strict):
     model_axis: PositiveInt | None = None
     # Whether one process at a time may open the devices: on a TPU, a process that opens
     # the chip while another holds it fails (libtpu's lockfile). The paired verdict
-    # (vmapcheck.bench.paired) then never runs two worker processes at once. Absent: true
+    # (vmapcheck.bench.verdict.paired) then never runs two worker processes at once. Absent: true
     # on every platform but cpu (the validator below), so a backend that does not say is
     # treated as exclusive.
     exclusive_device: bool = True

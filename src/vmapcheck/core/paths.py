@@ -456,7 +456,7 @@ def series_colours() -> dict[str, str]:
 def speedup_text(ratio: float, interval: Sequence[float] | None = None) -> str:
     """A :data:`SPEEDUPS` ratio as the reports word it: ``1.29x (CI 1.20-1.40)``; ``no
     measurable difference (CI 0.95-1.10)`` when its confidence interval
-    (:func:`vmapcheck.bench.timing.speedup_intervals`) holds 1.0, neither a speed-up nor
+    (:func:`vmapcheck.bench.timing.latency.speedup_intervals`) holds 1.0, neither a speed-up nor
     a slowdown; ``1.29x`` without an interval."""
     if interval is None or len(interval) != 2:
         return f"{ratio:.2f}x"

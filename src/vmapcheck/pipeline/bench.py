@@ -6,18 +6,17 @@ from typing import TYPE_CHECKING, Any
 
 import jax.numpy as jnp
 
-from vmapcheck.bench.bounds import LAUNCH_BOUND_MEANING, launch_bound_text, peak_caveat
-from vmapcheck.bench.budget import STOP_ALL, budget_clock_line
-from vmapcheck.bench.machine import (
+from vmapcheck.bench.timing.bounds import LAUNCH_BOUND_MEANING, launch_bound_text, peak_caveat
+from vmapcheck.bench.timing.budget import STOP_ALL, budget_clock_line
+from vmapcheck.bench.timing.machine import (
     ConditionsSampler,
     conditions,
     conditions_line,
     machine_record,
 )
-from vmapcheck.bench.progress import open_progress
-from vmapcheck.bench.records import BenchDetails
-from vmapcheck.bench.replay import replay_figures, replay_summary, run_replay
-from vmapcheck.bench.timing import run_bench
+from vmapcheck.bench.timing.progress import open_progress
+from vmapcheck.bench.timing.records import BenchDetails
+from vmapcheck.bench.timing.run import run_bench
 from vmapcheck.config import Config
 from vmapcheck.core.mesh import run_mesh
 from vmapcheck.core.models import build_model
@@ -30,6 +29,7 @@ from vmapcheck.core.paths import (
 )
 from vmapcheck.core.runtime import configure_jax
 from vmapcheck.data.regression import STANDARD_CASE, load_cases
+from vmapcheck.guard.replay import replay_figures, replay_summary, run_replay
 from vmapcheck.io import atomic_dir, atomic_write_json, read_json_object
 from vmapcheck.layout import Layout
 from vmapcheck.params_io import contract_digest, load_model_params
@@ -42,7 +42,7 @@ from vmapcheck.report.plots import (
 )
 
 if TYPE_CHECKING:
-    from vmapcheck.bench.records import BenchResult
+    from vmapcheck.bench.timing.records import BenchResult
 
 
 def dvc_metrics(result: BenchDetails) -> dict[str, float | None]:
@@ -94,7 +94,7 @@ def early_stop_lines(early_stop: dict[str, Any]) -> list[str]:
 def peak_line(peak: dict[str, Any]) -> str:
     """``matmul peak 147,556 GFLOP/s (8192^3 float32, matmul precision default; best of 3
     sweeps: ...; sweep stopped: ...)``, and its contention mark
-    (:func:`~vmapcheck.bench.bounds.peak_caveat`) where it has one."""
+    (:func:`~vmapcheck.bench.timing.bounds.peak_caveat`) where it has one."""
     sweeps = peak.get("sweeps_gflops")
     best_of = (
         f"best of {len(sweeps)} sweep(s): {', '.join(f'{g:,.1f}' for g in sweeps)}; "
@@ -166,7 +166,7 @@ def run(config: Config, layout: Layout) -> None:
     details: BenchDetails = {
         "model": config.model.name,
         # What the model is, not its name: the verdict never compares two networks of
-        # one name (vmapcheck.bench.baseline.CONTEXT).
+        # one name (vmapcheck.bench.verdict.baseline.CONTEXT).
         "model_contract": contract_digest(read_json_object(layout.contract)),
         "precision": config.precision.name,
         "dtype": dtype.name,

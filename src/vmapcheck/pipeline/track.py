@@ -26,10 +26,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from vmapcheck import clock
-from vmapcheck.bench.baseline import record_from_details
-from vmapcheck.bench.labels import verdict_headline
-from vmapcheck.bench.records import BenchDetails, read_bench_details
-from vmapcheck.bench.verdict import compare, format_table
+from vmapcheck.bench.timing.records import BenchDetails, read_bench_details
+from vmapcheck.bench.verdict.baseline import record_from_details
+from vmapcheck.bench.verdict.labels import verdict_headline
+from vmapcheck.bench.verdict.regression import compare, format_table
 from vmapcheck.check.schema import CheckDetails, read_check_details, read_diagnosis
 from vmapcheck.config import Config, read_params
 from vmapcheck.errors import ArtifactError, SettingsChangedError, VmapcheckError, first_line
@@ -83,7 +83,7 @@ from vmapcheck.tracking.store import (
 from vmapcheck.tracking.uri import shown
 
 if TYPE_CHECKING:
-    from vmapcheck.bench.records import PerfVerdict
+    from vmapcheck.bench.verdict.records import PerfVerdict
 
 # The verdict of a run whose bench DVC skipped: its timing was judged when it was made.
 NOT_RERUN = "bench not rerun"

@@ -49,7 +49,8 @@ EXAMPLES = "examples"
 
 # The library files (or folders, whole) each stage runs, relative to the vmapcheck package.
 # pipeline/ holds one module per stage, so an edit of one stage's body reruns only it;
-# check and bench write only the headline figures of report/, not the HTML report.
+# check and bench write only the headline figures of report/, not the HTML report; bench
+# times (bench/timing) and judges nothing (bench/verdict is track's).
 STAGE_CODE: dict[str, tuple[str, ...]] = {
     "prepare": (*_SHARED, "stages/prepare.py", "pipeline/prepare.py", "core", "data"),
     "train": (
@@ -95,7 +96,9 @@ STAGE_CODE: dict[str, tuple[str, ...]] = {
         "params_io.py",
         "core",
         "data",
-        "bench",
+        "bench/__init__.py",
+        "bench/timing",
+        "guard",
         "report/__init__.py",
         "report/headline.py",
         "report/plots.py",

@@ -13,15 +13,15 @@ import base64
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from vmapcheck.bench.bounds import launch_bound_text, peak_caveat
-from vmapcheck.bench.machine import conditions_line
+from vmapcheck.bench.timing.bounds import launch_bound_text, peak_caveat
+from vmapcheck.bench.timing.machine import conditions_line
 from vmapcheck.core.paths import SPEEDUPS, series_colours, speedup_text
 from vmapcheck.report.elements import by_batch, cell, in_path_order, kv_table, num, table
 from vmapcheck.report.headline import batch_from_label
 from vmapcheck.report.plots import latency_png, speedup_png
 
 if TYPE_CHECKING:
-    from vmapcheck.bench.records import BenchDetails
+    from vmapcheck.bench.timing.records import BenchDetails
 
 # The check's own limits; the benchmark's come from bench_details.json ("limits").
 CHECK_LIMITS = (
@@ -257,7 +257,7 @@ def machine(bench: BenchDetails) -> dict[str, Any]:
         return num(value, 4) if isinstance(value, float) else value
 
     noisy = bool(conditions["noisy"])
-    # From the bench's start to its end where sampled (vmapcheck.bench.machine).
+    # From the bench's start to its end where sampled (vmapcheck.bench.timing.machine).
     over = conditions_line(conditions)
     return {
         "recorded": True,

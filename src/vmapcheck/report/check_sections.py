@@ -31,7 +31,7 @@ from vmapcheck.report.elements import (
 )
 
 if TYPE_CHECKING:
-    from vmapcheck.bench.records import BenchDetails
+    from vmapcheck.bench.timing.records import BenchDetails
 
 
 def forms_compared(check: CheckDetails) -> str:

@@ -19,7 +19,7 @@ from vmapcheck.core.paths import SPEEDUPS
 
 # Types only: the bench stage draws its headline from here, and needs no check schema.
 if TYPE_CHECKING:
-    from vmapcheck.bench.records import BenchDetails
+    from vmapcheck.bench.timing.records import BenchDetails
     from vmapcheck.check.schema import CheckDetails
 
 # Zero-padding width of a batch label: 4 digits hold the shipped profiles (up to 4,096

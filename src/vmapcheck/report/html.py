@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 
 from jinja2 import Environment, PackageLoader, StrictUndefined, select_autoescape
 
-from vmapcheck.bench.labels import verdict_headline
+from vmapcheck.bench.verdict.labels import verdict_headline
 from vmapcheck.check.schema import CheckDetails
 from vmapcheck.core.paths import SPEEDUPS, speedup_text
 from vmapcheck.report import bench_sections, check_sections, failures
@@ -38,7 +38,8 @@ from vmapcheck.report.elements import code_spans, num
 from vmapcheck.report.headline import HEADLINE_SPEEDUPS, bench_headline, check_headline
 
 if TYPE_CHECKING:
-    from vmapcheck.bench.records import BenchDetails, PerfVerdict
+    from vmapcheck.bench.timing.records import BenchDetails
+    from vmapcheck.bench.verdict.records import PerfVerdict
     from vmapcheck.check.schema import DiagnosisReport
 
 _ENV = Environment(

@@ -137,7 +137,8 @@ def speedup_figure(
     ``speedup_ci``; a point without one has no bar), 1.0 marked: a bar across it is no
     measurable difference.
 
-    ``speedup``: ``b<rows>`` -> ratio name -> value (see :func:`vmapcheck.bench.latency.speedups`).
+    ``speedup``: ``b<rows>`` -> ratio name -> value (see
+    :func:`vmapcheck.bench.timing.latency.speedups`).
     """
     plt = _pyplot()
     fig, ax = plt.subplots(figsize=(7, 4), dpi=110)

@@ -5,9 +5,9 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from vmapcheck.bench.bounds import launch_bound_text, peak_caveat, ratio_launch_bound
-from vmapcheck.bench.budget import budget_caveat
-from vmapcheck.bench.records import BenchDetails, read_bench_details
+from vmapcheck.bench.timing.bounds import launch_bound_text, peak_caveat, ratio_launch_bound
+from vmapcheck.bench.timing.budget import budget_caveat
+from vmapcheck.bench.timing.records import BenchDetails, read_bench_details
 from vmapcheck.check.kinds import finding_lines, verdict_words
 from vmapcheck.check.rules import summary_lines as rule_lines
 from vmapcheck.check.schema import (

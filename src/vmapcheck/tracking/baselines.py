@@ -1,15 +1,16 @@
 """Benchmarks read from the MLflow store: the baselines of the regression verdict
-(:mod:`vmapcheck.bench.verdict`) and the ``vmapcheck verdict`` command.
+(:mod:`vmapcheck.bench.verdict.regression`) and the ``vmapcheck verdict`` command.
 
-- a run's ``bench_details.json`` artifact as a :class:`~vmapcheck.bench.baseline.BenchRecord`
-  (:func:`bench_from_run`), read only from a complete run;
+- a run's ``bench_details.json`` artifact as a
+  :class:`~vmapcheck.bench.verdict.baseline.BenchRecord` (:func:`bench_from_run`), read
+  only from a complete run;
 - the baseline named on the command line (:func:`resolve_baseline`): a file, a run id,
   or ``last-verified``, the newest complete passed run of the same model, backend and
   precision other than the run judged (:func:`last_verified_run`,
   :func:`run_of_reports`);
 - the run that logged a timing (:func:`run_of_timing`, :func:`run_of_reports`);
 - :func:`run_verdict`: ``vmapcheck verdict``, which resolves both runs here and has
-  :mod:`vmapcheck.bench.verdict` judge them.
+  :mod:`vmapcheck.bench.verdict.regression` judge them.
 
 A store that does not exist is told without opening it (:func:`missing_store`).
 """
@@ -22,8 +23,8 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-from vmapcheck.bench.baseline import BenchRecord, read_bench_file, record_from_details
-from vmapcheck.bench.verdict import compare, report_verdict
+from vmapcheck.bench.verdict.baseline import BenchRecord, read_bench_file, record_from_details
+from vmapcheck.bench.verdict.regression import compare, report_verdict
 from vmapcheck.config import load_config
 from vmapcheck.errors import ArtifactError, ConfigError, VmapcheckError
 from vmapcheck.io import atomic_write_json, read_json
@@ -265,7 +266,7 @@ def run_verdict(
     read, else 0 (also when ``last-verified`` finds no run to compare with, and when the
     runs are not comparable: it says so and why). ``factor``/``alpha`` None: the config's
     ``bench.regression``; ``require_same``: optional context keys that must be equal too
-    (:func:`vmapcheck.bench.verdict.compare`)."""
+    (:func:`vmapcheck.bench.verdict.regression.compare`)."""
     current = str(layout.bench_details) if current is None else current
     try:
         config = load_config(layout.params_yaml)

@@ -59,7 +59,8 @@ from vmapcheck.tracking.store import (
 )
 
 if TYPE_CHECKING:
-    from vmapcheck.bench.records import BenchDetails, PerfVerdict
+    from vmapcheck.bench.timing.records import BenchDetails
+    from vmapcheck.bench.verdict.records import PerfVerdict
 
 MAX_BATCH = 1000  # MLflow's per-request limit for metrics (params: 100)
 # The config keys logged as params: the knobs runs are compared and searched by (the
@@ -246,7 +247,7 @@ def collect_metrics(
         metrics["peak_gflops"] = float(bench["peak"]["gflops"])
     if "control" in bench:
         metrics["control_matmul_gflops"] = float(bench["control"]["gflops"])
-    # Where a path's time is flat in batch size (vmapcheck.bench.bounds.launch_bound).
+    # Where a path's time is flat in batch size (vmapcheck.bench.timing.bounds.launch_bound).
     for path, entry in bench.get("launch_bound", {}).items():
         metrics[f"launch_bound/{path}/up_to_rows"] = float(entry["up_to_rows"])
         metrics[f"launch_bound/{path}/rows_per_s"] = float(entry["rows_per_s"])
@@ -325,7 +326,7 @@ def verdict_note(check: CheckDetails, bench: BenchDetails, perf: PerfVerdict | N
     if perf is not None:
         # Here, not at the top: stages that import this module only to name metrics
         # (check) do not load the verdict's statistics (scipy).
-        from vmapcheck.bench.labels import verdict_headline
+        from vmapcheck.bench.verdict.labels import verdict_headline
 
         lines.append(f"- benchmark vs baseline: {verdict_headline(perf)}")
         if perf.get("why"):  # e.g. bench not rerun: where the timing came from
@@ -574,8 +575,9 @@ def perf_metrics(result: PerfVerdict) -> dict[str, float]:
 
 
 def log_perf_verdict(tracking_uri: str, run_id: str, result: PerfVerdict) -> None:
-    """Attach a benchmark verdict (vmapcheck.bench.verdict.compare, or why there was none) to
-    run ``run_id``: tags ``perf_verdict``/``perf_baseline`` and ``perf/...`` metrics."""
+    """Attach a benchmark verdict (vmapcheck.bench.verdict.regression.compare, or why
+    there was none) to run ``run_id``: tags ``perf_verdict``/``perf_baseline`` and
+    ``perf/...`` metrics."""
     from mlflow.entities import Metric, RunTag
     from mlflow.tracking import MlflowClient
 

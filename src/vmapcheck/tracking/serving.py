@@ -21,7 +21,7 @@ logged model whose source run is that run); the registry registers it
 
 On load (:meth:`VerifiedModel.load_context`) every artifact file is checked against its
 sha256, then the params against the model and its contract, before a
-:class:`~vmapcheck.bench.guard.Guard` is built. MLflow checks each request against the
+:class:`~vmapcheck.guard.predictor.Guard` is built. MLflow checks each request against the
 signature (shapes, dtypes) before ``predict`` runs; ``predict`` sends it through the
 guard: limits and contract (batch size, bytes, dtype, NaN or Inf, ids in range), then
 padding to a bucket and one compiled vmapped forward per bucket.
@@ -90,7 +90,7 @@ _DEV_EXTRAS = ("dev",)
 class RequestRefused(MlflowException):
     """A request the guard or the contract refused: HTTP 400 from MLflow's scoring server.
 
-    ``reason`` is the guard's category (:data:`vmapcheck.bench.guard.REASONS`, or
+    ``reason`` is the guard's category (:data:`vmapcheck.guard.predictor.REASONS`, or
     ``non_finite_output``). The server rewrites an exception's ``message`` to start with
     the request's values (``Failed to predict data '<the whole request>'``) before it
     serializes it; this exception serializes its own message instead, so a response
@@ -396,7 +396,7 @@ def body_rule(contract: Mapping[str, Any], spec: InputSpec, max_batch: int) -> B
 
 
 class VerifiedModel(mlflow.pyfunc.PythonModel):
-    """Verified params served through the guard (:class:`vmapcheck.bench.guard.Guard`).
+    """Verified params served through the guard (:class:`vmapcheck.guard.predictor.Guard`).
 
     Args:
         sha256: the digest of each artifact file (:data:`CHECKED_FILES`), recorded when
@@ -455,9 +455,9 @@ class VerifiedModel(mlflow.pyfunc.PythonModel):
         """
         import jax
 
-        from vmapcheck.bench.guard import Guard
         from vmapcheck.core.models import build_model
         from vmapcheck.core.runtime import configure_jax
+        from vmapcheck.guard.predictor import Guard
         from vmapcheck.params_io import check_contract, contract_of, load_params
 
         for relative in CHECKED_FILES:

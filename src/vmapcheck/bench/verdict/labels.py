@@ -1,5 +1,5 @@
-"""What a compared cell is called, in both verdicts (:mod:`vmapcheck.bench.verdict`,
-:mod:`vmapcheck.bench.pairs`), and the smallest slowdown its own spread could show.
+"""What a compared cell is called, in both verdicts (:mod:`vmapcheck.bench.verdict.regression`,
+:mod:`vmapcheck.bench.verdict.pairs`), and the smallest slowdown its own spread could show.
 
 The regression rule (ratio beyond the factor, significant after the adjustment over
 cells) decides what fails a build. The other labels say what the interval of the ratio
@@ -99,8 +99,8 @@ def cell_columns(cell: dict[str, Any]) -> list[str]:
 
 def _cells(result: dict[str, Any]) -> Iterator[tuple[str, str, dict[str, Any]]]:
     """``(path, batch label, cell)`` of a verdict's cells, in its order: nested
-    ``{path: {label: cell}}`` (:func:`vmapcheck.bench.verdict.compare`) or flat
-    ``{"path/label": cell}`` (the paired verdict, :mod:`vmapcheck.bench.pairs`)."""
+    ``{path: {label: cell}}`` (:func:`vmapcheck.bench.verdict.regression.compare`) or flat
+    ``{"path/label": cell}`` (the paired verdict, :mod:`vmapcheck.bench.verdict.pairs`)."""
     for name, value in (result.get("cells") or {}).items():
         if "status" in value:
             path, _, label = name.rpartition("/")
@@ -156,9 +156,9 @@ def verdict_headline(result: Mapping[str, Any]) -> str:
     ``INCONCLUSIVE``, ...), then where each direction was found, by batch size:
     ``REGRESSION at 256 and 1,024 rows; faster at 4,096 rows``. An inconclusive verdict
     says why (its ``reasons``) and where its regressions were found and withheld.
-    ``result``: a verdict of :func:`vmapcheck.bench.verdict.compare` or the paired verdict
-    (cells labelled by :func:`cell_label`), or one without cells (``not compared``,
-    ``bench not rerun``, ...): its word alone (its ``why`` is said beside it)."""
+    ``result``: a verdict of :func:`vmapcheck.bench.verdict.regression.compare` or the
+    paired verdict (cells labelled by :func:`cell_label`), or one without cells (``not
+    compared``, ``bench not rerun``, ...): its word alone (its ``why`` is said beside it)."""
     verdict = str(result["verdict"])
     places: dict[str, dict[int, list[str]]] = {label: {} for label in HEADLINE_LABELS}
     paths_at: dict[int, set[str]] = {}

@@ -1,9 +1,10 @@
-"""The two sides of a paired verdict (:mod:`vmapcheck.bench.paired`) and their worker
+"""The two sides of a paired verdict (:mod:`vmapcheck.bench.verdict.paired`) and their worker
 processes.
 
 - :class:`SideSpec` (:func:`side_spec`): a side's project folder, and the interpreter and
   code its worker runs (:func:`worker_pythonpath`);
-- :class:`Worker`: a running ``python -m vmapcheck.bench.worker`` and its JSON lines;
+- :class:`Worker`: a running ``python -m vmapcheck.bench.verdict.worker`` (or the worker
+  module of a side's own older code) and its JSON lines;
   :class:`Channel`: one side's rounds in one worker (a worker may hold both sides);
 - whether the sides may share a process (:func:`why_not_one_process`), and whether the
   device takes one process at a time (:func:`one_at_a_time`, :func:`keep_off_device`);
@@ -25,9 +26,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from vmapcheck.bench.baseline import CONTEXT, BenchRecord
-from vmapcheck.bench.verdict import NOT_COMPARABLE, comparability
+from vmapcheck.bench.verdict.baseline import CONTEXT, BenchRecord
+from vmapcheck.bench.verdict.regression import NOT_COMPARABLE, comparability
 from vmapcheck.errors import ConfigError, VmapcheckError
+
+# The worker's module, looked for in a side's own src/ newest layout first: a baseline
+# checkout of a revision before bench/ was split by job (issue 47) holds its worker at
+# vmapcheck/bench/worker.py, and its worker is started by that name, its code unchanged.
+WORKER_MODULES = ("vmapcheck.bench.verdict.worker", "vmapcheck.bench.worker")
 
 # Seconds a worker may take to start (import, compile, warm up), and to time one round.
 START_TIMEOUT_S = 600.0
@@ -48,6 +54,8 @@ class SideSpec:
     pythonpath: str | None
     own_code: bool
     context: dict[str, Any] = field(default_factory=dict)
+    # The module its worker runs as (``python -m``): the side's code's (WORKER_MODULES).
+    worker_module: str = WORKER_MODULES[0]
 
     def describe(self) -> dict[str, Any]:
         return {
@@ -55,6 +63,7 @@ class SideSpec:
             "python": self.python,
             "pythonpath": self.pythonpath,
             "code": "the project's own src/" if self.own_code else "the driver's vmapcheck",
+            "worker": self.worker_module,
         }
 
 
@@ -79,9 +88,18 @@ def side_spec(role: str, project: Path, python: str | None = None) -> SideSpec:
     chosen = python or (str(venv) if venv.is_file() else sys.executable)
     if not Path(chosen).is_file():
         raise ConfigError(f"{role} python {chosen!r}: no such file")
-    own = (project / "src" / "vmapcheck" / "bench" / "worker.py").is_file()
-    here = str(Path(__file__).resolve().parents[2])  # the src/ this driver runs from
-    return SideSpec(role, project, chosen, str(project / "src") if own else here, own)
+    src = project / "src"
+    own = [m for m in WORKER_MODULES if (src / Path(*m.split("."))).with_suffix(".py").is_file()]
+    # The src/ this driver runs from: one folder up per part of this module's name.
+    here = str(Path(__file__).resolve().parents[len(__name__.split(".")) - 1])
+    return SideSpec(
+        role,
+        project,
+        chosen,
+        str(src) if own else here,
+        bool(own),
+        worker_module=own[0] if own else WORKER_MODULES[0],
+    )
 
 
 def worker_pythonpath(spec: SideSpec) -> str:
@@ -106,7 +124,7 @@ class Worker:
         self.log = log
         self._log_file = log.open("w")
         self.proc = subprocess.Popen(
-            [spec.python, "-m", "vmapcheck.bench.worker", "--project", str(spec.project), *args],
+            [spec.python, "-m", spec.worker_module, "--project", str(spec.project), *args],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=self._log_file,

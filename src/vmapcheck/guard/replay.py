@@ -1,4 +1,4 @@
-"""The guard's replay (:class:`vmapcheck.bench.guard.Guard`), as the bench stage runs it.
+"""The guard's replay (:class:`vmapcheck.guard.predictor.Guard`), as the bench stage runs it.
 
 :func:`request_stream` draws a reproducible stream of requests around real rows (random
 batch sizes 1..max_batch, a share of every invalid kind: :func:`invalid_kinds`, an
@@ -25,14 +25,14 @@ from typing import Any
 import jax.numpy as jnp
 import numpy as np
 
-from vmapcheck.bench.guard import Guard, invalid_kinds
-from vmapcheck.bench.latency import latency_stats
-from vmapcheck.bench.progress import Eta, Phase, Progress, silent
+from vmapcheck.bench.timing.latency import latency_stats
+from vmapcheck.bench.timing.progress import Eta, Phase, Progress, silent
 from vmapcheck.config import GuardConfig
 from vmapcheck.core.contract import EXTRA_LEAF, VECTOR_LEAF, InputSpec, leaf_arrays
 from vmapcheck.core.contract import rows as rows_of_tree
 from vmapcheck.core.models import Model, Params
 from vmapcheck.errors import InvalidInputError, NonFiniteOutputError
+from vmapcheck.guard.predictor import Guard, invalid_kinds
 
 # Planted in requests when guard.replay.plant_canary is true (finite: valid requests stay
 # valid). float32 holds 123456.7890625, so every decimal form of it starts "123456.7".

@@ -1,4 +1,4 @@
-"""The paired verdict's report (:mod:`vmapcheck.bench.paired`): what it says of its design
+"""The paired verdict's report (:mod:`vmapcheck.bench.verdict.paired`): what it says of its design
 and sides (:func:`design_head`), its whole result once judged (:func:`finished`), and the
 result as text (:func:`format_paired`).
 """
@@ -12,11 +12,11 @@ from typing import Any
 
 import numpy as np
 
-from vmapcheck.bench.baseline import CONTEXT
-from vmapcheck.bench.labels import STYLES, cell_columns, verdict_headline
-from vmapcheck.bench.pairs import ALL_PAIRS, BASELINE, CURRENT
-from vmapcheck.bench.sides import SideSpec
-from vmapcheck.bench.worker import BLOCKS
+from vmapcheck.bench.verdict.baseline import CONTEXT
+from vmapcheck.bench.verdict.labels import STYLES, cell_columns, verdict_headline
+from vmapcheck.bench.verdict.pairs import ALL_PAIRS, BASELINE, CURRENT
+from vmapcheck.bench.verdict.sides import SideSpec
+from vmapcheck.bench.verdict.worker import BLOCKS
 
 
 def finished(
@@ -74,7 +74,7 @@ def design_head(
     )
     if design.get("one_at_a_time") and design["one_process_for_both"]:
         shape = f"{pairs} process holding both sides; {design['one_at_a_time']}"
-    if "sessions" in design:  # one after another (vmapcheck.bench.pairs.sessions)
+    if "sessions" in design:  # one after another (vmapcheck.bench.verdict.pairs.sessions)
         letters = " ".join("A" if s == BASELINE else "B" for s in design["sessions"])
         processes = len(design["sessions"])
         shape = (
@@ -118,7 +118,7 @@ def format_paired(result: dict[str, Any]) -> str:
     title = f"paired benchmark verdict: {verdict_headline(result)}"
     if "cells" not in result:
         return f"{title}: {'; '.join(result['reasons'])}; nothing timed"
-    table = Table()  # the headline above it, unwrapped (as vmapcheck.bench.verdict's)
+    table = Table()  # the headline above it, unwrapped (as vmapcheck.bench.verdict.regression's)
     for column in ("path", "batch", "base p50 ms", "cur p50 ms", "ratio", "ratio CI", "p slower"):
         table.add_column(column, justify="left" if column in ("path", "batch") else "right")
     table.add_column("min det.", justify="right")

@@ -2,12 +2,12 @@
 matmul peak swept in the run's dtype and matmul precision (:func:`peak_sweep`).
 
 The control's samples are compared round by round by the regression verdict (a slower
-machine withholds a regression: :func:`vmapcheck.bench.verdict.judge_control`); the peak
+machine withholds a regression: :func:`vmapcheck.bench.verdict.regression.judge_control`); the peak
 is what the roofline share of each jit path is read against
-(:func:`vmapcheck.bench.bounds.roofline_share`). The peak is the best of several short
+(:func:`vmapcheck.bench.timing.bounds.roofline_share`). The peak is the best of several short
 sweeps (:func:`best_peak`), and says whether the machine was busier than its cores while
 it was measured: a share of a peak measured under contention reads high
-(:func:`vmapcheck.bench.bounds.peak_caveat`).
+(:func:`vmapcheck.bench.timing.bounds.peak_caveat`).
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from typing import Any
 import jax
 import numpy as np
 
-from vmapcheck.bench.bounds import PLATEAU_REACHED
+from vmapcheck.bench.timing.bounds import PLATEAU_REACHED
 
 
 def matmul_call(dtype: Any, size: int) -> Callable[[], Any]:
@@ -92,7 +92,7 @@ def peak_sweep(
     float32 product ran at 0.4 TFLOP/s and an 8,192^3 one at 148 (2026-12-06).
 
     ``spent``: the budget's clock (seconds; None: wall seconds since this call), as the
-    bench counts its budget (:class:`vmapcheck.bench.budget.BudgetClock`); ``calls``:
+    bench counts its budget (:class:`vmapcheck.bench.timing.budget.BudgetClock`); ``calls``:
     compiled products by size, filled and reused across the sweeps of :func:`best_peak`.
 
     Returns ``{"gflops", "size", "p50_ms", "sweep": [{"size", "p50_ms", "gflops"}],

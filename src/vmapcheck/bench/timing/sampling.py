@@ -12,8 +12,8 @@ while timing.
   ``jax.monitoring`` (a compile while timing is a harness bug);
 - :func:`bench_input`: the batch a cell times, on the device.
 
-Used by the bench stage (:mod:`vmapcheck.bench.timing`), the paired verdict's workers
-(:mod:`vmapcheck.bench.worker`) and the serving guard (:mod:`vmapcheck.bench.guard`).
+Used by the bench stage (:mod:`vmapcheck.bench.timing.run`), the paired verdict's workers
+(:mod:`vmapcheck.bench.verdict.worker`) and the serving guard (:mod:`vmapcheck.guard.predictor`).
 """
 
 from __future__ import annotations
@@ -71,7 +71,7 @@ def warm_up(
     """Each call's first run timed apart, ``warmup`` runs discarded, then one timed run
     to size the inner loop. Returns (first-call seconds, inner-loop size) by name; fills
     ``per_call`` (when given) with each call's median seconds over its discarded runs and
-    that timed one: the cost the progress's ETA plans with (vmapcheck.bench.progress)."""
+    that timed one: the cost the progress's ETA plans with (vmapcheck.bench.timing.progress)."""
     first: dict[Hashable, float] = {}
     inner: dict[Hashable, int] = {}
     for name, fn in calls.items():

@@ -23,18 +23,18 @@ LAUNCH_BOUND_MEANING = (
 )
 
 
-# How a sweep that saw the throughput level off says so (vmapcheck.bench.control.peak_sweep's
+# How a sweep that saw the throughput level off says so (vmapcheck.bench.timing.control.peak_sweep's
 # ``stopped``); any other stop (its budget, a long call, the device's memory, the size cap)
 # left the sweep short of the plateau, and the peak may read low.
 PLATEAU_REACHED = "throughput levelled off"
 
 
 def peak_caveat(peak: Mapping[str, Any] | None) -> str | None:
-    """What a share of ``peak`` (a :class:`~vmapcheck.bench.records.Peak`) must say, else
+    """What a share of ``peak`` (a :class:`~vmapcheck.bench.timing.records.Peak`) must say, else
     None, for either of two reasons it may read low, and every share of it high:
 
     - it was measured on a machine busier than its cores (``contended``, from
-      :func:`vmapcheck.bench.control.best_peak`): on two shared cores one sweep gave 40.5
+      :func:`vmapcheck.bench.timing.control.best_peak`): on two shared cores one sweep gave 40.5
       to 131.3 GFLOP/s (issue 44);
     - its sweep stopped before the throughput levelled off (``stopped``): on a TPU v5e the
       quick profile's sweep stopped at 2048^3 after its budget, at 14.3 TFLOP/s where 30.5

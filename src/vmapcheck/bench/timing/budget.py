@@ -1,5 +1,7 @@
-"""How long the bench times each cell: its stop at a round boundary and the time budget.
+"""How long the bench times each cell: its rounds, its stop at a round boundary and the
+time budget.
 
+- :func:`round_slices`: the samples of each round;
 - :func:`early_stops`: the cells that stop at a round boundary (their median's interval,
   :func:`median_interval`, is tight enough; or the budget asks for it), and why
   (:data:`STOP_CI`, :data:`STOP_BUDGET`; :data:`STOP_ALL`: a cell that took every round);
@@ -9,7 +11,7 @@
   whose projected calls or compile exceed what is left of the budget.
 
 The budget is ``bench.early_stop.time_budget_s``; it covers the whole bench (compiling,
-warm-up, the peak sweep and the timing: :mod:`vmapcheck.bench.timing`), counted by a
+warm-up, the peak sweep and the timing: :mod:`vmapcheck.bench.timing.run`), counted by a
 :class:`BudgetClock`: on the CPU backend in this process's CPU seconds where they are
 fewer than the wall seconds (a loaded machine steals wall time, not our CPU time).
 """
@@ -23,7 +25,7 @@ from typing import Any
 import numpy as np
 from scipy import stats
 
-from vmapcheck.config import BenchConfig, EarlyStopConfig
+from vmapcheck.config import BENCH_ROUNDS, BenchConfig, EarlyStopConfig
 from vmapcheck.core.paths import ForwardPath
 
 # Why a cell's timing ended (bench_details.json's ``early_stop``): it reached its interval
@@ -140,6 +142,16 @@ class BudgetClock:
                 f"at least 1 per {WALL_PER_BUDGET_S:g} wall seconds"
             )
         return "wall seconds"
+
+
+def round_slices(repeats: int, rounds: int = BENCH_ROUNDS) -> list[range]:
+    """Sample indices of each round: ``repeats`` cut into ``min(rounds, repeats)``
+    contiguous, near-equal ranges (``np.array_split``'s cut, which the verdict's blocks
+    use too, so a block is exactly one round)."""
+    return [
+        range(int(c[0]), int(c[-1]) + 1)
+        for c in np.array_split(np.arange(repeats), min(rounds, repeats))
+    ]
 
 
 def budget_clock_line(record: Mapping[str, Any], budget_s: float | None) -> str:

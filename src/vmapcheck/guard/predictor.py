@@ -35,7 +35,7 @@ requests. The guard never stores or logs a request's values; error messages name
 dtypes, counts and indices only.
 
 The bench stage's replay of a request stream through a guard is
-:mod:`vmapcheck.bench.replay`.
+:mod:`vmapcheck.guard.replay`.
 
 Limits: one guard is not thread-safe (one request at a time); compiles are counted
 process-wide during the guard's own calls, so a compilation by another thread in that
@@ -56,7 +56,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from vmapcheck.bench.sampling import CompileCounter
+from vmapcheck.bench.timing.sampling import CompileCounter
 from vmapcheck.config import GuardConfig, byte_limit_problem
 from vmapcheck.core.contract import (
     VECTOR_LEAF,
@@ -103,7 +103,7 @@ class Guard:
         dtype: the dtype every request must have (the run's precision).
         config: buckets, limits, latency histogram.
         bucketed: False serves each request at its exact batch size (one compilation per
-            new size): the comparison of :func:`vmapcheck.bench.replay.run_replay`, not for serving.
+            new size): the comparison of :func:`vmapcheck.guard.replay.run_replay`, not for serving.
 
     Raises:
         ConfigError: ``dtype`` is no float a run can have (int or bool, float16; float64

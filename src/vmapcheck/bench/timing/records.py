@@ -2,7 +2,7 @@
 per path and batch size, the matmul peak, and the record around them. The bench stage
 writes the file from :class:`BenchDetails`; the summary, the HTML report and track read
 it back with :func:`read_bench_details`, which names any key its type requires that the
-file lacks.
+file lacks. The regression verdict's record is :mod:`vmapcheck.bench.verdict.records`.
 
 Latencies are in milliseconds, one sample per call on a batch of ``rows`` (batch axis
 0); rates in rows per second.
@@ -43,9 +43,9 @@ class Peak(TypedDict):
     dtype: NotRequired[str]
     matmul_precision: NotRequired[str]
     stopped: NotRequired[str]
-    # The best of several sweeps (vmapcheck.bench.control.best_peak): each sweep's best,
+    # The best of several sweeps (vmapcheck.bench.timing.control.best_peak): each sweep's best,
     # and the machine's load while they ran; contended: that load above the usable
-    # cores (a share of this peak then reads high: vmapcheck.bench.bounds.peak_caveat).
+    # cores (a share of this peak then reads high: vmapcheck.bench.timing.bounds.peak_caveat).
     sweeps_gflops: NotRequired[list[float]]
     load_avg_1m: NotRequired[float]
     usable_cores: NotRequired[int]
@@ -53,7 +53,7 @@ class Peak(TypedDict):
 
 
 class BenchResult(TypedDict):
-    """What :func:`vmapcheck.bench.timing.run_bench` measured; cells keyed path ->
+    """What :func:`vmapcheck.bench.timing.run.run_bench` measured; cells keyed path ->
     ``b<rows>`` label."""
 
     batch_sizes: list[int]
@@ -87,60 +87,6 @@ class BenchDetails(BenchResult):
     # records older than the mesh paths.
     meshes: NotRequired[dict[str, dict[str, Any]]]
     replay: NotRequired[dict[str, Any]]
-
-
-class CellComparison(TypedDict):
-    """One cell (path, batch size) of two runs compared
-    (:func:`vmapcheck.bench.verdict.compare_cell`): the ratio of medians, current /
-    baseline, with its cluster-bootstrap interval and one-sided p-values on block
-    medians; then its label."""
-
-    ratio: float
-    raw_ratio: float
-    ci_low: float
-    ci_high: float
-    p_slower: float
-    p_faster: float
-    n_baseline: int
-    n_current: int
-    blocks_baseline: int
-    blocks_current: int
-    baseline_p50_ms: float
-    current_p50_ms: float
-    # Set when the cells are judged together: the adjusted p-values, the label
-    # ("regression", "slower", "faster", "no measurable difference", ...).
-    p_slower_adjusted: NotRequired[float]
-    p_faster_adjusted: NotRequired[float]
-    status: NotRequired[str]
-
-
-class PerfVerdict(TypedDict):
-    """Two runs' timings judged (:func:`vmapcheck.bench.verdict.compare`): the verdict,
-    whether they could be compared and why not, the settings and both runs' context,
-    the cells that regressed or improved; the cells themselves when comparable."""
-
-    verdict: str  # "regression", "no regression", "inconclusive", "not comparable"
-    comparable: bool
-    reasons: list[str]
-    baseline: dict[str, Any]
-    current: dict[str, Any]
-    factor: float
-    alpha: float
-    confidence_level: float
-    differences: dict[str, list[Any]]
-    required_same: list[str]
-    regressions: list[Any]
-    improvements: list[Any]
-    machine_slowdown: float | None
-    why: NotRequired[str]
-    cells: NotRequired[dict[str, dict[str, CellComparison]]]
-    only_in_baseline: NotRequired[list[str]]
-    only_in_current: NotRequired[list[str]]
-    rounds: NotRequired[dict[str, Any]]
-    noisy: NotRequired[bool]
-    control: NotRequired[dict[str, Any]]
-    machine_slower: NotRequired[bool]
-    round_index: NotRequired[dict[str, Any]]
 
 
 def read_bench_details(path: Path) -> BenchDetails:

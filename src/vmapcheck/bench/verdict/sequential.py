@@ -1,6 +1,6 @@
 """Group-sequential tests: boundaries from an alpha-spending function, and stagewise p.
 
-The paired verdict (vmapcheck.bench.paired) looks at its pairs a few times on the way
+The paired verdict (vmapcheck.bench.verdict.paired) looks at its pairs a few times on the way
 to its maximum number (``looks``), and stops timing a cell once the cell is decided. A
 test that looks several times at a growing sample and stops at the first significant
 look has a false-positive rate far above its nominal level, unless each look uses a

@@ -11,41 +11,41 @@ Method, for every path and batch size:
   size; within a round and batch size, in passes over the jit paths (then the eager
   paths). A spell of interference from another tenant of a shared machine thus lands on
   a round or two of every cell instead of on every sample of one batch size, and the
-  regression verdict tests the rounds' medians (``vmapcheck.bench.verdict``); each
+  regression verdict tests the rounds' medians (``vmapcheck.bench.verdict.regression``); each
   cell's samples are stored in time order;
 - the order of the paths within a pass follows a balanced Latin square (Williams design,
-  :func:`~vmapcheck.bench.sampling.balanced_orders`): over its passes every path
+  :func:`~vmapcheck.bench.timing.sampling.balanced_orders`): over its passes every path
   directly follows every other equally often and takes every position equally often
-  (:func:`~vmapcheck.bench.sampling.pass_orders` shuffles the design's passes, seeded,
+  (:func:`~vmapcheck.bench.timing.sampling.pass_orders` shuffles the design's passes, seeded,
   so the joins between passes are balanced on average). And every timed call comes right
   after one discarded call of the *same* path, which takes whatever the previous path
   left (caches, allocator, thread pool): timed right after the unrolled ``loop_jit``,
   ``vmap_jit`` came out measurably slower than alone (docs/benchmark.md);
 - when one call is too short for the timer (under
-  ``vmapcheck.bench.sampling.MIN_SAMPLE_TICKS`` of its resolution) a sample times a
+  ``vmapcheck.bench.timing.sampling.MIN_SAMPLE_TICKS`` of its resolution) a sample times a
   calibrated inner loop of calls and divides;
 - a cell may stop early, at a round boundary and never before
-  ``bench.early_stop.min_rounds`` rounds (:func:`vmapcheck.bench.budget.early_stops`:
+  ``bench.early_stop.min_rounds`` rounds (:func:`vmapcheck.bench.timing.budget.early_stops`:
   its median's interval is tight enough, or the time budget asks for it); it keeps whole
   rounds, and ``round_sizes`` records them for the verdict;
 - no compilation may happen while samples are taken (counted through
   ``jax.monitoring``): a recompile is a harness bug, and the run stops;
 - XLA's ``cost_analysis`` gives each jit path's flops and bytes; against the device's
-  matmul peak measured in the same run (:func:`vmapcheck.bench.control.best_peak`: the
+  matmul peak measured in the same run (:func:`vmapcheck.bench.timing.control.best_peak`: the
   best of short sweeps of square products in the run's dtype and matmul precision,
   doubled in size until the device is busy, marked when measured under contention)
   that gives the achieved share of the peak. A path cannot exceed the peak: where its
   figure would, the share is left out and the report says why
-  (:func:`vmapcheck.bench.bounds.roofline_share`);
+  (:func:`vmapcheck.bench.timing.bounds.roofline_share`);
 - the time budget (``bench.early_stop.time_budget_s``) covers the whole bench:
   compiling, warm-up, the peak sweep and the timing, counted by a
-  :class:`~vmapcheck.bench.budget.BudgetClock` (on the CPU backend the fewer of wall and
+  :class:`~vmapcheck.bench.timing.budget.BudgetClock` (on the CPU backend the fewer of wall and
   this process's CPU seconds: a loaded machine's stolen time does not spend it, and the
   projections below scale what each compile charged it). A path whose cost grows with its
   rows (the loop) is left out at a batch size where its projected compile or calls
-  exceed what is left of it (:func:`vmapcheck.bench.budget.over_budget`);
+  exceed what is left of it (:func:`vmapcheck.bench.timing.budget.over_budget`);
 - a path whose p50 stays flat as the batch grows is launch-bound there
-  (:func:`vmapcheck.bench.bounds.launch_bound`: a line fitted to its p50s, fixed cost
+  (:func:`vmapcheck.bench.timing.bounds.launch_bound`: a line fitted to its p50s, fixed cost
   plus a cost a row, with a bootstrap interval of where it turns): its time is dispatch
   and transfer, not compute, so its ratios say nothing about the work and its rows/s
   are what matters.
@@ -64,8 +64,8 @@ import jax
 import numpy as np
 from jax.sharding import Mesh
 
-from vmapcheck.bench.bounds import launch_bound, roofline_share
-from vmapcheck.bench.budget import (
+from vmapcheck.bench.timing.bounds import launch_bound, roofline_share
+from vmapcheck.bench.timing.budget import (
     BUDGET_SETTING,
     STOP_ALL,
     BudgetClock,
@@ -73,15 +73,22 @@ from vmapcheck.bench.budget import (
     early_stops,
     median_interval,
     over_budget,
+    round_slices,
     samples_per_round,
     stopped_line,
 )
-from vmapcheck.bench.control import best_peak, control_figures, matmul_call, peak_budget
-from vmapcheck.bench.latency import latency_stats, speedup_intervals, speedups
-from vmapcheck.bench.machine import ConditionsSampler, conditions, machine_record
-from vmapcheck.bench.progress import Eta, Progress, silent
-from vmapcheck.bench.records import BenchResult
-from vmapcheck.bench.sampling import bench_input, no_compiles, sample_cost, sample_passes, warm_up
+from vmapcheck.bench.timing.control import best_peak, control_figures, matmul_call, peak_budget
+from vmapcheck.bench.timing.latency import latency_stats, speedup_intervals, speedups
+from vmapcheck.bench.timing.machine import ConditionsSampler, conditions, machine_record
+from vmapcheck.bench.timing.progress import Eta, Progress, silent
+from vmapcheck.bench.timing.records import BenchResult
+from vmapcheck.bench.timing.sampling import (
+    bench_input,
+    no_compiles,
+    sample_cost,
+    sample_passes,
+    warm_up,
+)
 from vmapcheck.config import BENCH_ROUNDS, MIN_SAMPLES, BenchConfig
 from vmapcheck.core.forms import cast_tree, validate_batch
 from vmapcheck.core.models import Model, Params
@@ -95,7 +102,7 @@ from vmapcheck.core.paths import (
 )
 
 # Samples are taken in this many rounds spread over the run (module docstring); the
-# regression verdict tests the rounds' medians (vmapcheck.bench.verdict.BLOCKS, equal).
+# regression verdict tests the rounds' medians (vmapcheck.bench.verdict.regression.BLOCKS, equal).
 # A cell stopped early (bench.early_stop) has fewer, whole rounds.
 ROUNDS = BENCH_ROUNDS
 # Key of the control matmul among the timed calls (cells are keyed (path, "b<rows>")).
@@ -108,16 +115,6 @@ LIMITS = (
     "jit speeds up repeated calls, but compile time (compile_ms), transfers and new "
     "shapes (one compile each) can dominate end-to-end time.",
 )
-
-
-def round_slices(repeats: int, rounds: int = ROUNDS) -> list[range]:
-    """Sample indices of each round: ``repeats`` cut into ``min(rounds, repeats)``
-    contiguous, near-equal ranges (``np.array_split``'s cut, which the verdict's blocks
-    use too, so a block is exactly one round)."""
-    return [
-        range(int(c[0]), int(c[-1]) + 1)
-        for c in np.array_split(np.arange(repeats), min(rounds, repeats))
-    ]
 
 
 def _cost(compiled: Any) -> dict[str, float]:
@@ -602,7 +599,7 @@ def run_bench(
     ``mesh``: the devices of the data-parallel ``sharded_jit`` path (None: all present).
     It is timed on its padded batch already split over the mesh, as every other path's
     batch is already on its device; its flops count every device's share.
-    ``sampler``: a running :class:`~vmapcheck.bench.machine.ConditionsSampler` whose span
+    ``sampler``: a running :class:`~vmapcheck.bench.timing.machine.ConditionsSampler` whose span
     covers more than this call (None: one from the start of this call to its end).
     """
     progress = progress or silent()

@@ -66,15 +66,15 @@ from typing import Any
 import numpy as np
 from scipy import stats
 
-from vmapcheck.bench.baseline import CONTEXT, CONTEXT_KEYS, BenchRecord
-from vmapcheck.bench.labels import (
+from vmapcheck.bench.verdict.baseline import CONTEXT, CONTEXT_KEYS, BenchRecord
+from vmapcheck.bench.verdict.labels import (
     STYLES,
     cell_columns,
     cell_label,
     min_detectable_ratio,
     verdict_headline,
 )
-from vmapcheck.bench.records import CellComparison, PerfVerdict
+from vmapcheck.bench.verdict.records import CellComparison, PerfVerdict
 from vmapcheck.errors import ConfigError
 from vmapcheck.io import atomic_write_json
 

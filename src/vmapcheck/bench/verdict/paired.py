@@ -1,13 +1,13 @@
 """Paired regression verdict: baseline and current timed in alternating pairs, ABBA.
 
-The stored-run verdict (vmapcheck.bench.verdict) compares two runs taken at different
+The stored-run verdict (vmapcheck.bench.verdict.regression) compares two runs taken at different
 times: on a shared machine the load changes between them, and that difference swamps a
 real slowdown (at load 6-11 a +41% model change came out INCONCLUSIVE). Here the two sides
 are timed in the same stretch of time, pair by pair, so the two halves of each pair share
 the machine's conditions.
 
 Design (:func:`run_paired`): ``processes`` worker processes (``python -m
-vmapcheck.bench.worker``), each loading a project folder as the bench stage does: its
+vmapcheck.bench.verdict.worker``), each loading a project folder as the bench stage does: its
 params.yaml, data/params, data/cases, and, where the folder has one, its own ``src`` and
 ``.venv`` (other model code or another JAX version).
 
@@ -20,14 +20,14 @@ params.yaml, data/params, data/cases, and, where the folder has one, its own ``s
   two blocks of its samples, A first or B first alternately. A block lasts at least
   :data:`MIN_BLOCK_MS` (more samples for a short call), every timed call right after a
   discarded call of the same cell. ``"interleaved"``: whole rounds of every cell, A B B A,
-  in the bench stage's passes (vmapcheck.bench.sampling.sample_passes).
+  in the bench stage's passes (vmapcheck.bench.timing.sampling.sample_passes).
 - Pair ``r`` is timed by process (pair) ``r mod processes``: they take turns, so each one
   spans the whole comparison.
 - On a backend whose device one process at a time may hold (``backend.exclusive_device``,
   vmapcheck.config.BackendConfig: a TPU, whose second process dies on libtpu's lockfile),
   never two workers at once (:func:`one_at_a_time`): sides that can share a process get
   one, holding both; else the workers run one after another, each opening the device in
-  turn (:func:`vmapcheck.bench.pairs.sessions`: A B A ..., each process timing its
+  turn (:func:`vmapcheck.bench.verdict.pairs.sessions`: A B A ..., each process timing its
   halves of the pairs of the processes before and after it, a process pair per voting
   group). The driver itself stays off the device (:func:`keep_off_device`).
 
@@ -54,7 +54,7 @@ ratio is beyond ``factor`` (asv's rule, ``bench.regression``), AND the ratio wit
 majority of the process pairs is beyond ``factor`` too; an **improvement** is the mirror
 image. No control or load rule withholds the verdict: both sides saw the same machine,
 and the load measured during the run is reported. Sides that differ in a required
-context key (vmapcheck.bench.baseline.CONTEXT: machine, backend, dtype...) are ``not
+context key (vmapcheck.bench.verdict.baseline.CONTEXT: machine, backend, dtype...) are ``not
 comparable``; a JAX or model difference is noted (``require_same`` to refuse it).
 
 Too few pairs cannot reach significance after the adjustment: with ``n`` pairs the
@@ -76,9 +76,9 @@ from typing import Any
 
 import numpy as np
 
-from vmapcheck.bench.baseline import BenchRecord
-from vmapcheck.bench.paired_report import design_head, finished, format_paired
-from vmapcheck.bench.pairs import (
+from vmapcheck.bench.verdict.baseline import BenchRecord
+from vmapcheck.bench.verdict.paired_report import design_head, finished, format_paired
+from vmapcheck.bench.verdict.pairs import (
     BASELINE,
     CURRENT,
     SequentialPlan,
@@ -90,7 +90,8 @@ from vmapcheck.bench.pairs import (
     session_pairs,
     sessions,
 )
-from vmapcheck.bench.sides import (
+from vmapcheck.bench.verdict.regression import NOT_COMPARABLE, comparability
+from vmapcheck.bench.verdict.sides import (
     START_TIMEOUT_S,
     Channel,
     SideSpec,
@@ -102,8 +103,7 @@ from vmapcheck.bench.sides import (
     side_spec,
     why_not_one_process,
 )
-from vmapcheck.bench.verdict import NOT_COMPARABLE, comparability
-from vmapcheck.bench.worker import BLOCKS, cell_name
+from vmapcheck.bench.verdict.worker import BLOCKS, cell_name
 from vmapcheck.errors import ConfigError, VmapcheckError
 from vmapcheck.io import atomic_write_json
 
@@ -116,7 +116,7 @@ DEFAULT_SAMPLES = 10
 # Worker processes a side (module docstring): three, so that one process unlike the others
 # is outvoted by two.
 DEFAULT_PROCESSES = 3
-# A cell's block of samples lasts at least this long (vmapcheck.bench.worker.Side): a time
+# A cell's block of samples lasts at least this long (vmapcheck.bench.verdict.worker.Side): a time
 # slice given to another tenant (milliseconds) then hits a minority of a block's samples.
 MIN_BLOCK_MS = 25.0
 PAIRED_REPORT = "perf_verdict_paired.json"
@@ -157,7 +157,7 @@ def run_paired(
     time ``rounds`` rounds a side in ABBA order (the process pairs taking turns, pair by
     pair), judge the pairs.
 
-    ``looks``: the group-sequential test's looks (vmapcheck.bench.pairs.SequentialPlan):
+    ``looks``: the group-sequential test's looks (vmapcheck.bench.verdict.pairs.SequentialPlan):
     a cell decided at a look is not timed any more, and the comparison ends when every
     cell is (``order="blocks"`` only; 1: every pair of every cell).
 
@@ -374,7 +374,7 @@ def _time_pairs(
 def _worker_args(
     paths: Sequence[str], batch_sizes: Sequence[int], samples: int, warmup: int, order: str
 ) -> list[str]:
-    """A worker's command-line flags (vmapcheck.bench.worker) but its ``--project``."""
+    """A worker's command-line flags (vmapcheck.bench.verdict.worker) but its ``--project``."""
     return [
         "--paths",
         ",".join(paths),
@@ -428,7 +428,7 @@ def _run_one_at_a_time(
     looks: int = 1,
 ) -> dict[str, Any]:
     """:func:`run_paired` where the sides need a process each and the device allows one
-    process at a time: the workers of :func:`vmapcheck.bench.pairs.sessions` (A B A ...,
+    process at a time: the workers of :func:`vmapcheck.bench.verdict.pairs.sessions` (A B A ...,
     ``processes`` rounded up to even pairs of consecutive processes), one after another,
     each started once the previous one has exited, after a discarded round of its own.
     The pairs of consecutive processes are the voting groups of :func:`judge_paired` (its
@@ -440,7 +440,7 @@ def _run_one_at_a_time(
     of the two contexts and the rounds needed are checked, as :func:`run_paired` does
     once its workers are ready).
     """
-    from vmapcheck.bench.sampling import balanced_orders
+    from vmapcheck.bench.timing.sampling import balanced_orders
 
     # Refused before any process opens the device: a bad factor or alpha, or rounds too
     # few for even one cell (the cells' own bound is checked once both sides are known).
@@ -532,9 +532,9 @@ def _time_blocks(
     :func:`schedule` (round ``2r`` the first side of pair ``r``), for :func:`judge_paired`.
 
     ``plan``: at each of its looks, every cell still timed that its
-    :meth:`~vmapcheck.bench.pairs.SequentialPlan.decision` decides is timed no more;
+    :meth:`~vmapcheck.bench.verdict.pairs.SequentialPlan.decision` decides is timed no more;
     when none is left the rounds end (fewer than ``rounds``)."""
-    from vmapcheck.bench.sampling import balanced_orders
+    from vmapcheck.bench.timing.sampling import balanced_orders
 
     design = balanced_orders(len(cells))
     order = schedule(rounds)

@@ -1,5 +1,6 @@
-"""What a benchmark is to its verdicts, the regression one (:mod:`vmapcheck.bench.verdict`)
-and the paired one (:mod:`vmapcheck.bench.paired`).
+"""What a benchmark is to its verdicts, the regression one
+(:mod:`vmapcheck.bench.verdict.regression`) and the paired one
+(:mod:`vmapcheck.bench.verdict.paired`).
 
 - :class:`BenchRecord`: one run's latency samples and its context, read from a
   ``bench_details.json`` (:func:`record_from_details`, :func:`read_bench_file`; an
@@ -175,7 +176,7 @@ def record_from_details(details: Any, source: str) -> BenchRecord:
         peak,
         control,
         control_size=int(size) if isinstance(size, int) and size > 0 else None,
-        # The control is timed at the run's dtype (vmapcheck.bench.control.matmul_call).
+        # The control is timed at the run's dtype (vmapcheck.bench.timing.control.matmul_call).
         control_dtype=details.get("dtype"),
         round_sizes=round_sizes,
     )

@@ -1,7 +1,7 @@
-"""One side of a paired benchmark (vmapcheck.bench.paired): a process that times one
+"""One side of a paired benchmark (vmapcheck.bench.verdict.paired): a process that times one
 project's cells, a round at a time, on the driver's command.
 
-``python -m vmapcheck.bench.worker --project DIR --paths vmap_jit,direct_jit
+``python -m vmapcheck.bench.verdict.worker --project DIR --paths vmap_jit,direct_jit
 --batch-sizes 256,1024 --samples 5 --warmup 3`` loads the project at ``DIR`` as the
 ``bench`` stage does (its ``params.yaml``, ``data/params``, ``data/cases``; plug-in models
 under ``DIR`` importable), compiles and warms up every cell (a path at a batch size),
@@ -19,7 +19,7 @@ then speaks JSON lines:
 - from stdin: ``{"cmd": "quit"}`` (or end of input): the process exits 0;
 - on a failure: ``{"event": "error", "message": "..."}``, exit 2.
 
-A round is what the bench stage's rounds are (vmapcheck.bench.timing): per batch size,
+A round is what the bench stage's rounds are (vmapcheck.bench.timing.run): per batch size,
 the jit cells then the eager cells take turns in a balanced Latin-square order
 (``sample_passes``, the design's passes continued from round to round), every timed
 call right after a discarded call of the same cell, nothing compiled while timing. With
@@ -90,9 +90,9 @@ class Side:
         import jax
         import jax.numpy as jnp
 
-        from vmapcheck.bench.baseline import RUNTIME_CONTEXT_KEYS
-        from vmapcheck.bench.machine import conditions
-        from vmapcheck.bench.sampling import bench_input, warm_up
+        from vmapcheck.bench.timing.machine import conditions
+        from vmapcheck.bench.timing.sampling import bench_input, warm_up
+        from vmapcheck.bench.verdict.baseline import RUNTIME_CONTEXT_KEYS
         from vmapcheck.config import load_config
         from vmapcheck.core.forms import cast_tree, validate_batch
         from vmapcheck.core.mesh import run_mesh
@@ -193,7 +193,7 @@ class Side:
         """
         import numpy as np
 
-        from vmapcheck.bench.sampling import no_compiles, sample_passes
+        from vmapcheck.bench.timing.sampling import no_compiles, sample_passes
 
         if cells is not None:
             unknown = [c for c in cells if c not in self.calls]
@@ -216,7 +216,7 @@ class Side:
         the named cells one by one; else, interleaved, each batch size's jit then eager
         group whole; else (blocks) each cell alone, in a balanced order that changes from
         round to round within its group."""
-        from vmapcheck.bench.sampling import balanced_orders
+        from vmapcheck.bench.timing.sampling import balanced_orders
 
         if cells is not None:
             return [{cell: self.calls[cell]} for cell in cells]
@@ -258,7 +258,7 @@ def serve(sides: list[Side], commands: TextIO, replies: TextIO) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m vmapcheck.bench.worker", description=__doc__.splitlines()[0]
+        prog="python -m vmapcheck.bench.verdict.worker", description=__doc__.splitlines()[0]
     )
     parser.add_argument(
         "--project",

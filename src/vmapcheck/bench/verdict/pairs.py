@@ -1,5 +1,5 @@
 """The paired verdict's statistics: the pairs' schedule, each cell judged on its paired
-ratios, and the rule that makes a regression (:mod:`vmapcheck.bench.paired` runs the
+ratios, and the rule that makes a regression (:mod:`vmapcheck.bench.verdict.paired` runs the
 worker processes that time the pairs, and reports; its module docstring says why the
 design is what it is).
 
@@ -22,8 +22,14 @@ from typing import Any
 import numpy as np
 from scipy import stats
 
-from vmapcheck.bench.labels import cell_label, min_detectable_ratio
-from vmapcheck.bench.sequential import OBRIEN_FLEMING, POCOCK, Design, look_sizes, wilcoxon_z
+from vmapcheck.bench.verdict.labels import cell_label, min_detectable_ratio
+from vmapcheck.bench.verdict.sequential import (
+    OBRIEN_FLEMING,
+    POCOCK,
+    Design,
+    look_sizes,
+    wilcoxon_z,
+)
 from vmapcheck.errors import ConfigError
 
 BASELINE, CURRENT = "baseline", "current"
@@ -35,7 +41,7 @@ ALL_PAIRS = "all pairs"
 
 
 class SequentialPlan:
-    """The paired verdict's group-sequential test (vmapcheck.bench.sequential): ``looks``
+    """The paired verdict's group-sequential test (vmapcheck.bench.verdict.sequential): ``looks``
     equally spaced looks up to ``pairs`` pairs; per cell three one-sided tests on the
     pairs' log ratios, each with its own Lan-DeMets spending:
 
@@ -104,7 +110,7 @@ class SequentialPlan:
 
     def p_values(self, logs: np.ndarray) -> tuple[float, float]:
         """``(p_slower, p_faster)`` of a cell's pairs under this design: the stagewise p
-        (vmapcheck.bench.sequential.Design.stagewise_p) at the first look whose boundary
+        (vmapcheck.bench.verdict.sequential.Design.stagewise_p) at the first look whose boundary
         the statistic crossed, else at the cell's last look. The same design serves the
         mirror test (faster)."""
         out = []
@@ -179,7 +185,7 @@ def session_pairs(processes: int, rounds: int) -> int:
 
 
 def sessions(rounds: int, groups: int) -> list[tuple[str, list[tuple[int, int]]]]:
-    """The worker processes of the one-at-a-time design (vmapcheck.bench.paired, a backend
+    """The worker processes of the one-at-a-time design (vmapcheck.bench.verdict.paired, a backend
     whose device one process at a time may hold), in the order they run: per process its
     side and what it times, ``(pair, half)`` in order (half 0: the pair's first round in
     :func:`schedule`, 1: its second).
