@@ -169,7 +169,8 @@ def _top_level(tree: ast.Module):
 def public_names(package: Path) -> dict:
     """Module-level names not starting with ``_`` that a module defines (functions,
     classes, assignments, type aliases; imported names not counted), and the modules that
-    define ``__all__``."""
+    define ``__all__``, the packages that do not, and the modules named ``_x`` (private to
+    their package)."""
     defined = 0
     with_all = []
     for path in sorted(package.rglob("*.py")):
@@ -188,10 +189,18 @@ def public_names(package: Path) -> dict:
         if "__all__" in names:
             with_all.append(str(path.relative_to(package.parent)))
         defined += sum(1 for n in names if not n.startswith("_"))
+    packages = sorted(str(p.relative_to(package.parent)) for p in package.rglob("__init__.py"))
+    private = sorted(
+        str(p.relative_to(package.parent))
+        for p in package.rglob("_*.py")
+        if not p.name.startswith("__")
+    )
     return {
         "module_level": defined,
         "modules_with___all__": len(with_all),
         "with___all__": with_all,
+        "packages_without___all__": [p for p in packages if p not in with_all],
+        "private_modules": private,
     }
 
 
