@@ -200,26 +200,29 @@ def check_batching(
     :func:`assert_batching_consistent` raises on it). Arguments as there.
 
     A hand-batched forward that returns its rows reversed (``examples`` ``(4, 3)``, batch
-    axis 0; the shipped ``toy`` model, two paths, gradients and bitwise left out to keep
-    it fast):
+    axis 0; the shipped ``toy`` model, its eager paths from the registry, gradients and
+    bitwise left out to keep it fast):
 
     >>> import dataclasses
     >>> import numpy as np
     >>> from vmapcheck.config import ModelConfig
     >>> from vmapcheck.core.models import build_model, toy_params
+    >>> from vmapcheck.core.paths import PATHS
     >>> toy = build_model(ModelConfig(name="toy", in_features=3, out_features=2))
     >>> reversed_rows = dataclasses.replace(
     ...     toy, forward_batch=lambda params, X: toy.forward_batch(params, X)[::-1]
     ... )
     >>> examples = np.random.default_rng(0).normal(size=(4, 3))
+    >>> eager = [path.name for path in PATHS.values() if not path.jit]
     >>> report = check_batching(
-    ...     reversed_rows, toy_params(), examples,
-    ...     paths=["loop_eager", "direct_eager"], gradients=False, bitwise="off",
+    ...     reversed_rows, toy_params(), examples, paths=eager, gradients=False, bitwise="off"
     ... )
     >>> report.passed
     False
-    >>> print(report.summary.splitlines()[1])
+    >>> for line in report.summary.splitlines()[1:3]:
+    ...     print(line)
       first diverging pair: examples/loop_eager-vs-direct_eager
+      disagree with loop_eager (the plain per-example loop): direct_eager
     """
     try:
         return _check_batching(
@@ -411,18 +414,21 @@ def assert_batching_consistent(
         The :class:`BatchingReport`, every check passed: per-pair worst figures, the
         float64 oracle's, the regroupings', the refusals.
 
-    Example (the shipped ``toy`` model; 4 examples ``(4, 3)``, batch axis 0):
+    Example (the shipped ``toy`` model, 4 examples ``(4, 3)``, batch axis 0; its eager
+    paths, the loss and its gradients):
 
     >>> import numpy as np
     >>> from vmapcheck.config import ModelConfig
     >>> from vmapcheck.core.models import build_model, toy_params
+    >>> from vmapcheck.core.paths import PATHS
     >>> toy = build_model(ModelConfig(name="toy", in_features=3, out_features=2))
     >>> examples = np.random.default_rng(0).normal(size=(4, 3))
-    >>> report = assert_batching_consistent(
-    ...     toy, toy_params(), examples, paths=["loop_eager", "vmap_jit"], bitwise="off"
-    ... )
-    >>> report.passed, report.paths, report.worst_bound_ratio < 1
-    (True, ('loop_eager', 'vmap_jit'), True)
+    >>> eager = [path.name for path in PATHS.values() if not path.jit]
+    >>> report = assert_batching_consistent(toy, toy_params(), examples, paths=eager, bitwise="off")
+    >>> report.passed, report.worst_bound_ratio < 1
+    (True, True)
+    >>> report.paths
+    ('loop_eager', 'vmap_eager', 'vmap_of_jit_eager', 'direct_eager', 'one_eager')
 
     Raises:
         BatchingCheckError: (an ``AssertionError``) a check failed; its ``report`` holds
