@@ -17,9 +17,9 @@ import pytest
 
 import vmapcheck.testing
 
-# The public modules whose docstrings hold examples: the Python API and the one
-# tolerance rule.
-MODULES = ("vmapcheck.testing", "vmapcheck.core.compare")
+# The public modules whose docstrings hold examples: the Python API, the one tolerance
+# rule and the latency figures of the benchmark.
+MODULES = ("vmapcheck.testing", "vmapcheck.core.compare", "vmapcheck.bench.timing.latency")
 FLAGS = doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE
 
 
