@@ -69,7 +69,7 @@ TARGET_FIRST = 3.0
 TARGET_REPEAT = 1.5
 LAZY_IMPORTS = (
     "vmapcheck.testing",
-    "vmapcheck.testing.run",
+    "vmapcheck.testing._run",
     "vmapcheck.check.checks",
     "vmapcheck.core.forward",
     "vmapcheck.core.oracle",

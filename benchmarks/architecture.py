@@ -169,7 +169,8 @@ def _top_level(tree: ast.Module):
 def public_names(package: Path) -> dict:
     """Module-level names not starting with ``_`` that a module defines (functions,
     classes, assignments, type aliases; imported names not counted), and the modules that
-    define ``__all__``."""
+    define ``__all__``, the packages that do not, and the modules named ``_x`` (private to
+    their package)."""
     defined = 0
     with_all = []
     for path in sorted(package.rglob("*.py")):
@@ -188,47 +189,45 @@ def public_names(package: Path) -> dict:
         if "__all__" in names:
             with_all.append(str(path.relative_to(package.parent)))
         defined += sum(1 for n in names if not n.startswith("_"))
+    packages = sorted(str(p.relative_to(package.parent)) for p in package.rglob("__init__.py"))
+    private = sorted(
+        str(p.relative_to(package.parent))
+        for p in package.rglob("_*.py")
+        if not p.name.startswith("__")
+    )
     return {
         "module_level": defined,
         "modules_with___all__": len(with_all),
         "with___all__": with_all,
+        "packages_without___all__": [p for p in packages if p not in with_all],
+        "private_modules": private,
     }
 
 
-def untested_modules(root: Path) -> tuple[list[str], list[str]]:
-    """The package's modules that no test file under ``tests/`` imports: by its dotted
-    name (``import vmapcheck.io``, ``from vmapcheck.io import x``) or as
-    ``from vmapcheck.bench import timing``. A package counts as imported when a test
-    imports it or one of its modules (that runs its ``__init__``). A test that only
-    starts a module in a subprocess (``python -m``) does not count: the second list holds
-    those of the first that a test names only as text (a ``-m`` argument, a string)."""
-    package = root / "src" / "vmapcheck"
-    modules = set()
-    for path in package.rglob("*.py"):
-        parts = list(path.relative_to(package.parent).with_suffix("").parts)
-        modules.add(".".join(parts[:-1] if parts[-1] == "__init__" else parts))
-    imported: set[str] = set()
-    texts = []
-    for path in (root / "tests").rglob("*.py"):
-        texts.append(path.read_text())
-        try:
-            tree = ast.parse(texts[-1])
-        except SyntaxError:
-            continue
-        for node in ast.walk(tree):
-            if isinstance(node, ast.Import):
-                imported |= {a.name for a in node.names}
-            elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
-                imported.add(node.module)
-                imported |= {f"{node.module}.{a.name}" for a in node.names}
-    reached = set()
-    for name in imported & modules:
-        parts = name.split(".")
-        reached |= {".".join(parts[:i]) for i in range(1, len(parts) + 1)}
-    untested = sorted(modules - reached)
-    text = "\n".join(texts)
+def untested_modules(root: Path, rules) -> tuple[list[str], list[str]]:
+    """The package's modules that no test file under ``tests/`` imports (the rule of
+    ``tests/test_layers.py``'s ``modules_no_test_imports``: by dotted name or ``from
+    package import module``; a package counts when a test imports it or one of its
+    modules). The second list holds those of the first that a test names only as text
+    (a ``-m`` argument, a string)."""
+    untested = rules.modules_no_test_imports(root / "src" / "vmapcheck", root / "tests")
+    text = "\n".join(p.read_text() for p in (root / "tests").rglob("*.py"))
     named = [m for m in untested if re.search(re.escape(m) + r"(?![\w.])", text)]
     return untested, named
+
+
+def doctests(package: Path) -> dict:
+    """The docstrings of the package (modules, classes, functions) that hold runnable
+    examples (``>>>``), and the examples in them."""
+    docstrings = examples = 0
+    for path in package.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
+                doc = ast.get_docstring(node, clean=True) or ""
+                found = sum(1 for line in doc.splitlines() if line.lstrip().startswith(">>> "))
+                docstrings += found > 0
+                examples += found
+    return {"docstrings": docstrings, "examples": examples}
 
 
 def static_figures(root: Path, floors_doc: Path) -> dict:
@@ -255,7 +254,13 @@ def static_figures(root: Path, floors_doc: Path) -> dict:
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
                 functions.append((node.end_lineno - node.lineno + 1, f"{name}:{node.name}"))
     functions.sort(reverse=True)
-    untested, named_as_text = untested_modules(root)
+    untested, named_as_text = untested_modules(root, rules)
+    reasons = re.search(r"```untested\n(.*?)```", text, re.S)
+    with_reason = {
+        line.split("#")[0].strip()
+        for line in (reasons.group(1).splitlines() if reasons else [])
+        if line.split("#")[0].strip()
+    }
     return {
         "modules": len(modules),
         "rooms": rooms_per_package(rules.PACKAGE),
@@ -270,7 +275,9 @@ def static_figures(root: Path, floors_doc: Path) -> dict:
             "count": len(untested),
             "modules": untested,
             "named_only_as_text": named_as_text,
+            "with_a_reason_in_the_floors_doc": len(with_reason & set(untested)),
         },
+        "doctests": doctests(rules.PACKAGE),
         f"modules_over_{MODULE_LIMIT}": {
             k: v for k, v in sorted(modules.items(), key=lambda kv: -kv[1]) if v > MODULE_LIMIT
         },

@@ -14,6 +14,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "src" / "vmapcheck"
 DOC = ROOT / "docs" / "development.md"
+TESTS = ROOT / "tests"
 
 # Arrows up a floor still to take down, each a debt with its reason (none since issue
 # 36 took the last four down): a new one fails the test.
@@ -61,6 +62,61 @@ def imports() -> dict[str, set[str]]:
                     found.add(f"{base}.{alias.name}" if f"{base}.{alias.name}" in modules else base)
         arrows[module] = {m for m in found if m in modules and m != module}
     return arrows
+
+
+def modules_no_test_imports(package: Path, tests: Path) -> list[str]:
+    """The package's modules that no test file under ``tests`` imports: by its dotted
+    name (``import vmapcheck.io``, ``from vmapcheck.io import x``, lazy imports included)
+    or as ``from vmapcheck.bench import timing``. A package counts as imported when a
+    test imports it or one of its modules (that runs its ``__init__``). A test that only
+    starts a module in a subprocess (``python -m``) or names it in a string does not
+    count."""
+    modules = {module_of(p) for p in package.rglob("*.py")}
+    imported: set[str] = set()
+    for path in tests.rglob("*.py"):
+        try:
+            tree = ast.parse(path.read_text())
+        except SyntaxError:  # a corpus file of a planted bug, read as text
+            continue
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                imported |= {a.name for a in node.names}
+            elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+                imported.add(node.module)
+                imported |= {f"{node.module}.{a.name}" for a in node.names}
+    reached = set()
+    for name in imported & modules:
+        parts = name.split(".")
+        reached |= {".".join(parts[:i]) for i in range(1, len(parts) + 1)}
+    return sorted(modules - reached)
+
+
+def untested_reasons() -> dict[str, str]:
+    """Module -> why no test file imports it, from the ```untested block of
+    docs/development.md: one module a line, its reason after ``#``."""
+    found = re.search(r"```untested\n(.*?)```", DOC.read_text(), re.S)
+    assert found, f"{DOC}: expected an ```untested block (modules no test imports, why)"
+    reasons = {}
+    for line in found.group(1).splitlines():
+        module, _, reason = line.partition("#")
+        if module.strip():
+            assert reason.strip(), f"{DOC.name}: {module.strip()} has no reason"
+            reasons[module.strip()] = reason.strip()
+    return reasons
+
+
+def test_every_module_has_a_test_file_that_imports_it_or_a_reason():
+    """A new module needs a test that imports it (and asserts its behaviour), or a line
+    in the ```untested block saying why not (run only as ``python -m``, tested through
+    the package that re-exports it, ...)."""
+    untested = set(modules_no_test_imports(PACKAGE, TESTS))
+    reasons = untested_reasons()
+    assert sorted(untested - set(reasons)) == [], (
+        f"modules no test file imports, with no reason in {DOC.name}'s ```untested block"
+    )
+    assert sorted(set(reasons) - untested) == [], (
+        f"imported by a test now (or gone): remove from {DOC.name}'s ```untested block"
+    )
 
 
 def test_every_room_of_the_package_has_a_floor():

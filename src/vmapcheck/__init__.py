@@ -8,7 +8,12 @@ the stages that need none of it do not load JAX for it):
   the registries of forward paths and regression case kinds;
 - :func:`compare`: the one tolerance rule;
 - :class:`Layout`: every file the stages exchange;
-- :class:`Config` and :func:`load_config`: the validated configuration.
+- :class:`Config` and :func:`load_config`: the validated configuration;
+- :func:`assert_batching_consistent` and :func:`check_batching`: the checks from a test
+  suite (:mod:`vmapcheck.testing`, docs/python-api.md).
+
+Every subpackage's ``__init__`` names its public modules or names in ``__all__``; a
+module whose name starts with ``_`` is its package's own (only that package imports it).
 """
 
 from __future__ import annotations
@@ -30,6 +35,7 @@ _EXPORTS = {
     "Config": "vmapcheck.config",
     "load_config": "vmapcheck.config",
     "assert_batching_consistent": "vmapcheck.testing",
+    "check_batching": "vmapcheck.testing",
 }
 
 __all__ = ["__version__", *_EXPORTS]

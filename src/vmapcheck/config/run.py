@@ -59,7 +59,11 @@ def _shipped(group: str) -> AfterValidator:
 
 def precision_names() -> tuple[str, ...]:
     """The shipped precision options, sorted: the files ``vmapcheck/conf/precision/
-    <name>.yaml``."""
+    <name>.yaml``.
+
+    >>> "f32" in precision_names()
+    True
+    """
     return conf_options(PRECISION_GROUP)
 
 

@@ -44,7 +44,12 @@ Rule = Literal["output", "terms"]
 
 
 def allowed_error(scale: Any, tolerance: ToleranceConfig) -> Any:
-    """The error the rule allows at magnitude ``scale`` (:func:`scale_of`, elementwise)."""
+    """The error the rule allows at magnitude ``scale`` (:func:`scale_of`, elementwise).
+
+    >>> from vmapcheck.config import ToleranceConfig
+    >>> allowed_error(100.0, ToleranceConfig(rtol=1e-5, atol=1e-6))  # atol + rtol * S
+    0.001001
+    """
     return tolerance.atol + tolerance.rtol * scale
 
 
@@ -91,7 +96,13 @@ def _scale_phrase(rule: Rule, value: float) -> str:
 
 
 def within(a: float, b: float, tolerance: ToleranceConfig) -> bool:
-    """The rule for two scalars (e.g. a loss against its stored value): rule "output"."""
+    """The rule for two scalars (e.g. a loss against its stored value): rule "output".
+
+    >>> from vmapcheck.config import ToleranceConfig
+    >>> tolerance = ToleranceConfig(rtol=1e-5, atol=1e-6)
+    >>> within(1.0, 1.000005, tolerance), within(1.0, 1.0001, tolerance)
+    (True, False)
+    """
     return abs(a - b) <= allowed_error(max(abs(a), abs(b)), tolerance)
 
 
@@ -146,6 +157,28 @@ def compare(
     ``bound_ratio`` (the largest ``|a - b| / (atol + rtol * S)``: at most 1 when they
     agree), ``element`` (the index of the element where it is reached) and
     ``scale_at_worst`` (``S`` there).
+
+    Two ``(2, 2)`` outputs (batch axis 0) that differ by 1e-4 at element ``(1, 0)``,
+    where ``S = max(|a|, |b|)`` is 2: the rule allows ``1e-6 + 1e-5 * 2``, about a fifth
+    of the error.
+
+    >>> import numpy as np
+    >>> from vmapcheck.config import ToleranceConfig
+    >>> a = np.array([[1.0, -0.5], [2.0, 3.0]])
+    >>> b = np.array([[1.0, -0.5], [2.0001, 3.0]])
+    >>> result = compare(a, b, ToleranceConfig(rtol=1e-5, atol=1e-6))
+    >>> result["passed"], result["element"], result["rule"], round(result["bound_ratio"], 2)
+    (False, [1, 0], 'output', 4.76)
+    >>> result["reason"]
+    "element (1, 0): |a-b|=0.0001 > atol + rtol*S = 2.1e-05, S = max(|a|, |b|) = 2 (rule 'output')"
+
+    The same NaN at the same element of both is agreement (both paths computed it); the
+    row is named:
+
+    >>> result = compare(np.array([[np.nan], [1.0]]), np.array([[np.nan], [1.0]]),
+    ...                  ToleranceConfig(rtol=1e-5, atol=1e-6))
+    >>> result["passed"], result["same_non_finite_rows"]
+    (True, [0])
     """
     rule: Rule = "output" if scale is None else "terms"
 
@@ -222,7 +255,12 @@ def compare(
 
 def non_finite_rows(mask: np.ndarray) -> list[int]:
     """The rows (indices on axis 0, the batch axis) where ``mask`` holds any True; one
-    example (a 0-d or 1-d output) is row 0 as a whole."""
+    example (a 0-d or 1-d output) is row 0 as a whole.
+
+    >>> import numpy as np
+    >>> non_finite_rows(np.array([[False, False], [True, False], [False, True]]))
+    [1, 2]
+    """
     if mask.ndim <= 1:
         return [0] if mask.any() else []
     return [int(i) for i in np.flatnonzero(mask.reshape(mask.shape[0], -1).any(axis=1))]
@@ -261,6 +299,11 @@ def ulp_distance(a: np.ndarray, b: np.ndarray, dtype: Any = None) -> np.ndarray:
     line, and the distance is the difference of positions: 1 between neighbouring
     floats, 0 between +0.0 and -0.0, across zero the sum of both sides. Entries where
     either value is non-finite are 0: they are located separately, never measured.
+
+    >>> import numpy as np
+    >>> one = np.float32([1.0, 0.0])
+    >>> ulp_distance(one, np.nextafter(one, np.float32(2)))  # the next float up: 1 ULP
+    array([1, 1], dtype=uint64)
     """
     kind = _float_dtype(a, b, dtype)
     a, b = np.asarray(a), np.asarray(b)

@@ -13,3 +13,18 @@
 Each module imports its framework at import time; it is imported only when a config names
 it (``conf/model/flax_mlp.yaml``, ``conf/model/equinox_mlp.yaml``). See docs/own-model.md.
 """
+
+# The example models, each named by a config (its framework is imported with it);
+# ``images`` is the image models' shared part.
+__all__ = [
+    "equinox_mlp",
+    "flax_cnn",
+    "flax_mlp",
+    "flax_transformer",
+    "haiku_cnn",
+    "keras_model",
+    "mc_dropout",
+    "resnet",
+    "slow_mlp",
+    "two_tower",
+]

@@ -277,7 +277,8 @@ def project_params(existing: str | None, vmapcheck_keys: set[str]) -> tuple[str,
     doc = load_round_trip(existing, "params.yaml")
     if not isinstance(doc, dict):
         raise ConfigError(
-            f"params.yaml: expected a mapping at the top level, found {type(doc).__name__}"
+            # The plain type's name (list, str), not ruamel's round-trip class.
+            f"params.yaml: expected a mapping at the top level, found {type(_plain(doc)).__name__}"
         )
     listed = set(doc.get("project_keys") or [])
     keys = [str(k) for k in doc if k not in vmapcheck_keys and k != "project_keys"]

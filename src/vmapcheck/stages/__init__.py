@@ -27,3 +27,15 @@ except UnsupportedVersionError as exc:
     # is not known yet: `python -m` imports this package before the stage's module).
     print(f"vmapcheck stage: error: {exc}", file=sys.stderr)
     raise SystemExit(2) from None
+
+# Each run as ``python -m vmapcheck.stages.<stage>``, never imported.
+__all__ = [
+    "bench",
+    "check",
+    "code",
+    "forward",
+    "gate",
+    "prepare",
+    "track",
+    "train",
+]

@@ -42,17 +42,7 @@ from vmapcheck.config.fields import MAX_SEED
 from vmapcheck.config.run import PRECISION_FOLDER, PRECISION_GROUP, precision_file
 from vmapcheck.core.bitwise import PathBitwise, check_mode
 from vmapcheck.errors import ConfigError, api_error
-from vmapcheck.testing.report import (
-    SHOWN_FAILURES,
-    BatchingCheckError,
-    BatchingReport,
-    GradientFigures,
-    PairFigures,
-    build_report,
-    diverging_from_plain,
-    first_diverging_pair,
-)
-from vmapcheck.testing.run import (
+from vmapcheck.testing._run import (
     EDGE_KINDS,
     EXAMPLES_CASE,
     SINGLE_VECTOR_CASE,
@@ -67,12 +57,22 @@ from vmapcheck.testing.run import (
     judge,
     select_paths,
 )
+from vmapcheck.testing.report import (
+    SHOWN_FAILURES,
+    BatchingCheckError,
+    BatchingReport,
+    GradientFigures,
+    PairFigures,
+    build_report,
+    diverging_from_plain,
+    first_diverging_pair,
+)
 from vmapcheck.versions import require_supported_jax
 
 if TYPE_CHECKING:
     from vmapcheck.core.models import Model, Params
 
-# The public API (docs/python-api.md); the run's steps are vmapcheck.testing.run's, the
+# The public API (docs/python-api.md); the run's steps are vmapcheck.testing._run's, the
 # report's vmapcheck.testing.report's.
 __all__ = [
     "DEFAULT_PRECISION",
@@ -118,6 +118,10 @@ def precision_config(
         ConfigError: ``name`` is no shipped option (the message lists them), or a value
             is refused by the config model (the message names the key, expected and
             found).
+
+    >>> precision = precision_config("f32", rtol=1e-4)
+    >>> precision.dtype, precision.tolerance.rtol
+    ('float32', 0.0001)
     """
     if not isinstance(name, str) or name not in precision_names():
         raise ConfigError(
@@ -177,7 +181,33 @@ def check_batching(
     max_rows: int = MAX_ROWS,
 ) -> BatchingReport:
     """Run the checks and return the report, passed or not (report first, then assert:
-    :func:`assert_batching_consistent` raises on it). Arguments as there."""
+    :func:`assert_batching_consistent` raises on it). Arguments as there.
+
+    A hand-batched forward that returns its rows reversed (``examples`` ``(4, 3)``, batch
+    axis 0; the shipped ``toy`` model, its eager paths from the registry, gradients and
+    bitwise left out to keep it fast):
+
+    >>> import dataclasses
+    >>> import numpy as np
+    >>> from vmapcheck.config import ModelConfig
+    >>> from vmapcheck.core.models import build_model, toy_params
+    >>> from vmapcheck.core.paths import PATHS
+    >>> toy = build_model(ModelConfig(name="toy", in_features=3, out_features=2))
+    >>> reversed_rows = dataclasses.replace(
+    ...     toy, forward_batch=lambda params, X: toy.forward_batch(params, X)[::-1]
+    ... )
+    >>> examples = np.random.default_rng(0).normal(size=(4, 3))
+    >>> eager = [path.name for path in PATHS.values() if not path.jit]
+    >>> report = check_batching(
+    ...     reversed_rows, toy_params(), examples, paths=eager, gradients=False, bitwise="off"
+    ... )
+    >>> report.passed
+    False
+    >>> for line in report.summary.splitlines()[1:3]:
+    ...     print(line)
+      first diverging pair: examples/loop_eager-vs-direct_eager
+      disagree with loop_eager (the plain per-example loop): direct_eager
+    """
     try:
         return _check_batching(
             model,
@@ -367,6 +397,22 @@ def assert_batching_consistent(
     Returns:
         The :class:`BatchingReport`, every check passed: per-pair worst figures, the
         float64 oracle's, the regroupings', the refusals.
+
+    Example (the shipped ``toy`` model, 4 examples ``(4, 3)``, batch axis 0; its eager
+    paths, the loss and its gradients):
+
+    >>> import numpy as np
+    >>> from vmapcheck.config import ModelConfig
+    >>> from vmapcheck.core.models import build_model, toy_params
+    >>> from vmapcheck.core.paths import PATHS
+    >>> toy = build_model(ModelConfig(name="toy", in_features=3, out_features=2))
+    >>> examples = np.random.default_rng(0).normal(size=(4, 3))
+    >>> eager = [path.name for path in PATHS.values() if not path.jit]
+    >>> report = assert_batching_consistent(toy, toy_params(), examples, paths=eager, bitwise="off")
+    >>> report.passed, report.worst_bound_ratio < 1
+    (True, True)
+    >>> report.paths
+    ('loop_eager', 'vmap_eager', 'vmap_of_jit_eager', 'direct_eager', 'one_eager')
 
     Raises:
         BatchingCheckError: (an ``AssertionError``) a check failed; its ``report`` holds

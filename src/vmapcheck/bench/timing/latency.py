@@ -19,8 +19,18 @@ from vmapcheck.core.paths import SPEEDUPS
 def latency_stats(samples_s: np.ndarray, rows: int, confidence: float = 0.95) -> dict[str, float]:
     """Distribution of per-call latency (samples in seconds) in milliseconds.
 
-    ``median_ci_low``/``median_ci_high``: a bootstrap confidence interval of the median
-    (percentile method, fixed seed so the report is reproducible).
+    ``samples_s``: one latency a call, 1-d; ``rows``: the batch size of each call (the
+    throughput ``rows_per_s`` is at the median). ``median_ci_low``/``median_ci_high``: a
+    bootstrap confidence interval of the median (percentile method, fixed seed so the
+    report is reproducible).
+
+    >>> figures = latency_stats(np.array([0.004, 0.002, 0.003, 0.002, 0.009]), rows=32)
+    >>> figures["p50"], figures["min"], figures["max"], figures["n"]
+    (3.0, 2.0, 9.0, 5)
+    >>> round(figures["rows_per_s"])  # 32 rows in 3 ms
+    10667
+    >>> figures["median_ci_low"] <= figures["p50"] <= figures["median_ci_high"]
+    True
     """
     ms = np.asarray(samples_s, dtype=np.float64) * 1e3
     p50, p90, p99 = np.percentile(ms, [50, 90, 99])

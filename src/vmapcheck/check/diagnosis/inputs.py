@@ -18,7 +18,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.errors import KeyReuseError
 
-from vmapcheck.check.diagnosis.layers import evaluate_probe, layered_paths, walk_layers
+from vmapcheck.check.diagnosis._layers import evaluate_probe, layered_paths, walk_layers
 from vmapcheck.check.diagnosis.subject import (
     DataSources,
     Probe,

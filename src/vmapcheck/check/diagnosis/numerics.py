@@ -16,7 +16,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from vmapcheck.check.diagnosis.layers import evaluate_probe, walk_layers
+from vmapcheck.check.diagnosis._layers import evaluate_probe, walk_layers
 from vmapcheck.check.diagnosis.subject import (
     Probe,
     Subject,
