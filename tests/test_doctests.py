@@ -17,9 +17,15 @@ import pytest
 
 import vmapcheck.testing
 
-# The public modules whose docstrings hold examples: the Python API, the one tolerance
-# rule and the latency figures of the benchmark.
-MODULES = ("vmapcheck.testing", "vmapcheck.core.compare", "vmapcheck.bench.timing.latency")
+# The public modules whose docstrings hold examples: the Python API, the precision names
+# it takes (vmapcheck.config.run), the one tolerance rule and the benchmark's latency
+# figures.
+MODULES = (
+    "vmapcheck.testing",
+    "vmapcheck.config.run",
+    "vmapcheck.core.compare",
+    "vmapcheck.bench.timing.latency",
+)
 FLAGS = doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE
 
 
