@@ -23,7 +23,6 @@ from collections.abc import Callable, Hashable, Iterable, Mapping
 from typing import Any
 
 import numpy as np
-from scipy import stats
 
 from vmapcheck.config import BENCH_ROUNDS, BenchConfig, EarlyStopConfig
 from vmapcheck.core.paths import ForwardPath
@@ -239,6 +238,11 @@ def median_interval(values: np.ndarray, confidence: float) -> tuple[float, float
     statistics ``x_(j)``, ``x_(n+1-j)`` with the largest ``j`` whose binomial coverage is
     at least ``confidence`` ([min, max] for 7 values at 95%: coverage 98.4%). No
     resampling: it runs at every round boundary of every cell."""
+    # Imported here, not at the top: scipy.stats takes about a second to import, and
+    # the report's summary (which every check of the Python API imports) reaches this
+    # module only for budget_caveat.
+    from scipy import stats
+
     x = np.sort(np.asarray(values, float))
     n = x.size
     j = 1

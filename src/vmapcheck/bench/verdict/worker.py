@@ -69,6 +69,20 @@ def parse_sizes(text: str, flag: str = "--batch-sizes") -> list[int]:
     return sizes
 
 
+def samples_per_block(samples: int, inner: int, per_call_s: float, min_block_ms: float) -> int:
+    """How many samples a cell timed alone (a block) takes: enough to last
+    ``min_block_ms``, never fewer than ``samples`` and at most 20x ``samples``. A sample
+    costs its ``inner`` loop of calls plus the discarded call before it, each
+    ``per_call_s`` (measured at warm-up, so a loaded machine's slower calls take fewer).
+
+    >>> samples_per_block(3, 1, 1e-6, 25.0), samples_per_block(3, 1, 0.01, 25.0)
+    (60, 3)
+    """
+    return min(
+        20 * samples, max(samples, math.ceil(min_block_ms / 1e3 / ((inner + 1) * per_call_s)))
+    )
+
+
 class Side:
     """The compiled, warmed-up cells of one project, ready to time round by round.
 
@@ -161,13 +175,7 @@ class Side:
         # 10-sample block of a 0.1 ms call. A sample costs its inner loop plus the
         # discarded call before it.
         self.block_samples = {
-            cell: min(
-                20 * samples,
-                max(
-                    samples,
-                    math.ceil(min_block_ms / 1e3 / ((self.inner[cell] + 1) * per_call[cell])),
-                ),
-            )
+            cell: samples_per_block(samples, self.inner[cell], per_call[cell], min_block_ms)
             for cell in per_call
         }
         self.order = order
