@@ -25,7 +25,10 @@ from vmapcheck.core.record import (
     Capped,
     Comparison,
     ForwardRecord,
+    MeshRecord,
     NanProbe,
+    RuntimeRecord,
+    ToleranceRecord,
     ToleranceUsed,
 )
 from vmapcheck.io import read_json_typed
@@ -50,9 +53,21 @@ class JudgedBy(TypedDict):
     magnitude_error: NotRequired[str]
 
 
-class CaseReport(TypedDict):
-    """One valid case: every pair of paths, the oracle, the contract, finiteness, and
-    the rules its kind adds."""
+class BuiltinFields(TypedDict, total=False):
+    """What the built-in rules (:attr:`vmapcheck.check.rules.CaseRule.every_case`) record
+    in a case's own fields (:attr:`vmapcheck.check.rules.RuleResult.fields`): the one
+    type where they are made, in :class:`CaseReport` (which extends it) and where the
+    report reads them. ``finite`` (rule ``finite``, which judges every valid case):
+    path -> its output finite on every row; ``non_finite_rows``: path -> the rows (batch
+    axis 0) with a NaN or Inf, only where any."""
+
+    finite: dict[str, bool]
+    non_finite_rows: dict[str, list[int]]
+
+
+class CaseReport(BuiltinFields):
+    """One valid case: every pair of paths, the oracle, the contract, finiteness (the
+    built-in rules' fields, :class:`BuiltinFields`), and the rules its kind adds."""
 
     kind: str
     shape: Any  # a list of ints, or per leaf (a dict contract)
@@ -60,10 +75,6 @@ class CaseReport(TypedDict):
     max_abs: float | None
     max_rel: float | None
     contract: dict[str, list[str]]  # path -> problems (empty: kept the contract)
-    # The built-in rule `finite`'s fields (vmapcheck.check.rules, RuleResult.fields).
-    finite: dict[str, bool]
-    # path -> the rows (batch axis 0) with a NaN or Inf, where any (absent: all finite).
-    non_finite_rows: NotRequired[dict[str, list[int]]]
     pairs: dict[str, Comparison]  # "<path>-vs-<path>" -> comparison
     # JudgedBy and WorstElement (vmapcheck.check.checks): the check writes them all,
     # and the readers take a report older than them.
@@ -115,7 +126,7 @@ class ReferenceReport(TypedDict):
     created_at: NotRequired[str]
     reason: NotRequired[str]
     from_run: NotRequired[str | None]
-    tolerance_used: NotRequired[dict[str, Any]]
+    tolerance_used: NotRequired[ToleranceRecord]
     rules: NotRequired[dict[str, JudgedBy]]  # case -> the rule its outputs were judged by
     cases: NotRequired[dict[str, dict[str, Comparison]]]  # case -> path -> comparison
     losses: NotRequired[dict[str, dict[str, Any]]]
@@ -148,11 +159,20 @@ class GradientsReport(TypedDict):
     worst_pair: NotRequired[str | None]
 
 
+class InputStage(TypedDict):
+    """One diagnosis stage judged as a check (:func:`vmapcheck.check.probes.judge_inputs`)."""
+
+    status: str  # a StageStatus, or "not run"
+    summary: str
+
+
 class InputsReport(TypedDict):
-    """The diagnosis stages judged as checks; beside these keys, one ``{"status",
-    "summary"}`` per stage (the key stream)."""
+    """The diagnosis stages judged as checks: ``status`` ("ok", "not run"), one
+    :class:`InputStage` per stage given (the key stream, the only one the pipeline
+    gives: :func:`vmapcheck.check.diagnosis.inputs.key_stream_stage`), and ``passed``."""
 
     status: str
+    key_stream: NotRequired[InputStage]
     passed: bool
 
 
@@ -184,15 +204,15 @@ class CheckDetails(TypedDict):
     findings: NotRequired[list[CheckFinding]]
     fail_on: NotRequired[list[str]]
     dtype: str
-    tolerance: dict[str, Any]
-    cross_run_tolerance: dict[str, Any]
+    tolerance: ToleranceRecord
+    cross_run_tolerance: ToleranceRecord
     oracle: str
-    runtime: dict[str, Any]  # vmapcheck.core.runtime.RuntimeInfo
+    runtime: RuntimeRecord  # vmapcheck.core.runtime.RuntimeInfo
     not_provided: dict[str, str]
-    sharded: dict[str, Any] | None
+    sharded: MeshRecord | None
     # Every distributed path's mesh (vmapcheck.core.paths.describe_meshes); absent in
     # reports older than the mesh paths.
-    meshes: NotRequired[dict[str, dict[str, Any]]]
+    meshes: NotRequired[dict[str, MeshRecord]]
     cases: dict[str, CaseReport]
     negative: dict[str, NegativeReport]
     reference: ReferenceReport

@@ -9,6 +9,7 @@ digest go into the manifest). Either way the params artifact gets a manifest (sh
 contract, key stream, config digest) and the model's contract beside it.
 """
 
+from collections.abc import Mapping
 from dataclasses import replace
 from itertools import combinations
 from typing import Any
@@ -85,7 +86,9 @@ def run(config: Config, layout: Layout) -> None:
             f"({layout.prepared}, data.n_targets or data.targets) to have as many columns, "
             f"found {targets.shape[1]}"
         )
-    if config.train.params_file is not None:
+    # The config holds both or neither (TrainConfig's validator).
+    source: Mapping[str, Any]
+    if config.train.params_file is not None and config.train.params_sha256 is not None:
         template = jax.eval_shape(model.init, jax.random.key(0))
         params = read_params_file(
             layout.root / config.train.params_file, template, config.train.params_sha256
