@@ -29,6 +29,7 @@ from vmapcheck.check.schema import (
     CheckDetails,
     CheckFinding,
     JudgedBy,
+    LossAgainstReference,
     NegativeReport,
     ReferenceReport,
     Refusal,
@@ -430,7 +431,7 @@ def _reference(
                 failures.append(
                     finding("numerical", f"reference/{name}/{path}: {result['reason']}")
                 )
-    losses = {}
+    losses: dict[str, LossAgainstReference] = {}
     for name, value in meta.get("losses", {}).items():
         y = reference["cases"][name]["y"]
         plain = current[output_key(name, plain_path())].astype(np.float64)

@@ -113,6 +113,16 @@ class NegativeReport(TypedDict):
     paths: dict[str, Refusal]
 
 
+class LossAgainstReference(TypedDict):
+    """A case's loss (mean squared error against its targets) on the stored reference
+    and recomputed now by the plain path, and whether they agree within the
+    cross-run tolerance."""
+
+    reference: float
+    current: float
+    passed: bool
+
+
 class ReferenceReport(TypedDict):
     """The stored reference's outputs against this run's recomputation of them; only
     ``status``, ``message`` and ``passed`` where none was compared."""
@@ -129,7 +139,7 @@ class ReferenceReport(TypedDict):
     tolerance_used: NotRequired[ToleranceRecord]
     rules: NotRequired[dict[str, JudgedBy]]  # case -> the rule its outputs were judged by
     cases: NotRequired[dict[str, dict[str, Comparison]]]  # case -> path -> comparison
-    losses: NotRequired[dict[str, dict[str, Any]]]
+    losses: NotRequired[dict[str, LossAgainstReference]]  # case -> its loss, both runs
     max_abs: NotRequired[float | None]
     max_rel: NotRequired[float | None]
 
@@ -181,7 +191,7 @@ class BudgetReport(TypedDict):
     case, what each capped."""
 
     limits: dict[str, int] | None
-    cases: dict[str, dict[str, Any]]
+    cases: dict[str, dict[str, Capped]]  # case -> what (a path, the gradients, ...) -> cap
 
 
 class CheckFinding(TypedDict):
@@ -290,6 +300,14 @@ class StageResult(TypedDict):
     evidence: list[dict[str, Any]]
 
 
+class DiagnosisTolerance(TypedDict):
+    """The tolerances a diagnosis compared at: the run's own, never widened."""
+
+    between_paths: ToleranceRecord
+    cross_run: ToleranceRecord
+    note: NotRequired[str]  # what "never widened" means, in words
+
+
 class DiagnosisReport(TypedDict):
     """``reports/diagnosis.json`` (:mod:`vmapcheck.check.diagnosis.protocol`): the
     protocol's report, or the short one of a check that passed (``not needed``) or of a
@@ -307,7 +325,7 @@ class DiagnosisReport(TypedDict):
     check_failed: NotRequired[bool | None]
     model: NotRequired[str]
     dtype: NotRequired[str]
-    tolerance: NotRequired[dict[str, Any]]
+    tolerance: NotRequired[DiagnosisTolerance]
     activations: NotRequired[str]
     not_provided: NotRequired[dict[str, str]]
     inputs: NotRequired[list[dict[str, Any]]]  # the probes: {"label", "rows", "targets"}

@@ -9,7 +9,6 @@ Loads no JAX: the check's schema (:mod:`vmapcheck.check.schema`) and the report 
 # No `from __future__ import annotations` here: TypedDict sees NotRequired only in
 # evaluated annotations (as strings, every key counted as required: a record without
 # `composition` or `budget`, written before they existed, was refused).
-from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Literal, NotRequired, TypedDict
 
 if TYPE_CHECKING:
@@ -229,6 +228,27 @@ def keys_record(seed: int, stream: str) -> KeysRecord:
     }
 
 
+class TrainMetrics(TypedDict):
+    """``reports/train.json`` (:func:`vmapcheck.core.training.fit`): whether the params
+    were trained (False: given, or a model that is not trainable, and evaluated), the
+    step whose params were kept (lowest validation loss), and the mean squared error of
+    the kept params on each split; logged to MLflow as ``train/<name>``."""
+
+    trained: bool
+    best_step: int
+    train_loss: float
+    val_loss: float
+    test_loss: float
+
+
+class ReferenceStatus(TypedDict):
+    """What the forward stage found of the stored reference before recomputing its
+    outputs: ``status`` ("ok", "missing", "corrupt", "incompatible") and why, in words."""
+
+    status: str
+    message: str
+
+
 class ForwardRecord(TypedDict):
     """``data/forward/record.json``, written by the forward stage."""
 
@@ -240,7 +260,7 @@ class ForwardRecord(TypedDict):
     # Every distributed path's (vmapcheck.core.paths.describe_meshes): its parallelism,
     # devices and mesh shape by axis; absent in records older than the mesh paths.
     meshes: NotRequired[dict[str, MeshRecord]]
-    reference: dict[str, Any]  # status of the stored reference's recomputation
+    reference: ReferenceStatus  # status of the stored reference's recomputation
     gradients: GradientProbe | GradientProbeError | None  # None: not run
     cases: dict[str, dict[str, PathRun]]  # case -> path -> what it did
     # The regroupings run (vmapcheck.core.composition): {"regroupings": {name: about},
@@ -252,7 +272,7 @@ class ForwardRecord(TypedDict):
     budget: NotRequired[dict[str, int]]
     # Bitwise batch invariance measured on the run's backend (vmapcheck.core.bitwise:
     # check/schema.py's BitwiseReport, without the verdict); absent when not measured.
-    bitwise: NotRequired[dict[str, Any]]
+    bitwise: NotRequired["BitwiseReport"]
     # A stochastic model's keys (KeysRecord); absent for a deterministic model.
     keys: NotRequired[KeysRecord]
 
@@ -265,11 +285,11 @@ def forward_record(
     composition: dict[str, Any],
     not_provided: dict[str, str],
     sharded: MeshRecord | None,
-    reference: dict[str, Any],
+    reference: ReferenceStatus,
     gradients: GradientProbe | GradientProbeError | None,
     params_sha256: str = "",
     budget: dict[str, int] | None = None,
-    bitwise: Mapping[str, Any] | None = None,
+    bitwise: "BitwiseReport | None" = None,
     keys: KeysRecord | None = None,
     meshes: dict[str, MeshRecord] | None = None,
 ) -> ForwardRecord:
@@ -298,7 +318,7 @@ def forward_record(
     if budget is not None:
         record["budget"] = budget
     if bitwise is not None:
-        record["bitwise"] = dict(bitwise)
+        record["bitwise"] = bitwise.copy()  # the check adds its verdict to its own
     if keys is not None:
         record["keys"] = keys
     return record

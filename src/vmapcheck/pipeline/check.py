@@ -39,8 +39,8 @@ def _reference(
     config: Config, layout: Layout, record: ForwardRecord, model: Model, run_dtype: Any
 ) -> dict[str, Any]:
     status = record["reference"]
-    if status["status"] != "ok":
-        return status
+    if status["status"] != "ok":  # the forward stage's words, all there is to say
+        return {"status": status["status"], "message": status["message"]}
     folder = reference_dir(config, layout)
     try:
         stored = load_reference(folder)

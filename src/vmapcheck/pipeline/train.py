@@ -102,10 +102,10 @@ def run(config: Config, layout: Layout) -> None:
             "params_sha256": config.train.params_sha256,
         }
     elif config.train.params_source is not None:
-        params, _, contract, registered = load_registered_params(
+        params, _, registered_contract, registered = load_registered_params(
             model, config.train.params_source, resolve_tracking_uri(config.tracking, layout.root)
         )
-        check_features(features, contract, config.train.params_source)
+        check_features(features, registered_contract, config.train.params_source)
         print(
             f"train: {config.train.params_source} is version {registered.version} (run "
             f"{registered.run_id}, sha256 {registered.params_sha256}): verified, evaluated"
