@@ -324,6 +324,17 @@ class ReplayRecord(ReplayReport):
     figures: dict[str, float]
 
 
+class CellResults(TypedDict):
+    """The timing's figures by kind (:func:`vmapcheck.bench.timing.run.run_bench`, before
+    they go into :class:`BenchResult`), each path -> ``b<rows>`` label -> value."""
+
+    figures: dict[str, dict[str, CellFigures]]
+    latency: dict[str, dict[str, LatencyCell]]
+    samples: dict[str, dict[str, list[float]]]
+    round_sizes: dict[str, dict[str, list[int]]]
+    stopping: dict[str, dict[str, CellStop]]
+
+
 class BenchResult(TypedDict):
     """What :func:`vmapcheck.bench.timing.run.run_bench` measured; cells keyed path ->
     ``b<rows>`` label."""

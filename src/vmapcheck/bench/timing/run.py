@@ -59,12 +59,13 @@ import time
 from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, TypedDict, cast
+from typing import Any, cast
 
 import jax
 import numpy as np
 from jax.sharding import Mesh
 
+from vmapcheck.bench.timing import records
 from vmapcheck.bench.timing.bounds import launch_bound, roofline_share
 from vmapcheck.bench.timing.budget import (
     BUDGET_SETTING,
@@ -82,14 +83,6 @@ from vmapcheck.bench.timing.control import best_peak, control_figures, matmul_ca
 from vmapcheck.bench.timing.latency import latency_stats, speedup_intervals, speedups
 from vmapcheck.bench.timing.machine import ConditionsSampler, conditions, machine_record
 from vmapcheck.bench.timing.progress import Eta, Progress, silent
-from vmapcheck.bench.timing.records import (
-    BenchResult,
-    CellFigures,
-    CellStop,
-    CompileFigures,
-    LatencyCell,
-    Peak,
-)
 from vmapcheck.bench.timing.sampling import (
     bench_input,
     no_compiles,
@@ -125,7 +118,7 @@ LIMITS = (
 )
 
 
-def _cost(compiled: Any) -> CompileFigures:
+def _cost(compiled: Any) -> records.CompileFigures:
     analysis = compiled.cost_analysis()
     if isinstance(analysis, list):  # older jaxlibs return one dict per program
         analysis = analysis[0] if analysis else {}
@@ -137,7 +130,9 @@ def _cost(compiled: Any) -> CompileFigures:
     }
 
 
-def _spread_cost(cost: CompileFigures, compiled: Compiled, rows: int) -> CompileFigures:
+def _spread_cost(
+    cost: records.CompileFigures, compiled: Compiled, rows: int
+) -> records.CompileFigures:
     """XLA analyses the per-device SPMD program: scale flops and bytes to the whole mesh
     (padded rows included) so gflops compares with the single-device paths."""
     return {
@@ -186,7 +181,7 @@ class _Compiler:
     least: int
     progress: Progress
     # Cell -> its compile_ms and XLA's cost analysis ({} for an eager cell).
-    figures: dict[Cell, CompileFigures] = field(default_factory=dict)
+    figures: dict[Cell, records.CompileFigures] = field(default_factory=dict)
     # Cell -> seconds of its first call, made here so that the budget governs it.
     first_calls: dict[Cell, float] = field(default_factory=dict)
     # What each path whose cost grows with its rows (a bench_cap path) cost at the last
@@ -447,35 +442,25 @@ def _time_rounds(
     return _Rounds(secs, rounds, quota, timed_rounds, stopped, time.perf_counter() - began)
 
 
-class _CellResults(TypedDict):
-    """:func:`_cell_results`: each kind of figure, path -> ``b<rows>`` -> value."""
-
-    figures: dict[str, dict[str, CellFigures]]
-    latency: dict[str, dict[str, LatencyCell]]
-    samples: dict[str, dict[str, list[float]]]
-    round_sizes: dict[str, dict[str, list[int]]]
-    stopping: dict[str, dict[str, CellStop]]
-
-
 def _cell_results(
     names: list[str],
-    figures: dict[Cell, CompileFigures],
+    figures: dict[Cell, records.CompileFigures],
     first: dict[Cell, float],
     inner: dict[Cell, int],
     timed: _Rounds,
     peak_gflops: float,
     config: BenchConfig,
-) -> _CellResults:
+) -> records.CellResults:
     """Each timed cell's figures, by kind ("figures", "latency", "samples",
     "round_sizes", "stopping"), each path -> "b<rows>" -> value, for the paths
     ``names``: its latency distribution over the whole rounds it kept, its samples (ms),
     how its timing ended, and its compile, first call, flops and share of the
     ``peak_gflops``."""
-    per_path: dict[str, dict[str, CellFigures]] = {name: {} for name in names}
-    latency: dict[str, dict[str, LatencyCell]] = {name: {} for name in names}
+    per_path: dict[str, dict[str, records.CellFigures]] = {name: {} for name in names}
+    latency: dict[str, dict[str, records.LatencyCell]] = {name: {} for name in names}
     samples: dict[str, dict[str, list[float]]] = {name: {} for name in names}
     round_sizes: dict[str, dict[str, list[int]]] = {name: {} for name in names}
-    stopping: dict[str, dict[str, CellStop]] = {name: {} for name in names}
+    stopping: dict[str, dict[str, records.CellStop]] = {name: {} for name in names}
     secs, rounds, quota = timed.secs, timed.rounds, timed.quota
     for cell in figures:
         name, label = cell
@@ -586,7 +571,7 @@ def _warm_groups(
 
 def _measure_peak(
     dtype: Any, start_size: int, budget: float | None, clock: BudgetClock, progress: Progress
-) -> Peak:
+) -> records.Peak:
     """The device's peak (:func:`best_peak`: the best of short sweeps), in the run's
     dtype and matmul precision, at sizes that fill it; :func:`peak_budget` of the bench's
     ``budget`` at most, in the ``clock``'s seconds (the first sweep always runs)."""
@@ -610,7 +595,7 @@ def run_bench(
     progress: Progress | None = None,
     mesh: Mesh | None = None,
     sampler: ConditionsSampler | None = None,
-) -> BenchResult:
+) -> records.BenchResult:
     """Time every path at every batch size; returns figures, skips and conditions.
 
     ``progress``: where the phases are shown (compiling, warming up, timing; None: not
