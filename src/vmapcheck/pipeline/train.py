@@ -158,7 +158,8 @@ def _init(model: Any, key: jax.Array, seed: int) -> Any:
     except KeyReuseError as exc:
         pair = _leaves_sharing_a_key(model, seed)
         if pair:
-            # Read by run_stage (JAX adds notes of its own to this exception).
+            # Read by run_stage (JAX adds notes of its own to this exception); JAX's
+            # KeyReuseError declares no such attribute, hence the ignore.
             exc.shared_by = (  # type: ignore[attr-defined]
                 f"model {model.name!r}: init draws params leaf {pair[1]} with the key already "
                 f"used for leaf {pair[0]}"
