@@ -288,6 +288,8 @@ class CommandLine(Parser):
     ``--verison`` is not reported as a missing command, nor ``init --modle`` as a
     missing ``--model``."""
 
+    # typeshed declares parse_known_args as overloads (a namespace given or not): this one
+    # signature covers both, which mypy cannot match to the overloads.
     def parse_known_args(  # type: ignore[override]
         self, args: Sequence[str] | None = None, namespace: argparse.Namespace | None = None
     ) -> tuple[argparse.Namespace, list[str]]:

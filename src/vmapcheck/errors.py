@@ -388,7 +388,7 @@ class Redacting:
 def redacted_output() -> Iterator[None]:
     """Inside, sys.stdout and sys.stderr go through :class:`Redacting`."""
     out, err = sys.stdout, sys.stderr
-    sys.stdout, sys.stderr = Redacting(out), Redacting(err)  # type: ignore[assignment]
+    sys.stdout, sys.stderr = Redacting(out), Redacting(err)
     try:
         yield
     finally:

@@ -14,8 +14,9 @@ import hashlib
 import json
 import os
 import re
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, NotRequired, TypedDict
 
 import numpy as np
 from safetensors import SafetensorError
@@ -27,7 +28,55 @@ from vmapcheck.io import atomic_path, atomic_write_json, read_json, sha256_file
 from vmapcheck.layout import MANIFEST_FILE, PARAMS_FILE
 
 
-def contract_of(params: Any) -> dict[str, dict[str, Any]]:
+class LeafSpec(TypedDict):
+    """One params leaf as the contract states it (contract.json ``params``, the params
+    manifest's ``contract``): its shape and dtype name (``"float"`` for any float, where
+    :func:`check_params_like` compares)."""
+
+    shape: list[int]
+    dtype: str
+
+
+# The contract's types (below). NotRequired is read by mypy; under this module's
+# `from __future__ import annotations` typing cannot see it at run time, so contract.json
+# is read as an object, not through vmapcheck.io.read_json_typed.
+class ContractInputs(TypedDict):
+    """What the model takes (contract.json ``inputs``): the table's feature columns in
+    order and their count, the batch axis, and one example unbatched in words; a flat
+    vector's dtype, or a dict contract's leaves (each's shape, dtype, range, meaning); a
+    stochastic model's key, in words."""
+
+    features: list[str]
+    n_features: int
+    dtype: NotRequired[str]
+    leaves: NotRequired[list[dict[str, Any]]]
+    batch_axis: int | str
+    unbatched: str
+    key: NotRequired[str]
+
+
+class ContractOutputs(TypedDict):
+    """What the model returns: its outputs' names, count and meaning."""
+
+    names: list[str]
+    n_outputs: int
+    meaning: str
+
+
+class ModelContract(TypedDict):
+    """``data/params/contract.json`` (:func:`model_contract`), written by train beside the
+    params and checked whenever params or inputs cross a stage boundary."""
+
+    model: str
+    description: str
+    params: dict[str, LeafSpec]
+    state_leaves: list[str]
+    inputs: ContractInputs
+    outputs: ContractOutputs
+    batched_forward: bool
+
+
+def contract_of(params: Any) -> dict[str, LeafSpec]:
     """Shape and dtype of every leaf (arrays or ``jax.ShapeDtypeStruct``), by leaf path."""
     return {
         name: {"shape": list(leaf.shape), "dtype": str(np.dtype(leaf.dtype))}
@@ -35,7 +84,7 @@ def contract_of(params: Any) -> dict[str, dict[str, Any]]:
     }
 
 
-def check_contract(found: dict[str, dict[str, Any]], expected: dict[str, dict[str, Any]]) -> None:
+def check_contract(found: Mapping[str, LeafSpec], expected: Mapping[str, LeafSpec]) -> None:
     """Raise ArtifactError naming each missing, extra or mismatched leaf."""
     problems = [f"missing leaf {name}" for name in expected if name not in found]
     problems += [f"unexpected leaf {name}" for name in found if name not in expected]
@@ -67,8 +116,8 @@ def check_params_like(params: Any, template: Any, where: str = "params") -> None
             :func:`check_contract`).
     """
 
-    def contract(tree: Any) -> dict[str, dict[str, Any]]:
-        out = {}
+    def contract(tree: Any) -> dict[str, LeafSpec]:
+        out: dict[str, LeafSpec] = {}
         for name, leaf in leaf_paths(tree).items():
             dtype = leaf.dtype if hasattr(leaf, "dtype") else np.asarray(leaf).dtype
             out[name] = {"shape": list(np.shape(leaf)), "dtype": _kind(dtype)}
@@ -185,7 +234,7 @@ def _check_manifest(manifest: Any, where: Path) -> None:
         )
 
 
-def model_contract(model: Any, params: Any, features: list[str]) -> dict[str, Any]:
+def model_contract(model: Any, params: Any, features: list[str]) -> ModelContract:
     """The model's contract: params leaves, inputs (names, order, dtype, batch axis), outputs.
 
     Written next to the params artifact (contract.json) and checked whenever params or
@@ -194,6 +243,7 @@ def model_contract(model: Any, params: Any, features: list[str]) -> dict[str, An
     from vmapcheck.core.state import partition
 
     spec = model.contract
+    inputs: ContractInputs
     if spec.flat:
         inputs = {
             "features": list(features),
@@ -274,7 +324,7 @@ def check_features(found: list[str], contract: dict[str, Any], where: str) -> No
     )
 
 
-def contract_of_arrays(arrays: dict[str, np.ndarray]) -> dict[str, dict[str, Any]]:
+def contract_of_arrays(arrays: dict[str, np.ndarray]) -> dict[str, LeafSpec]:
     return {k: {"shape": list(v.shape), "dtype": str(v.dtype)} for k, v in arrays.items()}
 
 

@@ -29,7 +29,7 @@ import json
 import os
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, NotRequired, TypedDict, cast
 
 import psutil
 
@@ -262,7 +262,46 @@ OOM_COUNTERS = (
 )
 
 
-def oom_kills() -> dict[str, Any] | None:
+class OomCount(TypedDict):
+    """How many processes the out-of-memory killer has ended so far, and the file read."""
+
+    source: str
+    count: int
+
+
+class StageParams(TypedDict):
+    """What a stage recorded of the params.yaml it ran with
+    (:func:`vmapcheck.pipeline.stage.params_record`): its own dvc.yaml params keys, the
+    sha256 of every key any stage declares, its own keys' leaves' sha256 (absent in
+    records older than them) and the whole file's."""
+
+    keys: list[str]
+    sha256: dict[str, str]
+    leaves: NotRequired[dict[str, str]]
+    file_sha256: str
+
+
+class StageTime(TypedDict):
+    """``reports/stages/<stage>.json`` (:func:`vmapcheck.pipeline.stage.write_stage_time`):
+    written by each stage, read by track, the summary and the run guard. Times in seconds
+    since the epoch; ``end``, ``wall_s`` and ``exit_code`` None while the stage runs (and
+    for ever when it was killed). Records older than ``params``, ``pid`` and ``oom_kills``
+    lack them; ``error`` only where the stage stopped on one. (NotRequired is read by
+    mypy here; at run time, under ``from __future__ import annotations``, no reader
+    checks these keys: a record is refused only without its ``start``.)"""
+
+    stage: str
+    start: float
+    end: float | None
+    wall_s: float | None
+    exit_code: int | None
+    params: NotRequired[StageParams | None]
+    pid: NotRequired[int]
+    oom_kills: NotRequired[OomCount | None]
+    error: NotRequired[str]
+
+
+def oom_kills() -> OomCount | None:
     """``{"source": file, "count": n}``: how many processes the out-of-memory killer has
     ended so far, from the first of :data:`OOM_COUNTERS` that is readable; None on a
     system that counts none (macOS, Windows)."""
@@ -278,7 +317,7 @@ def oom_kills() -> dict[str, Any] | None:
     return None
 
 
-def _still_running(record: dict[str, Any]) -> bool:
+def _still_running(record: StageTime) -> bool:
     """Whether the process that wrote ``record`` still runs (the pid alone could be
     another process's since: its start time tells them apart)."""
     pid = record.get("pid")
@@ -295,7 +334,7 @@ def _still_running(record: dict[str, Any]) -> bool:
         return False
 
 
-def killed_stage(record: dict[str, Any]) -> str | None:
+def killed_stage(record: StageTime) -> str | None:
     """Why the stage of time record ``record`` ended without an exit of its own (one
     line naming it), or None: it ended (well or with its error), or is still running.
 
@@ -325,16 +364,31 @@ def killed_stage(record: dict[str, Any]) -> str | None:
     )
 
 
-def _stage_records(layout: Layout) -> list[dict[str, Any]]:
+def read_stage_time(path: Path) -> StageTime:
+    """A stage time record (``reports/stages/<stage>.json``), the one reader of them.
+    Only ``start`` is checked: records older than a key lack it, and every reader takes
+    the other keys with ``.get`` or as the writer wrote them.
+
+    Raises:
+        ArtifactError: not JSON, or not a record with a numeric ``start``.
+    """
+    record = read_json(path)
+    if not isinstance(record, dict) or not isinstance(record.get("start"), int | float):
+        raise ArtifactError(
+            f"{path}: expected a stage time record with a numeric 'start' "
+            "(written by vmapcheck.pipeline.stage.run_stage)"
+        )
+    return cast(StageTime, record)
+
+
+def _stage_records(layout: Layout) -> list[StageTime]:
     """Every readable stage time record (``reports/stages/<stage>.json``), oldest start
     first; one that is not JSON or lacks its ``start`` is left out."""
-    records = []
+    records: list[StageTime] = []
     folder = layout.stage_times
     for path in sorted(folder.glob("*.json")) if folder.is_dir() else []:
         with contextlib.suppress(ArtifactError):
-            record = read_json(path)
-            if isinstance(record, dict) and isinstance(record.get("start"), int | float):
-                records.append(record)
+            records.append(read_stage_time(path))
     records.sort(key=lambda r: r["start"])
     return records
 

@@ -58,7 +58,7 @@ def supported_ranges() -> dict[str, SpecifierSet]:
         requires = metadata.requires(DISTRIBUTION) or []
     except metadata.PackageNotFoundError:
         return {}
-    ranges = {}
+    ranges: dict[str, SpecifierSet] = {}
     for line in requires:
         requirement = Requirement(line)
         name = canonicalize_name(requirement.name)

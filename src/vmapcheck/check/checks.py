@@ -7,8 +7,9 @@ non-zero.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from itertools import combinations
-from typing import Any, cast
+from typing import Any
 
 import numpy as np
 
@@ -19,14 +20,16 @@ from vmapcheck.check.case_findings import (
 )
 from vmapcheck.check.kinds import finding, judge_findings
 from vmapcheck.check.probes import judge_bitwise, judge_gradients, judge_inputs
-from vmapcheck.check.rules import every_case, judge_case, rules_for
+from vmapcheck.check.rules import RuleResult, every_case, judge_case, rules_for
 from vmapcheck.check.schema import (
     BudgetReport,
+    BuiltinFields,
     Capped,
     CaseReport,
     CheckDetails,
     CheckFinding,
     JudgedBy,
+    LossAgainstReference,
     NegativeReport,
     ReferenceReport,
     Refusal,
@@ -49,6 +52,8 @@ from vmapcheck.core.record import (
     GradientProbe,
     GradientProbeError,
     PathRun,
+    RuntimeRecord,
+    tolerance_record,
 )
 from vmapcheck.data.regression import SINGLE_CASE, STANDARD_CASE
 
@@ -70,6 +75,15 @@ def _scale_for(tolerance: ToleranceConfig, magnitude: dict[str, Any] | None) -> 
     if tolerance.scale != "terms" or magnitude is None:
         return None
     return magnitude.get("scale")
+
+
+def _builtin_fields(results: Iterable[RuleResult]) -> BuiltinFields:
+    """The built-in rules' fields of one case, merged in the registry's order (finite:
+    path -> bool, non_finite_rows where any)."""
+    fields: BuiltinFields = {}
+    for result in results:
+        fields.update(result.fields)
+    return fields
 
 
 def _rule(tolerance: ToleranceConfig, magnitude: dict[str, Any] | None) -> JudgedBy:
@@ -267,7 +281,7 @@ def _valid_case(
         "max_rel": largest(pairs.values(), "max_rel"),
         "contract": contract,
         # The built-in rules' fields: finite (path -> bool), non_finite_rows where any.
-        **cast(CaseReport, {k: v for r in builtin.values() for k, v in r.fields.items()}),
+        **_builtin_fields(builtin.values()),
         "pairs": pairs,
         # The rule the pairs were judged by, the primitives whose terms' magnitude fell
         # back to |y| (vmapcheck.core.magnitude), and S at the worst element.
@@ -352,7 +366,7 @@ def _negative_case(
 
 def _reference(
     config: Config,
-    runtime: dict[str, Any],
+    runtime: RuntimeRecord,
     reference: dict[str, Any] | None,
     skip: dict[str, str],
 ) -> tuple[ReferenceReport, list[CheckFinding]]:
@@ -417,7 +431,7 @@ def _reference(
                 failures.append(
                     finding("numerical", f"reference/{name}/{path}: {result['reason']}")
                 )
-    losses = {}
+    losses: dict[str, LossAgainstReference] = {}
     for name, value in meta.get("losses", {}).items():
         y = reference["cases"][name]["y"]
         plain = current[output_key(name, plain_path())].astype(np.float64)
@@ -449,7 +463,7 @@ def _reference(
         "created_at": meta["created_at"],
         "reason": meta["reason"],
         "from_run": meta.get("from_run"),
-        "tolerance_used": tolerance.model_dump(),
+        "tolerance_used": tolerance_record(tolerance),
         # Per case: the rule its outputs were judged by and the primitives whose terms'
         # magnitude fell back to |y| (the reference's own params and inputs).
         "rules": {name: _rule(tolerance, magnitudes.get(name)) for name in cases},
@@ -618,8 +632,8 @@ def run_checks(
         "findings": findings,
         "fail_on": kinds,
         "dtype": config.precision.dtype,
-        "tolerance": config.precision.tolerance.model_dump(),
-        "cross_run_tolerance": config.precision.cross_run_tolerance.model_dump(),
+        "tolerance": tolerance_record(config.precision.tolerance),
+        "cross_run_tolerance": tolerance_record(config.precision.cross_run_tolerance),
         "oracle": _oracle_line(oracle, forward_record),
         "runtime": forward_record["runtime"],
         "not_provided": skip,

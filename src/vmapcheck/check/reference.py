@@ -27,6 +27,7 @@ from vmapcheck.check.schema import read_check_details, read_record
 from vmapcheck.config import Config, config_digest, load_config
 from vmapcheck.core.cases import kind_of
 from vmapcheck.core.paths import output_key, plain_path
+from vmapcheck.core.record import tolerance_record
 from vmapcheck.data.regression import x_arrays, x_from_arrays
 from vmapcheck.errors import ArtifactError, VmapcheckError
 from vmapcheck.io import (
@@ -170,7 +171,7 @@ def make_reference(layout: Layout, config: Config, reason: str) -> dict[str, Any
             "runtime": check["runtime"],
             "dtype": check["dtype"],
             "tolerance": check["tolerance"],
-            "cross_run_tolerance": config.precision.cross_run_tolerance.model_dump(),
+            "cross_run_tolerance": tolerance_record(config.precision.cross_run_tolerance),
             "config_digest": config_digest(config),
             "params_sha256": params_manifest["sha256"],
             "cases": {n: {"kind": e["kind"], "shape": e["shape"]} for n, e in valid.items()},

@@ -26,7 +26,7 @@ from typing import Any, cast
 import numpy as np
 
 from vmapcheck.check.kinds import KindName
-from vmapcheck.check.schema import RuleRecord
+from vmapcheck.check.schema import BuiltinFields, RuleRecord
 from vmapcheck.config import ToleranceConfig
 from vmapcheck.errors import ArtifactError
 from vmapcheck.io import missing_keys
@@ -54,7 +54,7 @@ class RuleResult:
     failures: list[str] = field(default_factory=list)
     # Not in the JSON record (to_json): a rule of a case kind records the four above.
     kinds: tuple[KindName, ...] = ()
-    fields: dict[str, Any] = field(default_factory=dict)
+    fields: BuiltinFields = field(default_factory=lambda: BuiltinFields())
 
     def to_json(self) -> RuleRecord:
         record = asdict(self)
@@ -141,7 +141,7 @@ def _finite(case: str, outputs: Mapping[str, np.ndarray], tolerance: ToleranceCo
     non_finite = {
         p: non_finite_rows(~np.isfinite(v.astype(np.float64))) for p, v in outputs.items()
     }
-    fields: dict[str, Any] = {"finite": {p: not rows for p, rows in non_finite.items()}}
+    fields: BuiltinFields = {"finite": {p: not rows for p, rows in non_finite.items()}}
     failures: list[str] = []
     kinds: list[KindName] = []
     if any(non_finite.values()):

@@ -25,7 +25,10 @@ from vmapcheck.core.record import (
     Capped,
     Comparison,
     ForwardRecord,
+    MeshRecord,
     NanProbe,
+    RuntimeRecord,
+    ToleranceRecord,
     ToleranceUsed,
 )
 from vmapcheck.io import read_json_typed
@@ -50,9 +53,21 @@ class JudgedBy(TypedDict):
     magnitude_error: NotRequired[str]
 
 
-class CaseReport(TypedDict):
-    """One valid case: every pair of paths, the oracle, the contract, finiteness, and
-    the rules its kind adds."""
+class BuiltinFields(TypedDict, total=False):
+    """What the built-in rules (:attr:`vmapcheck.check.rules.CaseRule.every_case`) record
+    in a case's own fields (:attr:`vmapcheck.check.rules.RuleResult.fields`): the one
+    type where they are made, in :class:`CaseReport` (which extends it) and where the
+    report reads them. ``finite`` (rule ``finite``, which judges every valid case):
+    path -> its output finite on every row; ``non_finite_rows``: path -> the rows (batch
+    axis 0) with a NaN or Inf, only where any."""
+
+    finite: dict[str, bool]
+    non_finite_rows: dict[str, list[int]]
+
+
+class CaseReport(BuiltinFields):
+    """One valid case: every pair of paths, the oracle, the contract, finiteness (the
+    built-in rules' fields, :class:`BuiltinFields`), and the rules its kind adds."""
 
     kind: str
     shape: Any  # a list of ints, or per leaf (a dict contract)
@@ -60,10 +75,6 @@ class CaseReport(TypedDict):
     max_abs: float | None
     max_rel: float | None
     contract: dict[str, list[str]]  # path -> problems (empty: kept the contract)
-    # The built-in rule `finite`'s fields (vmapcheck.check.rules, RuleResult.fields).
-    finite: dict[str, bool]
-    # path -> the rows (batch axis 0) with a NaN or Inf, where any (absent: all finite).
-    non_finite_rows: NotRequired[dict[str, list[int]]]
     pairs: dict[str, Comparison]  # "<path>-vs-<path>" -> comparison
     # JudgedBy and WorstElement (vmapcheck.check.checks): the check writes them all,
     # and the readers take a report older than them.
@@ -102,6 +113,16 @@ class NegativeReport(TypedDict):
     paths: dict[str, Refusal]
 
 
+class LossAgainstReference(TypedDict):
+    """A case's loss (mean squared error against its targets) on the stored reference
+    and recomputed now by the plain path, and whether they agree within the
+    cross-run tolerance."""
+
+    reference: float
+    current: float
+    passed: bool
+
+
 class ReferenceReport(TypedDict):
     """The stored reference's outputs against this run's recomputation of them; only
     ``status``, ``message`` and ``passed`` where none was compared."""
@@ -115,10 +136,10 @@ class ReferenceReport(TypedDict):
     created_at: NotRequired[str]
     reason: NotRequired[str]
     from_run: NotRequired[str | None]
-    tolerance_used: NotRequired[dict[str, Any]]
+    tolerance_used: NotRequired[ToleranceRecord]
     rules: NotRequired[dict[str, JudgedBy]]  # case -> the rule its outputs were judged by
     cases: NotRequired[dict[str, dict[str, Comparison]]]  # case -> path -> comparison
-    losses: NotRequired[dict[str, dict[str, Any]]]
+    losses: NotRequired[dict[str, LossAgainstReference]]  # case -> its loss, both runs
     max_abs: NotRequired[float | None]
     max_rel: NotRequired[float | None]
 
@@ -148,11 +169,20 @@ class GradientsReport(TypedDict):
     worst_pair: NotRequired[str | None]
 
 
+class InputStage(TypedDict):
+    """One diagnosis stage judged as a check (:func:`vmapcheck.check.probes.judge_inputs`)."""
+
+    status: str  # a StageStatus, or "not run"
+    summary: str
+
+
 class InputsReport(TypedDict):
-    """The diagnosis stages judged as checks; beside these keys, one ``{"status",
-    "summary"}`` per stage (the key stream)."""
+    """The diagnosis stages judged as checks: ``status`` ("ok", "not run"), one
+    :class:`InputStage` per stage given (the key stream, the only one the pipeline
+    gives: :func:`vmapcheck.check.diagnosis.inputs.key_stream_stage`), and ``passed``."""
 
     status: str
+    key_stream: NotRequired[InputStage]
     passed: bool
 
 
@@ -161,7 +191,7 @@ class BudgetReport(TypedDict):
     case, what each capped."""
 
     limits: dict[str, int] | None
-    cases: dict[str, dict[str, Any]]
+    cases: dict[str, dict[str, Capped]]  # case -> what (a path, the gradients, ...) -> cap
 
 
 class CheckFinding(TypedDict):
@@ -184,15 +214,15 @@ class CheckDetails(TypedDict):
     findings: NotRequired[list[CheckFinding]]
     fail_on: NotRequired[list[str]]
     dtype: str
-    tolerance: dict[str, Any]
-    cross_run_tolerance: dict[str, Any]
+    tolerance: ToleranceRecord
+    cross_run_tolerance: ToleranceRecord
     oracle: str
-    runtime: dict[str, Any]  # vmapcheck.core.runtime.RuntimeInfo
+    runtime: RuntimeRecord  # vmapcheck.core.runtime.RuntimeInfo
     not_provided: dict[str, str]
-    sharded: dict[str, Any] | None
+    sharded: MeshRecord | None
     # Every distributed path's mesh (vmapcheck.core.paths.describe_meshes); absent in
     # reports older than the mesh paths.
-    meshes: NotRequired[dict[str, dict[str, Any]]]
+    meshes: NotRequired[dict[str, MeshRecord]]
     cases: dict[str, CaseReport]
     negative: dict[str, NegativeReport]
     reference: ReferenceReport
@@ -270,6 +300,14 @@ class StageResult(TypedDict):
     evidence: list[dict[str, Any]]
 
 
+class DiagnosisTolerance(TypedDict):
+    """The tolerances a diagnosis compared at: the run's own, never widened."""
+
+    between_paths: ToleranceRecord
+    cross_run: ToleranceRecord
+    note: NotRequired[str]  # what "never widened" means, in words
+
+
 class DiagnosisReport(TypedDict):
     """``reports/diagnosis.json`` (:mod:`vmapcheck.check.diagnosis.protocol`): the
     protocol's report, or the short one of a check that passed (``not needed``) or of a
@@ -287,7 +325,7 @@ class DiagnosisReport(TypedDict):
     check_failed: NotRequired[bool | None]
     model: NotRequired[str]
     dtype: NotRequired[str]
-    tolerance: NotRequired[dict[str, Any]]
+    tolerance: NotRequired[DiagnosisTolerance]
     activations: NotRequired[str]
     not_provided: NotRequired[dict[str, str]]
     inputs: NotRequired[list[dict[str, Any]]]  # the probes: {"label", "rows", "targets"}

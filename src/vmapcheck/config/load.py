@@ -8,11 +8,13 @@ import hashlib
 import json
 import re
 import types
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Annotated, Any, Union, get_args, get_origin
 
 import yaml
 from pydantic import BaseModel, ValidationError
+from pydantic_core import ErrorDetails
 
 from vmapcheck.config.whole import Config
 from vmapcheck.errors import ArtifactError, ConfigError, describe, did_you_mean, redact
@@ -41,7 +43,7 @@ def _key_path(loc: tuple[Any, ...], raw: Any = None) -> str:
         else:
             path += f".{part}" if path else str(part)
         try:
-            node = node[part]  # type: ignore[index]
+            node = node[part]
         except (KeyError, IndexError, TypeError):
             node = None
     return path or "<root>"
@@ -61,7 +63,7 @@ def _shown(value: Any) -> str:
     return text if len(text) <= _SHOWN_CHARS else text[: _SHOWN_CHARS - 3] + "..."
 
 
-def _tag_key(key: str, err: dict[str, Any]) -> str:
+def _tag_key(key: str, err: ErrorDetails) -> str:
     """The key of a tagged union's tag (``data.source``) for an error pydantic reports
     on the whole section (``data``)."""
     tag = str(err.get("ctx", {}).get("discriminator", "")).strip("'\"")
@@ -81,6 +83,7 @@ def _value_types(annotation: Any, raw: Any) -> list[Any]:
             m
             for m in members
             if isinstance(m, type)
+            and issubclass(m, BaseModel)
             and isinstance(raw, dict)
             and any(
                 raw.get(tag) in get_args(m.model_fields[tag].annotation)
@@ -116,11 +119,18 @@ def known_keys(key: str, raw: Any = None) -> list[str]:
         kinds = found
         node = node.get(part) if isinstance(node, dict) else None
     parent = ".".join(parts[:-1])
-    names = sorted({name for kind in kinds if isinstance(kind, type) for name in kind.model_fields})
+    names = sorted(
+        {
+            name
+            for kind in kinds
+            if isinstance(kind, type) and issubclass(kind, BaseModel)
+            for name in kind.model_fields
+        }
+    )
     return [f"{parent}.{name}" if parent else name for name in names]
 
 
-def describe_errors(errors: list[dict[str, Any]], source: str, raw: Any = None) -> str:
+def describe_errors(errors: Sequence[ErrorDetails], source: str, raw: Any = None) -> str:
     lines = [f"invalid configuration in {source}:"]
     for err in errors:
         key = _key_path(err["loc"], raw)

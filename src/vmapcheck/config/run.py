@@ -254,7 +254,7 @@ class PrecisionConfig(Strict):
 # The kinds of finding a failed check can be (vmapcheck.check.kinds.FINDING_KINDS holds
 # what each means; its entries are these names, checked when it is imported).
 FindingKindName = Literal["batching", "numerical", "model", "contract"]
-FINDING_KIND_NAMES: tuple[str, ...] = get_args(FindingKindName)
+FINDING_KIND_NAMES: tuple[FindingKindName, ...] = get_args(FindingKindName)
 
 
 class VerdictConfig(Strict):

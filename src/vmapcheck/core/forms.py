@@ -44,6 +44,7 @@ from jax.sharding import PartitionSpec as P
 from vmapcheck.core import contract, distributed
 from vmapcheck.core.keys import named_keys
 from vmapcheck.core.models import Model, Params
+from vmapcheck.core.record import MeshRecord
 from vmapcheck.core.runtime import check_device_count
 from vmapcheck.core.state import leaf_name
 from vmapcheck.errors import InvalidInputError
@@ -323,7 +324,7 @@ class ShardedForward:
         out = self.jitted(self.place_params(params), self.place_batch(x))
         return self.finish(out, contract.rows(x))
 
-    def describe(self) -> dict[str, Any]:
+    def describe(self) -> MeshRecord:
         """What the sharded path ran on: recorded in forward, check and bench reports."""
         devices = list(self.mesh.devices.flat)
         return {

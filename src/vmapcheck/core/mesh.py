@@ -41,6 +41,7 @@ from jax.sharding import PartitionSpec as P
 from vmapcheck.core import contract, distributed
 from vmapcheck.core.forms import DATA_AXIS
 from vmapcheck.core.models import Model, Params
+from vmapcheck.core.record import MeshRecord
 from vmapcheck.core.runtime import check_device_count
 from vmapcheck.core.state import leaf_name
 from vmapcheck.errors import ConfigError
@@ -288,14 +289,14 @@ class MeshForward:
         a ``jax.jit`` function (what the bench times and costs)."""
         return Program(self)
 
-    def describe(self) -> dict[str, Any]:
+    def describe(self) -> MeshRecord:
         """What the path ran on, for forward, check and bench records: its parallelism
         (tensor-parallel, not vmap), the mesh's shape by axis, and, on a mesh of one
         device on the model axis, that nothing is split."""
         devices = list(self.mesh.devices.flat)
         shape = {axis: int(size) for axis, size in self.mesh.shape.items()}
         split = " and the batch axis 0 over mesh axis 'data'" if self.split_batch else ""
-        about: dict[str, Any] = {
+        about: MeshRecord = {
             "path": self.name,
             "form": "jax.jit(jax.vmap(forward_one, in_axes=(None, 0))): params split over "
             f"mesh axis {MODEL_AXIS!r} ({self.partitioning_source()}){split}"

@@ -25,8 +25,12 @@ from vmapcheck.core.contract import InputSpec
 from vmapcheck.errors import ConfigError
 
 Params = Any  # a pytree of arrays
-ForwardOne = Callable[[Params, jax.Array], jax.Array]
-ForwardBatch = Callable[[Params, jax.Array], jax.Array]
+# (params, x) -> output, where x is one example (in_features,) or, under an input
+# contract (Model.inputs), a dict of leaves; a stochastic model's forward takes its key
+# after x, and a forward written once takes ``tap=`` (:data:`Tap`): hence ``...``.
+ForwardOne = Callable[..., jax.Array]
+# The same over a batch: X (batch, in_features) or the dict with batch axis 0 per leaf.
+ForwardBatch = Callable[..., jax.Array]
 # [(layer name, activation), ...] in computation order; the last entry is the output.
 Activations = list[tuple[str, jax.Array]]
 ActivationsFn = Callable[[Params, jax.Array], Activations]

@@ -15,10 +15,11 @@ To add a path: write its form in :mod:`vmapcheck.core.forms` and add one entry b
 from __future__ import annotations
 
 import importlib
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Literal
 
+from vmapcheck.core.record import MeshRecord
 from vmapcheck.errors import ConfigError
 
 # The registry's facts (names, modes, caps, what each path computes) are read by the
@@ -63,7 +64,7 @@ class Compiled:
     finish: Callable[[jax.Array, int], jax.Array] = lambda out, _rows: out
     devices: int = 1
     rows_run: Callable[[int], int] = lambda rows: rows
-    about: dict[str, Any] | None = None
+    about: MeshRecord | None = None
     # The batch's row count (vmapcheck.core.contract.rows), given by the builder, which
     # has JAX loaded already: no import on a call.
     rows_of: Callable[[Any], int] = field(kw_only=True)
@@ -528,7 +529,7 @@ def not_provided(model: Model) -> dict[str, str]:
     }
 
 
-def describe_distributed(model: Model, mesh: Mesh | None) -> dict[str, Any] | None:
+def describe_distributed(model: Model, mesh: Mesh | None) -> MeshRecord | None:
     """What the distributed path ran on (devices, mesh, padding), for the reports; None
     when no registered path is distributed."""
     for p in PATHS.values():
@@ -540,11 +541,11 @@ def describe_distributed(model: Model, mesh: Mesh | None) -> dict[str, Any] | No
 
 def describe_meshes(
     model: Model, mesh: Mesh | None, selected: Sequence[str] | None = None
-) -> dict[str, dict[str, Any]]:
+) -> dict[str, MeshRecord]:
     """Every distributed path's mesh (its ``Compiled.about``: parallelism, devices, mesh
     shape by axis, padding; a mesh of one device says so), by path name, for the records
     and the diagnosis; ``selected``: only those paths (None: all)."""
-    described: dict[str, dict[str, Any]] = {}
+    described: dict[str, MeshRecord] = {}
     for p in PATHS.values():
         if p.distributed and (selected is None or p.name in selected):
             compiled = p.compile(model, mesh)
@@ -553,7 +554,7 @@ def describe_meshes(
     return described
 
 
-def mesh_label(about: dict[str, Any]) -> str:
+def mesh_label(about: Mapping[str, Any]) -> str:
     """One line naming a distributed path's parallelism and mesh from its description
     (:func:`describe_meshes`), as every output words it: ``tensor_parallel_jit
     (tensor-parallel over mesh model=8, not vmap)``; ``(..., a mesh of 1: nothing split,

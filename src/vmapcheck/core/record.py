@@ -9,8 +9,73 @@ Loads no JAX: the check's schema (:mod:`vmapcheck.check.schema`) and the report 
 # No `from __future__ import annotations` here: TypedDict sees NotRequired only in
 # evaluated annotations (as strings, every key counted as required: a record without
 # `composition` or `budget`, written before they existed, was refused).
-from collections.abc import Mapping
-from typing import Any, Literal, NotRequired, TypedDict
+from typing import TYPE_CHECKING, Any, Literal, NotRequired, TypedDict
+
+if TYPE_CHECKING:
+    from vmapcheck.config import ToleranceConfig
+
+
+class ToleranceRecord(TypedDict):
+    """A tolerance as the records state it (:class:`vmapcheck.config.ToleranceConfig`):
+    ``precision.tolerance`` and ``precision.cross_run_tolerance`` in check_details.json,
+    the reference's ``tolerance_used``, the diagnosis' settings."""
+
+    rtol: float
+    atol: float
+    # "terms" or "output" (vmapcheck.core.compare); absent in records older than the
+    # scale, which judged by "output".
+    scale: NotRequired[str]
+
+
+def tolerance_record(tolerance: "ToleranceConfig") -> ToleranceRecord:
+    """``tolerance`` as the records hold it: its fields, in their order."""
+    return {"rtol": tolerance.rtol, "atol": tolerance.atol, "scale": tolerance.scale}
+
+
+class RuntimeRecord(TypedDict):
+    """What actually ran (:class:`vmapcheck.core.runtime.RuntimeInfo`, as every report
+    records it: ``runtime`` in the forward record, check_details.json and
+    bench_details.json). Records written before ``device_memory_gib``,
+    ``platform_version`` and ``accelerator_runtime`` lack them."""
+
+    backend: str
+    platform: str
+    device_kind: str
+    device_count: int
+    device_memory_gib: NotRequired[float | None]  # one device's, GiB; None on CPU
+    jax_version: str
+    jaxlib_version: str
+    platform_version: NotRequired[str]
+    accelerator_runtime: NotRequired[dict[str, str]]  # package -> version; {} on CPU
+    python_version: str
+    os_platform: str
+    enable_x64: bool
+    matmul_precision: str
+    xla_flags: str
+
+
+class MeshRecord(TypedDict):
+    """What a distributed path ran on (``Compiled.about``: :meth:`vmapcheck.core.forms.
+    ShardedForward.describe`, :meth:`vmapcheck.core.mesh.MeshForward.describe`): ``sharded``
+    and each entry of ``meshes`` in the records. A record needs only the path and its
+    device count (what the headline names); both describes write every key, and
+    records older than the mesh paths lack ``parallelism`` (then data-parallel:
+    sharded_jit's)."""
+
+    path: str
+    devices: int
+    form: NotRequired[str]  # what it computes, in words
+    parallelism: NotRequired[str]  # "data-parallel", "tensor-parallel", ...
+    mesh_shape: NotRequired[dict[str, int]]  # axis -> size
+    device_ids: NotRequired[list[int]]
+    platform: NotRequired[str]
+    device_kind: NotRequired[str]
+    padding: NotRequired[str]  # how a batch is padded to the mesh, or "none: ..."
+    note: NotRequired[str]  # a mesh of one device on the model axis: nothing split
+    # The forward stage's ``sharded``: the processes the mesh spans, each (by index) with
+    # its devices' ids.
+    processes: NotRequired[int]
+    process_devices: NotRequired[dict[str, list[int]]]
 
 
 class Comparison(TypedDict):
@@ -163,18 +228,39 @@ def keys_record(seed: int, stream: str) -> KeysRecord:
     }
 
 
+class TrainMetrics(TypedDict):
+    """``reports/train.json`` (:func:`vmapcheck.core.training.fit`): whether the params
+    were trained (False: given, or a model that is not trainable, and evaluated), the
+    step whose params were kept (lowest validation loss), and the mean squared error of
+    the kept params on each split; logged to MLflow as ``train/<name>``."""
+
+    trained: bool
+    best_step: int
+    train_loss: float
+    val_loss: float
+    test_loss: float
+
+
+class ReferenceStatus(TypedDict):
+    """What the forward stage found of the stored reference before recomputing its
+    outputs: ``status`` ("ok", "missing", "corrupt", "incompatible") and why, in words."""
+
+    status: str
+    message: str
+
+
 class ForwardRecord(TypedDict):
     """``data/forward/record.json``, written by the forward stage."""
 
-    runtime: dict[str, Any]  # backend, device, versions (vmapcheck.core.runtime)
+    runtime: RuntimeRecord  # backend, device, versions (vmapcheck.core.runtime)
     dtype: str
     params_sha256: str
     not_provided: dict[str, str]  # path -> why the model lacks it
-    sharded: dict[str, Any] | None  # devices and mesh of the distributed path
+    sharded: MeshRecord | None  # devices and mesh of the distributed path
     # Every distributed path's (vmapcheck.core.paths.describe_meshes): its parallelism,
     # devices and mesh shape by axis; absent in records older than the mesh paths.
-    meshes: NotRequired[dict[str, dict[str, Any]]]
-    reference: dict[str, Any]  # status of the stored reference's recomputation
+    meshes: NotRequired[dict[str, MeshRecord]]
+    reference: ReferenceStatus  # status of the stored reference's recomputation
     gradients: GradientProbe | GradientProbeError | None  # None: not run
     cases: dict[str, dict[str, PathRun]]  # case -> path -> what it did
     # The regroupings run (vmapcheck.core.composition): {"regroupings": {name: about},
@@ -186,26 +272,26 @@ class ForwardRecord(TypedDict):
     budget: NotRequired[dict[str, int]]
     # Bitwise batch invariance measured on the run's backend (vmapcheck.core.bitwise:
     # check/schema.py's BitwiseReport, without the verdict); absent when not measured.
-    bitwise: NotRequired[dict[str, Any]]
+    bitwise: NotRequired["BitwiseReport"]
     # A stochastic model's keys (KeysRecord); absent for a deterministic model.
     keys: NotRequired[KeysRecord]
 
 
 def forward_record(
     *,
-    runtime: Mapping[str, Any],
+    runtime: RuntimeRecord,
     dtype: str,
     cases: dict[str, dict[str, PathRun]],
     composition: dict[str, Any],
     not_provided: dict[str, str],
-    sharded: dict[str, Any] | None,
-    reference: dict[str, Any],
+    sharded: MeshRecord | None,
+    reference: ReferenceStatus,
     gradients: GradientProbe | GradientProbeError | None,
     params_sha256: str = "",
     budget: dict[str, int] | None = None,
-    bitwise: Mapping[str, Any] | None = None,
+    bitwise: "BitwiseReport | None" = None,
     keys: KeysRecord | None = None,
-    meshes: dict[str, dict[str, Any]] | None = None,
+    meshes: dict[str, MeshRecord] | None = None,
 ) -> ForwardRecord:
     """The record of one forward run: ``runtime`` (:class:`vmapcheck.core.runtime.
     RuntimeInfo` as a dict), the run's ``dtype`` name, per case and path what it did
@@ -217,7 +303,7 @@ def forward_record(
     (:func:`vmapcheck.core.bitwise.measure`; None: not measured), and a stochastic model's
     keys (:func:`keys_record`; None: a deterministic model)."""
     record: ForwardRecord = {
-        "runtime": dict(runtime),
+        "runtime": runtime,
         "dtype": dtype,
         "params_sha256": params_sha256,
         "not_provided": not_provided,
@@ -232,7 +318,7 @@ def forward_record(
     if budget is not None:
         record["budget"] = budget
     if bitwise is not None:
-        record["bitwise"] = dict(bitwise)
+        record["bitwise"] = bitwise.copy()  # the check adds its verdict to its own
     if keys is not None:
         record["keys"] = keys
     return record

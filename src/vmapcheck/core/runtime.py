@@ -16,11 +16,12 @@ import platform
 import re
 import sys
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
 from vmapcheck.config import BackendConfig, PrecisionConfig, ToleranceConfig
+from vmapcheck.core.record import RuntimeRecord
 from vmapcheck.errors import BackendUnavailableError
 
 # JAX reports CUDA and ROCm devices as platform "gpu".
@@ -66,8 +67,24 @@ class RuntimeInfo:
     matmul_precision: str
     xla_flags: str
 
-    def as_dict(self) -> dict[str, Any]:
-        return asdict(self)
+    def as_dict(self) -> RuntimeRecord:
+        """As the records hold it, in the fields' order (as ``dataclasses.asdict``)."""
+        return {
+            "backend": self.backend,
+            "platform": self.platform,
+            "device_kind": self.device_kind,
+            "device_count": self.device_count,
+            "device_memory_gib": self.device_memory_gib,
+            "jax_version": self.jax_version,
+            "jaxlib_version": self.jaxlib_version,
+            "platform_version": self.platform_version,
+            "accelerator_runtime": dict(self.accelerator_runtime),
+            "python_version": self.python_version,
+            "os_platform": self.os_platform,
+            "enable_x64": self.enable_x64,
+            "matmul_precision": self.matmul_precision,
+            "xla_flags": self.xla_flags,
+        }
 
 
 def device_memory_gib(device: Any) -> float | None:

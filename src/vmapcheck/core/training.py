@@ -23,6 +23,7 @@ from vmapcheck.core.contract import take
 from vmapcheck.core.forms import keyed_model, with_keys
 from vmapcheck.core.leaves import check_finite, leaf_paths
 from vmapcheck.core.models import Model, Params
+from vmapcheck.core.record import TrainMetrics
 from vmapcheck.core.state import ParamsPartition, partition
 from vmapcheck.errors import ArtifactError, NonFiniteOutputError, NonFiniteTrainingError
 
@@ -170,7 +171,7 @@ def fit(
     splits: dict[str, tuple[Any, np.ndarray]],
     config: TrainConfig,
     batches_key: jax.Array,
-) -> tuple[Params, dict[str, Any]]:
+) -> tuple[Params, TrainMetrics]:
     """Train on ``splits['train']``, keep the params with the lowest validation loss.
 
     Returns the chosen params and metrics (train/val/test loss, best step). ``test`` is
@@ -251,7 +252,7 @@ def fit(
     chosen = best["params"]
     # Whatever chose them (trained, or given and evaluated): never returned with a NaN.
     _non_finite_params(model, chosen, "chosen params")
-    metrics = {
+    metrics: TrainMetrics = {
         "trained": bool(model.trainable and config.steps > 0),
         "best_step": best["step"],
         "train_loss": float(loss(chosen, train_x, train_y)),

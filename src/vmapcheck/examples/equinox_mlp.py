@@ -84,7 +84,9 @@ def make_model(in_features: int, hidden: list[int], out_features: int) -> Model:
             build_module(in_features, hidden, out_features, key), eqx.is_array
         )
         found = jax.tree_util.tree_structure(params)
-        if found != structure:  # would make combine() with `static` fail later
+        # jaxlib's PyTreeDef comes from a compiled module without a stub: mypy sees no
+        # __ne__ on it (it has one, structural).
+        if found != structure:  # type: ignore[operator]  # combine() would fail later
             raise ValueError(f"init built params of structure {found}, expected {structure}")
         return params
 

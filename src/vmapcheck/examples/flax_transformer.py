@@ -153,6 +153,8 @@ def layer_norm(norm: nnx.LayerNorm, h: jax.Array) -> jax.Array:
     oracle (float64 against float32)."""
     mean = jnp.mean(h, axis=-1, keepdims=True)
     var = jnp.mean(jnp.square(h - mean), axis=-1, keepdims=True)
+    if norm.scale is None or norm.bias is None:  # nnx.LayerNorm(use_scale/use_bias=False)
+        raise ValueError("this layer norm takes a scale and a bias; the block builds both")
     scale = jnp.broadcast_to(norm.scale[...], h.shape)
     bias = jnp.broadcast_to(norm.bias[...], h.shape)
     eps = jnp.asarray(norm.epsilon, h.dtype)

@@ -56,6 +56,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from vmapcheck.bench.timing.records import GuardLatency, GuardMetrics
 from vmapcheck.bench.timing.sampling import CompileCounter
 from vmapcheck.config import GuardConfig, byte_limit_problem
 from vmapcheck.core.contract import (
@@ -297,23 +298,22 @@ class Guard:
         self._compile_s += CompileCounter.seconds - before_s
         return out
 
-    def metrics(self) -> dict[str, Any]:
+    def metrics(self) -> GuardMetrics:
         """Aggregated metrics, JSON-able; no request value is, or can be, among them."""
         n = self._requests
         share = {reason: self._refused[reason] / n if n else 0.0 for reason in self._reasons}
         window = np.asarray(self._window, dtype=np.float64)
-        percentiles = (
-            dict(
-                zip(
-                    ("p50", "p90", "p99"),
-                    (float(v) for v in np.percentile(window, [50, 90, 99])),
-                    strict=True,
-                )
-            )
-            | {"max": float(window.max())}
-            if window.size
-            else {}
-        )
+        latency: GuardLatency = {
+            "histogram": {
+                "upper_edges_ms": self._edges_ms.tolist(),
+                "counts": self._histogram.tolist(),
+            },
+            "window": int(window.size),
+        }
+        if window.size:  # exact percentiles over the window, where it holds any
+            p50, p90, p99 = (float(v) for v in np.percentile(window, [50, 90, 99]))
+            latency["p50"], latency["p90"], latency["p99"] = p50, p90, p99
+            latency["max"] = float(np.max(window))
         buckets = self.buckets
         return {
             "requests": n,
@@ -335,14 +335,7 @@ class Guard:
             "rows_real": self._real_rows,
             "rows_padding": self._pad_rows,
             "padding_overhead": self._pad_rows / self._real_rows if self._real_rows else 0.0,
-            "latency_ms": {
-                "histogram": {
-                    "upper_edges_ms": self._edges_ms.tolist(),
-                    "counts": self._histogram.tolist(),
-                },
-                "window": int(window.size),
-                **percentiles,
-            },
+            "latency_ms": latency,
         }
 
 

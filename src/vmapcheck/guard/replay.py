@@ -20,13 +20,14 @@ import time
 from collections import Counter
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal, TypedDict
 
 import jax.numpy as jnp
 import numpy as np
 
 from vmapcheck.bench.timing.latency import latency_stats
 from vmapcheck.bench.timing.progress import Eta, Phase, Progress, silent
+from vmapcheck.bench.timing.records import GuardMetrics, LatencyCell, ReplayReport
 from vmapcheck.config import GuardConfig
 from vmapcheck.core.contract import EXTRA_LEAF, VECTOR_LEAF, InputSpec, leaf_arrays
 from vmapcheck.core.contract import rows as rows_of_tree
@@ -152,12 +153,26 @@ def request_stream(
         yield Request(x, kind)
 
 
+class _Replayed(TypedDict):
+    """One guard's replay of a stream: requests sent, whether the budget cut it short,
+    the outcomes (and those not planted), its compiles meanwhile, the served requests'
+    latency (None: none served) and the guard's aggregates after it."""
+
+    requests: int
+    stopped_by_budget: bool
+    outcomes: dict[str, int]
+    mismatched: dict[str, int]
+    compiles_during_replay: int
+    latency_ms: LatencyCell | None
+    metrics: GuardMetrics
+
+
 def _replay(
     guard: Guard,
     stream: Iterable[Request],
     step: Phase | None = None,
     time_budget_s: float | None = None,
-) -> tuple[dict[str, Any], np.ndarray, np.ndarray, np.ndarray]:
+) -> tuple[_Replayed, np.ndarray, np.ndarray, np.ndarray]:
     """Send ``stream`` through ``guard``: (summary, per-request seconds, rows served and
     whether it compiled), seconds NaN and rows 0 where a request was not served.
     ``step``: a progress phase advanced by one per request. ``time_budget_s``: wall
@@ -203,7 +218,7 @@ def _replay(
             step.advance()
     samples = np.asarray(seconds, dtype=np.float64)
     served_rows = np.asarray(rows, dtype=np.int64)
-    summary = {
+    summary: _Replayed = {
         "requests": int(samples.size),
         "stopped_by_budget": stopped_by_budget,
         "outcomes": dict(sorted(outcomes.items())),
@@ -216,7 +231,7 @@ def _replay(
     return summary, samples, served_rows, np.asarray(compiled, dtype=bool)
 
 
-def _latency(seconds: np.ndarray, rows: np.ndarray) -> dict[str, float] | None:
+def _latency(seconds: np.ndarray, rows: np.ndarray) -> LatencyCell | None:
     """latency_stats of the served requests (seconds not NaN); rows_per_s is at their mean
     batch size."""
     served = ~np.isnan(seconds)
@@ -225,7 +240,7 @@ def _latency(seconds: np.ndarray, rows: np.ndarray) -> dict[str, float] | None:
     return latency_stats(seconds[served], max(1, round(float(rows[served].mean()))))
 
 
-def replay(guard: Guard, stream: Iterable[Request]) -> dict[str, Any]:
+def replay(guard: Guard, stream: Iterable[Request]) -> _Replayed:
     """Send every request of ``stream`` through ``guard`` and report, JSON-able.
 
     ``outcomes``: how many requests were served or refused, by reason; ``mismatched``:
@@ -243,7 +258,7 @@ def run_replay(
     dtype: Any,
     config: GuardConfig,
     progress: Progress | None = None,
-) -> dict[str, Any]:
+) -> ReplayReport:
     """Replay ``config.replay``'s stream through a bucketed guard, then its first
     ``replay.unbucketed_requests`` through an un-bucketed one; the report, JSON-able.
     ``progress``: where the two replays show their progress (None: not shown); the ETA
@@ -274,7 +289,7 @@ def run_replay(
     # The comparison replays a prefix of what the bucketed guard was sent.
     n_plain = min(config.replay.unbucketed_requests, bucketed["requests"])
     metrics = bucketed["metrics"]
-    report: dict[str, Any] = {
+    report: ReplayReport = {
         "requests": bucketed["requests"],
         "requests_planned": n_requests,
         "time_budget_s": budget_s,
@@ -351,13 +366,20 @@ def run_replay(
     return report
 
 
-def replay_passed(report: dict[str, Any]) -> bool:
+# The latencies a replay reports (ReplayLatency), in its order: the figures' names.
+REPLAY_LATENCIES: tuple[
+    Literal["bucketed", "bucketed_prefix", "unbucketed_prefix", "unbucketed_prefix_no_compile"],
+    ...,
+] = ("bucketed", "bucketed_prefix", "unbucketed_prefix", "unbucketed_prefix_no_compile")
+
+
+def replay_passed(report: ReplayReport) -> bool:
     """The replay's own checks: compiles bounded by the buckets, every request got the
     outcome planted for it (invalid ones refused for their reason, valid ones served)."""
     return bool(report["compiles_within_bound"]) and not report["mismatched"]
 
 
-def replay_figures(report: dict[str, Any]) -> dict[str, float]:
+def replay_figures(report: ReplayReport) -> dict[str, float]:
     """The replay's headline figures, flat (reports/bench.json ``replay``, MLflow
     ``replay/...``): compiles vs buckets, latency with and without buckets, padding,
     invalid share."""
@@ -372,7 +394,9 @@ def replay_figures(report: dict[str, Any]) -> dict[str, float]:
         "numeric_errors": float(report["numeric_errors"]),
         "mismatched": float(sum(report["mismatched"].values())),
     }
-    for name, stats in latency.items():
+    # In the order the replay writes them (REPLAY_LATENCIES), each where it was measured.
+    for name in REPLAY_LATENCIES:
+        stats = latency.get(name)
         for stat in ("p50", "p90", "p99"):
             if stats is not None:
                 figures[f"{name}_{stat}_ms"] = float(stats[stat])
@@ -381,7 +405,7 @@ def replay_figures(report: dict[str, Any]) -> dict[str, float]:
     return figures
 
 
-def replay_summary(report: dict[str, Any]) -> str:
+def replay_summary(report: ReplayReport) -> str:
     """One line for the log: compiles, latency with and without buckets, verdict."""
     f = replay_figures(report)
     sent = f"{int(f['requests'])} requests"

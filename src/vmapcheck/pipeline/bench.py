@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import jax.numpy as jnp
 
@@ -15,7 +15,7 @@ from vmapcheck.bench.timing.machine import (
     machine_record,
 )
 from vmapcheck.bench.timing.progress import open_progress
-from vmapcheck.bench.timing.records import BenchDetails
+from vmapcheck.bench.timing.records import BenchDetails, EarlyStopRecord, Peak, ReplayRecord
 from vmapcheck.bench.timing.run import run_bench
 from vmapcheck.config import Config
 from vmapcheck.core.mesh import run_mesh
@@ -68,7 +68,7 @@ def dvc_metrics(result: BenchDetails) -> dict[str, float | None]:
     }
 
 
-def early_stop_lines(early_stop: dict[str, Any]) -> list[str]:
+def early_stop_lines(early_stop: EarlyStopRecord) -> list[str]:
     """What ``run_bench``'s early stopping did, one line per reason and round count:
     ``stopped after 7 of 10 rounds (time budget): loop_eager/b128, ...``; one line when
     every cell took every round."""
@@ -91,7 +91,7 @@ def early_stop_lines(early_stop: dict[str, Any]) -> list[str]:
     ]
 
 
-def peak_line(peak: dict[str, Any]) -> str:
+def peak_line(peak: Peak) -> str:
     """``matmul peak 147,556 GFLOP/s (8192^3 float32, matmul precision default; best of 3
     sweeps: ...; sweep stopped: ...)``, and its contention mark
     (:func:`~vmapcheck.bench.timing.bounds.peak_caveat`) where it has one."""
@@ -162,7 +162,7 @@ def run(config: Config, layout: Layout) -> None:
     sharded = describe_distributed(model, mesh)
     # Every mesh path's: which is data-parallel, which tensor-parallel (none is vmap).
     meshes = describe_meshes(model, mesh)
-    result["replay"] = {**replay, "figures": replay_figures(replay)}
+    replayed: ReplayRecord = {**replay, "figures": replay_figures(replay)}
     details: BenchDetails = {
         "model": config.model.name,
         # What the model is, not its name: the verdict never compares two networks of
@@ -175,6 +175,8 @@ def run(config: Config, layout: Layout) -> None:
         "sharded": sharded,
         "meshes": meshes,
         **result,
+        # Last, as the bench has always written it (after the timing's own keys).
+        "replay": replayed,
     }
     # From the details, which hold the profile: the headline batch is the profile's, not
     # the largest one measured (a budget that left out every cell past 1 row moved the
@@ -212,17 +214,19 @@ def run(config: Config, layout: Layout) -> None:
         print(f"bench: {label}: {shown}; {roofline_text(result, label)}")
     for path, entry in result["launch_bound"].items():
         print(f"bench: {path} launch-bound {launch_bound_text(entry)}: {LAUNCH_BOUND_MEANING}")
-    print(f"bench: guard replay: {replay_summary(result['replay'])}")
+    print(f"bench: guard replay: {replay_summary(replayed)}")
     print(f"bench: {phases_line(result['phases_s'])}")
     clock = result["early_stop"].get("budget_clock")
     if clock:
         print(f"bench: {budget_clock_line(clock, config.bench.early_stop.time_budget_s)}")
-    for path in (p for p in PATHS.values() if p.distributed):
-        one_device = result["latency_ms"][path.same_program_as]
-        for label, stats in result["latency_ms"][path.name].items():
+    for distributed in (p for p in PATHS.values() if p.distributed):
+        if distributed.same_program_as is None:  # no one-device program to set beside it
+            continue
+        one_device = result["latency_ms"][distributed.same_program_as]
+        for label, stats in result["latency_ms"][distributed.name].items():
             if label in one_device:
                 print(
-                    f"bench: {label}: {mesh_label(meshes[path.name])} on "
-                    f"{meshes[path.name]['platform']} p50 {stats['p50']:.3g} ms vs "
-                    f"{path.same_program_as} (one device) {one_device[label]['p50']:.3g} ms"
+                    f"bench: {label}: {mesh_label(meshes[distributed.name])} on "
+                    f"{meshes[distributed.name]['platform']} p50 {stats['p50']:.3g} ms vs "
+                    f"{distributed.same_program_as} (one device) {one_device[label]['p50']:.3g} ms"
                 )

@@ -17,13 +17,13 @@ from vmapcheck.check.diagnosis import for_check, key_stream_stage, write_report
 from vmapcheck.check.kinds import all_kind_counts, finding_lines, verdict_words
 from vmapcheck.check.reference import load_reference, reference_dir
 from vmapcheck.check.rules import summary_lines as rule_lines
-from vmapcheck.check.schema import read_record
+from vmapcheck.check.schema import CheckDetails, ForwardRecord, read_record
 from vmapcheck.config import Config, config_digest
 from vmapcheck.core.bitwise import marked_line
 from vmapcheck.core.composition import composition_line
 from vmapcheck.core.forms import forward_keys
 from vmapcheck.core.magnitude import case_magnitudes
-from vmapcheck.core.models import build_model
+from vmapcheck.core.models import Model, build_model
 from vmapcheck.core.oracle import float64_outputs
 from vmapcheck.core.runtime import configure_cpu_float64
 from vmapcheck.data.regression import load_cases
@@ -35,13 +35,20 @@ from vmapcheck.report.elements import atol_decided, figure_text
 from vmapcheck.report.headline import check_headline, worst_bound_ratio
 
 
-def _reference(config: Config, layout: Layout, record: dict, model, run_dtype) -> dict:
+def _reference(
+    config: Config, layout: Layout, record: ForwardRecord, model: Model, run_dtype: Any
+) -> dict[str, Any]:
     status = record["reference"]
-    if status["status"] != "ok":
-        return status
+    if status["status"] != "ok":  # the forward stage's words, all there is to say
+        return {"status": status["status"], "message": status["message"]}
     folder = reference_dir(config, layout)
     try:
         stored = load_reference(folder)
+        if stored is None:  # removed between forward and check
+            return {
+                "status": "missing",
+                "message": f"{folder}: the reference the forward stage found is gone",
+            }
         # The terms' magnitude of the reference's cases: its own params and inputs, the
         # numbers the forward stage ran again.
         magnitudes = None
@@ -112,7 +119,7 @@ def _g(value: float | None) -> str:
     return "None" if value is None else f"{value:.3g}"
 
 
-def dvc_metrics(report: dict[str, Any]) -> dict[str, Any]:
+def dvc_metrics(report: CheckDetails) -> dict[str, Any]:
     """``reports/check.json``, the DVC metrics of the check: only what a user compares
     across experiments (``dvc exp show``, ``dvc metrics diff``).
 
@@ -233,9 +240,9 @@ def run(config: Config, layout: Layout) -> None:
     # A path the model does not have is named as such, never counted as agreeing.
     for path, reason in report["not_provided"].items():
         print(f"  -    {path:<16} not provided, not compared: {reason}")
-    for name, case in report["negative"].items():
-        mark = "ok  " if case["passed"] else "FAIL"
-        print(f"  {mark} {name:<16} refused: {' ... '.join(case['expect'])}")
+    for name, negative in report["negative"].items():
+        mark = "ok  " if negative["passed"] else "FAIL"
+        print(f"  {mark} {name:<16} refused: {' ... '.join(negative['expect'])}")
     if report["oracle"].startswith("not judged"):  # a stochastic model's (record.keys)
         print(f"  -    float64 oracle   {report['oracle']}")
     grads = report["gradients"]

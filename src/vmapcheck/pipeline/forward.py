@@ -12,8 +12,12 @@ starts them on its hosts): each runs this body, the sharded path's mesh spans ev
 process's devices, and process 0 writes the outputs (docs/multiprocess.md).
 """
 
+from typing import Any
+
 import jax
 import jax.numpy as jnp
+import numpy as np
+from jax.sharding import Mesh
 
 from vmapcheck.check.reference import load_reference, reference_dir, shown_reference_dir
 from vmapcheck.config import Config
@@ -22,12 +26,12 @@ from vmapcheck.core.bitwise import measure_case
 from vmapcheck.core.cases import case_input
 from vmapcheck.core.distributed import barrier, join, launched, writes
 from vmapcheck.core.forms import FORWARD_KEYS, cast_tree, forward_keys
-from vmapcheck.core.forward import build_all, run_composition, run_forward
+from vmapcheck.core.forward import Built, build_all, run_composition, run_forward
 from vmapcheck.core.gradients import gradient_probe
 from vmapcheck.core.mesh import run_mesh
-from vmapcheck.core.models import build_model
+from vmapcheck.core.models import Model, build_model
 from vmapcheck.core.paths import describe_distributed, describe_meshes, mesh_label, not_provided
-from vmapcheck.core.record import forward_record, keys_record
+from vmapcheck.core.record import ReferenceStatus, forward_record, keys_record
 from vmapcheck.core.runtime import configure_jax
 from vmapcheck.data.regression import STANDARD_CASE, load_cases
 from vmapcheck.errors import ArtifactError
@@ -37,7 +41,9 @@ from vmapcheck.params_io import check_features, load_model_params
 from vmapcheck.pipeline.multiprocess import follow_launcher, run_group
 
 
-def _run_reference(config: Config, layout: Layout, model, dtype, mesh, built):
+def _run_reference(
+    config: Config, layout: Layout, model: Model, dtype: Any, mesh: Mesh | None, built: Built
+) -> tuple[dict[str, np.ndarray], ReferenceStatus]:
     """(outputs on the reference bundle, {"status", "message"}); ``built``: the paths
     the cases ran on (vmapcheck.core.forward.build_all), reused so that a jit path is
     not compiled again for a shape the cases already had."""
@@ -198,3 +204,4 @@ def run(config: Config, layout: Layout) -> int | None:
             f"forward: the gradient probe ran {cut['rows_run']} of the {cut['rows_of']} rows "
             f"of {STANDARD_CASE} ({cut['capped_by']})"
         )
+    return None

@@ -8,7 +8,7 @@ import json
 import os
 import signal
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -27,10 +27,19 @@ from vmapcheck.errors import (
     redacted_output,
     user_error,
 )
-from vmapcheck.io import atomic_write_json, read_json, read_text_bounded
+from vmapcheck.io import atomic_write_json, read_text_bounded
 from vmapcheck.layout import Layout
 from vmapcheck.pause import pause_point, set_stage
-from vmapcheck.running import clear_running, killed_stage, oom_kills, scrub_credentials
+from vmapcheck.running import (
+    OomCount,
+    StageParams,
+    StageTime,
+    clear_running,
+    killed_stage,
+    oom_kills,
+    read_stage_time,
+    scrub_credentials,
+)
 
 StageBody = Callable[[Config, Layout], int | None]
 # The pipeline's last stage (dvc.yaml): when it ends, the run is over.
@@ -43,8 +52,8 @@ def write_stage_time(
     start: float,
     end: float | None,
     exit_code: int | None,
-    params: dict[str, Any] | None = None,
-    oom: dict[str, Any] | None = None,
+    params: StageParams | None = None,
+    oom: OomCount | None = None,
     error: str | None = None,
 ) -> None:
     """``reports/stages/<name>.json``: ``{"stage", "start", "end", "wall_s",
@@ -55,7 +64,7 @@ def write_stage_time(
     params.yaml the stage ran with; ``oom_kills``: :func:`oom_kills` when it started;
     ``error``: ``<type>: <message>`` of the error it stopped on (exit 2), what
     ``vmapcheck summary`` shows of a failed stage (:func:`vmapcheck.running.failed_stages`)."""
-    record = {
+    record: StageTime = {
         "stage": name,
         "start": start,
         "end": end,
@@ -139,7 +148,7 @@ def leaf_digests(raw: dict[str, Any], keys: list[str]) -> dict[str, str]:
     return found
 
 
-def params_record(layout: Layout, name: str, text: str, raw: dict[str, Any]) -> dict[str, Any]:
+def params_record(layout: Layout, name: str, text: str, raw: dict[str, Any]) -> StageParams:
     """What a stage records of the params.yaml it ran with (``text``, parsed ``raw``):
     ``{"keys": its own dvc.yaml params keys, "sha256": {key: sha256 of its value} for
     every key any stage declares, "file_sha256": of the whole text}``. track compares
@@ -157,13 +166,20 @@ def params_record(layout: Layout, name: str, text: str, raw: dict[str, Any]) -> 
     }
 
 
-def settings_changed(stages: dict[str, dict[str, Any]], own: str) -> dict[str, list[str]]:
+def stage_params(stages: Mapping[str, StageTime], name: str) -> StageParams | None:
+    """What stage ``name`` recorded of its params.yaml (None: no record of it, or one
+    written before stages kept their params)."""
+    record = stages.get(name)
+    return record.get("params") if record else None
+
+
+def settings_changed(stages: Mapping[str, StageTime], own: str) -> dict[str, list[str]]:
     """Per stage, the params keys it ran with other values of than stage ``own`` (track)
     read: empty when the whole run saw one params.yaml (a stage DVC skipped kept its
     record, whose keys DVC found unchanged). Records without params (written before
     stages kept them) are not compared."""
-    mine = (stages.get(own) or {}).get("params") or {}
-    digests = mine.get("sha256") or {}
+    mine = stage_params(stages, own)
+    digests = (mine.get("sha256") if mine else None) or {}
     changed: dict[str, list[str]] = {}
     for name, record in stages.items():
         theirs = record.get("params") if name != own else None
@@ -175,23 +191,17 @@ def settings_changed(stages: dict[str, dict[str, Any]], own: str) -> dict[str, l
     return changed
 
 
-def read_stage_times(layout: Layout) -> dict[str, dict[str, Any]]:
+def read_stage_times(layout: Layout) -> dict[str, StageTime]:
     """Every ``reports/stages/<stage>.json`` there is, by stage name, oldest start first.
     A stage whose record is missing (outputs from before stages were timed) is left out.
 
     Raises:
         ArtifactError: a record is not JSON or lacks its ``start``.
     """
-    records = {}
+    records: dict[str, StageTime] = {}
     folder = layout.stage_times
     for path in sorted(folder.glob("*.json")) if folder.is_dir() else []:
-        record = read_json(path)
-        if not isinstance(record, dict) or not isinstance(record.get("start"), int | float):
-            raise ArtifactError(
-                f"{path}: expected a stage time record with a numeric 'start' "
-                "(written by vmapcheck.pipeline.stage.run_stage)"
-            )
-        records[path.stem] = record
+        records[path.stem] = read_stage_time(path)
     return dict(sorted(records.items(), key=lambda item: item[1]["start"]))
 
 
@@ -286,7 +296,7 @@ def _run_stage_body(name: str, body: StageBody, root: Path | None, compile_cache
     timed = False
     code: int | None = None
     error: str | None = None
-    params: dict[str, Any] | None = None
+    params: StageParams | None = None
     model_name: str | None = None
     try:
         member = launched()  # its variables refused here, by name, as a config's are
@@ -303,7 +313,7 @@ def _run_stage_body(name: str, body: StageBody, root: Path | None, compile_cache
         previous = layout.stage_time(name)
         if previous.is_file() and recorded:
             with contextlib.suppress(ArtifactError):
-                killed = killed_stage(read_json(previous))
+                killed = killed_stage(read_stage_time(previous))
                 if killed is not None:
                     print(f"{name}: note: its previous run: {killed}", file=sys.stderr)
         if recorded:

@@ -42,12 +42,13 @@ from vmapcheck.pipeline.stage import (
     leaf_digests,
     read_stage_times,
     settings_changed,
+    stage_params,
     text_sha256,
 )
 from vmapcheck.provenance import git_state
 from vmapcheck.report.html import render_report
 from vmapcheck.report.summary import verdict_line
-from vmapcheck.running import dvc_run_began
+from vmapcheck.running import StageTime, dvc_run_began
 from vmapcheck.tracking.attempts import mark_failed, pipeline_key, settle_earlier_attempts
 from vmapcheck.tracking.baselines import resolve_baseline, run_of_timing
 from vmapcheck.tracking.log import (
@@ -83,14 +84,14 @@ from vmapcheck.tracking.store import (
 from vmapcheck.tracking.uri import shown
 
 if TYPE_CHECKING:
-    from vmapcheck.bench.verdict.records import PerfVerdict
+    from vmapcheck.bench.verdict.records import PerfOutcome
 
 # The verdict of a run whose bench DVC skipped: its timing was judged when it was made.
 NOT_RERUN = "bench not rerun"
 
 
 def bench_not_rerun(
-    stages: dict[str, dict[str, Any]],
+    stages: dict[str, StageTime],
     dvc_began: float | None = None,
     timing_run: str | None = None,
 ) -> str | None:
@@ -133,8 +134,8 @@ def judge_performance(
     layout: Layout,
     bench: BenchDetails,
     exclude: str | None = None,
-    stages: dict[str, dict[str, Any]] | None = None,
-) -> dict[str, Any]:
+    stages: dict[str, StageTime] | None = None,
+) -> PerfOutcome:
     """This run's benchmark (``bench``: its bench_details.json, parsed) against
     bench.regression.baseline (None: not compared). ``stages``: the stage time records;
     a run whose bench did not run now gets no verdict (:func:`bench_not_rerun`).
@@ -152,7 +153,8 @@ def judge_performance(
             layout.bench_details,
             float((stages or {})["bench"]["start"]),
         )
-        stale = bench_not_rerun(stages or {}, dvc_run_began(), timing_run=logged)
+        # The same finding, now naming the run that logged the timing.
+        stale = bench_not_rerun(stages or {}, dvc_run_began(), timing_run=logged) or stale
         print(f"track: {stale}")
         return {"verdict": NOT_RERUN, "why": stale}
     spec = config.bench.regression.baseline
@@ -215,7 +217,7 @@ ONE_AT_A_TIME = (
 )
 
 
-def refuse_changed_settings(layout: Layout, stages: dict[str, dict[str, Any]]) -> None:
+def refuse_changed_settings(layout: Layout, stages: dict[str, StageTime]) -> None:
     """Refuse to log a run whose stages did not all run with the params.yaml track read
     (:func:`vmapcheck.pipeline.stage.settings_changed`; the stages the ``dvc`` process
     running track ran, :func:`vmapcheck.running.dvc_run_began`), or whose
@@ -244,7 +246,8 @@ def refuse_changed_settings(layout: Layout, stages: dict[str, dict[str, Any]]) -
             "workspace rewrote it? Nothing is logged or registered; " + ONE_AT_A_TIME
         )
     refuse_stale_outputs(layout, stages, skip=set(changed))
-    mine = ((stages.get(LAST_STAGE) or {}).get("params") or {}).get("file_sha256")
+    own = stage_params(stages, LAST_STAGE)
+    mine = own.get("file_sha256") if own else None
     if mine is not None:
         text, _ = read_params(layout.params_yaml)
         if text_sha256(text) != mine:
@@ -261,14 +264,15 @@ def _same(recorded: Any, now: str | None) -> bool:
     return recorded.startswith(now) or now.startswith(recorded)
 
 
-def stale_outputs(layout: Layout, stages: dict[str, dict[str, Any]]) -> dict[str, list[str]]:
+def stale_outputs(layout: Layout, stages: dict[str, StageTime]) -> dict[str, list[str]]:
     """Per stage, the leaves of its own params keys (``train.steps``) whose values in
     params.yaml now differ from those it ran with (its time record, a DVC output that
     travels with the stage's other outputs): the outputs in the workspace were not made
     with the settings params.yaml, and so dvc.lock, say. Empty when all agree; a record
     without leaves (written before stages kept them) is compared by key."""
     _, raw = read_params(layout.params_yaml)
-    now_keys = ((stages.get(LAST_STAGE) or {}).get("params") or {}).get("sha256") or {}
+    own = stage_params(stages, LAST_STAGE)
+    now_keys = (own.get("sha256") if own else None) or {}
     # Only the stages dvc.yaml has now: a record left by a stage since removed or renamed
     # made no output this run uses.
     current = declared_params(layout)
@@ -289,7 +293,7 @@ def stale_outputs(layout: Layout, stages: dict[str, dict[str, Any]]) -> dict[str
 
 
 def refuse_stale_outputs(
-    layout: Layout, stages: dict[str, dict[str, Any]], skip: set[str] | None = None
+    layout: Layout, stages: dict[str, StageTime], skip: set[str] | None = None
 ) -> None:
     """Refuse to log or register a run whose stages' outputs were made with other values
     than params.yaml holds (:func:`stale_outputs`), e.g. params.yaml edited while train
@@ -411,6 +415,7 @@ def track(config: Config, layout: Layout) -> int:
     # Again just before logging: params.yaml is logged as it is on disk now.
     refuse_changed_settings(layout, read_stage_times(layout))
     if earlier is None:
+        assert frozen is not None and freezing is not None  # started above for this case
         requirements = frozen.result()
         freezing.shutdown()
         info = create_run(
@@ -437,7 +442,7 @@ class RunReports:
     bench: BenchDetails
     train: dict[str, Any]  # reports/train.json
     contract: dict[str, Any]  # data/contract.json: the model's input and output contract
-    perf: PerfVerdict  # the timing verdict (reports/perf_verdict.json)
+    perf: PerfOutcome  # the timing verdict (reports/perf_verdict.json)
     git: dict[str, str]  # commit and dirty state (vmapcheck.provenance.git_state)
 
 
@@ -533,8 +538,8 @@ def complete_run(
     layout: Layout,
     info: dict[str, Any],
     check: CheckDetails,
-    perf: PerfVerdict,
-    stages: dict[str, dict[str, Any]],
+    perf: PerfOutcome,
+    stages: dict[str, StageTime],
 ) -> None:
     """The run's last writes (verdict, diagnosis, registry, timeline), then mark it
     complete and move alias `verified` if the registry made a version. ``info`` gains

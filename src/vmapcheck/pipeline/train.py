@@ -9,6 +9,7 @@ digest go into the manifest). Either way the params artifact gets a manifest (sh
 contract, key stream, config digest) and the model's contract beside it.
 """
 
+from collections.abc import Mapping
 from dataclasses import replace
 from itertools import combinations
 from typing import Any
@@ -85,7 +86,9 @@ def run(config: Config, layout: Layout) -> None:
             f"({layout.prepared}, data.n_targets or data.targets) to have as many columns, "
             f"found {targets.shape[1]}"
         )
-    if config.train.params_file is not None:
+    # The config holds both or neither (TrainConfig's validator).
+    source: Mapping[str, Any]
+    if config.train.params_file is not None and config.train.params_sha256 is not None:
         template = jax.eval_shape(model.init, jax.random.key(0))
         params = read_params_file(
             layout.root / config.train.params_file, template, config.train.params_sha256
@@ -99,10 +102,10 @@ def run(config: Config, layout: Layout) -> None:
             "params_sha256": config.train.params_sha256,
         }
     elif config.train.params_source is not None:
-        params, _, contract, registered = load_registered_params(
+        params, _, registered_contract, registered = load_registered_params(
             model, config.train.params_source, resolve_tracking_uri(config.tracking, layout.root)
         )
-        check_features(features, contract, config.train.params_source)
+        check_features(features, registered_contract, config.train.params_source)
         print(
             f"train: {config.train.params_source} is version {registered.version} (run "
             f"{registered.run_id}, sha256 {registered.params_sha256}): verified, evaluated"
@@ -155,7 +158,8 @@ def _init(model: Any, key: jax.Array, seed: int) -> Any:
     except KeyReuseError as exc:
         pair = _leaves_sharing_a_key(model, seed)
         if pair:
-            # Read by run_stage (JAX adds notes of its own to this exception).
+            # Read by run_stage (JAX adds notes of its own to this exception); JAX's
+            # KeyReuseError declares no such attribute, hence the ignore.
             exc.shared_by = (  # type: ignore[attr-defined]
                 f"model {model.name!r}: init draws params leaf {pair[1]} with the key already "
                 f"used for leaf {pair[0]}"

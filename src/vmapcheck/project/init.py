@@ -295,7 +295,8 @@ def plan(
             model.config,
         )
     sized = sized_to_table(model, data)
-    if sized is not None:
+    # sized is None where data.config is (a shipped data option): nothing to size.
+    if sized is not None and data.config is not None:
         features, targets = len(data.config["features"]), len(data.config["targets"])
         out.files[rel(layout.conf_option("model", model.name))] = _yaml_file(
             f"# The shipped {model.name!r} option, sized by `vmapcheck init` to your table:\n"

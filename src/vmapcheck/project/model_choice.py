@@ -83,6 +83,12 @@ def _import_factory(root: Path, target: str) -> tuple[Any, Any]:
 def _code_paths(root: Path, module: Any, target: str) -> tuple[str, ...]:
     """The top-level package (folder) or module file of ``module``, relative to ``root``."""
     top = importlib.import_module(module.__name__.split(".")[0])
+    if top.__file__ is None:
+        # A namespace package (no __init__.py): no one folder to record as the model's code.
+        raise ConfigError(
+            f"--model {target}: package {top.__name__!r} is a namespace package (no "
+            "__init__.py), expected a package or module file under the project"
+        )
     origin = Path(top.__file__).resolve()
     path = origin.parent if origin.name == "__init__.py" else origin
     try:

@@ -85,7 +85,8 @@ def _latency_table(bench: BenchDetails) -> dict[str, Any]:
     for path, stats in in_path_order(by_path):
         for label in by_batch(stats):
             s = stats[label]
-            f = figures.get(path, {}).get(label, {})
+            # A cell the bench did not time has no figures: every column reads empty.
+            f: Mapping[str, Any] = figures.get(path, {}).get(label, {})
             roofline = f.get("roofline")
             rows.append(
                 (

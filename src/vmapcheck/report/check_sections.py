@@ -347,7 +347,7 @@ def _rules_table(case: str, rules: Mapping[str, RuleRecord]) -> Any:
     )
 
 
-def scale_text(tolerance: dict[str, Any]) -> str:
+def scale_text(tolerance: Mapping[str, Any]) -> str:
     """What S is under the tolerance's ``scale`` (docs/checks.md, Tolerances)."""
     if tolerance.get("scale", "output") == "terms":
         return "max(S_terms, |a|, |b|), S_terms the magnitude of the terms each output sums"

@@ -39,7 +39,7 @@ from vmapcheck.report.headline import HEADLINE_SPEEDUPS, bench_headline, check_h
 
 if TYPE_CHECKING:
     from vmapcheck.bench.timing.records import BenchDetails
-    from vmapcheck.bench.verdict.records import PerfVerdict
+    from vmapcheck.bench.verdict.records import PerfOutcome
     from vmapcheck.check.schema import DiagnosisReport
 
 _ENV = Environment(
@@ -167,7 +167,7 @@ def _speedup_card(check: CheckDetails, bench: BenchDetails) -> dict[str, Any]:
     return _card("fs-speedups", f"vmap speed-ups at batch {speed['batch']} (p50)", "", lines)
 
 
-def _perf_card(perf: PerfVerdict | None) -> dict[str, Any]:
+def _perf_card(perf: PerfOutcome | None) -> dict[str, Any]:
     if perf is None:
         return _card("fs-perf", "Benchmark vs baseline", "not judged", [])
     lines = []
@@ -178,23 +178,24 @@ def _perf_card(perf: PerfVerdict | None) -> dict[str, Any]:
         lines.append(headline)
     if perf.get("why"):
         lines.append(str(perf["why"]))
-    regressions = perf.get("regressions") or []
-    if regressions:
-        shown = ", ".join(regressions[:_SHOWN_REGRESSIONS])
-        more = len(regressions) - _SHOWN_REGRESSIONS
-        more_text = f" and {more} more" if more > 0 else ""
-        lines.append(f"{len(regressions)} regression(s): {shown}{more_text}")
-    if perf.get("improvements"):
-        lines.append(f"{len(perf['improvements'])} improvement(s)")
-    source = (perf.get("baseline") or {}).get("source")
-    if source:
-        lines.append(f"baseline: {source}")
+    if "baseline" in perf:  # two runs judged (a NoVerdict has only its word and why)
+        regressions = perf.get("regressions") or []
+        if regressions:
+            shown = ", ".join(regressions[:_SHOWN_REGRESSIONS])
+            more = len(regressions) - _SHOWN_REGRESSIONS
+            more_text = f" and {more} more" if more > 0 else ""
+            lines.append(f"{len(regressions)} regression(s): {shown}{more_text}")
+        if perf.get("improvements"):
+            lines.append(f"{len(perf['improvements'])} improvement(s)")
+        source = (perf.get("baseline") or {}).get("source")
+        if source:
+            lines.append(f"baseline: {source}")
     status = {"no regression": "pass", "regression": "fail"}.get(perf["verdict"], "")
     return _card("fs-perf", "Benchmark vs baseline", perf["verdict"], lines, status)
 
 
 def first_screen(
-    check: CheckDetails, bench: BenchDetails, perf: PerfVerdict | None
+    check: CheckDetails, bench: BenchDetails, perf: PerfOutcome | None
 ) -> list[dict[str, Any]]:
     """The figures under the verdict, in reading order: ``[{"id", "title", "value",
     "lines", "status"}]`` (ids ``fs-worst``, ``fs-reference``, ``fs-float64``,
@@ -208,7 +209,7 @@ def render_report(
     train: dict[str, Any],
     contract: dict[str, Any] | None = None,
     *,
-    perf: PerfVerdict | None = None,
+    perf: PerfOutcome | None = None,
     git: dict[str, str] | None = None,
     run: dict[str, Any] | None = None,
     generated_at: datetime | None = None,

@@ -7,12 +7,16 @@ from __future__ import annotations
 
 import csv
 import io
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from vmapcheck.core.paths import PATHS, SPEEDUPS, series_colours
 from vmapcheck.io import atomic_path, atomic_write_text
 from vmapcheck.report.headline import batch_from_label
+
+if TYPE_CHECKING:
+    from vmapcheck.bench.timing.records import LatencyCell
 
 
 def colour(series: str) -> str:
@@ -21,12 +25,18 @@ def colour(series: str) -> str:
     return series_colours()[series]
 
 
-def _rows_by_batch(by_label: dict[str, Any]) -> list[tuple[int, Any]]:
+# A cell's value, whatever the table holds (a latency cell, a ratio).
+V = TypeVar("V")
+
+
+def _rows_by_batch(by_label: Mapping[str, V]) -> list[tuple[int, V]]:
     """``{"b128": v, ...}`` as ``[(128, v), ...]`` in batch order (labels padded or not)."""
     return sorted((batch_from_label(label), value) for label, value in by_label.items())
 
 
-def write_latency_csvs(folder: Path, latency: dict[str, dict[str, Any]]) -> list[Path]:
+def write_latency_csvs(
+    folder: Path, latency: Mapping[str, Mapping[str, LatencyCell]]
+) -> list[Path]:
     """``<folder>/<path>.csv`` with batch_size, p50_ms, p90_ms, p99_ms: one row per batch
     size the path was timed at. A batch size it was not timed at (the per-row loop is
     capped by ``bench.loop_max_batch``) has no row, so no plot draws it."""
@@ -90,7 +100,7 @@ def _png(fig: Any) -> bytes:
     return buffer.getvalue()
 
 
-def latency_figure(latency: dict[str, dict[str, Any]], title: str) -> Any:
+def latency_figure(latency: Mapping[str, Mapping[str, LatencyCell]], title: str) -> Any:
     """Log-log p50 latency vs batch size per path, with a p50-p90 band (a matplotlib Figure).
 
     ``latency``: path -> ``b<rows>`` -> {"p50", "p90", ...} in ms per call.
@@ -186,7 +196,7 @@ def speedup_figure(
     return fig
 
 
-def latency_png(latency: dict[str, dict[str, Any]], title: str) -> bytes:
+def latency_png(latency: Mapping[str, Mapping[str, LatencyCell]], title: str) -> bytes:
     """:func:`latency_figure` as PNG bytes (for embedding in the HTML report)."""
     return _png(latency_figure(latency, title))
 
@@ -200,7 +210,9 @@ def speedup_png(
     return _png(speedup_figure(speedup, title, intervals))
 
 
-def write_latency_png(target: Path, latency: dict[str, dict[str, Any]], title: str) -> None:
+def write_latency_png(
+    target: Path, latency: Mapping[str, Mapping[str, LatencyCell]], title: str
+) -> None:
     """:func:`latency_figure` written atomically as a PNG file."""
     data = latency_png(latency, title)
     with atomic_path(Path(target)) as tmp:

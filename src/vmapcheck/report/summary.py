@@ -53,7 +53,7 @@ def bench_budget_caveat(bench: BenchDetails | None) -> str | None:
     return budget_caveat(bench, measured=bool(bench_headline(bench)["speedups"]))
 
 
-def case_line(name: str, case: CaseReport, tolerance: dict[str, Any] | None = None) -> str:
+def case_line(name: str, case: CaseReport, tolerance: Mapping[str, Any] | None = None) -> str:
     """One regression case: its worst pair's bound ratio first (the fraction of its bound
     used: it decides; ``(atol decided)`` where the bound there is mostly atol, given the
     ``tolerance`` it was judged at), then max_rel and max_abs; the float64 oracle."""

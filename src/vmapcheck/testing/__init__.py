@@ -35,6 +35,7 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
+from pydantic_core import ErrorDetails
 
 from vmapcheck.config import PrecisionConfig, VerdictConfig, precision_names
 from vmapcheck.config import describe_errors as _describe
@@ -142,7 +143,9 @@ def precision_config(
     except ValidationError as exc:
         # The keys as params.yaml spells them (precision.tolerance.rtol), in the config
         # module's own wording.
-        errors = [{**e, "loc": (PRECISION_GROUP, *e["loc"])} for e in exc.errors()]
+        errors: list[ErrorDetails] = [
+            {**e, "loc": (PRECISION_GROUP, *e["loc"])} for e in exc.errors()
+        ]
         raise ConfigError(_describe(errors, source, {PRECISION_GROUP: raw})) from None
 
 
@@ -159,7 +162,7 @@ def verdict_config(fail_on: Iterable[str] | None) -> VerdictConfig:
     try:
         return VerdictConfig.model_validate({"fail_on": list(fail_on)})
     except ValidationError as exc:
-        errors = [{**e, "loc": ("verdict", *e["loc"])} for e in exc.errors()]
+        errors: list[ErrorDetails] = [{**e, "loc": ("verdict", *e["loc"])} for e in exc.errors()]
         raise ConfigError(_describe(errors, "fail_on")) from None
 
 

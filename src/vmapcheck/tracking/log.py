@@ -23,8 +23,9 @@ import datetime
 import getpass
 import re
 import time
+from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 
@@ -60,7 +61,9 @@ from vmapcheck.tracking.store import (
 
 if TYPE_CHECKING:
     from vmapcheck.bench.timing.records import BenchDetails
-    from vmapcheck.bench.verdict.records import PerfVerdict
+    from vmapcheck.bench.verdict.records import PerfOutcome, PerfVerdict
+    from vmapcheck.core.record import RuntimeRecord
+    from vmapcheck.running import StageTime
 
 MAX_BATCH = 1000  # MLflow's per-request limit for metrics (params: 100)
 # The config keys logged as params: the knobs runs are compared and searched by (the
@@ -135,7 +138,13 @@ def _worst(values: Any) -> float | None:
 
 # The latency statistics logged as metrics (the others, p90 and the median's CI among
 # them, are in the bench_details.json artifact and the HTML report).
-LATENCY_METRICS = ("p50", "p99")
+LATENCY_METRICS: tuple[Literal["p50", "p99"], ...] = ("p50", "p99")
+# A case's agreement figures logged as metrics (agree/<case>/<figure>), where measured.
+AGREEMENT_METRICS: tuple[Literal["max_abs", "max_rel", "bound_ratio"], ...] = (
+    "max_abs",
+    "max_rel",
+    "bound_ratio",
+)
 # The guard replay's figures logged as metrics (every one is in bench_details.json).
 REPLAY_METRICS = (
     "passed",
@@ -203,9 +212,10 @@ def collect_metrics(
     }
     for case, report in check["cases"].items():
         metrics[f"agree/{case}/passed"] = float(report["passed"])
-        for stat in ("max_abs", "max_rel", "bound_ratio"):
-            if report.get(stat) is not None:
-                metrics[f"agree/{case}/{stat}"] = float(report[stat])
+        for stat in AGREEMENT_METRICS:
+            value = report.get(stat)
+            if value is not None:
+                metrics[f"agree/{case}/{stat}"] = float(value)
         oracle = _worst(r["max_rel"] for r in report.get("oracle", {}).values())
         if oracle is not None:
             metrics[f"oracle/{case}/max_rel"] = oracle
@@ -229,9 +239,9 @@ def collect_metrics(
         metrics["reference/loss_abs_diff"] = max(losses)
     # Each batch path on the batch regrouped against itself on the batch as it is, the
     # worst over the paths and regroupings (vmapcheck.core.composition).
-    for case, by_path in check.get("composition", {}).items():
-        metrics[f"composition/{case}/passed"] = float(all(r["passed"] for r in by_path.values()))
-        worst = _worst(r[g]["max_abs"] for r in by_path.values() for g in REGROUPINGS)
+    for case, regrouped in check.get("composition", {}).items():
+        metrics[f"composition/{case}/passed"] = float(all(r["passed"] for r in regrouped.values()))
+        worst = _worst(r[g]["max_abs"] for r in regrouped.values() for g in REGROUPINGS)
         if worst is not None:
             metrics[f"composition/{case}/max_abs"] = worst
     metrics |= bitwise_metrics(check)
@@ -240,9 +250,10 @@ def collect_metrics(
     metrics["negative/cases"] = float(len(negative))
     for path, by_batch in bench["latency_ms"].items():
         for label, stats in by_batch.items():
-            for stat in LATENCY_METRICS:
-                if stats.get(stat) is not None:
-                    metrics[f"latency_ms/{path}/{padded_label(label)}/{stat}"] = float(stats[stat])
+            for figure in LATENCY_METRICS:
+                measured = stats.get(figure)
+                if measured is not None:
+                    metrics[f"latency_ms/{path}/{padded_label(label)}/{figure}"] = float(measured)
     if "peak" in bench:
         metrics["peak_gflops"] = float(bench["peak"]["gflops"])
     if "control" in bench:
@@ -266,7 +277,7 @@ def collect_metrics(
 
 def run_name(
     config: Config,
-    runtime: dict[str, Any],
+    runtime: RuntimeRecord,
     git: dict[str, str],
     exp_name: str | None = None,
     when: datetime.datetime | None = None,
@@ -287,7 +298,7 @@ def run_name(
     )
 
 
-def verdict_note(check: CheckDetails, bench: BenchDetails, perf: PerfVerdict | None = None) -> str:
+def verdict_note(check: CheckDetails, bench: BenchDetails, perf: PerfOutcome | None = None) -> str:
     """The run's description (tag ``mlflow.note.content``, Markdown): the verdict and the
     figures a reviewer reads first (vmapcheck.report.headline), the same as the HTML
     report's first screen."""
@@ -331,9 +342,9 @@ def verdict_note(check: CheckDetails, bench: BenchDetails, perf: PerfVerdict | N
         lines.append(f"- benchmark vs baseline: {verdict_headline(perf)}")
         if perf.get("why"):  # e.g. bench not rerun: where the timing came from
             lines.append(f"  ({perf['why']})")
-    shown = finding_lines(check, 5)
-    lines += [f"- {line}" for line in shown]
-    hidden = len(check.get("findings", check["failures"])) - len(shown)
+    findings_shown = finding_lines(check, 5)
+    lines += [f"- {line}" for line in findings_shown]
+    hidden = len(check.get("findings", check["failures"])) - len(findings_shown)
     if hidden > 0:
         lines.append(f"- ... {hidden} more finding(s) in check.json")
     lines += ["", "Every figure: the metrics below; the full report: artifact `report.html`."]
@@ -387,6 +398,7 @@ def run_tags(
     ``extra_tags`` and the tags naming this process (vmapcheck.tracking.store.owner_tags).
     """
     runtime = check["runtime"]
+    sharded = check.get("sharded")
     return {
         "verdict": "passed" if check["passed"] else "failed",
         # The kinds of the findings that failed it (batching, numerical, model, contract).
@@ -426,12 +438,12 @@ def run_tags(
         **{f"reference.{k}": str(v) for k, v in check["reference"].get("made_with", {}).items()},
         **(
             {  # the data-parallel path's mesh: sharded_jit is not vmap
-                "sharded.devices": str(check["sharded"]["devices"]),
+                "sharded.devices": str(sharded["devices"]),
                 "sharded.mesh_shape": ",".join(
-                    f"{axis}={size}" for axis, size in check["sharded"]["mesh_shape"].items()
+                    f"{axis}={size}" for axis, size in sharded["mesh_shape"].items()
                 ),
             }
-            if check.get("sharded")
+            if sharded
             else {}
         ),
         # Every mesh path's parallelism and mesh (none is vmap), where the run recorded them.
@@ -566,15 +578,16 @@ def perf_metrics(result: PerfVerdict) -> dict[str, float]:
     cell's ratio, ``perf/<path>/b<batch>/ratio`` (its interval and p-value are in the
     run's perf_verdict.json artifact and the HTML report)."""
     metrics: dict[str, float] = {"perf/regressions": float(len(result["regressions"]))}
-    if result.get("machine_slowdown") is not None:
-        metrics["perf/machine_slowdown"] = float(result["machine_slowdown"])
+    slowdown = result.get("machine_slowdown")
+    if slowdown is not None:
+        metrics["perf/machine_slowdown"] = float(slowdown)
     for path, by_batch in result["cells"].items():
         for label, cell in by_batch.items():
             metrics[f"perf/{path}/{padded_label(label)}/ratio"] = float(cell["ratio"])
     return {metric_name(k): v for k, v in metrics.items()}
 
 
-def log_perf_verdict(tracking_uri: str, run_id: str, result: PerfVerdict) -> None:
+def log_perf_verdict(tracking_uri: str, run_id: str, result: PerfOutcome) -> None:
     """Attach a benchmark verdict (vmapcheck.bench.verdict.regression.compare, or why
     there was none) to run ``run_id``: tags ``perf_verdict``/``perf_baseline`` and
     ``perf/...`` metrics."""
@@ -582,7 +595,8 @@ def log_perf_verdict(tracking_uri: str, run_id: str, result: PerfVerdict) -> Non
     from mlflow.tracking import MlflowClient
 
     client = MlflowClient(tracking_uri=tracking_uri)
-    baseline = result.get("baseline", {}).get("source") or result.get("why", "")
+    compared = result.get("baseline", {}).get("source") if "baseline" in result else None
+    baseline = compared or result.get("why", "")
     tags = [RunTag("perf_verdict", result["verdict"]), RunTag("perf_baseline", baseline[:5000])]
     now = int(time.time() * 1000)
     metrics = (
@@ -600,8 +614,8 @@ def log_diagnosis(tracking_uri: str, run_id: str, diagnosis: DiagnosisReport) ->
     from mlflow.entities import RunTag
     from mlflow.tracking import MlflowClient
 
-    first = diagnosis.get("first_divergence") or {}
-    tags = {"diagnosis.status": diagnosis["status"]}
+    first: Mapping[str, Any] = diagnosis.get("first_divergence") or {}
+    tags: dict[str, str] = {"diagnosis.status": diagnosis["status"]}
     for key in ("stage", "layer", "leaf"):
         if first.get(key):
             tags[f"diagnosis.{key}"] = str(first[key])
@@ -619,7 +633,7 @@ def log_diagnosis(tracking_uri: str, run_id: str, diagnosis: DiagnosisReport) ->
 RUN_GAP_S = 120.0
 
 
-def run_start(stages: dict[str, dict[str, Any]], now: float, gap_s: float = RUN_GAP_S) -> float:
+def run_start(stages: Mapping[str, StageTime], now: float, gap_s: float = RUN_GAP_S) -> float:
     """When this pipeline run started (seconds since the epoch), for the MLflow run's start
     time: the start of the first stage of the chain of stages that ran one after the other
     up to ``track`` (the stage time records, :func:`vmapcheck.pipeline.stage.
@@ -640,10 +654,10 @@ def run_start(stages: dict[str, dict[str, Any]], now: float, gap_s: float = RUN_
     return start
 
 
-def timeline(stages: dict[str, dict[str, Any]], now: float) -> dict[str, dict[str, Any]]:
+def timeline(stages: Mapping[str, StageTime], now: float) -> dict[str, StageTime]:
     """The stage time records (vmapcheck.pipeline.stage.read_stage_times), the one still
     running (``track`` itself: no ``end``) ended at ``now`` (seconds since the epoch)."""
-    out = {}
+    out: dict[str, StageTime] = {}
     for stage, record in stages.items():
         if record.get("end") is None:
             record = {**record, "end": now, "wall_s": round(now - record["start"], 3)}
@@ -651,18 +665,19 @@ def timeline(stages: dict[str, dict[str, Any]], now: float) -> dict[str, dict[st
     return out
 
 
-def timeline_metrics(stages: dict[str, dict[str, Any]]) -> dict[str, float]:
+def timeline_metrics(stages: Mapping[str, StageTime]) -> dict[str, float]:
     """``timeline/<stage>_s``: each stage's wall time in seconds (as last run: a stage
     that DVC restored from its cache keeps the time of the run that made its outputs)."""
+    walls = {stage: record.get("wall_s") for stage, record in stages.items()}
     return {
-        metric_name(f"timeline/{stage}_s"): float(record["wall_s"])
-        for stage, record in stages.items()
-        if record.get("wall_s") is not None
+        metric_name(f"timeline/{stage}_s"): float(wall)
+        for stage, wall in walls.items()
+        if wall is not None
     }
 
 
 def log_timeline(
-    tracking_uri: str, run_id: str, stages: dict[str, dict[str, Any]], now: float
+    tracking_uri: str, run_id: str, stages: Mapping[str, StageTime], now: float
 ) -> None:
     """Attach the pipeline's per-stage wall time to run ``run_id``: metrics
     ``timeline/<stage>_s`` and the artifact ``timeline.json`` (every stage's start, end,

@@ -46,6 +46,7 @@ from pathlib import Path
 from typing import Any
 
 from vmapcheck.config import Config, precision_dtype
+from vmapcheck.core.record import RuntimeRecord
 from vmapcheck.errors import ArtifactError
 from vmapcheck.io import read_json, sha256_file
 from vmapcheck.layout import CONTRACT_FILE, MANIFEST_FILE, PARAMS_FILE
@@ -362,7 +363,8 @@ def _versions_where(client: Any, name: str, keep: Callable[[Any], bool]) -> list
         client.get_registered_model(name)
     except MlflowException:
         return []
-    found, token = [], None
+    found: list[Any] = []
+    token: str | None = None
     while True:
         page = client.search_model_versions(f"name = '{name}'", page_token=token)
         found.extend(v for v in page if keep(v))
@@ -490,7 +492,7 @@ def _same_served_version(client: Any, name: str, identity: str) -> Any | None:
 def register_if_verified(
     config: Config,
     info: dict[str, Any],
-    runtime: dict[str, Any],
+    runtime: RuntimeRecord,
     params_dir: Path,
     move_alias: bool = True,
 ) -> dict[str, Any]:

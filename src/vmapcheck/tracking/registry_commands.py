@@ -277,7 +277,7 @@ def show(tracking_uri: str, name: str) -> str:
             lines.extend(f"  {dangling_alias_line(name, a, number)}" for a in sorted(aliases))
     for v in reversed(versions):
         names = sorted(held.get(str(v.version), []))
-        aliases = f" @{', @'.join(names)}" if names else ""
+        named = f" @{', @'.join(names)}" if names else ""
         state = " (rolled back from)" if TAG_ROLLED_BACK in v.tags else ""
         if TAG_OFF_TARGET in v.tags:
             state += " (off the deployment target" + (
@@ -289,7 +289,7 @@ def show(tracking_uri: str, name: str) -> str:
             state += (
                 f" (alias {VERIFIED} move pending: the next track makes it if its run is complete)"
             )
-        lines.append(f"  version {v.version}{aliases}{state}  source {v.source}")
+        lines.append(f"  version {v.version}{named}{state}  source {v.source}")
         untrusted = untrusted_because(client, v)
         if untrusted:
             lines.append(f"      not loaded: {untrusted}")

@@ -328,6 +328,7 @@ def install() -> None:
         # MLflow's parser takes a decoded dict as it is (``_decode_json_input``).
         return original(body, JSON_TYPE, model, input_schema)
 
+    # A mark on the function (a function object takes attributes; mypy knows none).
     invocations.vmapcheck_gate = True  # type: ignore[attr-defined]
     scoring_server.invocations = invocations
 

@@ -86,7 +86,7 @@ def _dataset_input(
 ) -> Any:
     """One MLflow ``DatasetInput``: name, our digest, the project-relative source path,
     schema and profile (computed by MLflow from dtypes and shapes), and input tags."""
-    import mlflow.data
+    from mlflow.data.numpy_dataset import from_numpy
     from mlflow.entities import DatasetInput, InputTag
     from mlflow.utils.mlflow_tags import MLFLOW_DATASET_CONTEXT
 
@@ -98,10 +98,11 @@ def _dataset_input(
         feature_arrays = {"features": features}
     arrays = {**feature_arrays, **({"targets": targets} if targets is not None else {})}
     sha256 = array_digest(arrays)
-    dataset = mlflow.data.from_numpy(
+    dataset = from_numpy(
         features,
         source=local_source(source),
-        targets=targets,
+        # mlflow annotates targets without None, its default (a dataset without targets).
+        targets=targets,  # type: ignore[arg-type]
         name=name,
         digest=sha256[:DIGEST_FIELD_CHARS],
     )

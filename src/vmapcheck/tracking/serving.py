@@ -67,6 +67,7 @@ with warnings.catch_warnings():
     # cannot validate): nothing of ours, and noise in every track and served model.
     warnings.filterwarnings("ignore", message=".*Any type hint is inferred as AnyType")
     import mlflow.pyfunc
+    from mlflow.pyfunc.model import PythonModel
 
 # The model's name within its run (MLflow 3 logged model ``name``).
 MODEL_NAME = "model"
@@ -154,7 +155,7 @@ def signature_of(contract: Mapping[str, Any], precision_dtype: str) -> Any:
     ``(-1, out_features)``. Float tensors are :func:`wire_dtype`; ids int32, masks bool.
     """
     from mlflow.models.signature import ModelSignature
-    from mlflow.types.schema import Schema, TensorSpec
+    from mlflow.types.schema import ColSpec, Schema, TensorSpec
 
     spec = input_spec(contract)
     wire = wire_dtype(precision_dtype)
@@ -163,10 +164,12 @@ def signature_of(contract: Mapping[str, Any], precision_dtype: str) -> Any:
         return wire if leaf.dtype == "float" else np.dtype(leaf.dtype)
 
     if spec.flat:
-        inputs = [TensorSpec(wire, (-1, spec.leaves[0].size))]
+        inputs: list[ColSpec | TensorSpec] = [TensorSpec(wire, (-1, spec.leaves[0].size))]
     else:
         inputs = [TensorSpec(dtype(leaf), (-1, *leaf.shape), leaf.name) for leaf in spec.leaves]
-    outputs = [TensorSpec(wire, (-1, int(contract["outputs"]["n_outputs"])))]
+    outputs: list[ColSpec | TensorSpec] = [
+        TensorSpec(wire, (-1, int(contract["outputs"]["n_outputs"])))
+    ]
     return ModelSignature(inputs=Schema(inputs), outputs=Schema(outputs))
 
 
@@ -197,8 +200,8 @@ def code_sources(model: ModelConfig) -> list[Path]:
         spec = importlib.util.find_spec(top)
         if spec is None or not (spec.submodule_search_locations or spec.origin):
             raise ArtifactError(
-                f"model.factory._target_={model.factory['_target_']!r}: package {top!r} not "
-                "found on sys.path; the served model must carry its code"
+                f"model.factory._target_={(model.factory or {}).get('_target_')!r}: package "
+                f"{top!r} not found on sys.path; the served model must carry its code"
             )
         if spec.submodule_search_locations:
             sources += [Path(p) for p in spec.submodule_search_locations]
@@ -395,7 +398,7 @@ def body_rule(contract: Mapping[str, Any], spec: InputSpec, max_batch: int) -> B
     return BodyRule(None, {leaf.name: leaf.size for leaf in spec.leaves}, max_batch)
 
 
-class VerifiedModel(mlflow.pyfunc.PythonModel):
+class VerifiedModel(PythonModel):
     """Verified params served through the guard (:class:`vmapcheck.guard.predictor.Guard`).
 
     Args:

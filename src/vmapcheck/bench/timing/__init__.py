@@ -18,7 +18,9 @@ JAX, as the summary and the track stage need, so it re-exports nothing):
   ``machine_record``);
 - ``progress``: the progress and ETA of long work (``Progress``, ``Phase``, ``Eta``);
 - ``records``: ``reports/bench_details.json`` typed (``BenchResult``, ``BenchDetails``,
-  ``read_bench_details``).
+  ``read_bench_details``, and its parts: ``LatencyCell``, ``CellFigures``, ``Peak``,
+  ``ControlFigures``, ``LaunchBound``, ``MachineRecord``, ``EarlyStopRecord``,
+  ``ReplayRecord``, ...).
 
 It imports nothing from :mod:`vmapcheck.bench.verdict`, which judges its records.
 """

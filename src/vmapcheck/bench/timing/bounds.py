@@ -16,6 +16,8 @@ from typing import Any
 
 import numpy as np
 
+from vmapcheck.bench.timing.records import LaunchBound, LaunchFit
+
 # What a launch-bound label means, wherever it is printed.
 LAUNCH_BOUND_MEANING = (
     "its time is dispatch and transfer, not compute: its ratios there say nothing about "
@@ -119,7 +121,7 @@ def fit_launch(
     p50_by_rows: Mapping[int, float],
     samples_by_rows: Mapping[int, Any] | None = None,
     seed: int = 0,
-) -> dict[str, Any] | None:
+) -> LaunchFit | None:
     """The launch-bound boundary of one path from a fit over its batch sizes, with its
     uncertainty (None with fewer than two sizes).
 
@@ -136,7 +138,7 @@ def fit_launch(
     rows = np.array(sorted(p50_by_rows), dtype=float)
     p50 = np.array([p50_by_rows[int(r)] for r in rows], dtype=float)
     fixed, per_row, boundary = _fit(rows, p50)
-    out: dict[str, Any] = {
+    out: LaunchFit = {
         "fixed_ms": fixed,
         "per_row_ms": per_row,
         "up_to_rows_fit": None if math.isinf(boundary) else boundary,
@@ -165,7 +167,7 @@ def fit_launch(
 def launch_bound(
     latency_ms: dict[str, dict[str, Any]],
     samples_ms: Mapping[str, Mapping[str, Any]] | None = None,
-) -> dict[str, dict[str, Any]]:
+) -> dict[str, LaunchBound]:
     """The paths whose time is flat in batch size: ``{path: {"from_rows", "up_to_rows",
     "p50_ms_from", "p50_ms_up_to", "rows_per_s", "fit"}}``, for each path whose fitted
     boundary (:func:`fit_launch`: the line through its p50s, not one pair of them, which
@@ -179,7 +181,7 @@ def launch_bound(
 
     ``latency_ms``: per path, per ``b<rows>`` label, :func:`latency_stats`;
     ``samples_ms``: the same cells' samples (None: the boundary without an interval)."""
-    out: dict[str, dict[str, Any]] = {}
+    out: dict[str, LaunchBound] = {}
     for path, by_batch in latency_ms.items():
         p50s = {int(label[1:]): float(stats_["p50"]) for label, stats_ in by_batch.items()}
         cell_samples = (samples_ms or {}).get(path)
@@ -212,7 +214,7 @@ def launch_bound(
     return out
 
 
-def _fit_text(fit: Mapping[str, Any]) -> str:
+def _fit_text(fit: LaunchFit) -> str:
     """``fit: flat to about 5,237 rows, 95% interval 3,900-7,000``; ``fit: no growth
     over the sizes timed``; the interval's top ``beyond the sizes timed`` where some
     bootstrap fits saw no growth."""
@@ -220,14 +222,15 @@ def _fit_text(fit: Mapping[str, Any]) -> str:
     if boundary is None:
         return "fit: no growth over the sizes timed"
     text = f"fit: flat to about {boundary:,.0f} rows"
-    if fit.get("interval"):
-        low, high = fit["interval"]
+    interval = fit.get("interval")
+    if interval:
+        low, high = interval
         top = "beyond the sizes timed" if high is None else f"{high:,.0f}"
         text += f", {LAUNCH_COVERAGE:.0%} interval {low:,.0f}-{top}"
     return text
 
 
-def launch_bound_text(entry: dict[str, Any]) -> str:
+def launch_bound_text(entry: LaunchBound) -> str:
     """``up to 4096 rows (fit: flat to about 5,237 rows, 95% interval 3,900-7,000; p50
     0.51 ms at 1 row, 0.55 ms at 4096; 7.4e+06 rows/s)``: the largest timed batch within
     the fitted boundary (:func:`fit_launch`), the boundary with its interval (a record
@@ -241,13 +244,13 @@ def launch_bound_text(entry: dict[str, Any]) -> str:
     )
 
 
-def launch_bound_at(launch: dict[str, dict[str, Any]], path: str, rows: int) -> bool:
+def launch_bound_at(launch: Mapping[str, LaunchBound], path: str, rows: int) -> bool:
     """Whether ``path`` is launch-bound at ``rows`` (:func:`launch_bound`'s result)."""
     entry = launch.get(path)
     return entry is not None and entry["from_rows"] <= rows <= entry["up_to_rows"]
 
 
-def ratio_launch_bound(launch: dict[str, dict[str, Any]], speedup: str, rows: int) -> bool:
+def ratio_launch_bound(launch: Mapping[str, LaunchBound], speedup: str, rows: int) -> bool:
     """Whether both paths of the same-run ratio ``speedup`` (a
     :data:`vmapcheck.core.paths.SPEEDUPS` name) are launch-bound at ``rows``: the ratio
     then compares two fixed costs, not two computations."""

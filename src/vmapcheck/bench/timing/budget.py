@@ -20,12 +20,17 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Hashable, Iterable, Mapping
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 
+from vmapcheck.bench.timing.records import BudgetClockRecord
 from vmapcheck.config import BENCH_ROUNDS, BenchConfig, EarlyStopConfig
 from vmapcheck.core.paths import ForwardPath
+
+# A cell's key, whatever the caller times (a (path, label) pair, a worker's cell name):
+# the maps in and out share it.
+K = TypeVar("K", bound=Hashable)
 
 # Why a cell's timing ended (bench_details.json's ``early_stop``): it reached its interval
 # target, the time budget stopped it, or it took every round.
@@ -119,7 +124,7 @@ class BudgetClock:
         wall = self.wall_s()
         return min(self.spent() / wall, 1.0) if wall > 0 else 1.0
 
-    def record(self) -> dict[str, Any]:
+    def record(self) -> BudgetClockRecord:
         """``{"counts", "spent_s", "wall_s", "cpu_s"}`` now, read once (bench_details.json's
         ``early_stop.budget_clock``): what the budget was counted in and spent, beside the
         wall and CPU seconds it was read from."""
@@ -166,7 +171,7 @@ def budget_clock_line(record: Mapping[str, Any], budget_s: float | None) -> str:
     )
 
 
-def stopped_line(stopped: Mapping[Hashable, str], cells: int) -> str:
+def stopped_line(stopped: Mapping[K, str], cells: int) -> str:
     """The bench's line on the cells whose timing ended before every round, as a
     sentence: ``11 of 11 cells stopped early by the time budget
     (bench.early_stop.time_budget_s: raise it to time every round)``; with two
@@ -252,14 +257,14 @@ def median_interval(values: np.ndarray, confidence: float) -> tuple[float, float
 
 
 def early_stops(
-    round_medians: dict[Hashable, list[float]],
-    round_cost_s: dict[Hashable, float],
+    round_medians: dict[K, list[float]],
+    round_cost_s: dict[K, float],
     rounds_done: int,
     rounds_total: int,
     elapsed_s: float,
     config: EarlyStopConfig,
     confidence: float,
-) -> dict[Hashable, str]:
+) -> dict[K, str]:
     """Which of the cells still being timed stop now, at the boundary after round
     ``rounds_done`` (1-based) of ``rounds_total``, and why (:data:`STOP_CI`,
     :data:`STOP_BUDGET`).
@@ -278,7 +283,7 @@ def early_stops(
     """
     if rounds_done < config.min_rounds or rounds_done >= rounds_total:
         return {}
-    stops: dict[Hashable, str] = {}
+    stops: dict[K, str] = {}
     for cell, medians in round_medians.items():
         low, high = median_interval(np.asarray(medians), confidence)
         center = float(np.median(medians))
@@ -297,13 +302,13 @@ def early_stops(
 
 
 def samples_per_round(
-    sample_s: dict[Hashable, float],
+    sample_s: dict[K, float],
     round_size: int,
     rounds: int,
     budget_s: float | None,
-    keep: Iterable[Hashable] = (),
+    keep: Iterable[K] = (),
     least: int = 1,
-) -> dict[Hashable, int]:
+) -> dict[K, int]:
     """How many samples of each cell every round takes (``least`` to ``round_size``) so that
     the planned timing, ``rounds`` rounds of each cell's quota at its ``sample_s``
     seconds a sample, fits ``budget_s`` (None: every cell takes whole rounds).

@@ -21,6 +21,7 @@ import jax
 import numpy as np
 
 from vmapcheck.bench.timing.bounds import PLATEAU_REACHED
+from vmapcheck.bench.timing.records import ControlFigures, Peak, SweepPoint
 
 
 def matmul_call(dtype: Any, size: int) -> Callable[[], Any]:
@@ -30,7 +31,7 @@ def matmul_call(dtype: Any, size: int) -> Callable[[], Any]:
     return lambda: compiled(a, a)
 
 
-def control_figures(size: int, samples_s: np.ndarray) -> dict[str, Any]:
+def control_figures(size: int, samples_s: np.ndarray) -> ControlFigures:
     """The control matmul's figures from its samples (seconds): its size, p50 (ms),
     GFLOP/s at p50 and every sample (ms), which the verdict compares round by round."""
     p50 = float(np.median(samples_s))
@@ -82,7 +83,7 @@ def peak_sweep(
     budget_s: float | None = None,
     spent: Callable[[], float] | None = None,
     calls: dict[int, Callable[[], Any]] | None = None,
-) -> dict[str, Any]:
+) -> Peak:
     """The device's matmul peak in the run's dtype and matmul precision (JAX's default
     matmul precision, as :func:`vmapcheck.core.runtime.configure_jax` set it): square
     products of ``start_size`` (``bench.peak_matmul_size``), doubled while the throughput
@@ -108,7 +109,7 @@ def peak_sweep(
 
     calls = {} if calls is None else calls
     began = spent()
-    sweep: list[dict[str, float]] = []
+    sweep: list[SweepPoint] = []
     size, stopped = start_size, f"size cap {PEAK_MAX_SIZE}"
     while size <= PEAK_MAX_SIZE:
         try:
@@ -150,7 +151,7 @@ def peak_sweep(
     }
 
 
-def best_size(results: list[dict[str, Any]]) -> int:
+def best_size(results: list[Peak]) -> int:
     """The product size of the best of ``results`` (:func:`peak_sweep` records)."""
     return int(max(results, key=lambda sweep: sweep["gflops"])["size"])
 
@@ -167,7 +168,7 @@ def best_peak(
     sweeps: int = PEAK_SWEEPS,
     load: Callable[[], float] = _load_1m,
     cores: int | None = None,
-) -> dict[str, Any]:
+) -> Peak:
     """The device's matmul peak as the best of up to ``sweeps`` :func:`peak_sweep` runs
     within ``budget_s`` seconds of ``spent`` (the first sweep always runs; None: every
     sweep), each reusing the products the first compiled; a later sweep starts at half
@@ -187,9 +188,10 @@ def best_peak(
         def spent() -> float:
             return time.perf_counter() - wall0
 
-    began, calls = spent(), {}
+    began = spent()
+    calls: dict[int, Callable[[], Any]] = {}
     loads = [load()]
-    results: list[dict[str, Any]] = []
+    results: list[Peak] = []
     while len(results) < sweeps:
         left = None if budget_s is None else budget_s - (spent() - began)
         if results and left is not None and left <= 0:

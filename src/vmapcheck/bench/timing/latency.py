@@ -8,15 +8,16 @@ Samples are per-call latencies of one cell, 1-D (n,), seconds for
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 from scipy import stats
 
+from vmapcheck.bench.timing.records import LatencyCell
 from vmapcheck.core.paths import SPEEDUPS
 
 
-def latency_stats(samples_s: np.ndarray, rows: int, confidence: float = 0.95) -> dict[str, float]:
+def latency_stats(samples_s: np.ndarray, rows: int, confidence: float = 0.95) -> LatencyCell:
     """Distribution of per-call latency (samples in seconds) in milliseconds.
 
     ``samples_s``: one latency a call, 1-d; ``rows``: the batch size of each call (the
@@ -52,8 +53,8 @@ def latency_stats(samples_s: np.ndarray, rows: int, confidence: float = 0.95) ->
         "p99": float(p99),
         "mean": float(ms.mean()),
         "std": float(ms.std(ddof=1)) if ms.size > 1 else 0.0,
-        "min": float(ms.min()),
-        "max": float(ms.max()),
+        "min": float(np.min(ms)),
+        "max": float(np.max(ms)),
         "n": int(ms.size),
         "median_ci_low": low,
         "median_ci_high": high,
@@ -61,7 +62,7 @@ def latency_stats(samples_s: np.ndarray, rows: int, confidence: float = 0.95) ->
     }
 
 
-def speedups(latency: dict[str, dict[str, Any]]) -> dict[str, dict[str, float]]:
+def speedups(latency: Mapping[str, Mapping[str, LatencyCell]]) -> dict[str, dict[str, float]]:
     """Ratios of p50 latencies measured in the same run (robust to a slow machine), one
     per :data:`vmapcheck.core.paths.SPEEDUPS` entry and batch size both paths ran at:
     ``vmap_over_loop`` (how many times faster vmap is than the loop, jit vs jit) and
@@ -80,16 +81,19 @@ def speedups(latency: dict[str, dict[str, Any]]) -> dict[str, dict[str, float]]:
 
 
 def ratio_interval(
-    slower_ms: np.ndarray, faster_ms: np.ndarray, confidence: float, seed: int = 0
+    slower_ms: np.ndarray | Sequence[float],
+    faster_ms: np.ndarray | Sequence[float],
+    confidence: float,
+    seed: int = 0,
 ) -> tuple[float, float]:
     """A bootstrap confidence interval (percentile, 999 resamples) of ``median(slower) /
     median(faster)``, the two samples resampled independently."""
-    slower_ms, faster_ms = np.asarray(slower_ms, float), np.asarray(faster_ms, float)
-    if np.ptp(slower_ms) == 0 and np.ptp(faster_ms) == 0:  # nothing to resample
-        ratio = float(np.median(slower_ms) / np.median(faster_ms))
+    slower, faster = np.asarray(slower_ms, float), np.asarray(faster_ms, float)
+    if np.ptp(slower) == 0 and np.ptp(faster) == 0:  # nothing to resample
+        ratio = float(np.median(slower) / np.median(faster))
         return ratio, ratio
     result = stats.bootstrap(
-        (np.asarray(slower_ms), np.asarray(faster_ms)),
+        (slower, faster),
         lambda a, b, axis=-1: np.median(a, axis=axis) / np.median(b, axis=axis),
         paired=False,
         vectorized=True,

@@ -14,9 +14,18 @@ import os
 import platform
 import threading
 import time
+from collections.abc import Mapping
 from typing import Any
 
 import psutil
+
+from vmapcheck.bench.timing.records import (
+    Conditions,
+    JaxSettings,
+    MachineRecord,
+    Sampled,
+    Spread,
+)
 
 
 def cpu_model() -> str:
@@ -30,7 +39,7 @@ def cpu_model() -> str:
     return platform.processor() or "unknown"
 
 
-def conditions() -> dict[str, Any]:
+def conditions() -> Conditions:
     """CPU model, cores, load averages, memory and threading settings, right now; the
     device's kind, count, memory and runtime versions."""
     memory = psutil.virtual_memory()
@@ -50,7 +59,7 @@ def conditions() -> dict[str, Any]:
     }
 
 
-def _jax_settings() -> dict[str, Any]:
+def _jax_settings() -> JaxSettings:
     """The JAX settings that change numbers or speed (after the backend is chosen), and
     the device's memory and runtime versions (as RuntimeInfo records them)."""
     import jax
@@ -97,7 +106,7 @@ def cpu_mhz() -> float | None:
     return float(freq.current) if freq is not None and freq.current else None
 
 
-def _spread(values: list[float]) -> dict[str, float] | None:
+def _spread(values: list[float]) -> Spread | None:
     finite = [v for v in values if v is not None and math.isfinite(v)]
     if not finite:
         return None
@@ -150,7 +159,7 @@ class ConditionsSampler:
     def __exit__(self, *exc: object) -> None:
         self.stop()
 
-    def summary(self) -> dict[str, Any]:
+    def summary(self) -> Sampled:
         """``{"covers", "span_s", "samples", "interval_s", "load_avg_1m": {"min", "max",
         "mean"}, "cpu_mhz": {...} | None}`` over the readings so far (a sampler still
         running: up to now)."""
@@ -165,16 +174,15 @@ class ConditionsSampler:
         }
 
 
-def machine_record(
-    before: dict[str, Any], after: dict[str, Any], during: dict[str, Any] | None
-) -> dict[str, Any]:
+def machine_record(before: Conditions, after: Conditions, during: Sampled | None) -> MachineRecord:
     """bench_details.json's ``machine``: the conditions ``before`` and ``after``
     (:func:`conditions`), the samples ``during`` (:meth:`ConditionsSampler.summary`; None:
     not sampled) and ``noisy``: the highest 1-minute load seen, before, during or after,
     above the usable cores."""
     loads = [before["load_avg_1m"], after["load_avg_1m"]]
-    if during and during.get("load_avg_1m"):
-        loads.append(during["load_avg_1m"]["max"])
+    sampled = during.get("load_avg_1m") if during else None
+    if sampled:
+        loads.append(sampled["max"])
     return {
         "before": before,
         "after": after,
@@ -183,12 +191,13 @@ def machine_record(
     }
 
 
-def conditions_line(machine: dict[str, Any]) -> str:
+def conditions_line(machine: MachineRecord) -> str:
     """The conditions of a bench in one line (bench_details.json's ``machine``):
     ``load 2.1-6.3 (1-minute average, 45 samples over 44 s: compile, warm-up, timing,
     peak sweep, replays) on 2 usable cores; CPU 2600-2600 MHz; noisy``."""
     before = machine["before"]
-    during = machine.get("during") or {}
+    # A record from before the sampling has no readings (None, or no key at all).
+    during: Mapping[str, Any] = machine.get("during") or {}
     load = during.get("load_avg_1m")
     if load:
         text = (

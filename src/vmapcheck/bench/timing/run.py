@@ -53,17 +53,19 @@ Method, for every path and batch size:
 
 from __future__ import annotations
 
+import functools
 import math
 import time
 from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import jax
 import numpy as np
 from jax.sharding import Mesh
 
+from vmapcheck.bench.timing import records
 from vmapcheck.bench.timing.bounds import launch_bound, roofline_share
 from vmapcheck.bench.timing.budget import (
     BUDGET_SETTING,
@@ -81,7 +83,6 @@ from vmapcheck.bench.timing.control import best_peak, control_figures, matmul_ca
 from vmapcheck.bench.timing.latency import latency_stats, speedup_intervals, speedups
 from vmapcheck.bench.timing.machine import ConditionsSampler, conditions, machine_record
 from vmapcheck.bench.timing.progress import Eta, Progress, silent
-from vmapcheck.bench.timing.records import BenchResult
 from vmapcheck.bench.timing.sampling import (
     bench_input,
     no_compiles,
@@ -117,7 +118,7 @@ LIMITS = (
 )
 
 
-def _cost(compiled: Any) -> dict[str, float]:
+def _cost(compiled: Any) -> records.CompileFigures:
     analysis = compiled.cost_analysis()
     if isinstance(analysis, list):  # older jaxlibs return one dict per program
         analysis = analysis[0] if analysis else {}
@@ -129,7 +130,9 @@ def _cost(compiled: Any) -> dict[str, float]:
     }
 
 
-def _spread_cost(cost: dict[str, float], compiled: Compiled, rows: int) -> dict[str, float]:
+def _spread_cost(
+    cost: records.CompileFigures, compiled: Compiled, rows: int
+) -> records.CompileFigures:
     """XLA analyses the per-device SPMD program: scale flops and bytes to the whole mesh
     (padded rows included) so gflops compares with the single-device paths."""
     return {
@@ -178,7 +181,7 @@ class _Compiler:
     least: int
     progress: Progress
     # Cell -> its compile_ms and XLA's cost analysis ({} for an eager cell).
-    figures: dict[Cell, dict[str, float]] = field(default_factory=dict)
+    figures: dict[Cell, records.CompileFigures] = field(default_factory=dict)
     # Cell -> seconds of its first call, made here so that the budget governs it.
     first_calls: dict[Cell, float] = field(default_factory=dict)
     # What each path whose cost grows with its rows (a bench_cap path) cost at the last
@@ -268,7 +271,8 @@ class _Compiler:
             compile_charged = 0.0
             if path.jit:
                 start, mark = time.perf_counter(), self.clock.mark()
-                cost = _cost(compiled.fn.lower(*args).compile())
+                # A jit path's fn is jax.jit's wrapper (core.paths types it as any forward).
+                cost = _cost(cast(jax.stages.Wrapped, compiled.fn).lower(*args).compile())
                 self.figures[cell] = {
                     "compile_ms": (time.perf_counter() - start) * 1e3,
                     **(_spread_cost(cost, compiled, rows) if path.distributed else cost),
@@ -313,7 +317,7 @@ class _Compiler:
             self.progress.note(f"{what} {name} at {rows} rows took {seconds:.1f} s")
         # Timed through the (jitted) function, as users call it: its C++ dispatch path
         # is faster than calling the AOT-compiled object from Python.
-        return lambda f=compiled.fn, a=args: f(*a)
+        return functools.partial(compiled.fn, *args)
 
 
 @dataclass
@@ -440,23 +444,23 @@ def _time_rounds(
 
 def _cell_results(
     names: list[str],
-    figures: dict[Cell, dict[str, float]],
+    figures: dict[Cell, records.CompileFigures],
     first: dict[Cell, float],
     inner: dict[Cell, int],
     timed: _Rounds,
     peak_gflops: float,
     config: BenchConfig,
-) -> dict[str, dict[str, dict[str, Any]]]:
+) -> records.CellResults:
     """Each timed cell's figures, by kind ("figures", "latency", "samples",
     "round_sizes", "stopping"), each path -> "b<rows>" -> value, for the paths
     ``names``: its latency distribution over the whole rounds it kept, its samples (ms),
     how its timing ended, and its compile, first call, flops and share of the
     ``peak_gflops``."""
-    per_path: dict[str, dict[str, Any]] = {name: {} for name in names}
-    latency: dict[str, dict[str, Any]] = {name: {} for name in names}
+    per_path: dict[str, dict[str, records.CellFigures]] = {name: {} for name in names}
+    latency: dict[str, dict[str, records.LatencyCell]] = {name: {} for name in names}
     samples: dict[str, dict[str, list[float]]] = {name: {} for name in names}
     round_sizes: dict[str, dict[str, list[int]]] = {name: {} for name in names}
-    stopping: dict[str, dict[str, dict[str, Any]]] = {name: {} for name in names}
+    stopping: dict[str, dict[str, records.CellStop]] = {name: {} for name in names}
     secs, rounds, quota = timed.secs, timed.rounds, timed.quota
     for cell in figures:
         name, label = cell
@@ -485,8 +489,9 @@ def _cell_results(
         jit_twin = twin(PATHS[name])
         twin_figures = figures.get((jit_twin.name, label), {}) if jit_twin else {}
         flops = figures[cell].get("flops", twin_figures.get("flops", float("nan")))
-        if PATHS[name].flops_as is not None:
-            flops = figures.get((PATHS[name].flops_as, label), {}).get("flops", float("nan"))
+        flops_as = PATHS[name].flops_as
+        if flops_as is not None:
+            flops = figures.get((flops_as, label), {}).get("flops", float("nan"))
         gflops = flops / (stats_["p50"] / 1e3) / 1e9
         per_path[name][label] = {
             **figures[cell],
@@ -566,7 +571,7 @@ def _warm_groups(
 
 def _measure_peak(
     dtype: Any, start_size: int, budget: float | None, clock: BudgetClock, progress: Progress
-) -> dict[str, Any]:
+) -> records.Peak:
     """The device's peak (:func:`best_peak`: the best of short sweeps), in the run's
     dtype and matmul precision, at sizes that fill it; :func:`peak_budget` of the bench's
     ``budget`` at most, in the ``clock``'s seconds (the first sweep always runs)."""
@@ -590,7 +595,7 @@ def run_bench(
     progress: Progress | None = None,
     mesh: Mesh | None = None,
     sampler: ConditionsSampler | None = None,
-) -> BenchResult:
+) -> records.BenchResult:
     """Time every path at every batch size; returns figures, skips and conditions.
 
     ``progress``: where the phases are shown (compiling, warming up, timing; None: not

@@ -22,12 +22,16 @@ import contextlib
 import math
 import time
 from collections.abc import Callable, Hashable, Iterator
-from typing import Any
+from typing import Any, TypeVar
 
 import jax
 import numpy as np
 
 from vmapcheck.core import contract
+
+# A cell's key, whatever the caller times (a (path, label) pair, a worker's cell name):
+# the maps in and out share it.
+K = TypeVar("K", bound=Hashable)
 
 COMPILE_EVENT = "/jax/core/compile/backend_compile_duration"
 
@@ -51,10 +55,10 @@ class CompileCounter:
             cls._registered = True
 
     @classmethod
-    def _on_event(cls, event: str, duration: float, **_: Any) -> None:
+    def _on_event(cls, event: str, duration_secs: float, **_: str | int) -> None:
         if event == COMPILE_EVENT:
             cls.count += 1
-            cls.seconds += duration
+            cls.seconds += duration_secs
 
 
 def inner_loop_size(one_call_s: float) -> int:
@@ -64,16 +68,16 @@ def inner_loop_size(one_call_s: float) -> int:
 
 
 def warm_up(
-    calls: dict[Hashable, Callable[[], Any]],
+    calls: dict[K, Callable[[], Any]],
     warmup: int,
-    per_call: dict[Hashable, float] | None = None,
-) -> tuple[dict[Hashable, float], dict[Hashable, int]]:
+    per_call: dict[K, float] | None = None,
+) -> tuple[dict[K, float], dict[K, int]]:
     """Each call's first run timed apart, ``warmup`` runs discarded, then one timed run
     to size the inner loop. Returns (first-call seconds, inner-loop size) by name; fills
     ``per_call`` (when given) with each call's median seconds over its discarded runs and
     that timed one: the cost the progress's ETA plans with (vmapcheck.bench.timing.progress)."""
-    first: dict[Hashable, float] = {}
-    inner: dict[Hashable, int] = {}
+    first: dict[K, float] = {}
+    inner: dict[K, int] = {}
     for name, fn in calls.items():
         start = time.perf_counter()
         jax.block_until_ready(fn())
@@ -124,12 +128,12 @@ def pass_orders(n: int, passes: int, seed: int = 0) -> list[list[int]]:
 
 
 def sample_passes(
-    calls: dict[Hashable, Callable[[], Any]],
-    inner: dict[Hashable, int],
-    samples: dict[Hashable, np.ndarray],
+    calls: dict[K, Callable[[], Any]],
+    inner: dict[K, int],
+    samples: dict[K, np.ndarray],
     indices: range,
     isolate: bool = True,
-    on_sample: Callable[[Hashable], None] | None = None,
+    on_sample: Callable[[K], None] | None = None,
 ) -> None:
     """Fill ``samples[name][i]`` (seconds per call) for every ``i`` in ``indices``: one
     pass over all calls per index, pass ``i`` in order ``i`` of :func:`pass_orders`. With

@@ -6,7 +6,8 @@ JAX, so it re-exports nothing):
 
 - ``regression``: the regression verdict of two stored runs (``compare``,
   ``format_table``, ``report_verdict``, ``comparability``, ``judge_control``);
-- ``records``: ``reports/perf_verdict.json`` typed (``PerfVerdict``, ``CellComparison``);
+- ``records``: ``reports/perf_verdict.json`` typed (``PerfOutcome``: a ``PerfVerdict`` or
+  a ``NoVerdict``; ``CellComparison``, ``ControlVerdict``, ``RoundsCompared``);
 - ``baseline``: what a benchmark is to both verdicts (``BenchRecord``,
   ``read_bench_file``, ``record_from_details``, ``CONTEXT``);
 - ``labels``: what a compared cell is called in both (``cell_label``,

@@ -48,7 +48,7 @@ POWER = 0.8
 
 
 def cell_label(
-    cell: dict[str, Any], factor: float, regression: bool, improvement: bool, alpha: float
+    cell: Mapping[str, Any], factor: float, regression: bool, improvement: bool, alpha: float
 ) -> str:
     """The label of a compared cell (module docstring): ``cell`` holds its ``ratio``,
     ``ci_low``, ``ci_high``, ``p_slower_adjusted`` and ``p_faster_adjusted``;
@@ -83,7 +83,7 @@ def min_detectable_ratio(ci_low: float, ci_high: float, confidence: float, alpha
 HEADLINE_LABELS = (REGRESSION, FASTER, SLOWER)
 
 
-def cell_columns(cell: dict[str, Any]) -> list[str]:
+def cell_columns(cell: Mapping[str, Any]) -> list[str]:
     """A compared cell's figures as the verdict tables print them: baseline and current
     p50 (ms), the ratio and its interval, the adjusted p (slower) and the smallest ratio
     the cell could have detected."""
@@ -97,7 +97,7 @@ def cell_columns(cell: dict[str, Any]) -> list[str]:
     ]
 
 
-def _cells(result: dict[str, Any]) -> Iterator[tuple[str, str, dict[str, Any]]]:
+def _cells(result: Mapping[str, Any]) -> Iterator[tuple[str, str, dict[str, Any]]]:
     """``(path, batch label, cell)`` of a verdict's cells, in its order: nested
     ``{path: {label: cell}}`` (:func:`vmapcheck.bench.verdict.regression.compare`) or flat
     ``{"path/label": cell}`` (the paired verdict, :mod:`vmapcheck.bench.verdict.pairs`)."""

@@ -267,7 +267,11 @@ def _design(
     """The report's ``design`` of :func:`run_paired`'s workers running at once: its
     settings, whether one process holds both sides (``apart``: why not), and where the
     device takes one process at a time (``alone``), the processes ``asked`` for."""
-    design = {"rounds_per_side": rounds, "samples_per_round": samples, "warmup": warmup}
+    design: dict[str, Any] = {
+        "rounds_per_side": rounds,
+        "samples_per_round": samples,
+        "warmup": warmup,
+    }
     design |= {"within_round": order, "process_pairs": processes}
     design |= {"one_process_for_both": apart is None, "why_apart": apart}
     if alone is not None:
@@ -460,7 +464,11 @@ def _run_one_at_a_time(
     ready: dict[str, dict[str, Any]] = {}
     taken: list[dict[str, list[float]]] = [{} for _ in range(2 * rounds)]
     loads = [_load()]
-    design = {"rounds_per_side": rounds, "samples_per_round": samples, "warmup": warmup}
+    design: dict[str, Any] = {
+        "rounds_per_side": rounds,
+        "samples_per_round": samples,
+        "warmup": warmup,
+    }
     design |= {"within_round": order, "process_pairs": groups}
     design |= {"one_process_for_both": False, "why_apart": apart, "one_at_a_time": alone}
     design |= {"sessions": [role for role, _ in plan], "processes_asked": processes}
@@ -612,7 +620,7 @@ def _comparison_head(
         design["block_samples"] = ready[CURRENT].get("block_samples")
     head = design_head(baseline, current, paths, batch_sizes, design)
     records = [BenchRecord(s.role, {}, s.context) for s in (baseline, current)]
-    not_comparable, differences = comparability(*records, require_same)
+    not_comparable, differences = comparability(records[0], records[1], require_same)
     head["differences"] = differences
     head["skipped"] = ready[BASELINE]["skipped"] | ready[CURRENT]["skipped"]
     if not not_comparable:

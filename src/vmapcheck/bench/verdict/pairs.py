@@ -16,7 +16,7 @@ process pairs too (:func:`is_regression`).
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -209,7 +209,7 @@ def sessions(rounds: int, groups: int) -> list[tuple[str, list[tuple[int, int]]]
 
 
 def pair_medians(
-    order: Sequence[str], rounds: Sequence[dict[str, Sequence[float]]], cell: str
+    order: Sequence[str], rounds: Sequence[Mapping[str, Sequence[float]]], cell: str
 ) -> tuple[np.ndarray, np.ndarray]:
     """Per pair of adjacent rounds (``order[2i]``, ``order[2i+1]``: one of each side),
     the baseline's and the current round's median of ``cell``: two arrays (pairs,). A
@@ -320,7 +320,7 @@ def is_regression(
 
 def judge_paired(
     order: Sequence[str],
-    rounds: Sequence[dict[str, Sequence[float]]],
+    rounds: Sequence[Mapping[str, Sequence[float]]],
     factor: float,
     alpha: float,
     confidence: float = 0.95,

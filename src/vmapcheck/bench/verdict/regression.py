@@ -61,7 +61,7 @@ import io
 import math
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 from scipy import stats
@@ -74,7 +74,13 @@ from vmapcheck.bench.verdict.labels import (
     min_detectable_ratio,
     verdict_headline,
 )
-from vmapcheck.bench.verdict.records import CellComparison, PerfVerdict
+from vmapcheck.bench.verdict.records import (
+    CellComparison,
+    ControlVerdict,
+    PerfVerdict,
+    RoundsCompared,
+    VerdictHead,
+)
 from vmapcheck.errors import ConfigError
 from vmapcheck.io import atomic_write_json
 
@@ -258,7 +264,7 @@ def judge_control(
     alpha: float,
     confidence: float = 0.95,
     blocks: int = BLOCKS,
-) -> dict[str, Any]:
+) -> ControlVerdict:
     """Did the machine itself get slower between the runs? From the control: the same
     matmul timed in every round of both runs, compared only like with like.
 
@@ -274,7 +280,7 @@ def judge_control(
     """
     sizes = [baseline.control_size, current.control_size]
     dtypes = [baseline.control_dtype, current.control_dtype]
-    out: dict[str, Any] = {
+    out: ControlVerdict = {
         "compared": False,
         "why": None,
         "size": sizes,
@@ -302,14 +308,16 @@ def judge_control(
     base_ms, cur_ms = baseline.control_ms, current.control_ms
     if base_ms is not None and cur_ms is not None and min(base_ms.size, cur_ms.size) >= 2:
         cell = compare_cell(base_ms, cur_ms, confidence, blocks=blocks)
-        out |= {k: cell[k] for k in ("ratio", "ci_low", "ci_high", "p_slower")}
+        out["ratio"], out["ci_low"] = cell["ratio"], cell["ci_low"]
+        out["ci_high"], out["p_slower"] = cell["ci_high"], cell["p_slower"]
         out["slower"] = cell["ratio"] > factor and cell["p_slower"] < alpha
     elif baseline.peak_gflops and current.peak_gflops:
         # One throughput figure a run (runs from before the rounds): no test is possible.
-        out["ratio"] = baseline.peak_gflops / current.peak_gflops
-        out["slower"] = out["ratio"] > factor
+        ratio = baseline.peak_gflops / current.peak_gflops
+        out["ratio"] = ratio
+        out["slower"] = ratio > factor
     else:
-        out |= {"compared": False, "why": "a run has control samples, the other one figure"}
+        out["compared"], out["why"] = False, "a run has control samples, the other one figure"
     return out
 
 
@@ -348,7 +356,7 @@ def compare(
     if not 0.0 < alpha < 1.0:
         raise ConfigError(f"bench.regression.alpha: expected 0 < alpha < 1, found {alpha}")
     not_comparable, differences = comparability(baseline, current, require_same)
-    head: dict[str, Any] = {
+    head: VerdictHead = {
         "baseline": {"source": baseline.source, **baseline.context, "noisy": baseline.noisy},
         "current": {"source": current.source, **current.context, "noisy": current.noisy},
         "factor": factor,
@@ -451,7 +459,7 @@ def _compare_cells(
 
 
 def _adjust_over_cells(
-    cells: dict[str, dict[str, dict[str, Any]]], keys: list[tuple[str, str]]
+    cells: dict[str, dict[str, CellComparison]], keys: list[tuple[str, str]]
 ) -> None:
     """Add ``p_slower_adjusted`` and ``p_faster_adjusted`` to every cell: Benjamini-Hochberg
     over the cells of this comparison, one direction at a time."""
@@ -461,11 +469,14 @@ def _adjust_over_cells(
         raw = np.array([cells[p][b][direction] for p, b in keys])
         adjusted = stats.false_discovery_control(raw, method="bh")
         for (p, b), q in zip(keys, adjusted, strict=True):
-            cells[p][b][f"{direction}_adjusted"] = float(q)
+            if direction == "p_slower":
+                cells[p][b]["p_slower_adjusted"] = float(q)
+            else:
+                cells[p][b]["p_faster_adjusted"] = float(q)
 
 
 def _label_cells(
-    cells: dict[str, dict[str, dict[str, Any]]],
+    cells: dict[str, dict[str, CellComparison]],
     keys: list[tuple[str, str]],
     factor: float,
     alpha: float,
@@ -495,7 +506,7 @@ def _label_cells(
 
 
 def _withholding_reasons(
-    baseline: BenchRecord, current: BenchRecord, control: dict[str, Any]
+    baseline: BenchRecord, current: BenchRecord, control: ControlVerdict
 ) -> list[str]:
     """Why regressions found would be ``inconclusive``: a noisy run (load above the core
     count), or the machine itself slower beyond the factor (``control``:
@@ -514,19 +525,22 @@ def _withholding_reasons(
 
 
 def _rounds_compared(
-    cells: dict[str, dict[str, dict[str, Any]]], keys: list[tuple[str, str]]
-) -> dict[str, Any]:
+    cells: dict[str, dict[str, CellComparison]], keys: list[tuple[str, str]]
+) -> RoundsCompared:
     """How many rounds each side's cells have (early stopping leaves some with fewer):
-    ``{"baseline": [min, max], "current": [min, max], "baseline_fewer": [cells],
-    "current_fewer": [cells], "cannot_reach_alpha_alone": [cells]}``."""
-    out: dict[str, Any] = {
+    ``{"baseline_fewer": [cells], "current_fewer": [cells], "cannot_reach_alpha_alone":
+    [cells], "baseline": [min, max], "current": [min, max]}``."""
+
+    def spread(counts: list[int]) -> list[int] | None:
+        return [min(counts), max(counts)] if counts else None
+
+    out: RoundsCompared = {
         "baseline_fewer": [],
         "current_fewer": [],
         "cannot_reach_alpha_alone": [],
+        "baseline": spread([cells[p][b]["blocks_baseline"] for p, b in keys]),
+        "current": spread([cells[p][b]["blocks_current"] for p, b in keys]),
     }
-    for side in ("baseline", "current"):
-        counts = [cells[p][b][f"blocks_{side}"] for p, b in keys]
-        out[side] = [min(counts), max(counts)] if counts else None
     for p, b in keys:
         cell, name = cells[p][b], f"{p}/{b}"
         if cell["blocks_baseline"] < cell["blocks_current"]:
@@ -541,10 +555,13 @@ def _rounds_compared(
 def rounds_lines(result: PerfVerdict) -> list[str]:
     """Notes on the rounds compared: when a side's cells have fewer rounds (stopped
     early), and which cells could not be a regression alone with the rounds at hand."""
-    rounds = result.get("rounds") or {}
+    rounds = result.get("rounds")
     lines = []
     for side, other in (("baseline", "current run"), ("current", "baseline")):
-        fewer = rounds.get(f"{side}_fewer") or []
+        key: Literal["baseline_fewer", "current_fewer"] = (
+            "baseline_fewer" if side == "baseline" else "current_fewer"
+        )
+        fewer = (rounds.get(key) if rounds else None) or []
         if fewer:
             cell = result["cells"]
             counts = sorted(
@@ -559,7 +576,7 @@ def rounds_lines(result: PerfVerdict) -> list[str]:
                 f"(stopped early; baseline vs current rounds: {', '.join(counts)}): "
                 "compared round medians with round medians"
             )
-    short = rounds.get("cannot_reach_alpha_alone") or []
+    short = (rounds.get("cannot_reach_alpha_alone") if rounds else None) or []
     if short:
         lines.append(
             f"note: {len(short)} cell(s) have too few rounds to be a regression alone "
@@ -569,9 +586,10 @@ def rounds_lines(result: PerfVerdict) -> list[str]:
     return lines
 
 
-def _batch_order(label: str) -> tuple[int, str]:
+def _batch_order(label: str) -> tuple[float, str]:
+    """A batch label's sort key: its rows, a label without them last."""
     digits = label.lstrip("b")
-    return (int(digits), label) if digits.isdigit() else (math.inf, label)  # type: ignore[return-value]
+    return (int(digits), label) if digits.isdigit() else (math.inf, label)
 
 
 def format_table(result: PerfVerdict) -> str:
@@ -633,9 +651,10 @@ def format_table(result: PerfVerdict) -> str:
     return "\n".join(lines)
 
 
-def control_line(control: dict[str, Any]) -> str:
+def control_line(control: ControlVerdict) -> str:
     """One line on the control (:func:`judge_control`): its ratio and what it decided."""
-    if not control["compared"]:
+    ratio = control["ratio"]
+    if not control["compared"] or ratio is None:  # compared: a ratio measured
         return f"control: not compared: {control['why']}"
     size = control["size"][0]
     text = f"control: the same {size}^3 {control['dtype'][0]} matmul took {control['ratio']:.2f}x"
@@ -644,7 +663,7 @@ def control_line(control: dict[str, Any]) -> str:
     text += " the baseline's time"
     if control["slower"]:
         return text + " (the machine was slower beyond the factor: regressions withheld)"
-    if control["ratio"] < 1.0:
+    if ratio < 1.0:
         return text + " (a faster machine withholds nothing)"
     return text + " (not a slowdown of the machine beyond the factor)"
 

@@ -302,7 +302,7 @@ def nothing_to_compare(
     records = [
         BenchRecord(s.role, {}, c) for s, c in zip((baseline, current), contexts, strict=True)
     ]
-    reasons, differences = comparability(*records, require_same)
+    reasons, differences = comparability(records[0], records[1], require_same)
     if not reasons:
         return None
     return {

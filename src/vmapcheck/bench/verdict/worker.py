@@ -32,6 +32,7 @@ Anything the libraries print goes to stderr: stdout carries the protocol only.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import math
 import os
@@ -159,9 +160,14 @@ class Side:
                     self.skipped[cell] = f"{name} capped at {cap} rows (bench.{path.bench_cap})"
                     continue
                 compiled = built[name]
+                if compiled is None:
+                    # not_provided names every form the model lacks; a path that still
+                    # built none is left out the same way, never timed as something else.
+                    self.skipped[cell] = f"not provided: {name} has no form for this model"
+                    continue
                 args = compiled.place(run_params, x)
                 # Through the jitted function, as the bench stage times it.
-                by_mode[path.mode][cell] = lambda f=compiled.fn, a=args: f(*a)
+                by_mode[path.mode][cell] = functools.partial(compiled.fn, *args)
             self.groups += [g for g in by_mode.values() if g]
         self.inner: dict[Hashable, int] = {}
         per_call: dict[Hashable, float] = {}

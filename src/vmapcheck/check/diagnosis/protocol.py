@@ -44,6 +44,7 @@ from vmapcheck.core.cases import kind_of
 from vmapcheck.core.contract import InputSpec, rows, take, tree_map
 from vmapcheck.core.models import build_model
 from vmapcheck.core.paths import not_provided
+from vmapcheck.core.record import tolerance_record
 from vmapcheck.core.runtime import configure_jax
 from vmapcheck.core.training import make_optimizer
 from vmapcheck.data.regression import STANDARD_CASE, x_from_arrays
@@ -119,8 +120,8 @@ def diagnose(
         "model": model.name,
         "dtype": np.dtype(subject.dtype).name,
         "tolerance": {
-            "between_paths": subject.tolerance.model_dump(),
-            "cross_run": subject.cross_run_tolerance.model_dump(),
+            "between_paths": tolerance_record(subject.tolerance),
+            "cross_run": tolerance_record(subject.cross_run_tolerance),
             "note": "the run's own settings (precision.tolerance, "
             "precision.cross_run_tolerance), never widened; stored data are compared "
             "exactly; non-finite values are located, never masked",

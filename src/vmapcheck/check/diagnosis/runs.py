@@ -8,6 +8,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 import jax
@@ -117,9 +118,11 @@ def backend_stage(subject: Subject, stored: StoredRun | None) -> StageResult:
 def _mesh_of(stored: StoredRun, path: ForwardPath) -> dict[str, Any]:
     """``path``'s mesh as the run recorded it (``meshes``; a record older than them has
     sharded_jit's alone, under ``sharded``), else its registry axes of unknown size."""
-    recorded = (stored.record.get("meshes") or {}).get(path.name)
-    if recorded is None and (stored.record.get("sharded") or {}).get("path") == path.name:
-        recorded = stored.record["sharded"]
+    # A record's MeshRecord, or (none recorded) the path's axes with their sizes unknown.
+    recorded: Mapping[str, Any] | None = (stored.record.get("meshes") or {}).get(path.name)
+    sharded = stored.record.get("sharded")
+    if recorded is None and sharded is not None and sharded.get("path") == path.name:
+        recorded = sharded
     if recorded is None:
         recorded = {"path": path.name, "mesh_shape": dict.fromkeys(path.mesh_axes, "?")}
     return {"parallelism": path.parallelism, **recorded}
