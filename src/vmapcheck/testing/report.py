@@ -234,8 +234,11 @@ class BatchingReport:
 
 class BatchingCheckError(AssertionError):
     """A batching check failed. The message is the verdict in the pipeline's wording
-    (:attr:`BatchingReport.summary`); ``report`` holds every figure and every failure
-    (the message lists the first ten)."""
+    (:attr:`BatchingReport.summary`): the forms, backend and tolerance; the first pair of
+    paths that disagrees and the paths that disagree with the plain loop; one line per
+    case (``[shape] worst pair: max_abs= max_rel= (<fraction> of its bound, rule ...)``);
+    the invalid inputs refused; then the first ten ``failure:`` lines of the check.
+    ``report`` holds every figure and every failure."""
 
     def __init__(self, report: BatchingReport) -> None:
         super().__init__(report.summary)
