@@ -41,7 +41,7 @@ from vmapcheck.config import PrecisionConfig, VerdictConfig, precision_names
 from vmapcheck.config import describe_errors as _describe
 from vmapcheck.config.fields import MAX_SEED
 from vmapcheck.config.run import PRECISION_FOLDER, PRECISION_GROUP, precision_file
-from vmapcheck.core.bitwise import PathBitwise, check_mode
+from vmapcheck.core.bitwise_verdict import PathBitwise, check_mode
 from vmapcheck.errors import ConfigError, api_error
 from vmapcheck.testing._run import (
     EDGE_KINDS,
