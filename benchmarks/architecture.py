@@ -32,18 +32,28 @@ import tomllib
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-MODULE_LIMIT = 700
-FUNCTION_LIMIT = 120
 # ``type X = ...`` (Python 3.12); the package supports 3.11, where no module has one.
 TYPE_ALIAS = getattr(ast, "TypeAlias", ())
 
 
-def _layer_rules():
-    """tests/test_layers.py, whose ``imports``/``floors`` this script reuses."""
-    spec = importlib.util.spec_from_file_location("test_layers", ROOT / "tests" / "test_layers.py")
+def _test_module(name: str):
+    """tests/<name>.py, loaded from this checkout (not as part of the test suite)."""
+    spec = importlib.util.spec_from_file_location(name, ROOT / "tests" / f"{name}.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+def _layer_rules():
+    """tests/test_layers.py, whose ``imports``/``floors`` this script reuses."""
+    return _test_module("test_layers")
+
+
+# The size limits and their counting are tests/test_sizes.py's, which fails over them:
+# this script reports the same figures (modules_over_700, functions_over_120).
+SIZES = _test_module("test_sizes")
+MODULE_LIMIT = SIZES.MODULE_LIMIT
+FUNCTION_LIMIT = SIZES.FUNCTION_LIMIT
 
 
 def _cycles(arrows: dict[str, set[str]]) -> list[list[str]]:
@@ -244,16 +254,9 @@ def static_figures(root: Path, floors_doc: Path) -> dict:
         for t in targets
         if level.get(rules.room_of(t), -1) > level.get(rules.room_of(m), 10**6)
     )
-    modules, functions, dict_any = {}, [], 0
-    for path in sorted(rules.PACKAGE.rglob("*.py")):
-        source = path.read_text()
-        name = str(path.relative_to(rules.PACKAGE))
-        modules[name] = source.count("\n")
-        dict_any += source.count("dict[str, Any]")
-        for node in ast.walk(ast.parse(source)):
-            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
-                functions.append((node.end_lineno - node.lineno + 1, f"{name}:{node.name}"))
-    functions.sort(reverse=True)
+    modules = SIZES.module_lines(rules.PACKAGE)
+    functions = SIZES.function_lines(rules.PACKAGE)
+    dict_any = sum(p.read_text().count("dict[str, Any]") for p in rules.PACKAGE.rglob("*.py"))
     untested, named_as_text = untested_modules(root, rules)
     reasons = re.search(r"```untested\n(.*?)```", text, re.S)
     with_reason = {

@@ -92,7 +92,7 @@ def _inputs(model: Any, init: bool) -> tuple[Any, Any, str]:
 
 def report_model(name: str, init: bool) -> dict[str, Any]:
     """One model's bitwise report through the API."""
-    from vmapcheck.core.bitwise import summary_line
+    from vmapcheck.core.bitwise_verdict import summary_line
     from vmapcheck.testing import check_batching
 
     model = _model(name)

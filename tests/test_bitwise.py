@@ -15,7 +15,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from vmapcheck.core import bitwise
+from vmapcheck.core import bitwise, bitwise_verdict
 from vmapcheck.core.models import Model, no_tap, recorded
 from vmapcheck.errors import ConfigError
 from vmapcheck.testing import BatchingCheckError, assert_batching_consistent, check_batching
@@ -181,7 +181,7 @@ def test_a_reduction_split_by_the_batch_size_is_found_and_named_with_its_op(spli
     assert first is not None and first["found_at"] == "jaxpr"
     # The per-row forms never see a batch-mate: the loop is bitwise.
     assert report.bitwise["loop_eager"].bitwise
-    line = bitwise.summary_line(report.details["bitwise"])
+    line = bitwise_verdict.summary_line(report.details["bitwise"])
     assert "direct_jit no (rows " in line or "direct_eager, direct_jit no (rows " in line
     assert "first at dot_general (test_bitwise.py:" in line
 
@@ -252,7 +252,7 @@ def test_bits_that_part_only_with_another_batch_size_are_said_so(params):
     assert direct["compositions"]["split"]["rows_differing"] > 0 and not direct["bitwise"]
     first = direct["first_op"]
     assert first is not None and first["found_at"] == "none" and "split" in first["why"]
-    assert "under split; first op not located" in bitwise.path_status(direct)
+    assert "under split; first op not located" in bitwise_verdict.path_status(direct)
 
 
 def test_a_path_that_cannot_run_one_row_is_said_not_measured_never_a_crash(params):

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import argparse
 import os
 import subprocess
 import sys
@@ -14,6 +15,7 @@ import pytest
 from tests.helpers.config import ROOT
 from tests.helpers.wait import HANG_S
 from vmapcheck import cli
+from vmapcheck.cli import benchmark, checks, common, parser, project, tracking
 
 COMMANDS = [
     "init",
@@ -146,7 +148,7 @@ def test_a_typo_is_refused_with_the_closest_name(args, message, capsys):
     ],
 )
 def test_options_argparse_takes_are_known(args):
-    assert cli.unknown_option(cli.build_parser(), args) is None
+    assert parser.unknown_option(cli.build_parser(), args) is None
 
 
 def test_version_prints_the_installed_version(capsys):
@@ -188,12 +190,43 @@ def test_the_help_constants_are_the_modules_own():
     from vmapcheck.tracking.baselines import LAST_VERIFIED
     from vmapcheck.tracking.runs import DEFAULT_N
 
-    assert cli.LAST_VERIFIED == LAST_VERIFIED and cli.COMPARE_DEFAULT_N == DEFAULT_N
-    assert (cli.PAIRED_ROUNDS, cli.PAIRED_SAMPLES, cli.PAIRED_PROCESSES) == (
+    assert benchmark.LAST_VERIFIED == LAST_VERIFIED and tracking.COMPARE_DEFAULT_N == DEFAULT_N
+    assert (benchmark.PAIRED_ROUNDS, benchmark.PAIRED_SAMPLES, benchmark.PAIRED_PROCESSES) == (
         DEFAULT_ROUNDS,
         DEFAULT_SAMPLES,
         DEFAULT_PROCESSES,
     )
+
+
+def test_every_command_is_in_exactly_one_group():
+    """cli merges the groups' VERBS: a command in two groups would silently take the last
+    one's flags, one in none would have no parser."""
+    grouped = [name for group in (project, checks, benchmark, tracking) for name in group.VERBS]
+    assert sorted(grouped) == sorted(cli.COMMANDS)
+    assert cli.VERBS.keys() == cli.COMMANDS.keys()
+
+
+@pytest.mark.parametrize(
+    ("parse", "text", "refusal"),
+    [
+        (common.tcp_port, "80", "expected a port number 1024-65535, found 80"),
+        (common.tcp_port, "http", "expected a port number 1024-65535, found 'http'"),
+        (common.whole_number("a width of at least 1 column", 1), "0", "found '0'"),
+        (common.number_in("a factor above 1", 1.0, 10.0), "nan", "a factor above 1, found"),
+        (common.batch_sizes, "8,0", "batch sizes of at least 1 row (8,64), found '8,0'"),
+        (common.folder, "/no/such/folder", "expected the project's folder, found nothing there"),
+    ],
+)
+def test_a_flag_value_is_refused_naming_what_was_expected_and_found(parse, text, refusal):
+    with pytest.raises(argparse.ArgumentTypeError) as refused:
+        parse(text)
+    assert refusal in str(refused.value)
+
+
+def test_the_flag_types_return_the_value():
+    assert common.tcp_port("5000") == 5000 and common.batch_sizes("8,64") == [8, 64]
+    assert common.number_in("a level", 0, 1)("0.05") == 0.05
+    assert common.folder(str(ROOT)) == ROOT
 
 
 @pytest.mark.parametrize("name", COMMANDS)

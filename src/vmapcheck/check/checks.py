@@ -579,7 +579,7 @@ def run_checks(
     ``composition``: the regrouped outputs (data/forward/composition.npz,
     :mod:`vmapcheck.core.composition`), or None: batch composition is not judged and the
     report has no ``composition``. ``bitwise``: the mode of the bitwise batch
-    invariance the forward record holds (:data:`vmapcheck.core.bitwise.MODES`).
+    invariance the forward record holds (:data:`vmapcheck.core.bitwise_verdict.MODES`).
     """
     cases_report: dict[str, CaseReport] = {}
     negative_report: dict[str, NegativeReport] = {}

@@ -101,7 +101,7 @@ def judge_bitwise(measured: Any, mode: str) -> tuple[BitwiseReport | None, list[
     """The bitwise batch invariance the forward stage measured (:mod:`vmapcheck.core.
     bitwise`), with its verdict: reported (mode "report"), failed per path not bitwise
     (mode "require"); None when not measured or mode "off"."""
-    from vmapcheck.core.bitwise import check_mode, judge
+    from vmapcheck.core.bitwise_verdict import check_mode, judge
 
     if measured is None or check_mode(mode) == "off":
         return None, []

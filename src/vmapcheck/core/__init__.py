@@ -9,6 +9,7 @@ contracts), ``cases`` (the registry ``CASE_KINDS``) and ``compare`` (the toleran
 
 __all__ = [
     "bitwise",
+    "bitwise_verdict",
     "cases",
     "compare",
     "composition",

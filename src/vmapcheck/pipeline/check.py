@@ -19,7 +19,7 @@ from vmapcheck.check.reference import load_reference, reference_dir
 from vmapcheck.check.rules import summary_lines as rule_lines
 from vmapcheck.check.schema import CheckDetails, ForwardRecord, read_record
 from vmapcheck.config import Config, config_digest
-from vmapcheck.core.bitwise import marked_line
+from vmapcheck.core.bitwise_verdict import marked_line
 from vmapcheck.core.composition import composition_line
 from vmapcheck.core.forms import forward_keys
 from vmapcheck.core.magnitude import case_magnitudes

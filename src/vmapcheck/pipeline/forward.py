@@ -12,6 +12,7 @@ starts them on its hosts): each runs this body, the sharded path's mesh spans ev
 process's devices, and process 0 writes the outputs (docs/multiprocess.md).
 """
 
+from collections.abc import Mapping
 from typing import Any
 
 import jax
@@ -29,9 +30,15 @@ from vmapcheck.core.forms import FORWARD_KEYS, cast_tree, forward_keys
 from vmapcheck.core.forward import Built, build_all, run_composition, run_forward
 from vmapcheck.core.gradients import gradient_probe
 from vmapcheck.core.mesh import run_mesh
-from vmapcheck.core.models import Model, build_model
+from vmapcheck.core.models import Model, Params, build_model
 from vmapcheck.core.paths import describe_distributed, describe_meshes, mesh_label, not_provided
-from vmapcheck.core.record import ReferenceStatus, forward_record, keys_record
+from vmapcheck.core.record import (
+    GradientProbe,
+    MeshRecord,
+    ReferenceStatus,
+    forward_record,
+    keys_record,
+)
 from vmapcheck.core.runtime import configure_jax
 from vmapcheck.data.regression import STANDARD_CASE, load_cases
 from vmapcheck.errors import ArtifactError
@@ -76,42 +83,27 @@ def _across(processes: int) -> str:
     return "" if processes == 1 else f" across {processes} processes (process 0 wrote)"
 
 
-def run(config: Config, layout: Layout) -> int | None:
-    if config.backend.processes > 1 and launched() is None:
-        # This process launches the group and watches it; it starts no JAX backend.
-        return run_group("forward", config.backend, layout.root)
-    follow_launcher()  # one of a local group: it ends with its launcher
-    join(config.backend)  # one of a group: joined before JAX starts its backend
-    runtime = configure_jax(config.backend, config.precision)
-    model = build_model(config.model)
-    params, manifest = load_model_params(model, layout.params)
-    cases = load_cases(layout.cases)
-    check_features(
-        read_json_object(layout.cases_manifest, ("features",))["features"], manifest, "data/cases"
-    )
-    dtype = jnp.dtype(config.precision.dtype)
-    mesh = run_mesh(config.backend.num_devices, config.backend.model_axis)
+def _sharded(model: Model, mesh: Mesh) -> MeshRecord | None:
+    """The distributed path's record (:func:`vmapcheck.core.paths.describe_distributed`),
+    with the processes its mesh spans, each with its devices' ids (1: this one alone);
+    None when the model has no distributed path here."""
     sharded = describe_distributed(model, mesh)
-    meshes = describe_meshes(model, mesh)
     if sharded is not None:
-        # The processes the mesh spans, each with its devices' ids (1: this one alone).
         sharded["processes"] = jax.process_count()
         sharded["process_devices"] = {
             str(p): [int(d.id) for d in mesh.devices.flat if d.process_index == p]
             for p in range(jax.process_count())
         }
-    # A stochastic model's row keys: split from the seed's "forward" key on every path.
-    key = forward_keys(config.seed)
-    built = build_all(model, dtype, mesh, key)
-    outputs, record = run_forward(
-        model, params, cases, dtype, mesh, built=built, budget=config.budget, key=key
-    )
-    regrouped, composition = run_composition(
-        model, params, cases, dtype, outputs, mesh, built=built, budget=config.budget, key=key
-    )
-    reference_outputs, reference_status = _run_reference(config, layout, model, dtype, mesh, built)
-    standard = cases[STANDARD_CASE]
-    # vmap(grad) holds one gradient per row: the probe runs the rows the budget allows.
+    return sharded
+
+
+def _gradients(
+    config: Config, model: Model, params: Params, standard: dict[str, Any], dtype: Any, key: Any
+) -> tuple[dict[str, np.ndarray], GradientProbe]:
+    """The gradient probe (:func:`vmapcheck.core.gradients.gradient_probe`) on the
+    standard case's first rows, ``x`` and ``y`` batch axis 0: vmap(grad) holds one
+    gradient per row, so it runs the rows ``budget.gradient_max_rows`` allows; the
+    record says how many (``rows``) and what was cut (``capped``)."""
     standard_rows = contract.rows(standard["x"])
     probe_rows = min(standard_rows, config.budget.gradient_max_rows)
     grad_arrays, grad_record = gradient_probe(
@@ -128,6 +120,57 @@ def run(config: Config, layout: Layout) -> int | None:
             "rows_of": standard_rows,
             "capped_by": "budget.gradient_max_rows",
         }
+    return grad_arrays, grad_record
+
+
+def _say_what_was_cut(record: Mapping[str, Mapping[str, Any]], grad_record: GradientProbe) -> None:
+    """One line per case and budget that ran fewer rows than the case has (``record``:
+    case -> path -> its entry of the forward record), and one for the gradient probe:
+    what the budget cut, never silently."""
+    for case_name, per_path in record.items():
+        capped = {p: e for p, e in per_path.items() if "rows_run" in e}
+        for entry in {e["capped_by"]: e for e in capped.values()}.values():
+            names = ", ".join(p for p, e in capped.items() if e["capped_by"] == entry["capped_by"])
+            print(
+                f"forward: {names} ran {entry['rows_run']} of the {entry['rows_of']} rows of "
+                f"{case_name} ({entry['capped_by']})"
+            )
+    if "capped" in grad_record:
+        cut = grad_record["capped"]
+        print(
+            f"forward: the gradient probe ran {cut['rows_run']} of the {cut['rows_of']} rows "
+            f"of {STANDARD_CASE} ({cut['capped_by']})"
+        )
+
+
+def run(config: Config, layout: Layout) -> int | None:
+    if config.backend.processes > 1 and launched() is None:
+        # This process launches the group and watches it; it starts no JAX backend.
+        return run_group("forward", config.backend, layout.root)
+    follow_launcher()  # one of a local group: it ends with its launcher
+    join(config.backend)  # one of a group: joined before JAX starts its backend
+    runtime = configure_jax(config.backend, config.precision)
+    model = build_model(config.model)
+    params, manifest = load_model_params(model, layout.params)
+    cases = load_cases(layout.cases)
+    check_features(
+        read_json_object(layout.cases_manifest, ("features",))["features"], manifest, "data/cases"
+    )
+    dtype = jnp.dtype(config.precision.dtype)
+    mesh = run_mesh(config.backend.num_devices, config.backend.model_axis)
+    sharded = _sharded(model, mesh)
+    meshes = describe_meshes(model, mesh)
+    # A stochastic model's row keys: split from the seed's "forward" key on every path.
+    key = forward_keys(config.seed)
+    built = build_all(model, dtype, mesh, key)
+    outputs, record = run_forward(
+        model, params, cases, dtype, mesh, built=built, budget=config.budget, key=key
+    )
+    regrouped, composition = run_composition(
+        model, params, cases, dtype, outputs, mesh, built=built, budget=config.budget, key=key
+    )
+    reference_outputs, reference_status = _run_reference(config, layout, model, dtype, mesh, built)
+    grad_arrays, grad_record = _gradients(config, model, params, cases[STANDARD_CASE], dtype, key)
     # Bitwise batch invariance on the standard case, on this backend (the check reports
     # it, or fails it in mode "require"): each row alone costs one call per row and
     # path, so as many rows as the loop paths run (budget.loop_max_rows).
@@ -189,19 +232,5 @@ def run(config: Config, layout: Layout) -> int | None:
         f"{dtype.name}; {'; '.join(mesh_label(about) for about in meshes.values())}"
         f"{_across(jax.process_count())}; reference: {reference_status['status']}"
     )
-    # What the budget cut, never silently.
-    for case_name, per_path in record.items():
-        capped = {p: e for p, e in per_path.items() if "rows_run" in e}
-        for entry in {e["capped_by"]: e for e in capped.values()}.values():
-            names = ", ".join(p for p, e in capped.items() if e["capped_by"] == entry["capped_by"])
-            print(
-                f"forward: {names} ran {entry['rows_run']} of the {entry['rows_of']} rows of "
-                f"{case_name} ({entry['capped_by']})"
-            )
-    if "capped" in grad_record:
-        cut = grad_record["capped"]
-        print(
-            f"forward: the gradient probe ran {cut['rows_run']} of the {cut['rows_of']} rows "
-            f"of {STANDARD_CASE} ({cut['capped_by']})"
-        )
+    _say_what_was_cut(record, grad_record)
     return None

@@ -484,7 +484,7 @@ def composition(check: CheckDetails) -> dict[str, Any]:
 def bitwise(check: CheckDetails) -> dict[str, Any]:
     """Bitwise batch invariance (:mod:`vmapcheck.core.bitwise`): one row per batch path,
     ``{"measured", "intro", "table"}``."""
-    from vmapcheck.core.bitwise import first_op_text
+    from vmapcheck.core.bitwise_verdict import first_op_text
 
     section = check.get("bitwise")
     if section is None:

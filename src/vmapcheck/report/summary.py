@@ -120,9 +120,9 @@ def refusals_line(negative: Mapping[str, NegativeReport]) -> str:
 
 
 def bitwise_lines(check: CheckDetails) -> list[str]:
-    """The bitwise batch invariance line (:func:`vmapcheck.core.bitwise.marked_line`),
+    """The bitwise batch invariance line (:func:`vmapcheck.core.bitwise_verdict.marked_line`),
     none when the run did not measure it."""
-    from vmapcheck.core.bitwise import marked_line
+    from vmapcheck.core.bitwise_verdict import marked_line
 
     return [marked_line(check["bitwise"])] if "bitwise" in check else []
 

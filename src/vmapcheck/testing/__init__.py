@@ -41,7 +41,7 @@ from vmapcheck.config import PrecisionConfig, VerdictConfig, precision_names
 from vmapcheck.config import describe_errors as _describe
 from vmapcheck.config.fields import MAX_SEED
 from vmapcheck.config.run import PRECISION_FOLDER, PRECISION_GROUP, precision_file
-from vmapcheck.core.bitwise import PathBitwise, check_mode
+from vmapcheck.core.bitwise_verdict import PathBitwise, check_mode
 from vmapcheck.errors import ConfigError, api_error
 from vmapcheck.testing._run import (
     EDGE_KINDS,
@@ -210,6 +210,27 @@ def check_batching(
     ...     print(line)
       first diverging pair: examples/loop_eager-vs-direct_eager
       disagree with loop_eager (the plain per-example loop): direct_eager
+
+    Raises:
+        ConfigError: ``model`` is no Model or returns outputs off its contract (a
+            tuple, another shape, a non-float dtype: found from shapes, before any
+            compute), ``precision`` no shipped option, an
+            ``rtol``/``atol`` refused, ``paths`` names a path that is unknown or that
+            the model does not provide, ``gradients`` is not a bool, or (with
+            ``gradients``) a params leaf is neither float nor declared state
+            (:func:`vmapcheck.core.state.partition`, as ``train`` refuses it).
+        ArtifactError: ``params`` do not match the model's params (the leaf named,
+            expected and found shape), or hold NaN/Inf.
+        InvalidInputError: ``examples`` do not match the model's input contract (the leaf
+            named, expected and found), have more rows than ``max_rows``, or ``targets``
+            are not a finite float array ``(n, out_features)`` (named, expected and found).
+        ModelCodeError: the model's own code raised (its init or forward): the model
+            named, where in its code, and the fix when known (a ``jax.pure_callback``
+            without ``vmap_method``). An OSError, decode, recursion, overflow or memory
+            error is a one-line :class:`vmapcheck.errors.VmapcheckError`; with
+            ``VMAPCHECK_DEBUG=1`` each stays the original exception.
+        UnsupportedVersionError: the installed jax or jaxlib is outside the range
+            vmapcheck supports (:mod:`vmapcheck.versions`; named, with the range).
     """
     try:
         return _check_batching(
@@ -419,30 +440,11 @@ def assert_batching_consistent(
 
     Raises:
         BatchingCheckError: (an ``AssertionError``) a check failed; its ``report`` holds
-            every figure and failure. The message is the pipeline's verdict: the
-            forms, backend and tolerance; the first pair of paths that disagrees and the
-            paths that disagree with the plain loop; one line per case (``[shape] worst
-            pair: max_abs= max_rel= (<fraction> of its bound, rule ...)``); the invalid
-            inputs refused; then the first ten ``failure:`` lines of the check.
-        ConfigError: ``model`` is no Model or returns outputs off its contract (a
-            tuple, another shape, a non-float dtype: found from shapes, before any
-            compute), ``precision`` no shipped option, an
-            ``rtol``/``atol`` refused, ``paths`` names a path that is unknown or that
-            the model does not provide, ``gradients`` is not a bool, or (with
-            ``gradients``) a params leaf is neither float nor declared state
-            (:func:`vmapcheck.core.state.partition`, as ``train`` refuses it).
-        ArtifactError: ``params`` do not match the model's params (the leaf named,
-            expected and found shape), or hold NaN/Inf.
-        InvalidInputError: ``examples`` do not match the model's input contract (the leaf
-            named, expected and found), have more rows than ``max_rows``, or ``targets``
-            are not a finite float array ``(n, out_features)`` (named, expected and found).
-        ModelCodeError: the model's own code raised (its init or forward): the model
-            named, where in its code, and the fix when known (a ``jax.pure_callback``
-            without ``vmap_method``). An OSError, decode, recursion, overflow or memory
-            error is a one-line :class:`vmapcheck.errors.VmapcheckError`; with
-            ``VMAPCHECK_DEBUG=1`` each stays the original exception.
-        UnsupportedVersionError: the installed jax or jaxlib is outside the range
-            vmapcheck supports (:mod:`vmapcheck.versions`; named, with the range).
+            every figure and failure, its message is the pipeline's verdict (what it
+            says: :class:`BatchingCheckError`).
+        ConfigError, ArtifactError, InvalidInputError, ModelCodeError,
+            UnsupportedVersionError: an argument, file or installed version refused, or
+            the model's own code raising, as :func:`check_batching` raises them.
     """
     __tracebackhide__ = True  # pytest shows the caller's line, not this one
     report = check_batching(

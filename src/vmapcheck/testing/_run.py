@@ -319,7 +319,8 @@ def forward(
     import jax
     import jax.numpy as jnp
 
-    from vmapcheck.core.bitwise import check_mode, measure_case
+    from vmapcheck.core.bitwise import measure_case
+    from vmapcheck.core.bitwise_verdict import check_mode
     from vmapcheck.core.forms import FORWARD_KEYS, data_mesh, forward_keys
     from vmapcheck.core.forward import build_all, run_composition, run_forward
     from vmapcheck.core.jit_cache import cached, key_bytes

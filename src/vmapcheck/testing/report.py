@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from vmapcheck.check.schema import CheckDetails
 from vmapcheck.config import PrecisionConfig
-from vmapcheck.core.bitwise import PathBitwise, marked_line, per_path
+from vmapcheck.core.bitwise_verdict import PathBitwise, marked_line, per_path
 from vmapcheck.core.cases import kind_of
 
 if TYPE_CHECKING:
@@ -171,7 +171,7 @@ class BatchingReport:
         summary: the verdict as text (the lines an AssertionError shows).
         details: the check's whole report, as ``reports/check_details.json`` holds it
             for a pipeline run (:class:`vmapcheck.check.schema.CheckDetails`).
-        bitwise: batch path -> :class:`~vmapcheck.core.bitwise.PathBitwise`, its bitwise
+        bitwise: batch path -> :class:`~vmapcheck.core.bitwise_verdict.PathBitwise`, its bitwise
             batch invariance on the examples (empty with ``bitwise="off"``); the whole
             measurement, argmax flips over every path included, is ``details["bitwise"]``.
     """
@@ -234,8 +234,11 @@ class BatchingReport:
 
 class BatchingCheckError(AssertionError):
     """A batching check failed. The message is the verdict in the pipeline's wording
-    (:attr:`BatchingReport.summary`); ``report`` holds every figure and every failure
-    (the message lists the first ten)."""
+    (:attr:`BatchingReport.summary`): the forms, backend and tolerance; the first pair of
+    paths that disagrees and the paths that disagree with the plain loop; one line per
+    case (``[shape] worst pair: max_abs= max_rel= (<fraction> of its bound, rule ...)``);
+    the invalid inputs refused; then the first ten ``failure:`` lines of the check.
+    ``report`` holds every figure and every failure."""
 
     def __init__(self, report: BatchingReport) -> None:
         super().__init__(report.summary)
