@@ -6,6 +6,8 @@ leaves otherwise; :mod:`vmapcheck.core.contract`) to ``(batch, out_features)``:
 
 - ``loop``: a Python loop of ``forward_one`` over rows, stacked (the per-example oracle);
 - ``map``: the same loop as ``jax.lax.map`` (compiled once, a scan over the rows);
+- ``chunked``: ``jax.lax.map`` with ``batch_size``: the rows in chunks, each chunk under
+  vmap inside the compiled loop, the rows left over vmapped after it;
 - ``vmap``: ``jax.vmap(forward_one, in_axes=(None, 0))`` — params shared (None), rows
   mapped over axis 0;
 - ``direct``: the model's hand-batched ``forward_batch``.
@@ -381,6 +383,20 @@ def map_forward(model: Model) -> Path:
     return mapped
 
 
+def chunked_forward(model: Model, batch_size: int) -> Path:
+    """``lax.map(lambda row: forward_one(params, row), X, batch_size=batch_size)``: what a
+    user writes to bound memory on a large batch. Rows go ``batch_size`` at a time through
+    ``vmap(forward_one)`` inside a compiled loop, and the ``rows % batch_size`` left over
+    through one more vmap after it, so a row is computed beside a few others, never
+    beside the whole batch."""
+    forward_one = model.forward_one
+
+    def chunked(params: Params, batch: Any) -> jax.Array:
+        return jax.lax.map(lambda row: forward_one(params, row), batch, batch_size=batch_size)
+
+    return chunked
+
+
 def scan_forward(model: Model) -> Path:
     """``lax.scan`` over axis 0 of every leaf, ``forward_one`` on each row, no carry:
     what a user writes to keep one row's activations in memory at a time (a streaming
@@ -474,6 +490,17 @@ def map_activations(model: Model) -> Activations:
         return jax.lax.map(lambda row: one(params, row), batch)
 
     return Layers(lambda p, x: _named(one, mapped(p, x))), per_layer
+
+
+def chunked_activations(model: Model, batch_size: int) -> Activations:
+    """``activations_one`` under ``lax.map`` with ``batch_size`` (each layer stacked on
+    axis 0)."""
+    one, per_layer = _per_row(model)
+
+    def chunked(params: Params, batch: Any) -> list[jax.Array]:
+        return jax.lax.map(lambda row: one(params, row), batch, batch_size=batch_size)
+
+    return Layers(lambda p, x: _named(one, chunked(p, x))), per_layer
 
 
 def scan_activations(model: Model) -> Activations:

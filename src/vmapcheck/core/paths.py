@@ -17,6 +17,7 @@ from __future__ import annotations
 import importlib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from functools import partial
 from typing import TYPE_CHECKING, Any, Literal
 
 from vmapcheck.core.record import MeshRecord
@@ -274,6 +275,11 @@ def _compiled_loop(form: str, about: str) -> ForwardPath:
 
 _NO_DIRECT = "provides no hand-batched forward (forward_batch)"
 
+# lax.map's batch_size for chunked_jit: small, so that the shipped cases (32 rows, one
+# row) meet both of its parts: the vmapped chunks and, for rows not a multiple of it, the
+# rows left over, vmapped on their own after the loop.
+_CHUNK_ROWS = 4
+
 PATHS: dict[str, ForwardPath] = {
     p.name: p
     for p in [
@@ -298,6 +304,22 @@ PATHS: dict[str, ForwardPath] = {
             "scan",
             "jax.jit(lax.scan(lambda _, x: (_, forward_one(params, x)), None, X)): one "
             "row at a time in a compiled loop, no carry",
+        ),
+        ForwardPath(
+            name="chunked_jit",
+            form="chunked",
+            jit=True,
+            takes="batch",
+            about=f"jax.jit(lax.map(lambda x: forward_one(params, x), X, "
+            f"batch_size={_CHUNK_ROWS})): the rows {_CHUNK_ROWS} at a time under vmap in a "
+            "compiled loop, the rows left over vmapped after it",
+            forward=partial(_form("chunked_forward"), batch_size=_CHUNK_ROWS),
+            activations=partial(_form("chunked_activations"), batch_size=_CHUNK_ROWS),
+            # A stored reference made before this path existed stands in with vmap's
+            # output, the program each chunk runs; XLA counts a loop's body once.
+            same_program_as="vmap_jit",
+            no_eager="outside jit, lax.map traces and compiles its body on every call",
+            flops_as="vmap_jit",
         ),
         *_eager_and_jit(
             "vmap",
