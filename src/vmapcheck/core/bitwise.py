@@ -49,6 +49,7 @@ import numpy as np
 from vmapcheck.errors import ConfigError
 
 if TYPE_CHECKING:
+    from vmapcheck.core.cases import Case
     from vmapcheck.core.models import Model, Params
     from vmapcheck.core.paths import Forward
     from vmapcheck.core.record import (
@@ -466,7 +467,7 @@ def _unmeasured(name: str, error: str) -> BitwisePathReport:
 def measure_case(
     model: Model,
     params: Params,
-    cases: Mapping[str, Mapping[str, Any]],
+    cases: Mapping[str, Case],
     case: str,
     dtype: Any,
     paths: Mapping[str, Forward],
@@ -490,7 +491,7 @@ def measure_case(
 
     if case not in cases:
         return None
-    x = case_input(dict(cases[case]), dtype)
+    x = case_input(cases[case], dtype)
     if rows(x) < 2:
         return None
     mine = {
