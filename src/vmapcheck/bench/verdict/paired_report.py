@@ -8,25 +8,31 @@ from __future__ import annotations
 import io
 import time
 from collections.abc import Sequence
-from typing import Any
 
 import numpy as np
 
 from vmapcheck.bench.verdict.baseline import CONTEXT
 from vmapcheck.bench.verdict.labels import STYLES, cell_columns, verdict_headline
 from vmapcheck.bench.verdict.pairs import ALL_PAIRS, BASELINE, CURRENT
+from vmapcheck.bench.verdict.records import (
+    PairedDesign,
+    PairedHead,
+    PairedJudgement,
+    PairedReport,
+    SideReady,
+)
 from vmapcheck.bench.verdict.sides import SideSpec
 from vmapcheck.bench.verdict.worker import BLOCKS
 
 
 def finished(
-    result: dict[str, Any],
-    head: dict[str, Any],
-    ready: dict[str, dict[str, Any]],
+    result: PairedJudgement,
+    head: PairedHead,
+    ready: dict[str, SideReady],
     loads: list[float],
     cores: int,
     started: float,
-) -> dict[str, Any]:
+) -> PairedReport:
     """The paired verdict's whole result: the judgement, the head, the cells only one
     side has, the load over the rounds (1-minute averages, ``cores`` usable) and the
     wall seconds since ``started`` (``time.time()``)."""
@@ -50,8 +56,8 @@ def design_head(
     current: SideSpec,
     paths: Sequence[str],
     batch_sizes: Sequence[int],
-    design: dict[str, Any],
-) -> dict[str, Any]:
+    design: PairedDesign,
+) -> PairedHead:
     """What the report says of the design (``design``: rounds_per_side,
     samples_per_round, warmup, within_round, process_pairs, one_process_for_both,
     why_apart) and the two sides."""
@@ -110,7 +116,7 @@ def design_head(
     }
 
 
-def format_paired(result: dict[str, Any]) -> str:
+def format_paired(result: PairedReport) -> str:
     """The paired verdict as text: the verdict, one line per cell, the design and load."""
     from rich.console import Console
     from rich.table import Table
@@ -159,12 +165,12 @@ def format_paired(result: dict[str, Any]) -> str:
     ]
     for key, (base, cur) in result["differences"].items():
         lines.append(f"note: {key} differs (compared): baseline {base!r}, current {cur!r}")
-    for cell, why in result.get("skipped", {}).items():
-        lines.append(f"note: {cell} not timed: {why}")
+    for skipped, why in result.get("skipped", {}).items():
+        lines.append(f"note: {skipped} not timed: {why}")
     return "\n".join(lines)
 
 
-def _sequential_lines(result: dict[str, Any]) -> list[str]:
+def _sequential_lines(result: PairedReport) -> list[str]:
     """The group-sequential test in words, and every cell that stopped at a look."""
     plan = result.get("sequential") or {"looks": 1}
     if plan["looks"] == 1:
@@ -186,7 +192,7 @@ def _sequential_lines(result: dict[str, Any]) -> list[str]:
     return lines
 
 
-def _pairs_text(result: dict[str, Any]) -> str:
+def _pairs_text(result: PairedReport) -> str:
     """How the pairs were taken, in words."""
     design = result["design"]
     if design.get("within_round") == BLOCKS:
