@@ -19,7 +19,7 @@ from vmapcheck.bench.verdict.pairs import (
     process_of_pair,
     schedule,
 )
-from vmapcheck.bench.verdict.sides import WORKER_MODULES, side_spec
+from vmapcheck.bench.verdict.sides import WORKER_MODULES, WorkerError, side_ready, side_spec
 from vmapcheck.errors import ConfigError
 
 CELLS = ("direct_jit/b256", "direct_jit/b1024", "vmap_jit/b256", "vmap_jit/b1024")
@@ -354,3 +354,20 @@ def test_a_fast_call_takes_more_samples_a_block():
     assert samples_per_block(3, 1, 1e-6, MIN_BLOCK_MS) == 60  # capped at 20x
     assert samples_per_block(3, 1, 0.05, MIN_BLOCK_MS) == 3  # a slow call: as asked
     assert samples_per_block(10, 0, 1e-3, MIN_BLOCK_MS) == 25
+
+
+def test_a_ready_message_of_another_shape_is_refused_naming_the_worker_and_the_key():
+    """A worker's ready answer crosses a process boundary: side_ready keeps its typed
+    keys, and refuses one of another protocol (a worker of another vmapcheck) by name."""
+    answer = {"event": "ready", "context": {"dtype": "float32"}, "cells": ["vmap_jit/b8"]}
+    ready = side_ready({**answer, "skipped": {}, "block_samples": {"vmap_jit/b8": 3}}, "w")
+    assert ready == {
+        "context": {"dtype": "float32"},
+        "cells": ["vmap_jit/b8"],
+        "skipped": {},
+        "block_samples": {"vmap_jit/b8": 3},
+    }
+    with pytest.raises(WorkerError, match=r"baseline worker: its ready message's 'skipped': "):
+        side_ready(answer, "baseline worker")
+    with pytest.raises(WorkerError, match=r"'cells': expected a list, found str"):
+        side_ready({**answer, "cells": "vmap_jit/b8", "skipped": {}}, "current worker")
