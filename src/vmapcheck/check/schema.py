@@ -231,6 +231,8 @@ class CheckDetails(TypedDict):
     inputs: InputsReport
     # case -> path -> {<regrouping>: Comparison with the path's own outputs on the
     # original batch, "passed"} (vmapcheck.core.composition); absent when not judged.
+    # A plain mapping: keys named by the REGROUPINGS registry beside "passed" and
+    # "rows", which a TypedDict cannot hold both of (PEP 728, not in this mypy).
     composition: NotRequired[dict[str, dict[str, dict[str, Any]]]]
     budget: NotRequired[BudgetReport]
     # Bitwise batch invariance (vmapcheck.core.bitwise); absent when not measured.

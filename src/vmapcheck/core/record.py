@@ -315,7 +315,8 @@ class ForwardRecord(TypedDict):
     cases: dict[str, dict[str, PathRun]]  # case -> path -> what it did
     # The regroupings run (vmapcheck.core.composition): {"regroupings": {name: about},
     # "cases": {case: {"rows", <regrouping>: its plan, "paths", "raised"}}}. Absent in
-    # records older than it.
+    # records older than it. A plain mapping: a case's plans are keyed by the
+    # REGROUPINGS registry's names beside fixed keys (PEP 728, not in this mypy).
     composition: NotRequired[dict[str, Any]]
     # The budget the forward stage ran under (vmapcheck.config.BudgetConfig); absent in
     # records older than it.

@@ -84,6 +84,8 @@ class VerdictHead(TypedDict):
     """What every verdict states, compared or not: both runs' context (``source``, the
     context keys, ``noisy``), the settings, and the context keys that differ."""
 
+    # Each run's context: keys of the CONTEXT registry (vmapcheck.bench.verdict.baseline)
+    # beside "source" and "noisy", values as the run recorded them.
     baseline: dict[str, Any]
     current: dict[str, Any]
     factor: float
