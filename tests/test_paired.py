@@ -300,10 +300,21 @@ def _fake_trained(folder, width: int) -> None:
     layout = Layout(folder)
     layout.params.mkdir(parents=True)
     layout.cases.mkdir(parents=True)
+    # contract.json as train writes it (vmapcheck.params_io.ModelContract: read back
+    # typed), the networks differing in one params leaf's shape.
     contract = {
-        "params": {"layer0/w": [8, width]},
-        "inputs": {"x": {"shape": [8]}},
-        "outputs": {"n_outputs": 2},
+        "model": "mlp",
+        "description": f"an MLP of width {width}",
+        "params": {"layer0/w": {"shape": [8, width], "dtype": "float32"}},
+        "state_leaves": [],
+        "inputs": {
+            "features": [f"f{i}" for i in range(8)],
+            "n_features": 8,
+            "batch_axis": 0,
+            "unbatched": "forward_one takes one vector of shape (8,)",
+        },
+        "outputs": {"names": ["y0", "y1"], "n_outputs": 2, "meaning": "two targets"},
+        "batched_forward": False,
     }
     layout.contract.write_text(json.dumps(contract))
 
