@@ -291,6 +291,15 @@ class RaisedError(TypedDict):
     message: str
 
 
+# The train.json keys the tracking logs as metrics (train/<name>).
+TRAIN_METRICS: tuple[Literal["train_loss", "val_loss", "test_loss", "best_step"], ...] = (
+    "train_loss",
+    "val_loss",
+    "test_loss",
+    "best_step",
+)
+
+
 class ReferenceStatus(TypedDict):
     """What the forward stage found of the stored reference before recomputing its
     outputs: ``status`` ("ok", "missing", "corrupt", "incompatible") and why, in words."""

@@ -10,7 +10,7 @@ Paths are listed in the order of the registry :data:`vmapcheck.core.paths.PATHS`
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any, NotRequired, TypedDict
+from typing import TYPE_CHECKING, Any
 
 from vmapcheck.check.kinds import verdict_words
 from vmapcheck.check.rules import rule
@@ -20,8 +20,16 @@ from vmapcheck.core.paths import PATHS, mesh_label
 from vmapcheck.core.record import Comparison, InputLeafRecord
 from vmapcheck.core.runtime import accelerator_runtime_text, device_text
 from vmapcheck.report.elements import (
+    AgreementSection,
+    CaseTables,
+    GradientsSection,
+    JudgedTableSection,
+    MeasuredTableSection,
+    OracleSection,
+    ReferenceSection,
     Table,
     TableSection,
+    VerdictBanner,
     cell,
     figure_cell,
     in_path_order,
@@ -35,81 +43,6 @@ from vmapcheck.report.elements import (
 if TYPE_CHECKING:
     from vmapcheck.bench.timing.records import BenchDetails
     from vmapcheck.params_io import ModelContract
-
-
-# What each section hands the template (templates/report.html), by section.
-
-
-class VerdictBanner(TypedDict):
-    passed: bool
-    word: str  # PASS / FAIL (vmapcheck.check.kinds.verdict_words)
-    headline: str
-    notes: list[str]
-
-
-class CaseTables(TypedDict):
-    """One case's own tables in the agreement section (None: the case has none)."""
-
-    name: str
-    n_pairs: int
-    passed: bool
-    pairs: Table
-    losses: Table | None
-    rules: Table | None
-
-
-class AgreementSection(TypedDict):
-    intro: str
-    not_provided: list[str]
-    capped: list[str]
-    summary: Table
-    cases: list[CaseTables]
-
-
-class OracleSection(TypedDict):
-    """Computed: its intro and table; else why not."""
-
-    computed: bool
-    why: NotRequired[str]
-    intro: NotRequired[str]
-    table: NotRequired[Table]
-
-
-class ReferenceSection(TypedDict):
-    """The stored reference: its meta as a table; the cases and losses compared (None:
-    not compared, or no losses)."""
-
-    compared: bool
-    passed: bool
-    meta: Table
-    cases: Table | None
-    losses: Table | None
-
-
-class JudgedTableSection(TypedDict):
-    """Batch composition: judged or not, its intro, its table (None: not judged)."""
-
-    judged: bool
-    intro: str
-    table: Table | None
-
-
-class MeasuredTableSection(TypedDict):
-    """Bitwise batch invariance: measured or not, its intro, its table (None: not)."""
-
-    measured: bool
-    intro: str
-    table: Table | None
-
-
-class GradientsSection(TypedDict):
-    """Checked: whether passed, the facts and every leaf's table; else why not."""
-
-    checked: bool
-    why: NotRequired[str]
-    passed: NotRequired[bool]
-    facts: NotRequired[Table]
-    leaves: NotRequired[Table]
 
 
 def forms_compared(check: CheckDetails) -> str:

@@ -19,7 +19,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Iterable, Mapping
-from typing import Any, TypedDict, TypeVar, cast
+from typing import Any, NotRequired, TypedDict, TypeVar, cast
 
 from vmapcheck.core.paths import PATHS
 
@@ -54,6 +54,82 @@ class TableSection(TypedDict):
     """A report section that is one table (environment, invalid inputs, training)."""
 
     table: Table
+
+
+# What each of the check's sections (vmapcheck.report.check_sections) hands the template
+# (templates/report.html).
+
+
+class VerdictBanner(TypedDict):
+    passed: bool
+    word: str  # PASS / FAIL (vmapcheck.check.kinds.verdict_words)
+    headline: str
+    notes: list[str]
+
+
+class CaseTables(TypedDict):
+    """One case's own tables in the agreement section (None: the case has none)."""
+
+    name: str
+    n_pairs: int
+    passed: bool
+    pairs: Table
+    losses: Table | None
+    rules: Table | None
+
+
+class AgreementSection(TypedDict):
+    intro: str
+    not_provided: list[str]
+    capped: list[str]
+    summary: Table
+    cases: list[CaseTables]
+
+
+class OracleSection(TypedDict):
+    """Computed: its intro and table; else why not."""
+
+    computed: bool
+    why: NotRequired[str]
+    intro: NotRequired[str]
+    table: NotRequired[Table]
+
+
+class ReferenceSection(TypedDict):
+    """The stored reference: its meta as a table; the cases and losses compared (None:
+    not compared, or no losses)."""
+
+    compared: bool
+    passed: bool
+    meta: Table
+    cases: Table | None
+    losses: Table | None
+
+
+class JudgedTableSection(TypedDict):
+    """Batch composition: judged or not, its intro, its table (None: not judged)."""
+
+    judged: bool
+    intro: str
+    table: Table | None
+
+
+class MeasuredTableSection(TypedDict):
+    """Bitwise batch invariance: measured or not, its intro, its table (None: not)."""
+
+    measured: bool
+    intro: str
+    table: Table | None
+
+
+class GradientsSection(TypedDict):
+    """Checked: whether passed, the facts and every leaf's table; else why not."""
+
+    checked: bool
+    why: NotRequired[str]
+    passed: NotRequired[bool]
+    facts: NotRequired[Table]
+    leaves: NotRequired[Table]
 
 
 # A `span` in backticks, as the project's messages quote a command or a name (Markdown's

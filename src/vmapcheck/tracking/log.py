@@ -35,7 +35,7 @@ from vmapcheck.check.schema import CheckDetails, DiagnosisReport
 from vmapcheck.config import Config, flatten
 from vmapcheck.core.composition import REGROUPINGS
 from vmapcheck.core.paths import mesh_label, speedup_text
-from vmapcheck.core.record import TrainMetrics
+from vmapcheck.core.record import TRAIN_METRICS, TrainMetrics
 from vmapcheck.core.runtime import runtime_tags
 from vmapcheck.errors import ConfigError, first_line
 from vmapcheck.params_io import ModelContract, contract_digest
@@ -174,15 +174,6 @@ def bitwise_metrics(check: CheckDetails) -> dict[str, float]:
     if flips is not None and flips["rows"]:
         metrics["bitwise/argmax_flip_share"] = flips["flipped"] / flips["rows"]
     return metrics
-
-
-# The train.json keys logged as metrics (train/<name>).
-TRAIN_METRICS: tuple[Literal["train_loss", "val_loss", "test_loss", "best_step"], ...] = (
-    "train_loss",
-    "val_loss",
-    "test_loss",
-    "best_step",
-)
 
 
 def collect_metrics(

@@ -77,7 +77,12 @@ from typing import Any
 import numpy as np
 
 from vmapcheck.bench.verdict.baseline import BenchRecord
-from vmapcheck.bench.verdict.paired_report import design_head, finished, format_paired
+from vmapcheck.bench.verdict.paired_report import (
+    concurrent_design,
+    design_head,
+    finished,
+    format_paired,
+)
 from vmapcheck.bench.verdict.pairs import (
     BASELINE,
     CURRENT,
@@ -101,6 +106,7 @@ from vmapcheck.bench.verdict.sides import (
     keep_off_device,
     nothing_to_compare,
     one_at_a_time,
+    ready_sides,
     side_ready,
     side_spec,
     why_not_one_process,
@@ -223,10 +229,12 @@ def run_paired(
             shape = "both sides in each" if apart is None else "one a side"
             shape += f"; {alone}" if alone is not None else ""
             say(f"paired verdict: starting {len(workers)} worker process(es), {shape}")
-            ready = _ready(workers, apart is None)
+            ready = ready_sides(workers, apart is None)
             for spec in (baseline, current):
                 spec.context = ready[spec.role]["context"]
-            design = _design(rounds, samples, warmup, order, processes, apart, alone, asked)
+            design = concurrent_design(
+                rounds, samples, warmup, order, processes, apart, alone, asked
+            )
             head, refusal = _comparison_head(
                 baseline, current, ready, paths, batch_sizes, design, order, require_same
             )
@@ -254,34 +262,6 @@ def run_paired(
         planned_pairs=rounds,
     )
     return finished(result, head, ready, loads, cores, started)
-
-
-def _design(
-    rounds: int,
-    samples: int,
-    warmup: int,
-    order: str,
-    processes: int,
-    apart: str | None,
-    alone: str | None,
-    asked: int,
-) -> PairedDesign:
-    """The report's ``design`` of :func:`run_paired`'s workers running at once: its
-    settings, whether one process holds both sides (``apart``: why not), and where the
-    device takes one process at a time (``alone``), the processes ``asked`` for."""
-    design: PairedDesign = {
-        "rounds_per_side": rounds,
-        "samples_per_round": samples,
-        "warmup": warmup,
-        "within_round": order,
-        "process_pairs": processes,
-        "one_process_for_both": apart is None,
-        "why_apart": apart,
-    }
-    if alone is not None:
-        design["one_at_a_time"] = alone
-        design["processes_asked"] = asked
-    return design
 
 
 def _check_arguments(
@@ -522,27 +502,6 @@ def _run_one_at_a_time(
     result = judge_paired(schedule(rounds), taken, factor, alpha, confidence, groups)
     assert head is not None  # the plan runs both sides: made once the second was ready
     return finished(result, head, ready, loads, cores, started)
-
-
-def _ready(workers: list[Worker], both: bool) -> dict[str, SideReady]:
-    """Wait for every worker's ``ready``; per side, what the first process said of it
-    (context, cells, skipped): every process loads the same project the same way."""
-    answers = [w.receive(START_TIMEOUT_S) for w in workers]
-    where = [f"{w.spec.role} worker ({w.spec.project})" for w in workers]
-    if both:
-        sides = answers[0].get("sides")
-        if not (
-            isinstance(sides, list) and len(sides) == 2 and all(isinstance(s, dict) for s in sides)
-        ):
-            raise WorkerError(
-                f"{where[0]}: its ready message's 'sides': expected a list of 2 objects, "
-                f"found {type(sides).__name__} (a worker of another vmapcheck?)"
-            )
-        return {
-            BASELINE: side_ready(sides[0], f"{where[0]}, baseline side"),
-            CURRENT: side_ready(sides[1], f"{where[0]}, current side"),
-        }
-    return {BASELINE: side_ready(answers[0], where[0]), CURRENT: side_ready(answers[1], where[1])}
 
 
 def _time_blocks(

@@ -1,5 +1,6 @@
-"""The paired verdict's report (:mod:`vmapcheck.bench.verdict.paired`): what it says of its design
-and sides (:func:`design_head`), its whole result once judged (:func:`finished`), and the
+"""The paired verdict's report (:mod:`vmapcheck.bench.verdict.paired`): its design
+(:func:`concurrent_design`) and what it says of it and the sides (:func:`design_head`),
+its whole result once judged (:func:`finished`), and the
 result as text (:func:`format_paired`).
 """
 
@@ -49,6 +50,35 @@ def finished(
         },
         "wall_s": time.time() - started,
     }
+
+
+def concurrent_design(
+    rounds: int,
+    samples: int,
+    warmup: int,
+    order: str,
+    processes: int,
+    apart: str | None,
+    alone: str | None,
+    asked: int,
+) -> PairedDesign:
+    """The report's ``design`` of :func:`~vmapcheck.bench.verdict.paired.run_paired`'s
+    workers running at once: its settings, whether one process holds both sides
+    (``apart``: why not), and where the device takes one process at a time (``alone``),
+    the processes ``asked`` for."""
+    design: PairedDesign = {
+        "rounds_per_side": rounds,
+        "samples_per_round": samples,
+        "warmup": warmup,
+        "within_round": order,
+        "process_pairs": processes,
+        "one_process_for_both": apart is None,
+        "why_apart": apart,
+    }
+    if alone is not None:
+        design["one_at_a_time"] = alone
+        design["processes_asked"] = asked
+    return design
 
 
 def design_head(

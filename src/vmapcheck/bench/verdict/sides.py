@@ -326,6 +326,33 @@ def side_ready(answer: dict[str, Any], where: str) -> SideReady:
     return ready
 
 
+def ready_sides(workers: list[Worker], both: bool) -> dict[str, SideReady]:
+    """Wait for every worker's ``ready``; per side (baseline, current), what the first
+    process said of it (:func:`side_ready`: context, cells, skipped): every process loads
+    the same project the same way. ``both``: one process holds both sides.
+
+    Raises:
+        WorkerError: a worker failed, or answered in another shape (naming it)."""
+    from vmapcheck.bench.verdict.pairs import BASELINE, CURRENT  # scipy: where it is used
+
+    answers = [w.receive(START_TIMEOUT_S) for w in workers]
+    where = [f"{w.spec.role} worker ({w.spec.project})" for w in workers]
+    if both:
+        sides = answers[0].get("sides")
+        if not (
+            isinstance(sides, list) and len(sides) == 2 and all(isinstance(s, dict) for s in sides)
+        ):
+            raise WorkerError(
+                f"{where[0]}: its ready message's 'sides': expected a list of 2 objects, "
+                f"found {type(sides).__name__} (a worker of another vmapcheck?)"
+            )
+        return {
+            BASELINE: side_ready(sides[0], f"{where[0]}, baseline side"),
+            CURRENT: side_ready(sides[1], f"{where[0]}, current side"),
+        }
+    return {BASELINE: side_ready(answers[0], where[0]), CURRENT: side_ready(answers[1], where[1])}
+
+
 def nothing_to_compare(
     baseline: SideSpec, current: SideSpec, require_same: Iterable[str] = ()
 ) -> PairedReport | None:
