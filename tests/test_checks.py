@@ -413,3 +413,30 @@ def test_a_case_whose_paths_gave_one_output_compares_nothing_and_never_passes(in
     lenient = inputs[0].model_copy(update={"verdict": VerdictConfig(fail_on=["contract"])})
     report = check((lenient, *inputs[1:]))
     assert not report["passed"] and not report["cases"]["standard"]["passed"]
+
+
+def test_every_stored_reference_reads_back_typed_and_a_missing_key_is_named(tmp_path):
+    """meta.json is read through read_reference_meta: every reference kept in git fits
+    ReferenceMeta (the type states what make_reference writes), and one missing a key
+    (an older or hand-edited file) is refused with the file and the key's path."""
+    import json
+    import shutil
+    from pathlib import Path
+
+    from vmapcheck.check.reference import load_reference
+    from vmapcheck.check.schema import read_reference_meta
+    from vmapcheck.errors import ArtifactError
+
+    stored = sorted((Path(__file__).parents[1] / "data" / "reference").glob("*/meta.json"))
+    assert stored, "no reference in data/reference"
+    for meta in stored:
+        assert read_reference_meta(meta)["model"] == meta.parent.name
+    folder = tmp_path / "toy"
+    shutil.copytree(stored[0].parent, folder)
+    reference = load_reference(folder)
+    assert reference is not None and set(reference["cases"]) == set(reference["meta"]["cases"])
+    broken = json.loads((folder / "meta.json").read_text())
+    del broken["cases"]["standard"]["kind"]
+    (folder / "meta.json").write_text(json.dumps(broken))
+    with pytest.raises(ArtifactError, match=r"meta\.json: .*missing cases\.standard\.kind"):
+        load_reference(folder)

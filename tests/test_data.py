@@ -1,11 +1,18 @@
 """Splits are disjoint and deterministic; regression cases are what they claim."""
 
+import json
+
 import numpy as np
 import pytest
 
 from tests.helpers.config import compose_config
 from vmapcheck.core.keys import named_keys
-from vmapcheck.data.regression import load_cases, regression_cases, write_cases
+from vmapcheck.data.regression import (
+    load_cases,
+    read_cases_manifest,
+    regression_cases,
+    write_cases,
+)
 from vmapcheck.data.splits import split_indices
 from vmapcheck.errors import ArtifactError
 
@@ -102,6 +109,36 @@ def test_a_modified_case_file_is_refused(tmp_path):
     write_cases(tmp_path, regression_cases(train, test, test, 4))
     np.savez(tmp_path / "zeros.npz", x=np.ones((4, 2), np.float32))
     with pytest.raises(ArtifactError, match=r"zeros\.npz: sha256 check failed"):
+        load_cases(tmp_path)
+
+
+def test_a_manifest_missing_a_key_is_refused_naming_the_file_and_the_key(tmp_path):
+    """The cases manifest is read back typed (read_cases_manifest): a case's entry
+    without its kind, or one without its file, is refused with the file and the key's
+    path, not a KeyError in the stage that reads it."""
+    rng = np.random.default_rng(0)
+    train, test = rng.normal(size=(9, 2)), rng.normal(size=(9, 2))
+    manifest = write_cases(tmp_path, regression_cases(train, test, test, 4))
+    path = tmp_path / "manifest.json"
+    assert read_cases_manifest(path) == json.loads(path.read_text())  # the shape written
+    assert set(manifest["cases"]["standard"]) == {
+        "file",
+        "sha256",
+        "kind",
+        "shape",
+        "dtype",
+        "has_targets",
+        "about",
+    }
+    broken = json.loads(path.read_text())
+    del broken["cases"]["zeros"]["kind"]
+    path.write_text(json.dumps(broken))
+    with pytest.raises(ArtifactError, match=r"manifest\.json: .* missing cases\.zeros\.kind"):
+        load_cases(tmp_path)
+    broken["cases"]["zeros"]["kind"] = "edge"
+    del broken["cases"]["zeros"]["file"]
+    path.write_text(json.dumps(broken))
+    with pytest.raises(ArtifactError, match=r"case 'zeros' has no stored file: .*file and sha256"):
         load_cases(tmp_path)
 
 

@@ -19,7 +19,7 @@ from vmapcheck.bench.verdict.pairs import (
     process_of_pair,
     schedule,
 )
-from vmapcheck.bench.verdict.sides import WORKER_MODULES, side_spec
+from vmapcheck.bench.verdict.sides import WORKER_MODULES, WorkerError, side_ready, side_spec
 from vmapcheck.errors import ConfigError
 
 CELLS = ("direct_jit/b256", "direct_jit/b1024", "vmap_jit/b256", "vmap_jit/b1024")
@@ -300,10 +300,21 @@ def _fake_trained(folder, width: int) -> None:
     layout = Layout(folder)
     layout.params.mkdir(parents=True)
     layout.cases.mkdir(parents=True)
+    # contract.json as train writes it (vmapcheck.params_io.ModelContract: read back
+    # typed), the networks differing in one params leaf's shape.
     contract = {
-        "params": {"layer0/w": [8, width]},
-        "inputs": {"x": {"shape": [8]}},
-        "outputs": {"n_outputs": 2},
+        "model": "mlp",
+        "description": f"an MLP of width {width}",
+        "params": {"layer0/w": {"shape": [8, width], "dtype": "float32"}},
+        "state_leaves": [],
+        "inputs": {
+            "features": [f"f{i}" for i in range(8)],
+            "n_features": 8,
+            "batch_axis": 0,
+            "unbatched": "forward_one takes one vector of shape (8,)",
+        },
+        "outputs": {"names": ["y0", "y1"], "n_outputs": 2, "meaning": "two targets"},
+        "batched_forward": False,
     }
     layout.contract.write_text(json.dumps(contract))
 
@@ -354,3 +365,20 @@ def test_a_fast_call_takes_more_samples_a_block():
     assert samples_per_block(3, 1, 1e-6, MIN_BLOCK_MS) == 60  # capped at 20x
     assert samples_per_block(3, 1, 0.05, MIN_BLOCK_MS) == 3  # a slow call: as asked
     assert samples_per_block(10, 0, 1e-3, MIN_BLOCK_MS) == 25
+
+
+def test_a_ready_message_of_another_shape_is_refused_naming_the_worker_and_the_key():
+    """A worker's ready answer crosses a process boundary: side_ready keeps its typed
+    keys, and refuses one of another protocol (a worker of another vmapcheck) by name."""
+    answer = {"event": "ready", "context": {"dtype": "float32"}, "cells": ["vmap_jit/b8"]}
+    ready = side_ready({**answer, "skipped": {}, "block_samples": {"vmap_jit/b8": 3}}, "w")
+    assert ready == {
+        "context": {"dtype": "float32"},
+        "cells": ["vmap_jit/b8"],
+        "skipped": {},
+        "block_samples": {"vmap_jit/b8": 3},
+    }
+    with pytest.raises(WorkerError, match=r"baseline worker: its ready message's 'skipped': "):
+        side_ready(answer, "baseline worker")
+    with pytest.raises(WorkerError, match=r"'cells': expected a list, found str"):
+        side_ready({**answer, "cells": "vmap_jit/b8", "skipped": {}}, "current worker")

@@ -8,8 +8,8 @@ walk a pytree, not here: the ``track`` stage reads contracts (:func:`contract_di
 and runs no JAX, and importing it costs about a second.
 """
 
-from __future__ import annotations
-
+# No `from __future__ import annotations` here: read_model_contract (through
+# vmapcheck.io.read_json_typed) sees NotRequired only in evaluated annotations.
 import hashlib
 import json
 import os
@@ -23,8 +23,9 @@ from safetensors import SafetensorError
 from safetensors.numpy import load_file, save_file
 
 from vmapcheck.core.leaves import check_finite, leaf_paths
+from vmapcheck.core.record import InputLeafRecord
 from vmapcheck.errors import ArtifactError
-from vmapcheck.io import atomic_path, atomic_write_json, read_json, sha256_file
+from vmapcheck.io import atomic_path, atomic_write_json, read_json, read_json_typed, sha256_file
 from vmapcheck.layout import MANIFEST_FILE, PARAMS_FILE
 
 
@@ -37,9 +38,7 @@ class LeafSpec(TypedDict):
     dtype: str
 
 
-# The contract's types (below). NotRequired is read by mypy; under this module's
-# `from __future__ import annotations` typing cannot see it at run time, so contract.json
-# is read as an object, not through vmapcheck.io.read_json_typed.
+# The contract's types (below), read back by read_model_contract.
 class ContractInputs(TypedDict):
     """What the model takes (contract.json ``inputs``): the table's feature columns in
     order and their count, the batch axis, and one example unbatched in words; a flat
@@ -49,7 +48,7 @@ class ContractInputs(TypedDict):
     features: list[str]
     n_features: int
     dtype: NotRequired[str]
-    leaves: NotRequired[list[dict[str, Any]]]
+    leaves: NotRequired[list[InputLeafRecord]]
     batch_axis: int | str
     unbatched: str
     key: NotRequired[str]
@@ -234,6 +233,13 @@ def _check_manifest(manifest: Any, where: Path) -> None:
         )
 
 
+def read_model_contract(path: Path) -> ModelContract:
+    """``data/params/contract.json`` (:func:`model_contract`), its keys checked down to
+    the inputs and outputs (:func:`vmapcheck.io.read_json_typed`: the error names the
+    file and each missing key)."""
+    return read_json_typed(path, ModelContract)
+
+
 def model_contract(model: Any, params: Any, features: list[str]) -> ModelContract:
     """The model's contract: params leaves, inputs (names, order, dtype, batch axis), outputs.
 
@@ -287,7 +293,7 @@ def model_contract(model: Any, params: Any, features: list[str]) -> ModelContrac
     }
 
 
-def contract_digest(contract: dict[str, Any]) -> str:
+def contract_digest(contract: ModelContract) -> str:
     """sha256 of what a model *is* for a benchmark: its params leaves with their shapes
     and dtypes, its input leaves (shapes, dtypes, batch axis) and its outputs' count,
     whether it has a hand-batched forward, and which leaves are state (only when some

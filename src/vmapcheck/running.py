@@ -82,6 +82,17 @@ def dvc_run_began() -> float | None:
         return None
 
 
+class RunningRecord(TypedDict):
+    """``.dvc/tmp/vmapcheck-run.json`` (``Layout.running_record``): the ``dvc`` process
+    running the pipeline (:func:`mark_running`), read by any other process in the
+    workspace: its pid, its start time (seconds since the epoch: a reused pid has
+    another) and its command line."""
+
+    pid: int
+    create_time: float
+    cmdline: str
+
+
 def mark_running(layout: Layout) -> None:
     """Record the ``dvc`` process running this pipeline (nothing when none: a stage run
     by hand, or a repository without ``.dvc/``)."""
@@ -89,14 +100,12 @@ def mark_running(layout: Layout) -> None:
     if process is None or not layout.running_record.parent.parent.is_dir():
         return
     layout.running_record.parent.mkdir(parents=True, exist_ok=True)
-    atomic_write_json(
-        layout.running_record,
-        {
-            "pid": process.pid,
-            "create_time": process.create_time(),
-            "cmdline": " ".join(process.cmdline()),
-        },
-    )
+    record: RunningRecord = {
+        "pid": process.pid,
+        "create_time": process.create_time(),
+        "cmdline": " ".join(process.cmdline()),
+    }
+    atomic_write_json(layout.running_record, record)
 
 
 def clear_running(layout: Layout) -> None:
@@ -109,23 +118,33 @@ def clear_running(layout: Layout) -> None:
     layout.running_record.unlink(missing_ok=True)
 
 
-def _read(path: Path) -> dict[str, Any] | None:
+def _read(path: Path) -> RunningRecord | None:
+    """The running record at ``path``, or None where there is none that names a
+    process: absent, not JSON, or without an integer pid (a record cut short or written
+    by something else names no run). A missing start time or command line reads as 0
+    (no process started then: the pid counts as reused) and ""."""
     try:
-        record = json.loads(path.read_text(encoding="utf-8"))
+        found = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return None
-    return record if isinstance(record, dict) else None
+    if not isinstance(found, dict) or not isinstance(found.get("pid"), int):
+        return None
+    try:
+        began = float(found.get("create_time", 0))
+    except (TypeError, ValueError):
+        began = 0.0
+    return {"pid": found["pid"], "create_time": began, "cmdline": str(found.get("cmdline", ""))}
 
 
-def running_elsewhere(layout: Layout) -> dict[str, Any] | None:
+def running_elsewhere(layout: Layout) -> RunningRecord | None:
     """The record of a pipeline running in this workspace in another process tree than
     the caller's, or None (no record, its process gone or replaced, or an ancestor)."""
     record = _read(layout.running_record)
-    if record is None or not isinstance(record.get("pid"), int):
+    if record is None:
         return None
     try:
         process = psutil.Process(record["pid"])
-        if abs(process.create_time() - float(record.get("create_time", 0))) > 1.0:
+        if abs(process.create_time() - record["create_time"]) > 1.0:
             return None  # the pid was reused
         ours = {p.pid for p in psutil.Process(os.getpid()).parents()} | {os.getpid()}
     except (psutil.Error, OSError, ValueError, TypeError):
@@ -151,9 +170,9 @@ def idle(value: Any = 0) -> Any:
     root = _project_root(Path.cwd())
     record = running_elsewhere(Layout(root)) if root is not None else None
     if record is not None:
-        began = datetime.datetime.fromtimestamp(float(record["create_time"])).strftime("%H:%M:%S")
+        began = datetime.datetime.fromtimestamp(record["create_time"]).strftime("%H:%M:%S")
         raise PipelineRunningError(
-            f"vmapcheck: a pipeline is running in this workspace (`{record.get('cmdline')}`, "
+            f"vmapcheck: a pipeline is running in this workspace (`{record['cmdline']}`, "
             f"pid {record['pid']}, since {began}); composing params.yaml now would change its "
             "settings under it, so nothing was written. Wait until it ends (or stop it), "
             "then run this again; to run several experiments, queue them all first "

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from itertools import combinations
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -36,7 +36,7 @@ from vmapcheck.check.schema import (
     StageResult,
 )
 from vmapcheck.config import FINDING_KIND_NAMES, Config, ToleranceConfig
-from vmapcheck.core.cases import CaseEntry, CaseKind, case_rows, kind_of
+from vmapcheck.core.cases import CaseEntry, CaseKind, CasesManifest, case_rows, kind_of
 from vmapcheck.core.compare import (
     compare,
     largest,
@@ -57,6 +57,10 @@ from vmapcheck.core.record import (
 )
 from vmapcheck.data.regression import SINGLE_CASE, STANDARD_CASE
 
+if TYPE_CHECKING:
+    from vmapcheck.check.reference import ReferenceRun
+    from vmapcheck.core.magnitude import CaseMagnitude
+
 
 def _contract(entry: PathRun, shape: list[int], dtype: str) -> list[str]:
     if entry.get("refused") or entry.get("crashed"):
@@ -69,7 +73,7 @@ def _contract(entry: PathRun, shape: list[int], dtype: str) -> list[str]:
     return problems
 
 
-def _scale_for(tolerance: ToleranceConfig, magnitude: dict[str, Any] | None) -> Any:
+def _scale_for(tolerance: ToleranceConfig, magnitude: CaseMagnitude | None) -> Any:
     """The terms' magnitude to compare with under ``tolerance``, or None (rule "output":
     ``tolerance.scale`` says so, or no magnitude was computed for the case)."""
     if tolerance.scale != "terms" or magnitude is None:
@@ -86,7 +90,7 @@ def _builtin_fields(results: Iterable[RuleResult]) -> BuiltinFields:
     return fields
 
 
-def _rule(tolerance: ToleranceConfig, magnitude: dict[str, Any] | None) -> JudgedBy:
+def _rule(tolerance: ToleranceConfig, magnitude: CaseMagnitude | None) -> JudgedBy:
     """``rule`` (what a case is judged by under ``tolerance``), ``fallbacks`` (the
     primitives whose terms' magnitude fell back to |y|) and, when the magnitude forward
     failed on the case, ``magnitude_error``."""
@@ -193,7 +197,7 @@ def _capped(
     meta: CaseEntry,
     paths: list[str],
     oracle: np.ndarray | None,
-    magnitude: dict[str, Any] | None,
+    magnitude: CaseMagnitude | None,
 ) -> dict[str, Capped]:
     """What the budget (``config.budget``) capped on a valid case: each capped path,
     ``oracle`` and ``magnitude`` -> ``{"rows_run", "rows_of", "capped_by"}``. A path's
@@ -210,7 +214,7 @@ def _capped(
             out[p] = _cap(cap, rows, str(PATHS[p].forward_cap))
     if oracle is not None and np.ndim(oracle) >= 1 and oracle.shape[0] < rows:
         out["oracle"] = _cap(oracle.shape[0], rows, "oracle_max_rows")
-    scale = (magnitude or {}).get("scale")
+    scale = magnitude["scale"] if magnitude else None
     if scale is not None and np.ndim(scale) >= 1 and np.shape(scale)[0] < rows:
         out["magnitude"] = {
             **_cap(np.shape(scale)[0], rows, "magnitude_max_rows"),
@@ -228,7 +232,7 @@ def _valid_case(
     oracle: dict[str, np.ndarray] | None,
     targets: np.ndarray | None,
     skip: dict[str, str],
-    magnitude: dict[str, Any] | None,
+    magnitude: CaseMagnitude | None,
     stochastic: bool = False,
 ) -> tuple[CaseReport, list[CheckFinding]]:
     kind = kind_of(meta, name)
@@ -367,7 +371,7 @@ def _negative_case(
 def _reference(
     config: Config,
     runtime: RuntimeRecord,
-    reference: dict[str, Any] | None,
+    reference: ReferenceRun | None,
     skip: dict[str, str],
 ) -> tuple[ReferenceReport, list[CheckFinding]]:
     """Compare the current run of the reference's inputs with its stored outputs. A
@@ -391,7 +395,7 @@ def _reference(
     meta = reference["meta"]
     stored, current = reference["stored"], reference["current"]
     tolerance = looser(
-        meta["cross_run_tolerance"], config.precision.cross_run_tolerance.model_dump()
+        meta["cross_run_tolerance"], tolerance_record(config.precision.cross_run_tolerance)
     )
     magnitudes = reference.get("magnitudes") or {}
     cases: dict[str, dict[str, Comparison]] = {}
@@ -484,12 +488,12 @@ def _reference(
 
 def _composition(
     config: Config,
-    cases_manifest: dict[str, Any],
+    cases_manifest: CasesManifest,
     outputs: dict[str, np.ndarray],
     regrouped: dict[str, np.ndarray] | None,
     record: dict[str, Any] | None,
     skip: dict[str, str],
-    magnitudes: dict[str, dict[str, Any]] | None,
+    magnitudes: dict[str, CaseMagnitude] | None,
 ) -> tuple[dict[str, Any] | None, list[CheckFinding]]:
     """Each batch path's outputs on every regrouped batch (:data:`~vmapcheck.core.
     composition.REGROUPINGS`) against its own outputs on the original batch, at
@@ -552,16 +556,16 @@ def _composition(
 
 def run_checks(
     config: Config,
-    cases_manifest: dict[str, Any],
+    cases_manifest: CasesManifest,
     outputs: dict[str, np.ndarray],
     forward_record: ForwardRecord,
     *,
     oracle: dict[str, np.ndarray] | None = None,
     targets: dict[str, np.ndarray] | None = None,
-    reference: dict[str, Any] | None = None,
+    reference: ReferenceRun | None = None,
     gradients: dict[str, np.ndarray] | None = None,
     inputs: dict[str, StageResult] | None = None,
-    magnitudes: dict[str, dict[str, Any]] | None = None,
+    magnitudes: dict[str, CaseMagnitude] | None = None,
     composition: dict[str, np.ndarray] | None = None,
     bitwise: str = "report",
 ) -> CheckDetails:

@@ -19,16 +19,22 @@ import json
 import shutil
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, NotRequired, TypedDict
 
 import numpy as np
 
-from vmapcheck.check.schema import read_check_details, read_record
+from vmapcheck.check.schema import (
+    ReferenceMeta,
+    ReplacedReference,
+    read_check_details,
+    read_record,
+    read_reference_meta,
+)
 from vmapcheck.config import Config, config_digest, load_config
-from vmapcheck.core.cases import kind_of
+from vmapcheck.core.cases import Case, kind_of
 from vmapcheck.core.paths import output_key, plain_path
 from vmapcheck.core.record import tolerance_record
-from vmapcheck.data.regression import x_arrays, x_from_arrays
+from vmapcheck.data.regression import read_cases_manifest, x_arrays, x_from_arrays
 from vmapcheck.errors import ArtifactError, VmapcheckError
 from vmapcheck.io import (
     atomic_dir,
@@ -40,6 +46,9 @@ from vmapcheck.io import (
 )
 from vmapcheck.layout import Layout
 from vmapcheck.provenance import git_state
+
+if TYPE_CHECKING:
+    from vmapcheck.core.magnitude import CaseMagnitude
 
 META = "meta.json"
 FILES = ("params.safetensors", "manifest.json", "inputs.npz", "outputs.npz")
@@ -64,10 +73,33 @@ def mse(outputs: np.ndarray, targets: np.ndarray) -> float:
     return float(np.mean((outputs.astype(np.float64) - head.astype(np.float64)) ** 2))
 
 
-def load_reference(folder: Path) -> dict[str, Any] | None:
-    """The reference in ``folder`` with every file verified, or None when there is none.
+class StoredReference(TypedDict):
+    """A reference as :func:`load_reference` reads it: its meta.json, its cases (each
+    with ``x`` and, where stored, ``y``: batch axis 0) and its outputs by
+    ``<case>.<path>``."""
 
-    Returns {"meta", "cases" (name -> {"kind", "x", "y"?}), "outputs"}.
+    meta: ReferenceMeta
+    cases: dict[str, Case]
+    outputs: dict[str, np.ndarray]
+
+
+class ReferenceRun(TypedDict):
+    """What the check compares with the reference (:func:`vmapcheck.check.checks.
+    run_checks`' ``reference``): the forward stage's status and message, and when "ok"
+    the stored reference, this run's outputs on its inputs (data/forward/
+    reference_outputs.npz) and the terms' magnitude of its cases (None: not computed)."""
+
+    status: str
+    message: str
+    meta: NotRequired[ReferenceMeta]
+    stored: NotRequired[dict[str, np.ndarray]]
+    cases: NotRequired[dict[str, Case]]
+    current: NotRequired[dict[str, np.ndarray]]
+    magnitudes: NotRequired[dict[str, CaseMagnitude] | None]
+
+
+def load_reference(folder: Path) -> StoredReference | None:
+    """The reference in ``folder`` with every file verified, or None when there is none.
 
     Raises:
         ArtifactError: a file is missing or its sha256 differs from meta.json.
@@ -75,7 +107,7 @@ def load_reference(folder: Path) -> dict[str, Any] | None:
     folder = Path(folder)
     if not (folder / META).exists():
         return None
-    meta = read_json(folder / META)
+    meta = read_reference_meta(folder / META)
     for name in FILES:
         path = folder / name
         found = sha256_file(path) if path.is_file() else "missing"
@@ -85,15 +117,20 @@ def load_reference(folder: Path) -> dict[str, Any] | None:
                 f"found {found}): the reference was modified outside `vmapcheck reference make`"
             )
     inputs = load_npz(folder / "inputs.npz")
-    cases = {}
+    cases: dict[str, Case] = {}
     for name, entry in meta["cases"].items():
-        cases[name] = {"kind": entry["kind"], "x": x_from_arrays(inputs, f"{name}.x")}
+        cases[name] = {
+            "kind": entry["kind"],
+            "shape": entry["shape"],
+            "about": f"the stored reference's {name}",
+            "x": x_from_arrays(inputs, f"{name}.x"),
+        }
         if f"{name}.y" in inputs:
             cases[name]["y"] = inputs[f"{name}.y"]
     return {"meta": meta, "cases": cases, "outputs": load_npz(folder / "outputs.npz")}
 
 
-def make_reference(layout: Layout, config: Config, reason: str) -> dict[str, Any]:
+def make_reference(layout: Layout, config: Config, reason: str) -> ReferenceMeta:
     """Store the current run as the reference for ``config.model.name``; return meta.
 
     Only a verified run qualifies: every check but the reference comparison itself must
@@ -125,7 +162,7 @@ def make_reference(layout: Layout, config: Config, reason: str) -> dict[str, Any
         raise VmapcheckError("data/forward was computed from other params: run `dvc repro`")
     if check.get("config_digest") != config_digest(config):
         raise VmapcheckError("params.yaml changed since the last check: run `dvc repro` first")
-    cases_manifest = read_json(layout.cases_manifest)["cases"]
+    cases_manifest = read_cases_manifest(layout.cases_manifest)["cases"]
     valid = {n: e for n, e in cases_manifest.items() if kind_of(e, n).in_reference}
     outputs = load_npz(outputs_path)
     inputs: dict[str, np.ndarray] = {}
@@ -140,10 +177,17 @@ def make_reference(layout: Layout, config: Config, reason: str) -> dict[str, Any
     same_outputs = track.get("forward_outputs_sha256") == check["forward_outputs_sha256"]
     from_run = track.get("run_id") if same_outputs else None
     target = reference_dir(config, layout)
-    previous = None
+    previous: ReplacedReference | None = None
     if (target / META).exists():
+        # Read as found (an older or hand-edited meta.json is replaced, not refused).
         old = read_json(target / META)
-        previous = {k: old.get(k) for k in ("created_at", "reason", "from_run", "runtime", "dtype")}
+        previous = {
+            "created_at": old.get("created_at"),
+            "reason": old.get("reason"),
+            "from_run": old.get("from_run"),
+            "runtime": old.get("runtime"),
+            "dtype": old.get("dtype"),
+        }
     with atomic_dir(target) as folder:
         for name in ("params.safetensors", "manifest.json"):
             shutil.copy2(layout.params / name, folder / name)
@@ -157,7 +201,7 @@ def make_reference(layout: Layout, config: Config, reason: str) -> dict[str, Any
                 if output_key(n, p) in outputs  # a path the model does not provide
             },
         )
-        meta = {
+        meta: ReferenceMeta = {
             "model": config.model.name,
             "created_at": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
             "reason": reason.strip(),
@@ -166,7 +210,9 @@ def make_reference(layout: Layout, config: Config, reason: str) -> dict[str, Any
             # What this reference replaces, and how the run compared with it.
             "replaces": previous,
             "comparison_with_replaced": {
-                k: check["reference"].get(k) for k in ("status", "passed", "message")
+                "status": check["reference"].get("status"),
+                "passed": check["reference"].get("passed"),
+                "message": check["reference"].get("message"),
             },
             "runtime": check["runtime"],
             "dtype": check["dtype"],

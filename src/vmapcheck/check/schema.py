@@ -17,6 +17,7 @@ from typing import (
     Any,
     Literal,
     NotRequired,
+    Required,
     TypedDict,
 )
 
@@ -230,6 +231,8 @@ class CheckDetails(TypedDict):
     inputs: InputsReport
     # case -> path -> {<regrouping>: Comparison with the path's own outputs on the
     # original batch, "passed"} (vmapcheck.core.composition); absent when not judged.
+    # A plain mapping: keys named by the REGROUPINGS registry beside "passed" and
+    # "rows", which a TypedDict cannot hold both of (PEP 728, not in this mypy).
     composition: NotRequired[dict[str, dict[str, dict[str, Any]]]]
     budget: NotRequired[BudgetReport]
     # Bitwise batch invariance (vmapcheck.core.bitwise); absent when not measured.
@@ -284,6 +287,56 @@ class Finding(TypedDict):
     notes: NotRequired[list[str]]
 
 
+class Evidence(TypedDict, total=False):
+    """One observation of a diagnosis stage (a ``StageResult``'s ``evidence``): what was
+    looked at and whether it held (None: could not be looked at, ``reason`` says why;
+    absent where the observation is a status: the stored reference's),
+    with the figures of the comparison where one was made (a :class:`vmapcheck.core.
+    record.Measurement`, or :func:`vmapcheck.core.compare.exact`'s), and a stage's own
+    details (the pair, the path and its output's shape and dtype, what was expected and
+    found, the correlation of two draws over ``values`` values)."""
+
+    what: Required[str]
+    passed: bool | None
+    status: str  # the stored reference's, when not "ok"
+    reason: str | None
+    pair: str
+    path: str
+    shape: list[int]
+    dtype: str
+    expected: Any  # the leaf's {"shape", "dtype"}
+    found: Any
+    correlation: float
+    values: int
+    # A case's loss on the stored reference and now (LossAgainstReference).
+    reference: float
+    current: float
+    # The comparison's figures (vmapcheck.core.record.Measurement).
+    max_abs: float | None
+    max_rel: float | None
+    rule: str
+    bound_ratio: float | None
+    element: list[int] | None
+    scale_at_worst: float | None
+    rows: int
+    terms_rows: int
+    stored_path: str
+    same_non_finite_rows: list[int]
+    max_ulp: int | None
+    ulp_dtype: str | None
+    tolerance: ToleranceUsed
+    non_finite: dict[str, int]
+
+
+class ProbeRecord(TypedDict):
+    """A probe the diagnosis ran on (``inputs`` of diagnosis.json): its label, its rows
+    and whether it has targets (the gradients' stage needs them)."""
+
+    label: str
+    rows: int
+    targets: bool
+
+
 StageStatus = Literal["ruled_out", "diverged", "skipped", "error"]
 
 
@@ -297,7 +350,7 @@ class StageResult(TypedDict):
     summary: str
     finding: Finding | None  # when it diverged
     # What the stage looked at, one entry per observation (its own keys per stage).
-    evidence: list[dict[str, Any]]
+    evidence: list[Evidence]
 
 
 class DiagnosisTolerance(TypedDict):
@@ -328,9 +381,64 @@ class DiagnosisReport(TypedDict):
     tolerance: NotRequired[DiagnosisTolerance]
     activations: NotRequired[str]
     not_provided: NotRequired[dict[str, str]]
-    inputs: NotRequired[list[dict[str, Any]]]  # the probes: {"label", "rows", "targets"}
+    inputs: NotRequired[list[ProbeRecord]]  # the probes
     check_passed: NotRequired[bool]  # "not needed"
     error: NotRequired[str]  # "error": why the protocol could not run
+
+
+class ReplacedReference(TypedDict):
+    """What a reference replaced (``replaces`` of its meta.json), each key as the old
+    meta.json held it (None where it had none)."""
+
+    created_at: str | None
+    reason: str | None
+    from_run: str | None
+    runtime: RuntimeRecord | None
+    dtype: str | None
+
+
+class ComparisonWithReplaced(TypedDict):
+    """How the run that became the reference compared with the one it replaced (the
+    check's ``reference`` section; None where it had no such key: a missing one)."""
+
+    status: str | None
+    passed: bool | None
+    message: str | None
+
+
+class ReferenceCase(TypedDict):
+    """A case the reference stores (its ``x`` and ``y`` in inputs.npz)."""
+
+    kind: str  # a CASE_KINDS entry (vmapcheck.core.cases)
+    shape: Any  # x's shape: a list of ints, or per leaf
+
+
+class ReferenceMeta(TypedDict):
+    """``data/reference/<model>/meta.json`` (:func:`vmapcheck.check.reference.
+    make_reference`): when, from which run and why the reference was made, what with,
+    the tolerances, the config digest and the sha256 of every file."""
+
+    model: str
+    created_at: str  # ISO 8601, UTC
+    reason: str
+    from_run: str | None  # the MLflow run whose outputs it stores, when tracked
+    git: dict[str, str]  # vmapcheck.provenance.git_state
+    replaces: ReplacedReference | None  # None: the model's first reference
+    comparison_with_replaced: ComparisonWithReplaced
+    runtime: RuntimeRecord
+    dtype: str
+    tolerance: ToleranceRecord
+    cross_run_tolerance: ToleranceRecord
+    config_digest: str
+    params_sha256: str
+    cases: dict[str, ReferenceCase]
+    losses: dict[str, float]  # case -> its mean squared error on the plain path
+    sha256: dict[str, str]  # file -> digest (vmapcheck.check.reference.FILES)
+
+
+def read_reference_meta(path: Path) -> ReferenceMeta:
+    """A reference's ``meta.json``, its keys checked down to each case."""
+    return read_json_typed(path, ReferenceMeta)
 
 
 def read_record(path: Path) -> ForwardRecord:

@@ -46,6 +46,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 if TYPE_CHECKING:
+    from vmapcheck.core.cases import Case
     from vmapcheck.core.models import Model, Params
     from vmapcheck.core.paths import Forward
     from vmapcheck.core.record import (
@@ -449,7 +450,7 @@ def _unmeasured(name: str, error: str) -> BitwisePathReport:
 def measure_case(
     model: Model,
     params: Params,
-    cases: Mapping[str, Mapping[str, Any]],
+    cases: Mapping[str, Case],
     case: str,
     dtype: Any,
     paths: Mapping[str, Forward],
@@ -473,7 +474,7 @@ def measure_case(
 
     if case not in cases:
         return None
-    x = case_input(dict(cases[case]), dtype)
+    x = case_input(cases[case], dtype)
     if rows(x) < 2:
         return None
     mine = {

@@ -12,11 +12,14 @@ To add a kind: one entry below, the cases of that kind in
 one, in :data:`vmapcheck.check.rules.CASE_RULES` (docs/development.md).
 """
 
-from __future__ import annotations
-
+# No `from __future__ import annotations` here: the manifest's reader
+# (vmapcheck.data.regression.read_cases_manifest) sees NotRequired only in evaluated
+# annotations.
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal, NotRequired, TypedDict
+
+import numpy as np
 
 from vmapcheck.core.paths import path_names
 from vmapcheck.errors import ArtifactError
@@ -25,19 +28,58 @@ from vmapcheck.errors import ArtifactError
 # until a check runs: JAX and the contract are imported where a case's input is built.
 
 
-class CaseEntry(TypedDict):
+class _Refusal(TypedDict, total=False):
+    """An input to refuse (kind "invalid"): the substrings its error must contain, which
+    paths get it ("batch" or "vector"), False to keep its stored dtype, the leaves kept as
+    stored (:func:`case_input`)."""
+
+    expect: list[str]
+    runs_on: str
+    cast: bool
+    keep: list[str]
+
+
+class CaseEntry(_Refusal):
     """A case's entry in ``data/cases/manifest.json`` (its arrays are beside it in the
     case's ``.npz``): what the forward stage, check and the report read of it."""
 
     kind: str  # a CASE_KINDS entry
     shape: Any  # x's shape: a list of ints, or per leaf (a dict contract)
     about: str
-    # An input to refuse: the substrings its error must contain, which paths get it
-    # ("batch" or "vector"), False to keep its stored dtype, the leaves kept as stored.
-    expect: NotRequired[list[str]]
-    runs_on: NotRequired[str]
-    cast: NotRequired[bool]
-    keep: NotRequired[list[str]]
+    # Written by vmapcheck.data.regression.write_cases: the case's file, its sha256,
+    # x's dtype (a name, or per leaf) and whether the file holds targets ``y``. Absent
+    # in the Python API's cases (vmapcheck.testing), which are never stored.
+    file: NotRequired[str]
+    sha256: NotRequired[str]
+    dtype: NotRequired[Any]
+    has_targets: NotRequired[bool]
+
+
+class CasesManifest(TypedDict):
+    """``data/cases/manifest.json``: the table's feature names in order (checked against
+    the params contract) and every case's entry."""
+
+    features: list[str]
+    cases: dict[str, CaseEntry]
+
+
+class Case(_Refusal):
+    """A case with its arrays: ``x`` (a batch of the contract, batch axis 0: one array
+    (rows, n_features) or a dict of leaves; one example for kind "vector"; for kind
+    "invalid" the input to refuse) and its targets ``y`` (rows, out_features) where it
+    has them, beside its manifest keys (:func:`vmapcheck.data.regression.
+    regression_cases` builds it without the stored ones, :func:`vmapcheck.data.
+    regression.load_cases` reads it back with them)."""
+
+    x: Any
+    kind: str
+    about: str
+    y: NotRequired[np.ndarray]
+    shape: NotRequired[Any]
+    file: NotRequired[str]
+    sha256: NotRequired[str]
+    dtype: NotRequired[Any]
+    has_targets: NotRequired[bool]
 
 
 @dataclass(frozen=True)
@@ -146,7 +188,7 @@ CASE_KINDS: dict[str, CaseKind] = {
 }
 
 
-def case_input(case: dict[str, Any], dtype: Any) -> Any:
+def case_input(case: Case, dtype: Any) -> Any:
     """The input ``x`` of ``case`` as the paths get it at the run's ``dtype``: float leaves
     cast to it, ids and masks as stored; a case with ``cast`` False (a wrong dtype to be
     refused) exactly as stored, and the leaves named in its ``keep`` (the one leaf given

@@ -35,7 +35,13 @@ import jax.numpy as jnp
 import numpy as np
 
 from vmapcheck.config import ToleranceConfig
-from vmapcheck.core.record import Comparison, Measurement, WorstElement
+from vmapcheck.core.record import (
+    Comparison,
+    ExactResult,
+    Measurement,
+    ToleranceRecord,
+    WorstElement,
+)
 
 # Bitwise: re-derived data must reproduce the stored bits.
 EXACT = ToleranceConfig(rtol=0.0, atol=0.0)
@@ -106,17 +112,21 @@ def within(a: float, b: float, tolerance: ToleranceConfig) -> bool:
     return abs(a - b) <= allowed_error(max(abs(a), abs(b)), tolerance)
 
 
-def looser(a: dict[str, Any], b: dict[str, Any]) -> ToleranceConfig:
+def looser(a: ToleranceRecord, b: ToleranceRecord) -> ToleranceConfig:
     """The looser of two tolerances, element by element (each side's numerics count).
 
     ``scale`` (which rule) is not numerics: it is ``b``'s, the run that judges (``a``'s
     when ``b`` names none; the default when neither does).
     """
     scale = b.get("scale", a.get("scale"))
-    return ToleranceConfig(
-        rtol=max(a["rtol"], b["rtol"]),
-        atol=max(a["atol"], b["atol"]),
-        **({} if scale is None else {"scale": scale}),
+    # Validated: ``a`` comes from a file (a reference's meta.json); a scale no rule
+    # knows is refused by ToleranceConfig, naming it.
+    return ToleranceConfig.model_validate(
+        {
+            "rtol": max(a["rtol"], b["rtol"]),
+            "atol": max(a["atol"], b["atol"]),
+            **({} if scale is None else {"scale": scale}),
+        }
     )
 
 
@@ -411,17 +421,15 @@ def measure(
     return out
 
 
-def exact(a: np.ndarray, b: np.ndarray) -> dict[str, Any]:
+def exact(a: np.ndarray, b: np.ndarray) -> ExactResult:
     """Bitwise agreement of stored and re-derived arrays (data are never recomputed
     approximately: the same steps on the same CPU give the same bits)."""
     a, b = np.asarray(a), np.asarray(b)
     if a.dtype != b.dtype:
-        result = measure(a, b, EXACT, "exact") if a.shape == b.shape else None
-        return {
-            **(result or {}),
-            "passed": False,
-            "reason": f"dtype {a.dtype} vs {b.dtype}",
-        }
+        differs = f"dtype {a.dtype} vs {b.dtype}"
+        if a.shape != b.shape:
+            return {"passed": False, "reason": differs}
+        return {**measure(a, b, EXACT, "exact"), "passed": False, "reason": differs}
     if jnp.issubdtype(a.dtype, jnp.floating):
         result = measure(a, b, EXACT, "exact")
         # NaN where the stored array holds NaN (an invalid case) is the same value.
@@ -429,7 +437,7 @@ def exact(a: np.ndarray, b: np.ndarray) -> dict[str, Any]:
         result["passed"] = bool(same)
         if same:
             result["reason"] = ""
-        return dict(result)
+        return {**result}
     same = a.shape == b.shape and np.array_equal(a, b)
     return {
         "passed": bool(same),

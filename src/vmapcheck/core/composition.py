@@ -18,11 +18,14 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from vmapcheck.core.paths import Forward, output_key
+
+if TYPE_CHECKING:
+    from vmapcheck.core.cases import Case, CaseEntry
 
 # REGROUPINGS is read by the report (check_sections), which runs no JAX: JAX and the
 # case and contract helpers are imported where a regrouping runs or a case is judged.
@@ -99,7 +102,7 @@ REGROUPINGS: dict[str, Regrouping] = {
 }
 
 
-def applies(case: dict[str, Any], name: str = "") -> bool:
+def applies(case: Case | CaseEntry, name: str = "") -> bool:
     """Whether ``case`` (a case or its manifest entry) is regrouped: its kind
     (:data:`~vmapcheck.core.cases.CASE_KINDS`) is judged on its outputs and takes a
     batch, and the batch has at least 2 rows (one row has no batch-mates)."""

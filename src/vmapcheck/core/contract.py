@@ -30,6 +30,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from vmapcheck.config import ModelConfig
+from vmapcheck.core.record import InputLeafRecord
 from vmapcheck.errors import ArtifactError, InvalidInputError
 
 LeafDtype = Literal["float", "int32", "bool"]
@@ -86,9 +87,9 @@ class Leaf:
             return jnp.dtype(float_dtype)
         return np.dtype(self.dtype)
 
-    def describe(self) -> dict[str, Any]:
+    def describe(self) -> InputLeafRecord:
         """Shape, dtype, range and meaning, for the contract file and the report."""
-        about: dict[str, Any] = {"leaf": self.name, "shape": list(self.shape), "dtype": self.dtype}
+        about: InputLeafRecord = {"leaf": self.name, "shape": list(self.shape), "dtype": self.dtype}
         if self.vocab is not None:
             about["range"] = [0, self.vocab - 1]
         if self.meaning:
@@ -203,7 +204,7 @@ class InputSpec:
         }
         return arrays[VECTOR_LEAF] if self.flat else arrays
 
-    def describe(self) -> list[dict[str, Any]]:
+    def describe(self) -> list[InputLeafRecord]:
         """Every leaf's shape, dtype, range and meaning, in declared order."""
         return [leaf.describe() for leaf in self.leaves]
 

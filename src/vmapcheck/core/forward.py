@@ -10,11 +10,12 @@ import numpy as np
 from jax.sharding import Mesh
 
 from vmapcheck.core import contract
-from vmapcheck.core.cases import case_input, kind_of
+from vmapcheck.core.cases import Case, case_input, kind_of
 from vmapcheck.core.composition import REGROUPINGS, applies, composition_key
 from vmapcheck.core.forms import cast_tree, forward_keys, with_keys
 from vmapcheck.core.models import Model, Params
 from vmapcheck.core.paths import PATHS, Forward, build, output_key, row_cap
+from vmapcheck.core.record import PathRun, RaisedError, RowCap
 from vmapcheck.errors import InvalidInputError, known_model_fault
 
 Built = dict[str, dict[str, Forward]]  # takes ("batch", "vector") -> path -> forward
@@ -37,7 +38,7 @@ def build_all(
     }
 
 
-def capped_rows(path_name: str, case: dict[str, Any], name: str, x: Any, budget: Any) -> int | None:
+def capped_rows(path_name: str, case: Case, name: str, x: Any, budget: Any) -> int | None:
     """The rows ``path_name`` runs of valid batch case ``name`` when ``budget`` caps it
     (:func:`vmapcheck.core.paths.row_cap`), else None: it runs every row. An invalid
     case is never cut: its rows are part of what makes it invalid."""
@@ -47,7 +48,7 @@ def capped_rows(path_name: str, case: dict[str, Any], name: str, x: Any, budget:
     return row_cap(path, budget, contract.rows(x))
 
 
-def cap_entry(path_name: str, cap: int, rows: int) -> dict[str, Any]:
+def cap_entry(path_name: str, cap: int, rows: int) -> RowCap:
     """What the forward record says of a path the budget capped: the rows it ran, of
     how many, and the setting that capped it."""
     return {"rows_run": cap, "rows_of": rows, "capped_by": f"budget.{PATHS[path_name].forward_cap}"}
@@ -56,13 +57,13 @@ def cap_entry(path_name: str, cap: int, rows: int) -> dict[str, Any]:
 def run_forward(
     model: Model,
     params: Params,
-    cases: dict[str, dict[str, Any]],
+    cases: dict[str, Case],
     dtype: Any,
     mesh: Mesh | None = None,
     built: Built | None = None,
     budget: Any = None,
     key: jax.Array | None = None,
-) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
+) -> tuple[dict[str, np.ndarray], dict[str, dict[str, PathRun]]]:
     """Run each case through the paths its kind calls for (:data:`CASE_KINDS`), at ``dtype``.
 
     A batch case goes through every path taking a batch (distributed ones over ``mesh``;
@@ -82,12 +83,12 @@ def run_forward(
     every = {name: fn for takes in built.values() for name, fn in takes.items()}
     run_params = cast_tree(params, dtype)
     outputs: dict[str, np.ndarray] = {}
-    record: dict[str, Any] = {}
+    record: dict[str, dict[str, PathRun]] = {}
     for case_name, case in cases.items():
         kind = kind_of(case, case_name)
         paths = {name: every[name] for name in kind.paths(case) if name in every}
         x = case_input(case, dtype)
-        per_path: dict[str, Any] = {}
+        per_path: dict[str, PathRun] = {}
         for path_name, path in paths.items():
             cap = capped_rows(path_name, case, case_name, x, budget)
             try:
@@ -125,7 +126,7 @@ def run_forward(
 def run_composition(
     model: Model,
     params: Params,
-    cases: dict[str, dict[str, Any]],
+    cases: dict[str, Case],
     dtype: Any,
     outputs: dict[str, np.ndarray],
     mesh: Mesh | None = None,
@@ -161,7 +162,7 @@ def run_composition(
             continue
         x = with_keys(model, case_input(case, dtype), base)
         rows = contract.rows(x)
-        raised: dict[str, dict[str, Any]] = {}
+        raised: dict[str, dict[str, RaisedError]] = {}  # path -> regrouping -> error
         capped: dict[str, dict[str, Any]] = {}
         ran = []
         for path_name in kind_of(case, case_name).paths(case):

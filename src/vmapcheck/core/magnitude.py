@@ -62,7 +62,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, NotRequired, TypedDict
 
 import jax
 import jax.numpy as jnp
@@ -70,7 +70,7 @@ import numpy as np
 from jax import lax
 from jax.extend.core import ClosedJaxpr, DropVar, Jaxpr, JaxprEqn, Literal
 
-from vmapcheck.core.cases import kind_of
+from vmapcheck.core.cases import Case, kind_of
 from vmapcheck.core.contract import rows, take
 from vmapcheck.core.oracle import to_f64
 
@@ -603,6 +603,17 @@ def rows_magnitude(
     return _rows({}, forward_one, params64, x64, batched)
 
 
+class CaseMagnitude(TypedDict):
+    """The terms' magnitude of one case (:func:`case_magnitudes`): ``S`` of the case's
+    output shape (``(rows, out_features)``, batch axis 0, or ``(out_features,)`` for a
+    vector case; None: not computed, ``error`` says why) and the primitives whose
+    magnitude fell back to ``|y|``."""
+
+    scale: np.ndarray | None
+    fallbacks: list[str]
+    error: NotRequired[str]
+
+
 # Why a stochastic model's cases are judged by the output rule (Model.stochastic).
 SAMPLED = (
     "the model samples (stochastic=True): the terms' magnitude is not computed for a "
@@ -611,7 +622,7 @@ SAMPLED = (
 )
 
 
-def sampled_magnitudes(cases: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+def sampled_magnitudes(cases: dict[str, Case]) -> dict[str, CaseMagnitude]:
     """What :func:`case_magnitudes` gives a stochastic model: for every valid case the
     entry of a magnitude that could not be computed (``scale`` None, ``error``
     :data:`SAMPLED`), so the check judges it by the output rule and says why."""
@@ -625,13 +636,13 @@ def sampled_magnitudes(cases: dict[str, dict[str, Any]]) -> dict[str, dict[str, 
 def case_magnitudes(
     forward_one: Callable[[Any, jax.Array], jax.Array],
     params: Any,
-    cases: dict[str, dict[str, Any]],
+    cases: dict[str, Case],
     run_dtype: Any,
     max_rows: int | None = None,
     *,
     stochastic: bool = False,
     programs: dict[Any, Program] | None = None,
-) -> dict[str, dict[str, Any]]:
+) -> dict[str, CaseMagnitude]:
     """case name -> ``{"scale": S, "fallbacks": [...]}`` for every valid case.
 
     ``programs``: the jitted magnitude programs by example structure, filled as they are
@@ -659,7 +670,7 @@ def case_magnitudes(
     _require_x64()
     params64 = jax.tree_util.tree_map(lambda leaf: to_f64(leaf, run_dtype), params)
     programs = {} if programs is None else programs
-    out: dict[str, dict[str, Any]] = {}
+    out: dict[str, CaseMagnitude] = {}
     for name, case in cases.items():
         kind = kind_of(case, name)
         if not kind.valid:

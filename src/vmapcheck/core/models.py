@@ -22,6 +22,7 @@ import jax.numpy as jnp
 
 from vmapcheck.config import ModelConfig
 from vmapcheck.core.contract import InputSpec
+from vmapcheck.core.record import InputLeafRecord
 from vmapcheck.errors import ConfigError
 
 Params = Any  # a pytree of arrays
@@ -271,7 +272,7 @@ def mlp_output_layer(widths: list[int]) -> str:
     return f"layers[{len(widths) - 2}]"
 
 
-def _leaves_line(leaves: list[dict[str, Any]]) -> str:
+def _leaves_line(leaves: list[InputLeafRecord]) -> str:
     return "; ".join(
         f"{leaf['leaf']} {tuple(leaf['shape'])} {leaf['dtype']}"
         + (f" [0, {leaf['range'][1]}]" if "range" in leaf else "")

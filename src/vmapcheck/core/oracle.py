@@ -15,7 +15,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from vmapcheck.core.cases import kind_of
+from vmapcheck.core.cases import Case, kind_of
 from vmapcheck.core.contract import cast_floats, rows, take
 from vmapcheck.core.forms import Keyed, cast_tree, forward_keys, keyed_model, row_keys, with_keys
 from vmapcheck.core.jit_cache import cached
@@ -35,7 +35,7 @@ def to_f64(array: Any, run_dtype: Any) -> jax.Array:
 def float64_outputs(
     model: Model,
     params: Params,
-    cases: dict[str, dict[str, Any]],
+    cases: dict[str, Case],
     run_dtype: Any,
     max_rows: int | None = None,
     key: jax.Array | None = None,

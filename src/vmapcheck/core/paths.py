@@ -590,10 +590,11 @@ def mesh_label(about: Mapping[str, Any]) -> str:
     return f"{about['path']} ({parallelism} over mesh {shape}{one}, not vmap)"
 
 
-def mesh_axis_blamed(path: ForwardPath, shape: dict[str, Any], agreeing: set[str]) -> str:
+def mesh_axis_blamed(path: ForwardPath, shape: Mapping[str, int | str], agreeing: set[str]) -> str:
     """The mesh axis (or axes) ``path``'s divergence lies on, in words (``mesh axis
     'model' (8 devices)``): its axes of more than one device in ``shape`` (its mesh's
-    ``mesh_shape``; an axis of 1 splits nothing), less those along which another
+    ``mesh_shape``: axis -> devices, "?" where not recorded; an axis of 1 splits
+    nothing), less those along which another
     distributed path of the same run, named in ``agreeing`` and splitting over that axis
     alone, agreed. The diagnosis and the Python API's summary both word it so."""
     split = [a for a in path.mesh_axes if shape.get(a) != 1]

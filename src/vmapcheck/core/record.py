@@ -9,7 +9,7 @@ Loads no JAX: the check's schema (:mod:`vmapcheck.check.schema`) and the report 
 # No `from __future__ import annotations` here: TypedDict sees NotRequired only in
 # evaluated annotations (as strings, every key counted as required: a record without
 # `composition` or `budget`, written before they existed, was refused).
-from typing import TYPE_CHECKING, Any, Literal, NotRequired, TypedDict
+from typing import TYPE_CHECKING, Any, Literal, NotRequired, Required, TypedDict
 
 if TYPE_CHECKING:
     from vmapcheck.config import ToleranceConfig
@@ -30,6 +30,19 @@ class ToleranceRecord(TypedDict):
 def tolerance_record(tolerance: "ToleranceConfig") -> ToleranceRecord:
     """``tolerance`` as the records hold it: its fields, in their order."""
     return {"rtol": tolerance.rtol, "atol": tolerance.atol, "scale": tolerance.scale}
+
+
+class InputLeafRecord(TypedDict):
+    """One leaf of a model's input contract as the records state it (:meth:`vmapcheck.
+    core.contract.Leaf.describe`: contract.json's ``inputs.leaves``, the report): its
+    name, one example's shape (no batch axis), dtype kind, an id leaf's range and what it
+    means, in words."""
+
+    leaf: str
+    shape: list[int]
+    dtype: str  # "float", "int32" or "bool"
+    range: NotRequired[list[int]]  # [0, vocab - 1]
+    meaning: NotRequired[str]
 
 
 class RuntimeRecord(TypedDict):
@@ -129,12 +142,41 @@ class Measurement(Comparison):
     non_finite: NotRequired[dict[str, int]]  # {"a": count, "b": count}, when any
 
 
-class Capped(TypedDict):
-    """What a budget cut: the first ``rows_run`` of ``rows_of`` rows, by ``capped_by``."""
+class ExactResult(TypedDict, total=False):
+    """:func:`vmapcheck.core.compare.exact`: stored against re-derived, bit for bit.
+    ``passed`` and ``reason`` always; the tolerance (exact) and the :class:`Measurement`
+    figures where arrays of the same shape were compared."""
+
+    passed: Required[bool]
+    reason: Required[str]
+    tolerance: ToleranceUsed
+    max_abs: float | None
+    max_rel: float | None
+    rule: str
+    bound_ratio: float | None
+    element: list[int] | None
+    scale_at_worst: float | None
+    max_ulp: int | None
+    ulp_dtype: str | None
+    non_finite: dict[str, int]
+    same_non_finite_rows: list[int]
+    rows: int
+    terms_rows: int
+    stored_path: str
+
+
+class RowCap(TypedDict):
+    """What a budget cut: the first ``rows_run`` of ``rows_of`` rows, by ``capped_by``
+    (a path's, in the forward record: vmapcheck.core.forward.cap_entry)."""
 
     rows_run: int
     rows_of: int
     capped_by: str
+
+
+class Capped(RowCap):
+    """A :class:`RowCap` with how the rows past the cap were judged (the check's)."""
+
     beyond: NotRequired[str]  # how the rows past the cap were judged
 
 
@@ -241,6 +283,23 @@ class TrainMetrics(TypedDict):
     test_loss: float
 
 
+class RaisedError(TypedDict):
+    """A path that raised where an output was expected: the exception's type and
+    message (the forward record's ``composition.cases.<case>.raised``)."""
+
+    error: str
+    message: str
+
+
+# The train.json keys the tracking logs as metrics (train/<name>).
+TRAIN_METRICS: tuple[Literal["train_loss", "val_loss", "test_loss", "best_step"], ...] = (
+    "train_loss",
+    "val_loss",
+    "test_loss",
+    "best_step",
+)
+
+
 class ReferenceStatus(TypedDict):
     """What the forward stage found of the stored reference before recomputing its
     outputs: ``status`` ("ok", "missing", "corrupt", "incompatible") and why, in words."""
@@ -265,7 +324,8 @@ class ForwardRecord(TypedDict):
     cases: dict[str, dict[str, PathRun]]  # case -> path -> what it did
     # The regroupings run (vmapcheck.core.composition): {"regroupings": {name: about},
     # "cases": {case: {"rows", <regrouping>: its plan, "paths", "raised"}}}. Absent in
-    # records older than it.
+    # records older than it. A plain mapping: a case's plans are keyed by the
+    # REGROUPINGS registry's names beside fixed keys (PEP 728, not in this mypy).
     composition: NotRequired[dict[str, Any]]
     # The budget the forward stage ran under (vmapcheck.config.BudgetConfig); absent in
     # records older than it.

@@ -13,8 +13,15 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from vmapcheck.core.cases import Case, CaseEntry, CasesManifest
 from vmapcheck.errors import ArtifactError
-from vmapcheck.io import atomic_save_npz, atomic_write_json, load_npz, read_json, sha256_file
+from vmapcheck.io import (
+    atomic_save_npz,
+    atomic_write_json,
+    load_npz,
+    read_json_typed,
+    sha256_file,
+)
 from vmapcheck.layout import CASES_MANIFEST
 
 # vmapcheck.core.contract (which imports JAX) only where cases are built: the stages that
@@ -69,10 +76,10 @@ def regression_cases(
     standard_batch: int,
     contract: InputSpec | None = None,
     columns: Sequence[str] = (),
-) -> dict[str, dict[str, Any]]:
-    """The regression set: case name -> {"x", "kind", "about", ...}, built from the input
-    ``contract`` (None: the flat vector of the table's width) and the table's feature
-    ``columns`` (their names, for errors).
+) -> dict[str, Case]:
+    """The regression set: case name -> its :class:`~vmapcheck.core.cases.Case`, built
+    from the input ``contract`` (None: the flat vector of the table's width) and the
+    table's feature ``columns`` (their names, for errors).
 
     ``x`` is a batch of the contract (every leaf with batch axis 0: ``(rows,
     n_features)`` for a flat vector, a dict of leaves otherwise) for the batch kinds
@@ -98,13 +105,13 @@ def regression_cases(
         )
     build = _CaseBuilder(contract, train_x, test_x, columns)
 
-    def batch(x, about, y=None, kind="batch"):
-        case = {"x": x, "kind": kind, "about": about}
+    def batch(x: Any, about: str, y: Any = None, kind: str = "batch") -> Case:
+        case: Case = {"x": x, "kind": kind, "about": about}
         if y is not None:
             case["y"] = np.asarray(y, dtype=np.float32)
         return case
 
-    cases = {
+    cases: dict[str, Case] = {
         STANDARD_CASE: batch(
             build.rows(test_x[:standard_batch]),
             f"first {standard_batch} rows of the test split",
@@ -226,7 +233,7 @@ class _CaseBuilder:
 
         return self._tree(fill, 4)
 
-    def invalid_cases(self) -> dict[str, dict[str, Any]]:
+    def invalid_cases(self) -> dict[str, Case]:
         if self.contract.flat:
             return _flat_invalid_cases(self.contract.leaves[0].shape[0])
         return _tree_invalid_cases(self.contract, self.test4)
@@ -244,23 +251,25 @@ def _invalid(
     runs_on: str = "batch",
     cast: bool = True,
     keep: tuple[str, ...] = (),
-) -> dict[str, Any]:
+) -> Case:
     """An input to be refused. ``cast`` False: run exactly as stored (a flat batch of a
     wrong dtype); ``keep``: the leaves of a dict run as stored while the others are cast
     to the run's dtype like any case, so that only the leaf under test is wrong at every
     precision (vmapcheck.core.cases.case_input)."""
-    return {
+    case: Case = {
         "x": x,
         "kind": "invalid",
         "about": about,
         "expect": expect,
         "runs_on": runs_on,
         "cast": cast,
-        **({"keep": list(keep)} if keep else {}),
     }
+    if keep:
+        case["keep"] = list(keep)
+    return case
 
 
-def _flat_invalid_cases(n_features: int) -> dict[str, dict[str, Any]]:
+def _flat_invalid_cases(n_features: int) -> dict[str, Case]:
     """The inputs a flat-vector model must refuse (the names and messages since v1)."""
     f32 = np.float32
     ones = np.ones((4, n_features), dtype=f32)
@@ -311,14 +320,14 @@ def _flat_invalid_cases(n_features: int) -> dict[str, dict[str, Any]]:
 _WRONG_DTYPE = {"float": np.int32, "int32": np.float32, "bool": np.float32}
 
 
-def _tree_invalid_cases(contract: InputSpec, valid: dict[str, np.ndarray]) -> dict[str, Any]:
+def _tree_invalid_cases(contract: InputSpec, valid: dict[str, np.ndarray]) -> dict[str, Case]:
     """The inputs a dict-of-leaves model must refuse: per leaf (rank, shape, dtype, NaN and
     Inf in floats, an id out of range) and per dict (a missing leaf, an extra leaf, batch
     sizes that disagree, no rows, a wrong example for forward_one). ``valid``: 4 real
     test rows per leaf, the rest of each input."""
     from vmapcheck.core.contract import EXTRA_LEAF
 
-    cases: dict[str, Any] = {}
+    cases: dict[str, Case] = {}
 
     def with_leaf(name: str, array: np.ndarray) -> dict[str, np.ndarray]:
         return {**valid, name: array}
@@ -419,50 +428,68 @@ def x_from_arrays(arrays: dict[str, np.ndarray], prefix: str = "x") -> Any:
     return leaves
 
 
-def _about_x(x: Any) -> dict[str, Any]:
-    """The manifest's shape/dtype of ``x``: lists for a bare array, dicts per leaf."""
+def _about_x(x: Any) -> tuple[Any, Any]:
+    """The manifest's shape and dtype of ``x``: lists for a bare array, dicts per leaf."""
     if isinstance(x, dict):
-        return {
-            "shape": {k: list(np.shape(v)) for k, v in x.items()},
-            "dtype": {k: str(np.asarray(v).dtype) for k, v in x.items()},
-        }
-    return {"shape": list(np.shape(x)), "dtype": str(np.asarray(x).dtype)}
+        return (
+            {k: list(np.shape(v)) for k, v in x.items()},
+            {k: str(np.asarray(v).dtype) for k, v in x.items()},
+        )
+    return list(np.shape(x)), str(np.asarray(x).dtype)
 
 
 def write_cases(
-    folder: Path, cases: dict[str, dict[str, Any]], features: list[str] | None = None
-) -> dict[str, Any]:
+    folder: Path, cases: dict[str, Case], features: list[str] | None = None
+) -> CasesManifest:
     """One .npz per case plus manifest.json with each file's sha256 and the feature names
     in order (checked against the params contract downstream); returns the manifest.
 
     A case's ``x`` is stored as the array ``x`` (a flat vector model) or one array
     ``x.<leaf>`` per leaf."""
     folder = Path(folder)
-    entries: dict[str, dict[str, Any]] = {}  # the CaseEntry of each, with its file
+    entries: dict[str, CaseEntry] = {}
     for name, case in cases.items():
         path = folder / f"{name}.npz"
         arrays = {**x_arrays(case["x"]), **({"y": case["y"]} if "y" in case else {})}
         atomic_save_npz(path, arrays)
-        entries[name] = {
+        shape, dtype = _about_x(case["x"])
+        entry: CaseEntry = {
             "file": path.name,
             "sha256": sha256_file(path),
             "kind": case["kind"],
-            **_about_x(case["x"]),
+            "shape": shape,
+            "dtype": dtype,
             "has_targets": "y" in case,
             "about": case["about"],
-            **{k: case[k] for k in ("expect", "runs_on", "cast", "keep") if k in case},
         }
-    manifest = {"features": list(features or []), "cases": entries}
+        # An input to refuse: its keys, in this order (_Refusal's).
+        for key in ("expect", "runs_on", "cast", "keep"):
+            if key in case:
+                entry[key] = case[key]
+        entries[name] = entry
+    manifest: CasesManifest = {"features": list(features or []), "cases": entries}
     atomic_write_json(folder / CASES_MANIFEST, manifest)
     return manifest
 
 
-def load_cases(folder: Path) -> dict[str, dict[str, Any]]:
+def read_cases_manifest(path: Path) -> CasesManifest:
+    """``data/cases/manifest.json`` (:func:`write_cases`), its keys checked down to each
+    case's entry (:func:`vmapcheck.io.read_json_typed`: the error names the file and the
+    missing key's path)."""
+    return read_json_typed(path, CasesManifest)
+
+
+def load_cases(folder: Path) -> dict[str, Case]:
     """Cases written by :func:`write_cases`, each file verified against its sha256."""
     folder = Path(folder)
-    manifest = read_json(folder / CASES_MANIFEST)
-    cases = {}
+    manifest = read_cases_manifest(folder / CASES_MANIFEST)
+    cases: dict[str, Case] = {}
     for name, entry in manifest["cases"].items():
+        if "file" not in entry or "sha256" not in entry:
+            raise ArtifactError(
+                f"{folder / CASES_MANIFEST}: case {name!r} has no stored file: expected the "
+                f"keys file and sha256 (written by write_cases), found {sorted(entry)}"
+            )
         path = folder / entry["file"]
         digest = sha256_file(path) if path.is_file() else "missing"
         if digest != entry["sha256"]:
@@ -470,9 +497,8 @@ def load_cases(folder: Path) -> dict[str, dict[str, Any]]:
                 f"{path}: sha256 check failed: manifest says {entry['sha256']}, found {digest}"
             )
         arrays = load_npz(path)
-        cases[name] = {
-            **entry,
-            "x": x_from_arrays(arrays),
-            **({"y": arrays["y"]} if "y" in arrays else {}),
-        }
+        case: Case = {**entry, "x": x_from_arrays(arrays)}
+        if "y" in arrays:
+            case["y"] = arrays["y"]
+        cases[name] = case
     return cases

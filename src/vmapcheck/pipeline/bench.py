@@ -30,9 +30,9 @@ from vmapcheck.core.paths import (
 from vmapcheck.core.runtime import configure_jax
 from vmapcheck.data.regression import STANDARD_CASE, load_cases
 from vmapcheck.guard.replay import replay_figures, replay_summary, run_replay
-from vmapcheck.io import atomic_dir, atomic_write_json, read_json_object
+from vmapcheck.io import atomic_dir, atomic_write_json
 from vmapcheck.layout import Layout
-from vmapcheck.params_io import contract_digest, load_model_params
+from vmapcheck.params_io import contract_digest, load_model_params, read_model_contract
 from vmapcheck.report.headline import HEADLINE_SPEEDUPS, batch_label, bench_headline
 from vmapcheck.report.plots import (
     write_latency_csvs,
@@ -167,7 +167,7 @@ def run(config: Config, layout: Layout) -> None:
         "model": config.model.name,
         # What the model is, not its name: the verdict never compares two networks of
         # one name (vmapcheck.bench.verdict.baseline.CONTEXT).
-        "model_contract": contract_digest(read_json_object(layout.contract)),
+        "model_contract": contract_digest(read_model_contract(layout.contract)),
         "precision": config.precision.name,
         "dtype": dtype.name,
         "runtime": runtime.as_dict(),

@@ -8,14 +8,14 @@ that diverge); a passed one writes a diagnosis that says "not needed".
 """
 
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Required, TypedDict
 
 import jax.numpy as jnp
 
 from vmapcheck.check.checks import run_checks
 from vmapcheck.check.diagnosis import for_check, key_stream_stage, write_report
 from vmapcheck.check.kinds import all_kind_counts, finding_lines, verdict_words
-from vmapcheck.check.reference import load_reference, reference_dir
+from vmapcheck.check.reference import ReferenceRun, load_reference, reference_dir
 from vmapcheck.check.rules import summary_lines as rule_lines
 from vmapcheck.check.schema import CheckDetails, ForwardRecord, read_record
 from vmapcheck.config import Config, config_digest
@@ -26,9 +26,9 @@ from vmapcheck.core.magnitude import case_magnitudes
 from vmapcheck.core.models import Model, build_model
 from vmapcheck.core.oracle import float64_outputs
 from vmapcheck.core.runtime import configure_cpu_float64
-from vmapcheck.data.regression import load_cases
+from vmapcheck.data.regression import load_cases, read_cases_manifest
 from vmapcheck.errors import ArtifactError
-from vmapcheck.io import atomic_write_json, load_npz, read_json_object, sha256_file
+from vmapcheck.io import atomic_write_json, load_npz, sha256_file
 from vmapcheck.layout import Layout
 from vmapcheck.params_io import load_model_params
 from vmapcheck.report.elements import atol_decided, figure_text
@@ -37,7 +37,10 @@ from vmapcheck.report.headline import check_headline, worst_bound_ratio
 
 def _reference(
     config: Config, layout: Layout, record: ForwardRecord, model: Model, run_dtype: Any
-) -> dict[str, Any]:
+) -> ReferenceRun:
+    """What the check compares with the stored reference (:class:`~vmapcheck.check.
+    reference.ReferenceRun`): the forward stage's status, and when "ok" the reference
+    read again (verified) with this run's outputs on its inputs."""
     status = record["reference"]
     if status["status"] != "ok":  # the forward stage's words, all there is to say
         return {"status": status["status"], "message": status["message"]}
@@ -119,7 +122,26 @@ def _g(value: float | None) -> str:
     return "None" if value is None else f"{value:.3g}"
 
 
-def dvc_metrics(report: CheckDetails) -> dict[str, Any]:
+class WorstFigures(TypedDict, total=False):
+    """The check's worst figures among its DVC metrics, each where this run has it."""
+
+    worst_max_rel_eps: float
+    worst_bound_ratio: float
+    worst_vs_reference_max_rel_eps: float
+    worst_vs_f64_max_rel_eps: float
+
+
+class CheckMetrics(WorstFigures):
+    """``reports/check.json`` (:func:`dvc_metrics`): the check's DVC metrics."""
+
+    passed: Required[bool]
+    n_failures: Required[int]
+    findings: Required[dict[str, int]]  # finding kind -> count, every kind
+    invalid_refused: Required[int]
+    invalid_total: Required[int]
+
+
+def dvc_metrics(report: CheckDetails) -> CheckMetrics:
     """``reports/check.json``, the DVC metrics of the check: only what a user compares
     across experiments (``dvc exp show``, ``dvc metrics diff``).
 
@@ -137,21 +159,26 @@ def dvc_metrics(report: CheckDetails) -> dict[str, Any]:
     """
     head = check_headline(report)
     eps = float(jnp.finfo(jnp.dtype(report["dtype"])).eps)
-    metrics: dict[str, Any] = {"passed": head["passed"], "n_failures": head["n_failures"]}
-    # Findings by kind, every kind (0 included): dvc exp show compares them run by run.
-    metrics["findings"] = all_kind_counts(report)
+    figures: WorstFigures = {}
     if head["worst"] is not None:
-        metrics["worst_max_rel_eps"] = head["worst"]["max_rel"] / eps
+        figures["worst_max_rel_eps"] = head["worst"]["max_rel"] / eps
     # The deciding figure: the largest of any pair, as the summary metric's.
     bound = worst_bound_ratio(report)
     if bound is not None:
-        metrics["worst_bound_ratio"] = bound
+        figures["worst_bound_ratio"] = bound
     if head["vs_reference"]["max_rel"] is not None:
-        metrics["worst_vs_reference_max_rel_eps"] = head["vs_reference"]["max_rel"] / eps
+        figures["worst_vs_reference_max_rel_eps"] = head["vs_reference"]["max_rel"] / eps
     if head["vs_float64"] is not None:
-        metrics["worst_vs_f64_max_rel_eps"] = head["vs_float64"]["max_rel"] / eps
-    metrics["invalid_refused"] = head["invalid_refused"]
-    metrics["invalid_total"] = head["invalid_total"]
+        figures["worst_vs_f64_max_rel_eps"] = head["vs_float64"]["max_rel"] / eps
+    metrics: CheckMetrics = {
+        "passed": head["passed"],
+        "n_failures": head["n_failures"],
+        # Findings by kind, every kind (0 included): dvc exp show compares them run by run.
+        "findings": all_kind_counts(report),
+        **figures,
+        "invalid_refused": head["invalid_refused"],
+        "invalid_total": head["invalid_total"],
+    }
     return metrics
 
 
@@ -188,7 +215,7 @@ def run(config: Config, layout: Layout) -> None:
     key_stream = key_stream_stage(model, config.seed)
     report = run_checks(
         config,
-        read_json_object(layout.cases_manifest),
+        read_cases_manifest(layout.cases_manifest),
         load_npz(layout.outputs),
         record,
         oracle=oracle,

@@ -32,9 +32,11 @@ from vmapcheck.bench.verdict.labels import verdict_headline
 from vmapcheck.bench.verdict.regression import compare, format_table
 from vmapcheck.check.schema import CheckDetails, read_check_details, read_diagnosis
 from vmapcheck.config import Config, read_params
+from vmapcheck.core.record import TrainMetrics
 from vmapcheck.errors import ArtifactError, SettingsChangedError, VmapcheckError, first_line
-from vmapcheck.io import atomic_write_json, atomic_write_text, read_json_object
+from vmapcheck.io import atomic_write_json, atomic_write_text, read_json_typed
 from vmapcheck.layout import Layout
+from vmapcheck.params_io import ModelContract, read_model_contract
 from vmapcheck.pause import pause_point
 from vmapcheck.pipeline.stage import (
     LAST_STAGE,
@@ -396,8 +398,8 @@ def track(config: Config, layout: Layout) -> int:
             print(f"track: registry: {line}")
     check = read_check_details(layout.check_details)
     bench = read_bench_details(layout.bench_details)
-    train = read_json_object(layout.train_report)
-    contract = read_json_object(layout.contract)
+    train = read_json_typed(layout.train_report, TrainMetrics)
+    contract = read_model_contract(layout.contract)
     git = git_state(layout.root)
     # The run spans this pipeline run: from the start of its first stage that ran now (not
     # one DVC skipped: its record is an earlier run's) to the end of this one.
@@ -440,8 +442,8 @@ class RunReports:
 
     check: CheckDetails
     bench: BenchDetails
-    train: dict[str, Any]  # reports/train.json
-    contract: dict[str, Any]  # data/contract.json: the model's input and output contract
+    train: TrainMetrics  # reports/train.json
+    contract: ModelContract  # data/params/contract.json: the model's input and output contract
     perf: PerfOutcome  # the timing verdict (reports/perf_verdict.json)
     git: dict[str, str]  # commit and dirty state (vmapcheck.provenance.git_state)
 

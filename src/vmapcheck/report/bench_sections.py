@@ -11,17 +11,50 @@ from __future__ import annotations
 
 import base64
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NotRequired, TypedDict
 
 from vmapcheck.bench.timing.bounds import launch_bound_text, peak_caveat
 from vmapcheck.bench.timing.machine import conditions_line
 from vmapcheck.core.paths import SPEEDUPS, series_colours, speedup_text
-from vmapcheck.report.elements import by_batch, cell, in_path_order, kv_table, num, table
+from vmapcheck.report.elements import (
+    Table,
+    TableSection,
+    by_batch,
+    cell,
+    in_path_order,
+    kv_table,
+    num,
+    table,
+)
 from vmapcheck.report.headline import batch_from_label
 from vmapcheck.report.plots import latency_png, speedup_png
 
 if TYPE_CHECKING:
     from vmapcheck.bench.timing.records import BenchDetails
+    from vmapcheck.core.record import TrainMetrics
+
+
+class LatencySection(TypedDict):
+    """The benchmark's section: its intro, the latency table, the cells skipped and the
+    launch-bound paths (in words), the speed-up table and the plots (:func:`plot`)."""
+
+    intro: str
+    table: Table
+    skipped: list[str]
+    launch_bound: list[str]
+    speedups: Table
+    plots: list[dict[str, str]]
+
+
+class MachineSection(TypedDict):
+    """The machine during the benchmark, when recorded: whether it was noisy, that in
+    words, and the table of its load and memory before and after."""
+
+    recorded: bool
+    noisy: NotRequired[bool]
+    said: NotRequired[str]
+    table: NotRequired[Table]
+
 
 # The check's own limits; the benchmark's come from bench_details.json ("limits").
 CHECK_LIMITS = (
@@ -51,7 +84,7 @@ def latency(
     title: str,
     not_provided: Mapping[str, str] | None = None,
     drawn: Mapping[str, bytes] | None = None,
-) -> dict[str, Any]:
+) -> LatencySection:
     """``{"intro", "table", "skipped": [str], "speedups": table, "plots": [plot]}``;
     ``not_provided``: the paths the model does not have (check_details.json), named in
     the speed-up table where a ratio needs one; ``drawn``: PNGs of the same figures
@@ -75,7 +108,7 @@ def latency(
     }
 
 
-def _latency_table(bench: BenchDetails) -> dict[str, Any]:
+def _latency_table(bench: BenchDetails) -> Table:
     """One row per path and batch size: its latency percentiles, the median's interval,
     throughput, compile and first call, GFLOP/s and share of the matmul peak."""
     by_path, figures = bench["latency_ms"], bench.get("figures", {})
@@ -130,7 +163,7 @@ def _latency_table(bench: BenchDetails) -> dict[str, Any]:
     )
 
 
-def _speedup_table(bench: BenchDetails, missing: Mapping[str, str]) -> dict[str, Any]:
+def _speedup_table(bench: BenchDetails, missing: Mapping[str, str]) -> Table:
     """One row per batch size: each speed-up with its interval, or the paths the model
     does not provide (``missing``) where a ratio needs one."""
     entries = {entry.name: entry for entry in SPEEDUPS}
@@ -246,7 +279,7 @@ def _intro(bench: BenchDetails) -> str:
     )
 
 
-def machine(bench: BenchDetails) -> dict[str, Any]:
+def machine(bench: BenchDetails) -> MachineSection:
     """``{"recorded", "noisy", "said", "table"}``: load and memory before and after."""
     conditions = bench.get("machine")
     if not conditions:
@@ -276,7 +309,7 @@ def machine(bench: BenchDetails) -> dict[str, Any]:
     }
 
 
-def training(train: dict[str, Any]) -> dict[str, Any]:
+def training(train: TrainMetrics) -> TableSection:
     rows = [(k, num(v, 6) if isinstance(v, float) else v) for k, v in train.items()]
     return {"table": kv_table(rows, "train-table")}
 

@@ -17,9 +17,19 @@ from vmapcheck.check.rules import rule
 from vmapcheck.check.schema import CaseReport, CheckDetails, RuleRecord
 from vmapcheck.core.composition import REGROUPINGS
 from vmapcheck.core.paths import PATHS, mesh_label
-from vmapcheck.core.record import Comparison
+from vmapcheck.core.record import Comparison, InputLeafRecord
 from vmapcheck.core.runtime import accelerator_runtime_text, device_text
 from vmapcheck.report.elements import (
+    AgreementSection,
+    CaseTables,
+    GradientsSection,
+    JudgedTableSection,
+    MeasuredTableSection,
+    OracleSection,
+    ReferenceSection,
+    Table,
+    TableSection,
+    VerdictBanner,
     cell,
     figure_cell,
     in_path_order,
@@ -32,6 +42,7 @@ from vmapcheck.report.elements import (
 
 if TYPE_CHECKING:
     from vmapcheck.bench.timing.records import BenchDetails
+    from vmapcheck.params_io import ModelContract
 
 
 def forms_compared(check: CheckDetails) -> str:
@@ -103,7 +114,7 @@ def verdict_sentence(check: CheckDetails) -> str:
     )
 
 
-def verdict(check: CheckDetails, bench: BenchDetails) -> dict[str, Any]:
+def verdict(check: CheckDetails, bench: BenchDetails) -> VerdictBanner:
     """The banner: ``{"passed", "word", "headline", "notes"}`` (the failures, grouped,
     are :mod:`vmapcheck.report.failures`')."""
     passed = bool(check["passed"])
@@ -141,10 +152,10 @@ def _recorded(runtime: Mapping[str, Any], key: str, when_none: str) -> Any:
 def environment(
     check: CheckDetails,
     bench: BenchDetails,
-    contract: dict[str, Any] | None,
+    contract: ModelContract | None,
     git: dict[str, str],
-    run: dict[str, Any],
-) -> dict[str, Any]:
+    run: dict[str, str],
+) -> TableSection:
     runtime = check["runtime"]
     machine = bench.get("machine", {}).get("before", {})
     tol, cross = check["tolerance"], check["cross_run_tolerance"]
@@ -200,7 +211,7 @@ def environment(
     return {"table": kv_table(rows, "environment-table")}
 
 
-def leaves_text(leaves: list[dict[str, Any]]) -> str:
+def leaves_text(leaves: list[InputLeafRecord]) -> str:
     """The input contract's leaves: ``tokens (64,) int32 ids 0..16; mask (64,) bool``."""
     return "; ".join(
         f"{leaf['leaf']} {tuple(leaf['shape'])} {leaf['dtype']}"
@@ -210,7 +221,7 @@ def leaves_text(leaves: list[dict[str, Any]]) -> str:
     )
 
 
-def agreement(check: CheckDetails) -> dict[str, Any]:
+def agreement(check: CheckDetails) -> AgreementSection:
     """``{"intro", "not_provided", "capped", "summary": table, "cases": [{"name", "n_pairs",
     "passed", "pairs": table, "losses": table | None, "rules": table | None}]}``."""
     tol = check["tolerance"]
@@ -278,7 +289,7 @@ def _case_row(name: str, case: CaseReport) -> tuple[list[Any], bool]:
     )
 
 
-def _case_tables(name: str, case: CaseReport) -> dict[str, Any]:
+def _case_tables(name: str, case: CaseReport) -> CaseTables:
     """A case's own tables: every pair (in the order the check made them: registry
     order), the losses on its targets, and the rules its kind adds."""
     pairs = table(
@@ -356,7 +367,7 @@ def scale_text(tolerance: Mapping[str, Any]) -> str:
 
 def path_matrix(
     by_case: Mapping[str, Mapping[str, Comparison]], table_id: str, stat: str = "max_rel"
-) -> dict[str, Any]:
+) -> Table:
     """case x path table of one statistic, each cell coloured by its pass/fail; the
     columns are the paths any case has, in registry order."""
     present = dict.fromkeys(path for results in by_case.values() for path in results)
@@ -375,7 +386,7 @@ def path_matrix(
     return table(("case", *paths), rows, table_id=table_id)
 
 
-def oracle(check: CheckDetails) -> dict[str, Any]:
+def oracle(check: CheckDetails) -> OracleSection:
     """``{"computed", "why"}`` or ``{"computed", "intro", "table"}``."""
     by_case = {n: c["oracle"] for n, c in check["cases"].items() if "oracle" in c}
     cross = check["cross_run_tolerance"]
@@ -394,7 +405,7 @@ def oracle(check: CheckDetails) -> dict[str, Any]:
     }
 
 
-def reference(check: CheckDetails) -> dict[str, Any]:
+def reference(check: CheckDetails) -> ReferenceSection:
     """``{"compared", "passed", "meta": table, "cases": table | None, "losses": table | None}``."""
     ref = check["reference"]
     if ref.get("status") != "ok":
@@ -442,7 +453,7 @@ def reference(check: CheckDetails) -> dict[str, Any]:
     }
 
 
-def composition(check: CheckDetails) -> dict[str, Any]:
+def composition(check: CheckDetails) -> JudgedTableSection:
     """Each batch path on each regrouped batch against itself on the batch as it is:
     ``{"judged", "intro", "table"}``."""
     by_case = check.get("composition")
@@ -481,7 +492,7 @@ def composition(check: CheckDetails) -> dict[str, Any]:
     }
 
 
-def bitwise(check: CheckDetails) -> dict[str, Any]:
+def bitwise(check: CheckDetails) -> MeasuredTableSection:
     """Bitwise batch invariance (:mod:`vmapcheck.core.bitwise`): one row per batch path,
     ``{"measured", "intro", "table"}``."""
     from vmapcheck.core.bitwise_verdict import first_op_text
@@ -548,7 +559,7 @@ def bitwise(check: CheckDetails) -> dict[str, Any]:
     }
 
 
-def negative(check: CheckDetails) -> dict[str, Any]:
+def negative(check: CheckDetails) -> TableSection:
     """``{"table"}``: each invalid-input case, what every path said."""
     rows = []
     for name, case in check["negative"].items():
@@ -598,7 +609,7 @@ def negative(check: CheckDetails) -> dict[str, Any]:
     }
 
 
-def gradients(check: CheckDetails) -> dict[str, Any]:
+def gradients(check: CheckDetails) -> GradientsSection:
     """``{"checked", "why"}`` or ``{"checked", "passed", "facts": table, "leaves": table}``."""
     grads = check.get("gradients", {})
     if grads.get("status") != "ok":

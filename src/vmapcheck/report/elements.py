@@ -19,9 +19,118 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Iterable, Mapping
-from typing import Any, TypeVar
+from typing import Any, NotRequired, TypedDict, TypeVar, cast
 
 from vmapcheck.core.paths import PATHS
+
+
+class Cell(TypedDict):
+    """A table cell, as the template lays it out (the module docstring)."""
+
+    text: str
+    cls: str  # CSS classes: num, pass, fail, result
+    title: str  # a tooltip ("" none)
+    lines: list[str]  # a cell of several lines, instead of text
+    prose: bool  # a sentence whose backtick spans are code
+    swatch: str  # a plotted series' colour (#rrggbb), "" none
+
+
+class Row(TypedDict):
+    """A table row: its CSS class (pass, fail, or the caller's) and its cells."""
+
+    cls: str
+    cells: list[Cell]
+
+
+class Table(TypedDict):
+    """A table as plain data (the module docstring; ``templates/macros.html``)."""
+
+    id: str | None
+    headers: list[str]
+    rows: list[Row]
+
+
+class TableSection(TypedDict):
+    """A report section that is one table (environment, invalid inputs, training)."""
+
+    table: Table
+
+
+# What each of the check's sections (vmapcheck.report.check_sections) hands the template
+# (templates/report.html).
+
+
+class VerdictBanner(TypedDict):
+    passed: bool
+    word: str  # PASS / FAIL (vmapcheck.check.kinds.verdict_words)
+    headline: str
+    notes: list[str]
+
+
+class CaseTables(TypedDict):
+    """One case's own tables in the agreement section (None: the case has none)."""
+
+    name: str
+    n_pairs: int
+    passed: bool
+    pairs: Table
+    losses: Table | None
+    rules: Table | None
+
+
+class AgreementSection(TypedDict):
+    intro: str
+    not_provided: list[str]
+    capped: list[str]
+    summary: Table
+    cases: list[CaseTables]
+
+
+class OracleSection(TypedDict):
+    """Computed: its intro and table; else why not."""
+
+    computed: bool
+    why: NotRequired[str]
+    intro: NotRequired[str]
+    table: NotRequired[Table]
+
+
+class ReferenceSection(TypedDict):
+    """The stored reference: its meta as a table; the cases and losses compared (None:
+    not compared, or no losses)."""
+
+    compared: bool
+    passed: bool
+    meta: Table
+    cases: Table | None
+    losses: Table | None
+
+
+class JudgedTableSection(TypedDict):
+    """Batch composition: judged or not, its intro, its table (None: not judged)."""
+
+    judged: bool
+    intro: str
+    table: Table | None
+
+
+class MeasuredTableSection(TypedDict):
+    """Bitwise batch invariance: measured or not, its intro, its table (None: not)."""
+
+    measured: bool
+    intro: str
+    table: Table | None
+
+
+class GradientsSection(TypedDict):
+    """Checked: whether passed, the facts and every leaf's table; else why not."""
+
+    checked: bool
+    why: NotRequired[str]
+    passed: NotRequired[bool]
+    facts: NotRequired[Table]
+    leaves: NotRequired[Table]
+
 
 # A `span` in backticks, as the project's messages quote a command or a name (Markdown's
 # code span): shown as <code>, not as literal backticks.
@@ -85,34 +194,42 @@ def figure_text(
     return " ".join(parts)
 
 
-def cell(value: Any, numeric: bool = False, **extra: Any) -> dict[str, Any]:
+def cell(
+    value: Any,
+    numeric: bool = False,
+    *,
+    cls: str | None = None,
+    title: str = "",
+    lines: list[str] | None = None,
+    prose: bool = False,
+    swatch: str = "",
+) -> Cell:
     """A table cell: ``value`` as text (a figure via :func:`num` when ``numeric``);
-    ``extra``: ``cls``, ``title``, ``lines``, ``prose`` (see the module docstring),
-    ``swatch``: a plotted series' colour (``#rrggbb``, :func:`vmapcheck.core.paths.
-    series_colours`) shown before the text, as the plots draw it."""
+    ``cls``, ``title``, ``lines``, ``prose`` (see the module docstring; ``cls`` None:
+    ``num`` when numeric), ``swatch``: a plotted series' colour (``#rrggbb``,
+    :func:`vmapcheck.core.paths.series_colours`) shown before the text, as the plots
+    draw it. ``value`` already a cell (a dict made here) is returned as it is."""
     if isinstance(value, Mapping):  # already a cell
-        return dict(value)
+        return cast(Cell, dict(value))
     text = num(value) if numeric else ("-" if value is None else str(value))
-    out: dict[str, Any] = {
+    return {
         "text": text,
-        "cls": "num" if numeric else "",
-        "title": "",
-        "lines": [],
-        "prose": False,
-        "swatch": "",
+        "cls": ("num" if numeric else "") if cls is None else cls,
+        "title": title,
+        "lines": [] if lines is None else lines,
+        "prose": prose,
+        "swatch": swatch,
     }
-    out.update(extra)
-    return out
 
 
-def result_cell(passed: bool | None) -> dict[str, Any]:
+def result_cell(passed: bool | None) -> Cell:
     """The ``pass`` / ``FAIL`` / ``-`` cell closing a row."""
     if passed is None:
         return cell("-", cls="result")
     return cell("pass" if passed else "FAIL", cls=f"result {'pass' if passed else 'fail'}")
 
 
-def figure_cell(result: Mapping[str, Any], stat: str, title: str = "") -> dict[str, Any]:
+def figure_cell(result: Mapping[str, Any], stat: str, title: str = "") -> Cell:
     """One comparison's figure ``result[stat]``, coloured by its ``passed``."""
     return cell(
         num(result[stat]),
@@ -128,13 +245,13 @@ def table(
     numeric: Iterable[int] = (),
     table_id: str | None = None,
     row_class: str = "",
-) -> dict[str, Any]:
+) -> Table:
     """A table; each row is (cells, passed), ``passed`` colours the row (None: neutral).
 
     A cell is a value (shown as text; the columns in ``numeric`` via :func:`num),
     right-aligned) or a dict made by :func:`cell`, used as it is."""
     numeric = set(numeric)
-    body = []
+    body: list[Row] = []
     for cells, passed in rows:
         status = {True: "pass", False: "fail", None: ""}[passed]
         body.append(
@@ -146,7 +263,7 @@ def table(
     return {"id": table_id, "headers": list(headers), "rows": body}
 
 
-def kv_table(rows: Iterable[tuple[str, Any]], table_id: str) -> dict[str, Any]:
+def kv_table(rows: Iterable[tuple[str, Any]], table_id: str) -> Table:
     """A two-column (what, value) table."""
     return table(("what", "value"), (([k, v], None) for k, v in rows), table_id=table_id)
 

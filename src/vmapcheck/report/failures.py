@@ -15,11 +15,11 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NotRequired, TypedDict
 
 from vmapcheck.check.kinds import FINDING_KINDS, tagged
 from vmapcheck.core.paths import PATHS
-from vmapcheck.report.elements import cell, num, table
+from vmapcheck.report.elements import Table, cell, num, table
 
 if TYPE_CHECKING:
     from vmapcheck.check.schema import CheckDetails, CheckFinding, DiagnosisReport
@@ -30,6 +30,65 @@ SHOWN_LINES = 200
 PAIR_SEPARATOR = "-vs-"
 
 
+class DecidingFigure(TypedDict):
+    """The figure that decides the agreement check (:func:`deciding_figure`)."""
+
+    bound_ratio: float
+    case: str
+    pair: str  # "<left> vs <right>"
+    max_rel: float | None
+    max_abs: float | None
+    passed: bool
+    rtol: float  # precision.tolerance's
+    atol: float
+
+
+class KindCount(TypedDict):
+    """One kind of finding the run has (:func:`kinds`)."""
+
+    name: str
+    title: str
+    about: str
+    count: int
+    failing: int  # of count, those failing the verdict (verdict.fail_on)
+
+
+class FailureRow(TypedDict):
+    """One ``what`` that failed (:func:`groups`): its kind, the places (cases) it failed
+    in, the largest bound ratio with its case where recorded, the first reason; a row of
+    merged pairs has its summary and the pairs as ``lines``."""
+
+    kind: str
+    what: str
+    places: list[str]
+    ratio: tuple[float, str] | None
+    why: str
+    lines: NotRequired[list[str]]
+
+
+class FailureGroups(TypedDict):
+    """The report's failures section (:func:`groups`)."""
+
+    table: Table
+    by_case: list[tuple[str, int]]
+    paths: list[tuple[str, int]]
+    count: int
+    failing: int
+
+
+class DiagnosisSection(TypedDict):
+    """The report's diagnosis section (:func:`diagnosis`): absent, or where the paths
+    first diverge, every stage's status and the summary text."""
+
+    present: bool
+    status: NotRequired[str]
+    headline: NotRequired[str]
+    message: NotRequired[str]
+    trigger: NotRequired[str]
+    table: NotRequired[Table]
+    text: NotRequired[str]
+
+
 def _findings(check: Mapping[str, Any]) -> list[CheckFinding]:
     """Every finding, each with its kind; a report older than the kinds: its failure
     lines, kind ``""``."""
@@ -38,13 +97,14 @@ def _findings(check: Mapping[str, Any]) -> list[CheckFinding]:
     ]
 
 
-def deciding_figure(check: CheckDetails) -> dict[str, Any] | None:
+def deciding_figure(check: CheckDetails) -> DecidingFigure | None:
     """The figure that decides the agreement check: the largest bound ratio (``|a - b|``
     over the allowed error of the rule in vmapcheck.core.compare at the worst element; above 1
     fails) over every pair of paths and case, with where it was reached and the
     tolerance it was judged at. ``{"bound_ratio", "case", "pair", "max_rel",
     "max_abs", "passed", "rtol", "atol"}``; None when no pair has a ratio."""
-    worst: dict[str, Any] | None = None
+    worst: DecidingFigure | None = None
+    tolerance = check["tolerance"]
     for case_name, case in check["cases"].items():
         for pair_name, result in case.get("pairs", {}).items():
             ratio = result.get("bound_ratio")
@@ -57,9 +117,9 @@ def deciding_figure(check: CheckDetails) -> dict[str, Any] | None:
                 "max_rel": result.get("max_rel"),
                 "max_abs": result.get("max_abs"),
                 "passed": bool(result.get("passed")),
+                "rtol": tolerance["rtol"],
+                "atol": tolerance["atol"],
             }
-    if worst is not None:
-        worst["rtol"], worst["atol"] = check["tolerance"]["rtol"], check["tolerance"]["atol"]
     return worst
 
 
@@ -77,12 +137,12 @@ def deciding_text(check: CheckDetails) -> str:
     )
 
 
-def kinds(check: CheckDetails) -> list[dict[str, Any]]:
+def kinds(check: CheckDetails) -> list[KindCount]:
     """One entry per kind of finding the run has, in :data:`FINDING_KINDS` order:
     ``{"name", "title", "about", "count", "failing"}`` (``failing``: how many fail the
     verdict, the rest are reported only, ``verdict.fail_on``)."""
     found = _findings(check)
-    out = []
+    out: list[KindCount] = []
     for kind in FINDING_KINDS.values():
         of_kind = [f for f in found if f["kind"] == kind.name]
         if of_kind:
@@ -136,12 +196,12 @@ def covering_paths(pairs: list[str]) -> list[str]:
     return chosen
 
 
-def _merged_pairs(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def _merged_pairs(rows: list[FailureRow]) -> list[FailureRow]:
     """Rows of pairs of paths that failed in the same cases, of the same kind, merged
     into one (where the first of them stood): ``18 pairs, each holding direct_eager or
     direct_jit``, the pairs listed under it, the worst ratio of them all."""
-    merged: dict[tuple[str, tuple[str, ...]], list[dict[str, Any]]] = {}
-    order: list[Any] = []
+    merged: dict[tuple[str, tuple[str, ...]], list[FailureRow]] = {}
+    order: list[FailureRow | tuple[str, tuple[str, ...]]] = []
     for row in rows:
         if PAIR_SEPARATOR not in row["what"]:
             order.append(row)
@@ -151,9 +211,9 @@ def _merged_pairs(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
             merged[key] = []
             order.append(key)
         merged[key].append(row)
-    out = []
+    out: list[FailureRow] = []
     for item in order:
-        if isinstance(item, dict):
+        if not isinstance(item, tuple):  # a row kept as it is
             out.append(item)
             continue
         group = merged[item]
@@ -163,18 +223,17 @@ def _merged_pairs(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
         pairs = [row["what"] for row in group]
         ratios = [row["ratio"] for row in group if row["ratio"] is not None]
         what = f"{len(pairs)} pairs, each holding " + " or ".join(covering_paths(pairs))
-        out.append(
-            group[0]
-            | {
-                "what": what,
-                "lines": [what, ", ".join(pairs)],  # the summary, then every pair
-                "ratio": max(ratios, key=lambda ratio: ratio[0]) if ratios else None,
-            }
-        )
+        first: FailureRow = {
+            **group[0],
+            "what": what,
+            "lines": [what, ", ".join(pairs)],  # the summary, then every pair
+            "ratio": max(ratios, key=lambda ratio: ratio[0]) if ratios else None,
+        }
+        out.append(first)
     return out
 
 
-def groups(check: CheckDetails) -> dict[str, Any]:
+def groups(check: CheckDetails) -> FailureGroups:
     """The failures grouped, for the report's failures section:
 
     - ``table``: one row per ``what`` (a pair, a path's check, a check), in the order
@@ -189,7 +248,7 @@ def groups(check: CheckDetails) -> dict[str, Any]:
     """
     found = _findings(check)
     places = sorted({*check["cases"], *check.get("negative", {}), *_PLACES}, key=len, reverse=True)
-    rows: dict[tuple[str, str], dict[str, Any]] = {}
+    rows: dict[tuple[str, str], FailureRow] = {}
     by_case: Counter[str] = Counter()
     paths: Counter[str] = Counter()
     for item in found:
@@ -259,7 +318,7 @@ def lines(check: CheckDetails) -> tuple[list[str], int]:
     return shown, max(0, len(found) - SHOWN_LINES)
 
 
-def diagnosis(report: DiagnosisReport | None) -> dict[str, Any]:
+def diagnosis(report: DiagnosisReport | None) -> DiagnosisSection:
     """The diagnosis section (``reports/diagnosis.json``, None: the run has none):
     ``{"present", "status", "headline", "message", "table", "text", "trigger"}``: where
     the paths first diverge (stage, layer, leaf, paths) and its measurement, every

@@ -13,7 +13,7 @@ Batch labels are zero-padded (:func:`batch_label`) so that ``b0016`` sorts befor
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypedDict
 
 from vmapcheck.core.paths import SPEEDUPS
 
@@ -30,6 +30,64 @@ _BATCH_DIGITS = 4
 HEADLINE_SPEEDUPS = tuple(speedup.name for speedup in SPEEDUPS)
 
 
+class WorstPair(TypedDict):
+    """The pair of forwards that disagree most (:func:`worst_pair`)."""
+
+    case: str
+    pair: str  # "<left> vs <right>"
+    max_abs: float | None
+    max_rel: float
+    bound_ratio: float | None
+
+
+class WorstPath(TypedDict):
+    """The forward furthest from the float64 oracle or the stored reference."""
+
+    case: str
+    path: str
+    max_rel: float
+
+
+class VsReference(TypedDict):
+    """The stored reference's comparison: its status, worst max_rel and verdict, and
+    the case and path of the worst (None: not compared)."""
+
+    status: str | None
+    max_rel: float | None
+    passed: bool | None
+    case: str | None
+    path: str | None
+
+
+class CheckHeadline(TypedDict):
+    """The agreement figures a reviewer reads first (:func:`check_headline`)."""
+
+    passed: bool
+    n_failures: int
+    worst: WorstPair | None
+    vs_reference: VsReference
+    vs_float64: WorstPath | None
+    invalid_refused: int
+    invalid_total: int
+
+
+class SpeedupFigure(TypedDict):
+    """One headline speed-up: the ratio and its confidence interval ([low, high]; None:
+    none computed)."""
+
+    ratio: float
+    ci: list[float] | None
+
+
+class BenchHeadline(TypedDict):
+    """The speed-ups at the headline batch (:func:`bench_headline`; None: no batch), by
+    name, and the reason the bench gave for each left out."""
+
+    batch: int | None
+    speedups: dict[str, SpeedupFigure]
+    left_out: dict[str, str]
+
+
 def batch_label(batch_size: int) -> str:
     """``b0128`` for 128 rows: sorts as text in numeric order."""
     return f"b{batch_size:0{_BATCH_DIGITS}d}"
@@ -40,12 +98,12 @@ def batch_from_label(label: str) -> int:
     return int(label.lstrip("b"))
 
 
-def worst_pair(check: CheckDetails) -> dict[str, Any] | None:
+def worst_pair(check: CheckDetails) -> WorstPair | None:
     """The pair of forwards that disagree most (by max relative error) over every case.
 
     Returns ``{"case", "pair", "max_abs", "max_rel", "bound_ratio"}`` or None when no case
     produced comparable outputs."""
-    worst: dict[str, Any] | None = None
+    worst: WorstPair | None = None
     for case_name, case in check["cases"].items():
         for pair_name, pair in case.get("pairs", {}).items():
             rel = pair.get("max_rel")
@@ -76,9 +134,9 @@ def worst_bound_ratio(check: CheckDetails) -> float | None:
     return max(ratios) if ratios else None
 
 
-def worst_vs_float64(check: CheckDetails) -> dict[str, Any] | None:
+def worst_vs_float64(check: CheckDetails) -> WorstPath | None:
     """The forward furthest from the float64 oracle: ``{"case", "path", "max_rel"}``."""
-    worst: dict[str, Any] | None = None
+    worst: WorstPath | None = None
     for case_name, case in check["cases"].items():
         for path, result in case.get("oracle", {}).items():
             rel = result.get("max_rel")
@@ -87,10 +145,10 @@ def worst_vs_float64(check: CheckDetails) -> dict[str, Any] | None:
     return worst
 
 
-def worst_vs_reference(check: CheckDetails) -> dict[str, Any] | None:
+def worst_vs_reference(check: CheckDetails) -> WorstPath | None:
     """The forward furthest from the stored reference: ``{"case", "path", "max_rel"}``;
     None when the reference was not compared (missing, stale) or gave no figure."""
-    worst: dict[str, Any] | None = None
+    worst: WorstPath | None = None
     for case_name, by_path in check.get("reference", {}).get("cases", {}).items():
         for path, result in by_path.items():
             rel = result.get("max_rel")
@@ -99,7 +157,7 @@ def worst_vs_reference(check: CheckDetails) -> dict[str, Any] | None:
     return worst
 
 
-def check_headline(check: CheckDetails) -> dict[str, Any]:
+def check_headline(check: CheckDetails) -> CheckHeadline:
     """The agreement figures of ``check_details.json`` a reviewer reads first.
 
     Keys: ``passed``, ``n_failures``, ``worst`` (:func:`worst_pair`), ``vs_reference``
@@ -109,7 +167,7 @@ def check_headline(check: CheckDetails) -> dict[str, Any]:
     path)."""
     negative = check.get("negative", {})
     reference = check.get("reference", {})
-    where = worst_vs_reference(check) or {}
+    where = worst_vs_reference(check)
     return {
         "passed": bool(check["passed"]),
         "n_failures": len(check.get("failures", [])),
@@ -118,8 +176,8 @@ def check_headline(check: CheckDetails) -> dict[str, Any]:
             "status": reference.get("status"),
             "max_rel": reference.get("max_rel"),
             "passed": reference.get("passed"),
-            "case": where.get("case"),
-            "path": where.get("path"),
+            "case": where["case"] if where else None,
+            "path": where["path"] if where else None,
         },
         "vs_float64": worst_vs_float64(check),
         "invalid_refused": sum(bool(n.get("passed")) for n in negative.values()),
@@ -172,7 +230,7 @@ def headline_batch(bench: BenchDetails) -> int | None:
     return max(measured) if measured else None
 
 
-def bench_headline(bench: BenchDetails) -> dict[str, Any]:
+def bench_headline(bench: BenchDetails) -> BenchHeadline:
     """The speed-ups at :func:`headline_batch`, each with its confidence interval.
 
     Returns ``{"batch": int | None, "speedups": {name: {"ratio", "ci"}}}``; ``ci`` is
@@ -235,8 +293,8 @@ def summary_metrics(check: CheckDetails, bench: BenchDetails | None = None) -> d
         metrics["summary/worst_vs_reference_max_rel"] = float(head["vs_reference"]["max_rel"])
     if head["vs_float64"] is not None:
         metrics["summary/worst_vs_f64_max_rel"] = float(head["vs_float64"]["max_rel"])
-    if bench is not None:
-        speed = bench_headline(bench)
+    speed = bench_headline(bench) if bench is not None else None
+    if speed is not None and speed["batch"] is not None:  # no batch: no speed-ups either
         for name, figure in speed["speedups"].items():
             metrics[f"summary/{name}@{batch_label(speed['batch'])}"] = float(figure["ratio"])
     return metrics

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, TypedDict
 
 from jinja2 import Environment, PackageLoader, StrictUndefined, select_autoescape
 
@@ -41,6 +41,8 @@ if TYPE_CHECKING:
     from vmapcheck.bench.timing.records import BenchDetails
     from vmapcheck.bench.verdict.records import PerfOutcome
     from vmapcheck.check.schema import DiagnosisReport
+    from vmapcheck.core.record import TrainMetrics
+    from vmapcheck.params_io import ModelContract
 
 _ENV = Environment(
     loader=PackageLoader("vmapcheck.report", "templates"),
@@ -57,14 +59,23 @@ _ENV.filters["code_spans"] = code_spans
 _SHOWN_REGRESSIONS = 4
 
 
-def _card(
-    card_id: str, title: str, value: str, lines: list[str], status: str = ""
-) -> dict[str, Any]:
+class Card(TypedDict):
+    """A first-screen figure: its id, title, value, lines under it, and ``status``
+    (``pass``, ``fail`` or ``""``: neutral)."""
+
+    id: str
+    title: str
+    value: str
+    lines: list[str]
+    status: str
+
+
+def _card(card_id: str, title: str, value: str, lines: list[str], status: str = "") -> Card:
     """A first-screen figure; ``status``: ``pass``, ``fail`` or ``""`` (neutral)."""
     return {"id": card_id, "title": title, "value": value, "lines": lines, "status": status}
 
 
-def _agreement_cards(check: CheckDetails) -> list[dict[str, Any]]:
+def _agreement_cards(check: CheckDetails) -> list[Card]:
     head = check_headline(check)
     worst = head["worst"]
     if worst is None:
@@ -145,7 +156,7 @@ def _agreement_cards(check: CheckDetails) -> list[dict[str, Any]]:
     return cards
 
 
-def _speedup_card(check: CheckDetails, bench: BenchDetails) -> dict[str, Any]:
+def _speedup_card(check: CheckDetails, bench: BenchDetails) -> Card:
     speed = bench_headline(bench)
     if speed["batch"] is None:
         return _card("fs-speedups", "vmap speed-ups", "not measured", [])
@@ -167,7 +178,7 @@ def _speedup_card(check: CheckDetails, bench: BenchDetails) -> dict[str, Any]:
     return _card("fs-speedups", f"vmap speed-ups at batch {speed['batch']} (p50)", "", lines)
 
 
-def _perf_card(perf: PerfOutcome | None) -> dict[str, Any]:
+def _perf_card(perf: PerfOutcome | None) -> Card:
     if perf is None:
         return _card("fs-perf", "Benchmark vs baseline", "not judged", [])
     lines = []
@@ -194,9 +205,7 @@ def _perf_card(perf: PerfOutcome | None) -> dict[str, Any]:
     return _card("fs-perf", "Benchmark vs baseline", perf["verdict"], lines, status)
 
 
-def first_screen(
-    check: CheckDetails, bench: BenchDetails, perf: PerfOutcome | None
-) -> list[dict[str, Any]]:
+def first_screen(check: CheckDetails, bench: BenchDetails, perf: PerfOutcome | None) -> list[Card]:
     """The figures under the verdict, in reading order: ``[{"id", "title", "value",
     "lines", "status"}]`` (ids ``fs-worst``, ``fs-reference``, ``fs-float64``,
     ``fs-invalid``, ``fs-speedups``, ``fs-perf``)."""
@@ -206,12 +215,12 @@ def first_screen(
 def render_report(
     check: CheckDetails,
     bench: BenchDetails,
-    train: dict[str, Any],
-    contract: dict[str, Any] | None = None,
+    train: TrainMetrics,
+    contract: ModelContract | None = None,
     *,
     perf: PerfOutcome | None = None,
     git: dict[str, str] | None = None,
-    run: dict[str, Any] | None = None,
+    run: dict[str, str] | None = None,
     generated_at: datetime | None = None,
     drawn_plots: Mapping[str, bytes] | None = None,
     diagnosis: DiagnosisReport | None = None,
@@ -229,7 +238,7 @@ def render_report(
     git = git or {"git_commit": "unknown", "git_dirty": "unknown"}
     run = run or {}
     runtime = check["runtime"]
-    model = (contract or {}).get("model", run.get("model", "model"))
+    model = contract["model"] if contract else run.get("model", "model")
     title = (
         f"{model} on {runtime['backend']} ({runtime['device_kind']}), {check['dtype']}, "
         f"jax {runtime['jax_version']}"

@@ -12,13 +12,14 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from vmapcheck.config import PrecisionConfig, VerdictConfig
-from vmapcheck.core.cases import CASE_KINDS, kind_of
+from vmapcheck.core.cases import CASE_KINDS, Case, CaseEntry, CasesManifest, kind_of
 from vmapcheck.errors import ConfigError
 
 if TYPE_CHECKING:
     import numpy as np
 
     from vmapcheck.check.schema import CheckDetails
+    from vmapcheck.core.magnitude import CaseMagnitude
     from vmapcheck.core.models import Model, Params
     from vmapcheck.core.record import ForwardRecord, GradientProbe, GradientProbeError
 
@@ -245,7 +246,7 @@ def _table(model: Model, x: Any) -> Any:
 
 def build_cases(
     model: Model, x: Any, dtype: Any, selected: Sequence[str], edge_cases: bool
-) -> dict[str, dict[str, Any]]:
+) -> dict[str, Case]:
     """The cases run: the examples as a batch, their first row as a batch of one and
     unbatched (when a vector path runs), the regression set's invalid inputs for the
     model's contract and, with ``edge_cases``, its edge batches; each with the manifest
@@ -259,7 +260,7 @@ def build_cases(
 
     vector_paths = any(PATHS[name].takes == "vector" for name in selected)
     batch_paths = any(PATHS[name].takes == "batch" for name in selected)
-    cases: dict[str, dict[str, Any]] = {}
+    cases: dict[str, Case] = {}
     if batch_paths:
         cases[EXAMPLES_CASE] = {
             "x": x,
@@ -302,7 +303,7 @@ def build_cases(
 def forward(
     model: Model,
     params: Params,
-    cases: dict[str, dict[str, Any]],
+    cases: dict[str, Case],
     dtype: Any,
     selected: Sequence[str],
     gradients: GradientProbe | GradientProbeError | None = None,
@@ -388,10 +389,10 @@ def forward(
 def float64_side(
     model: Model,
     params: Params,
-    cases: dict[str, dict[str, Any]],
+    cases: dict[str, Case],
     config: PrecisionConfig,
     seed: int = 0,
-) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
+) -> tuple[dict[str, np.ndarray] | None, dict[str, CaseMagnitude] | None]:
     """(float64 oracle outputs, terms' magnitudes), as the check stage computes them: on
     CPU with x64 (scoped to this call), params and inputs first rounded to the run's
     dtype. No oracle for a float64 run, nor for a stochastic model whose draws float64
@@ -459,12 +460,12 @@ def judge(
     model: Model,
     precision: PrecisionConfig,
     verdict: VerdictConfig,
-    cases: dict[str, dict[str, Any]],
-    outputs: dict[str, Any],
-    regrouped: dict[str, Any],
+    cases: dict[str, Case],
+    outputs: dict[str, np.ndarray],
+    regrouped: dict[str, np.ndarray],
     record: ForwardRecord,
-    oracle: dict[str, Any] | None,
-    magnitudes: dict[str, Any] | None,
+    oracle: dict[str, np.ndarray] | None,
+    magnitudes: dict[str, CaseMagnitude] | None,
     gradients: dict[str, np.ndarray] | None = None,
     bitwise: str = "report",
 ) -> CheckDetails:
@@ -490,9 +491,15 @@ def judge(
         reference=ReferenceConfig(dir="(none: the Python API)", required=False),
         verdict=verdict,
     )
-    manifest = {
-        "cases": {name: {k: v for k, v in c.items() if k != "x"} for name, c in cases.items()}
-    }
+    # The manifest the check reads: each case's entry without its arrays; no features
+    # (the examples are no table's columns).
+    manifest: CasesManifest = {"features": [], "cases": {}}
+    for name, case in cases.items():
+        entry: CaseEntry = {"kind": case["kind"], "shape": case["shape"], "about": case["about"]}
+        for key in ("expect", "runs_on", "cast", "keep"):  # an input to refuse
+            if key in case:
+                entry[key] = case[key]
+        manifest["cases"][name] = entry
     return run_checks(
         config,
         manifest,

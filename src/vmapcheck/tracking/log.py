@@ -35,9 +35,10 @@ from vmapcheck.check.schema import CheckDetails, DiagnosisReport
 from vmapcheck.config import Config, flatten
 from vmapcheck.core.composition import REGROUPINGS
 from vmapcheck.core.paths import mesh_label, speedup_text
+from vmapcheck.core.record import TRAIN_METRICS, TrainMetrics
 from vmapcheck.core.runtime import runtime_tags
 from vmapcheck.errors import ConfigError, first_line
-from vmapcheck.params_io import contract_digest
+from vmapcheck.params_io import ModelContract, contract_digest
 from vmapcheck.provenance import git_state
 from vmapcheck.report.check_sections import verdict_sentence
 from vmapcheck.report.headline import (
@@ -176,7 +177,7 @@ def bitwise_metrics(check: CheckDetails) -> dict[str, float]:
 
 
 def collect_metrics(
-    check: CheckDetails, bench: BenchDetails, train: dict[str, Any]
+    check: CheckDetails, bench: BenchDetails, train: TrainMetrics
 ) -> dict[str, float]:
     """The stage reports as MLflow metrics: the figures a reviewer compares across runs,
     a few hundred at most (about 150 for bench=quick), never one per pair of paths.
@@ -269,7 +270,8 @@ def collect_metrics(
     for label, ratios in bench["speedup"].items():
         for name, value in ratios.items():
             metrics[f"speedup/{padded_label(label)}/{name}"] = float(value)
-    for name in ("train_loss", "val_loss", "test_loss", "best_step"):
+    # A train.json read back has every key (TrainMetrics); a caller's may have fewer.
+    for name in TRAIN_METRICS:
         if name in train:
             metrics[f"train/{name}"] = float(train[name])
     return {metric_name(k): v for k, v in metrics.items()}
@@ -388,7 +390,7 @@ def run_tags(
     root: Path,
     check: CheckDetails,
     bench: BenchDetails,
-    contract: dict[str, Any] | None,
+    contract: ModelContract | None,
     git: dict[str, str],
     note: str | None = None,
     extra_tags: dict[str, str] | None = None,
@@ -506,9 +508,9 @@ def log_run(
     root: Path,
     check: CheckDetails,
     bench: BenchDetails,
-    train: dict[str, Any],
+    train: TrainMetrics,
     artifacts: list[Path],
-    contract: dict[str, Any] | None = None,
+    contract: ModelContract | None = None,
     extra_tags: dict[str, str] | None = None,
     datasets: list[Any] | None = None,
     finish: bool = True,

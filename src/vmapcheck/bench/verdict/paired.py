@@ -77,7 +77,12 @@ from typing import Any
 import numpy as np
 
 from vmapcheck.bench.verdict.baseline import BenchRecord
-from vmapcheck.bench.verdict.paired_report import design_head, finished, format_paired
+from vmapcheck.bench.verdict.paired_report import (
+    concurrent_design,
+    design_head,
+    finished,
+    format_paired,
+)
 from vmapcheck.bench.verdict.pairs import (
     BASELINE,
     CURRENT,
@@ -90,6 +95,7 @@ from vmapcheck.bench.verdict.pairs import (
     session_pairs,
     sessions,
 )
+from vmapcheck.bench.verdict.records import PairedDesign, PairedHead, PairedReport, SideReady
 from vmapcheck.bench.verdict.regression import NOT_COMPARABLE, comparability
 from vmapcheck.bench.verdict.sides import (
     START_TIMEOUT_S,
@@ -100,6 +106,8 @@ from vmapcheck.bench.verdict.sides import (
     keep_off_device,
     nothing_to_compare,
     one_at_a_time,
+    ready_sides,
+    side_ready,
     side_spec,
     why_not_one_process,
 )
@@ -151,7 +159,7 @@ def run_paired(
     processes: int = DEFAULT_PROCESSES,
     share: bool = True,
     looks: int = 1,
-) -> dict[str, Any]:
+) -> PairedReport:
     """Start ``processes`` worker processes (each holding both sides where they can
     share one, :func:`why_not_one_process`, and ``share``; else ``processes`` a side),
     time ``rounds`` rounds a side in ABBA order (the process pairs taking turns, pair by
@@ -221,10 +229,12 @@ def run_paired(
             shape = "both sides in each" if apart is None else "one a side"
             shape += f"; {alone}" if alone is not None else ""
             say(f"paired verdict: starting {len(workers)} worker process(es), {shape}")
-            ready = _ready(workers, apart is None)
+            ready = ready_sides(workers, apart is None)
             for spec in (baseline, current):
                 spec.context = ready[spec.role]["context"]
-            design = _design(rounds, samples, warmup, order, processes, apart, alone, asked)
+            design = concurrent_design(
+                rounds, samples, warmup, order, processes, apart, alone, asked
+            )
             head, refusal = _comparison_head(
                 baseline, current, ready, paths, batch_sizes, design, order, require_same
             )
@@ -252,31 +262,6 @@ def run_paired(
         planned_pairs=rounds,
     )
     return finished(result, head, ready, loads, cores, started)
-
-
-def _design(
-    rounds: int,
-    samples: int,
-    warmup: int,
-    order: str,
-    processes: int,
-    apart: str | None,
-    alone: str | None,
-    asked: int,
-) -> dict[str, Any]:
-    """The report's ``design`` of :func:`run_paired`'s workers running at once: its
-    settings, whether one process holds both sides (``apart``: why not), and where the
-    device takes one process at a time (``alone``), the processes ``asked`` for."""
-    design: dict[str, Any] = {
-        "rounds_per_side": rounds,
-        "samples_per_round": samples,
-        "warmup": warmup,
-    }
-    design |= {"within_round": order, "process_pairs": processes}
-    design |= {"one_process_for_both": apart is None, "why_apart": apart}
-    if alone is not None:
-        design |= {"one_at_a_time": alone, "processes_asked": asked}
-    return design
 
 
 def _check_arguments(
@@ -430,7 +415,7 @@ def _run_one_at_a_time(
     apart: str,
     alone: str,
     looks: int = 1,
-) -> dict[str, Any]:
+) -> PairedReport:
     """:func:`run_paired` where the sides need a process each and the device allows one
     process at a time: the workers of :func:`vmapcheck.bench.verdict.pairs.sessions` (A B A ...,
     ``processes`` rounded up to even pairs of consecutive processes), one after another,
@@ -461,27 +446,31 @@ def _run_one_at_a_time(
         say(f"paired verdict: one look, not {looks}: every pair of every cell is timed")
     cores = len(os.sched_getaffinity(0))
     started = time.time()
-    ready: dict[str, dict[str, Any]] = {}
+    ready: dict[str, SideReady] = {}
     taken: list[dict[str, list[float]]] = [{} for _ in range(2 * rounds)]
     loads = [_load()]
-    design: dict[str, Any] = {
+    design: PairedDesign = {
         "rounds_per_side": rounds,
         "samples_per_round": samples,
         "warmup": warmup,
+        "within_round": order,
+        "process_pairs": groups,
+        "one_process_for_both": False,
+        "why_apart": apart,
+        "one_at_a_time": alone,
+        "sessions": [role for role, _ in plan],
+        "processes_asked": processes,
     }
-    design |= {"within_round": order, "process_pairs": groups}
-    design |= {"one_process_for_both": False, "why_apart": apart, "one_at_a_time": alone}
-    design |= {"sessions": [role for role, _ in plan], "processes_asked": processes}
-    head: dict[str, Any] = {}
+    head: PairedHead | None = None
     with tempfile.TemporaryDirectory(prefix="vmapcheck-paired-") as tmp:
         for j, (role, work) in enumerate(plan):
             other = CURRENT if role == BASELINE else BASELINE
             worker, answer = _start_alone(specs[role], args, Path(tmp) / f"{role}-{j}.log", say)
             try:
                 if role not in ready:
-                    ready[role] = answer
+                    ready[role] = side_ready(answer, f"{role} worker ({specs[role].project})")
                     specs[role].context = answer["context"]
-                if len(ready) == 2 and not head:
+                if len(ready) == 2 and head is None:
                     head, refusal = _comparison_head(
                         baseline, current, ready, paths, batch_sizes, design, order, require_same
                     )
@@ -511,16 +500,8 @@ def _run_one_at_a_time(
     shared_cells = set(ready[BASELINE]["cells"]) & set(ready[CURRENT]["cells"])
     taken = [{c: v for c, v in half.items() if c in shared_cells} for half in taken]
     result = judge_paired(schedule(rounds), taken, factor, alpha, confidence, groups)
+    assert head is not None  # the plan runs both sides: made once the second was ready
     return finished(result, head, ready, loads, cores, started)
-
-
-def _ready(workers: list[Worker], both: bool) -> dict[str, dict[str, Any]]:
-    """Wait for every worker's ``ready``; per side, what the first process said of it
-    (context, cells, skipped): every process loads the same project the same way."""
-    answers = [w.receive(START_TIMEOUT_S) for w in workers]
-    if both:
-        return {BASELINE: answers[0]["sides"][0], CURRENT: answers[0]["sides"][1]}
-    return {BASELINE: answers[0], CURRENT: answers[1]}
 
 
 def _time_blocks(
@@ -605,13 +586,13 @@ def _time_rounds(
 def _comparison_head(
     baseline: SideSpec,
     current: SideSpec,
-    ready: dict[str, dict[str, Any]],
+    ready: dict[str, SideReady],
     paths: Sequence[str],
     batch_sizes: Sequence[int],
-    design: dict[str, Any],
+    design: PairedDesign,
     order: str,
     require_same: Any,
-) -> tuple[dict[str, Any], dict[str, Any] | None]:
+) -> tuple[PairedHead, PairedReport | None]:
     """The result's head once both sides are loaded (``ready``: each side's first
     answer), and the whole result when the sides are not comparable (None: they are).
     Fills ``design`` with the block settings of a ``blocks`` order."""

@@ -1,5 +1,6 @@
-"""The paired verdict's report (:mod:`vmapcheck.bench.verdict.paired`): what it says of its design
-and sides (:func:`design_head`), its whole result once judged (:func:`finished`), and the
+"""The paired verdict's report (:mod:`vmapcheck.bench.verdict.paired`): its design
+(:func:`concurrent_design`) and what it says of it and the sides (:func:`design_head`),
+its whole result once judged (:func:`finished`), and the
 result as text (:func:`format_paired`).
 """
 
@@ -8,25 +9,31 @@ from __future__ import annotations
 import io
 import time
 from collections.abc import Sequence
-from typing import Any
 
 import numpy as np
 
 from vmapcheck.bench.verdict.baseline import CONTEXT
 from vmapcheck.bench.verdict.labels import STYLES, cell_columns, verdict_headline
 from vmapcheck.bench.verdict.pairs import ALL_PAIRS, BASELINE, CURRENT
+from vmapcheck.bench.verdict.records import (
+    PairedDesign,
+    PairedHead,
+    PairedJudgement,
+    PairedReport,
+    SideReady,
+)
 from vmapcheck.bench.verdict.sides import SideSpec
 from vmapcheck.bench.verdict.worker import BLOCKS
 
 
 def finished(
-    result: dict[str, Any],
-    head: dict[str, Any],
-    ready: dict[str, dict[str, Any]],
+    result: PairedJudgement,
+    head: PairedHead,
+    ready: dict[str, SideReady],
     loads: list[float],
     cores: int,
     started: float,
-) -> dict[str, Any]:
+) -> PairedReport:
     """The paired verdict's whole result: the judgement, the head, the cells only one
     side has, the load over the rounds (1-minute averages, ``cores`` usable) and the
     wall seconds since ``started`` (``time.time()``)."""
@@ -45,13 +52,42 @@ def finished(
     }
 
 
+def concurrent_design(
+    rounds: int,
+    samples: int,
+    warmup: int,
+    order: str,
+    processes: int,
+    apart: str | None,
+    alone: str | None,
+    asked: int,
+) -> PairedDesign:
+    """The report's ``design`` of :func:`~vmapcheck.bench.verdict.paired.run_paired`'s
+    workers running at once: its settings, whether one process holds both sides
+    (``apart``: why not), and where the device takes one process at a time (``alone``),
+    the processes ``asked`` for."""
+    design: PairedDesign = {
+        "rounds_per_side": rounds,
+        "samples_per_round": samples,
+        "warmup": warmup,
+        "within_round": order,
+        "process_pairs": processes,
+        "one_process_for_both": apart is None,
+        "why_apart": apart,
+    }
+    if alone is not None:
+        design["one_at_a_time"] = alone
+        design["processes_asked"] = asked
+    return design
+
+
 def design_head(
     baseline: SideSpec,
     current: SideSpec,
     paths: Sequence[str],
     batch_sizes: Sequence[int],
-    design: dict[str, Any],
-) -> dict[str, Any]:
+    design: PairedDesign,
+) -> PairedHead:
     """What the report says of the design (``design``: rounds_per_side,
     samples_per_round, warmup, within_round, process_pairs, one_process_for_both,
     why_apart) and the two sides."""
@@ -110,7 +146,7 @@ def design_head(
     }
 
 
-def format_paired(result: dict[str, Any]) -> str:
+def format_paired(result: PairedReport) -> str:
     """The paired verdict as text: the verdict, one line per cell, the design and load."""
     from rich.console import Console
     from rich.table import Table
@@ -159,12 +195,12 @@ def format_paired(result: dict[str, Any]) -> str:
     ]
     for key, (base, cur) in result["differences"].items():
         lines.append(f"note: {key} differs (compared): baseline {base!r}, current {cur!r}")
-    for cell, why in result.get("skipped", {}).items():
-        lines.append(f"note: {cell} not timed: {why}")
+    for skipped, why in result.get("skipped", {}).items():
+        lines.append(f"note: {skipped} not timed: {why}")
     return "\n".join(lines)
 
 
-def _sequential_lines(result: dict[str, Any]) -> list[str]:
+def _sequential_lines(result: PairedReport) -> list[str]:
     """The group-sequential test in words, and every cell that stopped at a look."""
     plan = result.get("sequential") or {"looks": 1}
     if plan["looks"] == 1:
@@ -186,7 +222,7 @@ def _sequential_lines(result: dict[str, Any]) -> list[str]:
     return lines
 
 
-def _pairs_text(result: dict[str, Any]) -> str:
+def _pairs_text(result: PairedReport) -> str:
     """How the pairs were taken, in words."""
     design = result["design"]
     if design.get("within_round") == BLOCKS:

@@ -17,12 +17,12 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from typing import Any
 
 import numpy as np
 from scipy import stats
 
 from vmapcheck.bench.verdict.labels import cell_label, min_detectable_ratio
+from vmapcheck.bench.verdict.records import PairedCell, PairedJudgement, SequentialRecord
 from vmapcheck.bench.verdict.sequential import (
     OBRIEN_FLEMING,
     POCOCK,
@@ -129,7 +129,7 @@ class SequentialPlan:
                 out.append(self.slower.stagewise_p(*chosen))
         return out[0], out[1]
 
-    def describe(self) -> dict[str, object]:
+    def describe(self) -> SequentialRecord:
         return {
             "looks": self.looks,
             "pairs_at_looks": self.sizes,
@@ -260,7 +260,7 @@ def paired_cell(
     processes: Sequence[int] | None = None,
     plan: SequentialPlan | None = None,
     factor: float | None = None,
-) -> dict[str, Any]:
+) -> PairedCell:
     """One cell judged from its pairs of round medians (ms; shape (pairs,) each, pair
     ``i`` taken in adjacent rounds by process pair ``processes[i]``, default all 0): ratio,
     bootstrap CI, one-sided Wilcoxon p-values, and the ratio within each process pair.
@@ -327,7 +327,7 @@ def judge_paired(
     processes: int = 1,
     looks: int = 1,
     planned_pairs: int | None = None,
-) -> dict[str, Any]:
+) -> PairedJudgement:
     """Judge every cell of paired rounds (module docstring).
 
     ``order``: the side of each round (:func:`schedule`); ``rounds``: per round, the
@@ -367,15 +367,16 @@ def judge_paired(
             f"processes: expected 1 to {pairs} (one per pair at most), found {processes}"
         )
     plan = SequentialPlan(pairs, looks, alpha, confidence) if looks > 1 else None
-    judged = {}
+    judged: dict[str, PairedCell] = {}
     for c in cells:
         base, cur = pair_medians(order, rounds, c)
         by_pair = [process_of_pair(i, processes) for i in range(base.size)]
         judged[c] = paired_cell(base, cur, confidence, processes=by_pair, plan=plan, factor=factor)
-    for direction in ("p_slower", "p_faster"):
-        adjusted = stats.false_discovery_control([judged[c][direction] for c in cells], method="bh")
-        for c, q in zip(cells, adjusted, strict=True):
-            judged[c][f"{direction}_adjusted"] = float(q)
+    slower_q = stats.false_discovery_control([judged[c]["p_slower"] for c in cells], method="bh")
+    faster_q = stats.false_discovery_control([judged[c]["p_faster"] for c in cells], method="bh")
+    for c, q_slower, q_faster in zip(cells, slower_q, faster_q, strict=True):
+        judged[c]["p_slower_adjusted"] = float(q_slower)
+        judged[c]["p_faster_adjusted"] = float(q_faster)
     regressions, improvements = [], []
     majority = majority_of(processes)
     for c in cells:

@@ -27,6 +27,12 @@ from pathlib import Path
 from typing import Any
 
 from vmapcheck.bench.verdict.baseline import CONTEXT, BenchRecord
+from vmapcheck.bench.verdict.records import (
+    PairedReport,
+    SideDescription,
+    SideReady,
+    StaticContext,
+)
 from vmapcheck.bench.verdict.regression import NOT_COMPARABLE, comparability
 from vmapcheck.errors import ConfigError, VmapcheckError
 
@@ -57,7 +63,7 @@ class SideSpec:
     # The module its worker runs as (``python -m``): the side's code's (WORKER_MODULES).
     worker_module: str = WORKER_MODULES[0]
 
-    def describe(self) -> dict[str, Any]:
+    def describe(self) -> SideDescription:
         return {
             "project": str(self.project),
             "python": self.python,
@@ -259,7 +265,7 @@ def keep_off_device() -> None:
     jax.config.update("jax_platforms", "cpu")
 
 
-def static_context(spec: SideSpec) -> dict[str, Any]:
+def static_context(spec: SideSpec) -> StaticContext:
     """What a side's files say of its context before any worker starts: its model
     contract (the digest the worker computes from the same file) and dtype.
 
@@ -268,9 +274,8 @@ def static_context(spec: SideSpec) -> dict[str, Any]:
             (naming the missing files and the command that makes them).
     """
     from vmapcheck.config import load_config
-    from vmapcheck.io import read_json
     from vmapcheck.layout import Layout
-    from vmapcheck.params_io import contract_digest
+    from vmapcheck.params_io import contract_digest, read_model_contract
 
     layout = Layout(spec.project)
     # The contract lives in the params folder: named only when the folder is there.
@@ -286,21 +291,78 @@ def static_context(spec: SideSpec) -> dict[str, Any]:
     config = load_config(layout.params_yaml)
     return {
         "model": config.model.name,
-        "model_contract": contract_digest(read_json(layout.contract)),
+        "model_contract": contract_digest(read_model_contract(layout.contract)),
         "dtype": config.precision.dtype,
     }
 
 
+def side_ready(answer: dict[str, Any], where: str) -> SideReady:
+    """A side's part of a worker's ``ready`` message (vmapcheck.bench.verdict.worker),
+    checked: its ``context`` an object, ``cells`` a list, ``skipped`` an object, and
+    ``block_samples`` (where sent) an object.
+
+    Raises:
+        WorkerError: a key missing or of another kind, naming ``where`` (the worker) and
+            the key: a worker of another vmapcheck speaking another protocol.
+    """
+    for key, kind in (("context", dict), ("cells", list), ("skipped", dict)):
+        if not isinstance(answer.get(key), kind):
+            raise WorkerError(
+                f"{where}: its ready message's {key!r}: expected a {kind.__name__}, found "
+                f"{type(answer.get(key)).__name__} (a worker of another vmapcheck?)"
+            )
+    ready: SideReady = {
+        "context": answer["context"],
+        "cells": [str(c) for c in answer["cells"]],
+        "skipped": answer["skipped"],
+    }
+    if "block_samples" in answer:
+        if not isinstance(answer["block_samples"], dict):
+            raise WorkerError(
+                f"{where}: its ready message's 'block_samples': expected an object, found "
+                f"{type(answer['block_samples']).__name__}"
+            )
+        ready["block_samples"] = answer["block_samples"]
+    return ready
+
+
+def ready_sides(workers: list[Worker], both: bool) -> dict[str, SideReady]:
+    """Wait for every worker's ``ready``; per side (baseline, current), what the first
+    process said of it (:func:`side_ready`: context, cells, skipped): every process loads
+    the same project the same way. ``both``: one process holds both sides.
+
+    Raises:
+        WorkerError: a worker failed, or answered in another shape (naming it)."""
+    from vmapcheck.bench.verdict.pairs import BASELINE, CURRENT  # scipy: where it is used
+
+    answers = [w.receive(START_TIMEOUT_S) for w in workers]
+    where = [f"{w.spec.role} worker ({w.spec.project})" for w in workers]
+    if both:
+        sides = answers[0].get("sides")
+        if not (
+            isinstance(sides, list) and len(sides) == 2 and all(isinstance(s, dict) for s in sides)
+        ):
+            raise WorkerError(
+                f"{where[0]}: its ready message's 'sides': expected a list of 2 objects, "
+                f"found {type(sides).__name__} (a worker of another vmapcheck?)"
+            )
+        return {
+            BASELINE: side_ready(sides[0], f"{where[0]}, baseline side"),
+            CURRENT: side_ready(sides[1], f"{where[0]}, current side"),
+        }
+    return {BASELINE: side_ready(answers[0], where[0]), CURRENT: side_ready(answers[1], where[1])}
+
+
 def nothing_to_compare(
     baseline: SideSpec, current: SideSpec, require_same: Iterable[str] = ()
-) -> dict[str, Any] | None:
+) -> PairedReport | None:
     """The report of sides that cannot be compared, known from their files alone (another
     model contract or dtype: :func:`static_context`), before any worker starts: a second
     instead of every worker's start, compile and warm-up. None when they may compare (the
     workers' full context is checked again once they are ready)."""
     contexts = [static_context(s) for s in (baseline, current)]
     records = [
-        BenchRecord(s.role, {}, c) for s, c in zip((baseline, current), contexts, strict=True)
+        BenchRecord(s.role, {}, {**c}) for s, c in zip((baseline, current), contexts, strict=True)
     ]
     reasons, differences = comparability(records[0], records[1], require_same)
     if not reasons:

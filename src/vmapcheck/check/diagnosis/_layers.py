@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from itertools import combinations
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import jax
 import numpy as np
@@ -25,6 +25,7 @@ from vmapcheck.check.diagnosis.subject import (
     make_finding,
     measurement_text,
 )
+from vmapcheck.check.schema import Evidence
 from vmapcheck.core.compare import flat_index, measure
 from vmapcheck.core.forms import OUTPUT
 from vmapcheck.core.paths import PATHS, ForwardPath
@@ -132,7 +133,7 @@ def walk_layers(
     probe: Probe,
     runs: dict[str, _Run],
     only: Callable[[str], bool],
-    evidence: list[dict[str, Any]],
+    evidence: list[Evidence],
     mode: str,
     against: dict[str, _Run] | None = None,
 ) -> Finding | None:

@@ -29,6 +29,7 @@ from vmapcheck.check.diagnosis.subject import (
     make_finding,
     stage_result,
 )
+from vmapcheck.check.schema import Evidence
 from vmapcheck.core.compare import exact
 from vmapcheck.core.contract import rows as batch_rows
 from vmapcheck.core.forms import OUTPUT
@@ -67,7 +68,7 @@ def _first_feature(result: Mapping[str, Any], features: list[str]) -> str | None
 
 
 def _data_mismatch(
-    evidence: list[dict[str, Any]],
+    evidence: list[Evidence],
     stored: np.ndarray,
     derived: np.ndarray,
     *,
@@ -111,7 +112,7 @@ def data_stage(sources: DataSources | None, subject: Subject | None = None) -> S
     model that declares ``preprocessing`` activations, those steps across the paths
     (eager, minimal input first). All stored-data comparisons are exact.
     """
-    evidence: list[dict[str, Any]] = []
+    evidence: list[Evidence] = []
     if sources is not None:
         finding = _stored_data(sources, evidence)
         if finding is not None:
@@ -140,7 +141,7 @@ def data_stage(sources: DataSources | None, subject: Subject | None = None) -> S
     return stage_result("data", evidence, summary="; ".join(parts))
 
 
-def _stored_data(sources: DataSources, evidence: list[dict[str, Any]]) -> Finding | None:
+def _stored_data(sources: DataSources, evidence: list[Evidence]) -> Finding | None:
     manifest = read_json(sources.cases / CASES_MANIFEST)
     features = list(manifest.get("features", []))
     stored: dict[str, dict[str, np.ndarray]] = {}
@@ -208,7 +209,7 @@ def _raw_rows(
     sources: DataSources,
     splits: dict[str, dict[str, np.ndarray]],
     features: list[str],
-    evidence: list[dict[str, Any]],
+    evidence: list[Evidence],
 ) -> Finding | None:
     config = sources.config
     # Exactly prepare's numerics (configure_cpu_float32): the same bits come out.
@@ -302,7 +303,7 @@ def key_stream_stage(model: Model, seed: int | None) -> StageResult:
     which the reuse checker cannot see). Runs as prepare and train do (float32, no x64).
     Used by the check itself (a reused key fails it) and as the diagnosis' stage 2.
     """
-    evidence: list[dict[str, Any]] = []
+    evidence: list[Evidence] = []
     if seed is None:
         return stage_result("key_stream", evidence, skipped="no seed given")
     with jax.enable_x64(False), jax.default_matmul_precision("highest"):
@@ -332,7 +333,7 @@ def key_stream_stage(model: Model, seed: int | None) -> StageResult:
     )
 
 
-def _named_keys_finding(seed: int, evidence: list[dict[str, Any]]) -> Finding | None:
+def _named_keys_finding(seed: int, evidence: list[Evidence]) -> Finding | None:
     """The named subkeys re-derive from ``seed`` and differ pairwise, or the finding."""
     first, again = named_keys(seed), named_keys(seed)
     data = {n: np.asarray(jax.random.key_data(k)) for n, k in first.items()}
@@ -354,7 +355,7 @@ def _named_keys_finding(seed: int, evidence: list[dict[str, Any]]) -> Finding | 
 
 
 def _init_under_reuse_checker(
-    model: Model, seed: int, evidence: list[dict[str, Any]]
+    model: Model, seed: int, evidence: list[Evidence]
 ) -> tuple[Params, Params, Params, str | None]:
     """``model.init`` twice from the ``init`` key of ``seed`` and once from ``seed + 1``'s,
     under ``jax_debug_key_reuse``: the three params and the checker's complaint (None: none)."""
@@ -378,7 +379,7 @@ def _init_under_reuse_checker(
 
 
 def _repeated_draw(
-    draws: dict[str, np.ndarray], reuse: str | None, evidence: list[dict[str, Any]]
+    draws: dict[str, np.ndarray], reuse: str | None, evidence: list[Evidence]
 ) -> Finding | None:
     """The first pair of random leaves (flat values) that repeat one draw, as a finding."""
     names = list(draws)
@@ -470,7 +471,7 @@ def shapes_stage(subject: Subject, check: CheckDetails | None = None) -> StageRe
     output of (rows, out_features) in the run's dtype; then the check's recorded output
     contract and refusals of invalid inputs.
     """
-    evidence: list[dict[str, Any]] = []
+    evidence: list[Evidence] = []
     template = jax.eval_shape(subject.model.init, jax.random.key(0))
     finding = _params_tree(subject.params, template, evidence)
     for probe in subject.probes:
@@ -488,9 +489,7 @@ def shapes_stage(subject: Subject, check: CheckDetails | None = None) -> StageRe
     )
 
 
-def _params_tree(
-    params: Params, template: Params, evidence: list[dict[str, Any]]
-) -> Finding | None:
+def _params_tree(params: Params, template: Params, evidence: list[Evidence]) -> Finding | None:
     """``params`` against the model's ``template`` (abstract): the tree's structure, then
     each leaf's shape and dtype; the first difference as a finding."""
     structure, expected = (
@@ -526,7 +525,7 @@ def _params_tree(
     return None
 
 
-def _probe_shapes(subject: Subject, probe: Probe, evidence: list[dict[str, Any]]) -> Finding | None:
+def _probe_shapes(subject: Subject, probe: Probe, evidence: list[Evidence]) -> Finding | None:
     """Every form traced on ``probe``: it traces, names the same layers as the first
     form, gives each layer the same shape and dtype, and ends in the output contract."""
     rows = batch_rows(probe.x)
@@ -548,7 +547,7 @@ def _probe_shapes(subject: Subject, probe: Probe, evidence: list[dict[str, Any]]
     )
 
 
-def _layer_names(forms: Forms, probe: Probe, evidence: list[dict[str, Any]]) -> Finding | None:
+def _layer_names(forms: Forms, probe: Probe, evidence: list[Evidence]) -> Finding | None:
     """Each layered form names the same layers as the first form (the reference)."""
     reference_form = next(iter(forms))
     ref_names = forms[reference_form][0]
@@ -569,7 +568,7 @@ def _layer_names(forms: Forms, probe: Probe, evidence: list[dict[str, Any]]) -> 
 
 
 def _layer_shapes(
-    subject: Subject, forms: Forms, probe: Probe, evidence: list[dict[str, Any]]
+    subject: Subject, forms: Forms, probe: Probe, evidence: list[Evidence]
 ) -> Finding | None:
     """Each form's activation at each layer has the reference form's shape and dtype (a
     form that gives only its output is compared at the last layer)."""
@@ -612,7 +611,7 @@ def _layer_shapes(
 
 
 def _output_contract(
-    subject: Subject, forms: Forms, probe: Probe, rows: int, evidence: list[dict[str, Any]]
+    subject: Subject, forms: Forms, probe: Probe, rows: int, evidence: list[Evidence]
 ) -> Finding | None:
     """The reference form's output is (``rows``: the batch size of ``probe.x``,
     out_features) in the run's dtype (the other forms agree with it by then)."""
@@ -635,9 +634,7 @@ def _output_contract(
     )
 
 
-def _recorded_contract(
-    check: CheckDetails | None, evidence: list[dict[str, Any]]
-) -> Finding | None:
+def _recorded_contract(check: CheckDetails | None, evidence: list[Evidence]) -> Finding | None:
     if check is None:
         return None
     for case, report in check.get("cases", {}).items():

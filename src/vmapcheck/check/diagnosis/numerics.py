@@ -9,7 +9,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import jax
 import jax.numpy as jnp
@@ -25,6 +25,7 @@ from vmapcheck.check.diagnosis.subject import (
     measurement_text,
     stage_result,
 )
+from vmapcheck.check.schema import Evidence
 from vmapcheck.core.compare import flat_index, measure
 from vmapcheck.core.contract import rows, take
 from vmapcheck.core.gradients import make_loss_one
@@ -50,7 +51,7 @@ def _and_list(items: list[str]) -> str:
 
 def forward_stage(subject: Subject) -> StageResult:
     """Stage 4: eager loop / vmap / direct, minimal input first, layer by layer."""
-    evidence: list[dict[str, Any]] = []
+    evidence: list[Evidence] = []
     notes = []
     compared: dict[str, None] = {}  # the forms the model has, in registry order
     steps = set(subject.model.preprocessing)
@@ -147,7 +148,7 @@ def _compare_trees(
     subject: Subject,
     probe: Probe,
     trees: dict[str, Params],
-    evidence: list[dict[str, Any]],
+    evidence: list[Evidence],
     what: str,
     path: Callable[[str], str] = _eager_path,
 ) -> Finding | None:
@@ -212,7 +213,7 @@ def _compare_trees(
 def loss_stage(subject: Subject) -> StageResult:
     """Stage 5: the loss by the loop, by vmap (the training loss) and through direct
     (when the model has forward_batch)."""
-    evidence: list[dict[str, Any]] = []
+    evidence: list[Evidence] = []
     probes = _targets(subject)
     if not probes:
         return stage_result("loss", evidence, skipped="no input with targets")
@@ -240,7 +241,7 @@ def loss_stage(subject: Subject) -> StageResult:
 def gradients_stage(subject: Subject) -> StageResult:
     """Stage 6: every leaf's gradient: the mean of per-example gradients (loop) against
     the gradient of the vmap loss and of the direct loss."""
-    evidence: list[dict[str, Any]] = []
+    evidence: list[Evidence] = []
     probes = _targets(subject)
     if not probes:
         return stage_result("gradients", evidence, skipped="no input with targets")
@@ -262,7 +263,7 @@ def gradients_stage(subject: Subject) -> StageResult:
 
 def update_stage(subject: Subject) -> StageResult:
     """Stage 7: one optimizer step from each gradient; the new params leaf by leaf."""
-    evidence: list[dict[str, Any]] = []
+    evidence: list[Evidence] = []
     probes = _targets(subject)
     if subject.optimizer is None:
         return stage_result("update", evidence, skipped="the model is not trained (no optimizer)")
@@ -294,7 +295,7 @@ def update_stage(subject: Subject) -> StageResult:
 def jit_stage(subject: Subject) -> StageResult:
     """Stage 8: jit added back: each path's jitted activations against its eager ones,
     then the gradients of the training loss and the per-example gradients under jit."""
-    evidence: list[dict[str, Any]] = []
+    evidence: list[Evidence] = []
     for probe in subject.probes:
         eager = evaluate_probe(subject, probe, jit=False)
         jitted = evaluate_probe(subject, probe, jit=True)

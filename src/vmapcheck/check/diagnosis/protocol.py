@@ -13,7 +13,7 @@ import sys
 import traceback
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import jax
 import jax.numpy as jnp
@@ -40,16 +40,16 @@ from vmapcheck.check.diagnosis.subject import (
 )
 from vmapcheck.check.schema import read_check_details, read_record
 from vmapcheck.config import BackendConfig, Config, load_config
-from vmapcheck.core.cases import kind_of
+from vmapcheck.core.cases import CasesManifest, kind_of
 from vmapcheck.core.contract import InputSpec, rows, take, tree_map
 from vmapcheck.core.models import build_model
 from vmapcheck.core.paths import not_provided
 from vmapcheck.core.record import tolerance_record
 from vmapcheck.core.runtime import configure_jax
 from vmapcheck.core.training import make_optimizer
-from vmapcheck.data.regression import STANDARD_CASE, x_from_arrays
+from vmapcheck.data.regression import STANDARD_CASE, read_cases_manifest, x_from_arrays
 from vmapcheck.errors import VmapcheckError
-from vmapcheck.io import atomic_write_json, atomic_write_text, load_npz, read_json
+from vmapcheck.io import atomic_write_json, atomic_write_text, load_npz
 from vmapcheck.layout import Layout
 from vmapcheck.params_io import load_model_params
 
@@ -232,7 +232,7 @@ def write_report(report: DiagnosisReport, json_path: Path) -> Path:
 # --- on a project's outputs -----------------------------------------------------------
 
 
-def _failing_case(check: CheckDetails | None, manifest: dict[str, Any]) -> str:
+def _failing_case(check: CheckDetails | None, manifest: CasesManifest) -> str:
     """The first valid case the check failed on (else the standard batch)."""
     if check is None:
         return STANDARD_CASE
@@ -247,7 +247,7 @@ def _failing_case(check: CheckDetails | None, manifest: dict[str, Any]) -> str:
 
 
 def probes_for(
-    manifest: dict[str, Any], cases: dict[str, dict[str, np.ndarray]], check: CheckDetails | None
+    manifest: CasesManifest, cases: dict[str, dict[str, np.ndarray]], check: CheckDetails | None
 ) -> tuple[Probe, ...]:
     """The input ladder: one row of the failing case (minimal), then the whole case, then
     the standard batch's first row and the batch when the failing case has no targets."""
@@ -289,7 +289,7 @@ def diagnose_project(
     """
     model = build_model(config.model)
     params, _ = load_model_params(model, layout.params)
-    manifest = read_json(layout.cases_manifest)
+    manifest = read_cases_manifest(layout.cases_manifest)
     # Loaded without the sha256 gate: the data stage judges the files, it does not stop.
     cases = {}
     for name, entry in manifest["cases"].items():

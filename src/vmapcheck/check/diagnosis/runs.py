@@ -21,6 +21,7 @@ from vmapcheck.check.diagnosis.subject import (
     make_finding,
     stage_result,
 )
+from vmapcheck.check.schema import Evidence
 from vmapcheck.core.compare import measure
 from vmapcheck.core.contract import cast_floats, rows, take
 from vmapcheck.core.forms import OUTPUT
@@ -53,7 +54,7 @@ def backend_stage(subject: Subject, stored: StoredRun | None) -> StageResult:
     """Stage 9: the run's stored outputs (its backend) against the same path, same mode,
     recomputed here on CPU, within precision.cross_run_tolerance (backends round
     differently; that tolerance is the run's own setting for it)."""
-    evidence: list[dict[str, Any]] = []
+    evidence: list[Evidence] = []
     if stored is None:
         return stage_result("backend", evidence, skipped="no stored run outputs given")
     runtime = stored.record.get("runtime", {})
@@ -135,7 +136,7 @@ def sharding_stage(subject: Subject, stored: StoredRun | None) -> StageResult:
     The first to diverge is named with its parallelism (which is data-parallel, which
     tensor-parallel; none is vmap) and the mesh axis the divergence lies on
     (:func:`mesh_axis_blamed`)."""
-    evidence: list[dict[str, Any]] = []
+    evidence: list[Evidence] = []
     if stored is None:
         return stage_result("sharding", evidence, skipped="no stored run outputs given")
     agreed: set[str] = set()
@@ -196,7 +197,7 @@ def sharding_stage(subject: Subject, stored: StoredRun | None) -> StageResult:
 def reference_stage(check: CheckDetails | None) -> StageResult:
     """Stage 11: the check's comparison with the stored reference run, and what differs
     between the two runs (versions, backend, dtype)."""
-    evidence: list[dict[str, Any]] = []
+    evidence: list[Evidence] = []
     reference = check.get("reference") if check is not None else None
     if not reference:
         return stage_result("reference", evidence, skipped="no check report given")

@@ -18,7 +18,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from vmapcheck.check.schema import Finding, StageResult, StageStatus
+from vmapcheck.check.schema import Evidence, Finding, StageResult, StageStatus
 from vmapcheck.config import DataConfig, ToleranceConfig
 from vmapcheck.core.contract import InputSpec, cast_floats, rows
 from vmapcheck.core.forms import Keyed, cast_tree, forward_keys, keyed_model, row_keys
@@ -192,7 +192,7 @@ def measurement_text(measured: Mapping[str, Any]) -> str:
 
 def stage_result(
     name: str,
-    evidence: list[dict[str, Any]],
+    evidence: list[Evidence],
     finding: Finding | None = None,
     summary: str = "",
     skipped: str | None = None,
