@@ -24,7 +24,7 @@ from vmapcheck.check.reference import load_reference, reference_dir, shown_refer
 from vmapcheck.config import Config
 from vmapcheck.core import contract
 from vmapcheck.core.bitwise import measure_case
-from vmapcheck.core.cases import case_input
+from vmapcheck.core.cases import Case, case_input
 from vmapcheck.core.distributed import barrier, join, launched, writes
 from vmapcheck.core.forms import FORWARD_KEYS, cast_tree, forward_keys
 from vmapcheck.core.forward import Built, build_all, run_composition, run_forward
@@ -98,7 +98,7 @@ def _sharded(model: Model, mesh: Mesh) -> MeshRecord | None:
 
 
 def _gradients(
-    config: Config, model: Model, params: Params, standard: dict[str, Any], dtype: Any, key: Any
+    config: Config, model: Model, params: Params, standard: Case, dtype: Any, key: Any
 ) -> tuple[dict[str, np.ndarray], GradientProbe]:
     """The gradient probe (:func:`vmapcheck.core.gradients.gradient_probe`) on the
     standard case's first rows, ``x`` and ``y`` batch axis 0: vmap(grad) holds one
