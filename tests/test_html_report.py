@@ -624,6 +624,10 @@ def test_the_terminal_summary_says_when_verified_stays_off_the_deployment_target
         "experiment": "vmapcheck-mlp",
         "experiment_id": "1",
         "tracking_uri": "sqlite:///mlflow.db",
+        "verdict": "passed",
+        "forward_outputs_sha256": None,
+        "git_commit": "unknown",
+        "git_dirty": "unknown",
         "registry": {
             "status": "registered",
             "registered_model": "vmapcheck-mlp",

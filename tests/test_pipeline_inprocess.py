@@ -37,6 +37,7 @@ from vmapcheck.layout import Layout
 from vmapcheck.pipeline.bench import dvc_metrics as dvc_metrics_of_bench
 from vmapcheck.pipeline.check import dvc_metrics as dvc_metrics_of_check
 from vmapcheck.report.headline import HEADLINE_SPEEDUPS, batch_label, headline_batch
+from vmapcheck.tracking.records import read_track_report
 from vmapcheck.tracking.store import is_complete, tracking_uri
 
 OVERRIDES = (
@@ -141,8 +142,9 @@ def test_track_logged_one_passed_run_to_the_store_in_the_root(project):
     from mlflow.tracking import MlflowClient
 
     layout = project.layout
-    info = read_json(layout.track_report)
+    info = read_track_report(layout.track_report)  # every key TrackReport requires
     assert info["verdict"] == "passed"
+    assert info["registry"]["status"] == "registered"
     assert (layout.root / "mlflow.db").is_file()
     uri = tracking_uri(load_config(layout.params_yaml).tracking, layout.root)
     assert info["tracking_uri"] == uri

@@ -1,6 +1,7 @@
 """MLflow metric names: one sortable scheme, always valid for MLflow, the summary first;
 what the UI shows of a run (its name, its description) and the per-stage timeline."""
 
+import json
 import re
 
 import pytest
@@ -16,6 +17,7 @@ from vmapcheck.tracking.log import (
     run_name,
     verdict_note,
 )
+from vmapcheck.tracking.records import read_track_report
 from vmapcheck.tracking.run_inputs import dvc_exp_name
 
 VALID = re.compile(r"^[\w.\- :/]+$")  # what MLflow accepts in a metric name
@@ -414,3 +416,47 @@ def test_track_refuses_to_start_when_the_dvc_cache_has_no_room_for_its_outputs(t
     message = str(caught.value)
     assert message.startswith("the DVC cache ") and "MB free, under the" in message
     assert "nothing is logged or registered" in message
+
+
+def _track_report(**overrides: object) -> dict:
+    """A reports/track.json as track writes it for a run it logged now."""
+    return {
+        "run_id": "0123abcd",
+        "run_name": "mlp-cpu-f32-quick-jax0.11.2-abc1234-1207T120000",
+        "experiment": "vmapcheck",
+        "experiment_id": "1",
+        "tracking_uri": "sqlite:///mlflow.db",
+        "verdict": "passed",
+        "forward_outputs_sha256": "ab" * 32,
+        "git_commit": "abc1234",
+        "git_dirty": "false",
+        "git_outputs_rewritten": "",
+        "perf_verdict": "no regression",
+        "registry": {"status": "not registered", "why": "registry.registered_model is null"},
+    } | overrides
+
+
+def test_the_track_report_reads_back_typed_and_a_missing_key_is_named(tmp_path):
+    path = tmp_path / "track.json"
+    path.write_text(json.dumps(_track_report()))
+    report = read_track_report(path)
+    assert report["run_id"] == "0123abcd"
+    assert report["registry"] == {
+        "status": "not registered",
+        "why": "registry.registered_model is null",
+    }
+    # A run of the same state logged before: no registry, no rewritten outputs, said so.
+    earlier = _track_report(logged_before=True)
+    del earlier["registry"], earlier["git_outputs_rewritten"]
+    path.write_text(json.dumps(earlier))
+    assert read_track_report(path)["logged_before"] is True
+    # A key the report requires, gone: the file and the key are named.
+    cut = _track_report()
+    del cut["experiment_id"]
+    path.write_text(json.dumps(cut))
+    with pytest.raises(ArtifactError, match=r"track\.json.*TrackReport.*experiment_id"):
+        read_track_report(path)
+    # The registry's outcome is typed too: its status is required.
+    path.write_text(json.dumps(_track_report(registry={"why": "?"})))
+    with pytest.raises(ArtifactError, match=r"registry\.status"):
+        read_track_report(path)

@@ -771,7 +771,18 @@ def test_make_verdict_judges_the_reports_against_the_verified_run_before_theirs(
     reports = _details(1.0, 0)
     layout.bench_details.write_text(json.dumps(reports))
     ours = _complete_run(client, experiment, reports, start_time=2_000)
-    layout.track_report.write_text(json.dumps({"run_id": ours, "tracking_uri": uri}))
+    track = {
+        "run_id": ours,
+        "run_name": "ours",
+        "experiment": "vmapcheck-mlp",
+        "experiment_id": experiment,
+        "tracking_uri": uri,
+        "verdict": "passed",
+        "forward_outputs_sha256": None,
+        "git_commit": "unknown",
+        "git_dirty": "unknown",
+    }
+    layout.track_report.write_text(json.dumps(track))
     verdict = ["verdict", "--root", str(tmp_path), "--baseline", "last-verified"]
 
     # Only the run that logged the reports: nothing to compare them with.

@@ -64,6 +64,7 @@ from vmapcheck.tracking.log import (
     run_start,
     verdict_note,
 )
+from vmapcheck.tracking.records import TrackReport
 from vmapcheck.tracking.registry import (
     move_verified_alias,
     outcome_line,
@@ -431,7 +432,7 @@ def track(config: Config, layout: Layout) -> int:
         )
         complete_run(config, layout, info, check, perf, stages)
     else:
-        info = earlier | {"forward_outputs_sha256": check.get("forward_outputs_sha256")}
+        info = {**earlier, "forward_outputs_sha256": check.get("forward_outputs_sha256")}
     return announce(layout, info, logged_now=earlier is None, check=check, bench=bench)
 
 
@@ -512,7 +513,7 @@ def create_run(
     frozen: str,
     name: str,
     start_ms: int,
-) -> dict[str, Any]:
+) -> TrackReport:
     """Log the run with its artifacts, left RUNNING for :func:`complete_run`; return
     :func:`vmapcheck.tracking.log.log_run`'s ids. ``frozen``: ``pip freeze``'s output."""
     # Datasets (full sha256 digests), dvc.lock digest, DVC experiment name, environment/.
@@ -538,7 +539,7 @@ def create_run(
 def complete_run(
     config: Config,
     layout: Layout,
-    info: dict[str, Any],
+    info: TrackReport,
     check: CheckDetails,
     perf: PerfOutcome,
     stages: dict[str, StageTime],
@@ -644,7 +645,7 @@ def dvc_cache_problem(layout: Layout, need: int | None = None) -> str | None:
 
 def announce(
     layout: Layout,
-    info: dict[str, Any],
+    info: TrackReport,
     logged_now: bool,
     check: CheckDetails,
     bench: BenchDetails,
@@ -654,7 +655,7 @@ def announce(
     on a failed one)."""
     # The report and the terminal name the store without a user name or password: a
     # server's URI may carry them (MLFLOW_TRACKING_URI in a CI job).
-    info = info | {"tracking_uri": shown(info["tracking_uri"])}
+    info = {**info, "tracking_uri": shown(info["tracking_uri"])}
     atomic_write_json(layout.track_report, info)
     logged = "logged" if logged_now else "the same inputs were logged before (not again):"
     print(f"track: {logged} run {info['run_id']} ({info['run_name']}) to {info['tracking_uri']}")

@@ -9,6 +9,7 @@ __all__ = [
     "attempts",
     "baselines",
     "log",
+    "records",
     "registered_params",
     "registry",
     "registry_commands",

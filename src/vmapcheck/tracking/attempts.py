@@ -51,6 +51,7 @@ import yaml
 from vmapcheck.errors import ArtifactError
 from vmapcheck.io import sha256_file
 from vmapcheck.layout import Layout
+from vmapcheck.tracking.records import LoggedRun
 from vmapcheck.tracking.store import (
     ABANDONED_TAG,
     HOST_TAG,
@@ -233,7 +234,7 @@ def abandon_unfinished_runs(uri: str) -> list[str]:
     return marked
 
 
-def settle_earlier_attempts(uri: str, key: str) -> dict[str, Any] | None:
+def settle_earlier_attempts(uri: str, key: str) -> LoggedRun | None:
     """Before ``track`` reads the store: mark FAILED the incomplete runs of pipeline state
     ``key`` and the abandoned runs of any state (:func:`abandon_unfinished_runs`); return
     the complete run of ``key``, if any, as ``track`` reports a run (ids, names, verdicts,

@@ -53,6 +53,7 @@ from vmapcheck.report.summary import bench_budget_caveat
 from vmapcheck.tracking import store
 from vmapcheck.tracking.clock import checked_start_ms
 from vmapcheck.tracking.experiment import NOTE_TAG, describe_experiment
+from vmapcheck.tracking.records import TrackReport
 from vmapcheck.tracking.store import (
     MODEL_CONTRACT_TAG,
     experiment_name,
@@ -517,7 +518,7 @@ def log_run(
     name: str | None = None,
     start_time: int | None = None,
     note: str | None = None,
-) -> dict[str, Any]:
+) -> TrackReport:
     """Create one MLflow run holding everything; return its ids and where to find it.
 
     ``name``: the run's name (None: :func:`run_name` now); ``start_time``: its start in
@@ -571,7 +572,9 @@ def log_run(
         # Which outputs this run judged: make_reference links a reference to this run
         # only when it is made from the same outputs.
         "forward_outputs_sha256": check.get("forward_outputs_sha256"),
-        **git,
+        "git_commit": git["git_commit"],
+        "git_dirty": git["git_dirty"],
+        "git_outputs_rewritten": git["git_outputs_rewritten"],
     }
 
 

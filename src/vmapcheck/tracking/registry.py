@@ -50,6 +50,12 @@ from vmapcheck.core.record import RuntimeRecord
 from vmapcheck.errors import ArtifactError
 from vmapcheck.io import read_json, sha256_file
 from vmapcheck.layout import CONTRACT_FILE, MANIFEST_FILE, PARAMS_FILE
+from vmapcheck.tracking.records import (
+    OffTarget,
+    RegisteredVersion,
+    RegistryOutcome,
+    TrackReport,
+)
 from vmapcheck.tracking.store import incomplete_because
 
 VERIFIED = "verified"
@@ -233,7 +239,7 @@ def register_verified(
     tags: dict[str, str] | None = None,
     move_alias: bool = True,
     off_target_because: str | None = None,
-) -> dict[str, Any]:
+) -> RegisteredVersion:
     """Log run ``run_id``'s params as a servable MLflow model, register it as a new
     version of ``name`` and move alias ``verified`` to it. Call only for a run whose check
     passed. ``move_alias=False`` leaves the alias to :func:`move_verified_alias`, called
@@ -329,7 +335,7 @@ def register_verified(
     }
 
 
-def move_verified_alias(tracking_uri: str, registered: dict[str, Any]) -> None:
+def move_verified_alias(tracking_uri: str, registered: RegistryOutcome) -> None:
     """Move alias ``verified`` to the version :func:`register_verified` made with
     ``move_alias=False`` (``registered``: its result), then drop the version's
     ``verified_alias_pending`` tag. ``track`` calls it after the run is complete, so a
@@ -491,11 +497,11 @@ def _same_served_version(client: Any, name: str, identity: str) -> Any | None:
 
 def register_if_verified(
     config: Config,
-    info: dict[str, Any],
+    info: TrackReport,
     runtime: RuntimeRecord,
     params_dir: Path,
     move_alias: bool = True,
-) -> dict[str, Any]:
+) -> RegistryOutcome:
     """``track``'s hook: register the run's params when its check passed.
 
     ``info`` is :func:`vmapcheck.tracking.log.log_run`'s result (the run still RUNNING:
@@ -562,9 +568,11 @@ def register_if_verified(
                 info["run_id"],
                 f"version {number} serves the same params, settings, code and runtime; "
                 "not registered again",
-                previous=held,
-                verified_alias="stays" if number != held else "held",
-                off_target=because,
+                OffTarget(
+                    previous=held,
+                    verified_alias="stays" if number != held else "held",
+                    off_target=because,
+                ),
             )
     if because is None and current is not None and current.tags.get(TAG_SERVED) == identity:
         # A rerun for a tolerance, a bench setting or a commit that changed nothing served:
@@ -585,7 +593,7 @@ def register_if_verified(
         **runtime_tags,
         TAG_SERVED: identity,
     }
-    return {"status": "registered"} | register_verified(
+    version = register_verified(
         info["tracking_uri"],
         name,
         info["run_id"],
@@ -595,26 +603,37 @@ def register_if_verified(
         move_alias,
         off_target_because=because,
     )
+    return {"status": "registered", **version}
 
 
 def _reverified(
-    client: Any, name: str, version: str, run_id: str, why: str, **extra: Any
-) -> dict[str, Any]:
+    client: Any,
+    name: str,
+    version: str,
+    run_id: str,
+    why: str,
+    off_target: OffTarget | None = None,
+) -> RegistryOutcome:
     """Record on version ``version`` that run ``run_id`` checked and passed what it serves
     again (tags ``reverified_by_run``, ``reverified_at``), instead of a copy registered;
-    return the outcome :func:`register_if_verified` reports, with ``extra`` keys."""
+    return the outcome :func:`register_if_verified` reports (``off_target``: for a run
+    off the deployment target, where ``@verified`` stands and why)."""
     client.set_model_version_tag(name, version, "reverified_by_run", run_id)
     client.set_model_version_tag(name, version, "reverified_at", utc_now())
-    return {
+    outcome: RegistryOutcome = {
         "status": "re-verified",
         "registered_model": name,
         "version": version,
         "why": why,
-        **extra,
     }
+    if off_target is not None:
+        outcome["previous"] = off_target["previous"]
+        outcome["verified_alias"] = off_target["verified_alias"]
+        outcome["off_target"] = off_target["off_target"]
+    return outcome
 
 
-def outcome_line(result: dict[str, Any]) -> str:
+def outcome_line(result: RegistryOutcome) -> str:
     """What :func:`register_if_verified` did (``result``), as ``track`` and ``vmapcheck
     summary`` print it after ``registry:``: what was registered, and, for a run off the
     deployment target, where ``@verified`` stays, why, and the command that promotes it."""

@@ -10,17 +10,16 @@ registry did with its params.
 from __future__ import annotations
 
 import sys
-from typing import Any
 
 from vmapcheck.errors import ArtifactError
-from vmapcheck.io import read_json
 from vmapcheck.layout import Layout
 from vmapcheck.report.summary import summarize
 from vmapcheck.running import failed_stages, killed_stages
+from vmapcheck.tracking.records import TrackReport, read_track_report
 from vmapcheck.tracking.ui import model_version_url, run_url, ui_base
 
 
-def review_url(track: dict[str, Any]) -> str:
+def review_url(track: TrackReport) -> str:
     """Where to open the run of ``track`` (reports/track.json): its page on the tracking
     server, or for the local store `vmapcheck ui`, then its page there (MLflow's ML view,
     not its GenAI one: vmapcheck.tracking.ui)."""
@@ -29,11 +28,11 @@ def review_url(track: dict[str, Any]) -> str:
     return f"{first}, then {page}" if first else page
 
 
-def registry_url(track: dict[str, Any]) -> str | None:
+def registry_url(track: TrackReport) -> str | None:
     """Where to open the model version that ``track`` (reports/track.json) registered or
     re-verified, as :func:`review_url` says it; None when it made or names none."""
-    registered = track.get("registry") or {}
-    if not registered.get("registered_model") or not registered.get("version"):
+    registered = track.get("registry")
+    if not registered or not registered.get("registered_model") or not registered.get("version"):
         return None
     base, first = ui_base(str(track["tracking_uri"]))
     page = model_version_url(base, registered["registered_model"], registered["version"])
@@ -46,7 +45,7 @@ def tracked_lines(layout: Layout) -> list[str]:
     there is none yet when ``track`` has not run."""
     if not layout.track_report.exists():
         return ["MLflow run: none yet (the track stage has not run)"]
-    track = read_json(layout.track_report)
+    track = read_track_report(layout.track_report)
     lines: list[str] = []
     lines.append(
         f"MLflow run: {track['run_id']} ({track['run_name']}) in experiment "
