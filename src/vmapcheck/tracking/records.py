@@ -12,26 +12,6 @@ from typing import Literal, NotRequired, Required, TypedDict
 from vmapcheck.io import read_json_typed
 
 
-class RegisteredVersion(TypedDict):
-    """The version :func:`vmapcheck.tracking.registry.register_verified` made: its
-    model, number and URI, the alias and where it stands (``verified_alias``: "moved",
-    "pending" for :func:`vmapcheck.tracking.registry.move_verified_alias`, or "stays":
-    off the target), the version ``@verified`` held before (None: none), why the run is
-    off the deployment target (None: it is the target), the logged model's source and
-    id, and the params' sha256."""
-
-    registered_model: str
-    version: str
-    uri: str
-    alias: str
-    previous: str | None
-    verified_alias: str
-    off_target: str | None
-    source: str
-    model_id: str
-    params_sha256: str
-
-
 class OffTarget(TypedDict):
     """For a run off the deployment target that re-verified a version: the version
     ``@verified`` holds (None: none), whether the alias "stays" elsewhere or is "held" by
@@ -44,10 +24,17 @@ class OffTarget(TypedDict):
 
 class RegistryOutcome(TypedDict, total=False):
     """What :func:`vmapcheck.tracking.registry.register_if_verified` did, as
-    ``reports/track.json``'s ``registry`` holds it. ``status`` always: "registered" (with
-    every :class:`RegisteredVersion` key), "re-verified" (``registered_model``,
-    ``version`` and ``why``; off the target also the :class:`OffTarget` keys) or "not
-    registered" (``why``)."""
+    ``reports/track.json``'s ``registry`` holds it. ``status`` always: "registered",
+    "re-verified" or "not registered".
+
+    "registered" (:func:`vmapcheck.tracking.registry.register_verified`): every key but
+    ``why``: the model, the version's number and URI, the alias and where it stands
+    (``verified_alias``: "moved", "pending" for
+    :func:`vmapcheck.tracking.registry.move_verified_alias`, or "stays": off the
+    target), the version ``@verified`` held before (None: none), why the run is off the
+    deployment target (None: it is the target), the logged model's source and id, and
+    the params' sha256. "re-verified": ``registered_model``, ``version`` and ``why``;
+    off the target also the :class:`OffTarget` keys. "not registered": ``why``."""
 
     status: Required[Literal["registered", "re-verified", "not registered"]]
     why: str

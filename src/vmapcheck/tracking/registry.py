@@ -52,7 +52,6 @@ from vmapcheck.io import read_json, sha256_file
 from vmapcheck.layout import CONTRACT_FILE, MANIFEST_FILE, PARAMS_FILE
 from vmapcheck.tracking.records import (
     OffTarget,
-    RegisteredVersion,
     RegistryOutcome,
     TrackReport,
 )
@@ -239,7 +238,7 @@ def register_verified(
     tags: dict[str, str] | None = None,
     move_alias: bool = True,
     off_target_because: str | None = None,
-) -> RegisteredVersion:
+) -> RegistryOutcome:
     """Log run ``run_id``'s params as a servable MLflow model, register it as a new
     version of ``name`` and move alias ``verified`` to it. Call only for a run whose check
     passed. ``move_alias=False`` leaves the alias to :func:`move_verified_alias`, called
@@ -257,10 +256,8 @@ def register_verified(
     registered. So the version serves exactly the bytes that were verified.
 
     Returns:
-        {"registered_model", "version", "uri", "alias", "previous" (the version the alias
-        held, or None), "verified_alias" ("moved", "pending": left to
-        :func:`move_verified_alias`, or "stays": off the target), "off_target" (the reason,
-        or None), "source", "model_id", "params_sha256"}.
+        the outcome with status "registered" and every key but ``why``
+        (:class:`vmapcheck.tracking.records.RegistryOutcome` says what each holds).
     """
     from mlflow.exceptions import MlflowException
     from mlflow.protos.databricks_pb2 import RESOURCE_ALREADY_EXISTS, ErrorCode
@@ -322,6 +319,7 @@ def register_verified(
             f"failed: {exc.message}"
         ) from None
     return {
+        "status": "registered",
         "registered_model": name,
         "version": number,
         "uri": f"models:/{name}/{number}",
@@ -593,7 +591,7 @@ def register_if_verified(
         **runtime_tags,
         TAG_SERVED: identity,
     }
-    version = register_verified(
+    return register_verified(
         info["tracking_uri"],
         name,
         info["run_id"],
@@ -603,7 +601,6 @@ def register_if_verified(
         move_alias,
         off_target_because=because,
     )
-    return {"status": "registered", **version}
 
 
 def _reverified(
