@@ -29,7 +29,6 @@ from vmapcheck.config import load_config
 from vmapcheck.errors import ArtifactError, ConfigError, VmapcheckError
 from vmapcheck.io import atomic_write_json, read_json
 from vmapcheck.layout import Layout
-from vmapcheck.tracking.records import read_track_report
 from vmapcheck.tracking.store import (
     MODEL_CONTRACT_TAG,
     complete_filter,
@@ -240,9 +239,11 @@ def run_of_reports(layout: Layout, tracking_uri: str) -> str | None:
         return None
     from mlflow.exceptions import MlflowException
 
-    try:
-        run_id = read_track_report(layout.track_report)["run_id"]
-    except ArtifactError:  # cut short, or an older vmapcheck's: it names no run to trust
+    # Read as found, not through read_track_report: a report lacking a key still names its
+    # run, and only the run id matters here. A file that is not JSON is an error naming it.
+    track = read_json(layout.track_report)
+    run_id = track.get("run_id") if isinstance(track, dict) else None
+    if not isinstance(run_id, str):
         return None
     with tempfile.TemporaryDirectory() as tmp:
         try:
