@@ -9,6 +9,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from vmapcheck.bench.timing.bounds import peak_caveat
 from vmapcheck.bench.timing.budget import (
     BUDGET_SETTING,
     STOP_BUDGET,
@@ -630,6 +631,25 @@ def test_the_peak_sweep_grows_the_product_until_the_throughput_levels_off():
     assert sizes[0] == 64 and all(b == 2 * a for a, b in itertools.pairwise(sizes))
     assert peak["gflops"] == max(entry["gflops"] for entry in peak["sweep"]) > 0
     assert peak["dtype"] == "float32" and peak["matmul_precision"] and peak["stopped"]
+
+
+def test_the_peak_sweep_does_not_time_a_size_whose_call_would_take_seconds():
+    """The next size is 8x the work: after a 0.15 s call (under PEAK_MAX_CALL_S) the
+    sweep stops instead of timing 9 calls of about 1.2 s (on two loaded cores the
+    4096^3 step took 32 of a bench's 42 s), and says why."""
+    import time
+
+    def slow_call():
+        time.sleep(0.15)
+
+    def never():
+        raise AssertionError("the sweep timed the 128^3 product")
+
+    peak = peak_sweep(jnp.float32, 64, calls={64: slow_call, 128: never})
+    assert [entry["size"] for entry in peak["sweep"]] == [64]
+    # Under heavy load the sleep may overrun the cap itself: either way it stopped at 64.
+    assert peak["stopped"].startswith(("a 128^3 call would take about", "a 64^3 call took"))
+    assert peak_caveat(peak) is not None  # short of a plateau: a share of it reads high
 
 
 def test_once_compiling_has_spent_the_budget_larger_sizes_are_left_out():

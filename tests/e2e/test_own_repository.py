@@ -313,6 +313,9 @@ def test_init_joins_a_repository_with_its_own_pipeline_and_params(user_repo, tmp
     init = repo.run("vmapcheck", "init", "--model", "mlp", label="init (join)")
     assert "joined your pipeline: dvc.yaml keeps your stages featurize" in init.stdout
     assert "your params lr, epochs: conf/project.yaml" in init.stdout
+    # The short run every e2e pipeline uses: this test is about the two pipelines side by
+    # side, not the bench (at the shipped defaults this test took 104 s, its dearest).
+    repo.run("vmapcheck", "params", *FAST_RUN)
     repo.run("git", "add", "-A")
     repo.run("git", "commit", "-qm", "vmapcheck init")
 
@@ -323,7 +326,11 @@ def test_init_joins_a_repository_with_its_own_pipeline_and_params(user_repo, tmp
     repo.run("git", "add", "-A")
     repo.run("git", "commit", "-qm", "first run")
 
-    f64 = repo.run("dvc", "exp", "run", "-S", "precision=f64", label="dvc exp run -S precision=f64")
+    # DVC composes params.yaml from conf/ and these overrides alone: FAST_RUN again.
+    fast = [arg for override in FAST_RUN for arg in ("-S", override)]
+    f64 = repo.run(
+        "dvc", "exp", "run", "-S", "precision=f64", *fast, label="dvc exp run -S precision=f64"
+    )
     assert "float64" in f64.stdout, f64.stdout
     params = yaml.safe_load((repo.root / "params.yaml").read_text())
     assert (params["lr"], params["epochs"], params["precision"]["name"]) == (0.01, 3, "f64")

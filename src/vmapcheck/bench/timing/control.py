@@ -45,7 +45,8 @@ def control_figures(size: int, samples_s: np.ndarray) -> ControlFigures:
 
 # The peak sweep (:func:`peak_sweep`): a size is timed this many times (after two
 # discarded calls), the sweep doubles the size while the throughput still grows by at
-# least PEAK_GROWTH and one call stays under PEAK_MAX_CALL_S, up to PEAK_MAX_SIZE (three
+# least PEAK_GROWTH, one call stays under PEAK_MAX_CALL_S and the next one would stay under
+# PEAK_NEXT_CALL_S, up to PEAK_MAX_SIZE (three
 # float32 matrices of 16,384^2 take 3 GiB).
 PEAK_SAMPLES = 7
 
@@ -54,6 +55,9 @@ PEAK_GROWTH = 1.1
 
 
 PEAK_MAX_CALL_S = 0.25
+# ... and the next size's call (8x the work) is projected to take under this: at most
+# a second, so a sweep never times 9 calls of several seconds each.
+PEAK_NEXT_CALL_S = 1.0
 
 
 PEAK_MAX_SIZE = 16384
@@ -87,8 +91,9 @@ def peak_sweep(
     """The device's matmul peak in the run's dtype and matmul precision (JAX's default
     matmul precision, as :func:`vmapcheck.core.runtime.configure_jax` set it): square
     products of ``start_size`` (``bench.peak_matmul_size``), doubled while the throughput
-    grows by :data:`PEAK_GROWTH` or more, a call takes under :data:`PEAK_MAX_CALL_S` and
-    the size is at most :data:`PEAK_MAX_SIZE`; stops early when ``budget_s`` seconds are
+    grows by :data:`PEAK_GROWTH` or more, a call takes under :data:`PEAK_MAX_CALL_S`, the
+    next size's call would take under :data:`PEAK_NEXT_CALL_S` (8x this one's) and the
+    size is at most :data:`PEAK_MAX_SIZE`; stops early when ``budget_s`` seconds are
     spent. A small product measures launch overhead, not the device: on a TPU v5e a 512^3
     float32 product ran at 0.4 TFLOP/s and an 8,192^3 one at 148 (2026-12-06).
 
@@ -98,7 +103,7 @@ def peak_sweep(
 
     Returns ``{"gflops", "size", "p50_ms", "sweep": [{"size", "p50_ms", "gflops"}],
     "dtype", "matmul_precision", "stopped"}``: the best p50 throughput of the sweep, and
-    why the sweep stopped (the throughput levelled off, a call grew too long, the size
+    why the sweep stopped (the throughput levelled off, a call grew or would grow too long, the size
     cap, the device ran out of memory, or the budget).
     """
     if spent is None:
@@ -136,6 +141,13 @@ def peak_sweep(
             break
         if p50 > PEAK_MAX_CALL_S:
             stopped = f"a {size}^3 call took {p50:.2g} s"
+            break
+        # The next size does 8x the work: timing it when its call would take several
+        # times the cap costs more than the whole sweep below it. On two loaded cores a
+        # 2048^3 call took 0.24 s, and the 4096^3 step (9 calls of about 2 s, on both
+        # cores) then took 32 of a 42 s bench's wall seconds to read no higher.
+        if 8 * p50 > PEAK_NEXT_CALL_S and size * 2 <= PEAK_MAX_SIZE:
+            stopped = f"a {size * 2}^3 call would take about {8 * p50:.2g} s"
             break
         if budget_s is not None and spent() - began > budget_s:
             stopped = f"its budget of {budget_s:.3g} s"

@@ -31,8 +31,6 @@ import math
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-from scipy import stats
-
 REGRESSION = "regression"
 FASTER = "faster"
 SLOWER = "slower (below the factor)"
@@ -72,6 +70,10 @@ def min_detectable_ratio(ci_low: float, ci_high: float, confidence: float, alpha
     standard error, ``se = (ln high - ln low) / (2 z)``, and the ratio is
     ``exp((z_(1-alpha) + z_power) * se)``. A normal approximation, for reading a table:
     the verdict itself never uses it."""
+    # Imported here: scipy.stats takes over a second to import, and the track stage and
+    # the HTML report import this module for the headline alone.
+    from scipy import stats
+
     z = stats.norm.ppf(0.5 + confidence / 2)
     se = (math.log(ci_high) - math.log(ci_low)) / (2 * z)
     return math.exp((stats.norm.ppf(1 - alpha) + stats.norm.ppf(POWER)) * se)
