@@ -591,6 +591,72 @@ def test_an_unknown_command_line_precision_stops_the_session(pytester: pytest.Py
     result.stderr.fnmatch_lines(["*--vmapcheck-precision=f16: precision='f16': expected one of*"])
 
 
+# A user's test that reports how many of its programs JAX's persistent cache served
+# (JAX's own monitoring events) and where the cache is.
+_CACHED_TEST = """
+import jax, jax.numpy as jnp, numpy as np
+from jax._src import monitoring
+from vmapcheck.core.models import Model
+
+HITS = []
+monitoring.register_event_listener(
+    lambda event, **kw: HITS.append(event) if event == "/jax/compilation_cache/cache_hits" else None
+)
+
+def init(key):
+    return {"W": jax.random.normal(key, (3, 2), jnp.float32)}
+
+def one(params, x):
+    return jnp.tanh(x @ params["W"])
+
+def test_check(batching_check):
+    model = Model(name="user", in_features=3, out_features=2, forward_one=one, init=init)
+    batching_check(model, init(jax.random.key(0)), np.ones((4, 3), np.float32),
+                   paths=["loop_eager", "vmap_jit"], bitwise="off")
+    print("cache dir", jax.config.jax_compilation_cache_dir, "hits", len(HITS))
+"""
+
+
+def test_the_compile_cache_option_serves_a_later_session_from_pytests_cache_folder(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+):
+    """--vmapcheck-compile-cache keeps the session's programs under .pytest_cache, and the
+    next session loads them from there (fresh processes: JAX's cache is per process)."""
+    pytester.makepyfile(test_user=_CACHED_TEST)
+    args = (
+        "-p",
+        "no:vmapcheck",
+        "-p",
+        "vmapcheck.pytest_plugin",
+        "-s",
+        "--vmapcheck-compile-cache",
+    )
+    # Neither the user's folder nor the one this suite shares with its pipelines.
+    monkeypatch.delenv("JAX_COMPILATION_CACHE_DIR", raising=False)
+    monkeypatch.delenv("VMAPCHECK_COMPILE_CACHE", raising=False)
+    folder = pytester.path / ".pytest_cache" / "d" / "vmapcheck-jax" / "main"
+    first = pytester.runpytest_subprocess(*args)
+    first.assert_outcomes(passed=1)
+    first.stdout.fnmatch_lines(
+        [f"vmapcheck: JAX compile cache {folder}", f"*cache dir {folder} hits *"]
+    )
+    assert any(folder.glob("*-cache")), "the first session kept no program"
+    second = pytester.runpytest_subprocess(*args)
+    second.assert_outcomes(passed=1)
+
+    def hits(result: pytest.RunResult) -> int:
+        # A session reuses a few programs of its own; the next one, those of the first.
+        return int(result.stdout.str().split(" hits ")[1].split()[0])
+
+    assert hits(second) > hits(first), (first.stdout.str(), second.stdout.str())
+    # Without pytest's cache folder there is nowhere to keep them: said before any test.
+    refused = pytester.runpytest(*args, "-p", "no:cacheprovider")
+    assert refused.ret == pytest.ExitCode.USAGE_ERROR
+    refused.stderr.fnmatch_lines(
+        ["*--vmapcheck-compile-cache (vmapcheck_compile_cache): expected*"]
+    )
+
+
 def test_the_plugin_imports_no_jax():
     import subprocess
     import sys
