@@ -637,7 +637,6 @@ def test_the_peak_sweep_does_not_time_a_size_whose_call_would_take_seconds():
     """The next size is 8x the work: after a 0.15 s call (under PEAK_MAX_CALL_S) the
     sweep stops instead of timing 9 calls of about 1.2 s (on two loaded cores the
     4096^3 step took 32 of a bench's 42 s), and says why."""
-    import time
 
     def slow_call():
         time.sleep(0.15)

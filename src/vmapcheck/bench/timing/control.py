@@ -45,9 +45,9 @@ def control_figures(size: int, samples_s: np.ndarray) -> ControlFigures:
 
 # The peak sweep (:func:`peak_sweep`): a size is timed this many times (after two
 # discarded calls), the sweep doubles the size while the throughput still grows by at
-# least PEAK_GROWTH, one call stays under PEAK_MAX_CALL_S and the next one would stay under
-# PEAK_NEXT_CALL_S, up to PEAK_MAX_SIZE (three
-# float32 matrices of 16,384^2 take 3 GiB).
+# least PEAK_GROWTH, one call stays under PEAK_MAX_CALL_S and the next size's would stay
+# under PEAK_NEXT_CALL_S, up to PEAK_MAX_SIZE (three float32 matrices of 16,384^2 take
+# 3 GiB).
 PEAK_SAMPLES = 7
 
 
@@ -103,8 +103,8 @@ def peak_sweep(
 
     Returns ``{"gflops", "size", "p50_ms", "sweep": [{"size", "p50_ms", "gflops"}],
     "dtype", "matmul_precision", "stopped"}``: the best p50 throughput of the sweep, and
-    why the sweep stopped (the throughput levelled off, a call grew or would grow too long, the size
-    cap, the device ran out of memory, or the budget).
+    why the sweep stopped (the throughput levelled off, a call grew or would grow too
+    long, the size cap, the device ran out of memory, or the budget).
     """
     if spent is None:
         wall0 = time.perf_counter()
