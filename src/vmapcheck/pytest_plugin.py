@@ -27,7 +27,6 @@ the project's tests pass with; imported without it, the error says so.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -135,7 +134,9 @@ def _enable_compile_cache(config: pytest.Config) -> str:
 
     from vmapcheck.core.runtime import enable_compile_cache
 
-    worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
+    # xdist's own mark of a worker session, not its PYTEST_XDIST_WORKER variable, which a
+    # pytest started from inside a worker (a test running pytest) inherits.
+    worker = getattr(config, "workerinput", {}).get("workerid", "main")
     enable_compile_cache(Path(cache.mkdir(CACHE_FOLDER)) / worker)
     return str(jax.config.jax_compilation_cache_dir)
 
